@@ -1,0 +1,62 @@
+# winnet — run `make help` for the targets.
+
+SHELL := /usr/bin/env bash -o pipefail
+.SHELLFLAGS := -ec
+export GOTOOLCHAIN := local
+
+GO ?= go
+BIN := $(CURDIR)/bin
+CONTROLLER_GEN := $(GO) tool controller-gen
+PLATFORMS := linux windows
+GO_TEST_FLAGS ?= -count=1 -timeout 20m
+
+##@ General
+
+.PHONY: help
+help: ## Show the targets.
+	@awk 'BEGIN {FS = ":.*##"; printf "Usage: make <target>\n"} /^[a-zA-Z_0-9-]+:.*?##/ { printf "  %-16s %s\n", $$1, $$2 } /^##@/ { printf "\n%s\n", substr($$0, 5) }' $(MAKEFILE_LIST)
+
+##@ Development
+
+.PHONY: generate
+generate: ## Generate deepcopy code and OVSDB models.
+	$(CONTROLLER_GEN) object:headerFile=hack/boilerplate.go.txt paths=./api/...
+	$(GO) generate ./internal/ovs/...
+
+.PHONY: manifests
+manifests: ## Generate CRDs (config/crd) and RBAC roles (config/rbac) from the markers.
+	$(CONTROLLER_GEN) crd paths=./api/... output:crd:artifacts:config=config/crd/bases
+	$(CONTROLLER_GEN) rbac:roleName=winnet-agent paths=./internal/agent/... output:rbac:artifacts:config=config/rbac/agent
+	$(CONTROLLER_GEN) rbac:roleName=winnet-controller paths=./internal/controller/... output:rbac:artifacts:config=config/rbac/controller
+
+.PHONY: fmt
+fmt: ## Run gofmt on the tree.
+	gofmt -w $$(git ls-files '*.go')
+
+.PHONY: verify
+verify: ## Regenerate code and manifests and fail if anything changed; check gofmt.
+	hack/verify-generated.sh
+
+.PHONY: vet
+vet: ## go vet for linux and windows.
+	$(foreach os,$(PLATFORMS),GOOS=$(os) $(GO) vet ./... &&) true
+
+##@ Build
+
+.PHONY: build
+build: ## Build the three binaries for linux and windows into bin/.
+	$(foreach os,$(PLATFORMS),GOOS=$(os) $(GO) build -o $(BIN)/$(os)/ ./cmd/... &&) true
+
+##@ Test
+
+.PHONY: test-deps
+test-deps: ## Install the test dependencies (Debian packages, kube-apiserver and etcd built into bin/).
+	hack/setup-test-deps.sh
+
+.PHONY: test
+test: test-deps verify vet build ## Run every test tier against real parts (needs root).
+	KUBEBUILDER_ASSETS="$$(hack/setup-test-deps.sh 2>/dev/null | tail -1)" $(GO) test $(GO_TEST_FLAGS) ./...
+
+.PHONY: bench-ovs
+bench-ovs: test-deps ## Benchmark flow installation against ovs-ofctl --bundle (needs root).
+	$(GO) run ./test/bench/ovs

@@ -1,0 +1,98 @@
+package v1alpha1
+
+// Condition types of WindowsNodeNetwork. Each names one component the agent converges, in the order
+// it converges them; Ready is True when all of them are.
+const (
+	// ReadyCondition summarises the node network: True when every component below is True.
+	ReadyCondition = "Ready"
+	// HostSwitchReadyCondition: the HNS Transparent network exists on the uplink and its Hyper-V switch
+	// runs the Open vSwitch extension.
+	HostSwitchReadyCondition = "HostSwitchReady"
+	// BridgeReadyCondition: the OVS bridge exists and its LOCAL interface carries the host's IP, MAC
+	// and routes.
+	BridgeReadyCondition = "BridgeReady"
+	// UplinkReadyCondition: the uplink adapter is a port of the bridge.
+	UplinkReadyCondition = "UplinkReady"
+	// GatewayReadyCondition: the gateway port has its address, forwarding is on and the local Pod CIDR
+	// is routed through it.
+	GatewayReadyCondition = "GatewayReady"
+	// TunnelReadyCondition: the tunnel port exists with the configured type, VNI and port (True with
+	// reason TunnelNotRequired in NoEncap mode).
+	TunnelReadyCondition = "TunnelReady"
+	// PipelineReadyCondition: the base OpenFlow pipeline, SNAT included, is installed.
+	PipelineReadyCondition = "PipelineReady"
+	// RoutesReadyCondition: every RemoteSubnetRoute that applies to the node is installed.
+	RoutesReadyCondition = "RoutesReady"
+)
+
+// Condition types of RemoteSubnetRoute.
+const (
+	// AcceptedCondition: winnet-controller validated the route and agents will install it.
+	AcceptedCondition = "Accepted"
+	// ConflictCondition: the route's CIDRs overlap another route or a node's Pod CIDR; agents skip it.
+	ConflictCondition = "Conflict"
+)
+
+// PodEndpoint's only condition type is ReadyCondition: the HNS endpoint, the OVS port and the Pod's
+// flows are in place.
+
+// Condition reasons shared by the kinds.
+const (
+	// ReadyReason: the component is converged.
+	ReadyReason = "Ready"
+	// ProgressingReason: the agent is converging the component.
+	ProgressingReason = "Progressing"
+	// InvalidSpecReason: the spec cannot be realised on this host (the message says why); the agent
+	// waits for a corrected spec.
+	InvalidSpecReason = "InvalidSpec"
+	// DependencyNotReadyReason: a component this one is built on is not ready (the message names it).
+	DependencyNotReadyReason = "DependencyNotReady"
+	// DeletingReason: the object is being deleted and its host state torn down.
+	DeletingReason = "Deleting"
+)
+
+// Condition reasons of WindowsNodeNetwork components.
+const (
+	// ComponentsNotReadyReason: Ready is False because the components named in the message are not.
+	ComponentsNotReadyReason = "ComponentsNotReady"
+	// HNSNetworkFailedReason: HNS refused or timed out creating the network (0x57 means the adapter is
+	// bound to another network).
+	HNSNetworkFailedReason = "HNSNetworkFailed"
+	// OVSExtensionDisabledReason: the network exists but its switch does not run the OVS extension.
+	OVSExtensionDisabledReason = "OVSExtensionDisabled"
+	// UplinkNotFoundReason: no adapter has the configured name or holds nodeIP.
+	UplinkNotFoundReason = "UplinkNotFound"
+	// HostAddressMoveFailedReason: the host's IP, MAC or routes could not be moved to the bridge.
+	HostAddressMoveFailedReason = "HostAddressMoveFailed"
+	// OVSUnavailableReason: ovsdb-server or ovs-vswitchd cannot be reached.
+	OVSUnavailableReason = "OVSUnavailable"
+	// FlowInstallFailedReason: the switch rejected the OpenFlow bundle.
+	FlowInstallFailedReason = "FlowInstallFailed"
+	// TunnelNotRequiredReason: NoEncap mode needs no tunnel port.
+	TunnelNotRequiredReason = "TunnelNotRequired"
+	// RoutesFailedReason: some RemoteSubnetRoutes could not be installed (the message names them).
+	RoutesFailedReason = "RoutesFailed"
+	// HostRebootedReason: the agent found HNS state gone and stale OVS state (a reboot) and is
+	// rebuilding the node network in order.
+	HostRebootedReason = "HostRebooted"
+)
+
+// Condition reasons of RemoteSubnetRoute.
+const (
+	// AcceptedReason: the route is valid and does not conflict.
+	AcceptedReason = "Accepted"
+	// NoConflictReason: Conflict is False.
+	NoConflictReason = "NoConflict"
+	// OverlapReason: Conflict is True; the message names the overlapping object and CIDRs.
+	OverlapReason = "Overlap"
+)
+
+// Condition reasons of PodEndpoint.
+const (
+	// EndpointMissingReason: the HNS endpoint is gone and the agent is recreating it.
+	EndpointMissingReason = "EndpointMissing"
+	// PortMissingReason: the OVS port is gone and the agent is recreating it.
+	PortMissingReason = "PortMissing"
+	// PodGoneReason: the Pod no longer exists; the attachment is being torn down.
+	PodGoneReason = "PodGone"
+)

@@ -1,0 +1,383 @@
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// EncapsulationMode says how Pod traffic between nodes crosses the underlay.
+// +kubebuilder:validation:Enum=Encap;NoEncap;Hybrid
+type EncapsulationMode string
+
+const (
+	// EncapsulationModeEncap tunnels all traffic to other nodes' Pods.
+	EncapsulationModeEncap EncapsulationMode = "Encap"
+	// EncapsulationModeNoEncap routes Pod traffic unencapsulated through the underlay (the nodes must
+	// share an L2 segment or the underlay must route Pod CIDRs, as in the Kubernetes L3 routing design).
+	EncapsulationModeNoEncap EncapsulationMode = "NoEncap"
+	// EncapsulationModeHybrid routes to peers in the node's own subnet and tunnels to the others.
+	EncapsulationModeHybrid EncapsulationMode = "Hybrid"
+)
+
+// TunnelType is the encapsulation protocol of the tunnel port.
+// +kubebuilder:validation:Enum=vxlan;geneve
+type TunnelType string
+
+const (
+	// TunnelTypeVXLAN is VXLAN (default UDP port 4789).
+	TunnelTypeVXLAN TunnelType = "vxlan"
+	// TunnelTypeGeneve is Geneve (default UDP port 6081).
+	TunnelTypeGeneve TunnelType = "geneve"
+)
+
+// HNSNetworkType is the type of the Host Networking Service network. The OVS extension runs on the
+// Hyper-V switch of a Transparent network only.
+// +kubebuilder:validation:Enum=Transparent
+type HNSNetworkType string
+
+// HNSNetworkTypeTransparent is a Transparent HNS network: its Hyper-V switch is bound to the uplink
+// adapter and runs the Open vSwitch extension.
+const HNSNetworkTypeTransparent HNSNetworkType = "Transparent"
+
+// DatapathType is the OVS datapath of the bridge.
+// +kubebuilder:validation:Enum=system;netdev
+type DatapathType string
+
+const (
+	// DatapathTypeSystem is the kernel datapath: the Hyper-V switch extension on Windows.
+	DatapathTypeSystem DatapathType = "system"
+	// DatapathTypeNetdev is the userspace datapath, used by simulated nodes in tests and the demo.
+	DatapathTypeNetdev DatapathType = "netdev"
+)
+
+// Defaults of the node network, as DESIGN.md names them.
+const (
+	DefaultBridgeName     = "br-int"
+	DefaultGatewayName    = "winnet-gw0"
+	DefaultHNSNetworkName = "winnet"
+	DefaultTunnelPortName = "winnet-tun0"
+	DefaultVNI            = 1
+	DefaultVXLANPort      = 4789
+	DefaultGenevePort     = 6081
+	// ConntrackZone is the conntrack zone of the SNAT pipeline.
+	ConntrackZone = 65520
+	// GlobalVirtualMAC is the destination MAC of packets routed to remote Pods and of un-NATed replies.
+	GlobalVirtualMAC = "aa:bb:cc:dd:ee:ff"
+)
+
+// WindowsNodeNetworkSpec is the desired network of one Windows node.
+//
+// +kubebuilder:validation:XValidation:rule="!has(self.gateway.ip) || self.podCIDRs.exists(c, cidr(c).containsIP(self.gateway.ip))",message="gateway.ip must be inside one of podCIDRs",fieldPath=".gateway.ip",reason=FieldValueInvalid
+// +kubebuilder:validation:XValidation:rule="!has(self.gateway.ip) || self.podCIDRs.all(c, !cidr(c).containsIP(self.gateway.ip) || cidr(c).ip() != ip(self.gateway.ip))",message="gateway.ip must not be the network address of its Pod CIDR; leave it empty to use the first address",fieldPath=".gateway.ip",reason=FieldValueInvalid
+// +kubebuilder:validation:XValidation:rule="!has(self.nodeIP) || self.podCIDRs.all(c, !cidr(c).containsIP(self.nodeIP))",message="nodeIP must be the node's underlay address, not an address inside podCIDRs",fieldPath=".nodeIP",reason=FieldValueInvalid
+// +kubebuilder:validation:XValidation:rule="!has(self.clusterCIDRs) || self.podCIDRs.all(p, self.clusterCIDRs.exists(c, cidr(c).containsCIDR(p)))",message="every entry of podCIDRs must lie inside one of clusterCIDRs",fieldPath=".clusterCIDRs",reason=FieldValueInvalid
+// +kubebuilder:validation:XValidation:rule="!has(self.serviceCIDRs) || self.serviceCIDRs.all(s, self.podCIDRs.all(p, !cidr(s).containsCIDR(p) && !cidr(p).containsCIDR(s)))",message="serviceCIDRs must not overlap podCIDRs",fieldPath=".serviceCIDRs",reason=FieldValueInvalid
+// +kubebuilder:validation:XValidation:rule="!has(self.serviceCIDRs) || !has(self.clusterCIDRs) || self.serviceCIDRs.all(s, self.clusterCIDRs.all(c, !cidr(s).containsCIDR(c) && !cidr(c).containsCIDR(s)))",message="serviceCIDRs must not overlap clusterCIDRs",fieldPath=".serviceCIDRs",reason=FieldValueInvalid
+type WindowsNodeNetworkSpec struct {
+	// podCIDRs are the node's Pod subnets, as in Node.spec.podCIDRs: at most one per IP family, and an
+	// IPv4 one, which becomes the subnet of the HNS network.
+	//
+	// Immutable: the HNS network's subnet is fixed when it is created, and every Pod endpoint on the
+	// node draws its address from it; changing it means draining the node and recreating this object.
+	// +required
+	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=2
+	// +listType=set
+	// +kubebuilder:validation:XValidation:rule="size(self) < 2 || cidr(self[0]).ip().family() != cidr(self[1]).ip().family()",message="podCIDRs may hold at most one CIDR per IP family",reason=FieldValueInvalid
+	// +kubebuilder:validation:XValidation:rule="self.exists(c, cidr(c).ip().family() == 4)",message="podCIDRs must include an IPv4 CIDR: it becomes the subnet of the node's HNS network",reason=FieldValueInvalid
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="podCIDRs is immutable: the HNS network subnet cannot change under running Pods; drain the node and recreate the WindowsNodeNetwork",reason=FieldValueForbidden
+	PodCIDRs []CIDR `json:"podCIDRs"`
+
+	// nodeIP is the node's transport address: the source of tunnels, the address Pod traffic to
+	// external destinations is SNATed to, and the address that identifies the uplink adapter.
+	// Absent: the Node's InternalIP, filled in by winnet-controller.
+	// +optional
+	NodeIP IPv4Address `json:"nodeIP,omitempty"`
+
+	// uplink is the physical adapter the HNS network and the OVS bridge attach to.
+	// +optional
+	// +kubebuilder:default={}
+	Uplink UplinkSpec `json:"uplink,omitzero"`
+
+	// hnsNetwork is the Host Networking Service network whose Hyper-V switch runs the OVS extension.
+	// +optional
+	// +kubebuilder:default={}
+	HNSNetwork HNSNetworkSpec `json:"hnsNetwork,omitzero"`
+
+	// bridge is the OVS bridge that holds the uplink, the gateway, the tunnel and the Pod ports.
+	// +optional
+	// +kubebuilder:default={}
+	Bridge BridgeSpec `json:"bridge,omitzero"`
+
+	// gateway is the OVS internal port through which Pods reach the host and, after SNAT, the outside.
+	// +optional
+	// +kubebuilder:default={}
+	Gateway GatewaySpec `json:"gateway,omitzero"`
+
+	// encapsulation says how Pod traffic reaches other nodes. Every field can change live.
+	// +optional
+	// +kubebuilder:default={}
+	Encapsulation EncapsulationSpec `json:"encapsulation,omitzero"`
+
+	// snat controls the translation of Pod traffic to destinations outside the cluster to nodeIP, in
+	// OpenFlow conntrack. Every field can change live.
+	// +optional
+	// +kubebuilder:default={}
+	SNAT SNATSpec `json:"snat,omitzero"`
+
+	// clusterCIDRs are the Pod CIDRs of the whole cluster; traffic to them is never SNATed.
+	// +optional
+	// +kubebuilder:validation:MaxItems=8
+	// +listType=set
+	ClusterCIDRs []CIDR `json:"clusterCIDRs,omitempty"`
+
+	// serviceCIDRs are the cluster's Service CIDRs; traffic to them is never SNATed.
+	// +optional
+	// +kubebuilder:validation:MaxItems=4
+	// +listType=set
+	ServiceCIDRs []CIDR `json:"serviceCIDRs,omitempty"`
+}
+
+// UplinkSpec selects the physical adapter.
+type UplinkSpec struct {
+	// interface is the name of the adapter, such as "Ethernet 2". Absent: the adapter that holds
+	// nodeIP. Mutable: a changed uplink is moved to the bridge and the old one released.
+	// +optional
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=256
+	// +kubebuilder:validation:XValidation:rule="!self.matches('[\\\\x00-\\\\x1f]')",message="interface must not contain control characters",reason=FieldValueInvalid
+	Interface string `json:"interface,omitempty"`
+}
+
+// HNSNetworkSpec describes the HNS network.
+type HNSNetworkSpec struct {
+	// name of the HNS network.
+	//
+	// Immutable: every Pod endpoint on the node belongs to this network, so renaming it means deleting
+	// them all.
+	// +optional
+	// +kubebuilder:default=winnet
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=64
+	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9][A-Za-z0-9_.-]*$`
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="hnsNetwork.name is immutable: every Pod endpoint on the node belongs to this network; drain the node and recreate the WindowsNodeNetwork",reason=FieldValueForbidden
+	Name string `json:"name,omitempty"`
+
+	// type of the HNS network. Only Transparent networks can run the OVS extension.
+	// +optional
+	// +kubebuilder:default=Transparent
+	Type HNSNetworkType `json:"type,omitempty"`
+}
+
+// BridgeSpec describes the OVS bridge.
+type BridgeSpec struct {
+	// name of the OVS bridge. Its LOCAL interface takes over the host's IP, MAC and routes.
+	//
+	// Immutable: the host's address lives on the bridge's LOCAL interface and every port is on the
+	// bridge; renaming it disconnects the node.
+	// +optional
+	// +kubebuilder:default=br-int
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="bridge.name is immutable: the host's address and every Pod port live on the bridge; drain the node and recreate the WindowsNodeNetwork",reason=FieldValueForbidden
+	Name InterfaceName `json:"name,omitempty"`
+
+	// datapathType is the OVS datapath: system (the Hyper-V switch extension on Windows, the kernel
+	// module on Linux) or netdev (userspace, for simulated nodes).
+	//
+	// Immutable: OVS cannot move a bridge between datapaths; it would be deleted and rebuilt.
+	// +optional
+	// +kubebuilder:default=system
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="bridge.datapathType is immutable: OVS rebuilds a bridge to change its datapath; drain the node and recreate the WindowsNodeNetwork",reason=FieldValueForbidden
+	DatapathType DatapathType `json:"datapathType,omitempty"`
+}
+
+// GatewaySpec describes the gateway port.
+type GatewaySpec struct {
+	// name of the gateway's OVS internal port and host interface.
+	// +optional
+	// +kubebuilder:default=winnet-gw0
+	Name InterfaceName `json:"name,omitempty"`
+
+	// ip of the gateway, inside an IPv4 Pod CIDR. Absent: the first address of the IPv4 Pod CIDR.
+	// +optional
+	IP IPv4Address `json:"ip,omitempty"`
+}
+
+// EncapsulationSpec describes how traffic to other nodes' Pods is carried.
+//
+// +kubebuilder:validation:XValidation:rule="!has(self.port) || self.port != 53",message="port 53 is DNS; choose another tunnel port",fieldPath=".port",reason=FieldValueInvalid
+type EncapsulationSpec struct {
+	// mode: Encap tunnels to every node, NoEncap routes unencapsulated, Hybrid routes to nodes in the
+	// same subnet and tunnels to the others.
+	// +optional
+	// +kubebuilder:default=Encap
+	Mode EncapsulationMode `json:"mode,omitempty"`
+
+	// tunnelType is the tunnel protocol.
+	// +optional
+	// +kubebuilder:default=vxlan
+	TunnelType TunnelType `json:"tunnelType,omitempty"`
+
+	// vni is the virtual network identifier of the tunnel. flannel's Windows VXLAN uses 4096.
+	// +optional
+	// +kubebuilder:default=1
+	VNI VNI `json:"vni,omitempty"`
+
+	// port is the UDP destination port of the tunnel. Absent: 4789 for vxlan, 6081 for geneve.
+	// +optional
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=65535
+	Port int32 `json:"port,omitempty"`
+
+	// mtu of Pod interfaces and the gateway. Absent: the uplink's MTU less the tunnel overhead
+	// (50 bytes for VXLAN, 58 for Geneve; none in NoEncap mode).
+	// +optional
+	// +kubebuilder:validation:Minimum=576
+	// +kubebuilder:validation:Maximum=9216
+	MTU int32 `json:"mtu,omitempty"`
+}
+
+// SNATSpec controls SNAT of Pod traffic to external destinations.
+type SNATSpec struct {
+	// enabled turns SNAT of Pod-to-external traffic to nodeIP on or off.
+	// +optional
+	// +kubebuilder:default=true
+	Enabled *bool `json:"enabled,omitempty"`
+
+	// excludeCIDRs are destinations that Pods reach with their own address (no SNAT), in addition to
+	// clusterCIDRs, serviceCIDRs and the nodes' IPs.
+	// +optional
+	// +kubebuilder:validation:MaxItems=64
+	// +listType=set
+	ExcludeCIDRs []CIDR `json:"excludeCIDRs,omitempty"`
+}
+
+// WindowsNodeNetworkStatus is what the node's agent observed and realised.
+type WindowsNodeNetworkStatus struct {
+	// conditions: Ready summarises HostSwitchReady, BridgeReady, UplinkReady, GatewayReady,
+	// TunnelReady, PipelineReady and RoutesReady.
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	// +kubebuilder:validation:MaxItems=16
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+
+	// observedGeneration is the generation of the spec the agent last converged successfully.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+
+	// hnsNetworkID is the ID HNS gave the network.
+	// +optional
+	// +kubebuilder:validation:MaxLength=64
+	HNSNetworkID string `json:"hnsNetworkID,omitempty"`
+
+	// uplink is the adapter in use.
+	// +optional
+	Uplink *PortStatus `json:"uplink,omitempty"`
+
+	// gateway is the gateway port in use.
+	// +optional
+	Gateway *GatewayStatus `json:"gateway,omitempty"`
+
+	// tunnel is the tunnel port in use; absent in NoEncap mode.
+	// +optional
+	Tunnel *TunnelStatus `json:"tunnel,omitempty"`
+
+	// mtu in effect for Pods and the gateway.
+	// +optional
+	MTU int32 `json:"mtu,omitempty"`
+
+	// flowCount is the number of OpenFlow flows winnet has installed on the bridge.
+	// +optional
+	FlowCount int32 `json:"flowCount,omitempty"`
+
+	// remoteRoutes counts the routes to other nodes' Pod subnets.
+	// +optional
+	RemoteRoutes RemoteRoutesStatus `json:"remoteRoutes,omitzero"`
+}
+
+// PortStatus is an OVS port as realised.
+type PortStatus struct {
+	// name of the port.
+	Name string `json:"name"`
+	// mac of the interface.
+	// +optional
+	MAC string `json:"mac,omitempty"`
+	// ofPort is the OpenFlow port number.
+	// +optional
+	OFPort int32 `json:"ofPort,omitempty"`
+}
+
+// GatewayStatus is the gateway as realised.
+type GatewayStatus struct {
+	// ip of the gateway.
+	IP string `json:"ip"`
+	// mac of the gateway interface.
+	// +optional
+	MAC string `json:"mac,omitempty"`
+	// ofPort is the OpenFlow port number.
+	// +optional
+	OFPort int32 `json:"ofPort,omitempty"`
+}
+
+// TunnelStatus is the tunnel port as realised.
+type TunnelStatus struct {
+	// type of the tunnel.
+	Type TunnelType `json:"type"`
+	// port is the UDP destination port in use.
+	// +optional
+	Port int32 `json:"port,omitempty"`
+	// ofPort is the OpenFlow port number.
+	// +optional
+	OFPort int32 `json:"ofPort,omitempty"`
+}
+
+// RemoteRoutesStatus counts RemoteSubnetRoutes applied to the node.
+type RemoteRoutesStatus struct {
+	// desired is the number of routes the node should have.
+	Desired int32 `json:"desired"`
+	// installed is the number of routes whose host route and flows are in place.
+	Installed int32 `json:"installed"`
+	// failed is the number of routes that could not be installed; RoutesReady names them.
+	Failed int32 `json:"failed"`
+}
+
+// WindowsNodeNetwork is the desired network of one Windows node, named after its Node.
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:scope=Cluster,shortName=wnn,categories=winnet
+// +kubebuilder:printcolumn:name="Pod CIDRs",type=string,JSONPath=`.spec.podCIDRs`
+// +kubebuilder:printcolumn:name="Node IP",type=string,JSONPath=`.spec.nodeIP`
+// +kubebuilder:printcolumn:name="Mode",type=string,JSONPath=`.spec.encapsulation.mode`
+// +kubebuilder:printcolumn:name="Tunnel",type=string,JSONPath=`.spec.encapsulation.tunnelType`
+// +kubebuilder:printcolumn:name="Routes",type=integer,JSONPath=`.status.remoteRoutes.installed`
+// +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
+// +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].reason`,priority=1
+// +kubebuilder:printcolumn:name="Bridge",type=string,JSONPath=`.spec.bridge.name`,priority=1
+// +kubebuilder:printcolumn:name="Flows",type=integer,JSONPath=`.status.flowCount`,priority=1
+// +kubebuilder:printcolumn:name="MTU",type=integer,JSONPath=`.status.mtu`,priority=1
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type WindowsNodeNetwork struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// spec is the desired network of the node.
+	// +required
+	Spec WindowsNodeNetworkSpec `json:"spec"`
+
+	// status is what the node's agent observed.
+	// +optional
+	Status WindowsNodeNetworkStatus `json:"status,omitzero"`
+}
+
+// WindowsNodeNetworkList is a list of WindowsNodeNetworks.
+//
+// +kubebuilder:object:root=true
+type WindowsNodeNetworkList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []WindowsNodeNetwork `json:"items"`
+}
+
+func init() {
+	SchemeBuilder.Register(&WindowsNodeNetwork{}, &WindowsNodeNetworkList{})
+}

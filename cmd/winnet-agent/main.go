@@ -1,0 +1,65 @@
+// Command winnet-agent converges the network of the Windows node it runs on toward the node's
+// WindowsNodeNetwork, RemoteSubnetRoutes and PodEndpoints, and serves the CNI shim.
+package main
+
+import (
+	"flag"
+	"fmt"
+	"os"
+
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+
+	"github.com/winnet-io/winnet/internal/agent"
+)
+
+func main() {
+	opts := agent.Options{}
+	fs := flag.NewFlagSet("winnet-agent", flag.ContinueOnError)
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "Usage: winnet-agent [flags]\n\n"+
+			"The per-node agent of winnet. It watches this node's WindowsNodeNetwork, Node, PodEndpoints\n"+
+			"and Pods, and the cluster's RemoteSubnetRoutes (group network.winnet.io).\n\nFlags:\n")
+		fs.PrintDefaults()
+	}
+	fs.StringVar(&opts.NodeName, "node-name", os.Getenv("NODE_NAME"), "name of the Node this agent runs on (default $NODE_NAME)")
+	fs.StringVar(&opts.MetricsBindAddress, "metrics-bind-address", "0", `address of the metrics endpoint, such as ":8080" ("0" disables it)`)
+	fs.StringVar(&opts.HealthProbeBindAddress, "health-probe-bind-address", ":8081", `address of /healthz and /readyz ("0" disables it)`)
+	kubeconfig := fs.String("kubeconfig", "", "path to a kubeconfig (default: $KUBECONFIG, the in-cluster config, then ~/.kube/config)")
+	zopts := zap.Options{}
+	zopts.BindFlags(fs)
+	if err := fs.Parse(os.Args[1:]); err != nil {
+		if err == flag.ErrHelp {
+			os.Exit(0)
+		}
+		os.Exit(2)
+	}
+	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zopts)))
+	log := ctrl.Log.WithName("winnet-agent")
+
+	cfg, err := restConfig(*kubeconfig)
+	if err != nil {
+		log.Error(err, "Cannot load a kubeconfig: use --kubeconfig, $KUBECONFIG or the in-cluster config")
+		os.Exit(1)
+	}
+	mgr, err := agent.NewManager(cfg, opts)
+	if err != nil {
+		log.Error(err, "Cannot create the agent")
+		os.Exit(1)
+	}
+	log.Info("Starting winnet-agent", "node", opts.NodeName)
+	if err := mgr.Start(ctrl.SetupSignalHandler()); err != nil {
+		log.Error(err, "winnet-agent stopped")
+		os.Exit(1)
+	}
+}
+
+// restConfig loads the kubeconfig at path, or controller-runtime's default chain when path is empty.
+func restConfig(path string) (*rest.Config, error) {
+	if path == "" {
+		return ctrl.GetConfig()
+	}
+	return clientcmd.BuildConfigFromFlags("", path)
+}

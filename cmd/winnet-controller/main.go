@@ -1,0 +1,67 @@
+// Command winnet-controller derives each Windows node's WindowsNodeNetwork and every node's
+// RemoteSubnetRoute from the cluster's Nodes, and reports overlapping routes. It is leader-elected.
+package main
+
+import (
+	"flag"
+	"fmt"
+	"os"
+
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+
+	"github.com/winnet-io/winnet/internal/controller"
+)
+
+func main() {
+	opts := controller.Options{}
+	fs := flag.NewFlagSet("winnet-controller", flag.ContinueOnError)
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "Usage: winnet-controller [flags]\n\n"+
+			"The cluster-wide controller of winnet (group network.winnet.io), leader-elected among its\n"+
+			"replicas. It watches the cluster's Nodes.\n\nFlags:\n")
+		fs.PrintDefaults()
+	}
+	fs.BoolVar(&opts.LeaderElection, "leader-elect", true, "elect a leader among the replicas; only the leader reconciles")
+	fs.StringVar(&opts.LeaderElectionNamespace, "leader-election-namespace", "", "namespace of the leader election Lease (default: the Pod's namespace)")
+	fs.DurationVar(&opts.LeaseDuration, "leader-election-lease-duration", 0, "how long a lost leader keeps the Lease (default: controller-runtime's 15s)")
+	fs.StringVar(&opts.MetricsBindAddress, "metrics-bind-address", "0", `address of the metrics endpoint, such as ":8080" ("0" disables it)`)
+	fs.StringVar(&opts.HealthProbeBindAddress, "health-probe-bind-address", ":8081", `address of /healthz and /readyz ("0" disables it)`)
+	kubeconfig := fs.String("kubeconfig", "", "path to a kubeconfig (default: $KUBECONFIG, the in-cluster config, then ~/.kube/config)")
+	zopts := zap.Options{}
+	zopts.BindFlags(fs)
+	if err := fs.Parse(os.Args[1:]); err != nil {
+		if err == flag.ErrHelp {
+			os.Exit(0)
+		}
+		os.Exit(2)
+	}
+	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zopts)))
+	log := ctrl.Log.WithName("winnet-controller")
+
+	cfg, err := restConfig(*kubeconfig)
+	if err != nil {
+		log.Error(err, "Cannot load a kubeconfig: use --kubeconfig, $KUBECONFIG or the in-cluster config")
+		os.Exit(1)
+	}
+	mgr, err := controller.NewManager(cfg, opts)
+	if err != nil {
+		log.Error(err, "Cannot create the controller")
+		os.Exit(1)
+	}
+	log.Info("Starting winnet-controller")
+	if err := mgr.Start(ctrl.SetupSignalHandler()); err != nil {
+		log.Error(err, "winnet-controller stopped")
+		os.Exit(1)
+	}
+}
+
+// restConfig loads the kubeconfig at path, or controller-runtime's default chain when path is empty.
+func restConfig(path string) (*rest.Config, error) {
+	if path == "" {
+		return ctrl.GetConfig()
+	}
+	return clientcmd.BuildConfigFromFlags("", path)
+}

@@ -1,0 +1,100 @@
+#!/usr/bin/env bash
+# Installs everything `make test` needs on a fresh Debian 12 machine, idempotently:
+#   - Debian packages: Open vSwitch (userspace datapath), CNI plugins (host-local IPAM), iproute2, ping
+#   - kube-apiserver and etcd built from the Go module proxy into bin/k8s/<version>/ (cached by version)
+# Run as root. Safe to run again: every step checks before it acts.
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+KUBE_VERSION=${KUBE_VERSION:-v1.37.0}
+STAGING_VERSION=${STAGING_VERSION:-v0.37.0}
+ETCD_VERSION=${ETCD_VERSION:-v3.6.16}
+ASSETS="$ROOT/bin/k8s/$KUBE_VERSION-etcd-$ETCD_VERSION"
+export GOTOOLCHAIN=local
+export GOFLAGS=-mod=mod
+
+log() { echo "setup-test-deps: $*" >&2; }
+
+install_debian_packages() {
+	local need=()
+	command -v ovs-vswitchd >/dev/null || need+=(openvswitch-switch)
+	[ -x /usr/lib/cni/host-local ] || need+=(containernetworking-plugins)
+	command -v ip >/dev/null || need+=(iproute2)
+	command -v ping >/dev/null || need+=(iputils-ping)
+	if [ ${#need[@]} -eq 0 ]; then return; fi
+	if [ "$(id -u)" != 0 ]; then
+		log "missing Debian packages ${need[*]} and not root: run 'sudo $0' once"
+		exit 1
+	fi
+	log "installing Debian packages: ${need[*]}"
+	apt-get update -qq
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+	# The package starts system-wide OVS daemons; tests start their own per test, so stop these.
+	if command -v systemctl >/dev/null && systemctl is-active -q openvswitch-switch 2>/dev/null; then
+		systemctl stop openvswitch-switch || true
+	fi
+}
+
+# build_in_module DIR OUT PKG LDFLAGS: builds PKG in the throwaway module in DIR into OUT.
+build_in_module() {
+	local dir=$1 out=$2 pkg=$3 ldflags=$4
+	(cd "$dir" && go build -trimpath -ldflags "$ldflags" -o "$out.tmp" "$pkg")
+	mv "$out.tmp" "$out"
+}
+
+build_kube_apiserver() {
+	local out="$ASSETS/kube-apiserver"
+	[ -x "$out" ] && return
+	log "building kube-apiserver $KUBE_VERSION from the Go module proxy (a few minutes, once)"
+	local mod="$ROOT/bin/.build/kube-apiserver-$KUBE_VERSION"
+	mkdir -p "$mod"
+	{
+		echo "module winnet.local/build/kube-apiserver"
+		echo
+		echo "go 1.26"
+		echo
+		echo "require k8s.io/kubernetes $KUBE_VERSION"
+		echo
+		echo "replace ("
+		# Every staging module k8s.io/kubernetes replaces with a local path must be pinned to its release.
+		go mod download -json "k8s.io/kubernetes@$KUBE_VERSION" >/dev/null
+		local gomod
+		gomod=$(go env GOMODCACHE)/cache/download/k8s.io/kubernetes/@v/$KUBE_VERSION.mod
+		sed -n 's#^[[:space:]]*\(k8s.io/[a-z0-9-]*\) => ./staging/.*#\t\1 => \1 '"$STAGING_VERSION"'#p' "$gomod"
+		echo ")"
+	} >"$mod/go.mod"
+	: >"$mod/go.sum"
+	cat >"$mod/tools.go" <<'GO'
+//go:build tools
+
+package tools
+
+import _ "k8s.io/kubernetes/cmd/kube-apiserver"
+GO
+	local minor=${KUBE_VERSION#v1.}; minor=${minor%%.*}
+	(cd "$mod" && GONOSUMDB=k8s.io go mod tidy >/dev/null 2>&1 || GONOSUMDB=k8s.io go get k8s.io/kubernetes/cmd/kube-apiserver)
+	GONOSUMDB=k8s.io build_in_module "$mod" "$out" k8s.io/kubernetes/cmd/kube-apiserver \
+		"-s -w -X k8s.io/component-base/version.gitVersion=$KUBE_VERSION -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=$minor"
+}
+
+build_etcd() {
+	local out="$ASSETS/etcd"
+	[ -x "$out" ] && return
+	log "building etcd $ETCD_VERSION from the Go module proxy (a minute or two, once)"
+	local mod="$ROOT/bin/.build/etcd-$ETCD_VERSION"
+	mkdir -p "$mod"
+	printf 'module winnet.local/build/etcd\n\ngo 1.26\n\nrequire go.etcd.io/etcd/server/v3 %s\n' "$ETCD_VERSION" >"$mod/go.mod"
+	: >"$mod/go.sum"
+	printf '//go:build tools\n\npackage tools\n\nimport _ "go.etcd.io/etcd/server/v3"\n' >"$mod/tools.go"
+	(cd "$mod" && go mod tidy >/dev/null 2>&1 || go get go.etcd.io/etcd/server/v3)
+	build_in_module "$mod" "$out" go.etcd.io/etcd/server/v3 "-s -w"
+}
+
+install_debian_packages
+mkdir -p "$ASSETS"
+build_etcd
+build_kube_apiserver
+"$ASSETS/kube-apiserver" --version >/dev/null
+"$ASSETS/etcd" --version >/dev/null
+# kubectl for printer-column tests: the kubectl package is built from the same staging release.
+echo "$ASSETS"

@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Fails when generated code or manifests differ from what the generators produce from the sources
+# in the working tree, and when a Go file needs gofmt. Works on uncommitted trees too: it compares
+# the tree before and after regenerating (the tree is left regenerated, so a failure is fixed by
+# committing the result).
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+GENERATED=(api config/crd config/rbac internal/ovs/ovsdb)
+snapshot() { find "${GENERATED[@]}" -type f 2>/dev/null | LC_ALL=C sort | xargs -r sha256sum; }
+
+before=$(snapshot)
+make -s generate manifests >/dev/null
+after=$(snapshot)
+if [ "$before" != "$after" ]; then
+	echo "verify: generated files were out of date; 'make generate manifests' changed:" >&2
+	diff <(echo "$before") <(echo "$after") | sed -n 's/^[<>] [0-9a-f]*  //p' | sort -u >&2
+	exit 1
+fi
+
+unformatted=$(gofmt -l $(git ls-files -co --exclude-standard '*.go'))
+if [ -n "$unformatted" ]; then
+	echo "verify: gofmt needed on:" >&2
+	echo "$unformatted" >&2
+	exit 1
+fi
+echo "verify: generated files and formatting are up to date"

@@ -1,0 +1,74 @@
+package agent
+
+import (
+	"errors"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	networkv1alpha1 "github.com/winnet-io/winnet/api/v1alpha1"
+	winnetscheme "github.com/winnet-io/winnet/internal/scheme"
+)
+
+// Options configure winnet-agent.
+type Options struct {
+	// NodeName is the name of the Node the agent runs on; its caches hold only this node's objects.
+	NodeName string
+	// MetricsBindAddress is the address of the metrics endpoint ("0" disables it).
+	MetricsBindAddress string
+	// HealthProbeBindAddress is the address of /healthz and /readyz ("0" disables it).
+	HealthProbeBindAddress string
+}
+
+// Validate reports what is wrong with the options.
+func (o Options) Validate() error {
+	if o.NodeName == "" {
+		return errors.New("the node name is required: pass --node-name or set NODE_NAME (the Pod's spec.nodeName)")
+	}
+	return nil
+}
+
+// NewManager returns the agent's manager. Its caches watch only the objects of opts.NodeName: its
+// WindowsNodeNetwork and Node by name, its PodEndpoints and Pods by spec.nodeName. RemoteSubnetRoutes
+// are cluster-wide: every node routes to every other node.
+func NewManager(cfg *rest.Config, opts Options) (manager.Manager, error) {
+	if err := opts.Validate(); err != nil {
+		return nil, err
+	}
+	scheme, err := winnetscheme.New()
+	if err != nil {
+		return nil, err
+	}
+	byName := fields.OneTermEqualSelector("metadata.name", opts.NodeName)
+	onNode := fields.OneTermEqualSelector("spec.nodeName", opts.NodeName)
+	mgr, err := manager.New(cfg, manager.Options{
+		Scheme:                 scheme,
+		Metrics:                metricsserver.Options{BindAddress: opts.MetricsBindAddress},
+		HealthProbeBindAddress: opts.HealthProbeBindAddress,
+		Cache: cache.Options{
+			ByObject: map[client.Object]cache.ByObject{
+				&networkv1alpha1.WindowsNodeNetwork{}: {Field: byName},
+				&corev1.Node{}:                        {Field: byName},
+				&networkv1alpha1.PodEndpoint{}:        {Field: onNode},
+				&corev1.Pod{}:                         {Field: onNode},
+			},
+		},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("creating the manager of node %q: %w", opts.NodeName, err)
+	}
+	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
+		return nil, fmt.Errorf("adding the health check: %w", err)
+	}
+	if err := mgr.AddReadyzCheck("readyz", healthz.Ping); err != nil {
+		return nil, fmt.Errorf("adding the readiness check: %w", err)
+	}
+	return mgr, nil
+}

@@ -1,0 +1,16 @@
+package agent
+
+// The permissions winnet-agent needs; `make manifests` turns them into config/rbac/agent. Writes are
+// narrowed further to the agent's own node by the Helm chart's admission policy.
+
+// +kubebuilder:rbac:groups=network.winnet.io,resources=windowsnodenetworks,verbs=get;list;watch
+// +kubebuilder:rbac:groups=network.winnet.io,resources=windowsnodenetworks/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=network.winnet.io,resources=windowsnodenetworks/finalizers,verbs=update
+// +kubebuilder:rbac:groups=network.winnet.io,resources=remotesubnetroutes,verbs=get;list;watch
+// +kubebuilder:rbac:groups=network.winnet.io,resources=podendpoints,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups=network.winnet.io,resources=podendpoints/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=network.winnet.io,resources=podendpoints/finalizers,verbs=update
+// +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch
+// +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch
+// +kubebuilder:rbac:groups="",resources=events,verbs=create;patch
+// +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch

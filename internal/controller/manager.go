@@ -1,0 +1,60 @@
+package controller
+
+import (
+	"fmt"
+	"time"
+
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	winnetscheme "github.com/winnet-io/winnet/internal/scheme"
+)
+
+// LeaderElectionID is the name of the Lease that elects the active winnet-controller.
+const LeaderElectionID = "winnet-controller.network.winnet.io"
+
+// Options configure winnet-controller.
+type Options struct {
+	// LeaderElection turns on leader election; only the leader reconciles.
+	LeaderElection bool
+	// LeaderElectionNamespace is the namespace of the Lease (default: the Pod's namespace).
+	LeaderElectionNamespace string
+	// LeaseDuration is how long a lost leader keeps the Lease before another instance takes over.
+	LeaseDuration time.Duration
+	// MetricsBindAddress is the address of the metrics endpoint ("0" disables it).
+	MetricsBindAddress string
+	// HealthProbeBindAddress is the address of /healthz and /readyz ("0" disables it).
+	HealthProbeBindAddress string
+}
+
+// NewManager returns winnet-controller's manager.
+func NewManager(cfg *rest.Config, opts Options) (manager.Manager, error) {
+	scheme, err := winnetscheme.New()
+	if err != nil {
+		return nil, err
+	}
+	mopts := manager.Options{
+		Scheme:                  scheme,
+		Metrics:                 metricsserver.Options{BindAddress: opts.MetricsBindAddress},
+		HealthProbeBindAddress:  opts.HealthProbeBindAddress,
+		LeaderElection:          opts.LeaderElection,
+		LeaderElectionID:        LeaderElectionID,
+		LeaderElectionNamespace: opts.LeaderElectionNamespace,
+	}
+	if opts.LeaseDuration > 0 {
+		mopts.LeaseDuration = &opts.LeaseDuration
+	}
+	mgr, err := manager.New(cfg, mopts)
+	if err != nil {
+		return nil, fmt.Errorf("creating the controller manager: %w", err)
+	}
+	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
+		return nil, fmt.Errorf("adding the health check: %w", err)
+	}
+	if err := mgr.AddReadyzCheck("readyz", healthz.Ping); err != nil {
+		return nil, fmt.Errorf("adding the readiness check: %w", err)
+	}
+	return mgr, nil
+}

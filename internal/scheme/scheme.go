@@ -1,0 +1,24 @@
+// Package scheme builds the runtime.Scheme shared by winnet's binaries and tests: the core
+// Kubernetes types and network.winnet.io.
+package scheme
+
+import (
+	"fmt"
+
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+
+	networkv1alpha1 "github.com/winnet-io/winnet/api/v1alpha1"
+)
+
+// New returns a scheme holding the core Kubernetes types and network.winnet.io/v1alpha1.
+func New() (*runtime.Scheme, error) {
+	s := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(s); err != nil {
+		return nil, fmt.Errorf("adding core types to the scheme: %w", err)
+	}
+	if err := networkv1alpha1.AddToScheme(s); err != nil {
+		return nil, fmt.Errorf("adding %s to the scheme: %w", networkv1alpha1.GroupVersion, err)
+	}
+	return s, nil
+}
