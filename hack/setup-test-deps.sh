@@ -42,39 +42,35 @@ build_in_module() {
 	mv "$out.tmp" "$out"
 }
 
-build_kube_apiserver() {
-	local out="$ASSETS/kube-apiserver"
-	[ -x "$out" ] && return
-	log "building kube-apiserver $KUBE_VERSION from the Go module proxy (a few minutes, once)"
-	local mod="$ROOT/bin/.build/kube-apiserver-$KUBE_VERSION"
+# build_kube KUBE_VERSION builds kube-apiserver and kubectl from k8s.io/kubernetes in one throwaway
+# module, so the second binary reuses the first one's compiled packages.
+build_kube() {
+	local missing=()
+	for b in kube-apiserver kubectl; do [ -x "$ASSETS/$b" ] || missing+=("$b"); done
+	[ ${#missing[@]} -eq 0 ] && return
+	log "building ${missing[*]} $KUBE_VERSION from the Go module proxy (several minutes, once)"
+	local mod="$ROOT/bin/.build/kubernetes-$KUBE_VERSION"
 	mkdir -p "$mod"
+	go mod download -json "k8s.io/kubernetes@$KUBE_VERSION" >/dev/null
+	local kmod
+	kmod=$(go env GOMODCACHE)/cache/download/k8s.io/kubernetes/@v/$KUBE_VERSION.mod
 	{
-		echo "module winnet.local/build/kube-apiserver"
-		echo
-		echo "go 1.26"
-		echo
-		echo "require k8s.io/kubernetes $KUBE_VERSION"
-		echo
-		echo "replace ("
-		# Every staging module k8s.io/kubernetes replaces with a local path must be pinned to its release.
-		go mod download -json "k8s.io/kubernetes@$KUBE_VERSION" >/dev/null
-		local gomod
-		gomod=$(go env GOMODCACHE)/cache/download/k8s.io/kubernetes/@v/$KUBE_VERSION.mod
-		sed -n 's#^[[:space:]]*\(k8s.io/[a-z0-9-]*\) => ./staging/.*#\t\1 => \1 '"$STAGING_VERSION"'#p' "$gomod"
+		printf 'module winnet.local/build/kubernetes\n\ngo 1.26\n\nrequire k8s.io/kubernetes %s\n\nreplace (\n' "$KUBE_VERSION"
+		# k8s.io/kubernetes replaces every staging module with a local path: pin each to its release.
+		sed -n 's#^[[:space:]]*\(k8s.io/[a-z0-9-]*\) => ./staging/.*#\t\1 => \1 '"$STAGING_VERSION"'#p' "$kmod"
 		echo ")"
 	} >"$mod/go.mod"
-	: >"$mod/go.sum"
-	cat >"$mod/tools.go" <<'GO'
-//go:build tools
-
-package tools
-
-import _ "k8s.io/kubernetes/cmd/kube-apiserver"
-GO
+	[ -f "$mod/go.sum" ] || : >"$mod/go.sum"
+	printf '//go:build tools\n\npackage tools\n\nimport (\n\t_ "k8s.io/kubernetes/cmd/kube-apiserver"\n\t_ "k8s.io/kubernetes/cmd/kubectl"\n)\n' >"$mod/tools.go"
 	local minor=${KUBE_VERSION#v1.}; minor=${minor%%.*}
-	(cd "$mod" && GONOSUMDB=k8s.io go mod tidy >/dev/null 2>&1 || GONOSUMDB=k8s.io go get k8s.io/kubernetes/cmd/kube-apiserver)
-	GONOSUMDB=k8s.io build_in_module "$mod" "$out" k8s.io/kubernetes/cmd/kube-apiserver \
-		"-s -w -X k8s.io/component-base/version.gitVersion=$KUBE_VERSION -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=$minor"
+	local ldflags="-s -w -X k8s.io/component-base/version.gitVersion=$KUBE_VERSION -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=$minor"
+	ldflags+=" -X k8s.io/client-go/pkg/version.gitVersion=$KUBE_VERSION -X k8s.io/client-go/pkg/version.gitMajor=1 -X k8s.io/client-go/pkg/version.gitMinor=$minor"
+	export GONOSUMDB=k8s.io
+	(cd "$mod" && go mod tidy >/dev/null)
+	for b in "${missing[@]}"; do
+		build_in_module "$mod" "$ASSETS/$b" "k8s.io/kubernetes/cmd/$b" "$ldflags"
+	done
+	unset GONOSUMDB
 }
 
 build_etcd() {
@@ -93,8 +89,8 @@ build_etcd() {
 install_debian_packages
 mkdir -p "$ASSETS"
 build_etcd
-build_kube_apiserver
+build_kube
 "$ASSETS/kube-apiserver" --version >/dev/null
 "$ASSETS/etcd" --version >/dev/null
-# kubectl for printer-column tests: the kubectl package is built from the same staging release.
+"$ASSETS/kubectl" version --client >/dev/null
 echo "$ASSETS"

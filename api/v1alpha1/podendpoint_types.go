@@ -6,8 +6,8 @@ import (
 
 // PodEndpointSpec is the network attachment of one Pod, as the node's agent made it in CNI ADD.
 //
-// +kubebuilder:validation:XValidation:rule="!has(self.gateway) || self.ips.exists(a, cidr(a).containsIP(self.gateway))",message="gateway must be inside the subnet of one of ips",fieldPath=".gateway",reason=FieldValueInvalid
-// +kubebuilder:validation:XValidation:rule="!has(self.gateway) || self.ips.all(a, cidr(a).ip() != ip(self.gateway))",message="gateway must not be one of the Pod's own addresses",fieldPath=".gateway",reason=FieldValueInvalid
+// +kubebuilder:validation:XValidation:rule="!has(self.gateway) || !isIP(self.gateway) || !self.ips.all(a, isCIDR(a)) || self.ips.exists(a, cidr(a).ip().family() == ip(self.gateway).family() && cidr(a).containsIP(self.gateway))",message="gateway must be inside the subnet of one of ips",fieldPath=".gateway",reason=FieldValueInvalid
+// +kubebuilder:validation:XValidation:rule="!has(self.gateway) || self.ips.all(a, !a.startsWith(self.gateway + '/'))",message="gateway must not be one of the Pod's own addresses",fieldPath=".gateway",reason=FieldValueInvalid
 type PodEndpointSpec struct {
 	// podName is the Pod's name; it is also the PodEndpoint's name.
 	// Immutable: a PodEndpoint belongs to one Pod for its whole life.
@@ -53,7 +53,7 @@ type PodEndpointSpec struct {
 	// +kubebuilder:validation:MinItems=1
 	// +kubebuilder:validation:MaxItems=2
 	// +listType=set
-	// +kubebuilder:validation:XValidation:rule="size(self) < 2 || cidr(self[0]).ip().family() != cidr(self[1]).ip().family()",message="ips may hold at most one address per IP family",reason=FieldValueInvalid
+	// +kubebuilder:validation:XValidation:rule="size(self) < 2 || !isCIDR(self[0]) || !isCIDR(self[1]) || cidr(self[0]).ip().family() != cidr(self[1]).ip().family()",message="ips may hold at most one address per IP family",reason=FieldValueInvalid
 	IPs []InterfaceAddress `json:"ips"`
 
 	// mac is the MAC address of the Pod's interface (and of its HNS endpoint).
@@ -117,7 +117,7 @@ type PodEndpointStatus struct {
 // +kubebuilder:printcolumn:name="Sandbox",type=string,JSONPath=`.spec.sandboxID`,priority=1
 // +kubebuilder:printcolumn:name="Endpoint",type=string,JSONPath=`.status.hnsEndpointID`,priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
-// +kubebuilder:validation:XValidation:rule="self.metadata.name == self.spec.podName",message="metadata.name must equal spec.podName: a PodEndpoint is named after its Pod",reason=FieldValueInvalid
+// +kubebuilder:validation:XValidation:rule="self.metadata.name == self.spec.podName",message="metadata.name must equal spec.podName: a PodEndpoint is named after its Pod",fieldPath=".spec.podName",reason=FieldValueInvalid
 type PodEndpoint struct {
 	metav1.TypeMeta   `json:",inline"`
 	metav1.ObjectMeta `json:"metadata,omitempty"`

@@ -20,11 +20,11 @@ const (
 
 // RemoteSubnetRouteSpec is a route from every winnet node to a remote subnet.
 //
-// +kubebuilder:validation:XValidation:rule="!has(self.gatewayIP) || self.podCIDRs.exists(c, cidr(c).containsIP(self.gatewayIP))",message="gatewayIP must be inside one of podCIDRs",fieldPath=".gatewayIP",reason=FieldValueInvalid
-// +kubebuilder:validation:XValidation:rule="self.podCIDRs.all(c, !cidr(c).containsIP(self.nodeIP))",message="nodeIP must be the remote node's underlay address, not an address inside podCIDRs",fieldPath=".nodeIP",reason=FieldValueInvalid
-// +kubebuilder:validation:XValidation:rule="self.mode != 'Route' || self.podCIDRs.all(c, cidr(c).ip().family() == ip(self.nodeIP).family())",message="in Route mode nodeIP is the next hop and must be of the same IP family as every entry of podCIDRs",fieldPath=".nodeIP",reason=FieldValueInvalid
+// +kubebuilder:validation:XValidation:rule="!has(self.gatewayIP) || !isIP(self.gatewayIP) || !self.podCIDRs.all(c, isCIDR(c)) || self.podCIDRs.exists(c, cidr(c).ip().family() == ip(self.gatewayIP).family() && cidr(c).containsIP(self.gatewayIP))",message="gatewayIP must be inside one of podCIDRs",fieldPath=".gatewayIP",reason=FieldValueInvalid
+// +kubebuilder:validation:XValidation:rule="!isIP(self.nodeIP) || self.podCIDRs.all(c, !isCIDR(c) || cidr(c).ip().family() != ip(self.nodeIP).family() || !cidr(c).containsIP(self.nodeIP))",message="nodeIP must be the remote node's underlay address, not an address inside podCIDRs",fieldPath=".nodeIP",reason=FieldValueInvalid
+// +kubebuilder:validation:XValidation:rule="self.mode != 'Route' || !isIP(self.nodeIP) || self.podCIDRs.all(c, !isCIDR(c) || cidr(c).ip().family() == ip(self.nodeIP).family())",message="in Route mode nodeIP is the next hop and must be of the same IP family as every entry of podCIDRs",fieldPath=".nodeIP",reason=FieldValueInvalid
 // +kubebuilder:validation:XValidation:rule="self.mode != 'Route' || (!has(self.vni) && !has(self.vtepMAC))",message="vni and vtepMAC apply to tunnelled traffic only: remove them or set mode to Tunnel or Auto",fieldPath=".mode",reason=FieldValueInvalid
-// +kubebuilder:validation:XValidation:rule="self.podCIDRs.all(a, self.podCIDRs.all(b, a == b || (!cidr(a).containsCIDR(b) && !cidr(b).containsCIDR(a))))",message="podCIDRs must not overlap each other",fieldPath=".podCIDRs",reason=FieldValueInvalid
+// +kubebuilder:validation:XValidation:rule="!self.podCIDRs.all(c, isCIDR(c)) || self.podCIDRs.all(a, self.podCIDRs.all(b, a == b || cidr(a).ip().family() != cidr(b).ip().family() || (!cidr(a).containsCIDR(b) && !cidr(b).containsCIDR(a))))",message="podCIDRs must not overlap each other",fieldPath=".podCIDRs",reason=FieldValueInvalid
 type RemoteSubnetRouteSpec struct {
 	// nodeName is the Node whose Pod subnets this route reaches. winnet-controller creates one route per
 	// Node and keeps it up to date. Absent for a manual route to a subnet outside the cluster.

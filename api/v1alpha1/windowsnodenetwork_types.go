@@ -66,12 +66,12 @@ const (
 
 // WindowsNodeNetworkSpec is the desired network of one Windows node.
 //
-// +kubebuilder:validation:XValidation:rule="!has(self.gateway.ip) || self.podCIDRs.exists(c, cidr(c).containsIP(self.gateway.ip))",message="gateway.ip must be inside one of podCIDRs",fieldPath=".gateway.ip",reason=FieldValueInvalid
-// +kubebuilder:validation:XValidation:rule="!has(self.gateway.ip) || self.podCIDRs.all(c, !cidr(c).containsIP(self.gateway.ip) || cidr(c).ip() != ip(self.gateway.ip))",message="gateway.ip must not be the network address of its Pod CIDR; leave it empty to use the first address",fieldPath=".gateway.ip",reason=FieldValueInvalid
-// +kubebuilder:validation:XValidation:rule="!has(self.nodeIP) || self.podCIDRs.all(c, !cidr(c).containsIP(self.nodeIP))",message="nodeIP must be the node's underlay address, not an address inside podCIDRs",fieldPath=".nodeIP",reason=FieldValueInvalid
-// +kubebuilder:validation:XValidation:rule="!has(self.clusterCIDRs) || self.podCIDRs.all(p, self.clusterCIDRs.exists(c, cidr(c).containsCIDR(p)))",message="every entry of podCIDRs must lie inside one of clusterCIDRs",fieldPath=".clusterCIDRs",reason=FieldValueInvalid
-// +kubebuilder:validation:XValidation:rule="!has(self.serviceCIDRs) || self.serviceCIDRs.all(s, self.podCIDRs.all(p, !cidr(s).containsCIDR(p) && !cidr(p).containsCIDR(s)))",message="serviceCIDRs must not overlap podCIDRs",fieldPath=".serviceCIDRs",reason=FieldValueInvalid
-// +kubebuilder:validation:XValidation:rule="!has(self.serviceCIDRs) || !has(self.clusterCIDRs) || self.serviceCIDRs.all(s, self.clusterCIDRs.all(c, !cidr(s).containsCIDR(c) && !cidr(c).containsCIDR(s)))",message="serviceCIDRs must not overlap clusterCIDRs",fieldPath=".serviceCIDRs",reason=FieldValueInvalid
+// +kubebuilder:validation:XValidation:rule="!has(self.gateway.ip) || !isIP(self.gateway.ip) || size(self.podCIDRs) == 0 || !self.podCIDRs.all(c, isCIDR(c)) || self.podCIDRs.exists(c, cidr(c).ip().family() == ip(self.gateway.ip).family() && cidr(c).containsIP(self.gateway.ip))",message="gateway.ip must be inside one of podCIDRs",fieldPath=".gateway.ip",reason=FieldValueInvalid
+// +kubebuilder:validation:XValidation:rule="!has(self.gateway.ip) || self.podCIDRs.all(c, !c.startsWith(self.gateway.ip + '/'))",message="gateway.ip must not be the network address of its Pod CIDR; leave it empty to use the first address",fieldPath=".gateway.ip",reason=FieldValueInvalid
+// +kubebuilder:validation:XValidation:rule="!has(self.nodeIP) || !isIP(self.nodeIP) || self.podCIDRs.all(c, !isCIDR(c) || cidr(c).ip().family() != ip(self.nodeIP).family() || !cidr(c).containsIP(self.nodeIP))",message="nodeIP must be the node's underlay address, not an address inside podCIDRs",fieldPath=".nodeIP",reason=FieldValueInvalid
+// +kubebuilder:validation:XValidation:rule="!has(self.clusterCIDRs) || !self.clusterCIDRs.all(c, isCIDR(c)) || self.podCIDRs.all(p, !isCIDR(p) || self.clusterCIDRs.exists(c, cidr(c).ip().family() == cidr(p).ip().family() && cidr(c).containsCIDR(p)))",message="every entry of podCIDRs must lie inside one of clusterCIDRs",fieldPath=".clusterCIDRs",reason=FieldValueInvalid
+// +kubebuilder:validation:XValidation:rule="!has(self.serviceCIDRs) || self.serviceCIDRs.all(s, !isCIDR(s) || self.podCIDRs.all(p, !isCIDR(p) || cidr(s).ip().family() != cidr(p).ip().family() || (!cidr(s).containsCIDR(p) && !cidr(p).containsCIDR(s))))",message="serviceCIDRs must not overlap podCIDRs",fieldPath=".serviceCIDRs",reason=FieldValueInvalid
+// +kubebuilder:validation:XValidation:rule="!has(self.serviceCIDRs) || !has(self.clusterCIDRs) || self.serviceCIDRs.all(s, !isCIDR(s) || self.clusterCIDRs.all(c, !isCIDR(c) || cidr(s).ip().family() != cidr(c).ip().family() || (!cidr(s).containsCIDR(c) && !cidr(c).containsCIDR(s))))",message="serviceCIDRs must not overlap clusterCIDRs",fieldPath=".serviceCIDRs",reason=FieldValueInvalid
 type WindowsNodeNetworkSpec struct {
 	// podCIDRs are the node's Pod subnets, as in Node.spec.podCIDRs: at most one per IP family, and an
 	// IPv4 one, which becomes the subnet of the HNS network.
@@ -82,8 +82,8 @@ type WindowsNodeNetworkSpec struct {
 	// +kubebuilder:validation:MinItems=1
 	// +kubebuilder:validation:MaxItems=2
 	// +listType=set
-	// +kubebuilder:validation:XValidation:rule="size(self) < 2 || cidr(self[0]).ip().family() != cidr(self[1]).ip().family()",message="podCIDRs may hold at most one CIDR per IP family",reason=FieldValueInvalid
-	// +kubebuilder:validation:XValidation:rule="self.exists(c, cidr(c).ip().family() == 4)",message="podCIDRs must include an IPv4 CIDR: it becomes the subnet of the node's HNS network",reason=FieldValueInvalid
+	// +kubebuilder:validation:XValidation:rule="size(self) < 2 || !isCIDR(self[0]) || !isCIDR(self[1]) || cidr(self[0]).ip().family() != cidr(self[1]).ip().family()",message="podCIDRs may hold at most one CIDR per IP family",reason=FieldValueInvalid
+	// +kubebuilder:validation:XValidation:rule="!self.all(c, isCIDR(c)) || self.exists(c, cidr(c).ip().family() == 4)",message="podCIDRs must include an IPv4 CIDR: it becomes the subnet of the node's HNS network",reason=FieldValueInvalid
 	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="podCIDRs is immutable: the HNS network subnet cannot change under running Pods; drain the node and recreate the WindowsNodeNetwork",reason=FieldValueForbidden
 	PodCIDRs []CIDR `json:"podCIDRs"`
 
@@ -202,8 +202,6 @@ type GatewaySpec struct {
 }
 
 // EncapsulationSpec describes how traffic to other nodes' Pods is carried.
-//
-// +kubebuilder:validation:XValidation:rule="!has(self.port) || self.port != 53",message="port 53 is DNS; choose another tunnel port",fieldPath=".port",reason=FieldValueInvalid
 type EncapsulationSpec struct {
 	// mode: Encap tunnels to every node, NoEncap routes unencapsulated, Hybrid routes to nodes in the
 	// same subnet and tunnels to the others.
