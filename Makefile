@@ -21,7 +21,7 @@ help: ## Show the targets.
 .PHONY: generate
 generate: ## Generate deepcopy code and OVSDB models.
 	$(CONTROLLER_GEN) object:headerFile=hack/boilerplate.go.txt paths=./api/...
-	$(GO) generate ./internal/ovs/...
+	$(GO) generate ./internal/...
 
 .PHONY: manifests
 manifests: ## Generate CRDs (config/crd) and RBAC roles (config/rbac) from the markers.
@@ -54,8 +54,8 @@ test-deps: ## Install the test dependencies (Debian packages, kube-apiserver and
 	hack/setup-test-deps.sh
 
 .PHONY: test
-test: test-deps verify vet build ## Run every test tier against real parts (needs root).
-	KUBEBUILDER_ASSETS="$$(hack/setup-test-deps.sh 2>/dev/null | tail -1)" $(GO) test $(GO_TEST_FLAGS) ./...
+test: test-deps verify vet build ## Run unit, API (real kube-apiserver) and OVS (real Open vSwitch) tests; needs root.
+	$(GO) test $(GO_TEST_FLAGS) ./...
 
 .PHONY: bench-ovs
 bench-ovs: test-deps ## Benchmark flow installation against ovs-ofctl --bundle (needs root).

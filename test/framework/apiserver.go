@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"runtime"
 
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -17,12 +16,6 @@ import (
 
 	winnetscheme "github.com/winnet-io/winnet/internal/scheme"
 )
-
-// RepoRoot is the root of the winnet repository, found from this file's location.
-func RepoRoot() string {
-	_, file, _, _ := runtime.Caller(0)
-	return filepath.Clean(filepath.Join(filepath.Dir(file), "..", ".."))
-}
 
 // AssetsDir returns the directory holding kube-apiserver, etcd and kubectl: $KUBEBUILDER_ASSETS, or
 // the one hack/setup-test-deps.sh built under bin/k8s. It fails with the command to run when neither
