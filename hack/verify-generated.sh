@@ -7,7 +7,10 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 GENERATED=(api config/crd config/rbac internal/ovs/ovsdb)
-snapshot() { find "${GENERATED[@]}" -type f 2>/dev/null | LC_ALL=C sort | xargs -r sha256sum; }
+snapshot() {
+	local d
+	for d in "${GENERATED[@]}"; do [ ! -e "$d" ] || find "$d" -type f; done | LC_ALL=C sort | xargs -r sha256sum
+}
 
 before=$(snapshot)
 make -s generate manifests >/dev/null
