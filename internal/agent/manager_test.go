@@ -1,0 +1,101 @@
+//go:build !windows
+
+package agent
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	networkv1alpha1 "github.com/winnet-io/winnet/api/v1alpha1"
+	"github.com/winnet-io/winnet/test/framework"
+)
+
+func TestOptionsRequireNodeName(t *testing.T) {
+	g := NewWithT(t)
+	g.Expect(Options{}.Validate()).To(MatchError(ContainSubstring("--node-name")))
+	g.Expect(Options{NodeName: "win-node-1"}.Validate()).To(Succeed())
+}
+
+// TestManagerSeesOnlyItsNode starts the agent's manager for node-a against a real API server holding
+// objects of node-a and node-b, and checks what its cache holds.
+func TestManagerSeesOnlyItsNode(t *testing.T) {
+	g := NewWithT(t)
+	server, err := framework.StartAPIServer()
+	if err != nil {
+		t.Fatalf("this test needs a real kube-apiserver: %v", err)
+	}
+	t.Cleanup(func() { _ = server.Stop() })
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+
+	for _, n := range []struct {
+		node   string
+		cidr   networkv1alpha1.CIDR
+		nodeIP networkv1alpha1.IPAddress
+		podIP  networkv1alpha1.InterfaceAddress
+	}{
+		{"node-a", "10.244.1.0/24", "192.168.1.1", "10.244.1.5/24"},
+		{"node-b", "10.244.2.0/24", "192.168.1.2", "10.244.2.5/24"},
+	} {
+		node := n.node
+		objs := []client.Object{
+			&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node}},
+			&networkv1alpha1.WindowsNodeNetwork{
+				ObjectMeta: metav1.ObjectMeta{Name: node},
+				Spec:       networkv1alpha1.WindowsNodeNetworkSpec{PodCIDRs: []networkv1alpha1.CIDR{n.cidr}},
+			},
+			&networkv1alpha1.RemoteSubnetRoute{
+				ObjectMeta: metav1.ObjectMeta{Name: node},
+				Spec: networkv1alpha1.RemoteSubnetRouteSpec{
+					NodeName: node, NodeIP: n.nodeIP,
+					PodCIDRs: []networkv1alpha1.CIDR{n.cidr},
+				},
+			},
+			&corev1.Pod{
+				ObjectMeta: metav1.ObjectMeta{Name: "web-" + node, Namespace: "default"},
+				Spec:       corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{Name: "web", Image: "web"}}},
+			},
+			&networkv1alpha1.PodEndpoint{
+				ObjectMeta: metav1.ObjectMeta{Name: "web-" + node, Namespace: "default"},
+				Spec: networkv1alpha1.PodEndpointSpec{
+					PodName: "web-" + node, PodUID: "uid-" + node, NodeName: node, SandboxID: "sandbox-" + node,
+					IPs: []networkv1alpha1.InterfaceAddress{n.podIP},
+					MAC: "02:42:0a:f4:01:05",
+				},
+			},
+		}
+		for _, obj := range objs {
+			g.Expect(server.Client.Create(ctx, obj)).To(Succeed(), "creating %T %s", obj, obj.GetName())
+		}
+	}
+
+	mgr, err := NewManager(server.Config, Options{NodeName: "node-a", MetricsBindAddress: "0", HealthProbeBindAddress: "0"})
+	g.Expect(err).NotTo(HaveOccurred())
+	done := make(chan error, 1)
+	go func() { done <- mgr.Start(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	g.Expect(mgr.GetCache().WaitForCacheSync(ctx)).To(BeTrue())
+
+	names := func(list client.ObjectList) []string {
+		g.Expect(mgr.GetCache().List(ctx, list)).To(Succeed())
+		items, err := meta.ExtractList(list)
+		g.Expect(err).NotTo(HaveOccurred())
+		var out []string
+		for _, item := range items {
+			out = append(out, item.(client.Object).GetName())
+		}
+		return out
+	}
+	g.Expect(names(&networkv1alpha1.WindowsNodeNetworkList{})).To(ConsistOf("node-a"))
+	g.Expect(names(&corev1.NodeList{})).To(ConsistOf("node-a"))
+	g.Expect(names(&networkv1alpha1.PodEndpointList{})).To(ConsistOf("web-node-a"))
+	g.Expect(names(&corev1.PodList{})).To(ConsistOf("web-node-a"))
+	g.Expect(names(&networkv1alpha1.RemoteSubnetRouteList{})).To(ConsistOf("node-a", "node-b"), "every node routes to every other node")
+}
