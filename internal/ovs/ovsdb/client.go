@@ -1,0 +1,310 @@
+package ovsdb
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"github.com/cenkalti/backoff/v4"
+	"github.com/go-logr/logr"
+	"github.com/ovn-kubernetes/libovsdb/client"
+	"github.com/ovn-kubernetes/libovsdb/model"
+	"github.com/ovn-kubernetes/libovsdb/ovsdb"
+
+	"github.com/winnet-io/winnet/internal/ovs/ovsdb/vswitchd"
+)
+
+const (
+	// OwnerKey is the external_ids key that marks bridges, ports and interfaces winnet owns.
+	OwnerKey = "winnet-owner"
+	// DefaultOwner is the value of OwnerKey unless Options.Owner says otherwise.
+	DefaultOwner = "winnet"
+	// FlowRestoreWaitKey is the Open_vSwitch other_config key that makes
+	// ovs-vswitchd keep its datapath flows until the controller has replayed.
+	FlowRestoreWaitKey = "flow-restore-wait"
+
+	defaultTimeout = 10 * time.Second
+	// convergeTimeout bounds how long we wait for the monitor to reflect our own transaction.
+	convergeTimeout = 5 * time.Second
+)
+
+// ErrNotFound is returned when a bridge or port that must exist does not.
+var ErrNotFound = errors.New("not found")
+
+// Interface is the contract of the OVSDB layer. Ensure creates or fixes and
+// reports whether it changed anything; Delete of something absent is a no-op;
+// ReconcilePorts removes owned ports that are not desired.
+type Interface interface {
+	EnsureBridge(ctx context.Context, spec BridgeSpec) (bool, error)
+	DeleteBridge(ctx context.Context, name string) (bool, error)
+	EnsurePort(ctx context.Context, bridge string, spec PortSpec) (bool, error)
+	DeletePort(ctx context.Context, bridge, name string) (bool, error)
+	ReconcilePorts(ctx context.Context, bridge string, desired []PortSpec) (bool, error)
+	OwnedPorts(ctx context.Context, bridge string) ([]PortInfo, error)
+	WaitOFPort(ctx context.Context, name string) (int32, error)
+	BridgeExternalIDs(ctx context.Context, bridge string) (map[string]string, error)
+	SetBridgeExternalIDs(ctx context.Context, bridge string, ids map[string]string) (bool, error)
+	SetFlowRestoreWait(ctx context.Context, enabled bool) (bool, error)
+	MutatingOperations() uint64
+	Close()
+}
+
+var _ Interface = (*Client)(nil)
+
+// Options configures a Client.
+type Options struct {
+	// Address is the ovsdb-server unix socket path (Linux) or named pipe
+	// (Windows). Empty means DefaultAddress.
+	Address string
+	// Owner is the value written under OwnerKey; empty means DefaultOwner.
+	Owner string
+	// Timeout bounds connecting, monitoring and each reconnect attempt; default 10s.
+	Timeout time.Duration
+	// Logger overrides the logger taken from the context passed to New.
+	Logger *logr.Logger
+}
+
+// Client is a libovsdb client with one monitor on Open_vSwitch, Bridge, Port and Interface.
+type Client struct {
+	ovs     client.Client
+	owner   string
+	log     logr.Logger
+	closeFn func()
+
+	mutations atomic.Uint64
+}
+
+// New connects to ovsdb-server, starts the monitor and waits for the initial dump.
+func New(ctx context.Context, opts Options) (*Client, error) {
+	log := logr.FromContextOrDiscard(ctx)
+	if opts.Logger != nil {
+		log = *opts.Logger
+	}
+	log = log.WithName("ovsdb")
+	if opts.Address == "" {
+		opts.Address = DefaultAddress
+	}
+	if opts.Owner == "" {
+		opts.Owner = DefaultOwner
+	}
+	if opts.Timeout == 0 {
+		opts.Timeout = defaultTimeout
+	}
+	dbModel, err := model.NewClientDBModel(vswitchd.OpenvSwitchTable, map[string]model.Model{
+		vswitchd.OpenvSwitchTable: &vswitchd.OpenvSwitch{},
+		vswitchd.BridgeTable:      &vswitchd.Bridge{},
+		vswitchd.PortTable:        &vswitchd.Port{},
+		vswitchd.InterfaceTable:   &vswitchd.Interface{},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("building OVSDB client model: %w", err)
+	}
+	endpoint, closeFn, err := dialEndpoint(ctx, log, opts.Address)
+	if err != nil {
+		return nil, err
+	}
+	bo := backoff.NewExponentialBackOff()
+	bo.InitialInterval = 50 * time.Millisecond
+	bo.MaxInterval = 2 * time.Second
+	bo.MaxElapsedTime = 0 // never give up: libovsdb panics when the backoff stops
+	libLog := log.V(2)
+	ovs, err := client.NewOVSDBClient(dbModel,
+		client.WithEndpoint(endpoint),
+		client.WithReconnect(opts.Timeout, bo),
+		client.WithLogger(&libLog))
+	if err != nil {
+		closeFn()
+		return nil, fmt.Errorf("creating OVSDB client for %q: %w", opts.Address, err)
+	}
+	c := &Client{ovs: ovs, owner: opts.Owner, log: log, closeFn: closeFn}
+
+	log.V(1).Info("Connecting to OVSDB", "address", opts.Address)
+	cctx, cancel := context.WithTimeout(ctx, opts.Timeout)
+	defer cancel()
+	if err := ovs.Connect(cctx); err != nil {
+		c.Close()
+		return nil, fmt.Errorf("connecting to OVSDB at %q: %w", opts.Address, err)
+	}
+	ovsRow, br, port, iface := &vswitchd.OpenvSwitch{}, &vswitchd.Bridge{}, &vswitchd.Port{}, &vswitchd.Interface{}
+	mon := ovs.NewMonitor(
+		client.WithTable(ovsRow, &ovsRow.UUID, &ovsRow.Bridges, &ovsRow.OtherConfig, &ovsRow.ExternalIDs, &ovsRow.OVSVersion),
+		client.WithTable(br, &br.UUID, &br.Name, &br.Ports, &br.DatapathType, &br.Protocols, &br.FailMode,
+			&br.OtherConfig, &br.ExternalIDs),
+		client.WithTable(port, &port.UUID, &port.Name, &port.Interfaces, &port.ExternalIDs),
+		client.WithTable(iface, &iface.UUID, &iface.Name, &iface.Type, &iface.Options, &iface.OfportRequest,
+			&iface.Ofport, &iface.Error, &iface.ExternalIDs, &iface.MTURequest),
+	)
+	if _, err := ovs.Monitor(cctx, mon); err != nil {
+		c.Close()
+		return nil, fmt.Errorf("monitoring OVSDB at %q: %w", opts.Address, err)
+	}
+	return c, nil
+}
+
+// Close disconnects from ovsdb-server.
+func (c *Client) Close() {
+	if c.ovs != nil {
+		c.ovs.Close()
+	}
+	if c.closeFn != nil {
+		c.closeFn()
+	}
+}
+
+// Connected reports whether the client currently has a connection.
+func (c *Client) Connected() bool { return c.ovs.Connected() }
+
+// MutatingOperations counts the insert, update, mutate and delete operations
+// this client has sent. Two identical Ensure calls in a row leave it unchanged
+// the second time.
+func (c *Client) MutatingOperations() uint64 { return c.mutations.Load() }
+
+// txn accumulates the operations of one transaction.
+type txn struct {
+	ops []ovsdb.Operation
+	n   int
+}
+
+func (t *txn) add(ops []ovsdb.Operation, err error) error {
+	if err != nil {
+		return err
+	}
+	t.ops = append(t.ops, ops...)
+	return nil
+}
+
+func (t *txn) named(prefix string) string {
+	t.n++
+	return fmt.Sprintf("%s_%d", prefix, t.n)
+}
+
+// apply plans from the cache, transacts if the plan has operations, then waits
+// until the cache reflects the result (a re-plan is empty). It reports whether
+// it changed anything.
+func (c *Client) apply(ctx context.Context, what string, plan func(ctx context.Context, t *txn) error) (bool, error) {
+	t := &txn{}
+	if err := plan(ctx, t); err != nil {
+		return false, fmt.Errorf("%s: %w", what, err)
+	}
+	if len(t.ops) == 0 {
+		return false, nil
+	}
+	if err := c.transact(ctx, t.ops); err != nil {
+		return false, fmt.Errorf("%s: %w", what, err)
+	}
+	// Our own update arrives through the monitor; wait for it so that the next
+	// plan sees it and stays idempotent.
+	deadline := time.Now().Add(convergeTimeout)
+	for {
+		t2 := &txn{}
+		err := plan(ctx, t2)
+		if err == nil && len(t2.ops) == 0 {
+			return true, nil
+		}
+		if time.Now().After(deadline) {
+			if err == nil {
+				err = fmt.Errorf("cache still differs after transaction (%d operations pending)", len(t2.ops))
+			}
+			return true, fmt.Errorf("%s: %w", what, err)
+		}
+		select {
+		case <-ctx.Done():
+			return true, fmt.Errorf("%s: %w", what, ctx.Err())
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+}
+
+func (c *Client) transact(ctx context.Context, ops []ovsdb.Operation) error {
+	res, err := c.ovs.Transact(ctx, ops...)
+	if err != nil {
+		return fmt.Errorf("transacting: %w", err)
+	}
+	if _, err := ovsdb.CheckOperationResults(res, ops); err != nil {
+		return fmt.Errorf("transaction failed: %w", err)
+	}
+	var n uint64
+	for _, op := range ops {
+		if op.Op != ovsdb.OperationWait && op.Op != ovsdb.OperationSelect {
+			n++
+		}
+	}
+	c.mutations.Add(n)
+	return nil
+}
+
+// rootRow returns the single Open_vSwitch row.
+func (c *Client) rootRow(ctx context.Context) (*vswitchd.OpenvSwitch, error) {
+	var rows []vswitchd.OpenvSwitch
+	if err := c.ovs.List(ctx, &rows); err != nil {
+		return nil, fmt.Errorf("listing Open_vSwitch: %w", err)
+	}
+	if len(rows) == 0 {
+		return nil, fmt.Errorf("Open_vSwitch row: %w (database not initialised?)", ErrNotFound)
+	}
+	return &rows[0], nil
+}
+
+// SetFlowRestoreWait sets or clears other_config:flow-restore-wait.
+func (c *Client) SetFlowRestoreWait(ctx context.Context, enabled bool) (bool, error) {
+	return c.apply(ctx, fmt.Sprintf("setting %s=%t", FlowRestoreWaitKey, enabled), func(ctx context.Context, t *txn) error {
+		root, err := c.rootRow(ctx)
+		if err != nil {
+			return err
+		}
+		_, present := root.OtherConfig[FlowRestoreWaitKey]
+		if enabled == present && (!enabled || root.OtherConfig[FlowRestoreWaitKey] == "true") {
+			return nil
+		}
+		oc := copyMap(root.OtherConfig)
+		if enabled {
+			oc[FlowRestoreWaitKey] = "true"
+		} else {
+			delete(oc, FlowRestoreWaitKey)
+		}
+		updated := &vswitchd.OpenvSwitch{UUID: root.UUID, OtherConfig: oc}
+		return t.add(c.ovs.Where(updated).Update(updated, &updated.OtherConfig))
+	})
+}
+
+// FlowRestoreWait reports whether other_config:flow-restore-wait is set.
+func (c *Client) FlowRestoreWait(ctx context.Context) (bool, error) {
+	root, err := c.rootRow(ctx)
+	if err != nil {
+		return false, err
+	}
+	return root.OtherConfig[FlowRestoreWaitKey] == "true", nil
+}
+
+func copyMap(m map[string]string) map[string]string {
+	out := make(map[string]string, len(m)+2)
+	for k, v := range m {
+		out[k] = v
+	}
+	return out
+}
+
+// mergeMap returns base with want's keys set, and whether that changed base.
+func mergeMap(base, want map[string]string) (map[string]string, bool) {
+	changed := false
+	for k, v := range want {
+		if cur, ok := base[k]; !ok || cur != v {
+			changed = true
+			break
+		}
+	}
+	if !changed {
+		return base, false
+	}
+	out := copyMap(base)
+	for k, v := range want {
+		out[k] = v
+	}
+	return out, true
+}
+
+func isNotFound(err error) bool {
+	return errors.Is(err, client.ErrNotFound)
+}

@@ -1,0 +1,2 @@
+// Package ovsdb manages winnet's bridges, ports and interfaces in the Open vSwitch database through libovsdb.
+package ovsdb

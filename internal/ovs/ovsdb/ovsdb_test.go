@@ -1,0 +1,190 @@
+package ovsdb_test
+
+import (
+	"context"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+
+	"github.com/winnet-io/winnet/internal/ovs/ovsdb"
+	"github.com/winnet-io/winnet/internal/ovs/ovstest"
+)
+
+func connect(t *testing.T, o *ovstest.OVS) *ovsdb.Client {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	c, err := ovsdb.New(ctx, ovsdb.Options{Address: o.DBSocket()})
+	if err != nil {
+		t.Fatalf("connecting: %v", err)
+	}
+	t.Cleanup(c.Close)
+	return c
+}
+
+func desiredPorts() []ovsdb.PortSpec {
+	return []ovsdb.PortSpec{
+		{Name: "gw0", Type: ovsdb.PortTypeInternal, OFPortRequest: 2},
+		ovsdb.TunnelPort("tun0", ovsdb.PortTypeVXLAN, 1, ovsdb.TunnelOptions{LocalIP: "192.168.77.1", DstPort: 4789}),
+		ovsdb.TunnelPort("gnv0", ovsdb.PortTypeGeneve, 5, ovsdb.TunnelOptions{}),
+		{Name: "pod-a", Type: ovsdb.PortTypeInternal, ExternalIDs: map[string]string{"pod": "ns/a"}},
+	}
+}
+
+func TestEnsureIsIdempotent(t *testing.T) {
+	g := NewWithT(t)
+	o := ovstest.Start(t, ovstest.Options{})
+	c := connect(t, o)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+
+	mac, _ := net.ParseMAC("02:00:00:aa:bb:01")
+	spec := ovsdb.BridgeSpec{Name: "br-int", DatapathType: ovsdb.DatapathNetdev, HWAddr: mac, DatapathID: 0xabc1}
+
+	changed, err := c.EnsureBridge(ctx, spec)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(changed).To(BeTrue())
+	changed, err = c.ReconcilePorts(ctx, "br-int", desiredPorts())
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(changed).To(BeTrue())
+
+	// Second run with the same desired state: zero mutating operations.
+	before := c.MutatingOperations()
+	changed, err = c.EnsureBridge(ctx, spec)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(changed).To(BeFalse())
+	for _, p := range desiredPorts() {
+		changed, err = c.EnsurePort(ctx, "br-int", p)
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(changed).To(BeFalse(), "port %s", p.Name)
+	}
+	changed, err = c.ReconcilePorts(ctx, "br-int", desiredPorts())
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(changed).To(BeFalse())
+	g.Expect(c.MutatingOperations()).To(Equal(before))
+
+	// What OVS holds matches the specs.
+	g.Expect(o.MustVsctl(t, "get", "bridge", "br-int", "protocols", "datapath_type", "fail_mode",
+		"other_config:hwaddr", "other_config:datapath-id", "external_ids:winnet-owner")).To(Equal(
+		"[OpenFlow15]\nnetdev\nsecure\n\"02:00:00:aa:bb:01\"\n\"000000000000abc1\"\nwinnet\n"))
+	g.Expect(o.MustVsctl(t, "get", "interface", "tun0", "type", "options")).To(Equal(
+		"vxlan\n{dst_port=\"4789\", key=flow, local_ip=\"192.168.77.1\", remote_ip=flow}\n"))
+	g.Expect(o.MustVsctl(t, "get", "interface", "gnv0", "type", "options:remote_ip", "options:key")).To(Equal("geneve\nflow\nflow\n"))
+
+	ofport, err := c.WaitOFPort(ctx, "gw0")
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(ofport).To(Equal(int32(2)))
+	ofport, err = c.WaitOFPort(ctx, "tun0")
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(ofport).To(Equal(int32(1)))
+	ofport, err = c.WaitOFPort(ctx, "pod-a")
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(ofport).To(BeNumerically(">", 0))
+
+	// A drifted field is fixed by the next Ensure, with a change reported.
+	o.MustVsctl(t, "set", "interface", "gw0", "ofport_request=7")
+	g.Eventually(func() bool {
+		changed, err := c.EnsurePort(ctx, "br-int", desiredPorts()[0])
+		g.Expect(err).NotTo(HaveOccurred())
+		return changed
+	}).WithTimeout(5 * time.Second).Should(BeTrue())
+	g.Expect(o.MustVsctl(t, "get", "interface", "gw0", "ofport_request")).To(Equal("2\n"))
+}
+
+func TestReconcileRemovesOnlyOwnedOrphans(t *testing.T) {
+	g := NewWithT(t)
+	o := ovstest.Start(t, ovstest.Options{})
+	c := connect(t, o)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+
+	_, err := c.EnsureBridge(ctx, ovsdb.BridgeSpec{Name: "br-int", DatapathType: ovsdb.DatapathNetdev})
+	g.Expect(err).NotTo(HaveOccurred())
+	_, err = c.ReconcilePorts(ctx, "br-int", desiredPorts())
+	g.Expect(err).NotTo(HaveOccurred())
+	// A port somebody else owns must survive.
+	o.MustVsctl(t, "add-port", "br-int", "foreign0", "--", "set", "interface", "foreign0", "type=internal")
+
+	keep := desiredPorts()[:2]
+	changed, err := c.ReconcilePorts(ctx, "br-int", keep)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(changed).To(BeTrue())
+
+	owned, err := c.OwnedPorts(ctx, "br-int")
+	g.Expect(err).NotTo(HaveOccurred())
+	var names []string
+	for _, p := range owned {
+		names = append(names, p.Name)
+	}
+	g.Expect(names).To(ConsistOf("br-int", "gw0", "tun0"))
+	g.Expect(strings.Fields(o.MustVsctl(t, "list-ports", "br-int"))).To(ConsistOf("foreign0", "gw0", "tun0"))
+
+	// Deleting an absent port or bridge is a no-op.
+	changed, err = c.DeletePort(ctx, "br-int", "pod-a")
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(changed).To(BeFalse())
+	changed, err = c.DeleteBridge(ctx, "br-none")
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(changed).To(BeFalse())
+	changed, err = c.DeleteBridge(ctx, "br-int")
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(changed).To(BeTrue())
+	g.Expect(strings.TrimSpace(o.MustVsctl(t, "list-br"))).To(BeEmpty())
+}
+
+func TestFlowRestoreWait(t *testing.T) {
+	g := NewWithT(t)
+	o := ovstest.Start(t, ovstest.Options{})
+	c := connect(t, o)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+
+	for _, tc := range []struct {
+		enabled     bool
+		wantChanged bool
+		wantVsctl   string
+	}{
+		{enabled: true, wantChanged: true, wantVsctl: "\"true\"\n"},
+		{enabled: true, wantChanged: false, wantVsctl: "\"true\"\n"},
+		{enabled: false, wantChanged: true, wantVsctl: ""},
+		{enabled: false, wantChanged: false, wantVsctl: ""},
+	} {
+		changed, err := c.SetFlowRestoreWait(ctx, tc.enabled)
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(changed).To(Equal(tc.wantChanged), "enabled=%t", tc.enabled)
+		out, _ := o.Vsctl("--if-exists", "get", "open_vswitch", ".", "other_config:flow-restore-wait")
+		g.Expect(strings.TrimSpace(out)).To(Equal(strings.TrimSpace(tc.wantVsctl)))
+	}
+}
+
+func TestReconnectAfterOVSDBRestart(t *testing.T) {
+	g := NewWithT(t)
+	o := ovstest.Start(t, ovstest.Options{})
+	c := connect(t, o)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+
+	_, err := c.EnsureBridge(ctx, ovsdb.BridgeSpec{Name: "br-int", DatapathType: ovsdb.DatapathNetdev})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(o.RestartOVSDB()).To(Succeed())
+
+	// Transactions block until the client has reconnected and re-monitored.
+	changed, err := c.EnsurePort(ctx, "br-int", ovsdb.PortSpec{Name: "gw0", Type: ovsdb.PortTypeInternal, OFPortRequest: 3})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(changed).To(BeTrue())
+	g.Expect(c.Connected()).To(BeTrue())
+	wctx, wcancel := context.WithTimeout(ctx, 5*time.Second)
+	defer wcancel()
+	ofport, err := c.WaitOFPort(wctx, "gw0")
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(ofport).To(Equal(int32(3)))
+	// The cache was rebuilt: a repeated Ensure is still a no-op.
+	before := c.MutatingOperations()
+	changed, err = c.EnsureBridge(ctx, ovsdb.BridgeSpec{Name: "br-int", DatapathType: ovsdb.DatapathNetdev})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(changed).To(BeFalse())
+	g.Expect(c.MutatingOperations()).To(Equal(before))
+}
