@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"strings"
 
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -21,7 +22,8 @@ func main() {
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "Usage: winnet-controller [flags]\n\n"+
 			"The cluster-wide controller of winnet (group network.winnet.io), leader-elected among its\n"+
-			"replicas. It watches the cluster's Nodes.\n\nFlags:\n")
+			"replicas. From every Node it derives a RemoteSubnetRoute (and, for Windows nodes, a default\n"+
+			"WindowsNodeNetwork), and it reports overlapping routes as conflicts.\n\nFlags:\n")
 		fs.PrintDefaults()
 	}
 	fs.BoolVar(&opts.LeaderElection, "leader-elect", true, "elect a leader among the replicas; only the leader reconciles")
@@ -29,6 +31,14 @@ func main() {
 	fs.DurationVar(&opts.LeaseDuration, "leader-election-lease-duration", 0, "how long a lost leader keeps the Lease (default: controller-runtime's 15s)")
 	fs.StringVar(&opts.MetricsBindAddress, "metrics-bind-address", "0", `address of the metrics endpoint, such as ":8080" ("0" disables it)`)
 	fs.StringVar(&opts.HealthProbeBindAddress, "health-probe-bind-address", ":8081", `address of /healthz and /readyz ("0" disables it)`)
+	fs.Func("cluster-cidrs", "comma-separated Pod CIDRs of the cluster, written into derived WindowsNodeNetworks (never SNATed)", func(v string) error {
+		opts.Defaults.ClusterCIDRs = splitList(v)
+		return nil
+	})
+	fs.Func("service-cidrs", "comma-separated Service CIDRs of the cluster, written into derived WindowsNodeNetworks (never SNATed)", func(v string) error {
+		opts.Defaults.ServiceCIDRs = splitList(v)
+		return nil
+	})
 	kubeconfig := fs.String("kubeconfig", "", "path to a kubeconfig (default: $KUBECONFIG, the in-cluster config, then ~/.kube/config)")
 	zopts := zap.Options{}
 	zopts.BindFlags(fs)
@@ -64,4 +74,14 @@ func restConfig(path string) (*rest.Config, error) {
 		return ctrl.GetConfig()
 	}
 	return clientcmd.BuildConfigFromFlags("", path)
+}
+
+func splitList(v string) []string {
+	var out []string
+	for _, s := range strings.Split(v, ",") {
+		if s = strings.TrimSpace(s); s != "" {
+			out = append(out, s)
+		}
+	}
+	return out
 }

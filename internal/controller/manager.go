@@ -9,6 +9,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
+	"github.com/winnet-io/winnet/controllers/cluster"
 	winnetscheme "github.com/winnet-io/winnet/internal/scheme"
 )
 
@@ -27,9 +28,11 @@ type Options struct {
 	MetricsBindAddress string
 	// HealthProbeBindAddress is the address of /healthz and /readyz ("0" disables it).
 	HealthProbeBindAddress string
+	// Defaults are written into every WindowsNodeNetwork derived from a Node.
+	Defaults cluster.NetworkDefaults
 }
 
-// NewManager returns winnet-controller's manager.
+// NewManager returns winnet-controller's manager with its reconcilers registered.
 func NewManager(cfg *rest.Config, opts Options) (manager.Manager, error) {
 	scheme, err := winnetscheme.New()
 	if err != nil {
@@ -49,6 +52,14 @@ func NewManager(cfg *rest.Config, opts Options) (manager.Manager, error) {
 	mgr, err := manager.New(cfg, mopts)
 	if err != nil {
 		return nil, fmt.Errorf("creating the controller manager: %w", err)
+	}
+	nodes := &cluster.NodeReconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("winnet-controller"), Defaults: opts.Defaults}
+	if err := nodes.SetupWithManager(mgr); err != nil {
+		return nil, fmt.Errorf("setting up the node reconciler: %w", err)
+	}
+	conflicts := &cluster.RouteConflictReconciler{Client: mgr.GetClient()}
+	if err := conflicts.SetupWithManager(mgr); err != nil {
+		return nil, fmt.Errorf("setting up the route conflict reconciler: %w", err)
 	}
 	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
 		return nil, fmt.Errorf("adding the health check: %w", err)

@@ -1,0 +1,62 @@
+package cluster
+
+import (
+	"fmt"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	networkv1alpha1 "github.com/winnet-io/winnet/api/v1alpha1"
+)
+
+// maxNamedOverlaps bounds how many overlapping objects a Conflict message names.
+const maxNamedOverlaps = 3
+
+// setRouteConditions sets Conflict and Accepted from the route's overlaps.
+func setRouteConditions(route *networkv1alpha1.RemoteSubnetRoute, overlaps []Overlap) {
+	gen := route.Generation
+	route.Status.ObservedGeneration = gen
+	if len(overlaps) == 0 {
+		meta.SetStatusCondition(&route.Status.Conditions, metav1.Condition{
+			Type: networkv1alpha1.ConflictCondition, Status: metav1.ConditionFalse, ObservedGeneration: gen,
+			Reason: networkv1alpha1.NoConflictReason, Message: "No other route or node claims these CIDRs",
+		})
+		meta.SetStatusCondition(&route.Status.Conditions, metav1.Condition{
+			Type: networkv1alpha1.AcceptedCondition, Status: metav1.ConditionTrue, ObservedGeneration: gen,
+			Reason: networkv1alpha1.AcceptedReason, Message: "Agents install this route",
+		})
+		return
+	}
+	msg := overlapMessage(overlaps)
+	meta.SetStatusCondition(&route.Status.Conditions, metav1.Condition{
+		Type: networkv1alpha1.ConflictCondition, Status: metav1.ConditionTrue, ObservedGeneration: gen,
+		Reason: networkv1alpha1.OverlapReason, Message: msg,
+	})
+	meta.SetStatusCondition(&route.Status.Conditions, metav1.Condition{
+		Type: networkv1alpha1.AcceptedCondition, Status: metav1.ConditionFalse, ObservedGeneration: gen,
+		Reason: networkv1alpha1.OverlapReason, Message: "Agents skip this route until the overlap is resolved: " + msg,
+	})
+}
+
+func overlapMessage(overlaps []Overlap) string {
+	parts := make([]string, 0, maxNamedOverlaps)
+	for i, o := range overlaps {
+		if i == maxNamedOverlaps {
+			break
+		}
+		parts = append(parts, fmt.Sprintf("%s overlaps %s", o.CIDR, o.Other))
+	}
+	msg := strings.Join(parts, "; ")
+	if more := len(overlaps) - maxNamedOverlaps; more > 0 {
+		msg += fmt.Sprintf(" (and %d more)", more)
+	}
+	return msg
+}
+
+// routeStatusEqual compares statuses ignoring condition transition times, which SetStatusCondition
+// keeps when a condition does not change.
+func routeStatusEqual(a, b *networkv1alpha1.RemoteSubnetRoute) bool {
+	return equality.Semantic.DeepEqual(a.Status, b.Status)
+}
