@@ -65,9 +65,10 @@ func newNode(name, cidr, ip string, windows bool) *corev1.Node {
 }
 
 // createNode creates the Node and sets its InternalIP through the status subresource, as kubelet does.
-func createNode(g Gomega, n *corev1.Node, ip string) {
+func createNode(t *testing.T, g Gomega, n *corev1.Node, ip string) {
 	ctx := context.Background()
 	g.Expect(server.Client.Create(ctx, n)).To(Succeed())
+	t.Cleanup(func() { _ = server.Client.Delete(context.Background(), n) })
 	if ip != "" {
 		setInternalIP(g, n.Name, ip)
 	}
@@ -107,9 +108,9 @@ func TestNodesYieldRoutesAndNodeNetworks(t *testing.T) {
 	g := NewWithT(t)
 	ctx := context.Background()
 
-	createNode(g, newNode("win-1", "10.244.1.0/24", "", true), "192.168.50.11")
-	createNode(g, newNode("linux-1", "10.244.2.0/24", "", false), "192.168.50.21")
-	createNode(g, newNode("no-cidr", "", "", true), "192.168.50.31")
+	createNode(t, g, newNode("win-1", "10.244.1.0/24", "", true), "192.168.50.11")
+	createNode(t, g, newNode("linux-1", "10.244.2.0/24", "", false), "192.168.50.21")
+	createNode(t, g, newNode("no-cidr", "", "", true), "192.168.50.31")
 
 	// Every node with Pod CIDRs and an address gets a route, owned by the Node.
 	g.Eventually(getRoute("win-1")).WithTimeout(timeout).Should(HaveField("Spec", Equal(networkv1alpha1.RemoteSubnetRouteSpec{
@@ -148,7 +149,7 @@ func TestNodesYieldRoutesAndNodeNetworks(t *testing.T) {
 func TestUserOwnedNodeIPIsKept(t *testing.T) {
 	g := NewWithT(t)
 	ctx := context.Background()
-	createNode(g, newNode("win-own", "10.244.5.0/24", "", true), "192.168.50.51")
+	createNode(t, g, newNode("win-own", "10.244.5.0/24", "", true), "192.168.50.51")
 	g.Eventually(getNodeNetwork("win-own")).WithTimeout(timeout).Should(HaveField("Spec.NodeIP", Equal(networkv1alpha1.IPv4Address("192.168.50.51"))))
 
 	// The user pins the transport address to another adapter's address.
@@ -164,7 +165,7 @@ func TestUserOwnedNodeIPIsKept(t *testing.T) {
 func TestManualRoutesAndConflicts(t *testing.T) {
 	g := NewWithT(t)
 	ctx := context.Background()
-	createNode(g, newNode("linux-c", "10.244.7.0/24", "", false), "192.168.50.71")
+	createNode(t, g, newNode("linux-c", "10.244.7.0/24", "", false), "192.168.50.71")
 	g.Eventually(conditionOf("linux-c", networkv1alpha1.AcceptedCondition)).WithTimeout(timeout).Should(Equal(metav1.ConditionTrue))
 
 	// A manual route to a subnet outside the cluster is left alone and accepted.
@@ -173,6 +174,7 @@ func TestManualRoutesAndConflicts(t *testing.T) {
 		Spec:       networkv1alpha1.RemoteSubnetRouteSpec{PodCIDRs: []networkv1alpha1.CIDR{"172.20.0.0/16"}, NodeIP: "192.168.50.1", Mode: networkv1alpha1.RouteModeRoute},
 	}
 	g.Expect(server.Client.Create(ctx, manual)).To(Succeed())
+	t.Cleanup(func() { _ = server.Client.Delete(context.Background(), manual) })
 	g.Eventually(conditionOf("storage", networkv1alpha1.ConflictCondition)).WithTimeout(timeout).Should(Equal(metav1.ConditionFalse))
 	g.Expect(getRoute("storage")(g).Spec).To(Equal(manual.Spec))
 
