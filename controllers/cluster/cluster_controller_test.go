@@ -159,7 +159,7 @@ func TestUserOwnedNodeIPIsKept(t *testing.T) {
 	setInternalIP(g, "win-own", "192.168.50.52")
 
 	g.Eventually(getRoute("win-own")).WithTimeout(timeout).Should(HaveField("Spec.NodeIP", Equal(networkv1alpha1.IPAddress("192.168.50.52"))))
-	g.Consistently(getNodeNetwork("win-own")).WithTimeout(2*time.Second).Should(HaveField("Spec.NodeIP", Equal(networkv1alpha1.IPv4Address("192.168.60.51"))))
+	g.Consistently(getNodeNetwork("win-own")).WithTimeout(2 * time.Second).Should(HaveField("Spec.NodeIP", Equal(networkv1alpha1.IPv4Address("192.168.60.51"))))
 }
 
 func TestManualRoutesAndConflicts(t *testing.T) {
