@@ -36,7 +36,7 @@ type Options struct {
 // OVS is one private ovsdb-server + ovs-vswitchd pair living in a temp dir.
 type OVS struct {
 	// Dir is the run, db, log and sysconf directory of this instance.
-	Dir  string
+	Dir   string
 	opts  Options
 	ownNS bool
 

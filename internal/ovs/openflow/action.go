@@ -1,0 +1,287 @@
+package openflow
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"strings"
+
+	"antrea.io/libOpenflow/openflow15"
+)
+
+// Action is one OpenFlow action; build it with the constructors below.
+type Action interface {
+	// text renders the action as ovs-ofctl prints it.
+	text() string
+	// encode builds the wire action (nil for none).
+	encode() (openflow15.Action, error)
+}
+
+type outputAction struct{ port uint32 }
+
+// Output sends the packet to a port (PortInPort, PortNormal and PortLocal too).
+func Output(port uint32) Action { return outputAction{port} }
+
+// Normal hands the packet to the NORMAL (L2 learning) pipeline.
+func Normal() Action { return outputAction{PortNormal} }
+
+func (a outputAction) text() string {
+	switch a.port {
+	case PortInPort, PortNormal, PortLocal:
+		return portText(a.port)
+	}
+	return "output:" + portText(a.port)
+}
+func (a outputAction) encode() (openflow15.Action, error) {
+	return openflow15.NewActionOutput(a.port), nil
+}
+
+type outputRegAction struct{ reg, start, end int }
+
+// OutputReg sends the packet to the port held in bits start..end of register reg.
+func OutputReg(reg, start, end int) Action { return outputRegAction{reg, start, end} }
+
+func (a outputRegAction) text() string {
+	return "output:" + nxmRegName(a.reg) + bitRange(a.start, a.end, 32)
+}
+func (a outputRegAction) encode() (openflow15.Action, error) {
+	f := openflow15.NewRegMatchField(a.reg, 0, nil)
+	return openflow15.NewOutputFromField(f, openflow15.NewNXRange(a.start, a.end).ToOfsBits()), nil
+}
+
+type groupAction struct{ id uint32 }
+
+// ToGroup sends the packet to a group.
+func ToGroup(id uint32) Action { return groupAction{id} }
+
+func (a groupAction) text() string                       { return fmt.Sprintf("group:%d", a.id) }
+func (a groupAction) encode() (openflow15.Action, error) { return openflow15.NewActionGroup(a.id), nil }
+
+type gotoAction struct{ table uint8 }
+
+// GotoTable continues in a later table; it must be the last action.
+func GotoTable(t uint8) Action { return gotoAction{t} }
+
+func (a gotoAction) text() string { return fmt.Sprintf("goto_table:%d", a.table) }
+func (a gotoAction) encode() (openflow15.Action, error) {
+	return nil, errors.New("goto_table is an instruction")
+}
+
+type dropAction struct{}
+
+// Drop is the empty action list; OVS prints it as "drop".
+func Drop() Action { return dropAction{} }
+
+func (dropAction) text() string                       { return "" }
+func (dropAction) encode() (openflow15.Action, error) { return nil, nil }
+
+// setFieldAction is OFPAT_SET_FIELD (OpenFlow 1.5 allows masks).
+type setFieldAction struct {
+	name  string
+	value string
+	field func() *openflow15.MatchField
+}
+
+func (a setFieldAction) text() string { return "set_field:" + a.value + "->" + a.name }
+func (a setFieldAction) encode() (openflow15.Action, error) {
+	return openflow15.NewActionSetField(*a.field()), nil
+}
+
+// SetEthDst rewrites the destination MAC.
+func SetEthDst(mac net.HardwareAddr) Action {
+	return setFieldAction{"eth_dst", mac.String(), func() *openflow15.MatchField { return openflow15.NewEthDstField(mac, nil) }}
+}
+
+// SetEthSrc rewrites the source MAC.
+func SetEthSrc(mac net.HardwareAddr) Action {
+	return setFieldAction{"eth_src", mac.String(), func() *openflow15.MatchField { return openflow15.NewEthSrcField(mac, nil) }}
+}
+
+// SetTunDst sets the tunnel destination of a flow-based tunnel port.
+func SetTunDst(ip netip.Addr) Action {
+	return setFieldAction{"tun_dst", ip.String(), func() *openflow15.MatchField {
+		return openflow15.NewTunnelIpv4DstField(net.IP(ip.AsSlice()), nil)
+	}}
+}
+
+// SetTunID sets the tunnel key (VNI).
+func SetTunID(id uint64) Action {
+	return setFieldAction{"tun_id", hex(id), func() *openflow15.MatchField { return openflow15.NewTunnelIdField(id) }}
+}
+
+// SetReg loads value into bits start..end of register idx (a masked set_field,
+// which OVS accepts under OpenFlow 1.5 where NXAST_REG_LOAD is refused).
+func SetReg(idx, start, end int, value uint32) Action {
+	mask := bitMask(start, end)
+	v := value << start & mask
+	txt := hex(uint64(v))
+	if mask != 0xffffffff {
+		txt += "/" + hex(uint64(mask))
+	}
+	return setFieldAction{fmt.Sprintf("reg%d", idx), txt, func() *openflow15.MatchField {
+		if mask == 0xffffffff {
+			return openflow15.NewRegMatchField(idx, v, nil)
+		}
+		return openflow15.NewRegMatchFieldWithMask(idx, v, mask)
+	}}
+}
+
+// SetARPOp sets the ARP opcode (2 for a reply).
+func SetARPOp(op uint16) Action {
+	return setFieldAction{"arp_op", fmt.Sprintf("%d", op), func() *openflow15.MatchField { return openflow15.NewArpOperField(op) }}
+}
+
+// SetARPSha sets the ARP sender hardware address.
+func SetARPSha(mac net.HardwareAddr) Action {
+	return setFieldAction{"arp_sha", mac.String(), func() *openflow15.MatchField { return openflow15.NewArpShaField(mac) }}
+}
+
+// SetARPSpa sets the ARP sender protocol address.
+func SetARPSpa(ip netip.Addr) Action {
+	return setFieldAction{"arp_spa", ip.String(), func() *openflow15.MatchField { return openflow15.NewArpSpaField(net.IP(ip.AsSlice())) }}
+}
+
+// SetCTMark sets ct_mark (inside CT's Exec); mask 0 or 0xffffffff is exact.
+func SetCTMark(mark, mask uint32) Action {
+	if mask == 0xffffffff {
+		mask = 0
+	}
+	return setFieldAction{"ct_mark", maskedHex(uint64(mark), uint64(mask)), func() *openflow15.MatchField {
+		if mask == 0 {
+			return openflow15.NewCTMarkMatchField(mark, nil)
+		}
+		m := mask
+		return openflow15.NewCTMarkMatchField(mark, &m)
+	}}
+}
+
+// Field names a whole NXM/OXM field for Move.
+type Field struct {
+	name string // NXM name as OVS prints it
+	bits int
+}
+
+// Fields that Move supports.
+var (
+	FieldEthSrc = Field{"NXM_OF_ETH_SRC", 48}
+	FieldEthDst = Field{"NXM_OF_ETH_DST", 48}
+	FieldARPSha = Field{"NXM_NX_ARP_SHA", 48}
+	FieldARPTha = Field{"NXM_NX_ARP_THA", 48}
+	FieldARPSpa = Field{"NXM_OF_ARP_SPA", 32}
+	FieldARPTpa = Field{"NXM_OF_ARP_TPA", 32}
+	FieldIPSrc  = Field{"NXM_OF_IP_SRC", 32}
+	FieldIPDst  = Field{"NXM_OF_IP_DST", 32}
+)
+
+type moveAction struct{ src, dst Field }
+
+// Move copies a whole field into another of the same width.
+func Move(src, dst Field) Action { return moveAction{src, dst} }
+
+func (a moveAction) text() string { return "move:" + a.src.name + "[]->" + a.dst.name + "[]" }
+func (a moveAction) encode() (openflow15.Action, error) {
+	if a.src.bits != a.dst.bits {
+		return nil, fmt.Errorf("move between fields of %d and %d bits", a.src.bits, a.dst.bits)
+	}
+	// OpenFlow 1.5 copy_field: OVS refuses NXAST_REG_MOVE under 1.5 and
+	// prints copy_field as move:.
+	src, err := openflow15.FindOxmIdByName(a.src.name, false)
+	if err != nil {
+		return nil, err
+	}
+	dst, err := openflow15.FindOxmIdByName(a.dst.name, false)
+	if err != nil {
+		return nil, err
+	}
+	return openflow15.NewActionCopyField(uint16(a.src.bits), 0, 0, *src, *dst), nil
+}
+
+// CTAction describes ct(...).
+type CTAction struct {
+	Commit bool
+	// Table recirculates to this table after conntrack; nil means no recirculation.
+	Table *uint8
+	Zone  uint16
+	// NAT adds nat: with a zero SNAT it is plain "nat" (un-NAT established connections).
+	NAT bool
+	// SNAT sets nat(src=SNAT) when valid (implies NAT).
+	SNAT netip.Addr
+	// Exec are the actions run on the connection (set_field of ct_mark).
+	Exec []Action
+}
+
+type ctAction struct{ CTAction }
+
+// CT sends the packet through conntrack.
+func CT(c CTAction) Action { return ctAction{c} }
+
+func (a ctAction) text() string {
+	var parts []string
+	if a.Commit {
+		parts = append(parts, "commit")
+	}
+	if a.Table != nil {
+		parts = append(parts, fmt.Sprintf("table=%d", *a.Table))
+	}
+	if a.Zone != 0 {
+		parts = append(parts, fmt.Sprintf("zone=%d", a.Zone))
+	}
+	switch {
+	case a.SNAT.IsValid():
+		parts = append(parts, "nat(src="+a.SNAT.String()+")")
+	case a.NAT:
+		parts = append(parts, "nat")
+	}
+	if len(a.Exec) > 0 {
+		var ex []string
+		for _, e := range a.Exec {
+			ex = append(ex, e.text())
+		}
+		parts = append(parts, "exec("+strings.Join(ex, ",")+")")
+	}
+	return "ct(" + strings.Join(parts, ",") + ")"
+}
+
+func (a ctAction) encode() (openflow15.Action, error) {
+	ct := openflow15.NewNXActionConnTrack()
+	if a.Commit {
+		ct.Commit()
+	}
+	if a.Table != nil {
+		ct.Table(*a.Table)
+	}
+	ct.ZoneImm(a.Zone)
+	if a.NAT || a.SNAT.IsValid() {
+		nat := openflow15.NewNXActionCTNAT()
+		if a.SNAT.IsValid() {
+			if err := nat.SetSNAT(); err != nil {
+				return nil, err
+			}
+			ip := net.IP(a.SNAT.AsSlice())
+			nat.SetRangeIPv4Min(ip)
+			nat.SetRangeIPv4Max(ip)
+		}
+		ct.AddAction(nat)
+	}
+	for _, e := range a.Exec {
+		act, err := e.encode()
+		if err != nil {
+			return nil, err
+		}
+		ct.AddAction(act)
+	}
+	return ct, nil
+}
+
+func nxmRegName(idx int) string { return fmt.Sprintf("NXM_NX_REG%d", idx) }
+
+func bitRange(start, end, width int) string {
+	if start == 0 && end == width-1 {
+		return "[]"
+	}
+	if start == end {
+		return fmt.Sprintf("[%d]", start)
+	}
+	return fmt.Sprintf("[%d..%d]", start, end)
+}

@@ -1,0 +1,419 @@
+package openflow
+
+import (
+	"fmt"
+	"net"
+	"net/netip"
+	"slices"
+	"strings"
+
+	"antrea.io/libOpenflow/openflow15"
+)
+
+// Special OpenFlow port numbers.
+const (
+	PortInPort uint32 = openflow15.P_IN_PORT
+	PortNormal uint32 = openflow15.P_NORMAL
+	PortLocal  uint32 = openflow15.P_LOCAL
+)
+
+// Flow is one OpenFlow flow. Cookie's low 40 bits carry the object id; Sync
+// stamps the category and round into the high bits.
+type Flow struct {
+	Table    uint8
+	Priority uint16
+	Cookie   uint64
+	Match    []MatchField
+	Actions  []Action
+}
+
+// key identifies a flow in a table the way OpenFlow does: table, priority, match.
+type flowKey struct {
+	table    uint8
+	priority uint16
+	match    string
+}
+
+func (f *Flow) key() flowKey {
+	return flowKey{table: f.Table, priority: f.Priority, match: f.MatchString()}
+}
+
+// sortedMatch returns the match fields in the order OVS prints them.
+func (f *Flow) sortedMatch() []MatchField {
+	m := slices.Clone(f.Match)
+	slices.SortStableFunc(m, func(a, b MatchField) int { return a.order() - b.order() })
+	return m
+}
+
+func (f *Flow) isARP() bool {
+	for _, m := range f.Match {
+		if m.kind == kindEthType && m.value == ethTypeARP {
+			return true
+		}
+	}
+	return false
+}
+
+// MatchString renders priority and match as ovs-ofctl prints them.
+func (f *Flow) MatchString() string {
+	var parts []string
+	if f.Priority != 0x8000 { // OFP_DEFAULT_PRIORITY 0x8000 is not printed
+		parts = append(parts, fmt.Sprintf("priority=%d", f.Priority))
+	}
+	arp := f.isARP()
+	for _, m := range f.sortedMatch() {
+		parts = append(parts, m.text(arp))
+	}
+	return strings.Join(parts, ",")
+}
+
+// ActionsString renders the actions as ovs-ofctl prints them.
+func (f *Flow) ActionsString() string {
+	var parts []string
+	for _, a := range f.Actions {
+		if t := a.text(); t != "" {
+			parts = append(parts, t)
+		}
+	}
+	if len(parts) == 0 {
+		return "drop"
+	}
+	return strings.Join(parts, ",")
+}
+
+// String renders the flow exactly as `ovs-ofctl -O OpenFlow15 dump-flows
+// --no-stats` prints it (without the leading space); ovs-ofctl add-flows
+// accepts it back.
+func (f *Flow) String() string {
+	var b strings.Builder
+	if f.Cookie != 0 {
+		fmt.Fprintf(&b, "cookie=%#x, ", f.Cookie)
+	}
+	if f.Table != 0 {
+		fmt.Fprintf(&b, "table=%d, ", f.Table)
+	}
+	b.WriteString(f.MatchString())
+	b.WriteString(" actions=")
+	b.WriteString(f.ActionsString())
+	return b.String()
+}
+
+// FlowMod encodes the flow as an OpenFlow 1.5 flow_mod with the given command.
+func (f *Flow) FlowMod(command uint8) (*openflow15.FlowMod, error) {
+	fm := openflow15.NewFlowMod()
+	fm.TableId = f.Table
+	fm.Priority = f.Priority
+	fm.Cookie = f.Cookie
+	fm.Command = command
+	arp := f.isARP()
+	for _, m := range f.sortedMatch() {
+		fm.Match.AddField(*m.oxm(arp))
+	}
+	if command == openflow15.FC_DELETE || command == openflow15.FC_DELETE_STRICT {
+		return fm, nil
+	}
+	apply := openflow15.NewInstrApplyActions()
+	var gotoTable *openflow15.InstrGotoTable
+	for i, a := range f.Actions {
+		if g, ok := a.(gotoAction); ok {
+			if i != len(f.Actions)-1 {
+				return nil, fmt.Errorf("goto_table must be the last action")
+			}
+			// A backwards goto is sent as is: the switch rejects it.
+			gotoTable = openflow15.NewInstrGotoTable(g.table)
+			continue
+		}
+		act, err := a.encode()
+		if err != nil {
+			return nil, fmt.Errorf("encoding action %q: %w", a.text(), err)
+		}
+		if act != nil {
+			_ = apply.AddAction(act, false)
+		}
+	}
+	if len(apply.Actions) > 0 {
+		fm.AddInstruction(apply)
+	}
+	if gotoTable != nil {
+		fm.AddInstruction(gotoTable)
+	}
+	return fm, nil
+}
+
+// ---- match fields -------------------------------------------------------
+
+type matchKind int
+
+// The order OVS's match_format prints fields in.
+const (
+	kindCTState matchKind = iota
+	kindCTZone
+	kindCTMark
+	kindEthType
+	kindReg // + register index, up to 16 registers
+)
+
+const (
+	kindTunID matchKind = kindReg + 16 + iota
+	kindTunDst
+	kindInPort
+	kindEthSrc
+	kindEthDst
+	kindNwSrc
+	kindNwDst
+	kindARPOp
+)
+
+const (
+	ethTypeIPv4 = 0x0800
+	ethTypeARP  = 0x0806
+)
+
+// MatchField is one match criterion; build it with the constructors below.
+type MatchField struct {
+	kind   matchKind
+	value  uint64
+	mask   uint64 // 0 means exact
+	reg    int
+	prefix netip.Prefix
+	mac    net.HardwareAddr
+}
+
+func (m MatchField) order() int {
+	if m.kind == kindReg {
+		return int(kindReg) + m.reg
+	}
+	return int(m.kind)
+}
+
+// InPort matches the ingress OpenFlow port.
+func InPort(port uint32) MatchField { return MatchField{kind: kindInPort, value: uint64(port)} }
+
+// EthSrc matches the source MAC.
+func EthSrc(mac net.HardwareAddr) MatchField { return MatchField{kind: kindEthSrc, mac: mac} }
+
+// EthDst matches the destination MAC.
+func EthDst(mac net.HardwareAddr) MatchField { return MatchField{kind: kindEthDst, mac: mac} }
+
+// EthType matches the EtherType (printed as ip/arp for those).
+func EthType(t uint16) MatchField { return MatchField{kind: kindEthType, value: uint64(t)} }
+
+// IPv4 matches IPv4 packets ("ip").
+func IPv4() MatchField { return EthType(ethTypeIPv4) }
+
+// ARP matches ARP packets ("arp").
+func ARP() MatchField { return EthType(ethTypeARP) }
+
+// NwSrc matches the IPv4 source (or arp_spa in an ARP flow) against a prefix.
+func NwSrc(p netip.Prefix) MatchField { return MatchField{kind: kindNwSrc, prefix: p.Masked()} }
+
+// NwDst matches the IPv4 destination (or arp_tpa in an ARP flow) against a prefix.
+func NwDst(p netip.Prefix) MatchField { return MatchField{kind: kindNwDst, prefix: p.Masked()} }
+
+// ARPTPA matches the ARP target protocol address.
+func ARPTPA(ip netip.Addr) MatchField {
+	return MatchField{kind: kindNwDst, prefix: netip.PrefixFrom(ip, ip.BitLen())}
+}
+
+// ARPOp matches the ARP opcode.
+func ARPOp(op uint16) MatchField { return MatchField{kind: kindARPOp, value: uint64(op)} }
+
+// TunDst matches the tunnel destination address.
+func TunDst(ip netip.Addr) MatchField {
+	return MatchField{kind: kindTunDst, prefix: netip.PrefixFrom(ip, ip.BitLen())}
+}
+
+// TunID matches the tunnel key (VNI).
+func TunID(id uint64) MatchField { return MatchField{kind: kindTunID, value: id} }
+
+// CTZone matches the conntrack zone.
+func CTZone(zone uint16) MatchField { return MatchField{kind: kindCTZone, value: uint64(zone)} }
+
+// CTMark matches ct_mark under mask (0 or 0xffffffff: exact).
+func CTMark(mark, mask uint32) MatchField {
+	if mask == 0xffffffff {
+		mask = 0
+	}
+	return MatchField{kind: kindCTMark, value: uint64(mark), mask: uint64(mask)}
+}
+
+// Conntrack state bits, in the order OVS prints them.
+const (
+	CTNew   uint32 = 1 << 0
+	CTEst   uint32 = 1 << 1
+	CTRel   uint32 = 1 << 2
+	CTRpl   uint32 = 1 << 3
+	CTInv   uint32 = 1 << 4
+	CTTrk   uint32 = 1 << 5
+	CTSNAT  uint32 = 1 << 6
+	CTDNAT  uint32 = 1 << 7
+	ctNames        = "new,est,rel,rpl,inv,trk,snat,dnat"
+)
+
+// CTState matches the conntrack state: bits in set must be set, bits in unset must be clear.
+func CTState(set, unset uint32) MatchField {
+	return MatchField{kind: kindCTState, value: uint64(set), mask: uint64(set | unset)}
+}
+
+// Reg matches bits start..end (inclusive) of register idx against value.
+func Reg(idx, start, end int, value uint32) MatchField {
+	mask := bitMask(start, end)
+	if mask == 0xffffffff {
+		mask = 0
+	}
+	return MatchField{kind: kindReg, reg: idx, value: uint64(value) << start & 0xffffffff, mask: uint64(mask)}
+}
+
+func bitMask(start, end int) uint32 {
+	n := end - start + 1
+	if n >= 32 {
+		return 0xffffffff
+	}
+	return ((1 << n) - 1) << start
+}
+
+// hex prints like C's "%#x": 0 is "0".
+func hex(v uint64) string {
+	if v == 0 {
+		return "0"
+	}
+	return fmt.Sprintf("%#x", v)
+}
+
+func maskedHex(v, mask uint64) string {
+	if mask == 0 {
+		return hex(v)
+	}
+	return hex(v) + "/" + hex(mask)
+}
+
+func prefixText(p netip.Prefix) string {
+	if p.Bits() == p.Addr().BitLen() {
+		return p.Addr().String()
+	}
+	return p.String()
+}
+
+func portText(p uint32) string {
+	switch p {
+	case PortInPort:
+		return "IN_PORT"
+	case PortNormal:
+		return "NORMAL"
+	case PortLocal:
+		return "LOCAL"
+	case openflow15.P_CONTROLLER:
+		return "CONTROLLER"
+	}
+	return fmt.Sprintf("%d", p)
+}
+
+func (m MatchField) text(arp bool) string {
+	switch m.kind {
+	case kindCTState:
+		var b strings.Builder
+		b.WriteString("ct_state=")
+		for i, name := range strings.Split(ctNames, ",") {
+			bit := uint64(1) << i
+			if m.mask&bit == 0 {
+				continue
+			}
+			if m.value&bit != 0 {
+				b.WriteString("+" + name)
+			} else {
+				b.WriteString("-" + name)
+			}
+		}
+		return b.String()
+	case kindCTZone:
+		return fmt.Sprintf("ct_zone=%d", m.value)
+	case kindCTMark:
+		return "ct_mark=" + maskedHex(m.value, m.mask)
+	case kindEthType:
+		switch m.value {
+		case ethTypeIPv4:
+			return "ip"
+		case ethTypeARP:
+			return "arp"
+		}
+		return fmt.Sprintf("dl_type=0x%04x", m.value)
+	case kindReg:
+		return fmt.Sprintf("reg%d=%s", m.reg, maskedHex(m.value, m.mask))
+	case kindTunID:
+		return "tun_id=" + hex(m.value)
+	case kindTunDst:
+		return "tun_dst=" + prefixText(m.prefix)
+	case kindInPort:
+		return "in_port=" + portText(uint32(m.value))
+	case kindEthSrc:
+		return "dl_src=" + m.mac.String()
+	case kindEthDst:
+		return "dl_dst=" + m.mac.String()
+	case kindNwSrc:
+		if arp {
+			return "arp_spa=" + prefixText(m.prefix)
+		}
+		return "nw_src=" + prefixText(m.prefix)
+	case kindNwDst:
+		if arp {
+			return "arp_tpa=" + prefixText(m.prefix)
+		}
+		return "nw_dst=" + prefixText(m.prefix)
+	case kindARPOp:
+		return fmt.Sprintf("arp_op=%d", m.value)
+	}
+	return "?"
+}
+
+func ipMask(p netip.Prefix) *net.IP {
+	if p.Bits() == p.Addr().BitLen() {
+		return nil
+	}
+	m := net.IP(net.CIDRMask(p.Bits(), p.Addr().BitLen()))
+	return &m
+}
+
+func (m MatchField) oxm(arp bool) *openflow15.MatchField {
+	switch m.kind {
+	case kindCTState:
+		f, _ := openflow15.FindFieldHeaderByName("NXM_NX_CT_STATE", true)
+		f.Value = &openflow15.Uint32Message{Data: uint32(m.value)}
+		f.Mask = &openflow15.Uint32Message{Data: uint32(m.mask)}
+		return f
+	case kindCTZone:
+		return openflow15.NewCTZoneMatchField(uint16(m.value))
+	case kindCTMark:
+		if m.mask == 0 {
+			return openflow15.NewCTMarkMatchField(uint32(m.value), nil)
+		}
+		mask := uint32(m.mask)
+		return openflow15.NewCTMarkMatchField(uint32(m.value), &mask)
+	case kindEthType:
+		return openflow15.NewEthTypeField(uint16(m.value))
+	case kindReg:
+		return openflow15.NewRegMatchFieldWithMask(m.reg, uint32(m.value), uint32(m.mask))
+	case kindTunID:
+		return openflow15.NewTunnelIdField(m.value)
+	case kindTunDst:
+		return openflow15.NewTunnelIpv4DstField(net.IP(m.prefix.Addr().AsSlice()), ipMask(m.prefix))
+	case kindInPort:
+		return openflow15.NewInPortField(uint32(m.value))
+	case kindEthSrc:
+		return openflow15.NewEthSrcField(m.mac, nil)
+	case kindEthDst:
+		return openflow15.NewEthDstField(m.mac, nil)
+	case kindNwSrc:
+		if arp {
+			return openflow15.NewArpSpaField(net.IP(m.prefix.Addr().AsSlice()))
+		}
+		return openflow15.NewIpv4SrcField(net.IP(m.prefix.Addr().AsSlice()), ipMask(m.prefix))
+	case kindNwDst:
+		if arp {
+			return openflow15.NewArpTpaField(net.IP(m.prefix.Addr().AsSlice()))
+		}
+		return openflow15.NewIpv4DstField(net.IP(m.prefix.Addr().AsSlice()), ipMask(m.prefix))
+	case kindARPOp:
+		return openflow15.NewArpOperField(uint16(m.value))
+	}
+	return nil
+}

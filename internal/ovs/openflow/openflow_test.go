@@ -1,0 +1,288 @@
+package openflow_test
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/netip"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+
+	"github.com/winnet-io/winnet/internal/ovs/openflow"
+	"github.com/winnet-io/winnet/internal/ovs/ovsdb"
+	"github.com/winnet-io/winnet/internal/ovs/ovstest"
+)
+
+const bridge = "br-int"
+
+type env struct {
+	ovs *ovstest.OVS
+	db  *ovsdb.Client
+	br  *openflow.Bridge
+}
+
+func setup(t *testing.T) *env {
+	t.Helper()
+	o := ovstest.Start(t, ovstest.Options{})
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	db, err := ovsdb.New(ctx, ovsdb.Options{Address: o.DBSocket()})
+	if err != nil {
+		t.Fatalf("connecting to OVSDB: %v", err)
+	}
+	t.Cleanup(db.Close)
+	if _, err := db.EnsureBridge(ctx, ovsdb.BridgeSpec{Name: bridge, DatapathType: ovsdb.DatapathNetdev, DatapathID: 0x1001}); err != nil {
+		t.Fatalf("creating bridge: %v", err)
+	}
+	br, err := openflow.Connect(ctx, openflow.Options{Bridge: bridge, Address: o.MgmtSocket(bridge), Rounds: db})
+	if err != nil {
+		t.Fatalf("connecting OpenFlow: %v", err)
+	}
+	t.Cleanup(br.Close)
+	return &env{ovs: o, db: db, br: br}
+}
+
+func mac(s string) net.HardwareAddr {
+	m, err := net.ParseMAC(s)
+	if err != nil {
+		panic(err)
+	}
+	return m
+}
+
+func u8(v uint8) *uint8 { return &v }
+
+var (
+	vmac   = mac("aa:bb:cc:dd:ee:ff")
+	podMAC = mac("0a:58:0a:00:00:05")
+	nodeIP = netip.MustParseAddr("192.168.1.10")
+)
+
+// featureFlows covers every match and action the pipeline needs.
+func featureFlows() []openflow.Flow {
+	return []openflow.Flow{
+		{Table: 0, Priority: 200, Cookie: 1, Match: []openflow.MatchField{openflow.InPort(1)},
+			Actions: []openflow.Action{openflow.SetReg(0, 0, 15, 0), openflow.GotoTable(10)}},
+		{Table: 0, Priority: 190, Cookie: 2, Match: []openflow.MatchField{openflow.InPort(5), openflow.TunID(4096), openflow.TunDst(nodeIP)},
+			Actions: []openflow.Action{openflow.SetReg(0, 0, 15, 1), openflow.GotoTable(10)}},
+		{Table: 0, Priority: 180, Cookie: 3, Match: []openflow.MatchField{openflow.EthSrc(podMAC), openflow.InPort(7), openflow.Reg(0, 0, 15, 2)},
+			Actions: []openflow.Action{openflow.SetReg(0, 17, 17, 1), openflow.GotoTable(10)}},
+		{Table: 0, Priority: 0, Actions: []openflow.Action{openflow.Drop()}},
+		{Table: 10, Priority: 200, Cookie: 4, Match: []openflow.MatchField{openflow.IPv4(), openflow.NwSrc(netip.MustParsePrefix("10.0.0.0/24")), openflow.NwDst(netip.MustParsePrefix("10.1.0.5/32"))},
+			Actions: []openflow.Action{openflow.Output(3)}},
+		{Table: 20, Priority: 190, Cookie: 5, Match: []openflow.MatchField{openflow.ARP(), openflow.ARPTPA(netip.MustParseAddr("10.0.1.1")), openflow.ARPOp(1)},
+			Actions: []openflow.Action{
+				openflow.Move(openflow.FieldEthSrc, openflow.FieldEthDst), openflow.SetEthSrc(vmac), openflow.SetARPOp(2),
+				openflow.Move(openflow.FieldARPSha, openflow.FieldARPTha), openflow.SetARPSha(vmac),
+				openflow.Move(openflow.FieldARPSpa, openflow.FieldARPTpa), openflow.SetARPSpa(netip.MustParseAddr("10.0.1.1")),
+				openflow.Output(openflow.PortInPort)}},
+		{Table: 30, Priority: 200, Match: []openflow.MatchField{openflow.IPv4()},
+			Actions: []openflow.Action{openflow.CT(openflow.CTAction{Table: u8(31), Zone: 65520, NAT: true})}},
+		{Table: 31, Priority: 200, Match: []openflow.MatchField{openflow.IPv4(), openflow.CTState(openflow.CTTrk|openflow.CTEst, 0), openflow.CTMark(0x40, 0xff)},
+			Actions: []openflow.Action{openflow.SetEthDst(vmac), openflow.GotoTable(40)}},
+		{Table: 31, Priority: 190, Match: []openflow.MatchField{openflow.IPv4(), openflow.CTState(openflow.CTTrk, openflow.CTNew), openflow.CTZone(65520)},
+			Actions: []openflow.Action{openflow.Drop()}},
+		{Table: 70, Priority: 200, Cookie: 6, Match: []openflow.MatchField{openflow.IPv4(), openflow.NwDst(netip.MustParsePrefix("10.2.0.0/16"))},
+			Actions: []openflow.Action{openflow.SetEthDst(vmac), openflow.SetTunDst(netip.MustParseAddr("192.168.1.20")), openflow.SetTunID(0x1000),
+				openflow.SetReg(1, 0, 7, 5), openflow.GotoTable(80)}},
+		{Table: 80, Priority: 200, Match: []openflow.MatchField{openflow.EthDst(podMAC)},
+			Actions: []openflow.Action{openflow.SetReg(1, 0, 31, 5), openflow.SetReg(0, 16, 16, 1), openflow.GotoTable(105)}},
+		{Table: 105, Priority: 200, Match: []openflow.MatchField{openflow.IPv4(), openflow.CTState(openflow.CTNew|openflow.CTTrk, 0), openflow.Reg(0, 17, 17, 1)},
+			Actions: []openflow.Action{openflow.CT(openflow.CTAction{Commit: true, Table: u8(110), Zone: 65520, SNAT: nodeIP,
+				Exec: []openflow.Action{openflow.SetCTMark(0x40, 0)}})}},
+		{Table: 105, Priority: 190, Match: []openflow.MatchField{openflow.IPv4(), openflow.CTState(openflow.CTNew|openflow.CTTrk, 0)},
+			Actions: []openflow.Action{openflow.CT(openflow.CTAction{Commit: true, Zone: 65520, Exec: []openflow.Action{openflow.SetCTMark(0x40, 0xff)}})}},
+		{Table: 110, Priority: 200, Match: []openflow.MatchField{openflow.Reg(3, 0, 31, 0x1a)}, Actions: []openflow.Action{openflow.OutputReg(3, 0, 31)}},
+		{Table: 110, Priority: 100, Match: []openflow.MatchField{openflow.IPv4(), openflow.NwDst(netip.MustParsePrefix("10.96.0.0/12"))},
+			Actions: []openflow.Action{openflow.ToGroup(1)}},
+		{Table: 110, Priority: 0, Actions: []openflow.Action{openflow.Normal()}},
+	}
+}
+
+func rendered(flows []openflow.Flow) []string {
+	out := make([]string, 0, len(flows))
+	for _, f := range flows {
+		out = append(out, f.String())
+	}
+	slices.Sort(out)
+	return out
+}
+
+func dump(t *testing.T, o *ovstest.OVS) []string {
+	t.Helper()
+	lines, err := o.DumpFlows(bridge)
+	if err != nil {
+		t.Fatalf("%v", err)
+	}
+	return lines
+}
+
+func TestSyncRendersLikeOVS(t *testing.T) {
+	g := NewWithT(t)
+	e := setup(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+
+	group := openflow.Group{ID: 1, Buckets: []openflow.Bucket{
+		{Weight: 100, Actions: []openflow.Action{openflow.Output(1)}},
+		{Weight: 50, Actions: []openflow.Action{openflow.SetEthDst(podMAC), openflow.Output(2)}},
+	}}
+	res, err := e.br.SyncGroups(ctx, []openflow.Group{group})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(res.Added).To(Equal(1))
+	groups, err := e.ovs.DumpGroups(bridge)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(groups).To(Equal([]string{group.String()}))
+
+	flows := featureFlows()
+	res, err = e.br.Sync(ctx, 3, flows)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(res).To(Equal(openflow.SyncResult{Added: len(flows)}))
+	installed := e.br.Installed(3)
+	g.Expect(dump(t, e.ovs)).To(Equal(rendered(installed)))
+	for _, f := range installed {
+		g.Expect(openflow.CookieCategory(f.Cookie)).To(Equal(uint8(3)))
+		g.Expect(openflow.CookieRound(f.Cookie)).To(Equal(e.br.Round()))
+	}
+
+	// Same desired set: nothing is sent.
+	res, err = e.br.Sync(ctx, 3, flows)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(res.Mods()).To(Equal(0))
+
+	// One changed, one removed: exactly two flow_mods.
+	changed := slices.Clone(flows)
+	changed[4].Actions = []openflow.Action{openflow.Output(4)}
+	changed = slices.Delete(changed, 0, 1)
+	res, err = e.br.Sync(ctx, 3, changed)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(res).To(Equal(openflow.SyncResult{Modified: 1, Deleted: 1}))
+	g.Expect(dump(t, e.ovs)).To(Equal(rendered(e.br.Installed(3))))
+
+	// Another category does not disturb this one.
+	other := []openflow.Flow{{Table: 200, Priority: 1, Cookie: 9, Actions: []openflow.Action{openflow.Drop()}}}
+	_, err = e.br.Sync(ctx, 4, other)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(dump(t, e.ovs)).To(Equal(rendered(append(e.br.Installed(3), e.br.Installed(4)...))))
+
+	diffs, err := e.br.Verify(ctx)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(diffs).To(BeEmpty())
+
+	// Drift made behind our back is reported.
+	e.ovs.MustOfctl(t, "--strict", "del-flows", bridge, "table=110,priority=0")
+	stray := openflow.MakeCookie(e.br.Round(), 3, 77)
+	e.ovs.MustOfctl(t, "add-flow", bridge, fmt.Sprintf("cookie=%#x,table=110,priority=5,ip actions=drop", stray))
+	diffs, err = e.br.Verify(ctx)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(diffs).To(ConsistOf(
+		openflow.Difference{Kind: openflow.Missing, Flow: installedText(e.br.Installed(3), 110, 0)},
+		openflow.Difference{Kind: openflow.Unexpected, Flow: fmt.Sprintf("cookie=%#x, table=110, priority=5", stray)},
+	))
+}
+
+func installedText(flows []openflow.Flow, table uint8, prio uint16) string {
+	for _, f := range flows {
+		if f.Table == table && f.Priority == prio {
+			return f.String()
+		}
+	}
+	return ""
+}
+
+func TestBundleWithInvalidFlowLeavesTableUnchanged(t *testing.T) {
+	g := NewWithT(t)
+	e := setup(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+
+	group := openflow.Group{ID: 1, Buckets: []openflow.Bucket{{Weight: 100, Actions: []openflow.Action{openflow.Output(1)}}}}
+	_, err := e.br.SyncGroups(ctx, []openflow.Group{group})
+	g.Expect(err).NotTo(HaveOccurred())
+	flows := featureFlows()
+	_, err = e.br.Sync(ctx, 1, flows)
+	g.Expect(err).NotTo(HaveOccurred())
+	before := dump(t, e.ovs)
+
+	for _, tc := range []struct {
+		name    string
+		invalid openflow.Flow
+	}{
+		// nw_src without eth_type=ip: OVS rejects the add (bad prerequisite).
+		{"missing prerequisite", openflow.Flow{Table: 50, Priority: 10, Match: []openflow.MatchField{openflow.NwSrc(netip.MustParsePrefix("10.9.0.0/16"))},
+			Actions: []openflow.Action{openflow.Output(1)}}},
+		// A group that does not exist: OVS fails the commit.
+		{"missing group", openflow.Flow{Table: 60, Priority: 10, Actions: []openflow.Action{openflow.ToGroup(99)}}},
+		// goto_table backwards: OVS rejects the instruction.
+		{"backwards goto", openflow.Flow{Table: 60, Priority: 10, Actions: []openflow.Action{openflow.GotoTable(5)}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g := NewWithT(t)
+			next := slices.Clone(flows)
+			next[4].Actions = []openflow.Action{openflow.Output(9)} // a valid modification
+			next = append(next[1:], tc.invalid)                     // a valid delete, plus the invalid add
+			_, err := e.br.Sync(ctx, 1, next)
+			g.Expect(err).To(HaveOccurred())
+			g.Expect(dump(t, e.ovs)).To(Equal(before))
+			// The cache did not move either: re-syncing the old set sends nothing.
+			res, err := e.br.Sync(ctx, 1, flows)
+			g.Expect(err).NotTo(HaveOccurred())
+			g.Expect(res.Mods()).To(Equal(0))
+		})
+	}
+}
+
+func TestReplayAfterVswitchdKill(t *testing.T) {
+	g := NewWithT(t)
+	e := setup(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+
+	group := openflow.Group{ID: 1, Buckets: []openflow.Bucket{{Weight: 100, Actions: []openflow.Action{openflow.Output(1)}}}}
+	_, err := e.br.SyncGroups(ctx, []openflow.Group{group})
+	g.Expect(err).NotTo(HaveOccurred())
+	flows := featureFlows()
+	_, err = e.br.Sync(ctx, 2, flows)
+	g.Expect(err).NotTo(HaveOccurred())
+	oldRound := e.br.Round()
+
+	g.Expect(e.ovs.KillVswitchd()).To(Succeed())
+	start := time.Now()
+	g.Expect(e.ovs.StartVswitchd()).To(Succeed())
+
+	var got []string
+	g.Eventually(func() []string {
+		got, _ = e.ovs.DumpFlows(bridge) // refused until vswitchd listens
+		return got
+	}).WithTimeout(2 * time.Second).WithPolling(20 * time.Millisecond).Should(HaveLen(len(flows)))
+	t.Logf("flows back %v after restart", time.Since(start))
+	newRound := e.br.Round()
+	g.Expect(newRound).To(Equal(oldRound + 1))
+	g.Expect(got).To(Equal(rendered(e.br.Installed(2))))
+	// Equal to the new round's rendering line by line: no duplicate, no stale round.
+	for _, f := range e.br.Installed(2) {
+		g.Expect(openflow.CookieRound(f.Cookie)).To(Equal(newRound))
+	}
+	groups, err := e.ovs.DumpGroups(bridge)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(groups).To(Equal([]string{group.String()}))
+	ids := e.ovs.MustVsctl(t, "get", "bridge", bridge, "external_ids:"+openflow.RoundExternalID)
+	g.Expect(strings.Trim(strings.TrimSpace(ids), `"`)).To(Equal(strconv.Itoa(int(newRound))))
+
+	// An agent restart (new connection, same vswitchd) takes the next round;
+	// after its Sync, deleting the previous round leaves exactly one copy.
+	e.br.Close()
+	br2, err := openflow.Connect(ctx, openflow.Options{Bridge: bridge, Address: e.ovs.MgmtSocket(bridge), Rounds: e.db})
+	g.Expect(err).NotTo(HaveOccurred())
+	defer br2.Close()
+	g.Expect(br2.Round()).To(Equal(newRound + 1))
+	_, err = br2.Sync(ctx, 2, flows[1:])
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(br2.DeleteRound(ctx, newRound)).To(Succeed())
+	g.Expect(dump(t, e.ovs)).To(Equal(rendered(br2.Installed(2))))
+}

@@ -1,0 +1,170 @@
+package openflow
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"antrea.io/libOpenflow/openflow15"
+	"antrea.io/libOpenflow/util"
+)
+
+// DifferenceKind says how the switch differs from the desired flows.
+type DifferenceKind string
+
+const (
+	// Missing: desired but not installed.
+	Missing DifferenceKind = "missing"
+	// Unexpected: installed with one of our cookies' categories but not desired.
+	Unexpected DifferenceKind = "unexpected"
+	// Mismatch: installed with another cookie or other actions.
+	Mismatch DifferenceKind = "mismatch" // reserved: contents are not compared yet
+)
+
+// Difference is one flow that differs.
+type Difference struct {
+	Kind DifferenceKind
+	// Flow is the desired flow's text, or table/priority/cookie of an unexpected one.
+	Flow string
+}
+
+var statsXid atomic.Uint32
+
+func init() { statsXid.Store(0x7000000) }
+
+func (b *Bridge) multipartReply(rep *openflow15.MultipartReply) {
+	b.statsMu.Lock()
+	ch := b.stats[rep.Xid]
+	b.statsMu.Unlock()
+	if ch != nil {
+		ch <- rep
+	}
+}
+
+// roundTrip sends a flow stats request that matches nothing and waits for its reply.
+func (b *Bridge) roundTrip(ctx context.Context) error {
+	_, err := b.flowStats(ctx, openflow15.OFPTT_MAX, ^uint64(0), ^uint64(0))
+	return err
+}
+
+// dumpTable requests the flows of one table, following multipart replies.
+func (b *Bridge) dumpTable(ctx context.Context, table uint8) ([]*openflow15.FlowDesc, error) {
+	return b.flowStats(ctx, table, 0, 0)
+}
+
+// flowStats requests the flows of one table, following multipart replies.
+func (b *Bridge) flowStats(ctx context.Context, table uint8, cookie, cookieMask uint64) ([]*openflow15.FlowDesc, error) {
+	sw, err := b.currentSwitch()
+	if err != nil {
+		return nil, err
+	}
+	req := openflow15.NewFlowStatsRequest()
+	req.TableId = table
+	req.Cookie = cookie
+	req.CookieMask = cookieMask
+	mp := &openflow15.MultipartRequest{}
+	mp.Header = openflow15.NewOfp15Header()
+	mp.Header.Type = openflow15.Type_MultiPartRequest
+	mp.Type = openflow15.MultipartType_FlowDesc
+	mp.Xid = statsXid.Add(1)
+	mp.Body = []util.Message{req}
+	ch := make(chan *openflow15.MultipartReply, 64)
+	b.statsMu.Lock()
+	b.stats[mp.Xid] = ch
+	b.statsMu.Unlock()
+	defer func() {
+		b.statsMu.Lock()
+		delete(b.stats, mp.Xid)
+		b.statsMu.Unlock()
+	}()
+	if err := sw.Send(mp); err != nil {
+		return nil, fmt.Errorf("requesting flows of table %d: %w", table, err)
+	}
+	var out []*openflow15.FlowDesc
+	timeout := time.NewTimer(10 * time.Second)
+	defer timeout.Stop()
+	for {
+		select {
+		case rep := <-ch:
+			for _, m := range rep.Body {
+				if fd, ok := m.(*openflow15.FlowDesc); ok {
+					out = append(out, fd)
+				}
+			}
+			if rep.Flags&openflow15.OFPMPF_REPLY_MORE == 0 {
+				return out, nil
+			}
+		case <-ctx.Done():
+			return nil, fmt.Errorf("dumping table %d: %w", table, ctx.Err())
+		case <-timeout.C:
+			return nil, fmt.Errorf("dumping table %d: no complete reply", table)
+		}
+	}
+}
+
+// Verify compares the switch's flows, table by table for the tables we use,
+// with the desired flows of every category and returns the differences.
+//
+// Flows are compared by table, priority and cookie (which carries category,
+// object and round), counted: this finds missing flows, flows left from
+// another round and unexpected flows of our categories. It does not compare
+// match and action contents, because OVS re-encodes them (registers come back
+// as OXM packet registers) and libOpenflow does not decode every field back.
+func (b *Bridge) Verify(ctx context.Context) ([]Difference, error) {
+	if err := b.waitConnected(ctx); err != nil {
+		return nil, err
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	type id struct {
+		priority uint16
+		cookie   uint64
+	}
+	byTable := map[uint8]map[id][]string{}
+	categories := map[uint8]bool{}
+	for _, c := range b.flows {
+		t := byTable[c.flow.Table]
+		if t == nil {
+			t = map[id][]string{}
+			byTable[c.flow.Table] = t
+		}
+		k := id{c.flow.Priority, c.flow.Cookie}
+		t[k] = append(t[k], c.flow.String())
+		categories[c.category] = true
+	}
+	tables := make([]uint8, 0, len(byTable))
+	for t := range byTable {
+		tables = append(tables, t)
+	}
+	slices.Sort(tables)
+	var diffs []Difference
+	for _, table := range tables {
+		got, err := b.dumpTable(ctx, table)
+		if err != nil {
+			return nil, err
+		}
+		count := map[id]int{}
+		for _, fd := range got {
+			k := id{fd.Priority, fd.Cookie}
+			count[k]++
+			if count[k] > len(byTable[table][k]) && fd.Cookie != 0 && categories[CookieCategory(fd.Cookie)] {
+				diffs = append(diffs, Difference{Kind: Unexpected, Flow: fmt.Sprintf("cookie=%#x, table=%d, priority=%d", fd.Cookie, table, fd.Priority)})
+			}
+		}
+		for k, texts := range byTable[table] {
+			if n := count[k]; n < len(texts) {
+				// Which of several flows with the same cookie is missing is
+				// not known from the counts; report the candidates.
+				slices.Sort(texts)
+				for _, t := range texts[n:] {
+					diffs = append(diffs, Difference{Kind: Missing, Flow: t})
+				}
+			}
+		}
+	}
+	slices.SortFunc(diffs, func(a, b Difference) int { return strings.Compare(string(a.Kind)+a.Flow, string(b.Kind)+b.Flow) })
+	return diffs, nil
+}
