@@ -1,0 +1,3 @@
+// Package pipeline declares winnet's OpenFlow tables and register marks in one place and builds,
+// as pure functions of a node's network model, the flows of each feature.
+package pipeline

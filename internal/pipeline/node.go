@@ -1,0 +1,155 @@
+package pipeline
+
+import (
+	"net"
+	"net/netip"
+
+	"github.com/winnet-io/winnet/internal/ovs/openflow"
+)
+
+// Node is the part of a node's realised network that the base pipeline depends on.
+type Node struct {
+	// NodeIP is the node's transport address: the SNAT source and the tunnel source.
+	NodeIP netip.Addr
+	// PodCIDR is the node's IPv4 Pod subnet.
+	PodCIDR netip.Prefix
+	// GatewayIP, GatewayMAC and GatewayOFPort describe the gateway port.
+	GatewayIP     netip.Addr
+	GatewayMAC    net.HardwareAddr
+	GatewayOFPort uint32
+	// UplinkOFPort is the uplink adapter's port.
+	UplinkOFPort uint32
+	// TunnelOFPort is the tunnel port; 0 when the node does not encapsulate (NoEncap).
+	TunnelOFPort uint32
+	// SNAT turns SNAT of Pod-to-external traffic on.
+	SNAT bool
+	// NoSNAT are the destinations Pods reach with their own address: cluster and Service CIDRs,
+	// configured exclusions, the nodes' IPs.
+	NoSNAT []netip.Prefix
+}
+
+// Features lists the flows of the node's base pipeline, feature by feature, as Sync categories.
+func (n Node) Features() map[string][]openflow.Flow {
+	f := map[string][]openflow.Flow{
+		"classifier": n.classifierFlows(),
+		"conntrack":  n.conntrackFlows(),
+		"forwarding": n.forwardingFlows(),
+	}
+	if n.SNAT {
+		f["snat"] = n.snatFlows()
+	}
+	return f
+}
+
+// BaseFlows returns every flow of the node's base pipeline.
+func (n Node) BaseFlows() []openflow.Flow {
+	var out []openflow.Flow
+	for _, name := range []string{"classifier", "conntrack", "forwarding", "snat"} {
+		out = append(out, n.Features()[name]...)
+	}
+	return out
+}
+
+func regMatch(f RegField, v uint32) openflow.MatchField {
+	return openflow.Reg(f.Reg, f.Start, f.End, v)
+}
+func loadReg(f RegField, v uint32) openflow.Action { return openflow.SetReg(f.Reg, f.Start, f.End, v) }
+
+func flow(table uint8, priority uint16, match []openflow.MatchField, actions ...openflow.Action) openflow.Flow {
+	return openflow.Flow{Table: table, Priority: priority, Match: match, Actions: actions}
+}
+
+func match(m ...openflow.MatchField) []openflow.MatchField { return m }
+
+// classifierFlows mark where each packet entered. Host traffic between the uplink and the bridge's
+// LOCAL port bypasses the pipeline, except IP from the uplink, which goes through conntrack so that
+// replies to SNATed Pod traffic find their Pod.
+func (n Node) classifierFlows() []openflow.Flow {
+	out := []openflow.Flow{
+		flow(ClassifierTable, priorityNormal, match(openflow.InPort(n.UplinkOFPort), openflow.IPv4()),
+			loadReg(PktSourceField, FromUplink), openflow.GotoTable(ConntrackTable)),
+		flow(ClassifierTable, priorityLow, match(openflow.InPort(n.UplinkOFPort)), openflow.Output(openflow.PortLocal)),
+		flow(ClassifierTable, priorityNormal, match(openflow.InPort(openflow.PortLocal), openflow.IPv4(), openflow.NwDst(n.PodCIDR)),
+			loadReg(PktSourceField, FromLocal), openflow.GotoTable(ConntrackTable)),
+		flow(ClassifierTable, priorityLow, match(openflow.InPort(openflow.PortLocal)), openflow.Output(n.UplinkOFPort)),
+		flow(ClassifierTable, priorityNormal, match(openflow.InPort(n.GatewayOFPort)),
+			loadReg(PktSourceField, FromGateway), openflow.GotoTable(SpoofGuardTable)),
+		flow(ClassifierTable, priorityMiss, nil, openflow.Drop()),
+		// The gateway is trusted; Pods are checked per Pod (PodFlows).
+		flow(SpoofGuardTable, priorityLow, match(openflow.ARP(), regMatch(PktSourceField, FromGateway)), openflow.GotoTable(ARPResponderTable)),
+		flow(SpoofGuardTable, priorityLow, match(openflow.IPv4(), regMatch(PktSourceField, FromGateway)), openflow.GotoTable(ConntrackTable)),
+		flow(SpoofGuardTable, priorityMiss, nil, openflow.Drop()),
+	}
+	if n.TunnelOFPort != 0 {
+		out = append(out, flow(ClassifierTable, priorityNormal, match(openflow.InPort(n.TunnelOFPort)),
+			loadReg(PktSourceField, FromTunnel), openflow.GotoTable(ConntrackTable)))
+	}
+	return out
+}
+
+// conntrackFlows track every IP packet in the pipeline's zone, un-NATing replies, and steer replies
+// to SNATed connections that came in on the uplink towards their Pod.
+func (n Node) conntrackFlows() []openflow.Flow {
+	stateTable := ConntrackStateTable
+	established := openflow.CTState(openflow.CTTrk, openflow.CTNew)
+	return []openflow.Flow{
+		flow(ARPResponderTable, priorityMiss, nil, openflow.Normal()),
+		flow(ConntrackTable, priorityNormal, match(openflow.IPv4()),
+			openflow.CT(openflow.CTAction{Table: &stateTable, Zone: ConntrackZone, NAT: true})),
+		flow(ConntrackTable, priorityMiss, nil, openflow.Drop()),
+		flow(ConntrackStateTable, priorityHigh, match(openflow.IPv4(), established, openflow.CTMark(SNATCTMark, 0xffffffff), regMatch(PktSourceField, FromUplink)),
+			openflow.SetEthDst(GlobalVirtualMAC), openflow.GotoTable(DNATTable)),
+		flow(ConntrackStateTable, priorityNormal, match(openflow.IPv4(), established, openflow.CTMark(SNATCTMark, 0xffffffff)),
+			openflow.GotoTable(DNATTable)),
+		// Host traffic from the uplink that is not a reply to a Pod goes to the host.
+		flow(ConntrackStateTable, priorityLow, match(openflow.IPv4(), regMatch(PktSourceField, FromUplink)), openflow.Output(openflow.PortLocal)),
+		flow(ConntrackStateTable, prioritySkip, match(openflow.IPv4(), openflow.CTState(openflow.CTTrk|openflow.CTInv, 0)), openflow.Drop()),
+		flow(ConntrackStateTable, priorityMiss, nil, openflow.GotoTable(DNATTable)),
+		flow(DNATTable, priorityMiss, nil, openflow.GotoTable(L3ForwardingTable)),
+	}
+}
+
+// forwardingFlows are the L3/L2 base: the local Pod CIDR and the node are reached by MAC; the
+// gateway's MAC leads to the gateway; a packet whose port is known is output there.
+func (n Node) forwardingFlows() []openflow.Flow {
+	commit := ConntrackCommitTable
+	return []openflow.Flow{
+		flow(L3ForwardingTable, priorityLow, match(openflow.IPv4(), openflow.NwDst(n.PodCIDR)), openflow.GotoTable(L2ForwardingCalcTable)),
+		flow(L3ForwardingTable, priorityLow, match(openflow.IPv4(), regMatch(PktSourceField, FromLocalPod), openflow.NwDst(netip.PrefixFrom(n.NodeIP, 32))),
+			openflow.GotoTable(L2ForwardingCalcTable)),
+		flow(L3ForwardingTable, priorityMiss, nil, openflow.GotoTable(L2ForwardingCalcTable)),
+		flow(L2ForwardingCalcTable, priorityNormal, match(openflow.EthDst(n.GatewayMAC)),
+			loadReg(TargetOFPortField, n.GatewayOFPort), loadReg(OFPortFoundField, 1), openflow.GotoTable(commit)),
+		flow(L2ForwardingCalcTable, priorityMiss, nil, openflow.GotoTable(commit)),
+		flow(ConntrackCommitTable, priorityLow, match(openflow.IPv4(), openflow.CTState(openflow.CTNew|openflow.CTTrk, 0)),
+			openflow.CT(openflow.CTAction{Commit: true, Table: ptr(L2ForwardingOutTable), Zone: ConntrackZone})),
+		flow(ConntrackCommitTable, priorityMiss, nil, openflow.GotoTable(L2ForwardingOutTable)),
+		flow(L2ForwardingOutTable, priorityLow, match(regMatch(OFPortFoundField, 1)), openflow.OutputReg(TargetOFPortField.Reg, TargetOFPortField.Start, TargetOFPortField.End)),
+		flow(L2ForwardingOutTable, priorityMiss, nil, openflow.Drop()),
+	}
+}
+
+// snatFlows implement SNAT of Pod-to-external traffic to the node IP, as the Antrea Windows design
+// specifies: L3Forwarding marks it (reg0[17]) unless the destination is in NoSNAT; ConntrackCommit
+// commits it with nat(src=NodeIP) and ct_mark 0x40; L2ForwardingOut sends it out on the gateway, from
+// where the host forwards it to the bridge interface and the uplink.
+func (n Node) snatFlows() []openflow.Flow {
+	out := []openflow.Flow{
+		flow(L3ForwardingTable, prioritySNAT, match(openflow.IPv4(), regMatch(PktSourceField, FromLocalPod)),
+			loadReg(SNATRequiredField, 1), openflow.GotoTable(L2ForwardingCalcTable)),
+		flow(ConntrackCommitTable, priorityNormal, match(openflow.IPv4(), openflow.CTState(openflow.CTNew|openflow.CTTrk, 0), regMatch(SNATRequiredField, 1)),
+			openflow.CT(openflow.CTAction{Commit: true, Table: ptr(L2ForwardingOutTable), Zone: ConntrackZone, SNAT: n.NodeIP,
+				Exec: []openflow.Action{openflow.SetCTMark(SNATCTMark, 0xffffffff)}})),
+		flow(L2ForwardingOutTable, priorityNormal, match(openflow.IPv4(), regMatch(SNATRequiredField, 1)), openflow.Output(n.GatewayOFPort)),
+	}
+	for _, p := range n.NoSNAT {
+		if !p.Addr().Is4() {
+			continue
+		}
+		out = append(out, flow(L3ForwardingTable, prioritySkip, match(openflow.IPv4(), regMatch(PktSourceField, FromLocalPod), openflow.NwDst(p)),
+			openflow.GotoTable(L2ForwardingCalcTable)))
+	}
+	return out
+}
+
+func ptr[T any](v T) *T { return &v }

@@ -1,0 +1,78 @@
+package pipeline
+
+import (
+	"net"
+	"net/netip"
+	"strings"
+	"testing"
+
+	. "github.com/onsi/gomega"
+)
+
+func testNode() Node {
+	mac, _ := net.ParseMAC("02:42:0a:f4:01:01")
+	return Node{
+		NodeIP:        netip.MustParseAddr("192.168.10.11"),
+		PodCIDR:       netip.MustParsePrefix("10.244.1.0/24"),
+		GatewayIP:     netip.MustParseAddr("10.244.1.1"),
+		GatewayMAC:    mac,
+		GatewayOFPort: 2,
+		UplinkOFPort:  3,
+		TunnelOFPort:  1,
+		SNAT:          true,
+		NoSNAT:        []netip.Prefix{netip.MustParsePrefix("10.244.0.0/16"), netip.MustParsePrefix("10.96.0.0/12")},
+	}
+}
+
+func featureFlows(n Node, feature string) []string {
+	var out []string
+	for _, f := range n.Features()[feature] {
+		out = append(out, f.String())
+	}
+	return out
+}
+
+// TestSNATFlows pins the SNAT flows to the seed design's: reg0[17] set in L3Forwarding, commit with
+// nat(src=NodeIP) and ct_mark 0x40 in zone 65520, out on the gateway, and exclusions skip it.
+func TestSNATFlows(t *testing.T) {
+	g := NewWithT(t)
+	got := featureFlows(testNode(), "snat")
+	g.Expect(got).To(ConsistOf(
+		"table=70, priority=10,ip,reg0=0x2/0xffff actions=set_field:0x20000/0x20000->reg0,goto_table:80",
+		"table=105, priority=200,ct_state=+new+trk,ip,reg0=0x20000/0x20000 actions=ct(commit,table=110,zone=65520,nat(src=192.168.10.11),exec(set_field:0x40->ct_mark))",
+		"table=110, priority=200,ip,reg0=0x20000/0x20000 actions=output:2",
+		"table=70, priority=180,ip,reg0=0x2/0xffff,nw_dst=10.244.0.0/16 actions=goto_table:80",
+		"table=70, priority=180,ip,reg0=0x2/0xffff,nw_dst=10.96.0.0/12 actions=goto_table:80",
+	))
+}
+
+func TestSNATOffHasNoSNATFlows(t *testing.T) {
+	g := NewWithT(t)
+	n := testNode()
+	n.SNAT = false
+	g.Expect(n.Features()).NotTo(HaveKey("snat"))
+	for _, f := range n.BaseFlows() {
+		g.Expect(f.String()).NotTo(ContainSubstring("nat(src="))
+	}
+}
+
+// TestUnNATReplies pins the flows that bring replies to SNATed connections back: IP from the uplink
+// goes through conntrack with nat, and a reply with the SNAT mark gets the global virtual MAC.
+func TestUnNATReplies(t *testing.T) {
+	g := NewWithT(t)
+	n := testNode()
+	g.Expect(featureFlows(n, "classifier")).To(ContainElement(
+		"priority=200,ip,in_port=3 actions=set_field:0x3/0xffff->reg0,goto_table:30"))
+	g.Expect(featureFlows(n, "conntrack")).To(ContainElements(
+		"table=30, priority=200,ip actions=ct(table=31,zone=65520,nat)",
+		"table=31, priority=210,ct_state=-new+trk,ct_mark=0x40,ip,reg0=0x3/0xffff actions=set_field:aa:bb:cc:dd:ee:ff->eth_dst,goto_table:40",
+	))
+}
+
+func TestNoEncapHasNoTunnelClassifier(t *testing.T) {
+	g := NewWithT(t)
+	n := testNode()
+	g.Expect(strings.Join(featureFlows(n, "classifier"), "\n")).To(ContainSubstring("in_port=1 "))
+	n.TunnelOFPort = 0
+	g.Expect(strings.Join(featureFlows(n, "classifier"), "\n")).NotTo(ContainSubstring("in_port=1 "))
+}

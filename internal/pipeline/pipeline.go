@@ -1,0 +1,103 @@
+package pipeline
+
+import (
+	"net"
+
+	networkv1alpha1 "github.com/winnet-io/winnet/api/v1alpha1"
+)
+
+// The tables of the pipeline, in the order a packet walks them. Table IDs appear nowhere else.
+const (
+	// ClassifierTable marks the packet's source in PktSourceField and sends host traffic between
+	// the uplink and the bridge's LOCAL port straight through.
+	ClassifierTable uint8 = 0
+	// SpoofGuardTable admits a Pod's packets only with the Pod's own MAC and IP.
+	SpoofGuardTable uint8 = 10
+	// ARPResponderTable answers ARP for remote gateways with the global virtual MAC.
+	ARPResponderTable uint8 = 20
+	// ConntrackTable sends IP packets through conntrack in ConntrackZone, un-NATing replies.
+	ConntrackTable uint8 = 30
+	// ConntrackStateTable steers SNATed replies from the uplink to their Pod.
+	ConntrackStateTable uint8 = 31
+	// DNATTable is reserved for Services.
+	DNATTable uint8 = 40
+	// L3ForwardingTable routes: local Pods, remote subnets (tunnel or routed), and marks
+	// Pod-to-external traffic for SNAT.
+	L3ForwardingTable uint8 = 70
+	// L2ForwardingCalcTable maps the destination MAC to the output port in TargetOFPortField.
+	L2ForwardingCalcTable uint8 = 80
+	// ConntrackCommitTable commits new connections, SNATing those marked for it.
+	ConntrackCommitTable uint8 = 105
+	// L2ForwardingOutTable outputs: SNATed traffic on the gateway, the rest on the port found.
+	L2ForwardingOutTable uint8 = 110
+)
+
+// TableNames names every table, for logs and `kubectl describe`.
+var TableNames = map[uint8]string{
+	ClassifierTable:       "Classifier",
+	SpoofGuardTable:       "SpoofGuard",
+	ARPResponderTable:     "ARPResponder",
+	ConntrackTable:        "Conntrack",
+	ConntrackStateTable:   "ConntrackState",
+	DNATTable:             "DNAT",
+	L3ForwardingTable:     "L3Forwarding",
+	L2ForwardingCalcTable: "L2ForwardingCalc",
+	ConntrackCommitTable:  "ConntrackCommit",
+	L2ForwardingOutTable:  "L2ForwardingOut",
+}
+
+// RegField is a bit range of a NXM register.
+type RegField struct {
+	Reg        int
+	Start, End int
+}
+
+// Register marks. Every bit the pipeline uses is declared here:
+//
+//	reg0[0..15]  PktSourceField: where the packet entered (FromTunnel .. FromLocal)
+//	reg0[16]     OFPortFoundField: L2ForwardingCalc (or a route) put the output port in reg1
+//	reg0[17]     SNATRequiredField: Pod-to-external traffic, SNATed in ConntrackCommit
+//	reg1[0..31]  TargetOFPortField: the output port
+var (
+	PktSourceField    = RegField{Reg: 0, Start: 0, End: 15}
+	OFPortFoundField  = RegField{Reg: 0, Start: 16, End: 16}
+	SNATRequiredField = RegField{Reg: 0, Start: 17, End: 17}
+	TargetOFPortField = RegField{Reg: 1, Start: 0, End: 31}
+)
+
+// Values of PktSourceField.
+const (
+	FromTunnel   uint32 = 0
+	FromGateway  uint32 = 1
+	FromLocalPod uint32 = 2
+	FromUplink   uint32 = 3
+	FromLocal    uint32 = 4
+)
+
+// SNATCTMark marks connections SNATed to the node IP.
+const SNATCTMark uint32 = 0x40
+
+// ConntrackZone is the conntrack zone of the pipeline.
+const ConntrackZone uint16 = networkv1alpha1.ConntrackZone
+
+// GlobalVirtualMAC is the destination MAC of packets routed to remote Pods and of un-NATed replies
+// on their way to a local Pod.
+var GlobalVirtualMAC = mustMAC(networkv1alpha1.GlobalVirtualMAC)
+
+// Priorities used across tables.
+const (
+	priorityHigh   uint16 = 210
+	priorityNormal uint16 = 200
+	priorityLow    uint16 = 190
+	prioritySkip   uint16 = 180
+	prioritySNAT   uint16 = 10
+	priorityMiss   uint16 = 0
+)
+
+func mustMAC(s string) net.HardwareAddr {
+	mac, err := net.ParseMAC(s)
+	if err != nil {
+		panic(err)
+	}
+	return mac
+}

@@ -1,0 +1,155 @@
+package pipeline
+
+import (
+	"fmt"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	. "github.com/onsi/gomega"
+
+	"github.com/winnet-io/winnet/internal/ovs/ovstest"
+)
+
+// These tests load the pipeline into a real ovs-vswitchd (userspace datapath) and walk packets
+// through it with ofproto/trace: what the builders render is what OVS installs, and the paths of the
+// seed design hold.
+
+var (
+	pod1   = Pod{OFPort: 10, MAC: mustMAC("02:42:0a:f4:01:05"), IP: netip.MustParseAddr("10.244.1.5")}
+	pod2   = Pod{OFPort: 11, MAC: mustMAC("02:42:0a:f4:01:06"), IP: netip.MustParseAddr("10.244.1.6")}
+	remote = RemoteRoute{
+		CIDR: netip.MustParsePrefix("10.244.2.0/24"), Tunnel: true, NodeIP: netip.MustParseAddr("192.168.10.12"),
+		VNI: 4096, DstMAC: GlobalVirtualMAC, GatewayIP: netip.MustParseAddr("10.244.2.1"),
+	}
+)
+
+func loadPipeline(t *testing.T, n Node) (*ovstest.OVS, []string) {
+	t.Helper()
+	o := ovstest.Start(t, ovstest.Options{})
+	o.AddBridge(t, "br-int")
+	for _, p := range []struct {
+		name   string
+		ofport uint32
+		opts   []string
+	}{
+		{"winnet-tun0", n.TunnelOFPort, []string{"type=vxlan", "options:remote_ip=flow", "options:key=flow", "options:local_ip=" + n.NodeIP.String()}},
+		{"winnet-gw0", n.GatewayOFPort, []string{"type=internal"}},
+		{"uplink0", n.UplinkOFPort, []string{"type=internal"}},
+		{"pod1", pod1.OFPort, []string{"type=internal"}},
+		{"pod2", pod2.OFPort, []string{"type=internal"}},
+	} {
+		args := []string{"add-port", "br-int", p.name, "--", "set", "interface", p.name, fmt.Sprintf("ofport_request=%d", p.ofport)}
+		o.MustVsctl(t, append(args, p.opts...)...)
+	}
+	flows := slices.Concat(n.BaseFlows(), n.PodFlows(pod1), n.PodFlows(pod2), n.RouteFlows(remote))
+	var text []string
+	for _, f := range flows {
+		text = append(text, f.String())
+	}
+	file := filepath.Join(t.TempDir(), "flows")
+	if err := os.WriteFile(file, []byte(strings.Join(text, "\n")+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	o.MustOfctl(t, "-O", "OpenFlow15", "--bundle", "add-flows", "br-int", file)
+	slices.Sort(text)
+	return o, text
+}
+
+func TestPipelineInstallsAsRendered(t *testing.T) {
+	g := NewWithT(t)
+	o, want := loadPipeline(t, testNode())
+	got, err := o.DumpFlows("br-int", "-O", "OpenFlow15")
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(got).To(Equal(want), "ovs-ofctl dump-flows must print exactly what the builders render")
+}
+
+func TestPipelinePaths(t *testing.T) {
+	n := testNode()
+	o, _ := loadPipeline(t, n)
+	gw := n.GatewayMAC.String()
+	cases := []struct {
+		name string
+		flow string
+		// ctNext is the conntrack state each ct() recirculation sees.
+		ctNext []string
+		// want are regular expressions (most are plain text) the trace must match.
+		want   []string
+		reject []string
+	}{
+		{
+			name:   "Pod to external is SNATed to the node IP and leaves on the gateway",
+			flow:   fmt.Sprintf("in_port=10,ip,dl_src=%s,dl_dst=%s,nw_src=10.244.1.5,nw_dst=8.8.8.8,nw_ttl=64", pod1.MAC, gw),
+			ctNext: []string{"trk,new", "trk,new"},
+			want:   []string{`nat\(src=192\.168\.10\.11\)`, "set_field:0x40->ct_mark", "output:2"},
+		},
+		{
+			name:   "Pod to a Service CIDR keeps its address",
+			flow:   fmt.Sprintf("in_port=10,ip,dl_src=%s,dl_dst=%s,nw_src=10.244.1.5,nw_dst=10.96.0.10,nw_ttl=64", pod1.MAC, gw),
+			ctNext: []string{"trk,new", "trk,new"},
+			want:   []string{"-> output port is 2"},
+			reject: []string{"nat(src="},
+		},
+		{
+			name:   "Pod to local Pod is switched to its port",
+			flow:   fmt.Sprintf("in_port=10,ip,dl_src=%s,dl_dst=%s,nw_src=10.244.1.5,nw_dst=10.244.1.6,nw_ttl=64", pod1.MAC, pod2.MAC),
+			ctNext: []string{"trk,new", "trk,new"},
+			want:   []string{"-> output port is 11"},
+			reject: []string{"nat(src="},
+		},
+		{
+			name:   "Pod to remote Pod is tunnelled to the remote node with the VNI",
+			flow:   fmt.Sprintf("in_port=10,ip,dl_src=%s,dl_dst=%s,nw_src=10.244.1.5,nw_dst=10.244.2.7,nw_ttl=64", pod1.MAC, gw),
+			ctNext: []string{"trk,new", "trk,new"},
+			want:   []string{"set_field:192.168.10.12->tun_dst", "set_field:0x1000->tun_id", "-> output port is 1"},
+			reject: []string{"nat(src="},
+		},
+		{
+			name: "A Pod spoofing another address is dropped",
+			flow: fmt.Sprintf("in_port=10,ip,dl_src=%s,dl_dst=%s,nw_src=10.244.1.99,nw_dst=8.8.8.8,nw_ttl=64", pod1.MAC, gw),
+			want: []string{"Datapath actions: drop"},
+		},
+		{
+			name:   "Tunnelled traffic to a local Pod gets the Pod's MAC",
+			flow:   fmt.Sprintf("in_port=1,ip,dl_src=%s,dl_dst=%s,nw_src=10.244.2.7,nw_dst=10.244.1.5,nw_ttl=64,tun_id=4096,tun_src=192.168.10.12,tun_dst=192.168.10.11", gw, GlobalVirtualMAC),
+			ctNext: []string{"trk,new", "trk,new"},
+			want:   []string{fmt.Sprintf("set_field:%s->eth_dst", pod1.MAC), "-> output port is 10"},
+		},
+		{
+			name: "Host traffic to the outside leaves on the uplink untouched",
+			flow: "in_port=LOCAL,ip,nw_src=192.168.10.11,nw_dst=8.8.8.8,nw_ttl=64",
+			want: []string{"output:3"},
+		},
+		{
+			name:   "Host traffic from the uplink that is no reply to a Pod goes to the host",
+			flow:   "in_port=3,ip,nw_src=8.8.8.8,nw_dst=192.168.10.11,nw_ttl=64",
+			ctNext: []string{"trk,new"},
+			want:   []string{`31. ip,reg0=0x3/0xffff, priority 190\n\s+LOCAL\n`},
+		},
+		{
+			name: "The host's ARP for a remote gateway is answered with the global virtual MAC",
+			flow: fmt.Sprintf("in_port=2,arp,dl_src=%s,dl_dst=ff:ff:ff:ff:ff:ff,arp_op=1,arp_spa=10.244.1.1,arp_tpa=10.244.2.1,arp_sha=%s", gw, gw),
+			want: []string{"set_field:aa:bb:cc:dd:ee:ff->arp_sha", "set_field:10.244.2.1->arp_spa", "IN_PORT"},
+		},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			g := NewWithT(t)
+			args := []string{"ofproto/trace", "br-int", tc.flow}
+			for _, s := range tc.ctNext {
+				args = append(args, "--ct-next", s)
+			}
+			out, err := o.Appctl(args...)
+			g.Expect(err).NotTo(HaveOccurred(), out)
+			for _, w := range tc.want {
+				g.Expect(out).To(MatchRegexp(w), "trace:\n%s", out)
+			}
+			for _, r := range tc.reject {
+				g.Expect(out).NotTo(ContainSubstring(r), "trace:\n%s", out)
+			}
+		})
+	}
+}

@@ -1,0 +1,34 @@
+package pipeline
+
+import (
+	"net"
+	"net/netip"
+
+	"github.com/winnet-io/winnet/internal/ovs/openflow"
+)
+
+// Pod is one local Pod's attachment as the pipeline sees it.
+type Pod struct {
+	OFPort uint32
+	MAC    net.HardwareAddr
+	IP     netip.Addr
+}
+
+// PodFlows are the flows of one local Pod: it is classified as a local Pod, may send only with its
+// own MAC and IP, is reached by its MAC, and packets routed to it (from the tunnel, or un-NATed
+// replies) get its MAC and the gateway's as source.
+func (n Node) PodFlows(p Pod) []openflow.Flow {
+	host := netip.PrefixFrom(p.IP, p.IP.BitLen())
+	return []openflow.Flow{
+		flow(ClassifierTable, priorityLow, match(openflow.InPort(p.OFPort)),
+			loadReg(PktSourceField, FromLocalPod), openflow.GotoTable(SpoofGuardTable)),
+		flow(SpoofGuardTable, priorityNormal, match(openflow.InPort(p.OFPort), openflow.IPv4(), openflow.EthSrc(p.MAC), openflow.NwSrc(host)),
+			openflow.GotoTable(ConntrackTable)),
+		flow(SpoofGuardTable, priorityNormal, match(openflow.InPort(p.OFPort), openflow.ARP(), openflow.EthSrc(p.MAC), openflow.NwSrc(host)),
+			openflow.GotoTable(ARPResponderTable)),
+		flow(L3ForwardingTable, priorityNormal, match(openflow.IPv4(), openflow.EthDst(GlobalVirtualMAC), openflow.NwDst(host)),
+			openflow.SetEthSrc(n.GatewayMAC), openflow.SetEthDst(p.MAC), openflow.GotoTable(L2ForwardingCalcTable)),
+		flow(L2ForwardingCalcTable, priorityNormal, match(openflow.EthDst(p.MAC)),
+			loadReg(TargetOFPortField, p.OFPort), loadReg(OFPortFoundField, 1), openflow.GotoTable(ConntrackCommitTable)),
+	}
+}
