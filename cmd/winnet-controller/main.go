@@ -8,6 +8,7 @@ import (
 	"os"
 	"strings"
 
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -38,6 +39,11 @@ func main() {
 	fs.Func("service-cidrs", "comma-separated Service CIDRs of the cluster, written into derived WindowsNodeNetworks (never SNATed)", func(v string) error {
 		opts.Defaults.ServiceCIDRs = splitList(v)
 		return nil
+	})
+	fs.Func("windows-node-selector", "label selector of the nodes that get a WindowsNodeNetwork (default kubernetes.io/os=windows)", func(v string) error {
+		sel, err := labels.Parse(v)
+		opts.Defaults.WindowsNodeSelector = sel
+		return err
 	})
 	kubeconfig := fs.String("kubeconfig", "", "path to a kubeconfig (default: $KUBECONFIG, the in-cluster config, then ~/.kube/config)")
 	zopts := zap.Options{}

@@ -7,6 +7,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
 
 	networkv1alpha1 "github.com/winnet-io/winnet/api/v1alpha1"
 )
@@ -18,19 +19,19 @@ const (
 	ManagedByValue = "winnet-controller"
 	// FieldOwner is winnet-controller's server-side apply field manager.
 	FieldOwner = "winnet-controller"
-	// WindowsOSLabelValue is the kubernetes.io/os label value of Windows nodes.
-	WindowsOSLabelValue = "windows"
 )
+
+// DefaultWindowsNodeSelector selects the nodes that get a WindowsNodeNetwork.
+var DefaultWindowsNodeSelector = labels.SelectorFromSet(labels.Set{corev1.LabelOSStable: "windows"})
 
 // nodeFacts are what winnet-controller reads from a Node.
 type nodeFacts struct {
 	podCIDRs []string
 	nodeIP   string
-	windows  bool
 }
 
 func factsOf(node *corev1.Node) nodeFacts {
-	f := nodeFacts{podCIDRs: node.Spec.PodCIDRs, windows: node.Labels[corev1.LabelOSStable] == WindowsOSLabelValue}
+	f := nodeFacts{podCIDRs: node.Spec.PodCIDRs}
 	if len(f.podCIDRs) == 0 && node.Spec.PodCIDR != "" {
 		f.podCIDRs = []string{node.Spec.PodCIDR}
 	}
@@ -62,16 +63,27 @@ func desiredRoute(node *corev1.Node) *unstructured.Unstructured {
 // NetworkDefaults are the cluster-wide settings winnet-controller writes into every
 // WindowsNodeNetwork it creates.
 type NetworkDefaults struct {
-	ClusterCIDRs []string
-	ServiceCIDRs []string
+	// WindowsNodeSelector selects the nodes that get a WindowsNodeNetwork; nil means
+	// DefaultWindowsNodeSelector (kubernetes.io/os=windows).
+	WindowsNodeSelector labels.Selector
+	ClusterCIDRs        []string
+	ServiceCIDRs        []string
+}
+
+func (d NetworkDefaults) selects(node *corev1.Node) bool {
+	sel := d.WindowsNodeSelector
+	if sel == nil {
+		sel = DefaultWindowsNodeSelector
+	}
+	return sel.Matches(labels.Set(node.Labels))
 }
 
 // desiredNodeNetwork is the default WindowsNodeNetwork of a Windows node, as an apply configuration
-// of the fields winnet-controller owns; nil for other nodes and for nodes without an IPv4 Pod CIDR.
+// of the fields winnet-controller owns; nil for nodes the selector does not pick and for nodes without an IPv4 Pod CIDR.
 // Everything else keeps its API defaults or what the user set.
 func desiredNodeNetwork(node *corev1.Node, d NetworkDefaults) (*unstructured.Unstructured, error) {
 	f := factsOf(node)
-	if !f.windows || len(f.podCIDRs) == 0 {
+	if !d.selects(node) || len(f.podCIDRs) == 0 {
 		return nil, nil
 	}
 	hasIPv4 := false
