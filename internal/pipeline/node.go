@@ -28,24 +28,27 @@ type Node struct {
 	NoSNAT []netip.Prefix
 }
 
-// Features lists the flows of the node's base pipeline, feature by feature, as Sync categories.
-func (n Node) Features() map[string][]openflow.Flow {
-	f := map[string][]openflow.Flow{
-		"classifier": n.classifierFlows(),
-		"conntrack":  n.conntrackFlows(),
-		"forwarding": n.forwardingFlows(),
+// Features lists the flows of the node's base pipeline by Sync category. Every base category is
+// present, empty when its feature is off, so that syncing the map removes a feature turned off.
+func (n Node) Features() map[uint8][]openflow.Flow {
+	f := map[uint8][]openflow.Flow{
+		CategoryClassifier: n.classifierFlows(),
+		CategoryConntrack:  n.conntrackFlows(),
+		CategoryForwarding: n.forwardingFlows(),
+		CategorySNAT:       nil,
 	}
 	if n.SNAT {
-		f["snat"] = n.snatFlows()
+		f[CategorySNAT] = n.snatFlows()
 	}
 	return f
 }
 
 // BaseFlows returns every flow of the node's base pipeline.
 func (n Node) BaseFlows() []openflow.Flow {
+	features := n.Features()
 	var out []openflow.Flow
-	for _, name := range []string{"classifier", "conntrack", "forwarding", "snat"} {
-		out = append(out, n.Features()[name]...)
+	for _, c := range BaseCategories {
+		out = append(out, features[c]...)
 	}
 	return out
 }

@@ -24,7 +24,7 @@ func testNode() Node {
 	}
 }
 
-func featureFlows(n Node, feature string) []string {
+func featureFlows(n Node, feature uint8) []string {
 	var out []string
 	for _, f := range n.Features()[feature] {
 		out = append(out, f.String())
@@ -36,7 +36,7 @@ func featureFlows(n Node, feature string) []string {
 // nat(src=NodeIP) and ct_mark 0x40 in zone 65520, out on the gateway, and exclusions skip it.
 func TestSNATFlows(t *testing.T) {
 	g := NewWithT(t)
-	got := featureFlows(testNode(), "snat")
+	got := featureFlows(testNode(), CategorySNAT)
 	g.Expect(got).To(ConsistOf(
 		"table=70, priority=10,ip,reg0=0x2/0xffff actions=set_field:0x20000/0x20000->reg0,goto_table:80",
 		"table=105, priority=200,ct_state=+new+trk,ip,reg0=0x20000/0x20000 actions=ct(commit,table=110,zone=65520,nat(src=192.168.10.11),exec(set_field:0x40->ct_mark))",
@@ -50,7 +50,7 @@ func TestSNATOffHasNoSNATFlows(t *testing.T) {
 	g := NewWithT(t)
 	n := testNode()
 	n.SNAT = false
-	g.Expect(n.Features()).NotTo(HaveKey("snat"))
+	g.Expect(n.Features()).To(HaveKeyWithValue(CategorySNAT, BeEmpty()), "an empty SNAT category makes Sync remove the flows")
 	for _, f := range n.BaseFlows() {
 		g.Expect(f.String()).NotTo(ContainSubstring("nat(src="))
 	}
@@ -61,9 +61,9 @@ func TestSNATOffHasNoSNATFlows(t *testing.T) {
 func TestUnNATReplies(t *testing.T) {
 	g := NewWithT(t)
 	n := testNode()
-	g.Expect(featureFlows(n, "classifier")).To(ContainElement(
+	g.Expect(featureFlows(n, CategoryClassifier)).To(ContainElement(
 		"priority=200,ip,in_port=3 actions=set_field:0x3/0xffff->reg0,goto_table:30"))
-	g.Expect(featureFlows(n, "conntrack")).To(ContainElements(
+	g.Expect(featureFlows(n, CategoryConntrack)).To(ContainElements(
 		"table=30, priority=200,ip actions=ct(table=31,zone=65520,nat)",
 		"table=31, priority=210,ct_state=-new+trk,ct_mark=0x40,ip,reg0=0x3/0xffff actions=set_field:aa:bb:cc:dd:ee:ff->eth_dst,goto_table:40",
 	))
@@ -72,7 +72,7 @@ func TestUnNATReplies(t *testing.T) {
 func TestNoEncapHasNoTunnelClassifier(t *testing.T) {
 	g := NewWithT(t)
 	n := testNode()
-	g.Expect(strings.Join(featureFlows(n, "classifier"), "\n")).To(ContainSubstring("in_port=1 "))
+	g.Expect(strings.Join(featureFlows(n, CategoryClassifier), "\n")).To(ContainSubstring("in_port=1 "))
 	n.TunnelOFPort = 0
-	g.Expect(strings.Join(featureFlows(n, "classifier"), "\n")).NotTo(ContainSubstring("in_port=1 "))
+	g.Expect(strings.Join(featureFlows(n, CategoryClassifier), "\n")).NotTo(ContainSubstring("in_port=1 "))
 }

@@ -74,6 +74,21 @@ const (
 	FromLocal    uint32 = 4
 )
 
+// Flow categories: each feature's flows are synced as one category, stamped into the cookies.
+const (
+	CategoryClassifier uint8 = 1
+	CategoryConntrack  uint8 = 2
+	CategoryForwarding uint8 = 3
+	CategorySNAT       uint8 = 4
+	// CategoryPod holds the flows of every local Pod; the object part of the cookie is the ofport.
+	CategoryPod uint8 = 5
+	// CategoryRoute holds the flows of every remote route.
+	CategoryRoute uint8 = 6
+)
+
+// BaseCategories are the categories of Node.Features, in install order.
+var BaseCategories = []uint8{CategoryClassifier, CategoryConntrack, CategoryForwarding, CategorySNAT}
+
 // SNATCTMark marks connections SNATed to the node IP.
 const SNATCTMark uint32 = 0x40
 
