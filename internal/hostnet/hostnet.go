@@ -1,0 +1,312 @@
+package hostnet
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"slices"
+	"time"
+)
+
+// Ownership marks. A route carries winnet's mark when winnet created it as its own (Route.Owned);
+// ReconcileRoutes deletes only routes with the mark, so routes of the host, DHCP, other agents and
+// the administrator are never touched.
+const (
+	// LinuxRouteProtocol is the rtnetlink route protocol (rtm_protocol, "proto 241" in `ip route`)
+	// of winnet's routes on Linux. It is unassigned in iproute2's rt_protos and unused by the
+	// routing daemons and CNIs found on Kubernetes nodes (BIRD 12, babel 42, Calico 80, Open/R 99,
+	// FRR 186-192); the kernel's own values are 0-4 and DHCP is 16.
+	LinuxRouteProtocol = 241
+
+	// WindowsOwnedMetricBase and WindowsOwnedMetricSpan give the band of route metrics that marks
+	// winnet's routes on Windows: a route is winnet's when its Protocol is MIB_IPPROTO_NETMGMT
+	// (the only protocol CreateIpForwardEntry2 accepts for routes it creates, so the protocol
+	// alone cannot tell winnet's routes from the administrator's) and its metric lies in
+	// [WindowsOwnedMetricBase, WindowsOwnedMetricBase+WindowsOwnedMetricSpan). An owned Route's
+	// Metric is the offset inside the band, so it must be below WindowsOwnedMetricSpan; a route
+	// that is not owned may not use a metric inside the band. The band stays below 9999, the
+	// largest route metric route.exe and the NetTCPIP cmdlets accept, and away from the common
+	// values (0, 1, 256).
+	WindowsOwnedMetricBase = 5700
+	WindowsOwnedMetricSpan = 100
+)
+
+// DefaultNeighborTimeout bounds Neighbor when Options.NeighborTimeout is zero.
+const DefaultNeighborTimeout = 3 * time.Second
+
+// ErrNotFound is wrapped by the errors of lookups (a link by name or address, a neighbour) that
+// found nothing.
+var ErrNotFound = errors.New("not found")
+
+// Link is a network interface as the IP stack sees it.
+type Link struct {
+	// Name is the interface name on Linux and the interface alias (friendly name) on Windows.
+	Name string
+	// Index is the interface index (ifindex on Linux, IfIndex/NET_IFINDEX on Windows). Every
+	// method that acts on a link takes it.
+	Index int
+	MAC   net.HardwareAddr
+	MTU   int
+	// Up reports whether the link is administratively up (IFF_UP) on Linux and operationally up
+	// on Windows.
+	Up bool
+}
+
+// Route is a unicast route in the main routing table.
+type Route struct {
+	// Dst is the destination prefix; 0.0.0.0/0 or ::/0 for a default route.
+	Dst netip.Prefix
+	// Gateway is the next hop; the zero Addr means the destination is on-link.
+	Gateway netip.Addr
+	// LinkIndex is the outgoing interface. In EnsureRoute zero lets the system choose it from the
+	// gateway (Linux only); in ReconcileRoutes' desired set zero matches any interface.
+	LinkIndex int
+	// Metric is the route metric (priority). On Linux the kernel stores an IPv6 metric of 0 as
+	// 1024, and so does this package. On Windows it is the route's metric offset, added to the
+	// interface metric; for an owned route it is the offset inside winnet's metric band.
+	Metric int
+	// Owned reports, and for EnsureRoute decides, whether the route carries winnet's ownership
+	// mark.
+	Owned bool
+}
+
+func (r Route) String() string {
+	s := r.Dst.String()
+	if r.Gateway.IsValid() {
+		s += " via " + r.Gateway.String()
+	}
+	s += fmt.Sprintf(" dev %d metric %d", r.LinkIndex, r.Metric)
+	if r.Owned {
+		s += " owned"
+	}
+	return s
+}
+
+// validate checks what every platform needs of a route it is asked to create or delete.
+func (r Route) validate() error {
+	if !r.Dst.IsValid() {
+		return fmt.Errorf("route %s: invalid destination", r)
+	}
+	if r.Gateway.IsValid() && r.Gateway.Unmap().Is4() != r.Dst.Addr().Unmap().Is4() {
+		return fmt.Errorf("route %s: gateway and destination are of different IP families", r)
+	}
+	if r.Metric < 0 {
+		return fmt.Errorf("route %s: negative metric", r)
+	}
+	return nil
+}
+
+// normalize returns r with Dst masked and both addresses unmapped, the form Routes returns.
+func (r Route) normalize() Route {
+	r.Dst = netip.PrefixFrom(r.Dst.Addr().Unmap(), r.Dst.Bits()-unmapBits(r.Dst.Addr())).Masked()
+	if r.Gateway.IsValid() {
+		r.Gateway = r.Gateway.Unmap()
+	}
+	return r
+}
+
+func unmapBits(a netip.Addr) int {
+	if a.Is4In6() {
+		return 96
+	}
+	return 0
+}
+
+// matches reports whether the route actual is the route desired: same destination, gateway and
+// metric, and the same interface unless desired leaves it open (LinkIndex 0). Ownership is not
+// compared.
+func routeMatches(desired, actual Route) bool {
+	return desired.Dst == actual.Dst &&
+		desired.Gateway == actual.Gateway &&
+		desired.Metric == actual.Metric &&
+		(desired.LinkIndex == 0 || desired.LinkIndex == actual.LinkIndex)
+}
+
+// RouteFilter selects the routes Routes returns.
+type RouteFilter struct {
+	// LinkIndex selects the routes through one interface; zero selects all.
+	LinkIndex int
+	// OwnedOnly selects only the routes carrying winnet's ownership mark.
+	OwnedOnly bool
+}
+
+// Options configure New.
+type Options struct {
+	// NeighborTimeout bounds how long Neighbor waits for address resolution when the context has
+	// no earlier deadline; zero means DefaultNeighborTimeout.
+	NeighborTimeout time.Duration
+}
+
+// New returns the Interface of this platform, acting on the network namespace (Linux) or
+// compartment (Windows) of the calling thread.
+func New(opts Options) (Interface, error) {
+	if opts.NeighborTimeout == 0 {
+		opts.NeighborTimeout = DefaultNeighborTimeout
+	}
+	if opts.NeighborTimeout < 0 {
+		return nil, fmt.Errorf("invalid neighbour timeout %s", opts.NeighborTimeout)
+	}
+	return newPlatform(opts)
+}
+
+// Interface is the host network plumbing the node-network and remote-route reconcilers need.
+//
+// Contract, on every platform:
+//   - Ensure* creates the object or fixes it to match, and changes nothing when it already
+//     matches; Set* likewise change nothing when the value is already right.
+//   - Delete* of something absent is a no-op.
+//   - ReconcileRoutes removes only routes carrying winnet's ownership mark (see
+//     LinuxRouteProtocol, WindowsOwnedMetricBase); it never touches any other route.
+//   - Lookups that find nothing return an error wrapping ErrNotFound.
+//   - Addresses are netip.Prefix values: the address with the on-link prefix length
+//     (10.0.0.5/24), never masked.
+//
+// On Linux the implementation acts on the network namespace of the calling OS thread: a caller
+// that switched namespaces must hold runtime.LockOSThread.
+type Interface interface {
+	// LinkByName returns the link with this name (Linux) or alias (Windows).
+	LinkByName(ctx context.Context, name string) (Link, error)
+	// LinkByAddress returns the link holding the unicast address ip, e.g. the uplink holding
+	// the Node IP.
+	LinkByAddress(ctx context.Context, ip netip.Addr) (Link, error)
+	// Addresses returns the unicast addresses of a link, IPv4 and IPv6, link-local included.
+	Addresses(ctx context.Context, linkIndex int) ([]netip.Prefix, error)
+	// EnsureAddress puts the address on the link; the same IP with another prefix length on
+	// that link is replaced. IPv6 addresses are added without duplicate address detection: the
+	// agent only adds addresses it owns or moves.
+	EnsureAddress(ctx context.Context, linkIndex int, addr netip.Prefix) error
+	// DeleteAddress removes the address (IP and prefix length) from the link.
+	DeleteAddress(ctx context.Context, linkIndex int, addr netip.Prefix) error
+	// SetMAC sets the link's hardware address. On Windows this is not available: the MAC of the
+	// management vNIC is HNS's to set, see hostnet_windows.go.
+	SetMAC(ctx context.Context, linkIndex int, mac net.HardwareAddr) error
+	// SetMTU sets the link's MTU (on Windows the IPv4 and IPv6 NlMtu of the interface).
+	SetMTU(ctx context.Context, linkIndex int, mtu int) error
+	// SetUp brings the link administratively up.
+	SetUp(ctx context.Context, linkIndex int) error
+	// EnsureForwarding turns on IPv4 forwarding for the link: on Linux
+	// net.ipv4.conf.<link>.forwarding and net.ipv4.ip_forward, on Windows the interface's
+	// ForwardingEnabled. IPv6 forwarding is left alone (on Linux it would stop router
+	// advertisements from configuring the host).
+	EnsureForwarding(ctx context.Context, linkIndex int) error
+	// Routes returns the unicast routes of the main table that were configured rather than
+	// derived by the system from an address: on Linux routes of protocol "kernel" are left out,
+	// on Windows routes of origin well-known or protocol local, and loopback routes. Multipath
+	// routes (Linux) are left out.
+	Routes(ctx context.Context, filter RouteFilter) ([]Route, error)
+	// EnsureRoute makes the route exist, with winnet's mark when r.Owned: afterwards Routes
+	// lists it. On Linux a route with the same destination and metric is replaced (the
+	// kernel's identity of a route); on Windows, which needs r.LinkIndex, a route with the same
+	// destination, interface and gateway gets r's metric and mark.
+	EnsureRoute(ctx context.Context, r Route) error
+	// DeleteRoute deletes the routes matching r (destination, gateway, metric, and interface
+	// unless r.LinkIndex is 0), owned or not. On Windows, where an owned route's Metric is an
+	// offset in winnet's band, r.Owned must be the route's as Routes reports it.
+	DeleteRoute(ctx context.Context, r Route) error
+	// ReconcileRoutes deletes every route carrying winnet's mark that matches no route of
+	// desired. It does not create the desired routes: EnsureRoute does.
+	ReconcileRoutes(ctx context.Context, desired []Route) error
+	// Neighbor returns the hardware address of the on-link neighbour ip, starting address
+	// resolution (ARP / neighbour discovery) when it is not known and waiting for it within
+	// the context and Options.NeighborTimeout. An ip that is not on-link is an error.
+	Neighbor(ctx context.Context, ip netip.Addr) (net.HardwareAddr, error)
+}
+
+// reconcileRoutes implements ReconcileRoutes on top of Routes and DeleteRoute. norm puts a desired
+// route in the form the platform reports it in (e.g. the IPv6 default metric on Linux).
+func reconcileRoutes(ctx context.Context, h Interface, desired []Route, norm func(Route) Route) error {
+	want := make([]Route, 0, len(desired))
+	for _, r := range desired {
+		if err := r.validate(); err != nil {
+			return fmt.Errorf("reconciling routes: %w", err)
+		}
+		want = append(want, norm(r.normalize()))
+	}
+	owned, err := h.Routes(ctx, RouteFilter{OwnedOnly: true})
+	if err != nil {
+		return fmt.Errorf("reconciling routes: %w", err)
+	}
+	var errs []error
+	for _, actual := range owned {
+		if slices.ContainsFunc(want, func(d Route) bool { return routeMatches(d, actual) }) {
+			continue
+		}
+		if err := h.DeleteRoute(ctx, actual); err != nil {
+			errs = append(errs, fmt.Errorf("deleting stale route %s: %w", actual, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Movable reports whether MoveAddressesAndRoutes moves the address: every unicast address except
+// link-local ones (169.254.0.0/16, fe80::/10), which belong to their link by definition and which
+// the system configures on each link itself.
+func Movable(addr netip.Prefix) bool {
+	return addr.IsValid() && !addr.Addr().IsLinkLocalUnicast()
+}
+
+// MoveAddressesAndRoutes moves the addresses (see Movable) and the routes (see Routes) of the link
+// from to the link to, as the node-network reconciler does to hand the host's IP configuration
+// from the uplink to the OVS bridge's LOCAL interface, and back on reset. The routes keep their
+// destination, gateway, metric and mark.
+//
+// It is idempotent and safe to re-run after it was interrupted at any point, because every step
+// leaves the host reachable and the next run recomputes what is left from what it observes:
+//  1. bring to up, so that it can hold routes;
+//  2. add every address of from to to (both links now hold them);
+//  3. for each route of from: create it through to, then delete it from from;
+//  4. remove the addresses from from.
+//
+// Routes are moved while from still holds the addresses, so no gateway is ever unreachable and
+// the kernel never drops a route because its source address vanished.
+func MoveAddressesAndRoutes(ctx context.Context, h Interface, from, to int) error {
+	if from == to {
+		return fmt.Errorf("moving addresses and routes from link %d to itself", from)
+	}
+	if err := h.SetUp(ctx, to); err != nil {
+		return fmt.Errorf("moving addresses and routes from link %d to %d: %w", from, to, err)
+	}
+	all, err := h.Addresses(ctx, from)
+	if err != nil {
+		return fmt.Errorf("moving addresses and routes from link %d to %d: %w", from, to, err)
+	}
+	addrs := slices.DeleteFunc(all, func(a netip.Prefix) bool { return !Movable(a) })
+	for _, a := range addrs {
+		if err := h.EnsureAddress(ctx, to, a); err != nil {
+			return fmt.Errorf("moving address %s from link %d to %d: %w", a, from, to, err)
+		}
+	}
+	routes, err := h.Routes(ctx, RouteFilter{LinkIndex: from})
+	if err != nil {
+		return fmt.Errorf("moving addresses and routes from link %d to %d: %w", from, to, err)
+	}
+	// Routes without a gateway first: a route through a gateway may need an on-link route to
+	// reach that gateway.
+	slices.SortStableFunc(routes, func(a, b Route) int {
+		switch {
+		case !a.Gateway.IsValid() && b.Gateway.IsValid():
+			return -1
+		case a.Gateway.IsValid() && !b.Gateway.IsValid():
+			return 1
+		}
+		return 0
+	})
+	for _, r := range routes {
+		moved := r
+		moved.LinkIndex = to
+		if err := h.EnsureRoute(ctx, moved); err != nil {
+			return fmt.Errorf("moving route %s to link %d: %w", r, to, err)
+		}
+		if err := h.DeleteRoute(ctx, r); err != nil {
+			return fmt.Errorf("moving route %s to link %d: %w", r, to, err)
+		}
+	}
+	for _, a := range addrs {
+		if err := h.DeleteAddress(ctx, from, a); err != nil {
+			return fmt.Errorf("moving address %s from link %d to %d: %w", a, from, to, err)
+		}
+	}
+	return nil
+}

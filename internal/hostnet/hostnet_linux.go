@@ -1,0 +1,543 @@
+//go:build linux
+
+package hostnet
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+)
+
+// netlinkHost implements Interface with rtnetlink and /proc/sys. It keeps no sockets: every call
+// opens its netlink socket in the network namespace of the calling thread.
+type netlinkHost struct {
+	opts Options
+}
+
+var _ Interface = (*netlinkHost)(nil)
+
+func newPlatform(opts Options) (Interface, error) {
+	return &netlinkHost{opts: opts}, nil
+}
+
+// Neighbour states in which the kernel holds a usable hardware address.
+const usableNeighStates = netlink.NUD_REACHABLE | netlink.NUD_STALE | netlink.NUD_DELAY |
+	netlink.NUD_PROBE | netlink.NUD_PERMANENT | netlink.NUD_NOARP
+
+// dumpRetries bounds the retries of a netlink dump the kernel interrupted because the table
+// changed while it was being read.
+const dumpRetries = 5
+
+// retryDump runs a netlink dump again while the kernel reports it interrupted.
+func retryDump[T any](dump func() (T, error)) (T, error) {
+	var v T
+	var err error
+	for range dumpRetries {
+		v, err = dump()
+		if !errors.Is(err, netlink.ErrDumpInterrupted) {
+			return v, err
+		}
+	}
+	return v, err
+}
+
+func toLink(l netlink.Link) Link {
+	a := l.Attrs()
+	return Link{
+		Name:  a.Name,
+		Index: a.Index,
+		MAC:   slices.Clone(a.HardwareAddr),
+		MTU:   a.MTU,
+		Up:    a.Flags&net.FlagUp != 0,
+	}
+}
+
+func (h *netlinkHost) link(index int) (netlink.Link, error) {
+	l, err := netlink.LinkByIndex(index)
+	if err != nil {
+		var nf netlink.LinkNotFoundError
+		if errors.As(err, &nf) || errors.Is(err, unix.ENODEV) {
+			return nil, fmt.Errorf("link %d: %w", index, ErrNotFound)
+		}
+		return nil, fmt.Errorf("getting link %d: %w", index, err)
+	}
+	return l, nil
+}
+
+func (h *netlinkHost) LinkByName(_ context.Context, name string) (Link, error) {
+	l, err := netlink.LinkByName(name)
+	if err != nil {
+		var nf netlink.LinkNotFoundError
+		if errors.As(err, &nf) || errors.Is(err, unix.ENODEV) {
+			return Link{}, fmt.Errorf("link %q: %w", name, ErrNotFound)
+		}
+		return Link{}, fmt.Errorf("getting link %q: %w", name, err)
+	}
+	return toLink(l), nil
+}
+
+func (h *netlinkHost) LinkByAddress(_ context.Context, ip netip.Addr) (Link, error) {
+	ip = ip.Unmap()
+	addrs, err := retryDump(func() ([]netlink.Addr, error) { return netlink.AddrList(nil, netlink.FAMILY_ALL) })
+	if err != nil {
+		return Link{}, fmt.Errorf("listing addresses to find %s: %w", ip, err)
+	}
+	for _, a := range addrs {
+		if p, ok := toPrefix(a.IPNet); ok && p.Addr() == ip {
+			l, err := h.link(a.LinkIndex)
+			if err != nil {
+				return Link{}, fmt.Errorf("finding the link holding %s: %w", ip, err)
+			}
+			return toLink(l), nil
+		}
+	}
+	return Link{}, fmt.Errorf("link holding %s: %w", ip, ErrNotFound)
+}
+
+func toPrefix(n *net.IPNet) (netip.Prefix, bool) {
+	if n == nil {
+		return netip.Prefix{}, false
+	}
+	ip, ok := netip.AddrFromSlice(n.IP)
+	if !ok {
+		return netip.Prefix{}, false
+	}
+	ip = ip.Unmap()
+	ones, bits := n.Mask.Size()
+	if bits == 0 {
+		return netip.Prefix{}, false
+	}
+	if bits == 8*net.IPv6len && ip.Is4() {
+		ones -= 96
+	}
+	return netip.PrefixFrom(ip, ones), true
+}
+
+func toIPNet(p netip.Prefix) *net.IPNet {
+	return &net.IPNet{IP: p.Addr().AsSlice(), Mask: net.CIDRMask(p.Bits(), p.Addr().BitLen())}
+}
+
+func (h *netlinkHost) addresses(l netlink.Link) ([]netip.Prefix, error) {
+	addrs, err := retryDump(func() ([]netlink.Addr, error) { return netlink.AddrList(l, netlink.FAMILY_ALL) })
+	if err != nil {
+		return nil, fmt.Errorf("listing addresses of %q: %w", l.Attrs().Name, err)
+	}
+	out := make([]netip.Prefix, 0, len(addrs))
+	for _, a := range addrs {
+		if p, ok := toPrefix(a.IPNet); ok {
+			out = append(out, p)
+		}
+	}
+	return out, nil
+}
+
+func (h *netlinkHost) Addresses(_ context.Context, linkIndex int) ([]netip.Prefix, error) {
+	l, err := h.link(linkIndex)
+	if err != nil {
+		return nil, err
+	}
+	return h.addresses(l)
+}
+
+func validAddress(addr netip.Prefix) (netip.Prefix, error) {
+	if !addr.IsValid() || addr.Addr().Is4In6() {
+		return netip.Prefix{}, fmt.Errorf("invalid address %s", addr)
+	}
+	return addr, nil
+}
+
+func (h *netlinkHost) EnsureAddress(_ context.Context, linkIndex int, addr netip.Prefix) error {
+	addr, err := validAddress(addr)
+	if err != nil {
+		return err
+	}
+	l, err := h.link(linkIndex)
+	if err != nil {
+		return fmt.Errorf("adding address %s: %w", addr, err)
+	}
+	name := l.Attrs().Name
+	existing, err := h.addresses(l)
+	if err != nil {
+		return fmt.Errorf("adding address %s to %q: %w", addr, name, err)
+	}
+	if !slices.Contains(existing, addr) {
+		nl := &netlink.Addr{IPNet: toIPNet(addr)}
+		if addr.Addr().Is6() {
+			nl.Flags = unix.IFA_F_NODAD
+		}
+		if err := netlink.AddrReplace(l, nl); err != nil {
+			return fmt.Errorf("adding address %s to %q: %w", addr, name, err)
+		}
+	}
+	// The same IP with another prefix length is another address to the kernel: remove it now
+	// that the right one is in place.
+	for _, e := range existing {
+		if e.Addr() == addr.Addr() && e.Bits() != addr.Bits() {
+			if err := netlink.AddrDel(l, &netlink.Addr{IPNet: toIPNet(e)}); err != nil && !errors.Is(err, unix.EADDRNOTAVAIL) {
+				return fmt.Errorf("replacing address %s of %q by %s: %w", e, name, addr, err)
+			}
+		}
+	}
+	return nil
+}
+
+func (h *netlinkHost) DeleteAddress(_ context.Context, linkIndex int, addr netip.Prefix) error {
+	addr, err := validAddress(addr)
+	if err != nil {
+		return err
+	}
+	l, err := h.link(linkIndex)
+	if errors.Is(err, ErrNotFound) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("deleting address %s: %w", addr, err)
+	}
+	name := l.Attrs().Name
+	existing, err := h.addresses(l)
+	if err != nil {
+		return fmt.Errorf("deleting address %s from %q: %w", addr, name, err)
+	}
+	if !slices.Contains(existing, addr) {
+		return nil
+	}
+	// Deleting a primary IPv4 address also deletes its secondaries unless
+	// net.ipv4.conf.<link>.promote_secondaries is set; callers deleting several see those as absent.
+	if err := netlink.AddrDel(l, &netlink.Addr{IPNet: toIPNet(addr)}); err != nil && !errors.Is(err, unix.EADDRNOTAVAIL) {
+		return fmt.Errorf("deleting address %s from %q: %w", addr, name, err)
+	}
+	return nil
+}
+
+func (h *netlinkHost) SetMAC(_ context.Context, linkIndex int, mac net.HardwareAddr) error {
+	l, err := h.link(linkIndex)
+	if err != nil {
+		return fmt.Errorf("setting MAC %s: %w", mac, err)
+	}
+	a := l.Attrs()
+	if bytes.Equal(a.HardwareAddr, mac) {
+		return nil
+	}
+	err = netlink.LinkSetHardwareAddr(l, mac)
+	if errors.Is(err, unix.EBUSY) && a.Flags&net.FlagUp != 0 {
+		// Drivers without live address change need the link down for a moment.
+		if err = netlink.LinkSetDown(l); err == nil {
+			err = netlink.LinkSetHardwareAddr(l, mac)
+			if upErr := netlink.LinkSetUp(l); err == nil {
+				err = upErr
+			}
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("setting MAC of %q to %s: %w", a.Name, mac, err)
+	}
+	return nil
+}
+
+func (h *netlinkHost) SetMTU(_ context.Context, linkIndex int, mtu int) error {
+	if mtu <= 0 {
+		return fmt.Errorf("setting MTU of link %d: invalid MTU %d", linkIndex, mtu)
+	}
+	l, err := h.link(linkIndex)
+	if err != nil {
+		return fmt.Errorf("setting MTU %d: %w", mtu, err)
+	}
+	if l.Attrs().MTU == mtu {
+		return nil
+	}
+	if err := netlink.LinkSetMTU(l, mtu); err != nil {
+		return fmt.Errorf("setting MTU of %q to %d: %w", l.Attrs().Name, mtu, err)
+	}
+	return nil
+}
+
+func (h *netlinkHost) SetUp(_ context.Context, linkIndex int) error {
+	l, err := h.link(linkIndex)
+	if err != nil {
+		return fmt.Errorf("setting link up: %w", err)
+	}
+	if l.Attrs().Flags&net.FlagUp != 0 {
+		return nil
+	}
+	if err := netlink.LinkSetUp(l); err != nil {
+		return fmt.Errorf("setting %q up: %w", l.Attrs().Name, err)
+	}
+	return nil
+}
+
+// ensureSysctl writes value to /proc/sys/<key> unless it already holds it. /proc/sys/net shows
+// the network namespace of the calling thread.
+func ensureSysctl(key, value string) error {
+	path := filepath.Join("/proc/sys", key)
+	cur, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Errorf("reading %s: %w", path, err)
+	}
+	if strings.TrimSpace(string(cur)) == value {
+		return nil
+	}
+	if err := os.WriteFile(path, []byte(value), 0o644); err != nil {
+		return fmt.Errorf("writing %q to %s: %w", value, path, err)
+	}
+	return nil
+}
+
+func (h *netlinkHost) EnsureForwarding(_ context.Context, linkIndex int) error {
+	l, err := h.link(linkIndex)
+	if err != nil {
+		return fmt.Errorf("enabling forwarding: %w", err)
+	}
+	name := l.Attrs().Name
+	// ip_forward first: turning it on resets every interface's forwarding to 1, turning it on
+	// after the interface would be harmless, but this order leaves the interface's value last.
+	if err := ensureSysctl("net/ipv4/ip_forward", "1"); err != nil {
+		return fmt.Errorf("enabling IPv4 forwarding for %q: %w", name, err)
+	}
+	if err := ensureSysctl(filepath.Join("net/ipv4/conf", name, "forwarding"), "1"); err != nil {
+		return fmt.Errorf("enabling IPv4 forwarding for %q: %w", name, err)
+	}
+	return nil
+}
+
+// kernelRoute is a route as Routes reports it together with the netlink route it came from, so
+// that a delete names the exact kernel route (protocol, scope, table and all).
+type kernelRoute struct {
+	Route
+	raw netlink.Route
+}
+
+// normalizeLinux puts a route in the form the kernel reports it in.
+func normalizeLinux(r Route) Route {
+	if r.Dst.Addr().Is6() && r.Metric == 0 {
+		r.Metric = 1024 // IP6_RT_PRIO_USER, what the kernel stores for an IPv6 route without one
+	}
+	return r
+}
+
+// listRoutes lists the configured unicast routes of the main table, optionally only those to dst
+// (when valid).
+func (h *netlinkHost) listRoutes(filter RouteFilter, dst netip.Prefix) ([]kernelRoute, error) {
+	nf := &netlink.Route{Table: unix.RT_TABLE_MAIN}
+	mask := netlink.RT_FILTER_TABLE
+	family := netlink.FAMILY_ALL
+	if filter.LinkIndex != 0 {
+		nf.LinkIndex = filter.LinkIndex
+		mask |= netlink.RT_FILTER_OIF
+	}
+	if filter.OwnedOnly {
+		nf.Protocol = LinuxRouteProtocol
+		mask |= netlink.RT_FILTER_PROTOCOL
+	}
+	if dst.IsValid() {
+		nf.Dst = toIPNet(dst)
+		mask |= netlink.RT_FILTER_DST
+		family = netlink.FAMILY_V4
+		if dst.Addr().Is6() {
+			family = netlink.FAMILY_V6
+		}
+	}
+	raw, err := retryDump(func() ([]netlink.Route, error) { return netlink.RouteListFiltered(family, nf, mask) })
+	if err != nil {
+		return nil, fmt.Errorf("listing routes: %w", err)
+	}
+	out := make([]kernelRoute, 0, len(raw))
+	for _, r := range raw {
+		if r.Type != unix.RTN_UNICAST || r.Protocol == unix.RTPROT_KERNEL || len(r.MultiPath) > 0 {
+			continue
+		}
+		d, ok := toPrefix(r.Dst)
+		if !ok {
+			continue
+		}
+		route := Route{
+			Dst:       d.Masked(),
+			LinkIndex: r.LinkIndex,
+			Metric:    r.Priority,
+			Owned:     r.Protocol == LinuxRouteProtocol,
+		}
+		if gw, ok := netip.AddrFromSlice(r.Gw); ok {
+			route.Gateway = gw.Unmap()
+		}
+		out = append(out, kernelRoute{Route: route, raw: r})
+	}
+	return out, nil
+}
+
+func (h *netlinkHost) Routes(_ context.Context, filter RouteFilter) ([]Route, error) {
+	krs, err := h.listRoutes(filter, netip.Prefix{})
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Route, len(krs))
+	for i, kr := range krs {
+		out[i] = kr.Route
+	}
+	return out, nil
+}
+
+func (h *netlinkHost) EnsureRoute(_ context.Context, r Route) error {
+	if err := r.validate(); err != nil {
+		return fmt.Errorf("ensuring route: %w", err)
+	}
+	r = normalizeLinux(r.normalize())
+	existing, err := h.listRoutes(RouteFilter{}, r.Dst)
+	if err != nil {
+		return fmt.Errorf("ensuring route %s: %w", r, err)
+	}
+	for _, e := range existing {
+		if routeMatches(r, e.Route) && e.Owned == r.Owned {
+			return nil
+		}
+	}
+	nr := &netlink.Route{
+		Dst:       toIPNet(r.Dst),
+		LinkIndex: r.LinkIndex,
+		Priority:  r.Metric,
+		Table:     unix.RT_TABLE_MAIN,
+		Type:      unix.RTN_UNICAST,
+		Protocol:  unix.RTPROT_STATIC,
+		Scope:     netlink.SCOPE_UNIVERSE,
+	}
+	if r.Owned {
+		nr.Protocol = LinuxRouteProtocol
+	}
+	if r.Gateway.IsValid() {
+		nr.Gw = r.Gateway.AsSlice()
+	} else {
+		nr.Scope = netlink.SCOPE_LINK
+	}
+	if err := netlink.RouteReplace(nr); err != nil {
+		return fmt.Errorf("adding route %s: %w", r, err)
+	}
+	return nil
+}
+
+func (h *netlinkHost) DeleteRoute(_ context.Context, r Route) error {
+	if err := r.validate(); err != nil {
+		return fmt.Errorf("deleting route: %w", err)
+	}
+	r = normalizeLinux(r.normalize())
+	existing, err := h.listRoutes(RouteFilter{}, r.Dst)
+	if err != nil {
+		return fmt.Errorf("deleting route %s: %w", r, err)
+	}
+	for _, e := range existing {
+		if !routeMatches(r, e.Route) {
+			continue
+		}
+		if err := netlink.RouteDel(&e.raw); err != nil && !errors.Is(err, unix.ESRCH) {
+			return fmt.Errorf("deleting route %s: %w", e.Route, err)
+		}
+	}
+	return nil
+}
+
+func (h *netlinkHost) ReconcileRoutes(ctx context.Context, desired []Route) error {
+	return reconcileRoutes(ctx, h, desired, normalizeLinux)
+}
+
+func (h *netlinkHost) Neighbor(ctx context.Context, ip netip.Addr) (net.HardwareAddr, error) {
+	ip = ip.Unmap()
+	if !ip.IsValid() {
+		return nil, fmt.Errorf("resolving neighbour: invalid address")
+	}
+	ctx, cancel := context.WithTimeout(ctx, h.opts.NeighborTimeout)
+	defer cancel()
+
+	routes, err := netlink.RouteGet(ip.AsSlice())
+	if err != nil {
+		return nil, fmt.Errorf("resolving neighbour %s: looking up its route: %w", ip, err)
+	}
+	if len(routes) == 0 {
+		return nil, fmt.Errorf("resolving neighbour %s: no route: %w", ip, ErrNotFound)
+	}
+	rt := routes[0]
+	switch {
+	case rt.Type == unix.RTN_LOCAL:
+		return nil, fmt.Errorf("resolving neighbour %s: it is a local address", ip)
+	case rt.Gw != nil:
+		return nil, fmt.Errorf("resolving neighbour %s: it is not on-link (routed via %s)", ip, rt.Gw)
+	case rt.LinkIndex == 0:
+		return nil, fmt.Errorf("resolving neighbour %s: its route has no interface", ip)
+	}
+	family := netlink.FAMILY_V4
+	if ip.Is6() {
+		family = netlink.FAMILY_V6
+	}
+
+	const poll, retrigger = 20 * time.Millisecond, time.Second
+	var lastTrigger time.Time
+	state := "absent"
+	ticker := time.NewTicker(poll)
+	defer ticker.Stop()
+	for {
+		neighs, err := retryDump(func() ([]netlink.Neigh, error) { return netlink.NeighList(rt.LinkIndex, family) })
+		if err != nil {
+			return nil, fmt.Errorf("resolving neighbour %s: listing neighbours of link %d: %w", ip, rt.LinkIndex, err)
+		}
+		var n *netlink.Neigh
+		for i := range neighs {
+			if a, ok := netip.AddrFromSlice(neighs[i].IP); ok && a.Unmap() == ip {
+				n = &neighs[i]
+				break
+			}
+		}
+		if n != nil {
+			state = neighStateString(n.State)
+			if n.State&usableNeighStates != 0 && len(n.HardwareAddr) > 0 {
+				return slices.Clone(n.HardwareAddr), nil
+			}
+		}
+		if time.Since(lastTrigger) >= retrigger || (n != nil && n.State&netlink.NUD_FAILED != 0) {
+			// NTF_USE makes the kernel start resolution as if a packet were waiting for it
+			// (neigh_event_send), creating the entry when absent.
+			err := netlink.NeighSet(&netlink.Neigh{
+				LinkIndex: rt.LinkIndex,
+				Family:    family,
+				IP:        ip.AsSlice(),
+				Flags:     netlink.NTF_USE,
+			})
+			if err != nil {
+				return nil, fmt.Errorf("resolving neighbour %s: starting resolution on link %d: %w", ip, rt.LinkIndex, err)
+			}
+			lastTrigger = time.Now()
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("resolving neighbour %s on link %d (state %s): %w", ip, rt.LinkIndex, state, errors.Join(ErrNotFound, ctx.Err()))
+		case <-ticker.C:
+		}
+	}
+}
+
+func neighStateString(s int) string {
+	names := []struct {
+		bit  int
+		name string
+	}{
+		{netlink.NUD_INCOMPLETE, "incomplete"}, {netlink.NUD_REACHABLE, "reachable"},
+		{netlink.NUD_STALE, "stale"}, {netlink.NUD_DELAY, "delay"}, {netlink.NUD_PROBE, "probe"},
+		{netlink.NUD_FAILED, "failed"}, {netlink.NUD_NOARP, "noarp"}, {netlink.NUD_PERMANENT, "permanent"},
+	}
+	var out []string
+	for _, n := range names {
+		if s&n.bit != 0 {
+			out = append(out, n.name)
+		}
+	}
+	if len(out) == 0 {
+		return "none"
+	}
+	return strings.Join(out, ",")
+}
