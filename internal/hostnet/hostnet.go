@@ -134,6 +134,9 @@ type RouteFilter struct {
 
 // Options configure New.
 type Options struct {
+	// NetNSPath, on Linux, is the network namespace to act in (such as /var/run/netns/node1); empty
+	// means the namespace of the calling thread. Simulated nodes use it. Ignored on Windows.
+	NetNSPath string
 	// NeighborTimeout bounds how long Neighbor waits for address resolution when the context has
 	// no earlier deadline; zero means DefaultNeighborTimeout.
 	NeighborTimeout time.Duration

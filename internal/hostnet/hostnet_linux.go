@@ -7,6 +7,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/containernetworking/plugins/pkg/ns"
+	"github.com/vishvananda/netns"
 	"net"
 	"net/netip"
 	"os"
@@ -19,16 +21,38 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// netlinkHost implements Interface with rtnetlink and /proc/sys. It keeps no sockets: every call
-// opens its netlink socket in the network namespace of the calling thread.
+// netlinkHost implements Interface with rtnetlink and /proc/sys. Without Options.NetNSPath it keeps
+// no sockets: every call opens its netlink socket in the network namespace of the calling thread.
+// With it, netlink sockets are bound to that namespace and /proc/sys is written from a thread that
+// enters it, so the caller's thread does not matter.
 type netlinkHost struct {
 	opts Options
+	nl   *netlink.Handle
 }
 
 var _ Interface = (*netlinkHost)(nil)
 
 func newPlatform(opts Options) (Interface, error) {
-	return &netlinkHost{opts: opts}, nil
+	h := &netlinkHost{opts: opts, nl: &netlink.Handle{}}
+	if opts.NetNSPath != "" {
+		target, err := netns.GetFromPath(opts.NetNSPath)
+		if err != nil {
+			return nil, fmt.Errorf("opening network namespace %s: %w", opts.NetNSPath, err)
+		}
+		defer target.Close()
+		if h.nl, err = netlink.NewHandleAt(target); err != nil {
+			return nil, fmt.Errorf("opening netlink in network namespace %s: %w", opts.NetNSPath, err)
+		}
+	}
+	return h, nil
+}
+
+// inNetNS runs fn in the configured network namespace, or in the caller's when none is configured.
+func (h *netlinkHost) inNetNS(fn func() error) error {
+	if h.opts.NetNSPath == "" {
+		return fn()
+	}
+	return ns.WithNetNSPath(h.opts.NetNSPath, func(ns.NetNS) error { return fn() })
 }
 
 // Neighbour states in which the kernel holds a usable hardware address.
@@ -64,7 +88,7 @@ func toLink(l netlink.Link) Link {
 }
 
 func (h *netlinkHost) link(index int) (netlink.Link, error) {
-	l, err := netlink.LinkByIndex(index)
+	l, err := h.nl.LinkByIndex(index)
 	if err != nil {
 		var nf netlink.LinkNotFoundError
 		if errors.As(err, &nf) || errors.Is(err, unix.ENODEV) {
@@ -76,7 +100,7 @@ func (h *netlinkHost) link(index int) (netlink.Link, error) {
 }
 
 func (h *netlinkHost) LinkByName(_ context.Context, name string) (Link, error) {
-	l, err := netlink.LinkByName(name)
+	l, err := h.nl.LinkByName(name)
 	if err != nil {
 		var nf netlink.LinkNotFoundError
 		if errors.As(err, &nf) || errors.Is(err, unix.ENODEV) {
@@ -89,7 +113,7 @@ func (h *netlinkHost) LinkByName(_ context.Context, name string) (Link, error) {
 
 func (h *netlinkHost) LinkByAddress(_ context.Context, ip netip.Addr) (Link, error) {
 	ip = ip.Unmap()
-	addrs, err := retryDump(func() ([]netlink.Addr, error) { return netlink.AddrList(nil, netlink.FAMILY_ALL) })
+	addrs, err := retryDump(func() ([]netlink.Addr, error) { return h.nl.AddrList(nil, netlink.FAMILY_ALL) })
 	if err != nil {
 		return Link{}, fmt.Errorf("listing addresses to find %s: %w", ip, err)
 	}
@@ -129,7 +153,7 @@ func toIPNet(p netip.Prefix) *net.IPNet {
 }
 
 func (h *netlinkHost) addresses(l netlink.Link) ([]netip.Prefix, error) {
-	addrs, err := retryDump(func() ([]netlink.Addr, error) { return netlink.AddrList(l, netlink.FAMILY_ALL) })
+	addrs, err := retryDump(func() ([]netlink.Addr, error) { return h.nl.AddrList(l, netlink.FAMILY_ALL) })
 	if err != nil {
 		return nil, fmt.Errorf("listing addresses of %q: %w", l.Attrs().Name, err)
 	}
@@ -176,7 +200,7 @@ func (h *netlinkHost) EnsureAddress(_ context.Context, linkIndex int, addr netip
 		if addr.Addr().Is6() {
 			nl.Flags = unix.IFA_F_NODAD
 		}
-		if err := netlink.AddrReplace(l, nl); err != nil {
+		if err := h.nl.AddrReplace(l, nl); err != nil {
 			return fmt.Errorf("adding address %s to %q: %w", addr, name, err)
 		}
 	}
@@ -184,7 +208,7 @@ func (h *netlinkHost) EnsureAddress(_ context.Context, linkIndex int, addr netip
 	// that the right one is in place.
 	for _, e := range existing {
 		if e.Addr() == addr.Addr() && e.Bits() != addr.Bits() {
-			if err := netlink.AddrDel(l, &netlink.Addr{IPNet: toIPNet(e)}); err != nil && !errors.Is(err, unix.EADDRNOTAVAIL) {
+			if err := h.nl.AddrDel(l, &netlink.Addr{IPNet: toIPNet(e)}); err != nil && !errors.Is(err, unix.EADDRNOTAVAIL) {
 				return fmt.Errorf("replacing address %s of %q by %s: %w", e, name, addr, err)
 			}
 		}
@@ -214,7 +238,7 @@ func (h *netlinkHost) DeleteAddress(_ context.Context, linkIndex int, addr netip
 	}
 	// Deleting a primary IPv4 address also deletes its secondaries unless
 	// net.ipv4.conf.<link>.promote_secondaries is set; callers deleting several see those as absent.
-	if err := netlink.AddrDel(l, &netlink.Addr{IPNet: toIPNet(addr)}); err != nil && !errors.Is(err, unix.EADDRNOTAVAIL) {
+	if err := h.nl.AddrDel(l, &netlink.Addr{IPNet: toIPNet(addr)}); err != nil && !errors.Is(err, unix.EADDRNOTAVAIL) {
 		return fmt.Errorf("deleting address %s from %q: %w", addr, name, err)
 	}
 	return nil
@@ -229,12 +253,12 @@ func (h *netlinkHost) SetMAC(_ context.Context, linkIndex int, mac net.HardwareA
 	if bytes.Equal(a.HardwareAddr, mac) {
 		return nil
 	}
-	err = netlink.LinkSetHardwareAddr(l, mac)
+	err = h.nl.LinkSetHardwareAddr(l, mac)
 	if errors.Is(err, unix.EBUSY) && a.Flags&net.FlagUp != 0 {
 		// Drivers without live address change need the link down for a moment.
-		if err = netlink.LinkSetDown(l); err == nil {
-			err = netlink.LinkSetHardwareAddr(l, mac)
-			if upErr := netlink.LinkSetUp(l); err == nil {
+		if err = h.nl.LinkSetDown(l); err == nil {
+			err = h.nl.LinkSetHardwareAddr(l, mac)
+			if upErr := h.nl.LinkSetUp(l); err == nil {
 				err = upErr
 			}
 		}
@@ -256,7 +280,7 @@ func (h *netlinkHost) SetMTU(_ context.Context, linkIndex int, mtu int) error {
 	if l.Attrs().MTU == mtu {
 		return nil
 	}
-	if err := netlink.LinkSetMTU(l, mtu); err != nil {
+	if err := h.nl.LinkSetMTU(l, mtu); err != nil {
 		return fmt.Errorf("setting MTU of %q to %d: %w", l.Attrs().Name, mtu, err)
 	}
 	return nil
@@ -270,7 +294,7 @@ func (h *netlinkHost) SetUp(_ context.Context, linkIndex int) error {
 	if l.Attrs().Flags&net.FlagUp != 0 {
 		return nil
 	}
-	if err := netlink.LinkSetUp(l); err != nil {
+	if err := h.nl.LinkSetUp(l); err != nil {
 		return fmt.Errorf("setting %q up: %w", l.Attrs().Name, err)
 	}
 	return nil
@@ -301,10 +325,10 @@ func (h *netlinkHost) EnsureForwarding(_ context.Context, linkIndex int) error {
 	name := l.Attrs().Name
 	// ip_forward first: turning it on resets every interface's forwarding to 1, turning it on
 	// after the interface would be harmless, but this order leaves the interface's value last.
-	if err := ensureSysctl("net/ipv4/ip_forward", "1"); err != nil {
+	if err := h.inNetNS(func() error { return ensureSysctl("net/ipv4/ip_forward", "1") }); err != nil {
 		return fmt.Errorf("enabling IPv4 forwarding for %q: %w", name, err)
 	}
-	if err := ensureSysctl(filepath.Join("net/ipv4/conf", name, "forwarding"), "1"); err != nil {
+	if err := h.inNetNS(func() error { return ensureSysctl(filepath.Join("net/ipv4/conf", name, "forwarding"), "1") }); err != nil {
 		return fmt.Errorf("enabling IPv4 forwarding for %q: %w", name, err)
 	}
 	return nil
@@ -347,7 +371,7 @@ func (h *netlinkHost) listRoutes(filter RouteFilter, dst netip.Prefix) ([]kernel
 			family = netlink.FAMILY_V6
 		}
 	}
-	raw, err := retryDump(func() ([]netlink.Route, error) { return netlink.RouteListFiltered(family, nf, mask) })
+	raw, err := retryDump(func() ([]netlink.Route, error) { return h.nl.RouteListFiltered(family, nf, mask) })
 	if err != nil {
 		return nil, fmt.Errorf("listing routes: %w", err)
 	}
@@ -417,7 +441,7 @@ func (h *netlinkHost) EnsureRoute(_ context.Context, r Route) error {
 	} else {
 		nr.Scope = netlink.SCOPE_LINK
 	}
-	if err := netlink.RouteReplace(nr); err != nil {
+	if err := h.nl.RouteReplace(nr); err != nil {
 		return fmt.Errorf("adding route %s: %w", r, err)
 	}
 	return nil
@@ -436,7 +460,7 @@ func (h *netlinkHost) DeleteRoute(_ context.Context, r Route) error {
 		if !routeMatches(r, e.Route) {
 			continue
 		}
-		if err := netlink.RouteDel(&e.raw); err != nil && !errors.Is(err, unix.ESRCH) {
+		if err := h.nl.RouteDel(&e.raw); err != nil && !errors.Is(err, unix.ESRCH) {
 			return fmt.Errorf("deleting route %s: %w", e.Route, err)
 		}
 	}
@@ -455,7 +479,7 @@ func (h *netlinkHost) Neighbor(ctx context.Context, ip netip.Addr) (net.Hardware
 	ctx, cancel := context.WithTimeout(ctx, h.opts.NeighborTimeout)
 	defer cancel()
 
-	routes, err := netlink.RouteGet(ip.AsSlice())
+	routes, err := h.nl.RouteGet(ip.AsSlice())
 	if err != nil {
 		return nil, fmt.Errorf("resolving neighbour %s: looking up its route: %w", ip, err)
 	}
@@ -482,7 +506,7 @@ func (h *netlinkHost) Neighbor(ctx context.Context, ip netip.Addr) (net.Hardware
 	ticker := time.NewTicker(poll)
 	defer ticker.Stop()
 	for {
-		neighs, err := retryDump(func() ([]netlink.Neigh, error) { return netlink.NeighList(rt.LinkIndex, family) })
+		neighs, err := retryDump(func() ([]netlink.Neigh, error) { return h.nl.NeighList(rt.LinkIndex, family) })
 		if err != nil {
 			return nil, fmt.Errorf("resolving neighbour %s: listing neighbours of link %d: %w", ip, rt.LinkIndex, err)
 		}
@@ -502,7 +526,7 @@ func (h *netlinkHost) Neighbor(ctx context.Context, ip netip.Addr) (net.Hardware
 		if time.Since(lastTrigger) >= retrigger || (n != nil && n.State&netlink.NUD_FAILED != 0) {
 			// NTF_USE makes the kernel start resolution as if a packet were waiting for it
 			// (neigh_event_send), creating the entry when absent.
-			err := netlink.NeighSet(&netlink.Neigh{
+			err := h.nl.NeighSet(&netlink.Neigh{
 				LinkIndex: rt.LinkIndex,
 				Family:    family,
 				IP:        ip.AsSlice(),

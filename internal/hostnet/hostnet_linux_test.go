@@ -5,13 +5,17 @@ package hostnet
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"net/netip"
 	"os"
+	"os/exec"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/containernetworking/plugins/pkg/ns"
 	. "github.com/onsi/gomega"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
@@ -695,4 +699,38 @@ func TestMoveAddressesAndRoutesBack(t *testing.T) {
 	g.Expect(slices.ContainsFunc(brAddrs, Movable)).To(BeFalse(), "the target keeps no moved address: %v", brAddrs)
 
 	g.Expect(MoveAddressesAndRoutes(ctx, h, up, up)).To(MatchError(ContainSubstring("to itself")))
+}
+
+// TestNetNSPath acts on another namespace from the test's own thread, as the agent of a simulated
+// node does: links, addresses and forwarding change there and nowhere else.
+func TestNetNSPath(t *testing.T) {
+	requireRoot(t)
+	g := NewWithT(t)
+	name := fmt.Sprintf("hostnet-test-%d", os.Getpid())
+	g.Expect(exec.Command("ip", "netns", "add", name).Run()).To(Succeed())
+	t.Cleanup(func() { _ = exec.Command("ip", "netns", "del", name).Run() })
+	path := "/var/run/netns/" + name
+	other, err := ns.GetNS(path)
+	g.Expect(err).NotTo(HaveOccurred())
+	t.Cleanup(func() { _ = other.Close() })
+	g.Expect(exec.Command("ip", "-n", name, "link", "add", "nsveth0", "type", "veth", "peer", "name", "nsveth1").Run()).To(Succeed())
+
+	h := newHost(g, Options{NetNSPath: path})
+	ctx := context.Background()
+	link, err := h.LinkByName(ctx, "nsveth0")
+	g.Expect(err).NotTo(HaveOccurred())
+	_, err = netlink.LinkByName("nsveth0")
+	g.Expect(err).To(HaveOccurred(), "the link lives in the other namespace only")
+
+	addr := netip.MustParsePrefix("10.77.0.1/24")
+	g.Expect(h.EnsureAddress(ctx, link.Index, addr)).To(Succeed())
+	g.Expect(h.Addresses(ctx, link.Index)).To(ContainElement(addr))
+	g.Expect(h.EnsureForwarding(ctx, link.Index)).To(Succeed())
+	var inside string
+	g.Expect(other.Do(func(ns.NetNS) error {
+		b, err := os.ReadFile("/proc/sys/net/ipv4/conf/nsveth0/forwarding")
+		inside = strings.TrimSpace(string(b))
+		return err
+	})).To(Succeed())
+	g.Expect(inside).To(Equal("1"))
 }

@@ -510,6 +510,16 @@ func (b *Bridge) Sync(ctx context.Context, category uint8, desired []Flow) (Sync
 	return res, nil
 }
 
+// Invalidate makes the next Sync of every category send all of its flows again, as adds that replace
+// what the switch has. Call it when Verify reports drift (a flow deleted or changed behind our back).
+func (b *Bridge) Invalidate() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for _, c := range b.flows {
+		c.actions = ""
+	}
+}
+
 // Installed returns the flows of a category as installed (with full cookies).
 func (b *Bridge) Installed(category uint8) []Flow {
 	b.mu.Lock()
