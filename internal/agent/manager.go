@@ -9,6 +9,7 @@ import (
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
@@ -25,6 +26,9 @@ type Options struct {
 	MetricsBindAddress string
 	// HealthProbeBindAddress is the address of /healthz and /readyz ("0" disables it).
 	HealthProbeBindAddress string
+	// SeveralAgentsPerProcess allows more than one agent manager in a process, as tests of
+	// simulated nodes run them (controller names are otherwise unique per process).
+	SeveralAgentsPerProcess bool
 }
 
 // Validate reports what is wrong with the options.
@@ -52,6 +56,7 @@ func NewManager(cfg *rest.Config, opts Options) (manager.Manager, error) {
 		Scheme:                 scheme,
 		Metrics:                metricsserver.Options{BindAddress: opts.MetricsBindAddress},
 		HealthProbeBindAddress: opts.HealthProbeBindAddress,
+		Controller:             config.Controller{SkipNameValidation: &opts.SeveralAgentsPerProcess},
 		Cache: cache.Options{
 			ByObject: map[client.Object]cache.ByObject{
 				&networkv1alpha1.WindowsNodeNetwork{}: {Field: byName},

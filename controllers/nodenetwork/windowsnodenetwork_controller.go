@@ -1,0 +1,423 @@
+package nodenetwork
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	networkv1alpha1 "github.com/winnet-io/winnet/api/v1alpha1"
+	"github.com/winnet-io/winnet/internal/hns"
+	"github.com/winnet-io/winnet/internal/hostnet"
+	"github.com/winnet-io/winnet/internal/ovs/ovsdb"
+	"github.com/winnet-io/winnet/internal/pipeline"
+)
+
+// Finalizer keeps a WindowsNodeNetwork until the agent has given the host its network back.
+const Finalizer = "network.winnet.io/node-network"
+
+// DefaultResyncPeriod is how often the reconciler re-checks the host for drift (a deleted port,
+// flow, route or address) when nothing else triggers it.
+const DefaultResyncPeriod = 2 * time.Second
+
+// Reconciler converges the host toward the node's WindowsNodeNetwork.
+type Reconciler struct {
+	Client   client.Client
+	Recorder events.EventRecorder
+	// NodeName is the node this agent runs on; other nodes' objects are ignored.
+	NodeName string
+	Host     Host
+	// ResyncPeriod is the drift check period; zero means DefaultResyncPeriod.
+	ResyncPeriod time.Duration
+
+	flows flowConn
+}
+
+// SetupWithManager registers the reconciler for the node's WindowsNodeNetwork and its Node.
+func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
+	ownNode := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
+		if o.GetName() != r.NodeName {
+			return nil
+		}
+		return []reconcile.Request{{NamespacedName: types.NamespacedName{Name: r.NodeName}}}
+	})
+	return ctrl.NewControllerManagedBy(mgr).
+		Named("windowsnodenetwork").
+		For(&networkv1alpha1.WindowsNodeNetwork{}).
+		Watches(&corev1.Node{}, ownNode).
+		Complete(r)
+}
+
+// Reconcile converges the node network and writes its status once.
+func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Result, retErr error) {
+	if req.Name != r.NodeName {
+		return ctrl.Result{}, nil
+	}
+	wnn := &networkv1alpha1.WindowsNodeNetwork{}
+	if err := r.Client.Get(ctx, req.NamespacedName, wnn); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	if !wnn.DeletionTimestamp.IsZero() {
+		return ctrl.Result{}, r.reconcileDelete(ctx, wnn)
+	}
+	if controllerutil.AddFinalizer(wnn, Finalizer) {
+		return ctrl.Result{}, r.Client.Update(ctx, wnn)
+	}
+
+	before := wnn.DeepCopy()
+	defer func() {
+		if err := r.Client.Status().Patch(ctx, wnn, client.MergeFrom(before)); err != nil && !apierrors.IsNotFound(err) {
+			retErr = errors.Join(retErr, fmt.Errorf("writing the status of WindowsNodeNetwork %s: %w", wnn.Name, err))
+		}
+	}()
+
+	resync := r.ResyncPeriod
+	if resync == 0 {
+		resync = DefaultResyncPeriod
+	}
+	err := r.converge(ctx, wnn)
+	var invalidErr *invalidSpecError
+	switch {
+	case errors.As(err, &invalidErr):
+		setInvalidSpec(wnn, networkv1alpha1.InvalidSpecReason, err)
+		r.Recorder.Eventf(wnn, nil, corev1.EventTypeWarning, networkv1alpha1.InvalidSpecReason, "Converge", "%v", err)
+		return ctrl.Result{}, reconcile.TerminalError(err)
+	case err != nil:
+		return ctrl.Result{}, err
+	}
+	wnn.Status.ObservedGeneration = wnn.Generation
+	return ctrl.Result{RequeueAfter: resync}, nil
+}
+
+// step is one component of the node network, converged in order.
+type step struct {
+	condition string
+	run       func(ctx context.Context, s *state) (outcome, error)
+}
+
+// state carries what the steps realised to the steps after them and to the status.
+type state struct {
+	wnn     *networkv1alpha1.WindowsNodeNetwork
+	desired desired
+	facts   facts
+	// uplink, bridge and gateway are the host interfaces in use.
+	uplink, bridge, gateway hostnet.Link
+	ofports                 map[string]int32
+}
+
+// converge observes the host, computes the desired node network and converges each component in
+// order, recording one condition per component.
+func (r *Reconciler) converge(ctx context.Context, wnn *networkv1alpha1.WindowsNodeNetwork) error {
+	s := &state{wnn: wnn, ofports: map[string]int32{}}
+	var err error
+	if s.facts, s.uplink, err = r.observe(ctx, wnn.Spec); err != nil {
+		setComponentConditions(wnn, nil, err)
+		return err
+	}
+	if s.desired, err = desiredState(wnn.Spec, s.facts); err != nil {
+		return err
+	}
+	steps := []step{
+		{networkv1alpha1.HostSwitchReadyCondition, r.ensureHostSwitch},
+		{networkv1alpha1.BridgeReadyCondition, r.ensureBridge},
+		{networkv1alpha1.UplinkReadyCondition, r.ensureUplink},
+		{networkv1alpha1.GatewayReadyCondition, r.ensureGateway},
+		{networkv1alpha1.TunnelReadyCondition, r.ensureTunnel},
+		{networkv1alpha1.PipelineReadyCondition, r.ensurePipeline},
+	}
+	var done []outcome
+	for _, st := range steps {
+		o, err := st.run(ctx, s)
+		if err != nil {
+			setComponentConditions(wnn, done, err)
+			return fmt.Errorf("%s: %w", st.condition, err)
+		}
+		done = append(done, o)
+	}
+	setComponentConditions(wnn, done, nil)
+	wnn.Status.MTU = int32(s.desired.mtu)
+	return nil
+}
+
+// observe finds the uplink and reads the Node's Pod CIDRs. The uplink is the configured adapter,
+// or the one the bridge records (once the host's address has moved to the bridge), or the one
+// holding the node IP.
+func (r *Reconciler) observe(ctx context.Context, spec networkv1alpha1.WindowsNodeNetworkSpec) (facts, hostnet.Link, error) {
+	var f facts
+	node := &corev1.Node{}
+	if err := r.Client.Get(ctx, client.ObjectKey{Name: r.NodeName}, node); err == nil {
+		f.nodePodCIDRs = node.Spec.PodCIDRs
+	} else if !apierrors.IsNotFound(err) {
+		return f, hostnet.Link{}, fmt.Errorf("getting Node %s: %w", r.NodeName, err)
+	}
+
+	name := spec.Uplink.Interface
+	if name == "" {
+		if ids, err := r.Host.OVSDB.BridgeExternalIDs(ctx, string(spec.Bridge.Name)); err == nil {
+			name = ids[uplinkKey]
+		}
+	}
+	var link hostnet.Link
+	var err error
+	switch {
+	case name != "":
+		link, err = r.Host.Net.LinkByName(ctx, name)
+	case spec.NodeIP != "":
+		ip, perr := netip.ParseAddr(string(spec.NodeIP))
+		if perr != nil {
+			return f, link, &invalidSpecError{msg: fmt.Sprintf("spec.nodeIP %q: %v", spec.NodeIP, perr)}
+		}
+		link, err = r.Host.Net.LinkByAddress(ctx, ip)
+	default:
+		return f, link, &invalidSpecError{msg: "spec.nodeIP is empty and spec.uplink.interface is not set: winnet cannot find the uplink"}
+	}
+	if err != nil {
+		return f, link, failed(networkv1alpha1.UplinkNotFoundReason, fmt.Errorf("no uplink adapter (name %q, node IP %q): %w", name, spec.NodeIP, err))
+	}
+	f.uplinkName, f.uplinkMAC, f.uplinkMTU = link.Name, link.MAC, link.MTU
+	return f, link, nil
+}
+
+// ensureHostSwitch makes the HNS Transparent network exist on the uplink with the OVS extension
+// enabled. A missing network next to a bridge winnet built means the host rebooted (HNS networks do
+// not persist): the stale bridge is removed first and everything is rebuilt in order.
+func (r *Reconciler) ensureHostSwitch(ctx context.Context, s *state) (outcome, error) {
+	d := s.desired
+	network, err := r.Host.HNS.GetNetworkByName(ctx, d.hnsNetwork.Name)
+	switch {
+	case errors.Is(err, hns.ErrNotFound):
+		if err := r.removeStaleBridge(ctx, s); err != nil {
+			return outcome{}, failed(networkv1alpha1.HNSNetworkFailedReason, err)
+		}
+		ctrl.LoggerFrom(ctx).Info("Creating the HNS network", "network", d.hnsNetwork.Name, "adapter", d.hnsNetwork.AdapterName)
+		network, err = r.Host.HNS.CreateTransparentNetwork(ctx, d.hnsNetwork)
+		if err != nil {
+			msg := err
+			if errors.Is(err, hns.ErrAdapterInUse) {
+				msg = fmt.Errorf("adapter %q is bound to another HNS network (0x57): remove that network or choose another uplink: %w", d.hnsNetwork.AdapterName, err)
+			}
+			return outcome{}, failed(networkv1alpha1.HNSNetworkFailedReason, msg)
+		}
+		r.event(s.wnn, "HNSNetworkCreated", "Created HNS Transparent network %s (%s) on %s", network.Name, network.ID, d.hnsNetwork.AdapterName)
+	case err != nil:
+		return outcome{}, failed(networkv1alpha1.HNSNetworkFailedReason, err)
+	}
+	s.wnn.Status.HNSNetworkID = network.ID
+	enabled, err := r.Host.HNS.OVSExtensionEnabled(ctx, network.ID)
+	if err != nil {
+		return outcome{}, failed(networkv1alpha1.OVSExtensionDisabledReason, err)
+	}
+	if !enabled {
+		if err := r.Host.HNS.EnableOVSExtension(ctx, network.ID); err != nil {
+			return outcome{}, failed(networkv1alpha1.OVSExtensionDisabledReason, err)
+		}
+		r.event(s.wnn, "OVSExtensionEnabled", "Enabled the Open vSwitch extension on HNS network %s", network.Name)
+	}
+	return outcome{networkv1alpha1.ReadyReason, fmt.Sprintf("HNS network %s runs the OVS extension", network.Name)}, nil
+}
+
+// removeStaleBridge removes a bridge left from before a reboot, giving its addresses back to the
+// uplink first so the host stays reachable.
+func (r *Reconciler) removeStaleBridge(ctx context.Context, s *state) error {
+	name := s.desired.bridge.Name
+	if _, err := r.Host.OVSDB.BridgeExternalIDs(ctx, name); errors.Is(err, ovsdb.ErrNotFound) {
+		return nil
+	} else if err != nil {
+		return err
+	}
+	r.Recorder.Eventf(s.wnn, nil, corev1.EventTypeWarning, networkv1alpha1.HostRebootedReason, "Converge",
+		"HNS network %s is gone but bridge %s remains: the host rebooted; rebuilding the node network", s.desired.hnsNetwork.Name, name)
+	if err := r.giveBackAddresses(ctx, name, s.uplink); err != nil {
+		return err
+	}
+	r.flows.close()
+	if _, err := r.Host.OVSDB.DeleteBridge(ctx, name); err != nil {
+		return fmt.Errorf("deleting stale bridge %q: %w", name, err)
+	}
+	return waitLinkGone(ctx, r.Host.Net, name)
+}
+
+// giveBackAddresses moves the addresses and routes of the bridge's interface back to the uplink.
+func (r *Reconciler) giveBackAddresses(ctx context.Context, bridge string, uplink hostnet.Link) error {
+	br, err := r.Host.Net.LinkByName(ctx, bridge)
+	if errors.Is(err, hostnet.ErrNotFound) {
+		return nil
+	} else if err != nil {
+		return err
+	}
+	if has, err := movableAddresses(ctx, r.Host.Net, br.Index); err != nil || !has {
+		return err
+	}
+	if err := hostnet.MoveAddressesAndRoutes(ctx, r.Host.Net, br.Index, uplink.Index); err != nil {
+		return fmt.Errorf("moving the host's addresses from %s back to %s: %w", bridge, uplink.Name, err)
+	}
+	return nil
+}
+
+// ensureBridge makes the OVS bridge exist with the uplink's MAC and moves the host's addresses and
+// routes from the uplink to the bridge's interface, unless HNS already did.
+func (r *Reconciler) ensureBridge(ctx context.Context, s *state) (outcome, error) {
+	d := s.desired
+	changed, err := r.Host.OVSDB.EnsureBridge(ctx, d.bridge)
+	if err != nil {
+		return outcome{}, failed(networkv1alpha1.OVSUnavailableReason, err)
+	}
+	if changed {
+		r.event(s.wnn, "BridgeConfigured", "Configured OVS bridge %s (datapath %s)", d.bridge.Name, d.bridge.DatapathType)
+	}
+	if s.bridge, err = waitLink(ctx, r.Host.Net, d.bridge.Name); err != nil {
+		return outcome{}, failed(networkv1alpha1.OVSUnavailableReason, err)
+	}
+	if s.bridge.MAC.String() != s.facts.uplinkMAC.String() {
+		if err := r.Host.Net.SetMAC(ctx, s.bridge.Index, s.facts.uplinkMAC); err != nil && !errors.Is(err, errors.ErrUnsupported) {
+			return outcome{}, failed(networkv1alpha1.HostAddressMoveFailedReason, err)
+		}
+	}
+	if err := r.Host.Net.SetUp(ctx, s.bridge.Index); err != nil {
+		return outcome{}, failed(networkv1alpha1.HostAddressMoveFailedReason, err)
+	}
+	if has, err := movableAddresses(ctx, r.Host.Net, s.uplink.Index); err != nil {
+		return outcome{}, failed(networkv1alpha1.HostAddressMoveFailedReason, err)
+	} else if has {
+		ctrl.LoggerFrom(ctx).Info("Moving the host's addresses and routes to the bridge", "uplink", s.uplink.Name, "bridge", d.bridge.Name)
+		if err := hostnet.MoveAddressesAndRoutes(ctx, r.Host.Net, s.uplink.Index, s.bridge.Index); err != nil {
+			return outcome{}, failed(networkv1alpha1.HostAddressMoveFailedReason, err)
+		}
+		r.event(s.wnn, "HostAddressMoved", "Moved the host's addresses and routes from %s to %s", s.uplink.Name, d.bridge.Name)
+	}
+	if ok, err := holds(ctx, r.Host.Net, s.bridge.Index, d.nodeIP); err != nil {
+		return outcome{}, failed(networkv1alpha1.HostAddressMoveFailedReason, err)
+	} else if !ok {
+		return outcome{}, failed(networkv1alpha1.HostAddressMoveFailedReason, fmt.Errorf("node IP %s is on neither %s nor %s", d.nodeIP, s.uplink.Name, d.bridge.Name))
+	}
+	return outcome{networkv1alpha1.ReadyReason, fmt.Sprintf("Bridge %s holds the node IP %s", d.bridge.Name, d.nodeIP)}, nil
+}
+
+// ensurePort makes a port exist and returns its OpenFlow port number.
+func (r *Reconciler) ensurePort(ctx context.Context, s *state, spec ovsdb.PortSpec, what string) (int32, error) {
+	changed, err := r.Host.OVSDB.EnsurePort(ctx, s.desired.bridge.Name, spec)
+	if err != nil {
+		return 0, err
+	}
+	ofport, err := r.Host.OVSDB.WaitOFPort(ctx, spec.Name)
+	if err != nil {
+		return 0, err
+	}
+	if changed {
+		r.event(s.wnn, "PortConfigured", "Configured %s port %s (ofport %d)", what, spec.Name, ofport)
+	}
+	s.ofports[spec.Name] = ofport
+	return ofport, nil
+}
+
+func (r *Reconciler) ensureUplink(ctx context.Context, s *state) (outcome, error) {
+	ofport, err := r.ensurePort(ctx, s, s.desired.uplink, "uplink")
+	if err != nil {
+		return outcome{}, failed(networkv1alpha1.OVSUnavailableReason, err)
+	}
+	s.wnn.Status.Uplink = &networkv1alpha1.PortStatus{Name: s.uplink.Name, MAC: s.uplink.MAC.String(), OFPort: ofport}
+	return outcome{networkv1alpha1.ReadyReason, fmt.Sprintf("Uplink %s is port %d of the bridge", s.uplink.Name, ofport)}, nil
+}
+
+// ensureGateway makes the gateway port exist with its address and MTU, forwarding on, so that the
+// local Pod CIDR is routed through it.
+func (r *Reconciler) ensureGateway(ctx context.Context, s *state) (outcome, error) {
+	d := s.desired
+	ofport, err := r.ensurePort(ctx, s, d.gatewayPort, "gateway")
+	if err != nil {
+		return outcome{}, failed(networkv1alpha1.OVSUnavailableReason, err)
+	}
+	gw, err := waitLink(ctx, r.Host.Net, d.gatewayPort.Name)
+	if err != nil {
+		return outcome{}, failed(networkv1alpha1.OVSUnavailableReason, err)
+	}
+	s.gateway = gw
+	for _, op := range []func() error{
+		func() error { return r.Host.Net.SetMTU(ctx, gw.Index, d.mtu) },
+		func() error { return r.Host.Net.EnsureAddress(ctx, gw.Index, d.gateway) },
+		func() error { return r.Host.Net.SetUp(ctx, gw.Index) },
+		func() error { return r.Host.Net.EnsureForwarding(ctx, gw.Index) },
+		func() error { return r.Host.Net.EnsureForwarding(ctx, s.bridge.Index) },
+		func() error {
+			return r.Host.Net.EnsureRoute(ctx, hostnet.Route{Dst: d.podCIDR, LinkIndex: gw.Index, Owned: true})
+		},
+	} {
+		if err := op(); err != nil {
+			return outcome{}, fmt.Errorf("configuring gateway %s: %w", gw.Name, err)
+		}
+	}
+	s.wnn.Status.Gateway = &networkv1alpha1.GatewayStatus{IP: d.gateway.Addr().String(), MAC: gw.MAC.String(), OFPort: ofport}
+	return outcome{networkv1alpha1.ReadyReason, fmt.Sprintf("Gateway %s has %s; Pod CIDR %s is routed through it", gw.Name, d.gateway, d.podCIDR)}, nil
+}
+
+// ensureTunnel makes the tunnel port match the encapsulation settings, or removes it in NoEncap mode.
+func (r *Reconciler) ensureTunnel(ctx context.Context, s *state) (outcome, error) {
+	d := s.desired
+	if d.tunnel == nil {
+		changed, err := r.Host.OVSDB.DeletePort(ctx, d.bridge.Name, networkv1alpha1.DefaultTunnelPortName)
+		if err != nil {
+			return outcome{}, failed(networkv1alpha1.OVSUnavailableReason, err)
+		}
+		if changed {
+			r.event(s.wnn, "TunnelRemoved", "Removed tunnel port %s: encapsulation mode is NoEncap", networkv1alpha1.DefaultTunnelPortName)
+		}
+		s.wnn.Status.Tunnel = nil
+		return outcome{networkv1alpha1.TunnelNotRequiredReason, "NoEncap mode needs no tunnel"}, nil
+	}
+	ofport, err := r.ensurePort(ctx, s, *d.tunnel, string(s.wnn.Spec.Encapsulation.TunnelType))
+	if err != nil {
+		return outcome{}, failed(networkv1alpha1.OVSUnavailableReason, err)
+	}
+	port := int32(tunnelPort(s.wnn.Spec.Encapsulation))
+	s.wnn.Status.Tunnel = &networkv1alpha1.TunnelStatus{Type: s.wnn.Spec.Encapsulation.TunnelType, Port: port, OFPort: ofport}
+	return outcome{networkv1alpha1.ReadyReason, fmt.Sprintf("%s tunnel from %s on UDP %d, VNI %d", d.tunnel.Type, d.nodeIP, port, d.vni)}, nil
+}
+
+// ensurePipeline installs the base pipeline, after checking the switch's flows for drift.
+func (r *Reconciler) ensurePipeline(ctx context.Context, s *state) (outcome, error) {
+	flows, err := r.flows.get(ctx, r.Host, s.desired.bridge.Name)
+	if err != nil {
+		return outcome{}, failed(networkv1alpha1.OVSUnavailableReason, err)
+	}
+	if diffs, err := flows.Verify(ctx); err != nil {
+		return outcome{}, failed(networkv1alpha1.FlowInstallFailedReason, err)
+	} else if len(diffs) > 0 {
+		ctrl.LoggerFrom(ctx).Info("Flows drifted from the desired set; reinstalling", "differences", len(diffs), "first", diffs[0].Flow)
+		flows.Invalidate()
+	}
+	node := s.desired.pipelineNode(s.gateway.MAC, s.ofports)
+	total := 0
+	for _, category := range pipeline.BaseCategories {
+		res, err := flows.Sync(ctx, category, node.Features()[category])
+		if err != nil {
+			return outcome{}, failed(networkv1alpha1.FlowInstallFailedReason, err)
+		}
+		if res.Mods() > 0 {
+			ctrl.LoggerFrom(ctx).V(1).Info("Synced flows", "category", category, "added", res.Added, "modified", res.Modified, "deleted", res.Deleted)
+		}
+	}
+	for _, category := range []uint8{pipeline.CategoryClassifier, pipeline.CategoryConntrack, pipeline.CategoryForwarding, pipeline.CategorySNAT, pipeline.CategoryPod, pipeline.CategoryRoute} {
+		total += len(flows.Installed(category))
+	}
+	s.wnn.Status.FlowCount = int32(total)
+	snat := "off"
+	if s.desired.snat {
+		snat = "to " + s.desired.nodeIP.String()
+	}
+	return outcome{networkv1alpha1.ReadyReason, fmt.Sprintf("%d flows installed; SNAT %s", total, snat)}, nil
+}
+
+func (r *Reconciler) event(wnn *networkv1alpha1.WindowsNodeNetwork, reason, format string, args ...any) {
+	r.Recorder.Eventf(wnn, nil, corev1.EventTypeNormal, reason, "Converge", format, args...)
+}

@@ -1,0 +1,376 @@
+//go:build linux
+
+package nodenetwork_test
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+
+	networkv1alpha1 "github.com/winnet-io/winnet/api/v1alpha1"
+	"github.com/winnet-io/winnet/controllers/nodenetwork"
+	"github.com/winnet-io/winnet/internal/agent"
+	"github.com/winnet-io/winnet/internal/hns"
+	"github.com/winnet-io/winnet/internal/hostnet"
+	"github.com/winnet-io/winnet/internal/ovs/ovsdb"
+	"github.com/winnet-io/winnet/test/framework"
+	"github.com/winnet-io/winnet/test/simnode"
+)
+
+// These tests run the real reconciler against a real API server, on a simulated node: a network
+// namespace with its own ovs-vswitchd (userspace datapath), an uplink on a shared underlay with an
+// external host, real netlink, and the Linux-backed HNS simulator.
+
+var server *framework.APIServer
+
+func TestMain(m *testing.M) {
+	ctrl.SetLogger(zap.New(zap.WriteTo(os.Stderr)))
+	var err error
+	if server, err = framework.StartAPIServer(); err != nil {
+		fmt.Fprintf(os.Stderr, "FAIL: the node network tests need a real kube-apiserver: %v\n", err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	_ = server.Stop()
+	os.Exit(code)
+}
+
+const (
+	converge = 30 * time.Second
+	repair   = 5 * time.Second
+)
+
+// testNode is a simulated node with its agent running.
+type testNode struct {
+	*simnode.Node
+	external *simnode.Host
+	sim      *hns.Sim
+	ovsdb    *ovsdb.Client
+	net      hostnet.Interface
+}
+
+func startNode(t *testing.T, name, nodeIP, podCIDR string) *testNode {
+	t.Helper()
+	g := NewWithT(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	underlay := simnode.NewUnderlay(t, netip.MustParsePrefix("192.168.10.0/24"))
+	node := underlay.AddNode(t, name, netip.MustParsePrefix(nodeIP), simnode.NodeOptions{StartOVS: true})
+
+	sim, err := hns.NewLinuxSim(hns.LinuxSimOptions{HostNetNS: node.NSPath})
+	g.Expect(err).NotTo(HaveOccurred())
+	net, err := hostnet.New(hostnet.Options{NetNSPath: node.NSPath})
+	g.Expect(err).NotTo(HaveOccurred())
+	db, err := ovsdb.New(ctx, ovsdb.Options{Address: node.OVS.DBSocket()})
+	g.Expect(err).NotTo(HaveOccurred())
+
+	g.Expect(server.Client.Create(ctx, &corev1.Node{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec:       corev1.NodeSpec{PodCIDR: podCIDR, PodCIDRs: []string{podCIDR}},
+	})).To(Succeed())
+
+	mgr, err := agent.NewManager(server.Config, agent.Options{NodeName: name, MetricsBindAddress: "0", HealthProbeBindAddress: "0", SeveralAgentsPerProcess: true})
+	g.Expect(err).NotTo(HaveOccurred())
+	r := &nodenetwork.Reconciler{
+		Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("winnet-agent"), NodeName: name,
+		Host:         nodenetwork.Host{HNS: sim, OVSDB: db, Net: net, OpenFlowAddress: node.OVS.MgmtSocket},
+		ResyncPeriod: time.Second,
+	}
+	g.Expect(r.SetupWithManager(mgr)).To(Succeed())
+	done := make(chan error, 1)
+	go func() { done <- mgr.Start(ctx) }()
+	t.Cleanup(func() {
+		// Delete the object while the agent runs, so the finalizer is honoured; then stop.
+		_ = server.Client.Delete(context.Background(), &networkv1alpha1.WindowsNodeNetwork{ObjectMeta: metav1.ObjectMeta{Name: name}})
+		_ = server.Client.Delete(context.Background(), &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}})
+		deadline := time.Now().Add(10 * time.Second)
+		for time.Now().Before(deadline) {
+			if err := server.Client.Get(context.Background(), client.ObjectKey{Name: name}, &networkv1alpha1.WindowsNodeNetwork{}); err != nil {
+				break
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		cancel()
+		<-done
+		db.Close()
+		_ = sim.Close()
+	})
+	return &testNode{Node: node, external: underlay.External(), sim: sim, ovsdb: db, net: net}
+}
+
+func nodeNetwork(name, podCIDR, nodeIP string) *networkv1alpha1.WindowsNodeNetwork {
+	return &networkv1alpha1.WindowsNodeNetwork{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: networkv1alpha1.WindowsNodeNetworkSpec{
+			PodCIDRs:     []networkv1alpha1.CIDR{networkv1alpha1.CIDR(podCIDR)},
+			NodeIP:       networkv1alpha1.IPv4Address(nodeIP),
+			Bridge:       networkv1alpha1.BridgeSpec{DatapathType: networkv1alpha1.DatapathTypeNetdev},
+			ClusterCIDRs: []networkv1alpha1.CIDR{"10.244.0.0/16"},
+			ServiceCIDRs: []networkv1alpha1.CIDR{"10.96.0.0/12"},
+			SNAT:         networkv1alpha1.SNATSpec{ExcludeCIDRs: []networkv1alpha1.CIDR{"172.16.0.0/12"}},
+		},
+	}
+}
+
+func get(name string) func(Gomega) *networkv1alpha1.WindowsNodeNetwork {
+	return func(g Gomega) *networkv1alpha1.WindowsNodeNetwork {
+		w := &networkv1alpha1.WindowsNodeNetwork{}
+		g.Expect(server.Client.Get(context.Background(), client.ObjectKey{Name: name}, w)).To(Succeed())
+		return w
+	}
+}
+
+func condition(name, typ string) func(Gomega) metav1.Condition {
+	return func(g Gomega) metav1.Condition {
+		c := meta.FindStatusCondition(get(name)(g).Status.Conditions, typ)
+		g.Expect(c).NotTo(BeNil(), "condition %s not set", typ)
+		return *c
+	}
+}
+
+func ready(name string) func(Gomega) metav1.ConditionStatus {
+	return func(g Gomega) metav1.ConditionStatus {
+		w := get(name)(g)
+		c := meta.FindStatusCondition(w.Status.Conditions, networkv1alpha1.ReadyCondition)
+		g.Expect(c).NotTo(BeNil())
+		g.Expect(w.Status.ObservedGeneration).To(Equal(w.Generation))
+		return c.Status
+	}
+}
+
+func (n *testNode) addrs(g Gomega, dev string) string {
+	out, err := n.Exec("ip", "-4", "-o", "addr", "show", "dev", dev)
+	g.Expect(err).NotTo(HaveOccurred())
+	return out
+}
+
+func (n *testNode) flows(g Gomega) []string {
+	lines, err := n.OVS.DumpFlows("br-int", "-O", "OpenFlow15")
+	g.Expect(err).NotTo(HaveOccurred())
+	return lines
+}
+
+func (n *testNode) trace(g Gomega, flow string, ctNext ...string) string {
+	args := []string{"ofproto/trace", "br-int", flow}
+	for _, s := range ctNext {
+		args = append(args, "--ct-next", s)
+	}
+	out, err := n.OVS.Appctl(args...)
+	g.Expect(err).NotTo(HaveOccurred(), out)
+	return out
+}
+
+// expectReachable waits until the external host's pings to the node IP are answered: a rebuilt
+// datapath takes a moment to pass packets, a lost node never answers.
+func (n *testNode) expectReachable(g Gomega, why string) {
+	g.Eventually(func(g Gomega) {
+		sent, received, err := simnode.Ping(n.external.NS, netip.MustParseAddr("192.168.10.11"), 2)
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(received).To(Equal(sent))
+	}).WithTimeout(10*time.Second).Should(Succeed(), why)
+}
+
+func TestNodeNetworkConvergesAndHeals(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	n := startNode(t, "win-a", "192.168.10.11/24", "10.244.1.0/24")
+	g.Expect(server.Client.Create(ctx, nodeNetwork("win-a", "10.244.1.0/24", "192.168.10.11"))).To(Succeed())
+	g.Eventually(ready("win-a")).WithTimeout(converge).Should(Equal(metav1.ConditionTrue))
+
+	t.Run("converged from nothing", func(t *testing.T) {
+		g := NewWithT(t)
+		w := get("win-a")(g)
+		g.Expect(w.Status.Uplink).To(Equal(&networkv1alpha1.PortStatus{Name: "uplink0", MAC: n.UplinkMAC.String(), OFPort: nodenetwork.UplinkOFPort}))
+		g.Expect(w.Status.Gateway).To(HaveField("IP", "10.244.1.1"))
+		g.Expect(w.Status.Gateway.OFPort).To(Equal(nodenetwork.GatewayOFPort))
+		g.Expect(w.Status.Tunnel).To(Equal(&networkv1alpha1.TunnelStatus{Type: "vxlan", Port: 4789, OFPort: nodenetwork.TunnelOFPort}))
+		g.Expect(w.Status.MTU).To(Equal(int32(1500 - 50)))
+		g.Expect(w.Status.HNSNetworkID).NotTo(BeEmpty())
+		g.Expect(w.Status.FlowCount).To(BeNumerically("==", len(n.flows(g))))
+		g.Expect(w.Finalizers).To(ContainElement(nodenetwork.Finalizer))
+		// The host's address moved from the uplink to the bridge, and the host is still reachable
+		// through OVS.
+		g.Expect(n.addrs(g, "br-int")).To(ContainSubstring("192.168.10.11/24"))
+		g.Expect(n.addrs(g, "uplink0")).NotTo(ContainSubstring("192.168.10.11"))
+		g.Expect(n.MustExec(t, "ip", "route", "show", "default")).To(ContainSubstring("dev br-int"))
+		g.Expect(n.addrs(g, "winnet-gw0")).To(ContainSubstring("10.244.1.1/24"))
+		n.expectReachable(g, "the external host reaches the node through the bridge")
+		tunnel := n.MustExec(t, "ovs-vsctl", "--db=unix:"+n.OVS.DBSocket(), "get", "interface", "winnet-tun0", "type", "options")
+		g.Expect(tunnel).To(ContainSubstring("vxlan"))
+		g.Expect(tunnel).To(ContainSubstring(`local_ip="192.168.10.11"`))
+	})
+
+	t.Run("second pass changes nothing", func(t *testing.T) {
+		g := NewWithT(t)
+		before, flows := n.ovsdb.MutatingOperations(), n.flows(g)
+		time.Sleep(2500 * time.Millisecond) // two resync periods
+		g.Expect(n.ovsdb.MutatingOperations()).To(Equal(before))
+		g.Expect(n.flows(g)).To(Equal(flows))
+	})
+
+	t.Run("the SNAT design holds on the installed pipeline", func(t *testing.T) {
+		g := NewWithT(t)
+		flows := strings.Join(n.flows(g), "\n")
+		g.Expect(flows).To(ContainSubstring("ct(commit,table=110,zone=65520,nat(src=192.168.10.11),exec(set_field:0x40->ct_mark))"))
+		for _, excluded := range []string{"10.244.0.0/16", "10.96.0.0/12", "172.16.0.0/12", "192.168.10.11"} {
+			g.Expect(flows).To(ContainSubstring("table=70, priority=180,ip,reg0=0x2/0xffff,nw_dst=" + excluded + " actions=goto_table:80"))
+		}
+		// Host traffic to the outside leaves on the uplink; replies from outside go through
+		// conntrack and, as no Pod connection is theirs, to the host.
+		g.Expect(n.trace(g, "in_port=LOCAL,ip,nw_src=192.168.10.11,nw_dst=8.8.8.8,nw_ttl=64")).To(ContainSubstring(fmt.Sprintf("output:%d", nodenetwork.UplinkOFPort)))
+		g.Expect(n.trace(g, fmt.Sprintf("in_port=%d,ip,nw_src=8.8.8.8,nw_dst=192.168.10.11,nw_ttl=64", nodenetwork.UplinkOFPort), "trk,est")).
+			To(MatchRegexp(`ct\(table=31,zone=65520,nat\)(.|\n)*31\. ip,reg0=0x3/0xffff, priority 190, cookie 0x[0-9a-f]+\n\s+LOCAL`))
+	})
+
+	t.Run("drift is repaired", func(t *testing.T) {
+		db := "--db=unix:" + n.OVS.DBSocket()
+		for _, tc := range []struct {
+			name  string
+			drift []string
+			check func(g Gomega)
+		}{
+			{"deleted gateway port", []string{"ovs-vsctl", db, "del-port", "br-int", "winnet-gw0"}, func(g Gomega) {
+				g.Expect(n.addrs(g, "winnet-gw0")).To(ContainSubstring("10.244.1.1/24"))
+			}},
+			{"deleted tunnel port", []string{"ovs-vsctl", db, "del-port", "br-int", "winnet-tun0"}, func(g Gomega) {
+				out, err := n.Exec("ovs-vsctl", db, "get", "interface", "winnet-tun0", "ofport")
+				g.Expect(err).NotTo(HaveOccurred())
+				g.Expect(strings.TrimSpace(out)).To(Equal(fmt.Sprint(nodenetwork.TunnelOFPort)))
+			}},
+			{"deleted flows", []string{"ovs-ofctl", "-O", "OpenFlow15", "del-flows", "br-int"}, func(g Gomega) {
+				g.Expect(len(n.flows(g))).To(BeNumerically("==", get("win-a")(g).Status.FlowCount))
+				g.Expect(strings.Join(n.flows(g), "\n")).To(ContainSubstring("nat(src=192.168.10.11)"))
+			}},
+			{"deleted gateway address", []string{"ip", "addr", "del", "10.244.1.1/24", "dev", "winnet-gw0"}, func(g Gomega) {
+				g.Expect(n.addrs(g, "winnet-gw0")).To(ContainSubstring("10.244.1.1/24"))
+			}},
+			{"deleted Pod CIDR route", []string{"ip", "route", "del", "10.244.1.0/24"}, func(g Gomega) {
+				out, err := n.Exec("ip", "route", "show", "10.244.1.0/24")
+				g.Expect(err).NotTo(HaveOccurred())
+				g.Expect(out).To(ContainSubstring("dev winnet-gw0"))
+			}},
+		} {
+			t.Run(tc.name, func(t *testing.T) {
+				g := NewWithT(t)
+				if tc.drift[0] == "ovs-ofctl" {
+					_, err := n.OVS.Ofctl(tc.drift[1:]...)
+					g.Expect(err).NotTo(HaveOccurred())
+				} else {
+					n.MustExec(t, tc.drift...)
+				}
+				g.Eventually(tc.check).WithTimeout(repair).WithPolling(100 * time.Millisecond).Should(Succeed())
+				g.Eventually(ready("win-a")).WithTimeout(repair).Should(Equal(metav1.ConditionTrue))
+			})
+		}
+	})
+
+	t.Run("live changes converge without restart", func(t *testing.T) {
+		g := NewWithT(t)
+		w := get("win-a")(g)
+		w.Spec.Encapsulation.TunnelType = networkv1alpha1.TunnelTypeGeneve
+		w.Spec.Encapsulation.VNI = 4096
+		w.Spec.SNAT.Enabled = ptr.To(false)
+		w.Spec.Encapsulation.MTU = 1400
+		g.Expect(server.Client.Update(ctx, w)).To(Succeed())
+		g.Eventually(func(g Gomega) {
+			w := get("win-a")(g)
+			g.Expect(w.Status.ObservedGeneration).To(Equal(w.Generation))
+			g.Expect(w.Status.Tunnel).To(Equal(&networkv1alpha1.TunnelStatus{Type: "geneve", Port: 6081, OFPort: nodenetwork.TunnelOFPort}))
+			g.Expect(w.Status.MTU).To(Equal(int32(1400)))
+		}).WithTimeout(repair).Should(Succeed())
+		g.Expect(n.MustExec(t, "ovs-vsctl", "--db=unix:"+n.OVS.DBSocket(), "get", "interface", "winnet-tun0", "type")).To(ContainSubstring("geneve"))
+		g.Expect(strings.Join(n.flows(g), "\n")).NotTo(ContainSubstring("nat(src="))
+		g.Expect(n.MustExec(t, "ip", "link", "show", "winnet-gw0")).To(ContainSubstring("mtu 1400"))
+	})
+
+	t.Run("a reboot heals itself", func(t *testing.T) {
+		g := NewWithT(t)
+		// What a Windows reboot leaves: no HNS network, the host IP back on the uplink, a stale
+		// bridge. The agent keeps running meanwhile, as it would start at boot: whichever of these it
+		// sees first, it must end up rebuilding the node network.
+		oldNetwork := get("win-a")(g).Status.HNSNetworkID
+		n.MustExec(t, "sh", "-c", "ip addr flush dev br-int && ip addr add 192.168.10.11/24 dev uplink0 && "+
+			"ip route replace default via 192.168.10.1 dev uplink0")
+		g.Expect(n.sim.Reboot(ctx)).To(Succeed())
+		g.Eventually(func(g Gomega) {
+			g.Expect(get("win-a")(g).Status.HNSNetworkID).NotTo(Equal(oldNetwork), "the HNS network is rebuilt")
+			g.Expect(ready("win-a")(g)).To(Equal(metav1.ConditionTrue))
+			g.Expect(n.addrs(g, "br-int")).To(ContainSubstring("192.168.10.11/24"))
+		}).WithTimeout(converge).Should(Succeed())
+		g.Expect(n.addrs(g, "uplink0")).NotTo(ContainSubstring("192.168.10.11"))
+		g.Eventually(func(g Gomega) []string {
+			list := &eventsv1.EventList{}
+			g.Expect(server.Client.List(ctx, list, client.InNamespace("default"))).To(Succeed())
+			var reasons []string
+			for _, e := range list.Items {
+				if e.Regarding.Name == "win-a" {
+					reasons = append(reasons, e.Reason)
+				}
+			}
+			return reasons
+		}).WithTimeout(repair).Should(ContainElement(networkv1alpha1.HostRebootedReason))
+		n.expectReachable(g, "the rebuilt node is reachable through the bridge")
+	})
+
+	t.Run("deleting gives the host its network back", func(t *testing.T) {
+		g := NewWithT(t)
+		g.Expect(server.Client.Delete(ctx, get("win-a")(g))).To(Succeed())
+		g.Eventually(func() bool {
+			return server.Client.Get(ctx, client.ObjectKey{Name: "win-a"}, &networkv1alpha1.WindowsNodeNetwork{}) != nil
+		}).WithTimeout(converge).Should(BeTrue())
+		g.Expect(n.addrs(g, "uplink0")).To(ContainSubstring("192.168.10.11/24"))
+		g.Expect(n.MustExec(t, "ip", "route", "show", "default")).To(ContainSubstring("via 192.168.10.1 dev uplink0"))
+		_, err := n.Exec("ip", "link", "show", "br-int")
+		g.Expect(err).To(HaveOccurred(), "the bridge is gone")
+		_, err = n.sim.GetNetworkByName(ctx, "winnet")
+		g.Expect(err).To(MatchError(hns.ErrNotFound))
+		n.expectReachable(g, "the node is reachable on its uplink again")
+	})
+}
+
+func TestInvalidRuntimeFacts(t *testing.T) {
+	ctx := context.Background()
+	startNode(t, "win-b", "192.168.10.12/24", "10.244.2.0/24")
+
+	t.Run("Pod CIDR not matching the Node", func(t *testing.T) {
+		g := NewWithT(t)
+		w := nodeNetwork("win-b", "10.244.9.0/24", "192.168.10.12")
+		g.Expect(server.Client.Create(ctx, w)).To(Succeed())
+		g.Eventually(condition("win-b", networkv1alpha1.HostSwitchReadyCondition)).WithTimeout(converge).Should(SatisfyAll(
+			HaveField("Status", metav1.ConditionFalse),
+			HaveField("Reason", networkv1alpha1.InvalidSpecReason),
+			HaveField("Message", ContainSubstring("does not match the Node's Pod CIDRs [10.244.2.0/24]")),
+		))
+		g.Expect(condition("win-b", networkv1alpha1.ReadyCondition)(g).Status).To(Equal(metav1.ConditionFalse))
+		g.Expect(server.Client.Delete(ctx, w)).To(Succeed())
+		g.Eventually(func() bool {
+			return server.Client.Get(ctx, client.ObjectKey{Name: "win-b"}, &networkv1alpha1.WindowsNodeNetwork{}) != nil
+		}).WithTimeout(converge).Should(BeTrue())
+	})
+
+	t.Run("uplink missing", func(t *testing.T) {
+		g := NewWithT(t)
+		w := nodeNetwork("win-b", "10.244.2.0/24", "192.168.10.12")
+		w.Spec.Uplink.Interface = "Ethernet 9"
+		g.Expect(server.Client.Create(ctx, w)).To(Succeed())
+		g.Eventually(condition("win-b", networkv1alpha1.HostSwitchReadyCondition)).WithTimeout(converge).Should(SatisfyAll(
+			HaveField("Status", metav1.ConditionFalse),
+			HaveField("Reason", networkv1alpha1.UplinkNotFoundReason),
+			HaveField("Message", ContainSubstring(`no uplink adapter (name "Ethernet 9"`)),
+		))
+		g.Expect(condition("win-b", networkv1alpha1.ReadyCondition)(g).Status).To(Equal(metav1.ConditionFalse))
+	})
+}

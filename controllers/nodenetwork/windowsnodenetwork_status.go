@@ -1,0 +1,99 @@
+package nodenetwork
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	networkv1alpha1 "github.com/winnet-io/winnet/api/v1alpha1"
+)
+
+// components are the conditions the reconciler converges, in order: each is built on the ones
+// before it.
+var components = []string{
+	networkv1alpha1.HostSwitchReadyCondition,
+	networkv1alpha1.BridgeReadyCondition,
+	networkv1alpha1.UplinkReadyCondition,
+	networkv1alpha1.GatewayReadyCondition,
+	networkv1alpha1.TunnelReadyCondition,
+	networkv1alpha1.PipelineReadyCondition,
+}
+
+// componentError is a failed component with the reason its condition carries.
+type componentError struct {
+	reason string
+	err    error
+}
+
+func (e *componentError) Error() string { return e.err.Error() }
+func (e *componentError) Unwrap() error { return e.err }
+
+func failed(reason string, err error) error { return &componentError{reason: reason, err: err} }
+
+// outcome is what a converged component reports in its True condition.
+type outcome struct{ reason, message string }
+
+// setComponentConditions records the outcome of the convergence: the components before the failed
+// one are True with their outcome, the failed one False with its reason, the ones after it False as
+// not attempted. done holds the outcomes of the components that converged, in order; err is nil
+// when all did.
+func setComponentConditions(w *networkv1alpha1.WindowsNodeNetwork, done []outcome, err error) {
+	gen := w.Generation
+	for i, typ := range components {
+		c := metav1.Condition{Type: typ, ObservedGeneration: gen}
+		switch {
+		case i < len(done):
+			c.Status, c.Reason, c.Message = metav1.ConditionTrue, done[i].reason, done[i].message
+		case i == len(done):
+			c.Status, c.Reason, c.Message = metav1.ConditionFalse, networkv1alpha1.ProgressingReason, err.Error()
+			var ce *componentError
+			if errors.As(err, &ce) {
+				c.Reason = ce.reason
+			}
+		default:
+			c.Status, c.Reason = metav1.ConditionFalse, networkv1alpha1.DependencyNotReadyReason
+			c.Message = fmt.Sprintf("Waiting for %s", components[len(done)])
+		}
+		meta.SetStatusCondition(&w.Status.Conditions, c)
+	}
+	setReadyCondition(w)
+}
+
+// setReadyCondition summarises the components and RoutesReady (when the route reconciler has set it).
+func setReadyCondition(w *networkv1alpha1.WindowsNodeNetwork) {
+	var notReady []string
+	for _, typ := range append(components[:len(components):len(components)], networkv1alpha1.RoutesReadyCondition) {
+		c := meta.FindStatusCondition(w.Status.Conditions, typ)
+		if c == nil {
+			if typ == networkv1alpha1.RoutesReadyCondition {
+				continue
+			}
+			notReady = append(notReady, typ)
+			continue
+		}
+		if c.Status != metav1.ConditionTrue {
+			notReady = append(notReady, typ)
+		}
+	}
+	c := metav1.Condition{Type: networkv1alpha1.ReadyCondition, ObservedGeneration: w.Generation}
+	if len(notReady) == 0 {
+		c.Status, c.Reason, c.Message = metav1.ConditionTrue, networkv1alpha1.ReadyReason, "The node network is converged"
+	} else {
+		c.Status, c.Reason = metav1.ConditionFalse, networkv1alpha1.ComponentsNotReadyReason
+		c.Message = "Not ready: " + strings.Join(notReady, ", ")
+	}
+	meta.SetStatusCondition(&w.Status.Conditions, c)
+}
+
+// setInvalidSpec marks every component False because the spec cannot be realised.
+func setInvalidSpec(w *networkv1alpha1.WindowsNodeNetwork, reason string, err error) {
+	for _, typ := range components {
+		meta.SetStatusCondition(&w.Status.Conditions, metav1.Condition{
+			Type: typ, Status: metav1.ConditionFalse, Reason: reason, Message: err.Error(), ObservedGeneration: w.Generation,
+		})
+	}
+	setReadyCondition(w)
+}
