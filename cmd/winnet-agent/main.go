@@ -20,13 +20,17 @@ func main() {
 	fs := flag.NewFlagSet("winnet-agent", flag.ContinueOnError)
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "Usage: winnet-agent [flags]\n\n"+
-			"The per-node agent of winnet. It watches this node's WindowsNodeNetwork, Node, PodEndpoints\n"+
-			"and Pods, and the cluster's RemoteSubnetRoutes (group network.winnet.io).\n\nFlags:\n")
+			"The per-node agent of winnet: it converges this node's network (HNS network, OVS bridge,\n"+
+			"uplink, gateway, tunnel, OpenFlow pipeline) toward its WindowsNodeNetwork\n"+
+			"(group network.winnet.io) and reports it in the object's status.\n\nFlags:\n")
 		fs.PrintDefaults()
 	}
 	fs.StringVar(&opts.NodeName, "node-name", os.Getenv("NODE_NAME"), "name of the Node this agent runs on (default $NODE_NAME)")
 	fs.StringVar(&opts.MetricsBindAddress, "metrics-bind-address", "0", `address of the metrics endpoint, such as ":8080" ("0" disables it)`)
 	fs.StringVar(&opts.HealthProbeBindAddress, "health-probe-bind-address", ":8081", `address of /healthz and /readyz ("0" disables it)`)
+	hostOpts := agent.HostOptions{}
+	fs.StringVar(&hostOpts.OVSDBAddress, "ovsdb", "", "ovsdb-server socket (Linux) or named pipe (Windows) (default: the platform's)")
+	fs.StringVar(&hostOpts.OVSRunDir, "ovs-rundir", "", "directory of the bridges' OpenFlow management sockets (default: the platform's)")
 	kubeconfig := fs.String("kubeconfig", "", "path to a kubeconfig (default: $KUBECONFIG, the in-cluster config, then ~/.kube/config)")
 	zopts := zap.Options{}
 	zopts.BindFlags(fs)
@@ -49,8 +53,13 @@ func main() {
 		log.Error(err, "Cannot create the agent")
 		os.Exit(1)
 	}
+	ctx := ctrl.SetupSignalHandler()
+	if err := agent.SetupNodeNetwork(ctx, mgr, opts.NodeName, hostOpts); err != nil {
+		log.Error(err, "Cannot set up the node network reconciler")
+		os.Exit(1)
+	}
 	log.Info("Starting winnet-agent", "node", opts.NodeName)
-	if err := mgr.Start(ctrl.SetupSignalHandler()); err != nil {
+	if err := mgr.Start(ctx); err != nil {
 		log.Error(err, "winnet-agent stopped")
 		os.Exit(1)
 	}

@@ -1,0 +1,48 @@
+package agent
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+
+	ctrl "sigs.k8s.io/controller-runtime"
+
+	"github.com/winnet-io/winnet/controllers/nodenetwork"
+	"github.com/winnet-io/winnet/internal/hostnet"
+	"github.com/winnet-io/winnet/internal/ovs/ovsdb"
+)
+
+// HostOptions say where the agent finds the host's Open vSwitch.
+type HostOptions struct {
+	// OVSDBAddress is ovsdb-server's socket (Linux) or named pipe (Windows); empty means the
+	// platform default.
+	OVSDBAddress string
+	// OVSRunDir holds the bridges' OpenFlow management sockets (<bridge>.mgmt); empty means the
+	// platform default.
+	OVSRunDir string
+}
+
+// SetupNodeNetwork connects to the host's Open vSwitch and HNS and registers the node network
+// reconciler with the manager. The connections live as long as ctx.
+func SetupNodeNetwork(ctx context.Context, mgr ctrl.Manager, nodeName string, opts HostOptions) error {
+	db, err := ovsdb.New(ctx, ovsdb.Options{Address: opts.OVSDBAddress})
+	if err != nil {
+		return fmt.Errorf("connecting to ovsdb-server: %w", err)
+	}
+	hnsClient, err := newHNS()
+	if err != nil {
+		return err
+	}
+	netClient, err := hostnet.New(hostnet.Options{})
+	if err != nil {
+		return fmt.Errorf("opening the host network stack: %w", err)
+	}
+	host := nodenetwork.Host{HNS: hnsClient, OVSDB: db, Net: netClient}
+	if opts.OVSRunDir != "" {
+		host.OpenFlowAddress = func(bridge string) string { return filepath.Join(opts.OVSRunDir, bridge+".mgmt") }
+	}
+	r := &nodenetwork.Reconciler{
+		Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("winnet-agent"), NodeName: nodeName, Host: host,
+	}
+	return r.SetupWithManager(mgr)
+}
