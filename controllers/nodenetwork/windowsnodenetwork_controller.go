@@ -248,8 +248,12 @@ func (r *Reconciler) removeStaleBridge(ctx context.Context, s *state) error {
 	return waitLinkGone(ctx, r.Host.Net, name)
 }
 
-// giveBackAddresses moves the addresses and routes of the bridge's interface back to the uplink.
+// giveBackAddresses makes the uplink a host interface again and moves the addresses and routes of
+// the bridge's interface back to it.
 func (r *Reconciler) giveBackAddresses(ctx context.Context, bridge string, uplink hostnet.Link) error {
+	if err := r.Host.Net.SetSwitchPort(ctx, uplink.Index, false); err != nil {
+		return err
+	}
 	br, err := r.Host.Net.LinkByName(ctx, bridge)
 	if errors.Is(err, hostnet.ErrNotFound) {
 		return nil
@@ -325,6 +329,10 @@ func (r *Reconciler) ensureUplink(ctx context.Context, s *state) (outcome, error
 	ofport, err := r.ensurePort(ctx, s, s.desired.uplink, "uplink")
 	if err != nil {
 		return outcome{}, failed(networkv1alpha1.OVSUnavailableReason, err)
+	}
+	// What arrives on the uplink is the switch's: the host sees it through the bridge interface.
+	if err := r.Host.Net.SetSwitchPort(ctx, s.uplink.Index, true); err != nil {
+		return outcome{}, err
 	}
 	s.wnn.Status.Uplink = &networkv1alpha1.PortStatus{Name: s.uplink.Name, MAC: s.uplink.MAC.String(), OFPort: ofport}
 	return outcome{networkv1alpha1.ReadyReason, fmt.Sprintf("Uplink %s is port %d of the bridge", s.uplink.Name, ofport)}, nil

@@ -5,8 +5,10 @@ package nodenetwork_test
 import (
 	"context"
 	"fmt"
+	"net"
 	"net/netip"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -27,6 +29,7 @@ import (
 	"github.com/winnet-io/winnet/internal/hns"
 	"github.com/winnet-io/winnet/internal/hostnet"
 	"github.com/winnet-io/winnet/internal/ovs/ovsdb"
+	"github.com/winnet-io/winnet/internal/pipeline"
 	"github.com/winnet-io/winnet/test/framework"
 	"github.com/winnet-io/winnet/test/simnode"
 )
@@ -233,6 +236,52 @@ func TestNodeNetworkConvergesAndHeals(t *testing.T) {
 		g.Expect(n.trace(g, "in_port=LOCAL,ip,nw_src=192.168.10.11,nw_dst=8.8.8.8,nw_ttl=64")).To(ContainSubstring(fmt.Sprintf("output:%d", nodenetwork.UplinkOFPort)))
 		g.Expect(n.trace(g, fmt.Sprintf("in_port=%d,ip,nw_src=8.8.8.8,nw_dst=192.168.10.11,nw_ttl=64", nodenetwork.UplinkOFPort), "trk,est")).
 			To(MatchRegexp(`ct\(table=31,zone=65520,nat\)(.|\n)*31\. ip,reg0=0x3/0xffff, priority 190, cookie 0x[0-9a-f]+\n\s+LOCAL`))
+	})
+
+	t.Run("a Pod reaches the outside through SNAT and gets its replies", func(t *testing.T) {
+		g := NewWithT(t)
+		// A Pod as the Pod-networking reconciler will make it: an HNS endpoint attached to the Pod's
+		// namespace, its host end on the bridge, and its flows. Real packets then walk the pipeline.
+		w := get("win-a")(g)
+		podNS := n.NS + "-p1"
+		simnode.Exec("", "ip", "netns", "add", podNS)
+		t.Cleanup(func() { _, _ = simnode.Exec("", "ip", "netns", "del", podNS) })
+		podMAC, _ := net.ParseMAC("02:42:0a:f4:01:05")
+		ep, err := n.sim.CreateEndpoint(ctx, hns.EndpointSpec{
+			Name: "pod1", NetworkID: w.Status.HNSNetworkID, IP: netip.MustParseAddr("10.244.1.5"), MAC: podMAC,
+		})
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(n.sim.AttachEndpoint(ctx, ep.ID, "/run/netns/"+podNS)).To(Succeed())
+		db := "--db=unix:" + n.OVS.DBSocket()
+		n.MustExec(t, "ovs-vsctl", db, "add-port", "br-int", hns.LinuxInterfaceName("pod1"), "--", "set", "interface", hns.LinuxInterfaceName("pod1"), "ofport_request=10")
+		hostEnd, err := n.net.LinkByName(ctx, hns.LinuxInterfaceName("pod1"))
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(n.net.SetSwitchPort(ctx, hostEnd.Index, true)).To(Succeed())
+		gwMAC, _ := net.ParseMAC(w.Status.Gateway.MAC)
+		node := pipeline.Node{GatewayMAC: gwMAC}
+		var text []string
+		for _, f := range node.PodFlows(pipeline.Pod{OFPort: 10, MAC: podMAC, IP: netip.MustParseAddr("10.244.1.5")}) {
+			text = append(text, f.String())
+		}
+		file := filepath.Join(t.TempDir(), "pod-flows")
+		g.Expect(os.WriteFile(file, []byte(strings.Join(text, "\n")+"\n"), 0o600)).To(Succeed())
+		out, err := n.OVS.Ofctl("-O", "OpenFlow15", "add-flows", "br-int", file)
+		g.Expect(err).NotTo(HaveOccurred(), out)
+
+		for _, dst := range []string{"192.168.10.254", "192.168.10.11", "10.244.1.1"} {
+			g.Eventually(func(g Gomega) {
+				sent, received, err := simnode.Ping(podNS, netip.MustParseAddr(dst), 2)
+				g.Expect(err).NotTo(HaveOccurred())
+				g.Expect(received).To(Equal(sent))
+			}).WithTimeout(10*time.Second).Should(Succeed(), "the Pod reaches %s", dst)
+		}
+		// The connection to the external host was SNATed to the node IP in the pipeline's zone.
+		ct, err := n.OVS.Appctl("dpctl/dump-conntrack", "zone=65520")
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(ct).To(MatchRegexp(`icmp,orig=\(src=10\.244\.1\.5,dst=192\.168\.10\.254,.*reply=\(src=192\.168\.10\.254,dst=192\.168\.10\.11,.*mark=64`))
+		g.Expect(ct).NotTo(MatchRegexp(`orig=\(src=10\.244\.1\.5,dst=192\.168\.10\.11,.*reply=\(src=192\.168\.10\.11,dst=192\.168\.10\.11`), "Pod to node IP is not SNATed")
+		n.MustExec(t, "ovs-vsctl", db, "del-port", "br-int", hns.LinuxInterfaceName("pod1"))
+		_, _ = n.OVS.Ofctl("-O", "OpenFlow15", "del-flows", "br-int", "cookie=0/-1")
 	})
 
 	t.Run("drift is repaired", func(t *testing.T) {

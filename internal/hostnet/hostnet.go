@@ -194,6 +194,12 @@ type Interface interface {
 	// ForwardingEnabled. IPv6 forwarding is left alone (on Linux it would stop router
 	// advertisements from configuring the host).
 	EnsureForwarding(ctx context.Context, linkIndex int) error
+	// SetSwitchPort makes the link a port of the virtual switch only (on), or a host interface
+	// again (off). The host's IP stack neither forwards nor delivers what arrives on a switch port:
+	// the switch does. On Windows the Hyper-V switch owns its ports and this changes nothing; on
+	// Linux, where the userspace datapath reads the link beside the kernel, an nftables netdev
+	// ingress chain (table "winnet") drops the kernel's copy.
+	SetSwitchPort(ctx context.Context, linkIndex int, on bool) error
 	// Routes returns the unicast routes of the main table that were configured rather than
 	// derived by the system from an address: on Linux routes of protocol "kernel" are left out,
 	// on Windows routes of origin well-known or protocol local, and loopback routes. Multipath

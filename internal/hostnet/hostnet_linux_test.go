@@ -734,3 +734,39 @@ func TestNetNSPath(t *testing.T) {
 	})).To(Succeed())
 	g.Expect(inside).To(Equal("1"))
 }
+
+// TestSetSwitchPort checks that the host stops answering on a switch port and answers again once
+// it is a host interface again; setting it twice changes nothing.
+func TestSetSwitchPort(t *testing.T) {
+	requireRoot(t)
+	g := NewWithT(t)
+	name := fmt.Sprintf("hostnet-sp-%d", os.Getpid())
+	peer := name + "-p"
+	for _, ns := range []string{name, peer} {
+		g.Expect(exec.Command("ip", "netns", "add", ns).Run()).To(Succeed())
+		t.Cleanup(func() { _ = exec.Command("ip", "netns", "del", ns).Run() })
+	}
+	run := func(ns string, args ...string) error {
+		return exec.Command("ip", append([]string{"netns", "exec", ns}, args...)...).Run()
+	}
+	g.Expect(run(name, "ip", "link", "add", "name", "sp0", "type", "veth", "peer", "name", "sp1", "netns", peer)).To(Succeed())
+	g.Expect(run(name, "ip", "addr", "add", "10.78.0.1/24", "dev", "sp0")).To(Succeed())
+	g.Expect(run(name, "ip", "link", "set", "sp0", "up")).To(Succeed())
+	g.Expect(run(peer, "ip", "addr", "add", "10.78.0.2/24", "dev", "sp1")).To(Succeed())
+	g.Expect(run(peer, "ip", "link", "set", "sp1", "up")).To(Succeed())
+	ping := func() error { return run(peer, "ping", "-c", "1", "-W", "1", "10.78.0.1") }
+	g.Expect(ping()).To(Succeed())
+
+	h := newHost(g, Options{NetNSPath: "/var/run/netns/" + name})
+	ctx := context.Background()
+	link, err := h.LinkByName(ctx, "sp0")
+	g.Expect(err).NotTo(HaveOccurred())
+	for range 2 {
+		g.Expect(h.SetSwitchPort(ctx, link.Index, true)).To(Succeed())
+	}
+	g.Expect(ping()).NotTo(Succeed(), "the host must not answer on a switch port")
+	for range 2 {
+		g.Expect(h.SetSwitchPort(ctx, link.Index, false)).To(Succeed())
+	}
+	g.Expect(ping()).To(Succeed(), "the host answers again once the link is its own")
+}

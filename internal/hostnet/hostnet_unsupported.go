@@ -51,7 +51,8 @@ func (unsupportedHost) SetMTU(context.Context, int, int) error { return errUnsup
 
 func (unsupportedHost) SetUp(context.Context, int) error { return errUnsupported() }
 
-func (unsupportedHost) EnsureForwarding(context.Context, int) error { return errUnsupported() }
+func (unsupportedHost) EnsureForwarding(context.Context, int) error    { return errUnsupported() }
+func (unsupportedHost) SetSwitchPort(context.Context, int, bool) error { return errUnsupported() }
 
 func (unsupportedHost) Routes(context.Context, RouteFilter) ([]Route, error) {
 	return nil, errUnsupported()

@@ -475,6 +475,10 @@ func (h *ipHelper) SetUp(_ context.Context, linkIndex int) error {
 	return nil
 }
 
+// SetSwitchPort changes nothing on Windows: the Hyper-V switch owns the adapters bound to it and
+// the management vNIC is the host's only interface on the switch.
+func (h *ipHelper) SetSwitchPort(context.Context, int, bool) error { return nil }
+
 func (h *ipHelper) EnsureForwarding(_ context.Context, linkIndex int) error {
 	l, err := luid(linkIndex)
 	if err != nil {
