@@ -99,18 +99,18 @@ func waitLinkGone(ctx context.Context, h hostnet.Interface, name string) error {
 	}
 }
 
-// holds reports whether the link has the address.
-func holds(ctx context.Context, h hostnet.Interface, link int, ip netip.Addr) (bool, error) {
+// addressOf returns the link's address holding ip, with its prefix length; invalid when none does.
+func addressOf(ctx context.Context, h hostnet.Interface, link int, ip netip.Addr) (netip.Prefix, error) {
 	addrs, err := h.Addresses(ctx, link)
 	if err != nil {
-		return false, err
+		return netip.Prefix{}, err
 	}
 	for _, a := range addrs {
 		if a.Addr() == ip {
-			return true, nil
+			return a, nil
 		}
 	}
-	return false, nil
+	return netip.Prefix{}, nil
 }
 
 // movableAddresses reports whether the link holds addresses MoveAddressesAndRoutes would move.

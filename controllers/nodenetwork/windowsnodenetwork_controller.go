@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -20,6 +21,7 @@ import (
 	networkv1alpha1 "github.com/winnet-io/winnet/api/v1alpha1"
 	"github.com/winnet-io/winnet/internal/hns"
 	"github.com/winnet-io/winnet/internal/hostnet"
+	"github.com/winnet-io/winnet/internal/ovs/openflow"
 	"github.com/winnet-io/winnet/internal/ovs/ovsdb"
 	"github.com/winnet-io/winnet/internal/pipeline"
 )
@@ -40,8 +42,20 @@ type Reconciler struct {
 	Host     Host
 	// ResyncPeriod is the drift check period; zero means DefaultResyncPeriod.
 	ResyncPeriod time.Duration
+	// State is shared with the reconcilers built on the node network; nil gets a private one.
+	State *State
 
-	flows flowConn
+	flows     flowConn
+	stateOnce sync.Once
+}
+
+func (r *Reconciler) state() *State {
+	r.stateOnce.Do(func() {
+		if r.State == nil {
+			r.State = NewState()
+		}
+	})
+	return r.State
 }
 
 // SetupWithManager registers the reconciler for the node's WindowsNodeNetwork and its Node.
@@ -114,6 +128,10 @@ type state struct {
 	// uplink, bridge and gateway are the host interfaces in use.
 	uplink, bridge, gateway hostnet.Link
 	ofports                 map[string]int32
+	// nodeSubnet is the node IP with its prefix length, as the bridge interface holds it.
+	nodeSubnet netip.Prefix
+	flows      *openflow.Bridge
+	node       pipeline.Node
 }
 
 // converge observes the host, computes the desired node network and converges each component in
@@ -122,10 +140,12 @@ func (r *Reconciler) converge(ctx context.Context, wnn *networkv1alpha1.WindowsN
 	s := &state{wnn: wnn, ofports: map[string]int32{}}
 	var err error
 	if s.facts, s.uplink, err = r.observe(ctx, wnn.Spec); err != nil {
+		r.state().setRealized(nil)
 		setComponentConditions(wnn, nil, err)
 		return err
 	}
 	if s.desired, err = desiredState(wnn.Spec, s.facts); err != nil {
+		r.state().setRealized(nil)
 		return err
 	}
 	steps := []step{
@@ -140,10 +160,18 @@ func (r *Reconciler) converge(ctx context.Context, wnn *networkv1alpha1.WindowsN
 	for _, st := range steps {
 		o, err := st.run(ctx, s)
 		if err != nil {
+			r.state().setRealized(nil)
 			setComponentConditions(wnn, done, err)
 			return fmt.Errorf("%s: %w", st.condition, err)
 		}
 		done = append(done, o)
+	}
+	r.state().setRealized(&Realized{
+		Flows: s.flows, Node: s.node, Mode: wnn.Spec.Encapsulation.Mode, VNI: s.desired.vni, NodeSubnet: s.nodeSubnet,
+		UplinkMAC: s.facts.uplinkMAC, BridgeLinkIndex: s.bridge.Index, GatewayLinkIndex: s.gateway.Index,
+	})
+	if routes, ok := r.state().routesResult(); ok {
+		setRoutesCondition(wnn, routes)
 	}
 	setComponentConditions(wnn, done, nil)
 	wnn.Status.MTU = int32(s.desired.mtu)
@@ -300,9 +328,9 @@ func (r *Reconciler) ensureBridge(ctx context.Context, s *state) (outcome, error
 		}
 		r.event(s.wnn, "HostAddressMoved", "Moved the host's addresses and routes from %s to %s", s.uplink.Name, d.bridge.Name)
 	}
-	if ok, err := holds(ctx, r.Host.Net, s.bridge.Index, d.nodeIP); err != nil {
+	if s.nodeSubnet, err = addressOf(ctx, r.Host.Net, s.bridge.Index, d.nodeIP); err != nil {
 		return outcome{}, failed(networkv1alpha1.HostAddressMoveFailedReason, err)
-	} else if !ok {
+	} else if !s.nodeSubnet.IsValid() {
 		return outcome{}, failed(networkv1alpha1.HostAddressMoveFailedReason, fmt.Errorf("node IP %s is on neither %s nor %s", d.nodeIP, s.uplink.Name, d.bridge.Name))
 	}
 	return outcome{networkv1alpha1.ReadyReason, fmt.Sprintf("Bridge %s holds the node IP %s", d.bridge.Name, d.nodeIP)}, nil
@@ -405,6 +433,7 @@ func (r *Reconciler) ensurePipeline(ctx context.Context, s *state) (outcome, err
 		flows.Invalidate()
 	}
 	node := s.desired.pipelineNode(s.gateway.MAC, s.ofports)
+	s.flows, s.node = flows, node
 	total := 0
 	for _, category := range pipeline.BaseCategories {
 		res, err := flows.Sync(ctx, category, node.Features()[category])

@@ -88,6 +88,32 @@ func setReadyCondition(w *networkv1alpha1.WindowsNodeNetwork) {
 	meta.SetStatusCondition(&w.Status.Conditions, c)
 }
 
+// maxNamedRoutes bounds how many failed routes RoutesReady names.
+const maxNamedRoutes = 5
+
+// setRoutesCondition reports what the remote route reconciler installed.
+func setRoutesCondition(w *networkv1alpha1.WindowsNodeNetwork, r RoutesResult) {
+	w.Status.RemoteRoutes = networkv1alpha1.RemoteRoutesStatus{
+		Desired: int32(r.Desired), Installed: int32(r.Installed), Failed: int32(len(r.Failed)),
+	}
+	c := metav1.Condition{Type: networkv1alpha1.RoutesReadyCondition, ObservedGeneration: w.Generation}
+	if len(r.Failed) == 0 {
+		c.Status, c.Reason = metav1.ConditionTrue, networkv1alpha1.ReadyReason
+		c.Message = fmt.Sprintf("%d of %d remote routes installed", r.Installed, r.Desired)
+	} else {
+		named := r.Failed
+		if len(named) > maxNamedRoutes {
+			named = named[:maxNamedRoutes]
+		}
+		c.Status, c.Reason = metav1.ConditionFalse, networkv1alpha1.RoutesFailedReason
+		c.Message = fmt.Sprintf("%d of %d remote routes failed: %s", len(r.Failed), r.Desired, strings.Join(named, "; "))
+		if len(r.Failed) > maxNamedRoutes {
+			c.Message += fmt.Sprintf(" (and %d more)", len(r.Failed)-maxNamedRoutes)
+		}
+	}
+	meta.SetStatusCondition(&w.Status.Conditions, c)
+}
+
 // setInvalidSpec marks every component False because the spec cannot be realised.
 func setInvalidSpec(w *networkv1alpha1.WindowsNodeNetwork, reason string, err error) {
 	for _, typ := range components {

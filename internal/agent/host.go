@@ -8,6 +8,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	"github.com/winnet-io/winnet/controllers/nodenetwork"
+	"github.com/winnet-io/winnet/controllers/remoteroute"
 	"github.com/winnet-io/winnet/internal/hostnet"
 	"github.com/winnet-io/winnet/internal/ovs/ovsdb"
 )
@@ -23,7 +24,7 @@ type HostOptions struct {
 }
 
 // SetupNodeNetwork connects to the host's Open vSwitch and HNS and registers the node network
-// reconciler with the manager. The connections live as long as ctx.
+// and remote route reconcilers with the manager. The connections live as long as ctx.
 func SetupNodeNetwork(ctx context.Context, mgr ctrl.Manager, nodeName string, opts HostOptions) error {
 	db, err := ovsdb.New(ctx, ovsdb.Options{Address: opts.OVSDBAddress})
 	if err != nil {
@@ -41,8 +42,13 @@ func SetupNodeNetwork(ctx context.Context, mgr ctrl.Manager, nodeName string, op
 	if opts.OVSRunDir != "" {
 		host.OpenFlowAddress = func(bridge string) string { return filepath.Join(opts.OVSRunDir, bridge+".mgmt") }
 	}
-	r := &nodenetwork.Reconciler{
-		Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("winnet-agent"), NodeName: nodeName, Host: host,
+	state := nodenetwork.NewState()
+	nodes := &nodenetwork.Reconciler{
+		Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("winnet-agent"), NodeName: nodeName, Host: host, State: state,
 	}
-	return r.SetupWithManager(mgr)
+	if err := nodes.SetupWithManager(mgr); err != nil {
+		return err
+	}
+	routes := &remoteroute.Reconciler{Client: mgr.GetClient(), NodeName: nodeName, Net: netClient, State: state}
+	return routes.SetupWithManager(mgr)
 }

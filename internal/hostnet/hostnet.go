@@ -70,6 +70,10 @@ type Route struct {
 	// Owned reports, and for EnsureRoute decides, whether the route carries winnet's ownership
 	// mark.
 	Owned bool
+	// OnLink, for EnsureRoute, says the gateway is reached directly on LinkIndex although no
+	// address of the link covers it (a remote node's gateway behind the tunnel). Linux sets the
+	// onlink flag; Windows reaches any next hop on the interface.
+	OnLink bool
 }
 
 func (r Route) String() string {

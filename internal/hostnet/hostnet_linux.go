@@ -497,6 +497,9 @@ func (h *netlinkHost) EnsureRoute(_ context.Context, r Route) error {
 	}
 	if r.Gateway.IsValid() {
 		nr.Gw = r.Gateway.AsSlice()
+		if r.OnLink {
+			nr.Flags = int(netlink.FLAG_ONLINK)
+		}
 	} else {
 		nr.Scope = netlink.SCOPE_LINK
 	}

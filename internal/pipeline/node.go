@@ -117,6 +117,10 @@ func (n Node) conntrackFlows() []openflow.Flow {
 func (n Node) forwardingFlows() []openflow.Flow {
 	commit := ConntrackCommitTable
 	return []openflow.Flow{
+		// Packets routed to this node's gateway (from a remote node, through the tunnel) carry the
+		// global virtual MAC; they get the gateway's.
+		flow(L3ForwardingTable, priorityNormal, match(openflow.IPv4(), openflow.EthDst(GlobalVirtualMAC), openflow.NwDst(netip.PrefixFrom(n.GatewayIP, 32))),
+			openflow.SetEthDst(n.GatewayMAC), openflow.GotoTable(L2ForwardingCalcTable)),
 		flow(L3ForwardingTable, priorityLow, match(openflow.IPv4(), openflow.NwDst(n.PodCIDR)), openflow.GotoTable(L2ForwardingCalcTable)),
 		flow(L3ForwardingTable, priorityLow, match(openflow.IPv4(), regMatch(PktSourceField, FromLocalPod), openflow.NwDst(netip.PrefixFrom(n.NodeIP, 32))),
 			openflow.GotoTable(L2ForwardingCalcTable)),

@@ -1,0 +1,104 @@
+package remoteroute
+
+import (
+	"fmt"
+	"net"
+	"net/netip"
+	"slices"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+
+	networkv1alpha1 "github.com/winnet-io/winnet/api/v1alpha1"
+	"github.com/winnet-io/winnet/controllers/nodenetwork"
+	"github.com/winnet-io/winnet/internal/pipeline"
+)
+
+// route is one remote subnet as this node realises it.
+type route struct {
+	// name is the RemoteSubnetRoute's name.
+	name string
+	cidr netip.Prefix
+	// tunnel or routed; nodeIP is the tunnel destination or the next hop.
+	tunnel bool
+	nodeIP netip.Addr
+	// gatewayIP is the remote gateway the host route points at (tunnel mode).
+	gatewayIP netip.Addr
+	vni       uint32
+	dstMAC    net.HardwareAddr
+}
+
+// skipped is a route this node does not install, with why; it counts as failed when it is an error
+// the user should see.
+type skipped struct {
+	name, reason string
+	failed       bool
+}
+
+// desiredRoutes computes the routes of this node from every RemoteSubnetRoute. It is pure. Routes of
+// the node itself, routes with Conflict=True and non-IPv4 CIDRs are not installed.
+func desiredRoutes(nodeName string, rz nodenetwork.Realized, list []networkv1alpha1.RemoteSubnetRoute) ([]route, []skipped) {
+	var out []route
+	var skips []skipped
+	for _, rsr := range list {
+		if rsr.Spec.NodeName == nodeName {
+			continue
+		}
+		if meta.IsStatusConditionTrue(rsr.Status.Conditions, networkv1alpha1.ConflictCondition) {
+			skips = append(skips, skipped{name: rsr.Name, reason: "conflicts with another route", failed: false})
+			continue
+		}
+		nodeIP, err := netip.ParseAddr(string(rsr.Spec.NodeIP))
+		if err != nil || !nodeIP.Is4() {
+			skips = append(skips, skipped{name: rsr.Name, reason: fmt.Sprintf("node IP %q is not IPv4", rsr.Spec.NodeIP), failed: true})
+			continue
+		}
+		tunnel := useTunnel(rsr.Spec.Mode, rz, nodeIP)
+		if tunnel && rz.Node.TunnelOFPort == 0 {
+			skips = append(skips, skipped{name: rsr.Name, reason: "needs a tunnel but the node's encapsulation mode is NoEncap", failed: true})
+			continue
+		}
+		vni := rz.VNI
+		if rsr.Spec.VNI != nil {
+			vni = uint32(*rsr.Spec.VNI)
+		}
+		dstMAC := pipeline.GlobalVirtualMAC
+		if rsr.Spec.VTEPMAC != "" {
+			if mac, err := net.ParseMAC(string(rsr.Spec.VTEPMAC)); err == nil {
+				dstMAC = mac
+			}
+		}
+		for _, c := range rsr.Spec.PodCIDRs {
+			cidr, err := netip.ParsePrefix(string(c))
+			if err != nil || !cidr.Addr().Is4() {
+				continue
+			}
+			gw := cidr.Masked().Addr().Next()
+			if rsr.Spec.GatewayIP != "" {
+				if ip, err := netip.ParseAddr(string(rsr.Spec.GatewayIP)); err == nil && cidr.Contains(ip) {
+					gw = ip
+				}
+			}
+			out = append(out, route{name: rsr.Name, cidr: cidr.Masked(), tunnel: tunnel, nodeIP: nodeIP, gatewayIP: gw, vni: vni, dstMAC: dstMAC})
+		}
+	}
+	slices.SortFunc(out, func(a, b route) int { return a.cidr.Addr().Compare(b.cidr.Addr()) })
+	return out, skips
+}
+
+// useTunnel resolves a route's mode on this node.
+func useTunnel(mode networkv1alpha1.RouteMode, rz nodenetwork.Realized, peer netip.Addr) bool {
+	switch mode {
+	case networkv1alpha1.RouteModeTunnel:
+		return true
+	case networkv1alpha1.RouteModeRoute:
+		return false
+	}
+	switch rz.Mode {
+	case networkv1alpha1.EncapsulationModeNoEncap:
+		return false
+	case networkv1alpha1.EncapsulationModeHybrid:
+		return !rz.NodeSubnet.Masked().Contains(peer)
+	default:
+		return true
+	}
+}

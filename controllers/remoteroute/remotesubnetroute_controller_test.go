@@ -1,0 +1,254 @@
+//go:build linux
+
+package remoteroute_test
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+
+	networkv1alpha1 "github.com/winnet-io/winnet/api/v1alpha1"
+	"github.com/winnet-io/winnet/controllers/nodenetwork"
+	"github.com/winnet-io/winnet/controllers/remoteroute"
+	"github.com/winnet-io/winnet/internal/agent"
+	"github.com/winnet-io/winnet/internal/controller"
+	"github.com/winnet-io/winnet/internal/hns"
+	"github.com/winnet-io/winnet/internal/hostnet"
+	"github.com/winnet-io/winnet/internal/ovs/ovsdb"
+	"github.com/winnet-io/winnet/test/framework"
+	"github.com/winnet-io/winnet/test/simnode"
+)
+
+// Two simulated nodes, each with its own OVS, agent (node network + remote routes) and HNS
+// simulator, an underlay between them, and winnet-controller deriving the routes from the Nodes, all
+// on one real API server.
+
+var server *framework.APIServer
+
+func TestMain(m *testing.M) {
+	ctrl.SetLogger(zap.New(zap.WriteTo(os.Stderr)))
+	var err error
+	if server, err = framework.StartAPIServer(); err != nil {
+		fmt.Fprintf(os.Stderr, "FAIL: the remote route tests need a real kube-apiserver: %v\n", err)
+		os.Exit(1)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	mgr, err := controller.NewManager(server.Config, controller.Options{MetricsBindAddress: "0", HealthProbeBindAddress: "0"})
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "FAIL: creating winnet-controller: %v\n", err)
+		os.Exit(1)
+	}
+	done := make(chan error, 1)
+	go func() { done <- mgr.Start(ctx) }()
+	code := m.Run()
+	cancel()
+	<-done
+	_ = server.Stop()
+	os.Exit(code)
+}
+
+const timeout = 30 * time.Second
+
+type node struct {
+	*simnode.Node
+	name    string
+	podCIDR string
+	gateway netip.Addr
+}
+
+// startAgent runs one node's agent in this process against its simulated node.
+func startAgent(t *testing.T, n *node) {
+	t.Helper()
+	g := NewWithT(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	sim, err := hns.NewLinuxSim(hns.LinuxSimOptions{HostNetNS: n.NSPath})
+	g.Expect(err).NotTo(HaveOccurred())
+	net, err := hostnet.New(hostnet.Options{NetNSPath: n.NSPath})
+	g.Expect(err).NotTo(HaveOccurred())
+	db, err := ovsdb.New(ctx, ovsdb.Options{Address: n.OVS.DBSocket()})
+	g.Expect(err).NotTo(HaveOccurred())
+	mgr, err := agent.NewManager(server.Config, agent.Options{NodeName: n.name, MetricsBindAddress: "0", HealthProbeBindAddress: "0", SeveralAgentsPerProcess: true})
+	g.Expect(err).NotTo(HaveOccurred())
+	state := nodenetwork.NewState()
+	g.Expect((&nodenetwork.Reconciler{
+		Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("winnet-agent"), NodeName: n.name, State: state, ResyncPeriod: time.Second,
+		Host: nodenetwork.Host{HNS: sim, OVSDB: db, Net: net, OpenFlowAddress: n.OVS.MgmtSocket},
+	}).SetupWithManager(mgr)).To(Succeed())
+	g.Expect((&remoteroute.Reconciler{
+		Client: mgr.GetClient(), NodeName: n.name, Net: net, State: state, ResyncPeriod: time.Second,
+	}).SetupWithManager(mgr)).To(Succeed())
+	done := make(chan error, 1)
+	go func() { done <- mgr.Start(ctx) }()
+	t.Cleanup(func() {
+		_ = server.Client.Delete(context.Background(), &networkv1alpha1.WindowsNodeNetwork{ObjectMeta: metav1.ObjectMeta{Name: n.name}})
+		deadline := time.Now().Add(10 * time.Second)
+		for time.Now().Before(deadline) && server.Client.Get(context.Background(), client.ObjectKey{Name: n.name}, &networkv1alpha1.WindowsNodeNetwork{}) == nil {
+			time.Sleep(100 * time.Millisecond)
+		}
+		cancel()
+		<-done
+		db.Close()
+		_ = sim.Close()
+	})
+}
+
+func createNode(t *testing.T, g Gomega, n *node) {
+	ctx := context.Background()
+	k := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n.name}, Spec: corev1.NodeSpec{PodCIDR: n.podCIDR, PodCIDRs: []string{n.podCIDR}}}
+	g.Expect(server.Client.Create(ctx, k)).To(Succeed())
+	t.Cleanup(func() { _ = server.Client.Delete(context.Background(), k) })
+	setInternalIP(g, n.name, n.NodeIP.Addr().String())
+	g.Expect(server.Client.Create(ctx, &networkv1alpha1.WindowsNodeNetwork{
+		ObjectMeta: metav1.ObjectMeta{Name: n.name},
+		Spec: networkv1alpha1.WindowsNodeNetworkSpec{
+			PodCIDRs: []networkv1alpha1.CIDR{networkv1alpha1.CIDR(n.podCIDR)}, NodeIP: networkv1alpha1.IPv4Address(n.NodeIP.Addr().String()),
+			Bridge:       networkv1alpha1.BridgeSpec{DatapathType: networkv1alpha1.DatapathTypeNetdev},
+			ClusterCIDRs: []networkv1alpha1.CIDR{"10.244.0.0/16"},
+		},
+	})).To(Succeed())
+}
+
+func setInternalIP(g Gomega, name, ip string) {
+	k := &corev1.Node{}
+	g.Expect(server.Client.Get(context.Background(), client.ObjectKey{Name: name}, k)).To(Succeed())
+	k.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: ip}}
+	g.Expect(server.Client.Status().Update(context.Background(), k)).To(Succeed())
+}
+
+func routesReady(name string, installed int32) func(Gomega) {
+	return func(g Gomega) {
+		w := &networkv1alpha1.WindowsNodeNetwork{}
+		g.Expect(server.Client.Get(context.Background(), client.ObjectKey{Name: name}, w)).To(Succeed())
+		g.Expect(meta.IsStatusConditionTrue(w.Status.Conditions, networkv1alpha1.ReadyCondition)).To(BeTrue(), "Ready: %v", w.Status.Conditions)
+		g.Expect(meta.IsStatusConditionTrue(w.Status.Conditions, networkv1alpha1.RoutesReadyCondition)).To(BeTrue())
+		g.Expect(w.Status.RemoteRoutes).To(Equal(networkv1alpha1.RemoteRoutesStatus{Desired: installed, Installed: installed}))
+	}
+}
+
+// gatewayPing pings the remote node's gateway from the local node's gateway address.
+func gatewayPing(from, to *node) func(Gomega) {
+	return func(g Gomega) {
+		out, err := from.Exec("ping", "-n", "-c", "2", "-i", "0.2", "-W", "1", "-I", from.gateway.String(), to.gateway.String())
+		g.Expect(err).NotTo(HaveOccurred(), out)
+		g.Expect(out).To(ContainSubstring(" 0% packet loss"))
+	}
+}
+
+func (n *node) flows(g Gomega) string {
+	lines, err := n.OVS.DumpFlows("br-int", "-O", "OpenFlow15")
+	g.Expect(err).NotTo(HaveOccurred())
+	return strings.Join(lines, "\n")
+}
+
+func updateWNN(g Gomega, name string, mutate func(*networkv1alpha1.WindowsNodeNetwork)) {
+	w := &networkv1alpha1.WindowsNodeNetwork{}
+	g.Expect(server.Client.Get(context.Background(), client.ObjectKey{Name: name}, w)).To(Succeed())
+	mutate(w)
+	g.Expect(server.Client.Update(context.Background(), w)).To(Succeed())
+}
+
+func TestTwoNodes(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	underlay := simnode.NewUnderlay(t, netip.MustParsePrefix("192.168.20.0/24"))
+	a := &node{Node: underlay.AddNode(t, "rt-a", netip.MustParsePrefix("192.168.20.11/24"), simnode.NodeOptions{StartOVS: true}),
+		name: "rt-a", podCIDR: "10.244.1.0/24", gateway: netip.MustParseAddr("10.244.1.1")}
+	b := &node{Node: underlay.AddNode(t, "rt-b", netip.MustParsePrefix("192.168.20.12/24"), simnode.NodeOptions{StartOVS: true}),
+		name: "rt-b", podCIDR: "10.244.2.0/24", gateway: netip.MustParseAddr("10.244.2.1")}
+	for _, n := range []*node{a, b} {
+		startAgent(t, n)
+		createNode(t, g, n)
+	}
+	for _, n := range []*node{a, b} {
+		g.Eventually(routesReady(n.name, 1)).WithTimeout(timeout).Should(Succeed())
+	}
+
+	t.Run("VXLAN", func(t *testing.T) {
+		g := NewWithT(t)
+		g.Eventually(gatewayPing(a, b)).WithTimeout(10 * time.Second).Should(Succeed())
+		g.Eventually(gatewayPing(b, a)).WithTimeout(10 * time.Second).Should(Succeed())
+		g.Expect(a.flows(g)).To(ContainSubstring("nw_dst=10.244.2.0/24 actions=set_field:"))
+		g.Expect(a.flows(g)).To(ContainSubstring("set_field:192.168.20.12->tun_dst"))
+		g.Expect(a.MustExec(t, "ip", "route", "show", "10.244.2.0/24")).To(ContainSubstring("via 10.244.2.1 dev winnet-gw0"))
+	})
+
+	t.Run("Geneve", func(t *testing.T) {
+		g := NewWithT(t)
+		for _, n := range []*node{a, b} {
+			updateWNN(g, n.name, func(w *networkv1alpha1.WindowsNodeNetwork) {
+				w.Spec.Encapsulation.TunnelType = networkv1alpha1.TunnelTypeGeneve
+			})
+		}
+		g.Eventually(func(g Gomega) {
+			out, err := a.Exec("ovs-vsctl", "--db=unix:"+a.OVS.DBSocket(), "get", "interface", "winnet-tun0", "type")
+			g.Expect(err).NotTo(HaveOccurred())
+			g.Expect(out).To(ContainSubstring("geneve"))
+		}).WithTimeout(10 * time.Second).Should(Succeed())
+		g.Eventually(gatewayPing(a, b)).WithTimeout(10 * time.Second).Should(Succeed())
+	})
+
+	t.Run("routed without encapsulation", func(t *testing.T) {
+		g := NewWithT(t)
+		for _, n := range []*node{a, b} {
+			updateWNN(g, n.name, func(w *networkv1alpha1.WindowsNodeNetwork) {
+				w.Spec.Encapsulation.Mode = networkv1alpha1.EncapsulationModeNoEncap
+			})
+		}
+		g.Eventually(func(g Gomega) {
+			g.Expect(a.MustExec(t, "ip", "route", "show", "10.244.2.0/24")).To(ContainSubstring("via 192.168.20.12 dev br-int"))
+			g.Expect(a.flows(g)).NotTo(ContainSubstring("tun_dst"))
+		}).WithTimeout(10 * time.Second).Should(Succeed())
+		g.Eventually(gatewayPing(a, b)).WithTimeout(10 * time.Second).Should(Succeed())
+		for _, n := range []*node{a, b} {
+			updateWNN(g, n.name, func(w *networkv1alpha1.WindowsNodeNetwork) {
+				w.Spec.Encapsulation.Mode = networkv1alpha1.EncapsulationModeEncap
+			})
+		}
+		g.Eventually(gatewayPing(a, b)).WithTimeout(10 * time.Second).Should(Succeed())
+	})
+
+	t.Run("a new InternalIP moves the tunnel destination", func(t *testing.T) {
+		g := NewWithT(t)
+		setInternalIP(g, "rt-b", "192.168.20.22")
+		g.Eventually(a.flows).WithTimeout(10 * time.Second).Should(ContainSubstring("set_field:192.168.20.22->tun_dst"))
+		setInternalIP(g, "rt-b", "192.168.20.12")
+		g.Eventually(gatewayPing(a, b)).WithTimeout(10 * time.Second).Should(Succeed())
+	})
+
+	t.Run("a conflicting manual route is reported and not installed", func(t *testing.T) {
+		g := NewWithT(t)
+		manual := &networkv1alpha1.RemoteSubnetRoute{
+			ObjectMeta: metav1.ObjectMeta{Name: "too-wide"},
+			Spec:       networkv1alpha1.RemoteSubnetRouteSpec{PodCIDRs: []networkv1alpha1.CIDR{"10.244.0.0/16"}, NodeIP: "192.168.20.1", Mode: networkv1alpha1.RouteModeRoute},
+		}
+		g.Expect(server.Client.Create(ctx, manual)).To(Succeed())
+		g.Eventually(func(g Gomega) bool {
+			g.Expect(server.Client.Get(ctx, client.ObjectKeyFromObject(manual), manual)).To(Succeed())
+			return meta.IsStatusConditionTrue(manual.Status.Conditions, networkv1alpha1.ConflictCondition)
+		}).WithTimeout(10 * time.Second).Should(BeTrue())
+		g.Consistently(func() string { return a.MustExec(t, "ip", "route", "show", "10.244.0.0/16") }).WithTimeout(2 * time.Second).Should(BeEmpty())
+		g.Expect(server.Client.Delete(ctx, manual)).To(Succeed())
+		g.Eventually(routesReady("rt-a", 1)).WithTimeout(timeout).Should(Succeed())
+		g.Eventually(gatewayPing(a, b)).WithTimeout(10 * time.Second).Should(Succeed())
+	})
+
+	t.Run("deleting a Node removes its route and flows", func(t *testing.T) {
+		g := NewWithT(t)
+		g.Expect(server.Client.Delete(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "rt-b"}})).To(Succeed())
+		g.Eventually(a.flows).WithTimeout(10 * time.Second).ShouldNot(ContainSubstring("10.244.2.0/24"))
+		g.Eventually(func() string { return a.MustExec(t, "ip", "route", "show", "10.244.2.0/24") }).WithTimeout(10 * time.Second).Should(BeEmpty())
+		g.Eventually(routesReady("rt-a", 0)).WithTimeout(timeout).Should(Succeed())
+	})
+}
