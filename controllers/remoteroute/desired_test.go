@@ -77,4 +77,3 @@ func TestDesiredRoutes(t *testing.T) {
 		})
 	}
 }
-
