@@ -31,6 +31,7 @@ func main() {
 	hostOpts := agent.HostOptions{}
 	fs.StringVar(&hostOpts.OVSDBAddress, "ovsdb", "", "ovsdb-server socket (Linux) or named pipe (Windows) (default: the platform's)")
 	fs.StringVar(&hostOpts.OVSRunDir, "ovs-rundir", "", "directory of the bridges' OpenFlow management sockets (default: the platform's)")
+	fs.StringVar(&hostOpts.NetNSPath, "netns", "", "Linux only: manage this network namespace instead of the agent's own (simulated nodes)")
 	kubeconfig := fs.String("kubeconfig", "", "path to a kubeconfig (default: $KUBECONFIG, the in-cluster config, then ~/.kube/config)")
 	zopts := zap.Options{}
 	zopts.BindFlags(fs)

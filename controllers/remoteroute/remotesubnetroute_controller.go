@@ -87,8 +87,13 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result
 		flows = append(flows, rf...)
 		hostRoutes = append(hostRoutes, hr)
 	}
-	if _, err := rz.Flows.Sync(ctx, pipeline.CategoryRoute, dedupe(flows)); err != nil {
+	synced, err := rz.Flows.Sync(ctx, pipeline.CategoryRoute, dedupe(flows))
+	if err != nil {
 		return ctrl.Result{}, fmt.Errorf("installing route flows: %w", err)
+	}
+	if synced.Mods() > 0 {
+		ctrl.LoggerFrom(ctx).Info("Synced route flows", "routes", len(routes), "flowMods", synced.Mods(),
+			"added", synced.Added, "modified", synced.Modified, "deleted", synced.Deleted)
 	}
 	for name, err := range r.syncHostRoutes(ctx, rz, routes, hostRoutes) {
 		failed[name] = err.Error()
@@ -155,13 +160,20 @@ func (r *Reconciler) syncHostRoutes(ctx context.Context, rz nodenetwork.Realized
 		byDst[e.Dst] = e
 	}
 	want := map[netip.Prefix]bool{}
-	for i, d := range desired {
+	var missing []hostnet.Route
+	for _, d := range desired {
 		want[d.Dst] = true
 		if e, ok := byDst[d.Dst]; ok && e.Gateway == d.Gateway && e.LinkIndex == d.LinkIndex {
 			continue
 		}
-		if err := r.Net.EnsureRoute(ctx, d); err != nil {
-			failed[nameOf(routes, desired[i].Dst)] = err
+		missing = append(missing, d)
+	}
+	if err := r.Net.EnsureRoutes(ctx, missing); err != nil {
+		// Find which: one at a time, on this rare path only.
+		for _, d := range missing {
+			if err := r.Net.EnsureRoute(ctx, d); err != nil {
+				failed[nameOf(routes, d.Dst)] = err
+			}
 		}
 	}
 	var errs []error

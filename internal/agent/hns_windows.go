@@ -7,7 +7,7 @@ import (
 )
 
 // newHNS returns the host's Host Networking Service.
-func newHNS() (hns.Interface, error) {
+func newHNS(HostOptions) (hns.Interface, error) {
 	h, err := hns.New(hns.Options{})
 	if err != nil {
 		return nil, fmt.Errorf("opening HNS: %w", err)

@@ -21,6 +21,9 @@ type HostOptions struct {
 	// OVSRunDir holds the bridges' OpenFlow management sockets (<bridge>.mgmt); empty means the
 	// platform default.
 	OVSRunDir string
+	// NetNSPath, on Linux, is the network namespace the agent manages instead of its own: a
+	// simulated node whose agent runs beside the API server (tests, the demo, benchmarks).
+	NetNSPath string
 }
 
 // SetupNodeNetwork connects to the host's Open vSwitch and HNS and registers the node network
@@ -30,11 +33,11 @@ func SetupNodeNetwork(ctx context.Context, mgr ctrl.Manager, nodeName string, op
 	if err != nil {
 		return fmt.Errorf("connecting to ovsdb-server: %w", err)
 	}
-	hnsClient, err := newHNS()
+	hnsClient, err := newHNS(opts)
 	if err != nil {
 		return err
 	}
-	netClient, err := hostnet.New(hostnet.Options{})
+	netClient, err := hostnet.New(hostnet.Options{NetNSPath: opts.NetNSPath})
 	if err != nil {
 		return fmt.Errorf("opening the host network stack: %w", err)
 	}

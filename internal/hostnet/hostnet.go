@@ -214,6 +214,9 @@ type Interface interface {
 	// kernel's identity of a route); on Windows, which needs r.LinkIndex, a route with the same
 	// destination, interface and gateway gets r's metric and mark.
 	EnsureRoute(ctx context.Context, r Route) error
+	// EnsureRoutes is EnsureRoute for many routes at once, listing the routes once: installing
+	// thousands of remote Pod subnet routes must not cost one listing each.
+	EnsureRoutes(ctx context.Context, routes []Route) error
 	// DeleteRoute deletes the routes matching r (destination, gateway, metric, and interface
 	// unless r.LinkIndex is 0), owned or not. On Windows, where an owned route's Metric is an
 	// offset in winnet's band, r.Owned must be the route's as Routes reports it.

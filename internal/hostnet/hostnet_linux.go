@@ -469,20 +469,44 @@ func (h *netlinkHost) Routes(_ context.Context, filter RouteFilter) ([]Route, er
 	return out, nil
 }
 
-func (h *netlinkHost) EnsureRoute(_ context.Context, r Route) error {
-	if err := r.validate(); err != nil {
-		return fmt.Errorf("ensuring route: %w", err)
+func (h *netlinkHost) EnsureRoute(ctx context.Context, r Route) error {
+	return h.EnsureRoutes(ctx, []Route{r})
+}
+
+func (h *netlinkHost) EnsureRoutes(_ context.Context, routes []Route) error {
+	want := make([]Route, len(routes))
+	for i, r := range routes {
+		if err := r.validate(); err != nil {
+			return fmt.Errorf("ensuring route: %w", err)
+		}
+		want[i] = normalizeLinux(r.normalize())
 	}
-	r = normalizeLinux(r.normalize())
-	existing, err := h.listRoutes(RouteFilter{}, r.Dst)
+	// One listing for all: a dump per route would make installing n routes cost n dumps.
+	dst := netip.Prefix{}
+	if len(want) == 1 {
+		dst = want[0].Dst
+	}
+	existing, err := h.listRoutes(RouteFilter{}, dst)
 	if err != nil {
-		return fmt.Errorf("ensuring route %s: %w", r, err)
+		return fmt.Errorf("ensuring routes: %w", err)
 	}
+	byDst := map[netip.Prefix][]Route{}
 	for _, e := range existing {
-		if routeMatches(r, e.Route) && e.Owned == r.Owned {
-			return nil
+		byDst[e.Dst] = append(byDst[e.Dst], e.Route)
+	}
+	var errs []error
+	for _, r := range want {
+		if slices.ContainsFunc(byDst[r.Dst], func(e Route) bool { return routeMatches(r, e) && e.Owned == r.Owned }) {
+			continue
+		}
+		if err := h.replaceRoute(r); err != nil {
+			errs = append(errs, err)
 		}
 	}
+	return errors.Join(errs...)
+}
+
+func (h *netlinkHost) replaceRoute(r Route) error {
 	nr := &netlink.Route{
 		Dst:       toIPNet(r.Dst),
 		LinkIndex: r.LinkIndex,

@@ -475,6 +475,17 @@ func (h *ipHelper) SetUp(_ context.Context, linkIndex int) error {
 	return nil
 }
 
+// EnsureRoutes ensures each route in turn.
+func (h *ipHelper) EnsureRoutes(ctx context.Context, routes []Route) error {
+	var errs []error
+	for _, r := range routes {
+		if err := h.EnsureRoute(ctx, r); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
 // SetSwitchPort changes nothing on Windows: the Hyper-V switch owns the adapters bound to it and
 // the management vNIC is the host's only interface on the switch.
 func (h *ipHelper) SetSwitchPort(context.Context, int, bool) error { return nil }
