@@ -28,6 +28,16 @@ manifests: ## Generate CRDs (config/crd) and RBAC roles (config/rbac) from the m
 	$(CONTROLLER_GEN) crd paths=./api/... output:crd:artifacts:config=config/crd/bases
 	$(CONTROLLER_GEN) rbac:roleName=winnet-agent paths=./internal/agent/... output:rbac:artifacts:config=config/rbac/agent
 	$(CONTROLLER_GEN) rbac:roleName=winnet-controller paths=./internal/controller/... output:rbac:artifacts:config=config/rbac/controller
+	@$(MAKE) --no-print-directory helm-crds
+
+HELM_CRDS := config/helm/winnet/crds
+HELM_VERSION := v3.22.0
+
+.PHONY: helm-crds
+helm-crds: ## Copy the generated CRDs into the Helm chart (config/helm/winnet/crds); part of manifests.
+	mkdir -p $(HELM_CRDS)
+	rm -f $(HELM_CRDS)/*.yaml
+	cp config/crd/bases/*.yaml $(HELM_CRDS)/
 
 .PHONY: fmt
 fmt: ## Run gofmt on the tree.
@@ -40,6 +50,10 @@ verify: ## Regenerate code and manifests and fail if anything changed; check gof
 .PHONY: vet
 vet: ## go vet for linux and windows.
 	$(foreach os,$(PLATFORMS),GOOS=$(os) $(GO) vet ./... &&) true
+
+.PHONY: helm-lint
+helm-lint: test-deps ## Lint the Helm chart with the helm that test-deps builds into bin/.
+	$(BIN)/helm-$(HELM_VERSION)/helm lint --strict config/helm/winnet
 
 ##@ Build
 
@@ -56,6 +70,11 @@ test-deps: ## Install the test dependencies (Debian packages, kube-apiserver and
 .PHONY: test
 test: test-deps verify vet build ## Run unit, API (real kube-apiserver) and OVS (real Open vSwitch) tests; needs root.
 	$(GO) test $(GO_TEST_FLAGS) ./...
+
+.PHONY: bench-routes
+bench-routes: test-deps ## Benchmark remote routes at 1,000/5,000/10,000 nodes against ovs-ofctl (needs root).
+	$(GO) test -tags bench -count=1 -timeout 30m -run '^TestBenchRoutes$$' -v ./test/bench/routes/ > bin/bench-routes.log 2>&1 || { tail -50 bin/bench-routes.log; exit 1; }
+	@grep '^bench-routes ' bin/bench-routes.log
 
 .PHONY: bench-ovs
 bench-ovs: test-deps ## Benchmark flow installation against ovs-ofctl --bundle (needs root).

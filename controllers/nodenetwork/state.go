@@ -3,7 +3,11 @@ package nodenetwork
 import (
 	"net"
 	"net/netip"
+	"slices"
 	"sync"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 
 	networkv1alpha1 "github.com/winnet-io/winnet/api/v1alpha1"
 	"github.com/winnet-io/winnet/internal/ovs/openflow"
@@ -41,11 +45,16 @@ type State struct {
 	mu       sync.RWMutex
 	realized *Realized
 	routes   *RoutesResult
-	changed  chan struct{}
+	// reports wakes the node network reconciler to write a changed RoutesResult into the status.
+	reports chan event.GenericEvent
+	// node is the name reports name.
+	node string
 }
 
 // NewState returns an empty State.
-func NewState() *State { return &State{changed: make(chan struct{}, 1)} }
+func NewState() *State {
+	return &State{reports: make(chan event.GenericEvent, 1)}
+}
 
 // Realized returns the realised node network; false until the node network is Ready.
 func (s *State) Realized() (Realized, bool) {
@@ -57,38 +66,34 @@ func (s *State) Realized() (Realized, bool) {
 	return *s.realized, true
 }
 
-// Changed is signalled when the realised node network changes.
-func (s *State) Changed() <-chan struct{} { return s.changed }
-
 func (s *State) setRealized(r *Realized) {
 	s.mu.Lock()
-	changed := !sameRealized(s.realized, r)
+	defer s.mu.Unlock()
 	s.realized = r
+}
+
+// SetRoutes records what the remote route reconciler installed; a change is written into the
+// node's status at once.
+func (s *State) SetRoutes(r RoutesResult) {
+	s.mu.Lock()
+	changed := s.routes == nil || s.routes.Desired != r.Desired || s.routes.Installed != r.Installed || !slices.Equal(s.routes.Failed, r.Failed)
+	s.routes = &r
+	node := s.node
 	s.mu.Unlock()
-	if changed {
+	if changed && node != "" {
 		select {
-		case s.changed <- struct{}{}:
-		default:
+		case s.reports <- event.GenericEvent{Object: &networkv1alpha1.WindowsNodeNetwork{ObjectMeta: metav1.ObjectMeta{Name: node}}}:
+		default: // a wake-up is pending already
 		}
 	}
 }
 
-func sameRealized(a, b *Realized) bool {
-	if a == nil || b == nil {
-		return a == b
-	}
-	return a.Flows == b.Flows && a.Mode == b.Mode && a.VNI == b.VNI && a.NodeSubnet == b.NodeSubnet &&
-		a.BridgeLinkIndex == b.BridgeLinkIndex && a.GatewayLinkIndex == b.GatewayLinkIndex &&
-		a.Node.NodeIP == b.Node.NodeIP && a.Node.GatewayOFPort == b.Node.GatewayOFPort &&
-		a.Node.TunnelOFPort == b.Node.TunnelOFPort && a.Node.UplinkOFPort == b.Node.UplinkOFPort &&
-		a.Node.GatewayMAC.String() == b.Node.GatewayMAC.String() && a.UplinkMAC.String() == b.UplinkMAC.String()
-}
-
-// SetRoutes records what the remote route reconciler installed.
-func (s *State) SetRoutes(r RoutesResult) {
+// watchReports returns the source of status wake-ups for the node's reconciler.
+func (s *State) watchReports(node string) <-chan event.GenericEvent {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.routes = &r
+	s.node = node
+	return s.reports
 }
 
 func (s *State) routesResult() (RoutesResult, bool) {

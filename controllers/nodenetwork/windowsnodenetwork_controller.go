@@ -17,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	networkv1alpha1 "github.com/winnet-io/winnet/api/v1alpha1"
 	"github.com/winnet-io/winnet/internal/hns"
@@ -70,6 +71,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Named("windowsnodenetwork").
 		For(&networkv1alpha1.WindowsNodeNetwork{}).
 		Watches(&corev1.Node{}, ownNode).
+		WatchesRawSource(source.Channel(r.state().watchReports(r.NodeName), &handler.EnqueueRequestForObject{})).
 		Complete(r)
 }
 

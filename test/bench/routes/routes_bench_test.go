@@ -1,0 +1,272 @@
+//go:build linux && bench
+
+package routes
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	networkv1alpha1 "github.com/winnet-io/winnet/api/v1alpha1"
+	"github.com/winnet-io/winnet/test/framework"
+	"github.com/winnet-io/winnet/test/simnode"
+)
+
+// TestBenchRoutes runs the real winnet-agent binary on a simulated node (real OVS, real netlink)
+// against a real API server holding 1,000, 5,000 and 10,000 RemoteSubnetRoutes, and compares the
+// flow installation with ovs-ofctl --bundle add-flows of the same flows in the same run.
+func TestBenchRoutes(t *testing.T) {
+	ctx := context.Background()
+	server, err := framework.StartAPIServer()
+	if err != nil {
+		t.Fatalf("bench-routes needs a real kube-apiserver: %v", err)
+	}
+	defer func() { _ = server.Stop() }()
+	bin := filepath.Join(t.TempDir(), "winnet-agent")
+	build := exec.Command("go", "build", "-o", bin, "./cmd/winnet-agent")
+	build.Dir = framework.RepoRoot()
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("building winnet-agent: %v\n%s", err, out)
+	}
+	underlay := simnode.NewUnderlay(t, netip.MustParsePrefix("192.168.40.0/24"))
+
+	created := 0
+	var summary string
+	for i, size := range []int{1000, 5000, 10000} {
+		createRoutes(t, server.Client, created, size)
+		created = size
+		name := fmt.Sprintf("bench-%d", size)
+		node := underlay.AddNode(t, name, netip.MustParsePrefix(fmt.Sprintf("192.168.40.%d/24", 11+i)), simnode.NodeOptions{StartOVS: true})
+		createOwnNode(t, server.Client, name, node.NodeIP.Addr().String())
+
+		logFile := filepath.Join(t.TempDir(), name+".log")
+		agent := startAgent(t, bin, server.KubeconfigPath, node, logFile)
+		start := time.Now()
+		waitRoutesReady(t, server.Client, name, size)
+		converge := time.Since(start)
+		rss := rssMB(t, agent.Process.Pid)
+		flowFile := filepath.Join(t.TempDir(), name+".flows")
+		flows := dumpRouteFlows(t, node, flowFile)
+		routes := strings.Count(node.MustExec(t, "ip", "route", "show", "proto", "241"), "\n")
+		ofctl := ofctlReference(t, node, flowFile)
+		fmt.Printf("bench-routes nodes=%d converge_ms=%d ofctl_ms=%d rss_mb=%d flows=%d host_routes=%d\n",
+			size, converge.Milliseconds(), ofctl.Milliseconds(), rss, flows, routes)
+
+		if size == 5000 {
+			incr, mods := addOneRoute(t, server.Client, node, logFile, created)
+			created++
+			summary = fmt.Sprintf("bench-routes nodes=5000 converge_ms=%d ofctl_ms=%d rss_mb=%d incr_ms=%d incr_mods=%d",
+				converge.Milliseconds(), ofctl.Milliseconds(), rss, incr.Milliseconds(), mods)
+		}
+		_ = agent.Process.Signal(syscall.SIGTERM)
+		_ = agent.Wait()
+		_ = ctx
+	}
+	fmt.Println(summary)
+}
+
+// routeCIDR is the Pod CIDR of the i-th simulated remote node.
+func routeCIDR(i int) string { return fmt.Sprintf("10.%d.%d.0/24", 100+i/256, i%256) }
+
+func createRoutes(t *testing.T, c client.Client, from, to int) {
+	t.Helper()
+	work := make(chan int)
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var firstErr error
+	for range 16 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range work {
+				rsr := &networkv1alpha1.RemoteSubnetRoute{
+					ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("remote-%05d", i)},
+					Spec: networkv1alpha1.RemoteSubnetRouteSpec{
+						NodeName: fmt.Sprintf("remote-%05d", i), PodCIDRs: []networkv1alpha1.CIDR{networkv1alpha1.CIDR(routeCIDR(i))},
+						NodeIP: networkv1alpha1.IPAddress(fmt.Sprintf("172.16.%d.%d", i/250, 1+i%250)), Mode: networkv1alpha1.RouteModeTunnel,
+					},
+				}
+				if err := c.Create(context.Background(), rsr); err != nil {
+					mu.Lock()
+					firstErr = err
+					mu.Unlock()
+				}
+			}
+		}()
+	}
+	for i := from; i < to; i++ {
+		work <- i
+	}
+	close(work)
+	wg.Wait()
+	if firstErr != nil {
+		t.Fatalf("creating RemoteSubnetRoutes: %v", firstErr)
+	}
+}
+
+func createOwnNode(t *testing.T, c client.Client, name, ip string) {
+	t.Helper()
+	ctx := context.Background()
+	cidr := "10.99.0.0/24"
+	if err := c.Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: corev1.NodeSpec{PodCIDR: cidr, PodCIDRs: []string{cidr}}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Create(ctx, &networkv1alpha1.WindowsNodeNetwork{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: networkv1alpha1.WindowsNodeNetworkSpec{
+			PodCIDRs: []networkv1alpha1.CIDR{networkv1alpha1.CIDR(cidr)}, NodeIP: networkv1alpha1.IPv4Address(ip),
+			Bridge: networkv1alpha1.BridgeSpec{DatapathType: networkv1alpha1.DatapathTypeNetdev},
+		},
+	}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func startAgent(t *testing.T, bin, kubeconfig string, node *simnode.Node, logFile string) *exec.Cmd {
+	t.Helper()
+	f, err := os.Create(logFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin, "--node-name", node.Name, "--kubeconfig", kubeconfig, "--ovsdb", node.OVS.DBSocket(),
+		"--ovs-rundir", node.OVS.Dir, "--netns", node.NSPath, "--health-probe-bind-address", "0", "--metrics-bind-address", "0")
+	cmd.Stdout, cmd.Stderr = f, f
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("starting winnet-agent: %v", err)
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = f.Close()
+	})
+	return cmd
+}
+
+func waitRoutesReady(t *testing.T, c client.Client, name string, want int) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Minute)
+	for time.Now().Before(deadline) {
+		w := &networkv1alpha1.WindowsNodeNetwork{}
+		if err := c.Get(context.Background(), client.ObjectKey{Name: name}, w); err == nil &&
+			meta.IsStatusConditionTrue(w.Status.Conditions, networkv1alpha1.RoutesReadyCondition) &&
+			int(w.Status.RemoteRoutes.Installed) == want {
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Fatalf("%s: %d routes not ready within 5 minutes", name, want)
+}
+
+func rssMB(t *testing.T, pid int) int {
+	t.Helper()
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if strings.HasPrefix(line, "VmRSS:") {
+			kb, _ := strconv.Atoi(strings.Fields(line)[1])
+			return kb / 1024
+		}
+	}
+	t.Fatal("no VmRSS")
+	return 0
+}
+
+// dumpRouteFlows writes the route flows (tables 70 and 20 at priority 200 with a route cookie) to
+// file in add-flows syntax and returns their number.
+func dumpRouteFlows(t *testing.T, node *simnode.Node, file string) int {
+	t.Helper()
+	lines, err := node.OVS.DumpFlows("br-int", "-O", "OpenFlow15", "--no-names")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var keep []string
+	for _, l := range lines {
+		if strings.Contains(l, "priority=200") && (strings.Contains(l, "tun_dst") || strings.Contains(l, "arp_op=1")) {
+			keep = append(keep, l)
+		}
+	}
+	if err := os.WriteFile(file, []byte(strings.Join(keep, "\n")+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return len(keep)
+}
+
+// ofctlReference installs the same flows with ovs-ofctl --bundle add-flows on a fresh bridge.
+func ofctlReference(t *testing.T, node *simnode.Node, file string) time.Duration {
+	t.Helper()
+	node.OVS.MustVsctl(t, "--may-exist", "add-br", "br-ref", "--", "set", "bridge", "br-ref", "datapath_type=netdev", "protocols=OpenFlow15")
+	node.OVS.MustOfctl(t, "-O", "OpenFlow15", "del-flows", "br-ref")
+	start := time.Now()
+	node.OVS.MustOfctl(t, "-O", "OpenFlow15", "--bundle", "add-flows", "br-ref", file)
+	return time.Since(start)
+}
+
+// addOneRoute adds one route and returns the time until its flow is installed and the number of
+// flow-mods the agent sent for it (from its log).
+func addOneRoute(t *testing.T, c client.Client, node *simnode.Node, logFile string, i int) (time.Duration, int) {
+	t.Helper()
+	cidr := routeCIDR(i)
+	syncs, _ := routeSyncs(t, logFile)
+	start := time.Now()
+	createRoutes(t, c, i, i+1)
+	deadline := start.Add(time.Minute)
+	var latency time.Duration
+	for latency == 0 && time.Now().Before(deadline) {
+		out, err := node.OVS.Ofctl("-O", "OpenFlow15", "dump-flows", "br-int", "table=70,ip,nw_dst="+cidr)
+		if err == nil && strings.Contains(out, "nw_dst="+cidr) {
+			latency = time.Since(start)
+		}
+	}
+	if latency == 0 {
+		t.Fatalf("the flow of the added route %s did not appear", cidr)
+	}
+	// The agent logs the sync just after the bundle is committed.
+	for time.Now().Before(deadline) {
+		if n, mods := routeSyncs(t, logFile); n > syncs {
+			return latency, mods
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Fatal("the agent did not log the route sync")
+	return 0, 0
+}
+
+// routeSyncs returns how many route syncs the agent logged and the flow-mods of the last one.
+func routeSyncs(t *testing.T, logFile string) (int, int) {
+	t.Helper()
+	f, err := os.Open(logFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	n, mods := 0, -1
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		var entry struct {
+			Msg      string `json:"msg"`
+			FlowMods int    `json:"flowMods"`
+		}
+		if json.Unmarshal(sc.Bytes(), &entry) == nil && entry.Msg == "Synced route flows" {
+			n, mods = n+1, entry.FlowMods
+		}
+	}
+	return n, mods
+}
