@@ -25,7 +25,6 @@ import (
 
 	networkv1alpha1 "github.com/winnet-io/winnet/api/v1alpha1"
 	"github.com/winnet-io/winnet/controllers/nodenetwork"
-	"github.com/winnet-io/winnet/internal/agent"
 	"github.com/winnet-io/winnet/internal/hns"
 	"github.com/winnet-io/winnet/internal/hostnet"
 	"github.com/winnet-io/winnet/internal/ovs/ovsdb"
@@ -69,49 +68,13 @@ type testNode struct {
 func startNode(t *testing.T, name, nodeIP, podCIDR string) *testNode {
 	t.Helper()
 	g := NewWithT(t)
-	ctx, cancel := context.WithCancel(context.Background())
 	underlay := simnode.NewUnderlay(t, netip.MustParsePrefix("192.168.10.0/24"))
 	node := underlay.AddNode(t, name, netip.MustParsePrefix(nodeIP), simnode.NodeOptions{StartOVS: true})
-
-	sim, err := hns.NewLinuxSim(hns.LinuxSimOptions{HostNetNS: node.NSPath})
-	g.Expect(err).NotTo(HaveOccurred())
-	net, err := hostnet.New(hostnet.Options{NetNSPath: node.NSPath})
-	g.Expect(err).NotTo(HaveOccurred())
-	db, err := ovsdb.New(ctx, ovsdb.Options{Address: node.OVS.DBSocket()})
-	g.Expect(err).NotTo(HaveOccurred())
-
-	g.Expect(server.Client.Create(ctx, &corev1.Node{
-		ObjectMeta: metav1.ObjectMeta{Name: name},
-		Spec:       corev1.NodeSpec{PodCIDR: podCIDR, PodCIDRs: []string{podCIDR}},
-	})).To(Succeed())
-
-	mgr, err := agent.NewManager(server.Config, agent.Options{NodeName: name, MetricsBindAddress: "0", HealthProbeBindAddress: "0", SeveralAgentsPerProcess: true})
-	g.Expect(err).NotTo(HaveOccurred())
-	r := &nodenetwork.Reconciler{
-		Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("winnet-agent"), NodeName: name,
-		Host:         nodenetwork.Host{HNS: sim, OVSDB: db, Net: net, OpenFlowAddress: node.OVS.MgmtSocket},
-		ResyncPeriod: time.Second,
-	}
-	g.Expect(r.SetupWithManager(mgr)).To(Succeed())
-	done := make(chan error, 1)
-	go func() { done <- mgr.Start(ctx) }()
-	t.Cleanup(func() {
-		// Delete the object while the agent runs, so the finalizer is honoured; then stop.
-		_ = server.Client.Delete(context.Background(), &networkv1alpha1.WindowsNodeNetwork{ObjectMeta: metav1.ObjectMeta{Name: name}})
-		_ = server.Client.Delete(context.Background(), &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}})
-		deadline := time.Now().Add(10 * time.Second)
-		for time.Now().Before(deadline) {
-			if err := server.Client.Get(context.Background(), client.ObjectKey{Name: name}, &networkv1alpha1.WindowsNodeNetwork{}); err != nil {
-				break
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
-		cancel()
-		<-done
-		db.Close()
-		_ = sim.Close()
-	})
-	return &testNode{Node: node, external: underlay.External(), sim: sim, ovsdb: db, net: net}
+	k := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: corev1.NodeSpec{PodCIDR: podCIDR, PodCIDRs: []string{podCIDR}}}
+	g.Expect(server.Client.Create(context.Background(), k)).To(Succeed())
+	t.Cleanup(func() { _ = server.Client.Delete(context.Background(), k) })
+	a := framework.StartAgent(t, server, node)
+	return &testNode{Node: node, external: underlay.External(), sim: a.HNS, ovsdb: a.OVSDB, net: a.Net}
 }
 
 func nodeNetwork(name, podCIDR, nodeIP string) *networkv1alpha1.WindowsNodeNetwork {

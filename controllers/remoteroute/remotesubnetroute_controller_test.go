@@ -20,13 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	networkv1alpha1 "github.com/winnet-io/winnet/api/v1alpha1"
-	"github.com/winnet-io/winnet/controllers/nodenetwork"
-	"github.com/winnet-io/winnet/controllers/remoteroute"
-	"github.com/winnet-io/winnet/internal/agent"
 	"github.com/winnet-io/winnet/internal/controller"
-	"github.com/winnet-io/winnet/internal/hns"
-	"github.com/winnet-io/winnet/internal/hostnet"
-	"github.com/winnet-io/winnet/internal/ovs/ovsdb"
 	"github.com/winnet-io/winnet/test/framework"
 	"github.com/winnet-io/winnet/test/simnode"
 )
@@ -66,42 +60,6 @@ type node struct {
 	name    string
 	podCIDR string
 	gateway netip.Addr
-}
-
-// startAgent runs one node's agent in this process against its simulated node.
-func startAgent(t *testing.T, n *node) {
-	t.Helper()
-	g := NewWithT(t)
-	ctx, cancel := context.WithCancel(context.Background())
-	sim, err := hns.NewLinuxSim(hns.LinuxSimOptions{HostNetNS: n.NSPath})
-	g.Expect(err).NotTo(HaveOccurred())
-	net, err := hostnet.New(hostnet.Options{NetNSPath: n.NSPath})
-	g.Expect(err).NotTo(HaveOccurred())
-	db, err := ovsdb.New(ctx, ovsdb.Options{Address: n.OVS.DBSocket()})
-	g.Expect(err).NotTo(HaveOccurred())
-	mgr, err := agent.NewManager(server.Config, agent.Options{NodeName: n.name, MetricsBindAddress: "0", HealthProbeBindAddress: "0", SeveralAgentsPerProcess: true})
-	g.Expect(err).NotTo(HaveOccurred())
-	state := nodenetwork.NewState()
-	g.Expect((&nodenetwork.Reconciler{
-		Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("winnet-agent"), NodeName: n.name, State: state, ResyncPeriod: time.Second,
-		Host: nodenetwork.Host{HNS: sim, OVSDB: db, Net: net, OpenFlowAddress: n.OVS.MgmtSocket},
-	}).SetupWithManager(mgr)).To(Succeed())
-	g.Expect((&remoteroute.Reconciler{
-		Client: mgr.GetClient(), NodeName: n.name, Net: net, State: state, ResyncPeriod: time.Second,
-	}).SetupWithManager(mgr)).To(Succeed())
-	done := make(chan error, 1)
-	go func() { done <- mgr.Start(ctx) }()
-	t.Cleanup(func() {
-		_ = server.Client.Delete(context.Background(), &networkv1alpha1.WindowsNodeNetwork{ObjectMeta: metav1.ObjectMeta{Name: n.name}})
-		deadline := time.Now().Add(10 * time.Second)
-		for time.Now().Before(deadline) && server.Client.Get(context.Background(), client.ObjectKey{Name: n.name}, &networkv1alpha1.WindowsNodeNetwork{}) == nil {
-			time.Sleep(100 * time.Millisecond)
-		}
-		cancel()
-		<-done
-		db.Close()
-		_ = sim.Close()
-	})
 }
 
 func createNode(t *testing.T, g Gomega, n *node) {
@@ -168,7 +126,7 @@ func TestTwoNodes(t *testing.T) {
 	b := &node{Node: underlay.AddNode(t, "rt-b", netip.MustParsePrefix("192.168.20.12/24"), simnode.NodeOptions{StartOVS: true}),
 		name: "rt-b", podCIDR: "10.244.2.0/24", gateway: netip.MustParseAddr("10.244.2.1")}
 	for _, n := range []*node{a, b} {
-		startAgent(t, n)
+		framework.StartAgent(t, server, n.Node)
 		createNode(t, g, n)
 	}
 	for _, n := range []*node{a, b} {
