@@ -2,6 +2,7 @@
 # Installs everything `make test` needs on a fresh Debian 12 machine, idempotently:
 #   - Debian packages: Open vSwitch (userspace datapath), CNI plugins (host-local IPAM), iproute2, ping
 #   - kube-apiserver and etcd built from the Go module proxy into bin/k8s/<version>/ (cached by version)
+#   - helm built from the Go module proxy (the tool in go.mod) into bin/helm-<version>/ (chart tests)
 # Run as root. Safe to run again: every step checks before it acts.
 set -euo pipefail
 
@@ -9,6 +10,7 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 KUBE_VERSION=${KUBE_VERSION:-v1.37.0}
 STAGING_VERSION=${STAGING_VERSION:-v0.37.0}
 ETCD_VERSION=${ETCD_VERSION:-v3.6.16}
+HELM_VERSION=${HELM_VERSION:-v3.22.0}
 ASSETS="$ROOT/bin/k8s/$KUBE_VERSION-etcd-$ETCD_VERSION"
 export GOTOOLCHAIN=local
 export GOFLAGS=-mod=mod
@@ -86,10 +88,30 @@ build_etcd() {
 	build_in_module "$mod" "$out" go.etcd.io/etcd/server/v3 "-s -w"
 }
 
+# build_helm builds the helm pinned as a tool in go.mod (go get -tool helm.sh/helm/v3/cmd/helm@VERSION).
+build_helm() {
+	local out="$ROOT/bin/helm-$HELM_VERSION/helm"
+	[ -x "$out" ] && return
+	log "building helm $HELM_VERSION from the Go module proxy (a few minutes, once)"
+	mkdir -p "$(dirname "$out")"
+	# Like helm's own Makefile: the default Kubernetes version of `helm template` and `helm lint` is
+	# the one of the client-go it is built with (else v1.20, below the chart's kubeVersion).
+	local kminor ldflags
+	kminor=$(cd "$ROOT" && go list -m -f '{{.Version}}' k8s.io/client-go | cut -d. -f2)
+	ldflags="-s -w -X helm.sh/helm/v3/internal/version.version=$HELM_VERSION"
+	for p in helm.sh/helm/v3/pkg/chartutil helm.sh/helm/v3/pkg/lint/rules; do
+		ldflags+=" -X $p.k8sVersionMajor=1 -X $p.k8sVersionMinor=$kminor"
+	done
+	(cd "$ROOT" && go build -trimpath -ldflags "$ldflags" -o "$out.tmp" helm.sh/helm/v3/cmd/helm)
+	mv "$out.tmp" "$out"
+}
+
 install_debian_packages
 mkdir -p "$ASSETS"
 build_etcd
 build_kube
+build_helm
+"$ROOT/bin/helm-$HELM_VERSION/helm" version --short >/dev/null
 "$ASSETS/kube-apiserver" --version >/dev/null
 "$ASSETS/etcd" --version >/dev/null
 "$ASSETS/kubectl" version --client >/dev/null

@@ -16,6 +16,15 @@ import (
 )
 
 func main() {
+	// `winnet-agent service ...` manages the Windows service; `service run` (under the SCM) sets the
+	// process up and continues below with the agent flags (service_windows.go).
+	if handled, err := runServiceCommand(os.Args[1:]); handled || err != nil {
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "winnet-agent:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	opts := agent.Options{}
 	fs := flag.NewFlagSet("winnet-agent", flag.ContinueOnError)
 	fs.Usage = func() {
@@ -54,7 +63,8 @@ func main() {
 		log.Error(err, "Cannot create the agent")
 		os.Exit(1)
 	}
-	ctx := ctrl.SetupSignalHandler()
+	ctx, done := agentContext() // also ends on a Windows service Stop
+	defer done()
 	if err := agent.SetupNodeNetwork(ctx, mgr, opts.NodeName, hostOpts); err != nil {
 		log.Error(err, "Cannot set up the node network reconciler")
 		os.Exit(1)

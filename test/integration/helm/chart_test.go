@@ -1,0 +1,201 @@
+package helm
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+
+	. "github.com/onsi/gomega"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	"sigs.k8s.io/yaml"
+
+	"github.com/winnet-io/winnet/test/framework"
+)
+
+func TestChartLints(t *testing.T) {
+	g := NewWithT(t)
+	for _, values := range []string{"", filepath.Join("testdata", "custom-values.yaml")} {
+		args := []string{"lint", "--strict", chartDir()}
+		if values != "" {
+			abs, err := filepath.Abs(values)
+			g.Expect(err).NotTo(HaveOccurred())
+			args = append(args, "--values", abs)
+		}
+		out, stderr, err := runHelm(t, args...)
+		g.Expect(err).NotTo(HaveOccurred(), "helm lint:\n%s%s", out, stderr)
+		g.Expect(out).To(ContainSubstring("1 chart(s) linted, 0 chart(s) failed"))
+	}
+}
+
+// TestTemplateGolden compares helm template with testdata/*.golden; go test -update rewrites them.
+func TestTemplateGolden(t *testing.T) {
+	cases := map[string]string{
+		"default": "",
+		"custom":  filepath.Join("testdata", "custom-values.yaml"),
+	}
+	for name, values := range cases {
+		t.Run(name, func(t *testing.T) {
+			g := NewWithT(t)
+			var files []string
+			if values != "" {
+				files = append(files, values)
+			}
+			got, err := renderChart(t, files...)
+			g.Expect(err).NotTo(HaveOccurred())
+			golden := filepath.Join("testdata", name+".golden")
+			if *update {
+				g.Expect(os.WriteFile(golden, []byte(got), 0o644)).To(Succeed())
+			}
+			want, err := os.ReadFile(golden)
+			g.Expect(err).NotTo(HaveOccurred(), "run 'go test ./test/integration/helm/ -run TestTemplateGolden -update' to create it")
+			g.Expect(got).To(Equal(string(want)), "helm template differs from %s; if intended, rerun with -update and review the diff", golden)
+		})
+	}
+}
+
+// TestTemplateWorkloads checks what the install depends on in the default rendering, beyond the golden
+// text: HostProcess as SYSTEM on the host network, the node name from the downward API, Linux/Windows
+// placement, leader election, the CNI install and the agent's options.
+func TestTemplateWorkloads(t *testing.T) {
+	g := NewWithT(t)
+	manifest, err := renderChart(t)
+	g.Expect(err).NotTo(HaveOccurred())
+	objs := splitManifest(t, manifest)
+
+	ds := &appsv1.DaemonSet{}
+	find(t, objs, "DaemonSet", "winnet-agent", ds)
+	pod := ds.Spec.Template.Spec
+	g.Expect(pod.SecurityContext.WindowsOptions).NotTo(BeNil())
+	g.Expect(*pod.SecurityContext.WindowsOptions.HostProcess).To(BeTrue())
+	g.Expect(*pod.SecurityContext.WindowsOptions.RunAsUserName).To(Equal(`NT AUTHORITY\SYSTEM`))
+	g.Expect(pod.HostNetwork).To(BeTrue())
+	g.Expect(pod.NodeSelector).To(HaveKeyWithValue("kubernetes.io/os", "windows"))
+	g.Expect(pod.ServiceAccountName).To(Equal("winnet-agent"))
+	g.Expect(pod.InitContainers).To(HaveLen(1))
+	g.Expect(pod.InitContainers[0].Command).To(ContainElement(ContainSubstring("install-cni.ps1")))
+	g.Expect(pod.Containers).To(HaveLen(1), "the OVS container is off by default")
+	agent := pod.Containers[0]
+	g.Expect(agent.Env).To(ContainElement(And(
+		HaveField("Name", "NODE_NAME"),
+		HaveField("ValueFrom.FieldRef.FieldPath", "spec.nodeName"))))
+	for _, flag := range []string{"--ovsdb=", "--ovs-rundir=", "--metrics-bind-address=", "--health-probe-bind-address=", "--zap-log-level="} {
+		g.Expect(agent.Args).To(ContainElement(HavePrefix(flag)))
+	}
+
+	cm := &corev1.ConfigMap{}
+	find(t, objs, "ConfigMap", "winnet-agent-config", cm)
+	g.Expect(cm.Data).To(HaveKeyWithValue("cni-bin-dir", `C:\opt\cni\bin`))
+	g.Expect(cm.Data).To(HaveKeyWithValue("cni-conf-dir", `C:\etc\cni\net.d`))
+	g.Expect(cm.Data).To(HaveKeyWithValue("cni-conf-name", "10-winnet.conflist"))
+	g.Expect(cm.Data["10-winnet.conflist"]).To(MatchJSON(`{"cniVersion":"1.0.0","name":"winnet","plugins":[{"type":"winnet-cni"}]}`))
+	// Every ConfigMap key the DaemonSet references exists.
+	for _, c := range append(append([]corev1.Container{}, pod.InitContainers...), pod.Containers...) {
+		for _, e := range c.Env {
+			if e.ValueFrom != nil && e.ValueFrom.ConfigMapKeyRef != nil {
+				g.Expect(e.ValueFrom.ConfigMapKeyRef.Name).To(Equal(cm.Name))
+				g.Expect(cm.Data).To(HaveKey(e.ValueFrom.ConfigMapKeyRef.Key), "container %s, env %s", c.Name, e.Name)
+			}
+		}
+	}
+
+	dep := &appsv1.Deployment{}
+	find(t, objs, "Deployment", "winnet-controller", dep)
+	g.Expect(dep.Spec.Template.Spec.NodeSelector).To(HaveKeyWithValue("kubernetes.io/os", "linux"))
+	g.Expect(dep.Spec.Template.Spec.ServiceAccountName).To(Equal("winnet-controller"))
+	g.Expect(dep.Spec.Template.Spec.Containers[0].Args).To(ContainElements(
+		"--leader-elect=true", "--leader-election-namespace=winnet-system",
+		"--cluster-cidrs=10.244.0.0/16", "--service-cidrs=10.96.0.0/12",
+		"--windows-node-selector=kubernetes.io/os=windows"))
+
+	vap := &admissionregistrationv1.ValidatingAdmissionPolicy{}
+	find(t, objs, "ValidatingAdmissionPolicy", "winnet-agent-own-node", vap)
+	g.Expect(vap.Spec.MatchConditions).To(ContainElement(HaveField("Expression",
+		`request.userInfo.username == "system:serviceaccount:winnet-system:winnet-agent"`)))
+	binding := &admissionregistrationv1.ValidatingAdmissionPolicyBinding{}
+	find(t, objs, "ValidatingAdmissionPolicyBinding", "winnet-agent-own-node", binding)
+	g.Expect(binding.Spec.PolicyName).To(Equal(vap.Name))
+	g.Expect(binding.Spec.ValidationActions).To(Equal([]admissionregistrationv1.ValidationAction{admissionregistrationv1.Deny}))
+
+	// The OVS container and the custom CNI settings appear when asked for.
+	custom, err := renderChart(t, filepath.Join("testdata", "custom-values.yaml"))
+	g.Expect(err).NotTo(HaveOccurred())
+	objs = splitManifest(t, custom)
+	ds = &appsv1.DaemonSet{}
+	find(t, objs, "DaemonSet", "winnet-agent", ds)
+	g.Expect(ds.Spec.Template.Spec.Containers).To(ContainElement(And(
+		HaveField("Name", "openvswitch"), HaveField("Image", "registry.example.com:5000/openvswitch/windows:3.4.0"))))
+	g.Expect(ds.Spec.Template.Spec.ServiceAccountName).To(Equal("winnet-node-agent"))
+	cm = &corev1.ConfigMap{}
+	find(t, objs, "ConfigMap", "winnet-agent-config", cm)
+	g.Expect(cm.Data["05-winnet.conflist"]).To(MatchJSON(`{"cniVersion":"1.1.0","name":"winnet","plugins":[{"type":"winnet-cni","agentSocket":"\\\\.\\pipe\\winnet-cni-custom"}]}`))
+}
+
+// TestChartRBACMatchesGenerated: the chart's ClusterRoles are config/rbac's generated roles; the
+// agent's has one documented extra rule (update/patch of windowsnodenetworks for its finalizer).
+func TestChartRBACMatchesGenerated(t *testing.T) {
+	g := NewWithT(t)
+	manifest, err := renderChart(t)
+	g.Expect(err).NotTo(HaveOccurred())
+	objs := splitManifest(t, manifest)
+	generated := func(component string) []rbacv1.PolicyRule {
+		b, err := os.ReadFile(filepath.Join(framework.RepoRoot(), "config", "rbac", component, "role.yaml"))
+		g.Expect(err).NotTo(HaveOccurred())
+		role := &rbacv1.ClusterRole{}
+		g.Expect(yaml.UnmarshalStrict(b, role)).To(Succeed())
+		return role.Rules
+	}
+	controller := &rbacv1.ClusterRole{}
+	find(t, objs, "ClusterRole", "winnet-controller", controller)
+	g.Expect(controller.Rules).To(Equal(generated("controller")))
+
+	agent := &rbacv1.ClusterRole{}
+	find(t, objs, "ClusterRole", "winnet-agent", agent)
+	extra := rbacv1.PolicyRule{APIGroups: []string{"network.winnet.io"}, Resources: []string{"windowsnodenetworks"}, Verbs: []string{"patch", "update"}}
+	g.Expect(agent.Rules).To(Equal(append(generated("agent"), extra)))
+}
+
+// TestSchemaRejectsInvalidValues: values.schema.json turns wrong values into an error naming the field.
+func TestSchemaRejectsInvalidValues(t *testing.T) {
+	cases := []struct {
+		name, values, want string
+	}{
+		{"replicas not an integer", "controller: {replicas: two}", "/controller/replicas"},
+		{"replicas zero", "controller: {replicas: 0}", "/controller/replicas"},
+		{"cluster CIDR without prefix", "controller: {clusterCIDRs: [10.244.0.0]}", "/controller/clusterCIDRs/0"},
+		{"cluster CIDR octet out of range", "controller: {clusterCIDRs: [10.300.0.0/16]}", "/controller/clusterCIDRs/0"},
+		{"no service CIDR", "controller: {serviceCIDRs: []}", "/controller/serviceCIDRs"},
+		{"service CIDR prefix too long", "controller: {serviceCIDRs: [10.96.0.0/33]}", "/controller/serviceCIDRs/0"},
+		{"unknown pull policy", "agent: {image: {pullPolicy: Sometimes}}", "/agent/image/pullPolicy"},
+		{"image repository with a space", "agent: {image: {repository: 'ghcr.io/winnet io/agent'}}", "/agent/image/repository"},
+		{"image repository with upper case", "controller: {image: {repository: ghcr.io/Winnet/controller}}", "/controller/image/repository"},
+		{"image tag with a colon", "agent: {image: {tag: 'v1:2'}}", "/agent/image/tag"},
+		{"image removed", "controller: {image: null}", "image"},
+		{"linux CNI bin dir", "cni: {binDir: /opt/cni/bin}", "/cni/binDir"},
+		{"conflist name without priority", "cni: {confName: winnet.conflist}", "/cni/confName"},
+		{"unsupported CNI version", "cni: {cniVersion: 2.0.0}", "/cni/cniVersion"},
+		{"agent socket not a named pipe", "cni: {agentSocket: /var/run/winnet/cni.sock}", "/cni/agentSocket"},
+		{"health port out of range", "agent: {healthPort: 70000}", "/agent/healthPort"},
+		{"unknown log level", "controller: {logLevel: verbose}", "/controller/logLevel"},
+		{"misspelled key", "agent: {nodeSelecter: {a: b}}", "nodeSelecter"},
+		{"unknown top-level key", "controler: {replicas: 1}", "controler"},
+		{"boolean as string", "admissionPolicy: {enabled: 'yes'}", "/admissionPolicy/enabled"},
+		{"empty windows node selector", "controller: {windowsNodeSelector: ''}", "/controller/windowsNodeSelector"},
+		{"bad service account name", "serviceAccount: {agent: {name: Winnet_Agent}}", "/serviceAccount/agent/name"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			g := NewWithT(t)
+			_, err := renderChart(t, writeValues(t, tc.values))
+			g.Expect(err).To(HaveOccurred(), "values %q must be rejected", tc.values)
+			g.Expect(err.Error()).To(ContainSubstring("values don't meet the specifications of the schema"))
+			g.Expect(err.Error()).To(ContainSubstring(tc.want))
+		})
+	}
+	t.Run("valid custom values", func(t *testing.T) {
+		_, err := renderChart(t, filepath.Join("testdata", "custom-values.yaml"))
+		NewWithT(t).Expect(err).NotTo(HaveOccurred())
+	})
+}
