@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"strconv"
 	"sync"
 	"time"
@@ -402,11 +403,18 @@ func (b *Bridge) sendBundle(ctx context.Context, msgs []bundleMsg) error {
 	n, cerr := tx.Complete()
 	if err == nil && cerr == nil {
 		// ofctrl parses inbound messages on parallel goroutines, so the
-		// close reply can overtake an error for an earlier add. A round trip
-		// after the close lets pending errors land; then count again.
-		if rerr := b.roundTrip(ctx); rerr != nil {
-			err = rerr
-		} else {
+		// close reply can overtake an error for an earlier add. OVS answers in
+		// order: once the reply to a later request has been handled, the error
+		// was read before it and only its goroutine may still be pending. Two
+		// round trips give that goroutine a full extra round trip to deliver;
+		// then count again.
+		for range 2 {
+			if err = b.roundTrip(ctx); err != nil {
+				break
+			}
+			runtime.Gosched()
+		}
+		if err == nil {
 			n, cerr = tx.Complete()
 		}
 	}
@@ -443,6 +451,25 @@ func (r SyncResult) Mods() int { return r.Added + r.Modified + r.Deleted }
 // minimal add/modify/delete set against the cache and sends it as one atomic
 // bundle. The category and current round are stamped into each cookie.
 func (b *Bridge) Sync(ctx context.Context, category uint8, desired []Flow) (SyncResult, error) {
+	return b.sync(ctx, category, nil, desired)
+}
+
+// SyncObject makes the flows of one object of a category (the object part of their cookies) equal
+// to desired, leaving the category's other objects alone: a change to one route or Pod costs the
+// flows of that object, not a pass over the whole category. Every desired flow's cookie object
+// must be object.
+func (b *Bridge) SyncObject(ctx context.Context, category uint8, object uint64, desired []Flow) (SyncResult, error) {
+	for i := range desired {
+		if desired[i].Cookie&ObjectMask != object&ObjectMask {
+			return SyncResult{}, fmt.Errorf("syncing object %#x of category %d: flow %q belongs to object %#x", object, category, desired[i].String(), desired[i].Cookie&ObjectMask)
+		}
+	}
+	o := object & ObjectMask
+	return b.sync(ctx, category, &o, desired)
+}
+
+// sync implements Sync (object nil: the whole category) and SyncObject.
+func (b *Bridge) sync(ctx context.Context, category uint8, object *uint64, desired []Flow) (SyncResult, error) {
 	if err := b.waitConnected(ctx); err != nil {
 		return SyncResult{}, fmt.Errorf("syncing category %d on bridge %q: %w", category, b.opts.Bridge, err)
 	}
@@ -480,6 +507,9 @@ func (b *Bridge) Sync(ctx context.Context, category uint8, desired []Flow) (Sync
 			continue
 		}
 		f := b.flows[k].flow
+		if object != nil && f.Cookie&ObjectMask != *object {
+			continue
+		}
 		fm, err := f.FlowMod(openflow15.FC_DELETE_STRICT)
 		if err != nil {
 			return SyncResult{}, err
@@ -495,10 +525,14 @@ func (b *Bridge) Sync(ctx context.Context, category uint8, desired []Flow) (Sync
 	if err := b.sendBundle(ctx, msgs); err != nil {
 		return SyncResult{}, fmt.Errorf("syncing category %d on bridge %q: %w", category, b.opts.Bridge, err)
 	}
+	set := b.byCategory[category]
+	if object == nil || set == nil {
+		set = make(map[flowKey]struct{}, len(want))
+	}
 	for _, k := range gone {
 		delete(b.flows, k)
+		delete(set, k)
 	}
-	set := make(map[flowKey]struct{}, len(want))
 	for k, c := range want {
 		if prev, ok := b.flows[k]; ok && prev.category != category {
 			delete(b.byCategory[prev.category], k)

@@ -286,3 +286,51 @@ func TestReplayAfterVswitchdKill(t *testing.T) {
 	g.Expect(br2.DeleteRound(ctx, newRound)).To(Succeed())
 	g.Expect(dump(t, e.ovs)).To(Equal(rendered(br2.Installed(2))))
 }
+
+// TestSyncObjectTouchesOneObject changes and removes the flows of one object of a category without
+// a pass over the others, and Invalidate makes a deleted flow come back.
+func TestSyncObjectTouchesOneObject(t *testing.T) {
+	g := NewWithT(t)
+	e := setup(t)
+	ctx := context.Background()
+	route := func(object uint64, dst string, port uint32) openflow.Flow {
+		return openflow.Flow{Table: 70, Priority: 200, Cookie: object,
+			Match:   []openflow.MatchField{openflow.IPv4(), openflow.NwDst(netip.MustParsePrefix(dst))},
+			Actions: []openflow.Action{openflow.Output(port)}}
+	}
+	all := []openflow.Flow{route(1, "10.1.0.0/24", 1), route(2, "10.2.0.0/24", 2), route(3, "10.3.0.0/24", 3)}
+	res, err := e.br.Sync(ctx, 6, all)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(res.Added).To(Equal(3))
+
+	// Object 2 changes its action and gains a flow: two flow_mods; the others stay.
+	res, err = e.br.SyncObject(ctx, 6, 2, []openflow.Flow{route(2, "10.2.0.0/24", 9), route(2, "10.2.1.0/24", 9)})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(res).To(Equal(openflow.SyncResult{Added: 1, Modified: 1}))
+	g.Expect(dump(t, e.ovs)).To(Equal(rendered(e.br.Installed(6))))
+	g.Expect(e.br.Installed(6)).To(HaveLen(4))
+
+	// Removing object 3 deletes its flow only.
+	res, err = e.br.SyncObject(ctx, 6, 3, nil)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(res).To(Equal(openflow.SyncResult{Deleted: 1}))
+	g.Expect(strings.Join(dump(t, e.ovs), "\n")).NotTo(ContainSubstring("10.3.0.0/24"))
+	g.Expect(dump(t, e.ovs)).To(HaveLen(3))
+
+	// A flow of another object is refused.
+	_, err = e.br.SyncObject(ctx, 6, 1, []openflow.Flow{route(2, "10.9.0.0/24", 1)})
+	g.Expect(err).To(MatchError(ContainSubstring("belongs to object")))
+
+	// A whole-category Sync still sees what SyncObject installed: nothing to do.
+	res, err = e.br.Sync(ctx, 6, []openflow.Flow{route(1, "10.1.0.0/24", 1), route(2, "10.2.0.0/24", 9), route(2, "10.2.1.0/24", 9)})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(res.Mods()).To(Equal(0))
+
+	// Deleted behind our back, restored after Invalidate.
+	e.ovs.MustOfctl(t, "-O", "OpenFlow15", "del-flows", bridge, "table=70,ip,nw_dst=10.1.0.0/24")
+	e.br.Invalidate()
+	res, err = e.br.Sync(ctx, 6, []openflow.Flow{route(1, "10.1.0.0/24", 1), route(2, "10.2.0.0/24", 9), route(2, "10.2.1.0/24", 9)})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(res.Mods()).To(Equal(3))
+	g.Expect(dump(t, e.ovs)).To(Equal(rendered(e.br.Installed(6))))
+}
