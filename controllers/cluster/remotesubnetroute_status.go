@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"strings"
 
-	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -55,8 +54,19 @@ func overlapMessage(overlaps []Overlap) string {
 	return msg
 }
 
-// routeStatusEqual compares statuses ignoring condition transition times, which SetStatusCondition
-// keeps when a condition does not change.
-func routeStatusEqual(a, b *networkv1alpha1.RemoteSubnetRoute) bool {
-	return equality.Semantic.DeepEqual(a.Status, b.Status)
+// routeStatusCurrent reports whether the route's status already says what setRouteConditions would
+// write, without copying the route.
+func routeStatusCurrent(route *networkv1alpha1.RemoteSubnetRoute, overlaps []Overlap) bool {
+	if route.Status.ObservedGeneration != route.Generation {
+		return false
+	}
+	conflict := meta.FindStatusCondition(route.Status.Conditions, networkv1alpha1.ConflictCondition)
+	accepted := meta.FindStatusCondition(route.Status.Conditions, networkv1alpha1.AcceptedCondition)
+	if conflict == nil || accepted == nil || conflict.ObservedGeneration != route.Generation || accepted.ObservedGeneration != route.Generation {
+		return false
+	}
+	if len(overlaps) == 0 {
+		return conflict.Status == metav1.ConditionFalse && accepted.Status == metav1.ConditionTrue
+	}
+	return conflict.Status == metav1.ConditionTrue && accepted.Status == metav1.ConditionFalse && conflict.Message == overlapMessage(overlaps)
 }

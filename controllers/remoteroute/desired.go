@@ -7,6 +7,7 @@ import (
 	"slices"
 
 	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	networkv1alpha1 "github.com/winnet-io/winnet/api/v1alpha1"
 	"github.com/winnet-io/winnet/controllers/nodenetwork"
@@ -35,7 +36,9 @@ type skipped struct {
 }
 
 // desiredRoutes computes the routes of this node from every RemoteSubnetRoute. It is pure. Routes of
-// the node itself, routes with Conflict=True and non-IPv4 CIDRs are not installed.
+// the node itself, routes winnet-controller has not accepted for their current generation (among
+// them those with Conflict=True) and non-IPv4 CIDRs are not installed: a route is installed only
+// once it is known not to overlap another.
 func desiredRoutes(nodeName string, rz nodenetwork.Realized, list []networkv1alpha1.RemoteSubnetRoute) ([]route, []skipped) {
 	var out []route
 	var skips []skipped
@@ -43,8 +46,8 @@ func desiredRoutes(nodeName string, rz nodenetwork.Realized, list []networkv1alp
 		if rsr.Spec.NodeName == nodeName {
 			continue
 		}
-		if meta.IsStatusConditionTrue(rsr.Status.Conditions, networkv1alpha1.ConflictCondition) {
-			skips = append(skips, skipped{name: rsr.Name, reason: "conflicts with another route", failed: false})
+		if !accepted(rsr) {
+			skips = append(skips, skipped{name: rsr.Name, reason: "not accepted by winnet-controller (yet), or conflicting", failed: false})
 			continue
 		}
 		nodeIP, err := netip.ParseAddr(string(rsr.Spec.NodeIP))
@@ -101,4 +104,10 @@ func useTunnel(mode networkv1alpha1.RouteMode, rz nodenetwork.Realized, peer net
 	default:
 		return true
 	}
+}
+
+// accepted reports whether winnet-controller accepted the route's current spec.
+func accepted(rsr networkv1alpha1.RemoteSubnetRoute) bool {
+	c := meta.FindStatusCondition(rsr.Status.Conditions, networkv1alpha1.AcceptedCondition)
+	return c != nil && c.Status == metav1.ConditionTrue && rsr.Status.ObservedGeneration == rsr.Generation
 }

@@ -17,11 +17,14 @@ import (
 func rsr(name, node, nodeIP string, mode networkv1alpha1.RouteMode, cidrs ...string) networkv1alpha1.RemoteSubnetRoute {
 	r := networkv1alpha1.RemoteSubnetRoute{ObjectMeta: metav1.ObjectMeta{Name: name}}
 	r.Spec = networkv1alpha1.RemoteSubnetRouteSpec{NodeName: node, NodeIP: networkv1alpha1.IPAddress(nodeIP), Mode: mode}
+	r.Status.Conditions = []metav1.Condition{{Type: networkv1alpha1.AcceptedCondition, Status: metav1.ConditionTrue}}
 	for _, c := range cidrs {
 		r.Spec.PodCIDRs = append(r.Spec.PodCIDRs, networkv1alpha1.CIDR(c))
 	}
 	return r
 }
+
+const notAccepted = "not accepted by winnet-controller (yet), or conflicting"
 
 func TestDesiredRoutes(t *testing.T) {
 	realized := func(mode networkv1alpha1.EncapsulationMode, tunnel uint32) nodenetwork.Realized {
@@ -31,7 +34,12 @@ func TestDesiredRoutes(t *testing.T) {
 		}
 	}
 	conflicting := rsr("conflict", "n9", "192.168.10.19", networkv1alpha1.RouteModeAuto, "10.244.9.0/24")
-	conflicting.Status.Conditions = []metav1.Condition{{Type: networkv1alpha1.ConflictCondition, Status: metav1.ConditionTrue}}
+	conflicting.Status.Conditions = []metav1.Condition{
+		{Type: networkv1alpha1.ConflictCondition, Status: metav1.ConditionTrue},
+		{Type: networkv1alpha1.AcceptedCondition, Status: metav1.ConditionFalse},
+	}
+	stale := rsr("stale", "n8", "192.168.10.18", networkv1alpha1.RouteModeAuto, "10.244.8.0/24")
+	stale.Generation = 2 // accepted for generation 0 (observedGeneration), changed since
 	flannel := rsr("flannel", "f1", "192.168.30.5", networkv1alpha1.RouteModeTunnel, "10.244.4.0/24")
 	flannel.Spec.VNI, flannel.Spec.VTEPMAC = ptr.To(networkv1alpha1.VNI(4096)), "0e:6a:5e:1b:23:9c"
 
@@ -61,8 +69,8 @@ func TestDesiredRoutes(t *testing.T) {
 			want: []string{"flannel 10.244.4.0/24 tunnel=true via 10.244.4.1 vni=4096 mac=0e:6a:5e:1b:23:9c"}},
 		{name: "conflicting route not installed, tunnel without tunnel port failed",
 			rz:        realized(networkv1alpha1.EncapsulationModeNoEncap, 0),
-			list:      []networkv1alpha1.RemoteSubnetRoute{conflicting, rsr("t", "t", "192.168.10.13", networkv1alpha1.RouteModeTunnel, "10.244.5.0/24")},
-			wantSkips: []skipped{{name: "conflict", reason: "conflicts with another route"}, {name: "t", reason: "needs a tunnel but the node's encapsulation mode is NoEncap", failed: true}}},
+			list:      []networkv1alpha1.RemoteSubnetRoute{conflicting, stale, rsr("t", "t", "192.168.10.13", networkv1alpha1.RouteModeTunnel, "10.244.5.0/24")},
+			wantSkips: []skipped{{name: "conflict", reason: notAccepted}, {name: "stale", reason: notAccepted}, {name: "t", reason: "needs a tunnel but the node's encapsulation mode is NoEncap", failed: true}}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -1,6 +1,6 @@
 //go:build !windows
 
-package agent
+package agent_test
 
 import (
 	"context"
@@ -14,13 +14,14 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	networkv1alpha1 "github.com/winnet-io/winnet/api/v1alpha1"
+	"github.com/winnet-io/winnet/internal/agent"
 	"github.com/winnet-io/winnet/test/framework"
 )
 
 func TestOptionsRequireNodeName(t *testing.T) {
 	g := NewWithT(t)
-	g.Expect(Options{}.Validate()).To(MatchError(ContainSubstring("--node-name")))
-	g.Expect(Options{NodeName: "win-node-1"}.Validate()).To(Succeed())
+	g.Expect(agent.Options{}.Validate()).To(MatchError(ContainSubstring("--node-name")))
+	g.Expect(agent.Options{NodeName: "win-node-1"}.Validate()).To(Succeed())
 }
 
 // TestManagerSeesOnlyItsNode starts the agent's manager for node-a against a real API server holding
@@ -76,7 +77,7 @@ func TestManagerSeesOnlyItsNode(t *testing.T) {
 		}
 	}
 
-	mgr, err := NewManager(server.Config, Options{NodeName: "node-a", MetricsBindAddress: "0", HealthProbeBindAddress: "0"})
+	mgr, err := agent.NewManager(server.Config, agent.Options{NodeName: "node-a", MetricsBindAddress: "0", HealthProbeBindAddress: "0"})
 	g.Expect(err).NotTo(HaveOccurred())
 	done := make(chan error, 1)
 	go func() { done <- mgr.Start(ctx) }()

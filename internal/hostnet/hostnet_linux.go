@@ -474,6 +474,9 @@ func (h *netlinkHost) EnsureRoute(ctx context.Context, r Route) error {
 }
 
 func (h *netlinkHost) EnsureRoutes(_ context.Context, routes []Route) error {
+	if len(routes) == 0 {
+		return nil
+	}
 	want := make([]Route, len(routes))
 	for i, r := range routes {
 		if err := r.validate(); err != nil {

@@ -94,7 +94,9 @@ type Bridge struct {
 	round      uint16
 	flows      map[flowKey]*cached
 	byCategory map[uint8]map[flowKey]struct{}
-	groups     map[uint32]*groupState
+	// byObject indexes each category's flows by cookie object, for SyncObject.
+	byObject map[uint8]map[uint64]map[flowKey]struct{}
+	groups   map[uint32]*groupState
 
 	statsMu sync.Mutex
 	stats   map[uint32]chan *openflow15.MultipartReply
@@ -135,6 +137,7 @@ func Connect(ctx context.Context, opts Options) (*Bridge, error) {
 		connErr:    make(chan error, 1),
 		flows:      map[flowKey]*cached{},
 		byCategory: map[uint8]map[flowKey]struct{}{},
+		byObject:   map[uint8]map[uint64]map[flowKey]struct{}{},
 		groups:     map[uint32]*groupState{},
 		stats:      map[uint32]chan *openflow15.MultipartReply{},
 		replays:    make(chan struct{}, 1),
@@ -502,14 +505,15 @@ func (b *Bridge) sync(ctx context.Context, category uint8, object *uint64, desir
 		msgs = append(msgs, bundleMsg{flow: fm})
 	}
 	var gone []flowKey
-	for k := range b.byCategory[category] {
+	current := b.byCategory[category]
+	if object != nil {
+		current = b.byObject[category][*object]
+	}
+	for k := range current {
 		if _, ok := want[k]; ok {
 			continue
 		}
 		f := b.flows[k].flow
-		if object != nil && f.Cookie&ObjectMask != *object {
-			continue
-		}
 		fm, err := f.FlowMod(openflow15.FC_DELETE_STRICT)
 		if err != nil {
 			return SyncResult{}, err
@@ -529,18 +533,32 @@ func (b *Bridge) sync(ctx context.Context, category uint8, object *uint64, desir
 	if object == nil || set == nil {
 		set = make(map[flowKey]struct{}, len(want))
 	}
+	objects := b.byObject[category]
+	if object == nil || objects == nil {
+		objects = map[uint64]map[flowKey]struct{}{}
+	}
 	for _, k := range gone {
+		delete(objects[b.flows[k].flow.Cookie&ObjectMask], k)
 		delete(b.flows, k)
 		delete(set, k)
 	}
 	for k, c := range want {
-		if prev, ok := b.flows[k]; ok && prev.category != category {
-			delete(b.byCategory[prev.category], k)
+		if prev, ok := b.flows[k]; ok {
+			delete(b.byObject[prev.category][prev.flow.Cookie&ObjectMask], k)
+			if prev.category != category {
+				delete(b.byCategory[prev.category], k)
+			}
 		}
 		b.flows[k] = c
 		set[k] = struct{}{}
+		id := c.flow.Cookie & ObjectMask
+		if objects[id] == nil {
+			objects[id] = map[flowKey]struct{}{}
+		}
+		objects[id][k] = struct{}{}
 	}
 	b.byCategory[category] = set
+	b.byObject[category] = objects
 	return res, nil
 }
 

@@ -24,6 +24,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	networkv1alpha1 "github.com/winnet-io/winnet/api/v1alpha1"
+	"github.com/winnet-io/winnet/internal/controller"
 	"github.com/winnet-io/winnet/test/framework"
 	"github.com/winnet-io/winnet/test/simnode"
 )
@@ -38,6 +39,14 @@ func TestBenchRoutes(t *testing.T) {
 		t.Fatalf("bench-routes needs a real kube-apiserver: %v", err)
 	}
 	defer func() { _ = server.Stop() }()
+	// winnet-controller accepts the routes (agents install only accepted, non-conflicting routes).
+	mgr, err := controller.NewManager(server.Config, controller.Options{MetricsBindAddress: "0", HealthProbeBindAddress: "0"})
+	if err != nil {
+		t.Fatalf("creating winnet-controller: %v", err)
+	}
+	mctx, stop := context.WithCancel(ctx)
+	defer stop()
+	go func() { _ = mgr.Start(mctx) }()
 	bin := filepath.Join(t.TempDir(), "winnet-agent")
 	build := exec.Command("go", "build", "-o", bin, "./cmd/winnet-agent")
 	build.Dir = framework.RepoRoot()
@@ -48,19 +57,32 @@ func TestBenchRoutes(t *testing.T) {
 
 	created := 0
 	var summary string
-	for i, size := range []int{1000, 5000, 10000} {
+	sizes := []int{1000, 5000, 10000}
+	if env := os.Getenv("BENCH_ROUTES_SIZES"); env != "" { // e.g. "5000" while working on one size
+		sizes = nil
+		for _, f := range strings.Split(env, ",") {
+			n, err := strconv.Atoi(f)
+			if err != nil {
+				t.Fatalf("BENCH_ROUTES_SIZES: %v", err)
+			}
+			sizes = append(sizes, n)
+		}
+	}
+	for i, size := range sizes {
 		createRoutes(t, server.Client, created, size)
 		created = size
+		// An agent starting in a running cluster finds the routes accepted already.
+		waitAccepted(t, server.Client, size)
 		name := fmt.Sprintf("bench-%d", size)
 		node := underlay.AddNode(t, name, netip.MustParsePrefix(fmt.Sprintf("192.168.40.%d/24", 11+i)), simnode.NodeOptions{StartOVS: true})
 		createOwnNode(t, server.Client, name, node.NodeIP.Addr().String())
 
-		logFile := filepath.Join(t.TempDir(), name+".log")
+		logFile := filepath.Join(framework.RepoRoot(), "bin", name+".log") // kept for reading after the run
 		agent := startAgent(t, bin, server.KubeconfigPath, node, logFile)
 		start := time.Now()
-		waitRoutesReady(t, server.Client, name, size)
+		waitRoutesReady(t, server.Client, agent, name, size)
 		converge := time.Since(start)
-		rss := rssMB(t, agent.Process.Pid)
+		rss := rssMB(t, agent.cmd.Process.Pid)
 		flowFile := filepath.Join(t.TempDir(), name+".flows")
 		flows := dumpRouteFlows(t, node, flowFile)
 		routes := strings.Count(node.MustExec(t, "ip", "route", "show", "proto", "241"), "\n")
@@ -69,14 +91,15 @@ func TestBenchRoutes(t *testing.T) {
 			size, converge.Milliseconds(), ofctl.Milliseconds(), rss, flows, routes)
 
 		if size == 5000 {
-			incr, mods := addOneRoute(t, server.Client, node, logFile, created)
+			incr, accepted, mods := addOneRoute(t, server.Client, node, logFile, created)
 			created++
+			fmt.Printf("bench-routes added one route at 5000: installed %d ms after its creation, of which %d ms "+
+				"for winnet-controller to accept it (overlap check over all routes) and %d ms in the agent\n",
+				incr.Milliseconds(), accepted.Milliseconds(), (incr - accepted).Milliseconds())
 			summary = fmt.Sprintf("bench-routes nodes=5000 converge_ms=%d ofctl_ms=%d rss_mb=%d incr_ms=%d incr_mods=%d",
 				converge.Milliseconds(), ofctl.Milliseconds(), rss, incr.Milliseconds(), mods)
 		}
-		_ = agent.Process.Signal(syscall.SIGTERM)
-		_ = agent.Wait()
-		_ = ctx
+		agent.stop()
 	}
 	fmt.Println(summary)
 }
@@ -138,29 +161,58 @@ func createOwnNode(t *testing.T, c client.Client, name, ip string) {
 	}
 }
 
-func startAgent(t *testing.T, bin, kubeconfig string, node *simnode.Node, logFile string) *exec.Cmd {
+func startAgent(t *testing.T, bin, kubeconfig string, node *simnode.Node, logFile string) *agentProcess {
 	t.Helper()
 	f, err := os.Create(logFile)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(bin, "--node-name", node.Name, "--kubeconfig", kubeconfig, "--ovsdb", node.OVS.DBSocket(),
-		"--ovs-rundir", node.OVS.Dir, "--netns", node.NSPath, "--health-probe-bind-address", "0", "--metrics-bind-address", "0")
+	args := []string{"--node-name", node.Name, "--kubeconfig", kubeconfig, "--ovsdb", node.OVS.DBSocket(),
+		"--ovs-rundir", node.OVS.Dir, "--netns", node.NSPath, "--health-probe-bind-address", "0", "--metrics-bind-address", "0"}
+	if level := os.Getenv("BENCH_AGENT_LOG_LEVEL"); level != "" {
+		args = append(args, "--zap-log-level", level)
+	}
+	cmd := exec.Command(bin, args...)
 	cmd.Stdout, cmd.Stderr = f, f
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("starting winnet-agent: %v", err)
 	}
+	exited := make(chan struct{})
+	go func() {
+		_ = cmd.Wait()
+		close(exited)
+	}()
 	t.Cleanup(func() {
 		_ = cmd.Process.Kill()
+		<-exited
 		_ = f.Close()
 	})
-	return cmd
+	return &agentProcess{cmd: cmd, exited: exited, log: logFile}
 }
 
-func waitRoutesReady(t *testing.T, c client.Client, name string, want int) {
+// agentProcess is a running winnet-agent.
+type agentProcess struct {
+	cmd    *exec.Cmd
+	exited chan struct{}
+	log    string
+}
+
+// stop ends the agent as a service manager would.
+func (a *agentProcess) stop() {
+	_ = a.cmd.Process.Signal(syscall.SIGTERM)
+	<-a.exited
+}
+
+func waitRoutesReady(t *testing.T, c client.Client, agent *agentProcess, name string, want int) {
 	t.Helper()
 	deadline := time.Now().Add(5 * time.Minute)
 	for time.Now().Before(deadline) {
+		select {
+		case <-agent.exited:
+			out, _ := os.ReadFile(agent.log)
+			t.Fatalf("winnet-agent exited: %s", out)
+		default:
+		}
 		w := &networkv1alpha1.WindowsNodeNetwork{}
 		if err := c.Get(context.Background(), client.ObjectKey{Name: name}, w); err == nil &&
 			meta.IsStatusConditionTrue(w.Status.Conditions, networkv1alpha1.RoutesReadyCondition) &&
@@ -220,14 +272,22 @@ func ofctlReference(t *testing.T, node *simnode.Node, file string) time.Duration
 
 // addOneRoute adds one route and returns the time until its flow is installed and the number of
 // flow-mods the agent sent for it (from its log).
-func addOneRoute(t *testing.T, c client.Client, node *simnode.Node, logFile string, i int) (time.Duration, int) {
+func addOneRoute(t *testing.T, c client.Client, node *simnode.Node, logFile string, i int) (time.Duration, time.Duration, int) {
 	t.Helper()
 	cidr := routeCIDR(i)
 	syncs, _ := routeSyncs(t, logFile)
 	start := time.Now()
 	createRoutes(t, c, i, i+1)
 	deadline := start.Add(time.Minute)
-	var latency time.Duration
+	// Accepted first (the API server answers in about a millisecond), then installed.
+	var latency, accepted time.Duration
+	for accepted == 0 && time.Now().Before(deadline) {
+		rsr := &networkv1alpha1.RemoteSubnetRoute{}
+		if c.Get(context.Background(), client.ObjectKey{Name: fmt.Sprintf("remote-%05d", i)}, rsr) == nil &&
+			meta.IsStatusConditionTrue(rsr.Status.Conditions, networkv1alpha1.AcceptedCondition) {
+			accepted = time.Since(start)
+		}
+	}
 	for latency == 0 && time.Now().Before(deadline) {
 		out, err := node.OVS.Ofctl("-O", "OpenFlow15", "dump-flows", "br-int", "table=70,ip,nw_dst="+cidr)
 		if err == nil && strings.Contains(out, "nw_dst="+cidr) {
@@ -240,12 +300,34 @@ func addOneRoute(t *testing.T, c client.Client, node *simnode.Node, logFile stri
 	// The agent logs the sync just after the bundle is committed.
 	for time.Now().Before(deadline) {
 		if n, mods := routeSyncs(t, logFile); n > syncs {
-			return latency, mods
+			return latency, accepted, mods
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
 	t.Fatal("the agent did not log the route sync")
-	return 0, 0
+	return 0, 0, 0
+}
+
+// waitAccepted waits until winnet-controller has accepted n routes.
+func waitAccepted(t *testing.T, c client.Client, n int) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Minute)
+	for time.Now().Before(deadline) {
+		list := &networkv1alpha1.RemoteSubnetRouteList{}
+		if err := c.List(context.Background(), list); err == nil {
+			accepted := 0
+			for _, r := range list.Items {
+				if meta.IsStatusConditionTrue(r.Status.Conditions, networkv1alpha1.AcceptedCondition) {
+					accepted++
+				}
+			}
+			if accepted >= n {
+				return
+			}
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	t.Fatalf("winnet-controller did not accept %d routes within 5 minutes", n)
 }
 
 // routeSyncs returns how many route syncs the agent logged and the flow-mods of the last one.
