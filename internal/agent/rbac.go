@@ -1,9 +1,10 @@
 package agent
 
-// The permissions winnet-agent needs; `make manifests` turns them into config/rbac/agent. Writes are
+// The permissions winnet-agent needs; `make manifests` turns them into config/rbac/agent (update and
+// patch of windowsnodenetworks are for the finalizer). Writes are
 // narrowed further to the agent's own node by the Helm chart's admission policy.
 
-// +kubebuilder:rbac:groups=network.winnet.io,resources=windowsnodenetworks,verbs=get;list;watch
+// +kubebuilder:rbac:groups=network.winnet.io,resources=windowsnodenetworks,verbs=get;list;watch;update;patch
 // +kubebuilder:rbac:groups=network.winnet.io,resources=windowsnodenetworks/status,verbs=get;update;patch
 // +kubebuilder:rbac:groups=network.winnet.io,resources=windowsnodenetworks/finalizers,verbs=update
 // +kubebuilder:rbac:groups=network.winnet.io,resources=remotesubnetroutes,verbs=get;list;watch

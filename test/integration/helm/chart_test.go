@@ -133,8 +133,7 @@ func TestTemplateWorkloads(t *testing.T) {
 	g.Expect(cm.Data["05-winnet.conflist"]).To(MatchJSON(`{"cniVersion":"1.1.0","name":"winnet","plugins":[{"type":"winnet-cni","agentSocket":"\\\\.\\pipe\\winnet-cni-custom"}]}`))
 }
 
-// TestChartRBACMatchesGenerated: the chart's ClusterRoles are config/rbac's generated roles; the
-// agent's has one documented extra rule (update/patch of windowsnodenetworks for its finalizer).
+// TestChartRBACMatchesGenerated: the chart's ClusterRoles are config/rbac's generated roles.
 func TestChartRBACMatchesGenerated(t *testing.T) {
 	g := NewWithT(t)
 	manifest, err := renderChart(t)
@@ -153,8 +152,7 @@ func TestChartRBACMatchesGenerated(t *testing.T) {
 
 	agent := &rbacv1.ClusterRole{}
 	find(t, objs, "ClusterRole", "winnet-agent", agent)
-	extra := rbacv1.PolicyRule{APIGroups: []string{"network.winnet.io"}, Resources: []string{"windowsnodenetworks"}, Verbs: []string{"patch", "update"}}
-	g.Expect(agent.Rules).To(Equal(append(generated("agent"), extra)))
+	g.Expect(agent.Rules).To(Equal(generated("agent")))
 }
 
 // TestSchemaRejectsInvalidValues: values.schema.json turns wrong values into an error naming the field.
