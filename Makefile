@@ -78,4 +78,5 @@ bench-routes: test-deps ## Benchmark remote routes at 1,000/5,000/10,000 nodes a
 
 .PHONY: bench-ovs
 bench-ovs: test-deps ## Benchmark flow installation against ovs-ofctl --bundle (needs root).
-	$(GO) run ./test/bench/ovs
+	@mkdir -p bin
+	$(GO) run ./test/bench/ovs 2> bin/bench-ovs.log || { tail -30 bin/bench-ovs.log; exit 1; }

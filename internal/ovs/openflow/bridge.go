@@ -507,7 +507,7 @@ func (b *Bridge) sync(ctx context.Context, category uint8, object *uint64, desir
 	var gone []flowKey
 	current := b.byCategory[category]
 	if object != nil {
-		current = b.byObject[category][*object]
+		current = b.objectIndex(category)[*object]
 	}
 	for k := range current {
 		if _, ok := want[k]; ok {
@@ -533,33 +533,58 @@ func (b *Bridge) sync(ctx context.Context, category uint8, object *uint64, desir
 	if object == nil || set == nil {
 		set = make(map[flowKey]struct{}, len(want))
 	}
-	objects := b.byObject[category]
-	if object == nil || objects == nil {
+	// The per-object index exists only for categories synced by object; a whole-category Sync of
+	// such a category rebuilds it.
+	objects, indexed := b.byObject[category]
+	if indexed && object == nil {
 		objects = map[uint64]map[flowKey]struct{}{}
+		b.byObject[category] = objects
 	}
 	for _, k := range gone {
-		delete(objects[b.flows[k].flow.Cookie&ObjectMask], k)
+		if indexed {
+			delete(objects[b.flows[k].flow.Cookie&ObjectMask], k)
+		}
 		delete(b.flows, k)
 		delete(set, k)
 	}
 	for k, c := range want {
 		if prev, ok := b.flows[k]; ok {
-			delete(b.byObject[prev.category][prev.flow.Cookie&ObjectMask], k)
+			if idx, ok := b.byObject[prev.category]; ok {
+				delete(idx[prev.flow.Cookie&ObjectMask], k)
+			}
 			if prev.category != category {
 				delete(b.byCategory[prev.category], k)
 			}
 		}
 		b.flows[k] = c
 		set[k] = struct{}{}
-		id := c.flow.Cookie & ObjectMask
-		if objects[id] == nil {
-			objects[id] = map[flowKey]struct{}{}
+		if indexed {
+			id := c.flow.Cookie & ObjectMask
+			if objects[id] == nil {
+				objects[id] = map[flowKey]struct{}{}
+			}
+			objects[id][k] = struct{}{}
 		}
-		objects[id][k] = struct{}{}
 	}
 	b.byCategory[category] = set
-	b.byObject[category] = objects
 	return res, nil
+}
+
+// objectIndex returns the category's flows by cookie object, building the index on first use.
+func (b *Bridge) objectIndex(category uint8) map[uint64]map[flowKey]struct{} {
+	if idx, ok := b.byObject[category]; ok {
+		return idx
+	}
+	idx := map[uint64]map[flowKey]struct{}{}
+	for k := range b.byCategory[category] {
+		id := b.flows[k].flow.Cookie & ObjectMask
+		if idx[id] == nil {
+			idx[id] = map[flowKey]struct{}{}
+		}
+		idx[id][k] = struct{}{}
+	}
+	b.byObject[category] = idx
+	return idx
 }
 
 // Invalidate makes the next Sync of every category send all of its flows again, as adds that replace
