@@ -4,8 +4,6 @@ package cluster_test
 
 import (
 	"context"
-	"fmt"
-	"os"
 	"testing"
 	"time"
 
@@ -25,30 +23,12 @@ var server *framework.APIServer
 
 // TestMain runs the real winnet-controller manager against a real API server for the whole package.
 func TestMain(m *testing.M) {
-	var err error
-	server, err = framework.StartAPIServer()
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "FAIL: the cluster controller tests need a real kube-apiserver: %v\n", err)
-		os.Exit(1)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	mgr, err := controller.NewManager(server.Config, controller.Options{
-		MetricsBindAddress: "0", HealthProbeBindAddress: "0",
-		Defaults: cluster.NetworkDefaults{ClusterCIDRs: []string{"10.244.0.0/16"}, ServiceCIDRs: []string{"10.96.0.0/12"}},
+	framework.Main(m, "cluster controller tests", &server, framework.MainOptions{
+		Controller: &controller.Options{
+			MetricsBindAddress: "0", HealthProbeBindAddress: "0",
+			Defaults: cluster.NetworkDefaults{ClusterCIDRs: []string{"10.244.0.0/16"}, ServiceCIDRs: []string{"10.96.0.0/12"}},
+		},
 	})
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "FAIL: creating the controller manager: %v\n", err)
-		os.Exit(1)
-	}
-	done := make(chan error, 1)
-	go func() { done <- mgr.Start(ctx) }()
-	code := m.Run()
-	cancel()
-	if err := <-done; err != nil {
-		fmt.Fprintf(os.Stderr, "manager stopped: %v\n", err)
-	}
-	_ = server.Stop()
-	os.Exit(code)
 }
 
 const timeout = 10 * time.Second

@@ -19,9 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
-	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	networkv1alpha1 "github.com/winnet-io/winnet/api/v1alpha1"
 	"github.com/winnet-io/winnet/controllers/nodenetwork"
@@ -40,15 +38,7 @@ import (
 var server *framework.APIServer
 
 func TestMain(m *testing.M) {
-	ctrl.SetLogger(zap.New(zap.WriteTo(os.Stderr)))
-	var err error
-	if server, err = framework.StartAPIServer(); err != nil {
-		fmt.Fprintf(os.Stderr, "FAIL: the node network tests need a real kube-apiserver: %v\n", err)
-		os.Exit(1)
-	}
-	code := m.Run()
-	_ = server.Stop()
-	os.Exit(code)
+	framework.Main(m, "node network tests", &server, framework.MainOptions{})
 }
 
 const (

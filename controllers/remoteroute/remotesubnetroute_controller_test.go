@@ -4,9 +4,7 @@ package remoteroute_test
 
 import (
 	"context"
-	"fmt"
 	"net/netip"
-	"os"
 	"strings"
 	"testing"
 	"time"
@@ -15,9 +13,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	networkv1alpha1 "github.com/winnet-io/winnet/api/v1alpha1"
 	"github.com/winnet-io/winnet/internal/controller"
@@ -32,25 +28,9 @@ import (
 var server *framework.APIServer
 
 func TestMain(m *testing.M) {
-	ctrl.SetLogger(zap.New(zap.WriteTo(os.Stderr)))
-	var err error
-	if server, err = framework.StartAPIServer(); err != nil {
-		fmt.Fprintf(os.Stderr, "FAIL: the remote route tests need a real kube-apiserver: %v\n", err)
-		os.Exit(1)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	mgr, err := controller.NewManager(server.Config, controller.Options{MetricsBindAddress: "0", HealthProbeBindAddress: "0"})
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "FAIL: creating winnet-controller: %v\n", err)
-		os.Exit(1)
-	}
-	done := make(chan error, 1)
-	go func() { done <- mgr.Start(ctx) }()
-	code := m.Run()
-	cancel()
-	<-done
-	_ = server.Stop()
-	os.Exit(code)
+	framework.Main(m, "remote route tests", &server, framework.MainOptions{
+		Controller: &controller.Options{MetricsBindAddress: "0", HealthProbeBindAddress: "0"},
+	})
 }
 
 const timeout = 30 * time.Second

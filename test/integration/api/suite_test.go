@@ -3,8 +3,6 @@
 package api
 
 import (
-	"fmt"
-	"os"
 	"testing"
 
 	"github.com/winnet-io/winnet/test/framework"
@@ -14,15 +12,5 @@ import (
 var server *framework.APIServer
 
 func TestMain(m *testing.M) {
-	var err error
-	server, err = framework.StartAPIServer()
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "FAIL: the API tests need a real kube-apiserver: %v\n", err)
-		os.Exit(1)
-	}
-	code := m.Run()
-	if err := server.Stop(); err != nil {
-		fmt.Fprintf(os.Stderr, "stopping the API server: %v\n", err)
-	}
-	os.Exit(code)
+	framework.Main(m, "API tests", &server, framework.MainOptions{})
 }
