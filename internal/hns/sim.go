@@ -43,7 +43,8 @@ type SimOptions struct {
 
 // Sim is an HNS simulator that reproduces the documented behaviour of HNS: GUID IDs, one network per adapter
 // (a second one fails with ErrAdapterInUse, as HNS fails with 0x57), nothing survives Reboot, deletes of
-// something absent succeed. Faults are injected per operation: errors for the next N calls, latency, and calls
+// something absent succeed. With a state file (LinuxSimOptions.StateFile) the state also survives the process,
+// as HNS state survives a restart of the agent. Faults are injected per operation: errors for the next N calls, latency, and calls
 // that hang until released. Calls go through the same timeout wrapper as the real client. The in-memory
 // simulator (NewSim) keeps only state; the Linux-backed one (NewLinuxSim) also realises endpoints as veth pairs.
 // Sim is safe for concurrent use.
@@ -56,12 +57,13 @@ var _ Interface = (*Sim)(nil)
 
 // NewSim returns an in-memory simulator.
 func NewSim(opts SimOptions) *Sim {
-	return newSim(opts, nil)
+	return newSim(opts, nil, "")
 }
 
-func newSim(opts SimOptions, backend simBackend) *Sim {
+func newSim(opts SimOptions, backend simBackend, stateFile string) *Sim {
 	m := &simModel{
 		backend:        backend,
+		stateFile:      stateFile,
 		defaultLatency: opts.Latency,
 		latency:        map[Op]time.Duration{},
 		failures:       map[Op]*injectedFailure{},
@@ -128,7 +130,7 @@ func (s *Sim) Reboot(ctx context.Context) error {
 	}
 	m.networks = nil
 	m.endpoints = nil
-	return nil
+	return m.persist()
 }
 
 // Close releases every hung call and the resources of the back-end. It does not delete state.
@@ -200,6 +202,8 @@ type simModel struct {
 	networks  []*simNetwork
 	endpoints []*Endpoint
 	backend   simBackend
+	// stateFile, when set, receives the state after every mutation (see persist).
+	stateFile string
 }
 
 var _ Interface = (*simModel)(nil)
@@ -327,6 +331,9 @@ func (m *simModel) CreateTransparentNetwork(_ context.Context, spec NetworkSpec)
 		Gateway:     spec.Gateway,
 	}}
 	m.networks = append(m.networks, n)
+	if err := m.persist(); err != nil {
+		return nil, err
+	}
 	return copyNetwork(n), nil
 }
 
@@ -359,7 +366,7 @@ func (m *simModel) DeleteNetwork(ctx context.Context, networkID string) error {
 			break
 		}
 	}
-	return nil
+	return m.persist()
 }
 
 func (m *simModel) EnableOVSExtension(_ context.Context, networkID string) error {
@@ -373,7 +380,7 @@ func (m *simModel) EnableOVSExtension(_ context.Context, networkID string) error
 		return fmt.Errorf("network %q: %w", networkID, ErrNotFound)
 	}
 	n.ovsExtension = true
-	return nil
+	return m.persist()
 }
 
 func (m *simModel) OVSExtensionEnabled(_ context.Context, networkID string) (bool, error) {
@@ -442,6 +449,9 @@ func (m *simModel) CreateEndpoint(ctx context.Context, spec EndpointSpec) (*Endp
 		}
 	}
 	m.endpoints = append(m.endpoints, ep)
+	if err := m.persist(); err != nil {
+		return nil, err
+	}
 	return copyEndpoint(ep), nil
 }
 
@@ -490,7 +500,7 @@ func (m *simModel) DeleteEndpoint(ctx context.Context, endpointID string) error 
 			}
 		}
 		m.endpoints = append(m.endpoints[:i:i], m.endpoints[i+1:]...)
-		return nil
+		return m.persist()
 	}
 	return nil
 }
@@ -519,7 +529,7 @@ func (m *simModel) AttachEndpoint(ctx context.Context, endpointID, namespaceID s
 		}
 	}
 	ep.NamespaceID = namespaceID
-	return nil
+	return m.persist()
 }
 
 func (m *simModel) DetachEndpoint(ctx context.Context, endpointID, namespaceID string) error {
@@ -538,5 +548,5 @@ func (m *simModel) DetachEndpoint(ctx context.Context, endpointID, namespaceID s
 		}
 	}
 	ep.NamespaceID = ""
-	return nil
+	return m.persist()
 }

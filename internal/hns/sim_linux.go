@@ -28,6 +28,11 @@ type LinuxSimOptions struct {
 	HostNetNS string
 	// NetNSDir resolves namespace IDs that are names rather than absolute paths. Default DefaultNetNSDir.
 	NetNSDir string
+	// StateFile, optional, is a JSON file the simulator loads at start and rewrites atomically after every
+	// change, so that its networks, endpoints and attachments outlive the process, as HNS state outlives a
+	// restart of the agent. Endpoints whose veth pair is gone from the host namespace are dropped at load.
+	// Deleting the file (with the veths, which a reboot of the node removes) simulates a reboot.
+	StateFile string
 }
 
 // NewLinuxSim returns a simulator whose endpoints are real veth pairs. The host end, in the host namespace, is
@@ -36,7 +41,8 @@ type LinuxSimOptions struct {
 // into the network namespace given as namespace ID (an absolute path, or a name under NetNSDir), names it eth0
 // (eth1, ... when taken) and configures the endpoint's MAC, IP and default route via its gateway there.
 // DetachEndpoint moves it back; DeleteEndpoint and DeleteNetwork delete the pair; Reboot deletes every pair the
-// simulator created. Close the simulator to release the host namespace handle.
+// simulator created (loaded from the state file or created since). Close the simulator to release the host
+// namespace handle.
 func NewLinuxSim(opts LinuxSimOptions) (*Sim, error) {
 	var (
 		host ns.NetNS
@@ -55,7 +61,46 @@ func NewLinuxSim(opts LinuxSimOptions) (*Sim, error) {
 		dir = DefaultNetNSDir
 	}
 	b := &vethBackend{host: host, netnsDir: dir, created: map[string]string{}, attachedAs: map[string]string{}}
-	return newSim(opts.SimOptions, b), nil
+	sim := newSim(opts.SimOptions, b, opts.StateFile)
+	if opts.StateFile != "" {
+		if err := loadLinuxSimState(sim.m, b, opts.StateFile); err != nil {
+			_ = host.Close()
+			return nil, err
+		}
+	}
+	return sim, nil
+}
+
+// loadLinuxSimState loads the state file into the model, keeping only endpoints whose host end still exists,
+// and writes the state back when it dropped some.
+func loadLinuxSimState(m *simModel, b *vethBackend, path string) error {
+	state, err := readSimState(path)
+	if err != nil {
+		return err
+	}
+	kept := state.Endpoints[:0:0]
+	for _, ep := range state.Endpoints {
+		hostName := LinuxInterfaceName(ep.Name)
+		exists, err := b.hostLinkExists(hostName)
+		if err != nil {
+			return err
+		}
+		if exists {
+			kept = append(kept, ep)
+			b.created[hostName] = ep.ID
+		}
+	}
+	dropped := len(kept) != len(state.Endpoints)
+	state.Endpoints = kept
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if err := m.restore(state); err != nil {
+		return fmt.Errorf("loading HNS simulator state %s: %w", path, err)
+	}
+	if dropped {
+		return m.persist()
+	}
+	return nil
 }
 
 // vethBackend is called by simModel with the model's lock held, which also guards its maps.
@@ -75,6 +120,22 @@ var _ simBackend = (*vethBackend)(nil)
 func peerName(endpointID string) string {
 	sum := sha256.Sum256([]byte(strings.ToUpper(endpointID)))
 	return "hnsc" + hex.EncodeToString(sum[:])[:11]
+}
+
+// hostLinkExists reports whether an interface of this name exists in the host namespace.
+func (b *vethBackend) hostLinkExists(name string) (bool, error) {
+	var exists bool
+	err := b.host.Do(func(ns.NetNS) error {
+		_, err := netlink.LinkByName(name)
+		switch {
+		case err == nil:
+			exists = true
+		case !isLinkNotFound(err):
+			return fmt.Errorf("looking up interface %q: %w", name, err)
+		}
+		return nil
+	})
+	return exists, err
 }
 
 func isLinkNotFound(err error) bool {

@@ -1,0 +1,147 @@
+package hns
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net"
+	"net/netip"
+	"os"
+	"path/filepath"
+)
+
+// simStateVersion is the version of the simulator's state file format.
+const simStateVersion = 1
+
+// simState is the simulator's state as it is written to its state file: what real HNS keeps across restarts of
+// its clients (and loses at a reboot).
+type simState struct {
+	Version   int                `json:"version"`
+	Networks  []simNetworkState  `json:"networks"`
+	Endpoints []simEndpointState `json:"endpoints"`
+}
+
+type simNetworkState struct {
+	ID           string       `json:"id"`
+	Name         string       `json:"name"`
+	AdapterName  string       `json:"adapterName"`
+	Subnet       netip.Prefix `json:"subnet"`
+	Gateway      netip.Addr   `json:"gateway"`
+	OVSExtension bool         `json:"ovsExtension"`
+}
+
+type simEndpointState struct {
+	ID           string     `json:"id"`
+	Name         string     `json:"name"`
+	NetworkID    string     `json:"networkID"`
+	IP           netip.Addr `json:"ip"`
+	PrefixLength int        `json:"prefixLength"`
+	MAC          string     `json:"mac"`
+	Gateway      netip.Addr `json:"gateway"`
+	NamespaceID  string     `json:"namespaceID,omitempty"`
+}
+
+// snapshot returns the model's state; the caller holds m.mu.
+func (m *simModel) snapshot() simState {
+	s := simState{Version: simStateVersion, Networks: []simNetworkState{}, Endpoints: []simEndpointState{}}
+	for _, n := range m.networks {
+		s.Networks = append(s.Networks, simNetworkState{
+			ID: n.ID, Name: n.Name, AdapterName: n.AdapterName, Subnet: n.Subnet, Gateway: n.Gateway,
+			OVSExtension: n.ovsExtension,
+		})
+	}
+	for _, ep := range m.endpoints {
+		s.Endpoints = append(s.Endpoints, simEndpointState{
+			ID: ep.ID, Name: ep.Name, NetworkID: ep.NetworkID, IP: ep.IP, PrefixLength: ep.PrefixLength,
+			MAC: ep.MAC.String(), Gateway: ep.Gateway, NamespaceID: ep.NamespaceID,
+		})
+	}
+	return s
+}
+
+// restore replaces the model's state with s; the caller holds m.mu or owns m exclusively.
+func (m *simModel) restore(s simState) error {
+	networks := make([]*simNetwork, 0, len(s.Networks))
+	for _, n := range s.Networks {
+		networks = append(networks, &simNetwork{
+			Network:      Network{ID: n.ID, Name: n.Name, AdapterName: n.AdapterName, Subnet: n.Subnet, Gateway: n.Gateway},
+			ovsExtension: n.OVSExtension,
+		})
+	}
+	endpoints := make([]*Endpoint, 0, len(s.Endpoints))
+	for _, ep := range s.Endpoints {
+		mac, err := net.ParseMAC(ep.MAC)
+		if err != nil {
+			return fmt.Errorf("endpoint %q has an invalid MAC %q: %w", ep.Name, ep.MAC, err)
+		}
+		endpoints = append(endpoints, &Endpoint{
+			ID: ep.ID, Name: ep.Name, NetworkID: ep.NetworkID, IP: ep.IP, PrefixLength: ep.PrefixLength,
+			MAC: mac, Gateway: ep.Gateway, NamespaceID: ep.NamespaceID,
+		})
+	}
+	m.networks, m.endpoints = networks, endpoints
+	return nil
+}
+
+// persist writes the model's state to its state file, if it has one; the caller holds m.mu. It is called after
+// every mutation; when it fails, the mutation has happened (in the model and on the host) but is not on disk.
+func (m *simModel) persist() error {
+	if m.stateFile == "" {
+		return nil
+	}
+	if err := writeSimState(m.stateFile, m.snapshot()); err != nil {
+		return fmt.Errorf("persisting the HNS simulator state: %w", err)
+	}
+	return nil
+}
+
+// readSimState reads a state file; a file that does not exist is an empty state.
+func readSimState(path string) (simState, error) {
+	b, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return simState{Version: simStateVersion}, nil
+	}
+	if err != nil {
+		return simState{}, fmt.Errorf("reading HNS simulator state: %w", err)
+	}
+	var s simState
+	if err := json.Unmarshal(b, &s); err != nil {
+		return simState{}, fmt.Errorf("decoding HNS simulator state %s: %w", path, err)
+	}
+	if s.Version != simStateVersion {
+		return simState{}, fmt.Errorf("HNS simulator state %s has version %d, want %d", path, s.Version, simStateVersion)
+	}
+	return s, nil
+}
+
+// writeSimState writes s to path atomically: a temporary file in the same directory, synced, renamed over path.
+func writeSimState(path string, s simState) error {
+	b, err := json.MarshalIndent(s, "", "  ")
+	if err != nil {
+		return fmt.Errorf("encoding: %w", err)
+	}
+	dir := filepath.Dir(path)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("creating %s: %w", dir, err)
+	}
+	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".*")
+	if err != nil {
+		return fmt.Errorf("creating a temporary file in %s: %w", dir, err)
+	}
+	_, err = f.Write(append(b, '\n'))
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(f.Name(), path)
+	}
+	if err != nil {
+		_ = os.Remove(f.Name())
+		return fmt.Errorf("writing %s: %w", path, err)
+	}
+	return nil
+}
