@@ -179,6 +179,21 @@ func TestManualRoutesAndConflicts(t *testing.T) {
 	g.Expect(server.Client.Delete(ctx, wide)).To(Succeed())
 	g.Eventually(conditionOf("linux-c", networkv1alpha1.ConflictCondition)).WithTimeout(timeout).Should(Equal(metav1.ConditionFalse))
 	g.Expect(conditionOf("linux-c", networkv1alpha1.AcceptedCondition)(g)).To(Equal(metav1.ConditionTrue))
+
+	// Editing a route into another's CIDR makes both conflict; editing it back clears both (the
+	// other route is found through the edited route's claims before and after the change).
+	setCIDR := func(cidr networkv1alpha1.CIDR) {
+		rsr := getRoute("storage")(g)
+		rsr.Spec.PodCIDRs = []networkv1alpha1.CIDR{cidr}
+		g.Expect(server.Client.Update(ctx, rsr)).To(Succeed())
+	}
+	setCIDR("10.244.7.128/25")
+	g.Eventually(conditionOf("linux-c", networkv1alpha1.ConflictCondition)).WithTimeout(timeout).Should(Equal(metav1.ConditionTrue))
+	g.Eventually(conditionOf("storage", networkv1alpha1.ConflictCondition)).WithTimeout(timeout).Should(Equal(metav1.ConditionTrue))
+	setCIDR("172.20.0.0/16")
+	g.Eventually(conditionOf("linux-c", networkv1alpha1.ConflictCondition)).WithTimeout(timeout).Should(Equal(metav1.ConditionFalse))
+	g.Eventually(conditionOf("storage", networkv1alpha1.ConflictCondition)).WithTimeout(timeout).Should(Equal(metav1.ConditionFalse))
+	g.Expect(getRoute("storage")(g).Status.ObservedGeneration).To(Equal(getRoute("storage")(g).Generation))
 }
 
 func conditionOf(route, typ string) func(g Gomega) metav1.ConditionStatus {

@@ -53,23 +53,33 @@ func FindOverlaps(claims []Claim) map[string][]Overlap {
 			open = open[:len(open)-1]
 		}
 		for _, o := range open {
-			if o.Node != "" && o.Node == c.Node {
-				continue
+			if conflicts(c, o) {
+				add(c, o)
+				add(o, c)
 			}
-			if o.Kind == nodeKind && c.Kind == nodeKind {
-				continue // Node Pod CIDRs are IPAM's business, not a route conflict
-			}
-			add(c, o)
-			add(o, c)
 		}
 		open = append(open, c)
 	}
 	for name := range out {
-		slices.SortFunc(out[name], func(a, b Overlap) int {
-			return cmp.Or(a.CIDR.Addr().Compare(b.CIDR.Addr()), cmp.Compare(a.Other.Kind, b.Other.Kind), cmp.Compare(a.Other.Name, b.Other.Name))
-		})
+		slices.SortFunc(out[name], compareOverlaps)
 	}
 	return out
+}
+
+// conflicts reports whether two overlapping claims are a conflict: claims of the same node never
+// are (a node's route repeats its Pod CIDRs), nor are two Nodes' Pod CIDRs (IPAM's business, not
+// a route's).
+func conflicts(a, b Claim) bool {
+	if a.Node != "" && a.Node == b.Node {
+		return false
+	}
+	return a.Kind != nodeKind || b.Kind != nodeKind
+}
+
+// compareOverlaps orders a route's overlaps by its CIDR, then by the other claim.
+func compareOverlaps(a, b Overlap) int {
+	return cmp.Or(comparePrefixes(a.CIDR, b.CIDR), cmp.Compare(a.Other.Kind, b.Other.Kind), cmp.Compare(a.Other.Name, b.Other.Name),
+		comparePrefixes(a.Other.CIDR, b.Other.CIDR))
 }
 
 const (

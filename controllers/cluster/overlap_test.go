@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"net/netip"
 	"testing"
 
@@ -108,4 +109,84 @@ func TestFindOverlapsMatchesPairwise(t *testing.T) {
 	}
 	g.Expect(got).To(Equal(want))
 	g.Expect(want).NotTo(BeEmpty())
+}
+
+// TestClaimIndexMatchesFindOverlaps changes the claims of a generated cluster one object at a time
+// (adds, CIDR changes, removals) and checks after every change that the index answers, for every
+// route, exactly what a full FindOverlaps pass over the same claims computes.
+func TestClaimIndexMatchesFindOverlaps(t *testing.T) {
+	g := NewWithT(t)
+	rnd := rand.New(rand.NewPCG(1, 2))
+	// A small address space so that nested, equal and disjoint CIDRs are all common.
+	randomCIDR := func() netip.Prefix {
+		if rnd.IntN(10) == 0 {
+			return netip.MustParsePrefix(fmt.Sprintf("fd00:%x::/%d", rnd.IntN(4), 32+rnd.IntN(3)*16))
+		}
+		bits := 16 + rnd.IntN(13)
+		if rnd.IntN(3) > 0 {
+			bits = 24 + rnd.IntN(5) // mostly node-sized subnets
+		}
+		return netip.PrefixFrom(netip.AddrFrom4([4]byte{10, byte(rnd.IntN(4)), byte(rnd.IntN(256)), byte(rnd.IntN(8) * 32)}), bits).Masked()
+	}
+	objects := map[owner][]Claim{}
+	randomClaims := func(o owner) []Claim {
+		node := ""
+		switch {
+		case o.kind == nodeKind:
+			node = o.name
+		case rnd.IntN(3) > 0: // a node's route, sometimes repeating its Node's CIDR
+			node = fmt.Sprintf("n%d", rnd.IntN(40))
+		}
+		var claims []Claim
+		for range 1 + rnd.IntN(2) {
+			cidr := randomCIDR()
+			if nc := objects[owner{nodeKind, node}]; o.kind == routeKind && len(nc) > 0 && rnd.IntN(2) == 0 {
+				cidr = nc[0].CIDR
+			}
+			claims = append(claims, Claim{Kind: o.kind, Name: o.name, Node: node, CIDR: cidr})
+		}
+		return claims
+	}
+	x := newClaimIndex(nil)
+	conflicting, clean := 0, 0
+	for step := range 3000 {
+		o := owner{routeKind, fmt.Sprintf("r%d", rnd.IntN(120))}
+		if rnd.IntN(3) == 0 {
+			o = owner{nodeKind, fmt.Sprintf("n%d", rnd.IntN(40))}
+		}
+		var claims []Claim
+		if rnd.IntN(4) > 0 {
+			claims = randomClaims(o)
+		}
+		if len(claims) == 0 {
+			delete(objects, o)
+		} else {
+			objects[o] = claims
+		}
+		x.set(o, claims)
+
+		if step%100 != 99 {
+			continue
+		}
+		var all []Claim
+		for _, c := range objects {
+			all = append(all, c...)
+		}
+		want := FindOverlaps(all)
+		for o := range objects {
+			if o.kind == routeKind {
+				g.Expect(x.overlaps(o.name)).To(Equal(want[o.name]), "step %d, route %s", step, o.name)
+				if len(want[o.name]) > 0 {
+					conflicting++
+				} else {
+					clean++
+				}
+			}
+		}
+		// A fresh index built from all claims at once answers the same.
+		fresh := newClaimIndex(all)
+		g.Expect(fresh.prefixes).To(Equal(x.prefixes), "step %d", step)
+	}
+	g.Expect(conflicting).To(BeNumerically(">", 100), "the generated cluster must have conflicts")
+	g.Expect(clean).To(BeNumerically(">", 100), "the generated cluster must have routes without conflicts")
 }
