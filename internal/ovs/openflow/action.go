@@ -1,6 +1,7 @@
 package openflow
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"net"
@@ -16,6 +17,8 @@ type Action interface {
 	text() string
 	// encode builds the wire action (nil for none).
 	encode() (openflow15.Action, error)
+	// appendKey appends a compact binary identity: equal keys mean equal text.
+	appendKey(b []byte) []byte
 }
 
 type outputAction struct{ port uint32 }
@@ -36,6 +39,9 @@ func (a outputAction) text() string {
 func (a outputAction) encode() (openflow15.Action, error) {
 	return openflow15.NewActionOutput(a.port), nil
 }
+func (a outputAction) appendKey(b []byte) []byte {
+	return binary.AppendUvarint(append(b, 'o'), uint64(a.port))
+}
 
 type outputRegAction struct{ reg, start, end int }
 
@@ -49,6 +55,9 @@ func (a outputRegAction) encode() (openflow15.Action, error) {
 	f := openflow15.NewRegMatchField(a.reg, 0, nil)
 	return openflow15.NewOutputFromField(f, openflow15.NewNXRange(a.start, a.end).ToOfsBits()), nil
 }
+func (a outputRegAction) appendKey(b []byte) []byte {
+	return append(b, 'r', byte(a.reg), byte(a.start), byte(a.end))
+}
 
 type groupAction struct{ id uint32 }
 
@@ -57,6 +66,9 @@ func ToGroup(id uint32) Action { return groupAction{id} }
 
 func (a groupAction) text() string                       { return fmt.Sprintf("group:%d", a.id) }
 func (a groupAction) encode() (openflow15.Action, error) { return openflow15.NewActionGroup(a.id), nil }
+func (a groupAction) appendKey(b []byte) []byte {
+	return binary.AppendUvarint(append(b, 'g'), uint64(a.id))
+}
 
 type gotoAction struct{ table uint8 }
 
@@ -67,6 +79,7 @@ func (a gotoAction) text() string { return fmt.Sprintf("goto_table:%d", a.table)
 func (a gotoAction) encode() (openflow15.Action, error) {
 	return nil, errors.New("goto_table is an instruction")
 }
+func (a gotoAction) appendKey(b []byte) []byte { return append(b, 't', a.table) }
 
 type dropAction struct{}
 
@@ -75,6 +88,9 @@ func Drop() Action { return dropAction{} }
 
 func (dropAction) text() string                       { return "" }
 func (dropAction) encode() (openflow15.Action, error) { return nil, nil }
+
+// appendKey adds nothing: like its empty text, Drop is the same as no action.
+func (dropAction) appendKey(b []byte) []byte { return b }
 
 // setFieldAction is OFPAT_SET_FIELD (OpenFlow 1.5 allows masks).
 type setFieldAction struct {
@@ -86,6 +102,9 @@ type setFieldAction struct {
 func (a setFieldAction) text() string { return "set_field:" + a.value + "->" + a.name }
 func (a setFieldAction) encode() (openflow15.Action, error) {
 	return openflow15.NewActionSetField(*a.field()), nil
+}
+func (a setFieldAction) appendKey(b []byte) []byte {
+	return appendStringKey(appendStringKey(append(b, 's'), a.name), a.value)
 }
 
 // SetEthDst rewrites the destination MAC.
@@ -196,6 +215,9 @@ func (a moveAction) encode() (openflow15.Action, error) {
 	}
 	return openflow15.NewActionCopyField(uint16(a.src.bits), 0, 0, *src, *dst), nil
 }
+func (a moveAction) appendKey(b []byte) []byte {
+	return appendStringKey(appendStringKey(append(b, 'm'), a.src.name), a.dst.name)
+}
 
 // CTAction describes ct(...).
 type CTAction struct {
@@ -241,6 +263,27 @@ func (a ctAction) text() string {
 		parts = append(parts, "exec("+strings.Join(ex, ",")+")")
 	}
 	return "ct(" + strings.Join(parts, ",") + ")"
+}
+
+func (a ctAction) appendKey(b []byte) []byte {
+	var flags byte
+	if a.Commit {
+		flags |= 1
+	}
+	if a.NAT {
+		flags |= 2
+	}
+	table := uint8(0)
+	if a.Table != nil {
+		flags |= 4
+		table = *a.Table
+	}
+	b = append(b, 'c', flags, table, byte(a.Zone>>8), byte(a.Zone))
+	b = appendAddrKey(b, a.SNAT)
+	for _, e := range a.Exec {
+		b = e.appendKey(append(b, ','))
+	}
+	return append(b, ')')
 }
 
 func (a ctAction) encode() (openflow15.Action, error) {

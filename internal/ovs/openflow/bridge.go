@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"runtime"
 	"strconv"
 	"sync"
 	"time"
@@ -67,11 +66,21 @@ type Options struct {
 	Logger *logr.Logger
 }
 
+// cached is an installed flow.
 type cached struct {
-	flow     Flow // with the full cookie
+	key      string // Flow.appendMatchKey
+	flow     Flow   // with the full cookie
 	category uint8
-	actions  string
+	actions  string // Flow.appendActionsKey
+	// seen is the last Sync pass that desired the flow: it finds duplicates and leftovers
+	// without building a map of the desired flows.
+	seen uint64
+	// stale makes the next Sync send the flow again (Invalidate).
+	stale bool
 }
+
+// flowSet holds installed flows by key.
+type flowSet map[string]*cached
 
 type groupState struct {
 	group Group
@@ -92,11 +101,16 @@ type Bridge struct {
 
 	mu         sync.Mutex // serialises Sync, SyncGroups, replay, Verify
 	round      uint16
-	flows      map[flowKey]*cached
-	byCategory map[uint8]map[flowKey]struct{}
-	// byObject indexes each category's flows by cookie object, for SyncObject.
-	byObject map[uint8]map[uint64]map[flowKey]struct{}
+	flows      flowSet
+	byCategory map[uint8]flowSet
+	// byObject indexes each category's flows by cookie object, for SyncObject; only categories
+	// synced by object have it.
+	byObject map[uint8]map[uint64]flowSet
 	groups   map[uint32]*groupState
+	// pass numbers Syncs for cached.seen; keyBuf and actionsBuf are reused to build keys.
+	pass       uint64
+	keyBuf     []byte
+	actionsBuf []byte
 
 	statsMu sync.Mutex
 	stats   map[uint32]chan *openflow15.MultipartReply
@@ -135,9 +149,9 @@ func Connect(ctx context.Context, opts Options) (*Bridge, error) {
 		log:        log.WithName("openflow").WithValues("bridge", opts.Bridge),
 		connected:  make(chan struct{}),
 		connErr:    make(chan error, 1),
-		flows:      map[flowKey]*cached{},
-		byCategory: map[uint8]map[flowKey]struct{}{},
-		byObject:   map[uint8]map[uint64]map[flowKey]struct{}{},
+		flows:      flowSet{},
+		byCategory: map[uint8]flowSet{},
+		byObject:   map[uint8]map[uint64]flowSet{},
 		groups:     map[uint32]*groupState{},
 		stats:      map[uint32]chan *openflow15.MultipartReply{},
 		replays:    make(chan struct{}, 1),
@@ -307,34 +321,21 @@ func (b *Bridge) replay() error {
 	if err != nil {
 		return err
 	}
-	var msgs []bundleMsg
+	msgs := make([]bundleMsg, 0, 2+len(b.groups)+len(b.flows))
 	// Groups first (flows refer to them); delete all to add without conflict.
-	msgs = append(msgs, bundleMsg{group: &ofctrl.Group{ID: openflow15.OFPG_ALL}, groupCmd: openflow15.OFPGC_DELETE})
+	msgs = append(msgs, bundleMsg{group: &Group{ID: openflow15.OFPG_ALL}, groupCmd: openflow15.OFPGC_DELETE})
 	for _, g := range b.groups {
-		msgs = append(msgs, bundleMsg{group: g.group.ofGroup(), groupCmd: openflow15.OFPGC_ADD})
+		msgs = append(msgs, bundleMsg{group: &g.group, groupCmd: openflow15.OFPGC_ADD})
 	}
-	newCookies := make(map[flowKey]uint64, len(b.flows))
-	for k, c := range b.flows {
-		f := c.flow
-		f.Cookie = MakeCookie(round, c.category, f.Cookie)
-		fm, err := f.FlowMod(openflow15.FC_ADD)
-		if err != nil {
-			return err
-		}
-		msgs = append(msgs, bundleMsg{flow: fm})
-		newCookies[k] = f.Cookie
+	for _, c := range b.flows {
+		msgs = append(msgs, bundleMsg{flow: &c.flow, cookie: MakeCookie(round, c.category, c.flow.Cookie), command: openflow15.FC_ADD})
 	}
-	del := openflow15.NewFlowMod()
-	del.Command = openflow15.FC_DELETE
-	del.TableId = openflow15.OFPTT_ALL
-	del.Cookie = uint64(old) << roundShift
-	del.CookieMask = RoundMask
-	msgs = append(msgs, bundleMsg{flow: del})
+	msgs = append(msgs, bundleMsg{raw: deleteRound(old)})
 	if err := b.sendBundle(ctx, msgs); err != nil {
 		return fmt.Errorf("replaying %d flows in round %d: %w", len(b.flows), round, err)
 	}
-	for k, c := range newCookies {
-		b.flows[k].flow.Cookie = c
+	for _, c := range b.flows {
+		c.flow.Cookie = MakeCookie(round, c.category, c.flow.Cookie)
 	}
 	b.round = round
 	b.log.Info("Replayed flows", "flows", len(b.flows), "groups", len(b.groups), "round", round, "previousRound", old)
@@ -359,87 +360,42 @@ func (b *Bridge) DeleteRound(ctx context.Context, round uint16) error {
 	if round == b.round {
 		return fmt.Errorf("refusing to delete the current round %d", round)
 	}
+	return b.sendBundle(ctx, []bundleMsg{{raw: deleteRound(round)}})
+}
+
+// deleteRound is a flow_mod deleting every flow of a round.
+func deleteRound(round uint16) *openflow15.FlowMod {
 	del := openflow15.NewFlowMod()
 	del.Command = openflow15.FC_DELETE
 	del.TableId = openflow15.OFPTT_ALL
 	del.Cookie = uint64(round) << roundShift
 	del.CookieMask = RoundMask
-	return b.sendBundle(ctx, []bundleMsg{{flow: del}})
+	return del
 }
 
-type bundleMsg struct {
-	flow     *openflow15.FlowMod
-	group    *ofctrl.Group
-	groupCmd int
-}
-
-// sendBundle sends the messages as one atomic bundle. An add the switch
-// rejects is only reported asynchronously, so the count Complete returns is
-// compared with what was sent and the bundle is discarded on a mismatch: the
-// switch is then left unchanged.
+// sendBundle sends the messages as one atomic bundle and commits it only if the switch accepted
+// every message; otherwise the switch is left unchanged.
 func (b *Bridge) sendBundle(ctx context.Context, msgs []bundleMsg) error {
 	if len(msgs) == 0 {
 		return nil
 	}
-	sw, err := b.currentSwitch()
+	ctx, cancel := context.WithTimeout(ctx, bundleTimeout)
+	defer cancel()
+	tx, err := openBundle(ctx, b.opts.Address)
 	if err != nil {
-		return err
-	}
-	tx := sw.NewTransaction(ofctrl.Atomic)
-	if err := tx.Begin(); err != nil {
 		return fmt.Errorf("opening bundle: %w", err)
 	}
-	for _, m := range msgs {
-		if m.flow != nil {
-			err = tx.AddFlow(m.flow)
-		} else {
-			err = tx.AddMessage(m.group.GetBundleMessage(m.groupCmd))
-		}
+	defer tx.close()
+	for i := range msgs {
+		m, err := msgs[i].encode()
 		if err != nil {
-			break
+			return fmt.Errorf("encoding %s: %w", msgs[i].String(), err)
 		}
-		if ctx.Err() != nil {
-			err = ctx.Err()
-			break
-		}
-	}
-	n, cerr := tx.Complete()
-	if err == nil && cerr == nil {
-		// ofctrl parses inbound messages on parallel goroutines, so the
-		// close reply can overtake an error for an earlier add. OVS answers in
-		// order: once the reply to a later request has been handled, the error
-		// was read before it and only its goroutine may still be pending. Two
-		// round trips give that goroutine a full extra round trip to deliver;
-		// then count again.
-		for range 2 {
-			if err = b.roundTrip(ctx); err != nil {
-				break
-			}
-			runtime.Gosched()
-		}
-		if err == nil {
-			n, cerr = tx.Complete()
+		if err := tx.add(m); err != nil {
+			return fmt.Errorf("sending bundle of %d messages: %w", len(msgs), err)
 		}
 	}
-	if err == nil {
-		err = cerr
-	}
-	if err != nil {
-		if cerr == nil {
-			_ = tx.Abort()
-		}
-		return fmt.Errorf("sending bundle of %d messages: %w", len(msgs), err)
-	}
-	if n != len(msgs) {
-		if aerr := tx.Abort(); aerr != nil {
-			return fmt.Errorf("switch rejected %d of %d bundle messages; discarding the bundle failed: %w", len(msgs)-n, len(msgs), aerr)
-		}
-		return fmt.Errorf("switch rejected %d of %d bundle messages; bundle discarded", len(msgs)-n, len(msgs))
-	}
-	if err := tx.Commit(); err != nil {
-		return fmt.Errorf("committing bundle of %d messages: %w", len(msgs), err)
-	}
-	return nil
+	return tx.commit(ctx, func(i int) string { return msgs[i].String() })
 }
 
 // SyncResult reports what a Sync sent.
@@ -471,6 +427,11 @@ func (b *Bridge) SyncObject(ctx context.Context, category uint8, object uint64, 
 	return b.sync(ctx, category, &o, desired)
 }
 
+// flowChange is one flow_mod of a Sync: an add (no prev), a modification, or a delete (no next).
+type flowChange struct {
+	prev, next *cached
+}
+
 // sync implements Sync (object nil: the whole category) and SyncObject.
 func (b *Bridge) sync(ctx context.Context, category uint8, object *uint64, desired []Flow) (SyncResult, error) {
 	if err := b.waitConnected(ctx); err != nil {
@@ -478,110 +439,150 @@ func (b *Bridge) sync(ctx context.Context, category uint8, object *uint64, desir
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	changes, err := b.diff(category, object, desired)
+	if err != nil {
+		return SyncResult{}, fmt.Errorf("syncing category %d on bridge %q: %w", category, b.opts.Bridge, err)
+	}
 	var res SyncResult
-	want := make(map[flowKey]*cached, len(desired))
-	msgs := make([]bundleMsg, 0, 16)
-	for i := range desired {
-		f := desired[i]
-		f.Cookie = MakeCookie(b.round, category, f.Cookie)
-		k := f.key()
-		if _, dup := want[k]; dup {
-			return res, fmt.Errorf("syncing category %d on bridge %q: duplicate flow %q", category, b.opts.Bridge, f.String())
-		}
-		c := &cached{flow: f, category: category, actions: f.ActionsString()}
-		want[k] = c
-		if cur, ok := b.flows[k]; ok && cur.category == category && cur.flow.Cookie == f.Cookie && cur.actions == c.actions {
-			continue
-		}
-		fm, err := f.FlowMod(openflow15.FC_ADD)
-		if err != nil {
-			return SyncResult{}, fmt.Errorf("syncing category %d on bridge %q: flow %q: %w", category, b.opts.Bridge, f.String(), err)
-		}
-		if _, ok := b.flows[k]; ok {
-			res.Modified++
-		} else {
+	msgs := make([]bundleMsg, len(changes))
+	for i, c := range changes {
+		switch {
+		case c.prev == nil:
 			res.Added++
-		}
-		msgs = append(msgs, bundleMsg{flow: fm})
-	}
-	var gone []flowKey
-	current := b.byCategory[category]
-	if object != nil {
-		current = b.objectIndex(category)[*object]
-	}
-	for k := range current {
-		if _, ok := want[k]; ok {
+		case c.next == nil:
+			res.Deleted++
+			msgs[i] = bundleMsg{flow: &c.prev.flow, cookie: c.prev.flow.Cookie, command: openflow15.FC_DELETE_STRICT}
 			continue
+		default:
+			res.Modified++
 		}
-		f := b.flows[k].flow
-		fm, err := f.FlowMod(openflow15.FC_DELETE_STRICT)
-		if err != nil {
-			return SyncResult{}, err
-		}
-		msgs = append(msgs, bundleMsg{flow: fm})
-		gone = append(gone, k)
-		res.Deleted++
+		msgs[i] = bundleMsg{flow: &c.next.flow, cookie: c.next.flow.Cookie, command: openflow15.FC_ADD}
 	}
 	if len(msgs) == 0 {
 		return res, nil
 	}
 	b.log.V(4).Info("Syncing flows", "category", category, "add", res.Added, "modify", res.Modified, "delete", res.Deleted)
 	if err := b.sendBundle(ctx, msgs); err != nil {
+		b.forgetAdds(changes)
 		return SyncResult{}, fmt.Errorf("syncing category %d on bridge %q: %w", category, b.opts.Bridge, err)
 	}
-	set := b.byCategory[category]
-	if object == nil || set == nil {
-		set = make(map[flowKey]struct{}, len(want))
+	if b.byCategory[category] == nil {
+		b.byCategory[category] = make(flowSet, res.Added)
 	}
-	// The per-object index exists only for categories synced by object; a whole-category Sync of
-	// such a category rebuilds it.
-	objects, indexed := b.byObject[category]
-	if indexed && object == nil {
-		objects = map[uint64]map[flowKey]struct{}{}
-		b.byObject[category] = objects
+	for _, c := range changes {
+		b.apply(c)
 	}
-	for _, k := range gone {
-		if indexed {
-			delete(objects[b.flows[k].flow.Cookie&ObjectMask], k)
-		}
-		delete(b.flows, k)
-		delete(set, k)
-	}
-	for k, c := range want {
-		if prev, ok := b.flows[k]; ok {
-			if idx, ok := b.byObject[prev.category]; ok {
-				delete(idx[prev.flow.Cookie&ObjectMask], k)
-			}
-			if prev.category != category {
-				delete(b.byCategory[prev.category], k)
-			}
-		}
-		b.flows[k] = c
-		set[k] = struct{}{}
-		if indexed {
-			id := c.flow.Cookie & ObjectMask
-			if objects[id] == nil {
-				objects[id] = map[flowKey]struct{}{}
-			}
-			objects[id][k] = struct{}{}
-		}
-	}
-	b.byCategory[category] = set
 	return res, nil
 }
 
+// diff computes the flow_mods that make the category (or one object of it) equal to desired. It
+// renders no text: flows are identified by binary keys built in reused buffers, so a desired flow
+// that is already installed costs a map lookup and two key comparisons. New flows are entered in
+// b.flows at once (to find duplicates among them); forgetAdds removes them if the bundle fails.
+func (b *Bridge) diff(category uint8, object *uint64, desired []Flow) ([]flowChange, error) {
+	b.pass++
+	pass := b.pass
+	var changes []flowChange
+	kb, ab := b.keyBuf[:0], b.actionsBuf[:0]
+	defer func() { b.keyBuf, b.actionsBuf = kb, ab }()
+	for i := range desired {
+		f := &desired[i]
+		cookie := MakeCookie(b.round, category, f.Cookie)
+		kb = f.appendMatchKey(kb[:0])
+		ab = f.appendActionsKey(ab[:0])
+		cur := b.flows[string(kb)]
+		if cur != nil && cur.seen == pass {
+			b.forgetAdds(changes)
+			return nil, fmt.Errorf("duplicate flow %q", f.String())
+		}
+		if cur != nil {
+			cur.seen = pass
+			if !cur.stale && cur.category == category && cur.flow.Cookie == cookie && cur.actions == string(ab) {
+				continue
+			}
+			changes = append(changes, flowChange{prev: cur, next: newCached(cur.key, f, cookie, category, ab, pass)})
+			continue
+		}
+		next := newCached(string(kb), f, cookie, category, ab, pass)
+		b.flows[next.key] = next
+		changes = append(changes, flowChange{next: next})
+	}
+	current := b.byCategory[category]
+	if object != nil {
+		current = b.objectIndex(category)[*object]
+	}
+	for _, c := range current {
+		if c.seen != pass {
+			changes = append(changes, flowChange{prev: c})
+		}
+	}
+	return changes, nil
+}
+
+func newCached(key string, f *Flow, cookie uint64, category uint8, actions []byte, pass uint64) *cached {
+	c := &cached{key: key, flow: *f, category: category, actions: string(actions), seen: pass}
+	c.flow.Cookie = cookie
+	return c
+}
+
+// forgetAdds removes the flows diff entered for adds that were not installed.
+func (b *Bridge) forgetAdds(changes []flowChange) {
+	for _, c := range changes {
+		if c.prev == nil {
+			delete(b.flows, c.next.key)
+		}
+	}
+}
+
+// apply records an installed change in the cache and its indexes.
+func (b *Bridge) apply(c flowChange) {
+	if c.prev != nil {
+		b.unindex(c.prev)
+	}
+	if c.next == nil {
+		delete(b.flows, c.prev.key)
+		return
+	}
+	b.flows[c.next.key] = c.next
+	set := b.byCategory[c.next.category]
+	if set == nil {
+		set = flowSet{}
+		b.byCategory[c.next.category] = set
+	}
+	set[c.next.key] = c.next
+	if objects, ok := b.byObject[c.next.category]; ok {
+		id := c.next.flow.Cookie & ObjectMask
+		if objects[id] == nil {
+			objects[id] = flowSet{}
+		}
+		objects[id][c.next.key] = c.next
+	}
+}
+
+// unindex removes a flow from its category's indexes.
+func (b *Bridge) unindex(c *cached) {
+	delete(b.byCategory[c.category], c.key)
+	if objects, ok := b.byObject[c.category]; ok {
+		id := c.flow.Cookie & ObjectMask
+		delete(objects[id], c.key)
+		if len(objects[id]) == 0 {
+			delete(objects, id)
+		}
+	}
+}
+
 // objectIndex returns the category's flows by cookie object, building the index on first use.
-func (b *Bridge) objectIndex(category uint8) map[uint64]map[flowKey]struct{} {
+func (b *Bridge) objectIndex(category uint8) map[uint64]flowSet {
 	if idx, ok := b.byObject[category]; ok {
 		return idx
 	}
-	idx := map[uint64]map[flowKey]struct{}{}
-	for k := range b.byCategory[category] {
-		id := b.flows[k].flow.Cookie & ObjectMask
+	idx := map[uint64]flowSet{}
+	for k, c := range b.byCategory[category] {
+		id := c.flow.Cookie & ObjectMask
 		if idx[id] == nil {
-			idx[id] = map[flowKey]struct{}{}
+			idx[id] = flowSet{}
 		}
-		idx[id][k] = struct{}{}
+		idx[id][k] = c
 	}
 	b.byObject[category] = idx
 	return idx
@@ -593,7 +594,7 @@ func (b *Bridge) Invalidate() {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	for _, c := range b.flows {
-		c.actions = ""
+		c.stale = true
 	}
 }
 
@@ -602,8 +603,8 @@ func (b *Bridge) Installed(category uint8) []Flow {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	out := make([]Flow, 0, len(b.byCategory[category]))
-	for k := range b.byCategory[category] {
-		out = append(out, b.flows[k].flow)
+	for _, c := range b.byCategory[category] {
+		out = append(out, c.flow)
 	}
 	return out
 }

@@ -1,6 +1,7 @@
 package openflow
 
 import (
+	"encoding/binary"
 	"fmt"
 	"net"
 	"net/netip"
@@ -27,15 +28,43 @@ type Flow struct {
 	Actions  []Action
 }
 
-// key identifies a flow in a table the way OpenFlow does: table, priority, match.
-type flowKey struct {
-	table    uint8
-	priority uint16
-	match    string
+// maxInlineMatch is the number of match fields appendMatchKey orders without allocating.
+const maxInlineMatch = 16
+
+// appendMatchKey appends a compact binary identity of the flow in its table, the way OpenFlow
+// identifies a flow: table, priority and match. Two flows have the same key exactly when their
+// table, priority and MatchString are equal; the key costs no text rendering and, appended to a
+// reused buffer, no allocation.
+func (f *Flow) appendMatchKey(b []byte) []byte {
+	b = append(b, f.Table, byte(f.Priority>>8), byte(f.Priority))
+	n := len(f.Match)
+	if n > maxInlineMatch {
+		for _, m := range f.sortedMatch() {
+			b = m.appendKey(b)
+		}
+		return b
+	}
+	// A stable insertion sort of indices into the order OVS prints fields in, as sortedMatch.
+	var idx [maxInlineMatch]uint8
+	for i := range n {
+		idx[i] = uint8(i)
+		for j := i; j > 0 && f.Match[idx[j-1]].order() > f.Match[idx[j]].order(); j-- {
+			idx[j-1], idx[j] = idx[j], idx[j-1]
+		}
+	}
+	for _, i := range idx[:n] {
+		b = f.Match[i].appendKey(b)
+	}
+	return b
 }
 
-func (f *Flow) key() flowKey {
-	return flowKey{table: f.Table, priority: f.Priority, match: f.MatchString()}
+// appendActionsKey appends a compact binary identity of the actions: equal keys mean equal
+// ActionsString.
+func (f *Flow) appendActionsKey(b []byte) []byte {
+	for _, a := range f.Actions {
+		b = a.appendKey(b)
+	}
+	return b
 }
 
 // sortedMatch returns the match fields in the order OVS prints them.
@@ -100,10 +129,15 @@ func (f *Flow) String() string {
 
 // FlowMod encodes the flow as an OpenFlow 1.5 flow_mod with the given command.
 func (f *Flow) FlowMod(command uint8) (*openflow15.FlowMod, error) {
+	return f.flowMod(command, f.Cookie)
+}
+
+// flowMod encodes the flow with the given command and cookie.
+func (f *Flow) flowMod(command uint8, cookie uint64) (*openflow15.FlowMod, error) {
 	fm := openflow15.NewFlowMod()
 	fm.TableId = f.Table
 	fm.Priority = f.Priority
-	fm.Cookie = f.Cookie
+	fm.Cookie = cookie
 	fm.Command = command
 	arp := f.isARP()
 	for _, m := range f.sortedMatch() {
@@ -177,6 +211,40 @@ type MatchField struct {
 	reg    int
 	prefix netip.Prefix
 	mac    net.HardwareAddr
+}
+
+// appendKey appends the field's binary identity (see Flow.appendMatchKey).
+func (m *MatchField) appendKey(b []byte) []byte {
+	b = append(b, byte(m.kind), byte(m.reg))
+	b = binary.AppendUvarint(b, m.value)
+	b = binary.AppendUvarint(b, m.mask)
+	b = appendPrefixKey(b, m.prefix)
+	b = append(b, byte(len(m.mac)))
+	return append(b, m.mac...)
+}
+
+func appendPrefixKey(b []byte, p netip.Prefix) []byte {
+	if !p.IsValid() {
+		return append(b, 0)
+	}
+	b = appendAddrKey(b, p.Addr())
+	return append(b, byte(p.Bits()))
+}
+
+func appendAddrKey(b []byte, a netip.Addr) []byte {
+	switch {
+	case a.Is4():
+		v := a.As4()
+		return append(append(b, 4), v[:]...)
+	case a.IsValid():
+		v := a.As16()
+		return append(append(b, 16), v[:]...)
+	}
+	return append(b, 0)
+}
+
+func appendStringKey(b []byte, s string) []byte {
+	return append(binary.AppendUvarint(b, uint64(len(s))), s...)
 }
 
 func (m MatchField) order() int {

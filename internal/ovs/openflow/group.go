@@ -58,8 +58,9 @@ func (b *Bridge) SyncGroups(ctx context.Context, desired []Group) (SyncResult, e
 	var res SyncResult
 	var msgs []bundleMsg
 	want := map[uint32]*groupState{}
-	for _, g := range desired {
-		gs := &groupState{group: g, text: g.String()}
+	for i := range desired {
+		g := &desired[i]
+		gs := &groupState{group: *g, text: g.String()}
 		if _, dup := want[g.ID]; dup {
 			return res, fmt.Errorf("syncing groups on bridge %q: duplicate group %d", b.opts.Bridge, g.ID)
 		}
@@ -68,16 +69,16 @@ func (b *Bridge) SyncGroups(ctx context.Context, desired []Group) (SyncResult, e
 		switch {
 		case !ok:
 			res.Added++
-			msgs = append(msgs, bundleMsg{group: g.ofGroup(), groupCmd: openflow15.OFPGC_ADD})
+			msgs = append(msgs, bundleMsg{group: &gs.group, groupCmd: openflow15.OFPGC_ADD})
 		case cur.text != gs.text:
 			res.Modified++
-			msgs = append(msgs, bundleMsg{group: g.ofGroup(), groupCmd: openflow15.OFPGC_MODIFY})
+			msgs = append(msgs, bundleMsg{group: &gs.group, groupCmd: openflow15.OFPGC_MODIFY})
 		}
 	}
 	for id := range b.groups {
 		if _, ok := want[id]; !ok {
 			res.Deleted++
-			msgs = append(msgs, bundleMsg{group: &ofctrl.Group{ID: id}, groupCmd: openflow15.OFPGC_DELETE})
+			msgs = append(msgs, bundleMsg{group: &Group{ID: id}, groupCmd: openflow15.OFPGC_DELETE})
 		}
 	}
 	if err := b.sendBundle(ctx, msgs); err != nil {

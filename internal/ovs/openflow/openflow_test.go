@@ -227,7 +227,8 @@ func TestBundleWithInvalidFlowLeavesTableUnchanged(t *testing.T) {
 			next[4].Actions = []openflow.Action{openflow.Output(9)} // a valid modification
 			next = append(next[1:], tc.invalid)                     // a valid delete, plus the invalid add
 			_, err := e.br.Sync(ctx, 1, next)
-			g.Expect(err).To(HaveOccurred())
+			// The error names the flow the switch refused.
+			g.Expect(err).To(MatchError(ContainSubstring(tc.invalid.String())))
 			g.Expect(dump(t, e.ovs)).To(Equal(before))
 			// The cache did not move either: re-syncing the old set sends nothing.
 			res, err := e.br.Sync(ctx, 1, flows)

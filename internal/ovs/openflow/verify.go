@@ -44,12 +44,6 @@ func (b *Bridge) multipartReply(rep *openflow15.MultipartReply) {
 	}
 }
 
-// roundTrip sends a flow stats request that matches nothing and waits for its reply.
-func (b *Bridge) roundTrip(ctx context.Context) error {
-	_, err := b.flowStats(ctx, openflow15.OFPTT_MAX, ^uint64(0), ^uint64(0))
-	return err
-}
-
 // dumpTable requests the flows of one table, following multipart replies.
 func (b *Bridge) dumpTable(ctx context.Context, table uint8) ([]*openflow15.FlowDesc, error) {
 	return b.flowStats(ctx, table, 0, 0)
@@ -123,16 +117,16 @@ func (b *Bridge) Verify(ctx context.Context) ([]Difference, error) {
 		priority uint16
 		cookie   uint64
 	}
-	byTable := map[uint8]map[id][]string{}
+	byTable := map[uint8]map[id][]*cached{}
 	categories := map[uint8]bool{}
 	for _, c := range b.flows {
 		t := byTable[c.flow.Table]
 		if t == nil {
-			t = map[id][]string{}
+			t = map[id][]*cached{}
 			byTable[c.flow.Table] = t
 		}
 		k := id{c.flow.Priority, c.flow.Cookie}
-		t[k] = append(t[k], c.flow.String())
+		t[k] = append(t[k], c)
 		categories[c.category] = true
 	}
 	tables := make([]uint8, 0, len(byTable))
@@ -154,10 +148,15 @@ func (b *Bridge) Verify(ctx context.Context) ([]Difference, error) {
 				diffs = append(diffs, Difference{Kind: Unexpected, Flow: fmt.Sprintf("cookie=%#x, table=%d, priority=%d", fd.Cookie, table, fd.Priority)})
 			}
 		}
-		for k, texts := range byTable[table] {
-			if n := count[k]; n < len(texts) {
+		for k, want := range byTable[table] {
+			if n := count[k]; n < len(want) {
 				// Which of several flows with the same cookie is missing is
-				// not known from the counts; report the candidates.
+				// not known from the counts; report the candidates. Only
+				// these are rendered.
+				texts := make([]string, len(want))
+				for i, c := range want {
+					texts[i] = c.flow.String()
+				}
 				slices.Sort(texts)
 				for _, t := range texts[n:] {
 					diffs = append(diffs, Difference{Kind: Missing, Flow: t})

@@ -4,11 +4,13 @@ package main
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"net"
 	"net/netip"
 	"os"
 	"path/filepath"
+	"runtime/pprof"
 	"strings"
 	"time"
 
@@ -20,6 +22,17 @@ import (
 const category = 1
 
 func main() {
+	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of our Syncs to this file")
+	flag.Parse()
+	if *cpuprofile != "" {
+		f, err := os.Create(*cpuprofile)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "bench-ovs: %v\n", err)
+			os.Exit(1)
+		}
+		_ = pprof.StartCPUProfile(f)
+		defer pprof.StopCPUProfile()
+	}
 	if err := run(); err != nil {
 		fmt.Fprintf(os.Stderr, "bench-ovs: %v\n", err)
 		os.Exit(1)
