@@ -6,6 +6,8 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"path/filepath"
+	"strings"
 
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -13,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	"github.com/winnet-io/winnet/internal/agent"
+	"github.com/winnet-io/winnet/internal/cni"
 )
 
 func main() {
@@ -31,7 +34,8 @@ func main() {
 		fmt.Fprintf(fs.Output(), "Usage: winnet-agent [flags]\n\n"+
 			"The per-node agent of winnet: it converges this node's network (HNS network, OVS bridge,\n"+
 			"uplink, gateway, tunnel, OpenFlow pipeline) toward its WindowsNodeNetwork\n"+
-			"(group network.winnet.io) and reports it in the object's status.\n\nFlags:\n")
+			"(group network.winnet.io) and reports it in the object's status. It serves the winnet-cni\n"+
+			"shim: Pod addresses from host-local IPAM, one HNS endpoint and OVS port per Pod, PodEndpoints.\n\nFlags:\n")
 		fs.PrintDefaults()
 	}
 	fs.StringVar(&opts.NodeName, "node-name", os.Getenv("NODE_NAME"), "name of the Node this agent runs on (default $NODE_NAME)")
@@ -41,6 +45,11 @@ func main() {
 	fs.StringVar(&hostOpts.OVSDBAddress, "ovsdb", "", "ovsdb-server socket (Linux) or named pipe (Windows) (default: the platform's)")
 	fs.StringVar(&hostOpts.OVSRunDir, "ovs-rundir", "", "directory of the bridges' OpenFlow management sockets (default: the platform's)")
 	fs.StringVar(&hostOpts.NetNSPath, "netns", "", "Linux only: manage this network namespace instead of the agent's own (simulated nodes)")
+	fs.StringVar(&hostOpts.CNISocket, "cni-socket", cni.DefaultAddress, "unix socket (Linux) or named pipe (Windows) on which the agent serves the winnet-cni shim")
+	fs.StringVar(&hostOpts.CNIConfDir, "cni-conf-dir", agent.DefaultCNIConfDir, "directory the agent writes "+cni.ConfListName+" into once the node network is Ready")
+	cniBinDirs := fs.String("cni-bin-dir", strings.Join(agent.DefaultCNIBinDirs, string(os.PathListSeparator)),
+		"directories searched for the host-local IPAM plugin, separated by "+string(os.PathListSeparator))
+	fs.StringVar(&hostOpts.StateDir, "state-dir", agent.DefaultStateDir, "directory of the agent's state: IPAM allocations (ipam/), Pod attachments (pods/)")
 	kubeconfig := fs.String("kubeconfig", "", "path to a kubeconfig (default: $KUBECONFIG, the in-cluster config, then ~/.kube/config)")
 	zopts := zap.Options{}
 	zopts.BindFlags(fs)
@@ -50,6 +59,7 @@ func main() {
 		}
 		os.Exit(2)
 	}
+	hostOpts.CNIBinDirs = filepath.SplitList(*cniBinDirs)
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zopts)))
 	log := ctrl.Log.WithName("winnet-agent")
 

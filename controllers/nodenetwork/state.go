@@ -3,6 +3,7 @@ package nodenetwork
 import (
 	"net"
 	"net/netip"
+	"reflect"
 	"slices"
 	"sync"
 
@@ -49,6 +50,8 @@ type State struct {
 	reports chan event.GenericEvent
 	// node is the name reports name.
 	node string
+	// subscribers are woken when the realised node network changes (see Subscribe).
+	subscribers []chan struct{}
 }
 
 // NewState returns an empty State.
@@ -69,7 +72,41 @@ func (s *State) Realized() (Realized, bool) {
 func (s *State) setRealized(r *Realized) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	changed := !sameRealized(s.realized, r)
 	s.realized = r
+	if changed {
+		for _, c := range s.subscribers {
+			select {
+			case c <- struct{}{}:
+			default: // a wake-up is pending already
+			}
+		}
+	}
+}
+
+// Subscribe returns a channel that receives a value whenever the realised node network changes: it
+// becomes Ready, stops being Ready, or is realised again differently — another OpenFlow connection
+// (the bridge was rebuilt or reconnected) or another pipeline model. Wake-ups are coalesced. The
+// Pods' flows, installed on top of the node network, are resynced on it.
+func (s *State) Subscribe() <-chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	c := make(chan struct{}, 1)
+	s.subscribers = append(s.subscribers, c)
+	return c
+}
+
+// sameRealized compares two realised node networks; the OpenFlow connections by identity.
+func sameRealized(a, b *Realized) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	if a.Flows != b.Flows {
+		return false
+	}
+	x, y := *a, *b
+	x.Flows, y.Flows = nil, nil
+	return reflect.DeepEqual(x, y)
 }
 
 // SetRoutes records what the remote route reconciler installed; a change is written into the

@@ -8,7 +8,9 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	"github.com/winnet-io/winnet/controllers/nodenetwork"
+	"github.com/winnet-io/winnet/controllers/podendpoint"
 	"github.com/winnet-io/winnet/controllers/remoteroute"
+	"github.com/winnet-io/winnet/internal/cni"
 	"github.com/winnet-io/winnet/internal/hostnet"
 	"github.com/winnet-io/winnet/internal/ovs/ovsdb"
 )
@@ -24,11 +26,38 @@ type HostOptions struct {
 	// NetNSPath, on Linux, is the network namespace the agent manages instead of its own: a
 	// simulated node whose agent runs beside the API server (tests, the demo, benchmarks).
 	NetNSPath string
+	// CNISocket is where the agent serves the CNI shim; empty means cni.DefaultAddress.
+	CNISocket string
+	// CNIConfDir receives the conflist; empty means DefaultCNIConfDir.
+	CNIConfDir string
+	// CNIBinDirs are searched for the host-local IPAM plugin; empty means DefaultCNIBinDirs.
+	CNIBinDirs []string
+	// StateDir holds the agent's state (IPAM allocations, Pod attachments); empty means
+	// DefaultStateDir.
+	StateDir string
 }
 
-// SetupNodeNetwork connects to the host's Open vSwitch and HNS and registers the node network
-// and remote route reconcilers with the manager. The connections live as long as ctx.
+func (o HostOptions) withDefaults() HostOptions {
+	if o.CNISocket == "" {
+		o.CNISocket = cni.DefaultAddress
+	}
+	if o.CNIConfDir == "" {
+		o.CNIConfDir = DefaultCNIConfDir
+	}
+	if len(o.CNIBinDirs) == 0 {
+		o.CNIBinDirs = DefaultCNIBinDirs
+	}
+	if o.StateDir == "" {
+		o.StateDir = DefaultStateDir
+	}
+	return o
+}
+
+// SetupNodeNetwork connects to the host's Open vSwitch and HNS and registers the node network,
+// remote route and Pod network (CNI server, PodEndpoint reconciler) with the manager. The
+// connections live as long as ctx.
 func SetupNodeNetwork(ctx context.Context, mgr ctrl.Manager, nodeName string, opts HostOptions) error {
+	opts = opts.withDefaults()
 	db, err := ovsdb.New(ctx, ovsdb.Options{Address: opts.OVSDBAddress})
 	if err != nil {
 		return fmt.Errorf("connecting to ovsdb-server: %w", err)
@@ -53,5 +82,12 @@ func SetupNodeNetwork(ctx context.Context, mgr ctrl.Manager, nodeName string, op
 		return err
 	}
 	routes := &remoteroute.Reconciler{Client: mgr.GetClient(), NodeName: nodeName, Net: netClient, State: state}
-	return routes.SetupWithManager(mgr)
+	if err := routes.SetupWithManager(mgr); err != nil {
+		return err
+	}
+	_, err = SetupPodNetwork(ctx, mgr, PodNetworkOptions{
+		NodeName: nodeName, Host: podendpoint.Host{HNS: hnsClient, OVSDB: db, Net: netClient}, State: state,
+		CNISocket: opts.CNISocket, CNIConfDir: opts.CNIConfDir, CNIBinDirs: opts.CNIBinDirs, StateDir: opts.StateDir,
+	})
+	return err
 }

@@ -2,6 +2,7 @@ package framework
 
 import (
 	"context"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -10,6 +11,7 @@ import (
 
 	networkv1alpha1 "github.com/winnet-io/winnet/api/v1alpha1"
 	"github.com/winnet-io/winnet/controllers/nodenetwork"
+	"github.com/winnet-io/winnet/controllers/podendpoint"
 	"github.com/winnet-io/winnet/controllers/remoteroute"
 	"github.com/winnet-io/winnet/internal/agent"
 	"github.com/winnet-io/winnet/internal/hns"
@@ -18,14 +20,26 @@ import (
 	"github.com/winnet-io/winnet/test/simnode"
 )
 
-// Agent is a winnet-agent running in the test process for a simulated node: its node network and
-// remote route reconcilers act on the node's own OVS, on netlink in the node's namespace and on the
-// veth-backed HNS simulator.
+// Agent is a winnet-agent running in the test process for a simulated node: its node network,
+// remote route and Pod network act on the node's own OVS, on netlink in the node's namespace and on
+// the veth-backed HNS simulator; it serves CNI on its own socket.
 type Agent struct {
 	HNS   *hns.Sim
 	OVSDB *ovsdb.Client
 	Net   hostnet.Interface
+	// CNISocket is where the agent serves the winnet-cni shim; CNIConfDir receives the conflist
+	// once the node network is Ready; StateDir holds IPAM allocations and Pod attachments.
+	CNISocket, CNIConfDir, StateDir string
+	// Pods is the agent's Pod network.
+	Pods *agent.PodNetwork
 }
+
+// Pod network settings of agents in tests: drift is repaired within a second, and ADD waits at
+// most a second for a node network that is not Ready.
+const (
+	testPodResync       = time.Second
+	testPodNotReadyWait = time.Second
+)
 
 // StartAgent starts the agent of node (named like the simulated node) against the API server. At
 // cleanup it deletes the node's WindowsNodeNetwork while the agent still runs, so the host is
@@ -68,6 +82,17 @@ func StartAgent(t testing.TB, s *APIServer, node *simnode.Node) *Agent {
 	if err := routes.SetupWithManager(mgr); err != nil {
 		fail("remote route reconciler", err)
 	}
+	dir := t.TempDir()
+	a := &Agent{HNS: sim, OVSDB: db, Net: net,
+		CNISocket: filepath.Join(dir, "run", "cni.sock"), CNIConfDir: filepath.Join(dir, "net.d"), StateDir: filepath.Join(dir, "state")}
+	a.Pods, err = agent.SetupPodNetwork(ctx, mgr, agent.PodNetworkOptions{
+		NodeName: node.Name, Host: podendpoint.Host{HNS: sim, OVSDB: db, Net: net}, State: state,
+		CNISocket: a.CNISocket, CNIConfDir: a.CNIConfDir, CNIBinDirs: agent.DefaultCNIBinDirs, StateDir: a.StateDir,
+		ResyncPeriod: testPodResync, NotReadyWait: testPodNotReadyWait,
+	})
+	if err != nil {
+		fail("Pod network", err)
+	}
 	done := make(chan error, 1)
 	go func() { done <- mgr.Start(ctx) }()
 	t.Cleanup(func() {
@@ -83,5 +108,5 @@ func StartAgent(t testing.TB, s *APIServer, node *simnode.Node) *Agent {
 		db.Close()
 		_ = sim.Close()
 	})
-	return &Agent{HNS: sim, OVSDB: db, Net: net}
+	return a
 }

@@ -1,0 +1,165 @@
+package podendpoint
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/netip"
+	"slices"
+	"strings"
+
+	"github.com/containernetworking/cni/pkg/types"
+	"github.com/containernetworking/cni/pkg/utils"
+	"github.com/containernetworking/cni/pkg/version"
+
+	"github.com/winnet-io/winnet/internal/cni"
+)
+
+// netConf is the part of the network configuration the agent reads: the runtime's conflist entry
+// with what the runtime injects (prevResult for CHECK, runtimeConfig, valid attachments for GC).
+type netConf struct {
+	types.NetConf
+	RuntimeConfig struct {
+		// DNS is the Pod's DNS configuration, injected by the runtime for the "dns" capability.
+		DNS *runtimeDNS `json:"dns,omitempty"`
+	} `json:"runtimeConfig"`
+}
+
+// runtimeDNS is the "dns" capability's runtime configuration as containerd and CRI-O pass it.
+type runtimeDNS struct {
+	Servers  []string `json:"servers,omitempty"`
+	Searches []string `json:"searches,omitempty"`
+	Options  []string `json:"options,omitempty"`
+}
+
+// parseNetConf decodes and validates the network configuration of a request.
+func parseNetConf(req cni.Request) (*netConf, error) {
+	conf := &netConf{}
+	if err := json.Unmarshal(req.StdinData, conf); err != nil {
+		return nil, types.NewError(types.ErrDecodingFailure, fmt.Sprintf("decoding the network configuration: %v", err), "")
+	}
+	if conf.CNIVersion == "" {
+		return nil, types.NewError(types.ErrInvalidNetworkConfig, "the network configuration has no cniVersion", "")
+	}
+	if !slices.Contains(cni.SupportedVersions, conf.CNIVersion) {
+		return nil, types.NewError(types.ErrIncompatibleCNIVersion,
+			fmt.Sprintf("CNI version %q is not supported; winnet supports %s", conf.CNIVersion, strings.Join(cni.SupportedVersions, ", ")), "")
+	}
+	if err := utils.ValidateNetworkName(conf.Name); err != nil {
+		return nil, types.NewError(types.ErrInvalidNetworkConfig, "invalid network name in the network configuration: "+err.Msg, err.Details)
+	}
+	if req.Command == cni.CommandCheck {
+		if err := version.ParsePrevResult(&conf.NetConf); err != nil {
+			return nil, types.NewError(types.ErrDecodingFailure, fmt.Sprintf("decoding prevResult: %v", err), "")
+		}
+	}
+	if d := conf.RuntimeConfig.DNS; d != nil {
+		for _, s := range d.Servers {
+			if _, err := netip.ParseAddr(s); err != nil {
+				return nil, types.NewError(types.ErrInvalidNetworkConfig, fmt.Sprintf("runtimeConfig.dns.servers: %q is not an IP address", s), "")
+			}
+		}
+	}
+	return conf, nil
+}
+
+// dns returns the Pod's DNS settings for the CNI result.
+func (c *netConf) dns() types.DNS {
+	d := c.RuntimeConfig.DNS
+	if d == nil {
+		return types.DNS{}
+	}
+	return types.DNS{Nameservers: d.Servers, Search: d.Searches, Options: d.Options}
+}
+
+// podArgs are the CNI_ARGS keys Kubernetes runtimes pass.
+type podArgs struct {
+	Namespace, Name, UID string
+	// InfraContainerID is the Pod's sandbox; empty means the call is for the sandbox itself.
+	InfraContainerID string
+}
+
+// parseArgs parses CNI_ARGS ("K1=V1;K2=V2"). Keys other than the Pod's are ignored, as runtimes
+// mark with IgnoreUnknown=1.
+func parseArgs(s string) (podArgs, error) {
+	var a podArgs
+	if s == "" {
+		return a, nil
+	}
+	for _, pair := range strings.Split(s, ";") {
+		if pair == "" {
+			continue
+		}
+		k, v, ok := strings.Cut(pair, "=")
+		if !ok || k == "" {
+			return a, types.NewError(types.ErrInvalidEnvironmentVariables, fmt.Sprintf("CNI_ARGS: %q is not KEY=VALUE", pair), "")
+		}
+		switch k {
+		case "K8S_POD_NAMESPACE":
+			a.Namespace = v
+		case "K8S_POD_NAME":
+			a.Name = v
+		case "K8S_POD_UID":
+			a.UID = v
+		case "K8S_POD_INFRA_CONTAINER_ID":
+			a.InfraContainerID = v
+		}
+	}
+	return a, nil
+}
+
+// call is a validated ADD, DEL or CHECK request.
+type call struct {
+	req  cni.Request
+	conf *netConf
+	args podArgs
+	// sandbox is the container ID of the Pod's sandbox: the request's container itself, or the one
+	// K8S_POD_INFRA_CONTAINER_ID names for a workload container.
+	sandbox string
+}
+
+// forSandbox reports whether the call is for the sandbox rather than a workload container.
+func (c *call) forSandbox() bool { return c.req.ContainerID == c.sandbox }
+
+// parseCall validates an ADD, DEL or CHECK request. DEL is lenient about what it needs no more
+// than the container ID for: it must succeed for whatever ADD left.
+func parseCall(req cni.Request) (*call, error) {
+	conf, err := parseNetConf(req)
+	if err != nil {
+		return nil, err
+	}
+	c := &call{req: req, conf: conf}
+	if req.ContainerID == "" {
+		return nil, missingEnv("CNI_CONTAINERID")
+	}
+	if err := utils.ValidateContainerID(req.ContainerID); err != nil {
+		return nil, types.NewError(types.ErrInvalidEnvironmentVariables, "CNI_CONTAINERID: "+err.Msg, err.Details)
+	}
+	if req.IfName == "" {
+		return nil, missingEnv("CNI_IFNAME")
+	}
+	if err := utils.ValidateInterfaceName(req.IfName); err != nil {
+		return nil, types.NewError(types.ErrInvalidEnvironmentVariables, "CNI_IFNAME: "+err.Msg, err.Details)
+	}
+	if req.Command != cni.CommandDel && req.Netns == "" {
+		return nil, missingEnv("CNI_NETNS")
+	}
+	if c.args, err = parseArgs(req.Args); err != nil {
+		return nil, err
+	}
+	c.sandbox = req.ContainerID
+	if id := c.args.InfraContainerID; id != "" {
+		if err := utils.ValidateContainerID(id); err != nil {
+			return nil, types.NewError(types.ErrInvalidEnvironmentVariables, "K8S_POD_INFRA_CONTAINER_ID: "+err.Msg, err.Details)
+		}
+		c.sandbox = id
+	}
+	if req.Command == cni.CommandAdd && (c.args.Namespace == "" || c.args.Name == "") {
+		return nil, types.NewError(types.ErrInvalidEnvironmentVariables,
+			"CNI_ARGS must name the Pod with K8S_POD_NAMESPACE and K8S_POD_NAME", fmt.Sprintf("CNI_ARGS=%q", req.Args))
+	}
+	return c, nil
+}
+
+func missingEnv(name string) error {
+	return types.NewError(types.ErrInvalidEnvironmentVariables, fmt.Sprintf("required environment variable %s is missing", name), "")
+}

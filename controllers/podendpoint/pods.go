@@ -1,0 +1,365 @@
+package podendpoint
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"sync"
+	"time"
+
+	cnitypes "github.com/containernetworking/cni/pkg/types"
+	"k8s.io/apimachinery/pkg/types"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	networkv1alpha1 "github.com/winnet-io/winnet/api/v1alpha1"
+	"github.com/winnet-io/winnet/controllers/nodenetwork"
+	"github.com/winnet-io/winnet/internal/cni"
+	"github.com/winnet-io/winnet/internal/hns"
+	"github.com/winnet-io/winnet/internal/hostnet"
+	"github.com/winnet-io/winnet/internal/ovs/openflow"
+	"github.com/winnet-io/winnet/internal/ovs/ovsdb"
+	"github.com/winnet-io/winnet/internal/pipeline"
+)
+
+// DefaultNotReadyWait bounds how long ADD waits for the node network to become Ready before it
+// answers "try again later".
+const DefaultNotReadyWait = 5 * time.Second
+
+// portTimeout bounds waiting for OVS to give a new port its OpenFlow port number.
+const portTimeout = 10 * time.Second
+
+// cleanupTimeout bounds a rollback or teardown that runs after the request's context ended.
+const cleanupTimeout = 30 * time.Second
+
+// Host is the host plumbing Pods are attached with.
+type Host struct {
+	HNS   hns.Interface
+	OVSDB ovsdb.Interface
+	Net   hostnet.Interface
+	IPAM  *cni.IPAM
+}
+
+// Options configure Pods.
+type Options struct {
+	// Reader reads the node's WindowsNodeNetwork, from the manager's cache: the CNI path never
+	// waits for the API server.
+	Reader   client.Reader
+	NodeName string
+	Host     Host
+	State    *nodenetwork.State
+	Store    *Store
+	// NotReadyWait bounds how long ADD waits for the node network; zero means DefaultNotReadyWait.
+	NotReadyWait time.Duration
+}
+
+// Pods attaches Pod sandboxes to the node network and detaches them. The CNI handler and the
+// PodEndpoint reconciler share it: every change to one sandbox holds that sandbox's lock, and a
+// sweep for orphans (start-up, GC) excludes all of them.
+type Pods struct {
+	opts  Options
+	locks keyedMutex
+	// sweep is held for reading by every attach, detach and repair, and for writing by sweeps,
+	// which must not mistake an attachment being made for an orphan.
+	sweep sync.RWMutex
+	// flowMu guards ofportOwner and orders flow changes keyed by ofport: OVS reuses the ofport of
+	// a deleted port, so removing one Pod's flows must not remove its successor's.
+	flowMu      sync.Mutex
+	ofportOwner map[int32]string
+	// changed wakes the PodEndpoint reconciler for a Pod.
+	changedMu sync.Mutex
+	changed   func(types.NamespacedName)
+}
+
+// NewPods returns Pods for the attachments already in opts.Store.
+func NewPods(opts Options) *Pods {
+	if opts.NotReadyWait <= 0 {
+		opts.NotReadyWait = DefaultNotReadyWait
+	}
+	p := &Pods{opts: opts, ofportOwner: map[int32]string{}}
+	for _, a := range opts.Store.List() {
+		if a.OFPort > 0 {
+			p.ofportOwner[a.OFPort] = a.SandboxID
+		}
+	}
+	return p
+}
+
+// Store returns the attachments.
+func (p *Pods) Store() *Store { return p.opts.Store }
+
+// notify wakes the PodEndpoint reconciler for the Pod.
+func (p *Pods) notify(pod types.NamespacedName) {
+	p.changedMu.Lock()
+	f := p.changed
+	p.changedMu.Unlock()
+	if f != nil {
+		f(pod)
+	}
+}
+
+func (p *Pods) onChange(f func(types.NamespacedName)) {
+	p.changedMu.Lock()
+	defer p.changedMu.Unlock()
+	p.changed = f
+}
+
+// node is what attaching a Pod needs of the node network.
+type node struct {
+	realized  nodenetwork.Realized
+	bridge    string
+	networkID string
+	mtu       int
+}
+
+// errNodeNotReady is wrapped when the node network is not Ready.
+var errNodeNotReady = errors.New("the node network is not Ready")
+
+// node returns the node network as it is now realised.
+func (p *Pods) node(ctx context.Context) (node, error) {
+	rz, ok := p.opts.State.Realized()
+	if !ok {
+		return node{}, errNodeNotReady
+	}
+	wnn := &networkv1alpha1.WindowsNodeNetwork{}
+	if err := p.opts.Reader.Get(ctx, client.ObjectKey{Name: p.opts.NodeName}, wnn); err != nil {
+		return node{}, fmt.Errorf("%w: reading WindowsNodeNetwork %s: %w", errNodeNotReady, p.opts.NodeName, err)
+	}
+	if wnn.Status.MTU == 0 {
+		return node{}, fmt.Errorf("%w: WindowsNodeNetwork %s reports no MTU yet", errNodeNotReady, p.opts.NodeName)
+	}
+	network, err := p.opts.Host.HNS.GetNetworkByName(ctx, wnn.Spec.HNSNetwork.Name)
+	if err != nil {
+		return node{}, fmt.Errorf("%w: looking up HNS network %s: %w", errNodeNotReady, wnn.Spec.HNSNetwork.Name, err)
+	}
+	return node{realized: rz, bridge: string(wnn.Spec.Bridge.Name), networkID: network.ID, mtu: int(wnn.Status.MTU)}, nil
+}
+
+// waitNode waits, within NotReadyWait, for the node network to be Ready.
+func (p *Pods) waitNode(ctx context.Context) (node, error) {
+	deadline := time.Now().Add(p.opts.NotReadyWait)
+	for {
+		n, err := p.node(ctx)
+		if err == nil {
+			return n, nil
+		}
+		if !time.Now().Before(deadline) || ctx.Err() != nil {
+			return node{}, cnitypes.NewError(cnitypes.ErrTryAgainLater,
+				fmt.Sprintf("the network of node %s is not ready yet; try again later", p.opts.NodeName), err.Error())
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// undoStack runs the undo steps of a failed attach in reverse order.
+type undoStack []func(ctx context.Context) error
+
+func (u *undoStack) push(f func(ctx context.Context) error) { *u = append(*u, f) }
+
+func (u undoStack) run(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+	defer cancel()
+	var errs []error
+	for i := len(u) - 1; i >= 0; i-- {
+		errs = append(errs, u[i](ctx))
+	}
+	return errors.Join(errs...)
+}
+
+// attach makes a new attachment for the call's sandbox: an address from IPAM, the HNS endpoint,
+// the OVS port of the same name, the Pod's flows, and the endpoint attached to the Pod's network
+// namespace; on any failure it undoes what it did.
+func (p *Pods) attach(ctx context.Context, n node, c *call) (_ *Attachment, retErr error) {
+	log := ctrl.LoggerFrom(ctx)
+	a := &Attachment{
+		SandboxID: c.sandbox, PodNamespace: c.args.Namespace, PodName: c.args.Name, PodUID: c.args.UID,
+		Netns: c.req.Netns, IfName: c.req.IfName, EndpointName: EndpointName(c.sandbox),
+		NetworkID: n.networkID, Bridge: n.bridge, Gateway: n.realized.Node.GatewayIP, MTU: n.mtu,
+		Containers: []string{c.sandbox}, Created: time.Now().UTC(),
+	}
+	var undo undoStack
+	defer func() {
+		if retErr != nil {
+			if err := undo.run(ctx); err != nil {
+				log.Error(err, "Rolling back a failed ADD left something behind; the next sweep removes it", "sandbox", a.SandboxID)
+			}
+		}
+	}()
+
+	ipamReq := cni.IPAMRequest{ContainerID: a.SandboxID, IfName: a.IfName, Netns: a.Netns, Subnet: n.realized.Node.PodCIDR}
+	ip, err := p.opts.Host.IPAM.Allocate(ctx, ipamReq)
+	if err != nil {
+		return nil, err
+	}
+	a.IP = ip
+	undo.push(func(ctx context.Context) error { return p.opts.Host.IPAM.Release(ctx, ipamReq) })
+
+	if err := p.deleteStaleEndpoint(ctx, a.EndpointName); err != nil {
+		return nil, err
+	}
+	ep, err := p.opts.Host.HNS.CreateEndpoint(ctx, hns.EndpointSpec{
+		Name: a.EndpointName, NetworkID: a.NetworkID, IP: ip.Addr(), PrefixLength: ip.Bits(), Gateway: a.Gateway,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("creating HNS endpoint %s: %w", a.EndpointName, err)
+	}
+	a.EndpointID, a.MAC = ep.ID, ep.MAC.String()
+	undo.push(func(ctx context.Context) error { return p.opts.Host.HNS.DeleteEndpoint(ctx, ep.ID) })
+
+	if err := p.ensurePort(ctx, a); err != nil {
+		return nil, err
+	}
+	undo.push(func(ctx context.Context) error { return p.deletePort(ctx, a) })
+
+	if err := p.installFlows(ctx, n.realized, a); err != nil {
+		return nil, err
+	}
+	undo.push(func(ctx context.Context) error { return p.removeFlows(ctx, a.OFPort, a.SandboxID) })
+
+	if err := p.opts.Host.HNS.AttachEndpoint(ctx, ep.ID, a.Netns); err != nil {
+		if errors.Is(err, hns.ErrNotFound) {
+			return nil, cnitypes.NewError(cnitypes.ErrInvalidNetNS, fmt.Sprintf("network namespace %q (CNI_NETNS) does not exist", a.Netns), err.Error())
+		}
+		return nil, fmt.Errorf("attaching HNS endpoint %s to %s: %w", a.EndpointName, a.Netns, err)
+	}
+	if _, err := configurePodInterface(a.Netns, ep.MAC, a.MTU); err != nil {
+		return nil, err
+	}
+	if err := p.opts.Store.Put(a); err != nil {
+		return nil, err
+	}
+	return a, nil
+}
+
+// deleteStaleEndpoint deletes an endpoint of this name that no attachment records: the remains of
+// an ADD the agent did not finish (the caller holds the sandbox's lock).
+func (p *Pods) deleteStaleEndpoint(ctx context.Context, name string) error {
+	ep, err := p.opts.Host.HNS.GetEndpointByName(ctx, name)
+	if errors.Is(err, hns.ErrNotFound) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("looking up HNS endpoint %s: %w", name, err)
+	}
+	ctrl.LoggerFrom(ctx).Info("Deleting a stale HNS endpoint left by an unfinished ADD", "endpoint", name, "endpointID", ep.ID)
+	if err := setSwitchPort(ctx, p.opts.Host.Net, name, false); err != nil {
+		return err
+	}
+	return p.opts.Host.HNS.DeleteEndpoint(ctx, ep.ID)
+}
+
+// ensurePort makes the endpoint's host interface a switch port and the OVS port of the same name
+// exist, and records its OpenFlow port number.
+func (p *Pods) ensurePort(ctx context.Context, a *Attachment) error {
+	if err := setSwitchPort(ctx, p.opts.Host.Net, a.EndpointName, true); err != nil {
+		return fmt.Errorf("making %s a switch port: %w", a.EndpointName, err)
+	}
+	spec := ovsdb.PortSpec{Name: a.EndpointName, Type: podPortType, ExternalIDs: map[string]string{
+		"winnet-pod":     a.PodNamespace + "/" + a.PodName,
+		"winnet-sandbox": a.SandboxID,
+	}}
+	if _, err := p.opts.Host.OVSDB.EnsurePort(ctx, a.Bridge, spec); err != nil {
+		return fmt.Errorf("creating OVS port %s: %w", a.EndpointName, err)
+	}
+	wctx, cancel := context.WithTimeout(ctx, portTimeout)
+	defer cancel()
+	ofport, err := p.opts.Host.OVSDB.WaitOFPort(wctx, a.EndpointName)
+	if err != nil {
+		return fmt.Errorf("waiting for OVS to attach port %s: %w", a.EndpointName, err)
+	}
+	a.OFPort = ofport
+	return nil
+}
+
+// deletePort deletes the OVS port and gives the host interface back to the host.
+func (p *Pods) deletePort(ctx context.Context, a *Attachment) error {
+	if _, err := p.opts.Host.OVSDB.DeletePort(ctx, a.Bridge, a.EndpointName); err != nil {
+		return fmt.Errorf("deleting OVS port %s: %w", a.EndpointName, err)
+	}
+	if err := setSwitchPort(ctx, p.opts.Host.Net, a.EndpointName, false); err != nil {
+		return fmt.Errorf("releasing %s as a switch port: %w", a.EndpointName, err)
+	}
+	return nil
+}
+
+// podFlows are the flows of the attachment, their cookie object its ofport.
+func podFlows(rz nodenetwork.Realized, a *Attachment) ([]openflow.Flow, error) {
+	mac, err := net.ParseMAC(a.MAC)
+	if err != nil {
+		return nil, fmt.Errorf("MAC of endpoint %s: %w", a.EndpointName, err)
+	}
+	flows := rz.Node.PodFlows(pipeline.Pod{OFPort: uint32(a.OFPort), MAC: mac, IP: a.IP.Addr()})
+	for i := range flows {
+		flows[i].Cookie = uint64(a.OFPort)
+	}
+	return flows, nil
+}
+
+// installFlows installs the attachment's flows, taking its ofport over from any earlier owner.
+func (p *Pods) installFlows(ctx context.Context, rz nodenetwork.Realized, a *Attachment) error {
+	flows, err := podFlows(rz, a)
+	if err != nil {
+		return err
+	}
+	p.flowMu.Lock()
+	defer p.flowMu.Unlock()
+	p.ofportOwner[a.OFPort] = a.SandboxID
+	if _, err := rz.Flows.SyncObject(ctx, pipeline.CategoryPod, uint64(a.OFPort), flows); err != nil {
+		return fmt.Errorf("installing the flows of port %s: %w", a.EndpointName, err)
+	}
+	return nil
+}
+
+// removeFlows removes the flows of ofport if sandbox still owns them.
+func (p *Pods) removeFlows(ctx context.Context, ofport int32, sandbox string) error {
+	rz, ok := p.opts.State.Realized()
+	if !ok || ofport <= 0 {
+		return nil // no bridge connection: its flows go with it
+	}
+	p.flowMu.Lock()
+	defer p.flowMu.Unlock()
+	if owner, ok := p.ofportOwner[ofport]; ok && owner != sandbox {
+		return nil
+	}
+	if _, err := rz.Flows.SyncObject(ctx, pipeline.CategoryPod, uint64(ofport), nil); err != nil {
+		return fmt.Errorf("removing the flows of ofport %d: %w", ofport, err)
+	}
+	delete(p.ofportOwner, ofport)
+	return nil
+}
+
+// detach removes everything of the attachment — flows, OVS port, HNS endpoint, address — and
+// forgets it. Each step is idempotent, so a detach that failed half-way can be repeated.
+func (p *Pods) detach(ctx context.Context, a *Attachment) error {
+	if err := p.removeFlows(ctx, a.OFPort, a.SandboxID); err != nil {
+		return err
+	}
+	if err := p.deletePort(ctx, a); err != nil {
+		return err
+	}
+	if err := p.opts.Host.HNS.DeleteEndpoint(ctx, a.EndpointID); err != nil {
+		return fmt.Errorf("deleting HNS endpoint %s: %w", a.EndpointName, err)
+	}
+	if err := p.deleteStaleEndpoint(ctx, a.EndpointName); err != nil {
+		return err
+	}
+	ipamReq := cni.IPAMRequest{ContainerID: a.SandboxID, IfName: a.IfName, Netns: a.Netns, Subnet: a.IP.Masked()}
+	if err := p.opts.Host.IPAM.Release(ctx, ipamReq); err != nil {
+		return err
+	}
+	if err := p.opts.Store.Delete(a.SandboxID); err != nil {
+		return err
+	}
+	ctrl.LoggerFrom(ctx).V(1).Info("Detached Pod sandbox", "sandbox", a.SandboxID, "pod", a.Pod(), "ip", a.IP)
+	return nil
+}
+
+// Ready reports whether the node network is Ready for Pods.
+func (p *Pods) Ready(ctx context.Context) bool {
+	_, err := p.node(ctx)
+	return err == nil
+}

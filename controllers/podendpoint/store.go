@@ -1,0 +1,248 @@
+package podendpoint
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// endpointPrefix starts the name of every Pod's HNS endpoint and OVS port: with the hash that
+// follows it, winnet's ownership mark on them.
+const endpointPrefix = "winnet-"
+
+// endpointNamePattern matches the names EndpointName gives (and not the gateway's or tunnel's).
+var endpointNamePattern = regexp.MustCompile(`^` + endpointPrefix + `[0-9a-f]{8}$`)
+
+// EndpointName is the name of the HNS endpoint and the OVS port of a Pod sandbox: "winnet-" and 8
+// hex digits of the SHA-256 of the sandbox ID, 15 bytes, so that it is also a valid Linux interface
+// name (the host end of the endpoint in the HNS simulator).
+func EndpointName(sandboxID string) string {
+	sum := sha256.Sum256([]byte(sandboxID))
+	return endpointPrefix + hex.EncodeToString(sum[:])[:8]
+}
+
+// Attachment is one Pod sandbox's network attachment as the agent made it.
+type Attachment struct {
+	SandboxID    string `json:"sandboxID"`
+	PodNamespace string `json:"podNamespace"`
+	PodName      string `json:"podName"`
+	// PodUID is empty until known (from K8S_POD_UID or the Pod object).
+	PodUID string `json:"podUID,omitempty"`
+	// Netns and IfName are the sandbox's CNI_NETNS and CNI_IFNAME.
+	Netns  string `json:"netns"`
+	IfName string `json:"ifName"`
+	// EndpointName names the HNS endpoint and the OVS port.
+	EndpointName string `json:"endpointName"`
+	EndpointID   string `json:"endpointID"`
+	// NetworkID is the HNS network and Bridge the OVS bridge the endpoint and port are on.
+	NetworkID string `json:"networkID"`
+	Bridge    string `json:"bridge"`
+	// IP is the Pod's address with the Pod CIDR's prefix length; Gateway its default gateway.
+	IP      netip.Prefix `json:"ip"`
+	Gateway netip.Addr   `json:"gateway"`
+	MAC     string       `json:"mac"`
+	MTU     int          `json:"mtu"`
+	OFPort  int32        `json:"ofPort"`
+	// Containers are the containers ADD attached: the sandbox and workload containers.
+	Containers []string `json:"containers"`
+	// PodSeen records that the Pod object was seen for this attachment: once it is gone, so is the Pod.
+	PodSeen bool      `json:"podSeen,omitempty"`
+	Created time.Time `json:"created"`
+}
+
+// Pod returns the key of the attachment's Pod (and PodEndpoint).
+func (a *Attachment) Pod() types.NamespacedName {
+	return types.NamespacedName{Namespace: a.PodNamespace, Name: a.PodName}
+}
+
+func (a *Attachment) clone() *Attachment {
+	c := *a
+	c.Containers = slices.Clone(a.Containers)
+	return &c
+}
+
+// Store holds the node's attachments, in memory and as one JSON file per sandbox under its
+// directory, so that a restarted agent knows what it attached. It is safe for concurrent use;
+// callers serialise the changes to one sandbox.
+type Store struct {
+	dir string
+	mu  sync.RWMutex
+	// bySandbox holds every attachment; byPod the sandboxes of each Pod.
+	bySandbox map[string]*Attachment
+	byPod     map[types.NamespacedName][]string
+}
+
+// OpenStore loads the attachments recorded under dir, creating it if needed.
+func OpenStore(dir string) (*Store, error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("creating the attachment store %s: %w", dir, err)
+	}
+	s := &Store{dir: dir, bySandbox: map[string]*Attachment{}, byPod: map[types.NamespacedName][]string{}}
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, fmt.Errorf("reading the attachment store %s: %w", dir, err)
+	}
+	for _, e := range entries {
+		if e.IsDir() || !strings.HasSuffix(e.Name(), ".json") {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join(dir, e.Name()))
+		if err != nil {
+			return nil, fmt.Errorf("reading attachment %s: %w", e.Name(), err)
+		}
+		a := &Attachment{}
+		if err := json.Unmarshal(b, a); err != nil {
+			return nil, fmt.Errorf("decoding attachment %s: %w", e.Name(), err)
+		}
+		s.index(a)
+	}
+	return s, nil
+}
+
+func (s *Store) index(a *Attachment) {
+	if _, ok := s.bySandbox[a.SandboxID]; !ok {
+		s.byPod[a.Pod()] = append(s.byPod[a.Pod()], a.SandboxID)
+	}
+	s.bySandbox[a.SandboxID] = a
+}
+
+// Get returns a copy of the sandbox's attachment.
+func (s *Store) Get(sandboxID string) (*Attachment, bool) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	a, ok := s.bySandbox[sandboxID]
+	if !ok {
+		return nil, false
+	}
+	return a.clone(), true
+}
+
+// ByPod returns copies of the attachments of a Pod (normally one; more while a recreated sandbox
+// replaces the previous one).
+func (s *Store) ByPod(pod types.NamespacedName) []*Attachment {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	var out []*Attachment
+	for _, id := range s.byPod[pod] {
+		out = append(out, s.bySandbox[id].clone())
+	}
+	return out
+}
+
+// List returns copies of every attachment.
+func (s *Store) List() []*Attachment {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	out := make([]*Attachment, 0, len(s.bySandbox))
+	for _, a := range s.bySandbox {
+		out = append(out, a.clone())
+	}
+	return out
+}
+
+// Put records the attachment, on disk first.
+func (s *Store) Put(a *Attachment) error {
+	b, err := json.Marshal(a)
+	if err != nil {
+		return fmt.Errorf("encoding attachment of sandbox %s: %w", a.SandboxID, err)
+	}
+	if err := writeFileAtomic(s.path(a.SandboxID), b); err != nil {
+		return fmt.Errorf("recording attachment of sandbox %s: %w", a.SandboxID, err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.index(a.clone())
+	return nil
+}
+
+// Delete forgets the sandbox's attachment; forgetting an unknown sandbox is a no-op.
+func (s *Store) Delete(sandboxID string) error {
+	if err := os.Remove(s.path(sandboxID)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("removing attachment of sandbox %s: %w", sandboxID, err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	a, ok := s.bySandbox[sandboxID]
+	if !ok {
+		return nil
+	}
+	delete(s.bySandbox, sandboxID)
+	pod := a.Pod()
+	s.byPod[pod] = slices.DeleteFunc(s.byPod[pod], func(id string) bool { return id == sandboxID })
+	if len(s.byPod[pod]) == 0 {
+		delete(s.byPod, pod)
+	}
+	return nil
+}
+
+func (s *Store) path(sandboxID string) string {
+	return filepath.Join(s.dir, sandboxID+".json")
+}
+
+// writeFileAtomic writes data to a temporary file beside path and renames it over path, so that a
+// crash leaves the old record or the new one.
+func writeFileAtomic(path string, data []byte) error {
+	tmp, err := os.CreateTemp(filepath.Dir(path), ".tmp-*")
+	if err != nil {
+		return err
+	}
+	_, err = tmp.Write(data)
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp.Name(), path)
+	}
+	if err != nil {
+		_ = os.Remove(tmp.Name())
+	}
+	return err
+}
+
+// keyedMutex serialises work per key (a Pod sandbox) and lets different keys proceed in parallel.
+type keyedMutex struct {
+	mu    sync.Mutex
+	locks map[string]*keyLock
+}
+
+type keyLock struct {
+	sync.Mutex
+	refs int
+}
+
+// lock locks key and returns its unlock.
+func (k *keyedMutex) lock(key string) func() {
+	k.mu.Lock()
+	if k.locks == nil {
+		k.locks = map[string]*keyLock{}
+	}
+	l := k.locks[key]
+	if l == nil {
+		l = &keyLock{}
+		k.locks[key] = l
+	}
+	l.refs++
+	k.mu.Unlock()
+	l.Lock()
+	return func() {
+		l.Unlock()
+		k.mu.Lock()
+		if l.refs--; l.refs == 0 {
+			delete(k.locks, key)
+		}
+		k.mu.Unlock()
+	}
+}

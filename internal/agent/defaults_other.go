@@ -1,0 +1,13 @@
+//go:build !windows
+
+package agent
+
+// Defaults for a Linux node (simulated nodes, the Linux nodes of a mixed cluster).
+var (
+	// DefaultCNIConfDir is where the runtime reads CNI network configurations.
+	DefaultCNIConfDir = "/etc/cni/net.d"
+	// DefaultCNIBinDirs are where the CNI plugins are installed: the usual place and Debian's.
+	DefaultCNIBinDirs = []string{"/opt/cni/bin", "/usr/lib/cni"}
+	// DefaultStateDir holds the agent's state.
+	DefaultStateDir = "/var/lib/winnet"
+)

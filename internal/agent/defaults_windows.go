@@ -1,0 +1,11 @@
+package agent
+
+// Defaults for a Windows node, where containerd's CNI directories are under C:\.
+var (
+	// DefaultCNIConfDir is where the runtime reads CNI network configurations.
+	DefaultCNIConfDir = `C:\etc\cni\net.d`
+	// DefaultCNIBinDirs are where the CNI plugins are installed.
+	DefaultCNIBinDirs = []string{`C:\opt\cni\bin`}
+	// DefaultStateDir holds the agent's state.
+	DefaultStateDir = `C:\ProgramData\winnet`
+)

@@ -1,0 +1,124 @@
+package agent
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"path/filepath"
+	"time"
+
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+
+	"github.com/winnet-io/winnet/controllers/nodenetwork"
+	"github.com/winnet-io/winnet/controllers/podendpoint"
+	"github.com/winnet-io/winnet/internal/cni"
+)
+
+// PodNetworkOptions configure the agent's Pod networking: its CNI server, IPAM and PodEndpoints.
+type PodNetworkOptions struct {
+	NodeName string
+	// Host is the node's host plumbing; Host.IPAM is filled in from PluginDirs and StateDir.
+	Host podendpoint.Host
+	// State is the node network reconciler's realised state.
+	State *nodenetwork.State
+	// CNISocket is the unix socket (Linux) or named pipe (Windows) the shim calls.
+	CNISocket string
+	// CNIConfDir receives the conflist once the node network is Ready.
+	CNIConfDir string
+	// CNIBinDirs are searched for the host-local IPAM plugin.
+	CNIBinDirs []string
+	// StateDir holds IPAM allocations (ipam/) and the Pods' attachments (pods/).
+	StateDir string
+	// ResyncPeriod and NotReadyWait tune the reconciler and ADD; zero means the defaults.
+	ResyncPeriod, NotReadyWait time.Duration
+}
+
+// PodNetwork is the agent's Pod networking, for tests that look inside.
+type PodNetwork struct {
+	Pods *podendpoint.Pods
+	IPAM *cni.IPAM
+}
+
+// SetupPodNetwork opens the CNI socket and registers, with the manager, the CNI server, the
+// conflist writer, the start-up pass over Pod attachments and the PodEndpoint reconciler.
+func SetupPodNetwork(ctx context.Context, mgr ctrl.Manager, opts PodNetworkOptions) (*PodNetwork, error) {
+	ipam, err := cni.NewIPAM(cni.IPAMOptions{PluginDirs: opts.CNIBinDirs, DataDir: filepath.Join(opts.StateDir, "ipam")})
+	if err != nil {
+		return nil, err
+	}
+	opts.Host.IPAM = ipam
+	store, err := podendpoint.OpenStore(filepath.Join(opts.StateDir, "pods"))
+	if err != nil {
+		return nil, err
+	}
+	pods := podendpoint.NewPods(podendpoint.Options{
+		Reader: mgr.GetClient(), NodeName: opts.NodeName, Host: opts.Host, State: opts.State, Store: store,
+		NotReadyWait: opts.NotReadyWait,
+	})
+	reconciler := &podendpoint.Reconciler{
+		Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("winnet-agent"), NodeName: opts.NodeName, Pods: pods,
+		ResyncPeriod: opts.ResyncPeriod,
+	}
+	if err := reconciler.SetupWithManager(mgr); err != nil {
+		return nil, err
+	}
+	l, err := cni.Listen(ctx, opts.CNISocket)
+	if err != nil {
+		return nil, err
+	}
+	if err := mgr.Add(cniServer{listener: l, handler: pods}); err != nil {
+		_ = l.Close()
+		return nil, fmt.Errorf("adding the CNI server: %w", err)
+	}
+	conflist := manager.RunnableFunc(func(ctx context.Context) error {
+		return writeConfListWhenReady(ctx, pods, opts.State, opts.CNIConfDir, opts.CNISocket)
+	})
+	if err := mgr.Add(conflist); err != nil {
+		return nil, fmt.Errorf("adding the conflist writer: %w", err)
+	}
+	return &PodNetwork{Pods: pods, IPAM: ipam}, nil
+}
+
+// cniServer serves the shim on the agent's socket for as long as the manager runs.
+type cniServer struct {
+	listener net.Listener
+	handler  *podendpoint.Pods
+}
+
+func (s cniServer) Start(ctx context.Context) error {
+	log := ctrl.Log.WithName("cni-server")
+	log.Info("Serving CNI", "address", s.listener.Addr().String())
+	return cni.Serve(ctrl.LoggerInto(ctx, log), s.listener, s.handler)
+}
+
+// NeedLeaderElection is false: every agent serves its own node.
+func (cniServer) NeedLeaderElection() bool { return false }
+
+// writeConfListWhenReady writes the conflist once the node network is Ready, so that the runtime
+// schedules no Pod before, and checks it again whenever the node network changes.
+func writeConfListWhenReady(ctx context.Context, pods *podendpoint.Pods, state *nodenetwork.State, dir, socket string) error {
+	log := ctrl.Log.WithName("cni-conflist")
+	changes := state.Subscribe()
+	for {
+		wait := 200 * time.Millisecond // until Ready, and after a failed write
+		if pods.Ready(ctx) {
+			written, err := cni.WriteConfList(dir, socket)
+			switch {
+			case err != nil:
+				log.Error(err, "Writing the CNI conflist failed; retrying")
+			case written:
+				log.Info("Wrote the CNI conflist: the node accepts Pods", "file", filepath.Join(dir, cni.ConfListName))
+				fallthrough
+			default:
+				wait = 10 * time.Second
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-changes:
+		case <-time.After(wait):
+		}
+	}
+}

@@ -1,0 +1,274 @@
+//go:build linux
+
+package cni_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/containernetworking/cni/libcni"
+	cnitypes "github.com/containernetworking/cni/pkg/types"
+	types100 "github.com/containernetworking/cni/pkg/types/100"
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	networkv1alpha1 "github.com/winnet-io/winnet/api/v1alpha1"
+	"github.com/winnet-io/winnet/controllers/podendpoint"
+	"github.com/winnet-io/winnet/internal/cni"
+	"github.com/winnet-io/winnet/internal/pipeline"
+	"github.com/winnet-io/winnet/test/framework"
+	"github.com/winnet-io/winnet/test/simnode"
+)
+
+var server *framework.APIServer
+
+func TestMain(m *testing.M) {
+	framework.Main(m, "CNI integration tests", &server, framework.MainOptions{})
+}
+
+const (
+	converge = 30 * time.Second
+	repair   = 10 * time.Second
+)
+
+// shimDir holds the winnet-cni binary built once for the package's tests.
+var (
+	shimOnce sync.Once
+	shimDir  string
+	shimErr  error
+)
+
+// buildShim builds cmd/winnet-cni into a temporary directory, the CNI plugin path of the tests.
+func buildShim(t *testing.T) string {
+	t.Helper()
+	shimOnce.Do(func() {
+		shimDir, shimErr = os.MkdirTemp("", "winnet-cni-integration-")
+		if shimErr != nil {
+			return
+		}
+		cmd := exec.Command("go", "build", "-o", filepath.Join(shimDir, cni.PluginType), "./cmd/winnet-cni")
+		cmd.Dir = framework.RepoRoot()
+		cmd.Env = append(os.Environ(), "GOTOOLCHAIN=local")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			shimErr = fmt.Errorf("building winnet-cni: %w: %s", err, out)
+		}
+	})
+	if shimErr != nil {
+		t.Fatal(shimErr)
+	}
+	return shimDir
+}
+
+// testNode is a simulated node whose agent serves CNI, with a CNI client set up like a runtime's.
+type testNode struct {
+	*simnode.Node
+	agent   *framework.Agent
+	podCIDR netip.Prefix
+	gateway netip.Addr
+	cni     *libcni.CNIConfig
+	list    *libcni.NetworkConfigList
+}
+
+// startNode builds a simulated node, runs its agent and waits for the conflist it writes once the
+// node network is Ready.
+func startNode(t *testing.T, name, nodeIP, podCIDR string) *testNode {
+	t.Helper()
+	g := NewWithT(t)
+	ctx := context.Background()
+	underlay := simnode.NewUnderlay(t, netip.MustParsePrefix(netip.MustParsePrefix(nodeIP).Masked().String()))
+	node := underlay.AddNode(t, name, netip.MustParsePrefix(nodeIP), simnode.NodeOptions{StartOVS: true})
+	k := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: corev1.NodeSpec{PodCIDR: podCIDR, PodCIDRs: []string{podCIDR}}}
+	g.Expect(server.Client.Create(ctx, k)).To(Succeed())
+	t.Cleanup(func() { _ = server.Client.Delete(context.Background(), k) })
+	a := framework.StartAgent(t, server, node)
+	wnn := &networkv1alpha1.WindowsNodeNetwork{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: networkv1alpha1.WindowsNodeNetworkSpec{
+			PodCIDRs:     []networkv1alpha1.CIDR{networkv1alpha1.CIDR(podCIDR)},
+			NodeIP:       networkv1alpha1.IPv4Address(netip.MustParsePrefix(nodeIP).Addr().String()),
+			Bridge:       networkv1alpha1.BridgeSpec{DatapathType: networkv1alpha1.DatapathTypeNetdev},
+			ClusterCIDRs: []networkv1alpha1.CIDR{"10.244.0.0/16"},
+		},
+	}
+	g.Expect(server.Client.Create(ctx, wnn)).To(Succeed())
+
+	confFile := filepath.Join(a.CNIConfDir, cni.ConfListName)
+	g.Eventually(func() error { _, err := os.Stat(confFile); return err }).WithTimeout(converge).
+		Should(Succeed(), "the agent writes the conflist once the node network is Ready")
+	list, err := libcni.ConfListFromFile(confFile)
+	g.Expect(err).NotTo(HaveOccurred())
+	prefix := netip.MustParsePrefix(podCIDR)
+	return &testNode{
+		Node: node, agent: a, podCIDR: prefix, gateway: prefix.Addr().Next(),
+		cni:  libcni.NewCNIConfigWithCacheDir([]string{buildShim(t)}, t.TempDir(), nil),
+		list: list,
+	}
+}
+
+// testPod is a Pod on a test node: its network namespace, its object and its runtime config.
+type testPod struct {
+	name, ns, sandbox string
+	uid               string
+	rt                *libcni.RuntimeConf
+}
+
+var podSeq struct {
+	sync.Mutex
+	n int
+}
+
+// newPod creates a network namespace and, when withObject, the Pod object on the node.
+func (n *testNode) newPod(t *testing.T, name string, withObject bool) *testPod {
+	t.Helper()
+	podSeq.Lock()
+	podSeq.n++
+	seq := podSeq.n
+	podSeq.Unlock()
+	p := &testPod{name: name, ns: fmt.Sprintf("%s-p%d", n.NS, seq), sandbox: fmt.Sprintf("sandbox%06d%s", seq, strings.Repeat("0", 50))}
+	if _, err := simnode.Exec("", "ip", "netns", "add", p.ns); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _, _ = simnode.Exec("", "ip", "netns", "del", p.ns) })
+	if withObject {
+		pod := &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"},
+			Spec:       corev1.PodSpec{NodeName: n.Name, Containers: []corev1.Container{{Name: "c", Image: "pause"}}},
+		}
+		if err := server.Client.Create(context.Background(), pod); err != nil {
+			t.Fatal(err)
+		}
+		p.uid = string(pod.UID)
+		t.Cleanup(func() { _ = server.Client.Delete(context.Background(), pod, client.GracePeriodSeconds(0)) })
+	}
+	p.rt = p.runtimeConf(p.sandbox)
+	return p
+}
+
+// runtimeConf is the runtime configuration of a call for container id of the Pod, with CNI_ARGS as
+// containerd passes them.
+func (p *testPod) runtimeConf(containerID string) *libcni.RuntimeConf {
+	args := [][2]string{{"IgnoreUnknown", "1"}, {"K8S_POD_NAMESPACE", "default"}, {"K8S_POD_NAME", p.name},
+		{"K8S_POD_INFRA_CONTAINER_ID", p.sandbox}}
+	if p.uid != "" {
+		args = append(args, [2]string{"K8S_POD_UID", p.uid})
+	}
+	return &libcni.RuntimeConf{
+		ContainerID: containerID, NetNS: "/run/netns/" + p.ns, IfName: "eth0", Args: args,
+		CapabilityArgs: map[string]any{"dns": map[string]any{"servers": []string{"10.96.0.10"}, "searches": []string{"default.svc.cluster.local"}}},
+	}
+}
+
+// add calls ADD for the Pod's sandbox and returns the result.
+func (n *testNode) add(t *testing.T, p *testPod) *types100.Result {
+	t.Helper()
+	res, err := n.cni.AddNetworkList(context.Background(), n.list, p.rt)
+	if err != nil {
+		t.Fatalf("ADD of %s: %v", p.name, err)
+	}
+	cur, err := types100.NewResultFromResult(res)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cur
+}
+
+func podIP(g Gomega, res *types100.Result) netip.Addr {
+	g.Expect(res.IPs).To(HaveLen(1))
+	ip, ok := netip.AddrFromSlice(res.IPs[0].Address.IP.To4())
+	g.Expect(ok).To(BeTrue())
+	return ip
+}
+
+// cniError returns the CNI error of err, failing when err is not one.
+func cniError(g Gomega, err error) *cnitypes.Error {
+	g.Expect(err).To(HaveOccurred())
+	e, ok := err.(*cnitypes.Error)
+	g.Expect(ok).To(BeTrue(), "a CNI error, got %T: %v", err, err)
+	return e
+}
+
+// podFlowCookie matches the cookie of a Pod flow: category pipeline.CategoryPod in bits 40..47.
+var cookieRE = regexp.MustCompile(`cookie=0x([0-9a-f]+)`)
+
+// podFlows returns the Pod flows installed in the node's switch.
+func (n *testNode) podFlows(g Gomega) []string {
+	lines, err := n.OVS.DumpFlows("br-int", "-O", "OpenFlow15")
+	g.Expect(err).NotTo(HaveOccurred())
+	var out []string
+	for _, l := range lines {
+		m := cookieRE.FindStringSubmatch(l)
+		if m == nil {
+			continue
+		}
+		c, err := strconv.ParseUint(m[1], 16, 64)
+		g.Expect(err).NotTo(HaveOccurred())
+		if uint8(c>>40) == pipeline.CategoryPod {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+// leftovers lists what Pod networking holds on the node: IPAM allocations, HNS endpoints and OVS
+// ports of Pods, Pod flows and attachments.
+func (n *testNode) leftovers(g Gomega) []string {
+	ctx := context.Background()
+	var out []string
+	allocs, err := n.agent.Pods.IPAM.Allocations()
+	g.Expect(err).NotTo(HaveOccurred())
+	for _, a := range allocs {
+		out = append(out, "IPAM "+a.IP.String()+" for "+a.ContainerID)
+	}
+	w := &networkv1alpha1.WindowsNodeNetwork{}
+	g.Expect(server.Client.Get(ctx, client.ObjectKey{Name: n.Name}, w)).To(Succeed())
+	eps, err := n.agent.HNS.ListEndpoints(ctx, w.Status.HNSNetworkID)
+	g.Expect(err).NotTo(HaveOccurred())
+	for _, ep := range eps {
+		out = append(out, "HNS endpoint "+ep.Name)
+	}
+	ports, err := n.agent.OVSDB.OwnedPorts(ctx, "br-int")
+	g.Expect(err).NotTo(HaveOccurred())
+	for _, p := range ports {
+		if strings.HasPrefix(p.Name, "winnet-") && p.Name != "winnet-gw0" && p.Name != "winnet-tun0" {
+			out = append(out, "OVS port "+p.Name)
+		}
+	}
+	for _, f := range n.podFlows(g) {
+		out = append(out, "flow "+f)
+	}
+	for _, a := range n.agent.Pods.Pods.Store().List() {
+		out = append(out, "attachment "+a.SandboxID)
+	}
+	return out
+}
+
+// podEndpoint returns the Pod's PodEndpoint.
+func podEndpoint(g Gomega, name string) *networkv1alpha1.PodEndpoint {
+	pep := &networkv1alpha1.PodEndpoint{}
+	g.Expect(server.Client.Get(context.Background(), client.ObjectKey{Namespace: "default", Name: name}, pep)).To(Succeed())
+	return pep
+}
+
+func readyStatus(pep *networkv1alpha1.PodEndpoint) metav1.ConditionStatus {
+	if c := meta.FindStatusCondition(pep.Status.Conditions, networkv1alpha1.ReadyCondition); c != nil {
+		return c.Status
+	}
+	return metav1.ConditionUnknown
+}
+
+var _ = podendpoint.EndpointName
+var _ = json.Marshal
