@@ -266,7 +266,8 @@ func (b *vethBackend) attachEndpoint(_ context.Context, ep Endpoint, namespaceID
 }
 
 // configureContainerEnd runs inside the target namespace: it names the interface, sets its MAC, address and
-// default route and brings it up. It returns the name the interface has, also on failure.
+// default route, turns its transmit checksum offload off (see disableTxChecksum) and brings it up. It returns
+// the name the interface has, also on failure.
 func configureContainerEnd(peer string, ep Endpoint) (string, error) {
 	link, err := netlink.LinkByName(peer)
 	if err != nil {
@@ -281,6 +282,9 @@ func configureContainerEnd(peer string, ep Endpoint) (string, error) {
 	}
 	if err := netlink.LinkSetHardwareAddr(link, ep.MAC); err != nil {
 		return ifName, fmt.Errorf("setting MAC %s: %w", ep.MAC, err)
+	}
+	if err := disableTxChecksum(ifName); err != nil {
+		return ifName, err
 	}
 	addr := &netlink.Addr{IPNet: &net.IPNet{
 		IP:   net.IP(ep.IP.AsSlice()),

@@ -16,6 +16,7 @@ import (
 	"github.com/containernetworking/plugins/pkg/ns"
 	. "github.com/onsi/gomega"
 	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
 )
 
 // newNetNS creates a named network namespace with ip netns and deletes it at cleanup. The Linux-backed tests need
@@ -130,6 +131,11 @@ func TestLinuxSim(t *testing.T) {
 	g.Expect(inspectContainerEnd(t, podPath, "eth0")).To(Equal(containerEnd{
 		MAC: mac.String(), Addrs: []string{"10.244.1.10/24"}, Up: true, Gateway: "10.244.1.1",
 	}))
+	inNetNS(t, podPath, func() {
+		txChecksum, err := ethtoolValue("eth0", unix.ETHTOOL_GTXCSUM, 0)
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(txChecksum).To(BeZero(), "the container end computes its checksums, as a vNIC does")
+	})
 	g.Expect(s.AttachEndpoint(ctx, a.ID, podName)).To(Succeed(), "attaching again is a no-op")
 	g.Expect(linkNames(t, podPath)).To(ConsistOf("lo", "eth0"))
 
