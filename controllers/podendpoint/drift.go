@@ -118,6 +118,10 @@ func (p *Pods) repair(ctx context.Context, n node, a *Attachment) ([]string, err
 		}
 		a.EndpointID, a.NetworkID, changed = ep.ID, n.networkID, true
 		repaired = append(repaired, networkv1alpha1.EndpointMissingReason)
+		// The port was bound to the endpoint that is gone: bind it to the new one.
+		if err := p.deletePort(ctx, a); err != nil {
+			return repaired, err
+		}
 	case err != nil:
 		return nil, fmt.Errorf("looking up HNS endpoint %s: %w", a.EndpointName, err)
 	}

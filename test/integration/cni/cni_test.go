@@ -4,10 +4,22 @@ package cni_test
 
 import (
 	"context"
+	"fmt"
+	"net/netip"
+	"sync"
 	"testing"
+	"time"
 
+	"github.com/containernetworking/cni/libcni"
+	cnitypes "github.com/containernetworking/cni/pkg/types"
+	types100 "github.com/containernetworking/cni/pkg/types/100"
 	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	networkv1alpha1 "github.com/winnet-io/winnet/api/v1alpha1"
 
 	"github.com/winnet-io/winnet/controllers/podendpoint"
 	"github.com/winnet-io/winnet/test/simnode"
@@ -52,4 +64,172 @@ func TestPodNetwork(t *testing.T) {
 		_ = ip2
 		g.Expect(n.leftovers(g)).To(BeEmpty())
 	})
+
+	t.Run("20 concurrent ADDs, each Pod reaches the gateway, 20 concurrent DELs", func(t *testing.T) {
+		g := NewWithT(t)
+		pods := make([]*testPod, 20)
+		for i := range pods {
+			pods[i] = n.newPod(t, fmt.Sprintf("burst-%d", i), true)
+		}
+		ips := make([]netip.Addr, len(pods))
+		errs := make([]error, len(pods))
+		var wg sync.WaitGroup
+		for i, p := range pods {
+			wg.Go(func() {
+				res, err := n.cni.AddNetworkList(ctx, n.list, p.rt)
+				if errs[i] = err; err == nil {
+					cur, cerr := types100FromResult(res)
+					if errs[i] = cerr; cerr == nil {
+						ips[i] = cur
+					}
+				}
+			})
+		}
+		wg.Wait()
+		seen := map[netip.Addr]bool{}
+		for i, p := range pods {
+			g.Expect(errs[i]).NotTo(HaveOccurred(), "ADD of %s", p.name)
+			g.Expect(seen[ips[i]]).To(BeFalse(), "address %s given twice", ips[i])
+			seen[ips[i]] = true
+			sent, received, err := simnode.Ping(p.ns, n.gateway, 1)
+			g.Expect(err).NotTo(HaveOccurred())
+			g.Expect(received).To(Equal(sent), "%s reaches the gateway", p.name)
+		}
+		for i, p := range pods {
+			wg.Go(func() { errs[i] = n.cni.DelNetworkList(ctx, n.list, p.rt) })
+		}
+		wg.Wait()
+		for i := range pods {
+			g.Expect(errs[i]).NotTo(HaveOccurred())
+		}
+		g.Expect(n.leftovers(g)).To(BeEmpty())
+	})
+
+	t.Run("repeated ADDs for the sandbox and a workload container are answered from what exists", func(t *testing.T) {
+		g := NewWithT(t)
+		p := n.newPod(t, "repeat", true)
+		first := n.add(t, p)
+		again := n.add(t, p)
+		g.Expect(again.IPs[0].Address.String()).To(Equal(first.IPs[0].Address.String()))
+		g.Expect(again.Interfaces[0].Mac).To(Equal(first.Interfaces[0].Mac))
+		work := p.runtimeConf("workload0001")
+		res, err := n.cni.AddNetworkList(ctx, n.list, work)
+		g.Expect(err).NotTo(HaveOccurred())
+		ip, err := types100FromResult(res)
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(ip.String() + "/24").To(Equal(first.IPs[0].Address.String()))
+		g.Eventually(func(g Gomega) {
+			g.Expect(podEndpoint(g, p.name).Status.AttachedContainers).To(ConsistOf(p.sandbox, "workload0001"))
+		}).WithTimeout(repair).Should(Succeed())
+		g.Expect(n.cni.DelNetworkList(ctx, n.list, work)).To(Succeed())
+		sent, received, err := simnode.Ping(p.ns, n.gateway, 1)
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(received).To(Equal(sent), "the workload container's DEL leaves the sandbox's network")
+		g.Expect(n.cni.DelNetworkList(ctx, n.list, p.rt)).To(Succeed())
+		g.Expect(n.leftovers(g)).To(BeEmpty())
+		g.Eventually(func() bool {
+			return apierrors.IsNotFound(server.Client.Get(ctx, client.ObjectKey{Namespace: "default", Name: p.name}, &networkv1alpha1.PodEndpoint{}))
+		}).WithTimeout(repair).Should(BeTrue(), "the PodEndpoint goes with the attachment")
+	})
+
+	t.Run("CHECK fails after drift, and the agent repairs it", func(t *testing.T) {
+		p := n.newPod(t, "drift", true)
+		n.add(t, p)
+		port := podendpoint.EndpointName(p.sandbox)
+		for _, d := range []struct {
+			name  string
+			drift func(g Gomega)
+			want  string
+		}{
+			{"OVS port deleted", func(g Gomega) { n.OVS.MustVsctl(t, "del-port", "br-int", port) }, "OVS port " + port + " is missing"},
+			{"Pod flows deleted", func(g Gomega) { n.OVS.MustOfctl(t, "del-flows", "br-int", "-O", "OpenFlow15", "in_port="+port) }, "flows are missing from the switch"},
+			{"HNS endpoint deleted", func(g Gomega) {
+				ep, err := n.agent.HNS.GetEndpointByName(ctx, port)
+				g.Expect(err).NotTo(HaveOccurred())
+				g.Expect(n.agent.HNS.DeleteEndpoint(ctx, ep.ID)).To(Succeed())
+			}, "HNS endpoint " + port + " is missing"},
+		} {
+			t.Run(d.name, func(t *testing.T) {
+				g := NewWithT(t)
+				g.Expect(n.cni.CheckNetworkList(ctx, n.list, p.rt)).To(Succeed())
+				d.drift(g)
+				e := cniError(g, n.cni.CheckNetworkList(ctx, n.list, p.rt))
+				g.Expect(e.Code).To(BeEquivalentTo(cnitypes.ErrInternal))
+				g.Expect(e.Msg).To(ContainSubstring(d.want))
+				g.Eventually(func() error { return n.cni.CheckNetworkList(ctx, n.list, p.rt) }).WithTimeout(repair).Should(Succeed(), "repaired")
+				sent, received, err := simnode.Ping(p.ns, n.gateway, 2)
+				g.Expect(err).NotTo(HaveOccurred())
+				g.Expect(received).To(BeNumerically(">", 0), "the repaired Pod reaches the gateway (of %d)", sent)
+			})
+		}
+		g := NewWithT(t)
+		g.Expect(n.cni.DelNetworkList(ctx, n.list, p.rt)).To(Succeed())
+		g.Expect(n.leftovers(g)).To(BeEmpty())
+	})
+
+	t.Run("GC detaches what the runtime no longer lists", func(t *testing.T) {
+		g := NewWithT(t)
+		keep, stale := n.newPod(t, "gc-keep", true), n.newPod(t, "gc-stale", true)
+		n.add(t, keep)
+		// The stale Pod was added by a runtime whose cache is gone: only the plugin's GC can find it.
+		other := libcni.NewCNIConfigWithCacheDir(n.cni.Path, t.TempDir(), nil)
+		_, err := other.AddNetworkList(ctx, n.list, stale.rt)
+		g.Expect(err).NotTo(HaveOccurred())
+		valid := []cnitypes.GCAttachment{{ContainerID: keep.sandbox, IfName: "eth0"}}
+		g.Expect(n.cni.GCNetworkList(ctx, n.list, &libcni.GCArgs{ValidAttachments: valid})).To(Succeed())
+		left := n.leftovers(g)
+		g.Expect(left).To(ContainElement("attachment " + keep.sandbox))
+		g.Expect(left).NotTo(ContainElement(ContainSubstring(stale.sandbox)), "no attachment or allocation of the stale Pod")
+		g.Expect(left).NotTo(ContainElement(ContainSubstring(podendpoint.EndpointName(stale.sandbox))), "no endpoint or port of the stale Pod")
+		g.Expect(n.podFlows(g)).To(HaveLen(5), "only the kept Pod's flows")
+		g.Expect(n.cni.DelNetworkList(ctx, n.list, keep.rt)).To(Succeed())
+		g.Expect(n.leftovers(g)).To(BeEmpty())
+	})
+
+	t.Run("ADD succeeds at once while the API server is stopped; the PodEndpoint is written when it is back", func(t *testing.T) {
+		g := NewWithT(t)
+		p := n.newPod(t, "offline", true)
+		resume := stopAPIServer(t)
+		start := time.Now()
+		res := n.add(t, p)
+		took := time.Since(start)
+		sent, received, err := simnode.Ping(p.ns, n.gateway, 1)
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(received).To(Equal(sent))
+		g.Expect(took).To(BeNumerically("<", 5*time.Second), "ADD does not wait for the API server")
+		resume()
+		g.Eventually(func(g Gomega) {
+			pep := podEndpoint(g, p.name)
+			g.Expect(pep.Spec.IPs).To(ConsistOf(BeEquivalentTo(res.IPs[0].Address.String())))
+			g.Expect(readyStatus(pep)).To(Equal(metav1.ConditionTrue))
+		}).WithTimeout(converge).Should(Succeed())
+		g.Expect(n.cni.DelNetworkList(ctx, n.list, p.rt)).To(Succeed())
+		g.Expect(n.leftovers(g)).To(BeEmpty())
+	})
+
+	t.Run("a deleted Pod's network is torn down without DEL", func(t *testing.T) {
+		g := NewWithT(t)
+		p := n.newPod(t, "vanish", true)
+		n.add(t, p)
+		g.Eventually(func(g Gomega) { podEndpoint(g, p.name) }).WithTimeout(repair).Should(Succeed())
+		g.Expect(server.Client.Delete(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: p.name}}, client.GracePeriodSeconds(0))).To(Succeed())
+		g.Eventually(n.leftovers).WithTimeout(repair).Should(BeEmpty(), "address released, endpoint, port and flows removed")
+		g.Eventually(func() bool {
+			return apierrors.IsNotFound(server.Client.Get(ctx, client.ObjectKey{Namespace: "default", Name: p.name}, &networkv1alpha1.PodEndpoint{}))
+		}).WithTimeout(repair).Should(BeTrue())
+		g.Expect(n.cni.DelNetworkList(ctx, n.list, p.rt)).To(Succeed(), "the late DEL finds nothing and succeeds")
+	})
+}
+
+// types100FromResult returns the address of a CNI result.
+func types100FromResult(res cnitypes.Result) (netip.Addr, error) {
+	cur, err := types100.NewResultFromResult(res)
+	if err != nil {
+		return netip.Addr{}, err
+	}
+	if len(cur.IPs) != 1 {
+		return netip.Addr{}, fmt.Errorf("result has %d addresses", len(cur.IPs))
+	}
+	ip, _ := netip.AddrFromSlice(cur.IPs[0].Address.IP.To4())
+	return ip, nil
 }

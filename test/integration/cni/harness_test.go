@@ -4,16 +4,18 @@ package cni_test
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"net/netip"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -27,7 +29,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	networkv1alpha1 "github.com/winnet-io/winnet/api/v1alpha1"
-	"github.com/winnet-io/winnet/controllers/podendpoint"
 	"github.com/winnet-io/winnet/internal/cni"
 	"github.com/winnet-io/winnet/internal/pipeline"
 	"github.com/winnet-io/winnet/test/framework"
@@ -83,40 +84,52 @@ type testNode struct {
 	list    *libcni.NetworkConfigList
 }
 
-// startNode builds a simulated node, runs its agent and waits for the conflist it writes once the
-// node network is Ready.
+// startNode builds a simulated node, runs its agent, creates its WindowsNodeNetwork and waits for
+// the conflist the agent writes once the node network is Ready.
 func startNode(t *testing.T, name, nodeIP, podCIDR string) *testNode {
 	t.Helper()
+	n := newNode(t, name, nodeIP, podCIDR)
+	n.createNetwork(t)
+	return n
+}
+
+// newNode builds a simulated node with its Node object and runs its agent; the node network does
+// not exist yet.
+func newNode(t *testing.T, name, nodeIP, podCIDR string) *testNode {
+	t.Helper()
 	g := NewWithT(t)
-	ctx := context.Background()
 	underlay := simnode.NewUnderlay(t, netip.MustParsePrefix(netip.MustParsePrefix(nodeIP).Masked().String()))
 	node := underlay.AddNode(t, name, netip.MustParsePrefix(nodeIP), simnode.NodeOptions{StartOVS: true})
 	k := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: corev1.NodeSpec{PodCIDR: podCIDR, PodCIDRs: []string{podCIDR}}}
-	g.Expect(server.Client.Create(ctx, k)).To(Succeed())
+	g.Expect(server.Client.Create(context.Background(), k)).To(Succeed())
 	t.Cleanup(func() { _ = server.Client.Delete(context.Background(), k) })
-	a := framework.StartAgent(t, server, node)
+	prefix := netip.MustParsePrefix(podCIDR)
+	return &testNode{
+		Node: node, agent: framework.StartAgent(t, server, node), podCIDR: prefix, gateway: prefix.Addr().Next(),
+		cni: libcni.NewCNIConfigWithCacheDir([]string{buildShim(t)}, t.TempDir(), nil),
+	}
+}
+
+// createNetwork creates the node's WindowsNodeNetwork and waits for the agent's conflist.
+func (n *testNode) createNetwork(t *testing.T) {
+	t.Helper()
+	g := NewWithT(t)
 	wnn := &networkv1alpha1.WindowsNodeNetwork{
-		ObjectMeta: metav1.ObjectMeta{Name: name},
+		ObjectMeta: metav1.ObjectMeta{Name: n.Name},
 		Spec: networkv1alpha1.WindowsNodeNetworkSpec{
-			PodCIDRs:     []networkv1alpha1.CIDR{networkv1alpha1.CIDR(podCIDR)},
-			NodeIP:       networkv1alpha1.IPv4Address(netip.MustParsePrefix(nodeIP).Addr().String()),
+			PodCIDRs:     []networkv1alpha1.CIDR{networkv1alpha1.CIDR(n.podCIDR.String())},
+			NodeIP:       networkv1alpha1.IPv4Address(n.NodeIP.Addr().String()),
 			Bridge:       networkv1alpha1.BridgeSpec{DatapathType: networkv1alpha1.DatapathTypeNetdev},
 			ClusterCIDRs: []networkv1alpha1.CIDR{"10.244.0.0/16"},
 		},
 	}
-	g.Expect(server.Client.Create(ctx, wnn)).To(Succeed())
-
-	confFile := filepath.Join(a.CNIConfDir, cni.ConfListName)
+	g.Expect(server.Client.Create(context.Background(), wnn)).To(Succeed())
+	confFile := filepath.Join(n.agent.CNIConfDir, cni.ConfListName)
 	g.Eventually(func() error { _, err := os.Stat(confFile); return err }).WithTimeout(converge).
 		Should(Succeed(), "the agent writes the conflist once the node network is Ready")
 	list, err := libcni.ConfListFromFile(confFile)
 	g.Expect(err).NotTo(HaveOccurred())
-	prefix := netip.MustParsePrefix(podCIDR)
-	return &testNode{
-		Node: node, agent: a, podCIDR: prefix, gateway: prefix.Addr().Next(),
-		cni:  libcni.NewCNIConfigWithCacheDir([]string{buildShim(t)}, t.TempDir(), nil),
-		list: list,
-	}
+	n.list = list
 }
 
 // testPod is a Pod on a test node: its network namespace, its object and its runtime config.
@@ -270,5 +283,34 @@ func readyStatus(pep *networkv1alpha1.PodEndpoint) metav1.ConditionStatus {
 	return metav1.ConditionUnknown
 }
 
-var _ = podendpoint.EndpointName
-var _ = json.Marshal
+// stopAPIServer stops the kube-apiserver process (SIGSTOP: it neither answers nor refuses) and
+// returns the function that resumes it; the test's cleanup resumes it too.
+func stopAPIServer(t *testing.T) (resume func()) {
+	t.Helper()
+	u, err := url.Parse(server.Config.Host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid := 0
+	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	for _, f := range procs {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		args := strings.Split(string(b), "\x00")
+		if filepath.Base(args[0]) == "kube-apiserver" && slices.Contains(args, "--secure-port="+u.Port()) {
+			pid, _ = strconv.Atoi(filepath.Base(filepath.Dir(f)))
+		}
+	}
+	if pid == 0 {
+		t.Fatalf("no kube-apiserver process serving port %s", u.Port())
+	}
+	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+		t.Fatalf("stopping kube-apiserver (pid %d): %v", pid, err)
+	}
+	var once sync.Once
+	resume = func() { once.Do(func() { _ = syscall.Kill(pid, syscall.SIGCONT) }) }
+	t.Cleanup(resume)
+	return resume
+}
