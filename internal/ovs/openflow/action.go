@@ -19,6 +19,8 @@ type Action interface {
 	encode() (openflow15.Action, error)
 	// appendKey appends a compact binary identity: equal keys mean equal text.
 	appendKey(b []byte) []byte
+	// appendWire appends the wire action, the bytes encode's action marshals to (see wire.go).
+	appendWire(b []byte) ([]byte, error)
 }
 
 type outputAction struct{ port uint32 }
@@ -42,6 +44,11 @@ func (a outputAction) encode() (openflow15.Action, error) {
 func (a outputAction) appendKey(b []byte) []byte {
 	return binary.AppendUvarint(append(b, 'o'), uint64(a.port))
 }
+func (a outputAction) appendWire(b []byte) ([]byte, error) {
+	b = binary.BigEndian.AppendUint32(appendActionHeader(b, openflow15.ActionType_Output, 16), a.port)
+	b = binary.BigEndian.AppendUint16(b, openflow15.OFPCML_NO_BUFFER)
+	return append(b, 0, 0, 0, 0, 0, 0), nil
+}
 
 type outputRegAction struct{ reg, start, end int }
 
@@ -58,6 +65,7 @@ func (a outputRegAction) encode() (openflow15.Action, error) {
 func (a outputRegAction) appendKey(b []byte) []byte {
 	return append(b, 'r', byte(a.reg), byte(a.start), byte(a.end))
 }
+func (a outputRegAction) appendWire(b []byte) ([]byte, error) { return appendEncoded(b, a) }
 
 type groupAction struct{ id uint32 }
 
@@ -69,17 +77,21 @@ func (a groupAction) encode() (openflow15.Action, error) { return openflow15.New
 func (a groupAction) appendKey(b []byte) []byte {
 	return binary.AppendUvarint(append(b, 'g'), uint64(a.id))
 }
+func (a groupAction) appendWire(b []byte) ([]byte, error) {
+	return binary.BigEndian.AppendUint32(appendActionHeader(b, openflow15.ActionType_Group, 8), a.id), nil
+}
 
 type gotoAction struct{ table uint8 }
 
 // GotoTable continues in a later table; it must be the last action.
 func GotoTable(t uint8) Action { return gotoAction{t} }
 
-func (a gotoAction) text() string { return fmt.Sprintf("goto_table:%d", a.table) }
-func (a gotoAction) encode() (openflow15.Action, error) {
-	return nil, errors.New("goto_table is an instruction")
-}
-func (a gotoAction) appendKey(b []byte) []byte { return append(b, 't', a.table) }
+func (a gotoAction) text() string                       { return fmt.Sprintf("goto_table:%d", a.table) }
+func (a gotoAction) encode() (openflow15.Action, error) { return nil, errGotoInstruction }
+func (a gotoAction) appendKey(b []byte) []byte          { return append(b, 't', a.table) }
+func (a gotoAction) appendWire([]byte) ([]byte, error)  { return nil, errGotoInstruction }
+
+var errGotoInstruction = errors.New("goto_table is an instruction")
 
 type dropAction struct{}
 
@@ -92,87 +104,91 @@ func (dropAction) encode() (openflow15.Action, error) { return nil, nil }
 // appendKey adds nothing: like its empty text, Drop is the same as no action.
 func (dropAction) appendKey(b []byte) []byte { return b }
 
-// setFieldAction is OFPAT_SET_FIELD (OpenFlow 1.5 allows masks).
+func (dropAction) appendWire(b []byte) ([]byte, error) { return b, nil }
+
+// setFieldAction is OFPAT_SET_FIELD (OpenFlow 1.5 allows masks) of the field a match field
+// describes (arp: an ARP field).
 type setFieldAction struct {
 	name  string
 	value string
-	field func() *openflow15.MatchField
+	field MatchField
+	arp   bool
 }
 
 func (a setFieldAction) text() string { return "set_field:" + a.value + "->" + a.name }
 func (a setFieldAction) encode() (openflow15.Action, error) {
-	return openflow15.NewActionSetField(*a.field()), nil
+	f, err := a.field.oxm(a.arp)
+	if err != nil {
+		return nil, err
+	}
+	return openflow15.NewActionSetField(*f), nil
 }
 func (a setFieldAction) appendKey(b []byte) []byte {
 	return appendStringKey(appendStringKey(append(b, 's'), a.name), a.value)
 }
+func (a setFieldAction) appendWire(b []byte) ([]byte, error) {
+	start := len(b)
+	b, err := a.field.appendOXM(appendActionHeader(b, openflow15.ActionType_SetField, 0), a.arp)
+	if err != nil {
+		return nil, err
+	}
+	b = pad8(b, start)
+	binary.BigEndian.PutUint16(b[start+2:], uint16(len(b)-start))
+	return b, nil
+}
 
 // SetEthDst rewrites the destination MAC.
 func SetEthDst(mac net.HardwareAddr) Action {
-	return setFieldAction{"eth_dst", mac.String(), func() *openflow15.MatchField { return openflow15.NewEthDstField(mac, nil) }}
+	return setFieldAction{name: "eth_dst", value: mac.String(), field: EthDst(mac)}
 }
 
 // SetEthSrc rewrites the source MAC.
 func SetEthSrc(mac net.HardwareAddr) Action {
-	return setFieldAction{"eth_src", mac.String(), func() *openflow15.MatchField { return openflow15.NewEthSrcField(mac, nil) }}
+	return setFieldAction{name: "eth_src", value: mac.String(), field: EthSrc(mac)}
 }
 
 // SetTunDst sets the tunnel destination of a flow-based tunnel port.
 func SetTunDst(ip netip.Addr) Action {
-	return setFieldAction{"tun_dst", ip.String(), func() *openflow15.MatchField {
-		return openflow15.NewTunnelIpv4DstField(net.IP(ip.AsSlice()), nil)
-	}}
+	return setFieldAction{name: "tun_dst", value: ip.String(), field: TunDst(ip)}
 }
 
 // SetTunID sets the tunnel key (VNI).
 func SetTunID(id uint64) Action {
-	return setFieldAction{"tun_id", hex(id), func() *openflow15.MatchField { return openflow15.NewTunnelIdField(id) }}
+	return setFieldAction{name: "tun_id", value: hex(id), field: TunID(id)}
 }
 
 // SetReg loads value into bits start..end of register idx (a masked set_field,
 // which OVS accepts under OpenFlow 1.5 where NXAST_REG_LOAD is refused).
 func SetReg(idx, start, end int, value uint32) Action {
 	mask := bitMask(start, end)
-	v := value << start & mask
-	txt := hex(uint64(v))
+	field := MatchField{kind: kindReg, reg: idx, value: uint64(value << start & mask)}
+	txt := hex(field.value)
 	if mask != 0xffffffff {
-		txt += "/" + hex(uint64(mask))
+		field.mask = uint64(mask)
+		txt += "/" + hex(field.mask)
 	}
-	return setFieldAction{fmt.Sprintf("reg%d", idx), txt, func() *openflow15.MatchField {
-		if mask == 0xffffffff {
-			return openflow15.NewRegMatchField(idx, v, nil)
-		}
-		return openflow15.NewRegMatchFieldWithMask(idx, v, mask)
-	}}
+	return setFieldAction{name: fmt.Sprintf("reg%d", idx), value: txt, field: field}
 }
 
 // SetARPOp sets the ARP opcode (2 for a reply).
 func SetARPOp(op uint16) Action {
-	return setFieldAction{"arp_op", fmt.Sprintf("%d", op), func() *openflow15.MatchField { return openflow15.NewArpOperField(op) }}
+	return setFieldAction{name: "arp_op", value: fmt.Sprintf("%d", op), field: ARPOp(op)}
 }
 
 // SetARPSha sets the ARP sender hardware address.
 func SetARPSha(mac net.HardwareAddr) Action {
-	return setFieldAction{"arp_sha", mac.String(), func() *openflow15.MatchField { return openflow15.NewArpShaField(mac) }}
+	return setFieldAction{name: "arp_sha", value: mac.String(), field: MatchField{kind: kindARPSha, mac: mac}}
 }
 
 // SetARPSpa sets the ARP sender protocol address.
 func SetARPSpa(ip netip.Addr) Action {
-	return setFieldAction{"arp_spa", ip.String(), func() *openflow15.MatchField { return openflow15.NewArpSpaField(net.IP(ip.AsSlice())) }}
+	return setFieldAction{name: "arp_spa", value: ip.String(), field: NwSrc(netip.PrefixFrom(ip, ip.BitLen())), arp: true}
 }
 
 // SetCTMark sets ct_mark (inside CT's Exec); mask 0 or 0xffffffff is exact.
 func SetCTMark(mark, mask uint32) Action {
-	if mask == 0xffffffff {
-		mask = 0
-	}
-	return setFieldAction{"ct_mark", maskedHex(uint64(mark), uint64(mask)), func() *openflow15.MatchField {
-		if mask == 0 {
-			return openflow15.NewCTMarkMatchField(mark, nil)
-		}
-		m := mask
-		return openflow15.NewCTMarkMatchField(mark, &m)
-	}}
+	field := CTMark(mark, mask)
+	return setFieldAction{name: "ct_mark", value: maskedHex(field.value, field.mask), field: field}
 }
 
 // Field names a whole NXM/OXM field for Move.
@@ -218,6 +234,7 @@ func (a moveAction) encode() (openflow15.Action, error) {
 func (a moveAction) appendKey(b []byte) []byte {
 	return appendStringKey(appendStringKey(append(b, 'm'), a.src.name), a.dst.name)
 }
+func (a moveAction) appendWire(b []byte) ([]byte, error) { return appendEncoded(b, a) }
 
 // CTAction describes ct(...).
 type CTAction struct {
@@ -285,6 +302,8 @@ func (a ctAction) appendKey(b []byte) []byte {
 	}
 	return append(b, ')')
 }
+
+func (a ctAction) appendWire(b []byte) ([]byte, error) { return appendEncoded(b, a) }
 
 func (a ctAction) encode() (openflow15.Action, error) {
 	ct := openflow15.NewNXActionConnTrack()

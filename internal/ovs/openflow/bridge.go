@@ -331,7 +331,7 @@ func (b *Bridge) replay() error {
 		msgs = append(msgs, bundleMsg{flow: &c.flow, cookie: MakeCookie(round, c.category, c.flow.Cookie), command: openflow15.FC_ADD})
 	}
 	msgs = append(msgs, bundleMsg{raw: deleteRound(old)})
-	if err := b.sendBundle(ctx, msgs); err != nil {
+	if err := b.sendBundle(ctx, bundleMsgs(msgs)); err != nil {
 		return fmt.Errorf("replaying %d flows in round %d: %w", len(b.flows), round, err)
 	}
 	for _, c := range b.flows {
@@ -360,7 +360,7 @@ func (b *Bridge) DeleteRound(ctx context.Context, round uint16) error {
 	if round == b.round {
 		return fmt.Errorf("refusing to delete the current round %d", round)
 	}
-	return b.sendBundle(ctx, []bundleMsg{{raw: deleteRound(round)}})
+	return b.sendBundle(ctx, bundleMsgs{{raw: deleteRound(round)}})
 }
 
 // deleteRound is a flow_mod deleting every flow of a round.
@@ -371,31 +371,6 @@ func deleteRound(round uint16) *openflow15.FlowMod {
 	del.Cookie = uint64(round) << roundShift
 	del.CookieMask = RoundMask
 	return del
-}
-
-// sendBundle sends the messages as one atomic bundle and commits it only if the switch accepted
-// every message; otherwise the switch is left unchanged.
-func (b *Bridge) sendBundle(ctx context.Context, msgs []bundleMsg) error {
-	if len(msgs) == 0 {
-		return nil
-	}
-	ctx, cancel := context.WithTimeout(ctx, bundleTimeout)
-	defer cancel()
-	tx, err := openBundle(ctx, b.opts.Address)
-	if err != nil {
-		return fmt.Errorf("opening bundle: %w", err)
-	}
-	defer tx.close()
-	for i := range msgs {
-		m, err := msgs[i].encode()
-		if err != nil {
-			return fmt.Errorf("encoding %s: %w", msgs[i].String(), err)
-		}
-		if err := tx.add(m); err != nil {
-			return fmt.Errorf("sending bundle of %d messages: %w", len(msgs), err)
-		}
-	}
-	return tx.commit(ctx, func(i int) string { return msgs[i].String() })
 }
 
 // SyncResult reports what a Sync sent.
@@ -432,6 +407,20 @@ type flowChange struct {
 	prev, next *cached
 }
 
+// flowChanges is the bundle of a Sync: adds and modifications are sent as adds that replace the
+// installed flow, deletes as strict deletes.
+type flowChanges []flowChange
+
+func (fc flowChanges) len() int { return len(fc) }
+
+func (fc flowChanges) msg(i int) bundleMsg {
+	if c := fc[i]; c.next != nil {
+		return bundleMsg{flow: &c.next.flow, cookie: c.next.flow.Cookie, command: openflow15.FC_ADD}
+	}
+	c := fc[i].prev
+	return bundleMsg{flow: &c.flow, cookie: c.flow.Cookie, command: openflow15.FC_DELETE_STRICT}
+}
+
 // sync implements Sync (object nil: the whole category) and SyncObject.
 func (b *Bridge) sync(ctx context.Context, category uint8, object *uint64, desired []Flow) (SyncResult, error) {
 	if err := b.waitConnected(ctx); err != nil {
@@ -444,25 +433,21 @@ func (b *Bridge) sync(ctx context.Context, category uint8, object *uint64, desir
 		return SyncResult{}, fmt.Errorf("syncing category %d on bridge %q: %w", category, b.opts.Bridge, err)
 	}
 	var res SyncResult
-	msgs := make([]bundleMsg, len(changes))
-	for i, c := range changes {
+	for _, c := range changes {
 		switch {
 		case c.prev == nil:
 			res.Added++
 		case c.next == nil:
 			res.Deleted++
-			msgs[i] = bundleMsg{flow: &c.prev.flow, cookie: c.prev.flow.Cookie, command: openflow15.FC_DELETE_STRICT}
-			continue
 		default:
 			res.Modified++
 		}
-		msgs[i] = bundleMsg{flow: &c.next.flow, cookie: c.next.flow.Cookie, command: openflow15.FC_ADD}
 	}
-	if len(msgs) == 0 {
+	if len(changes) == 0 {
 		return res, nil
 	}
 	b.log.V(4).Info("Syncing flows", "category", category, "add", res.Added, "modify", res.Modified, "delete", res.Deleted)
-	if err := b.sendBundle(ctx, msgs); err != nil {
+	if err := b.sendBundle(ctx, changes); err != nil {
 		b.forgetAdds(changes)
 		return SyncResult{}, fmt.Errorf("syncing category %d on bridge %q: %w", category, b.opts.Bridge, err)
 	}
@@ -479,10 +464,10 @@ func (b *Bridge) sync(ctx context.Context, category uint8, object *uint64, desir
 // renders no text: flows are identified by binary keys built in reused buffers, so a desired flow
 // that is already installed costs a map lookup and two key comparisons. New flows are entered in
 // b.flows at once (to find duplicates among them); forgetAdds removes them if the bundle fails.
-func (b *Bridge) diff(category uint8, object *uint64, desired []Flow) ([]flowChange, error) {
+func (b *Bridge) diff(category uint8, object *uint64, desired []Flow) (flowChanges, error) {
 	b.pass++
 	pass := b.pass
-	var changes []flowChange
+	var changes flowChanges
 	kb, ab := b.keyBuf[:0], b.actionsBuf[:0]
 	defer func() { b.keyBuf, b.actionsBuf = kb, ab }()
 	for i := range desired {
@@ -526,7 +511,7 @@ func newCached(key string, f *Flow, cookie uint64, category uint8, actions []byt
 }
 
 // forgetAdds removes the flows diff entered for adds that were not installed.
-func (b *Bridge) forgetAdds(changes []flowChange) {
+func (b *Bridge) forgetAdds(changes flowChanges) {
 	for _, c := range changes {
 		if c.prev == nil {
 			delete(b.flows, c.next.key)
@@ -543,7 +528,9 @@ func (b *Bridge) apply(c flowChange) {
 		delete(b.flows, c.prev.key)
 		return
 	}
-	b.flows[c.next.key] = c.next
+	if c.prev != nil {
+		b.flows[c.next.key] = c.next // diff entered adds already
+	}
 	set := b.byCategory[c.next.category]
 	if set == nil {
 		set = flowSet{}

@@ -28,7 +28,8 @@ const (
 )
 
 // bundleMsg is one message of a bundle, encoded only when it is written so that encoding overlaps
-// with the switch's processing of the messages before it.
+// with the switch's processing of the messages before it. Flows are encoded directly (wire.go),
+// groups and other messages by libOpenflow.
 type bundleMsg struct {
 	flow    *Flow
 	cookie  uint64 // the cookie to send, which may differ from flow.Cookie (a replay's new round)
@@ -40,16 +41,17 @@ type bundleMsg struct {
 	raw util.Message // a message built by the caller (delete by cookie)
 }
 
-func (m *bundleMsg) encode() (util.Message, error) {
+// addTo encodes the message into the bundle.
+func (m *bundleMsg) addTo(tx *bundleTx) error {
 	switch {
 	case m.flow != nil:
-		return m.flow.flowMod(m.command, m.cookie)
+		return tx.addFlow(m.flow, m.command, m.cookie)
 	case m.group != nil:
-		return m.group.ofGroup().GetBundleMessage(m.groupCmd).GetMessage(), nil
+		return tx.add(m.group.ofGroup().GetBundleMessage(m.groupCmd).GetMessage())
 	case m.raw != nil:
-		return m.raw, nil
+		return tx.add(m.raw)
 	}
-	return nil, errors.New("empty bundle message")
+	return errors.New("empty bundle message")
 }
 
 // String names the message in errors.
@@ -63,6 +65,44 @@ func (m *bundleMsg) String() string {
 		return fmt.Sprintf("group %q", m.group.String())
 	}
 	return fmt.Sprintf("message %T", m.raw)
+}
+
+// bundleSource yields the messages of a bundle; each is built only when it is sent.
+type bundleSource interface {
+	len() int
+	msg(i int) bundleMsg
+}
+
+// bundleMsgs is a bundle built in advance.
+type bundleMsgs []bundleMsg
+
+func (m bundleMsgs) len() int            { return len(m) }
+func (m bundleMsgs) msg(i int) bundleMsg { return m[i] }
+
+// sendBundle sends the messages as one atomic bundle and commits it only if the switch accepted
+// every message; otherwise the switch is left unchanged.
+func (b *Bridge) sendBundle(ctx context.Context, src bundleSource) error {
+	n := src.len()
+	if n == 0 {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, bundleTimeout)
+	defer cancel()
+	tx, err := openBundle(ctx, b.opts.Address)
+	if err != nil {
+		return fmt.Errorf("opening bundle: %w", err)
+	}
+	defer tx.close()
+	for i := range n {
+		m := src.msg(i)
+		if err := m.addTo(tx); err != nil {
+			return fmt.Errorf("sending %s in a bundle of %d messages: %w", m.String(), n, err)
+		}
+	}
+	return tx.commit(ctx, func(i int) string {
+		m := src.msg(i)
+		return m.String()
+	})
 }
 
 // bundleTx is one atomic bundle on a connection of its own to the bridge's management socket. The
@@ -166,6 +206,30 @@ func (tx *bundleTx) add(m util.Message) error {
 	add.Message = m
 	if err := tx.write(add); err != nil {
 		return err
+	}
+	tx.n++
+	return nil
+}
+
+// addFlow appends a flow_mod to the bundle, encoded straight into the write buffer.
+func (tx *bundleTx) addFlow(f *Flow, command uint8, cookie uint64) error {
+	tx.xid++
+	b := tx.w.AvailableBuffer()
+	b = append(b, openflow15.VERSION, openflow15.Type_BundleAddMessage, 0, 0) // length set below
+	b = binary.BigEndian.AppendUint32(b, tx.xid)
+	b = binary.BigEndian.AppendUint32(b, bundleID)
+	b = binary.BigEndian.AppendUint16(b, 0) // padding
+	b = binary.BigEndian.AppendUint16(b, openflow15.OFPBCT_ATOMIC)
+	b, err := f.appendFlowMod(b, command, cookie, tx.xid)
+	if err != nil {
+		return err
+	}
+	if len(b) > 0xffff {
+		return fmt.Errorf("flow_mod of %d bytes is too long", len(b))
+	}
+	binary.BigEndian.PutUint16(b[2:], uint16(len(b)))
+	if _, err := tx.w.Write(b); err != nil {
+		return fmt.Errorf("writing to the switch: %w", err)
 	}
 	tx.n++
 	return nil

@@ -2,10 +2,10 @@ package openflow
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"net"
 	"net/netip"
-	"slices"
 	"strings"
 
 	"antrea.io/libOpenflow/openflow15"
@@ -28,8 +28,21 @@ type Flow struct {
 	Actions  []Action
 }
 
-// maxInlineMatch is the number of match fields appendMatchKey orders without allocating.
+// maxInlineMatch is the number of match fields ordered without allocating.
 const maxInlineMatch = 16
+
+// matchOrder returns the indices of the match fields in the order OVS prints them (a stable
+// sort by field), in idx's storage when it is large enough.
+func (f *Flow) matchOrder(idx []int) []int {
+	idx = idx[:0]
+	for i := range f.Match {
+		idx = append(idx, i)
+		for j := i; j > 0 && f.Match[idx[j-1]].order() > f.Match[idx[j]].order(); j-- {
+			idx[j-1], idx[j] = idx[j], idx[j-1]
+		}
+	}
+	return idx
+}
 
 // appendMatchKey appends a compact binary identity of the flow in its table, the way OpenFlow
 // identifies a flow: table, priority and match. Two flows have the same key exactly when their
@@ -37,22 +50,8 @@ const maxInlineMatch = 16
 // reused buffer, no allocation.
 func (f *Flow) appendMatchKey(b []byte) []byte {
 	b = append(b, f.Table, byte(f.Priority>>8), byte(f.Priority))
-	n := len(f.Match)
-	if n > maxInlineMatch {
-		for _, m := range f.sortedMatch() {
-			b = m.appendKey(b)
-		}
-		return b
-	}
-	// A stable insertion sort of indices into the order OVS prints fields in, as sortedMatch.
-	var idx [maxInlineMatch]uint8
-	for i := range n {
-		idx[i] = uint8(i)
-		for j := i; j > 0 && f.Match[idx[j-1]].order() > f.Match[idx[j]].order(); j-- {
-			idx[j-1], idx[j] = idx[j], idx[j-1]
-		}
-	}
-	for _, i := range idx[:n] {
+	var idx [maxInlineMatch]int
+	for _, i := range f.matchOrder(idx[:]) {
 		b = f.Match[i].appendKey(b)
 	}
 	return b
@@ -65,13 +64,6 @@ func (f *Flow) appendActionsKey(b []byte) []byte {
 		b = a.appendKey(b)
 	}
 	return b
-}
-
-// sortedMatch returns the match fields in the order OVS prints them.
-func (f *Flow) sortedMatch() []MatchField {
-	m := slices.Clone(f.Match)
-	slices.SortStableFunc(m, func(a, b MatchField) int { return a.order() - b.order() })
-	return m
 }
 
 func (f *Flow) isARP() bool {
@@ -90,8 +82,9 @@ func (f *Flow) MatchString() string {
 		parts = append(parts, fmt.Sprintf("priority=%d", f.Priority))
 	}
 	arp := f.isARP()
-	for _, m := range f.sortedMatch() {
-		parts = append(parts, m.text(arp))
+	var idx [maxInlineMatch]int
+	for _, i := range f.matchOrder(idx[:]) {
+		parts = append(parts, f.Match[i].text(arp))
 	}
 	return strings.Join(parts, ",")
 }
@@ -140,8 +133,13 @@ func (f *Flow) flowMod(command uint8, cookie uint64) (*openflow15.FlowMod, error
 	fm.Cookie = cookie
 	fm.Command = command
 	arp := f.isARP()
-	for _, m := range f.sortedMatch() {
-		fm.Match.AddField(*m.oxm(arp))
+	var idx [maxInlineMatch]int
+	for _, i := range f.matchOrder(idx[:]) {
+		field, err := f.Match[i].oxm(arp)
+		if err != nil {
+			return nil, err
+		}
+		fm.Match.AddField(*field)
 	}
 	if command == openflow15.FC_DELETE || command == openflow15.FC_DELETE_STRICT {
 		return fm, nil
@@ -151,7 +149,7 @@ func (f *Flow) flowMod(command uint8, cookie uint64) (*openflow15.FlowMod, error
 	for i, a := range f.Actions {
 		if g, ok := a.(gotoAction); ok {
 			if i != len(f.Actions)-1 {
-				return nil, fmt.Errorf("goto_table must be the last action")
+				return nil, errGotoNotLast
 			}
 			// A backwards goto is sent as is: the switch rejects it.
 			gotoTable = openflow15.NewInstrGotoTable(g.table)
@@ -196,6 +194,7 @@ const (
 	kindNwSrc
 	kindNwDst
 	kindARPOp
+	kindARPSha // set_field only
 )
 
 const (
@@ -441,47 +440,57 @@ func ipMask(p netip.Prefix) *net.IP {
 	return &m
 }
 
-func (m MatchField) oxm(arp bool) *openflow15.MatchField {
+// errNotIPv4 refuses addresses the IPv4 OpenFlow fields cannot carry.
+var errNotIPv4 = errors.New("only IPv4 addresses are supported")
+
+// oxm builds the field with libOpenflow (arp: the flow matches ARP).
+func (m MatchField) oxm(arp bool) (*openflow15.MatchField, error) {
+	if m.prefix.IsValid() && !m.prefix.Addr().Is4() {
+		return nil, errNotIPv4
+	}
+	ip := net.IP(m.prefix.Addr().AsSlice())
 	switch m.kind {
 	case kindCTState:
 		f, _ := openflow15.FindFieldHeaderByName("NXM_NX_CT_STATE", true)
 		f.Value = &openflow15.Uint32Message{Data: uint32(m.value)}
 		f.Mask = &openflow15.Uint32Message{Data: uint32(m.mask)}
-		return f
+		return f, nil
 	case kindCTZone:
-		return openflow15.NewCTZoneMatchField(uint16(m.value))
+		return openflow15.NewCTZoneMatchField(uint16(m.value)), nil
 	case kindCTMark:
 		if m.mask == 0 {
-			return openflow15.NewCTMarkMatchField(uint32(m.value), nil)
+			return openflow15.NewCTMarkMatchField(uint32(m.value), nil), nil
 		}
 		mask := uint32(m.mask)
-		return openflow15.NewCTMarkMatchField(uint32(m.value), &mask)
+		return openflow15.NewCTMarkMatchField(uint32(m.value), &mask), nil
 	case kindEthType:
-		return openflow15.NewEthTypeField(uint16(m.value))
+		return openflow15.NewEthTypeField(uint16(m.value)), nil
 	case kindReg:
-		return openflow15.NewRegMatchFieldWithMask(m.reg, uint32(m.value), uint32(m.mask))
+		return openflow15.NewRegMatchFieldWithMask(m.reg, uint32(m.value), uint32(m.mask)), nil
 	case kindTunID:
-		return openflow15.NewTunnelIdField(m.value)
+		return openflow15.NewTunnelIdField(m.value), nil
 	case kindTunDst:
-		return openflow15.NewTunnelIpv4DstField(net.IP(m.prefix.Addr().AsSlice()), ipMask(m.prefix))
+		return openflow15.NewTunnelIpv4DstField(ip, ipMask(m.prefix)), nil
 	case kindInPort:
-		return openflow15.NewInPortField(uint32(m.value))
+		return openflow15.NewInPortField(uint32(m.value)), nil
 	case kindEthSrc:
-		return openflow15.NewEthSrcField(m.mac, nil)
+		return openflow15.NewEthSrcField(m.mac, nil), nil
 	case kindEthDst:
-		return openflow15.NewEthDstField(m.mac, nil)
+		return openflow15.NewEthDstField(m.mac, nil), nil
 	case kindNwSrc:
 		if arp {
-			return openflow15.NewArpSpaField(net.IP(m.prefix.Addr().AsSlice()))
+			return openflow15.NewArpSpaField(ip), nil
 		}
-		return openflow15.NewIpv4SrcField(net.IP(m.prefix.Addr().AsSlice()), ipMask(m.prefix))
+		return openflow15.NewIpv4SrcField(ip, ipMask(m.prefix)), nil
 	case kindNwDst:
 		if arp {
-			return openflow15.NewArpTpaField(net.IP(m.prefix.Addr().AsSlice()))
+			return openflow15.NewArpTpaField(ip), nil
 		}
-		return openflow15.NewIpv4DstField(net.IP(m.prefix.Addr().AsSlice()), ipMask(m.prefix))
+		return openflow15.NewIpv4DstField(ip, ipMask(m.prefix)), nil
 	case kindARPOp:
-		return openflow15.NewArpOperField(uint16(m.value))
+		return openflow15.NewArpOperField(uint16(m.value)), nil
+	case kindARPSha:
+		return openflow15.NewArpShaField(m.mac), nil
 	}
-	return nil
+	return nil, fmt.Errorf("unknown match field kind %d", m.kind)
 }

@@ -56,7 +56,7 @@ func (b *Bridge) SyncGroups(ctx context.Context, desired []Group) (SyncResult, e
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	var res SyncResult
-	var msgs []bundleMsg
+	var msgs bundleMsgs
 	want := map[uint32]*groupState{}
 	for i := range desired {
 		g := &desired[i]

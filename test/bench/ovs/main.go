@@ -1,5 +1,12 @@
 // Command ovs benchmarks installing flows through openflow.Sync against
 // `ovs-ofctl --bundle add-flows` of the same flows on a private userspace OVS.
+//
+// Each size is measured in several runs; each run installs the flows on two fresh bridges, one per
+// side, in alternating order, then (for the largest size) changes one flow through Sync. The
+// summary lines report medians, so that a run disturbed by other load on the machine does not
+// decide the result. The last line is
+//
+//	bench-ovs flows=100000 ours_ms=N ofctl_ms=N ratio=R incr_mods=N incr_ms=N
 package main
 
 import (
@@ -10,7 +17,9 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"runtime"
 	"runtime/pprof"
+	"slices"
 	"strings"
 	"time"
 
@@ -19,10 +28,17 @@ import (
 	"github.com/winnet-io/winnet/internal/ovs/ovstest"
 )
 
-const category = 1
+const (
+	category = 1
+	// settle is the pause after deleting a run's bridges.
+	settle = 300 * time.Millisecond
+)
+
+var sizes = []int{20000, 100000}
 
 func main() {
-	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of our Syncs to this file")
+	runs := flag.Int("runs", 5, "runs per size; summary lines report medians")
+	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the whole benchmark to this file")
 	flag.Parse()
 	if *cpuprofile != "" {
 		f, err := os.Create(*cpuprofile)
@@ -30,23 +46,26 @@ func main() {
 			fmt.Fprintf(os.Stderr, "bench-ovs: %v\n", err)
 			os.Exit(1)
 		}
-		_ = pprof.StartCPUProfile(f)
+		if err := pprof.StartCPUProfile(f); err != nil {
+			fmt.Fprintf(os.Stderr, "bench-ovs: %v\n", err)
+			os.Exit(1)
+		}
 		defer pprof.StopCPUProfile()
 	}
-	if err := run(); err != nil {
+	if err := run(*runs); err != nil {
 		fmt.Fprintf(os.Stderr, "bench-ovs: %v\n", err)
 		os.Exit(1)
 	}
 }
 
+// flows returns n route-like flows: one destination each, a tunnel destination, a goto.
 func flows(n int) []openflow.Flow {
 	vmac, _ := net.ParseMAC("aa:bb:cc:dd:ee:ff")
 	out := make([]openflow.Flow, n)
 	for i := range out {
-		dst := netip.AddrFrom4([4]byte{10, byte(i >> 16), byte(i >> 8), byte(i)})
 		out[i] = openflow.Flow{
 			Table: 70, Priority: 200, Cookie: uint64(i + 1),
-			Match: []openflow.MatchField{openflow.IPv4(), openflow.NwDst(netip.PrefixFrom(dst, 32))},
+			Match: []openflow.MatchField{openflow.IPv4(), openflow.NwDst(netip.PrefixFrom(dst(i), 32))},
 			Actions: []openflow.Action{
 				openflow.SetEthDst(vmac),
 				openflow.SetTunDst(netip.AddrFrom4([4]byte{192, 168, byte(i >> 8), byte(i)})),
@@ -57,17 +76,28 @@ func flows(n int) []openflow.Flow {
 	return out
 }
 
-type result struct {
-	n             int
-	ours, ofctl   time.Duration
-	incrMods      int
-	incr          time.Duration
-	oursBr, ofBr  string
-	oursBridgeRef *openflow.Bridge
+func dst(i int) netip.Addr { return netip.AddrFrom4([4]byte{10, byte(i >> 16), byte(i >> 8), byte(i)}) }
+
+// sample is one run of one size.
+type sample struct {
+	ours, ofctl time.Duration
+	incrMods    int
+	incr        time.Duration
 }
 
-func run() error {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+func (s sample) ratio() float64 { return float64(s.ours) / float64(s.ofctl) }
+
+type bench struct {
+	ovs   *ovstest.OVS
+	db    *ovsdb.Client
+	dpids uint64 // ofctrl keys switches by datapath ID process-wide: never reuse one
+}
+
+func run(runs int) error {
+	if runs < 1 {
+		return fmt.Errorf("-runs must be at least 1")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	defer cancel()
 	o, err := ovstest.New(ovstest.Options{})
 	if err != nil {
@@ -79,90 +109,197 @@ func run() error {
 		return err
 	}
 	defer db.Close()
+	b := &bench{ovs: o, db: db, dpids: 0x100}
 
-	var last result
-	for i, n := range []int{20000, 100000} {
-		r, err := measure(ctx, o, db, n, uint64(0x100+i))
-		if err != nil {
-			return err
-		}
-		if n == 100000 {
-			// Change one flow among 100,000.
-			desired := flows(n)
-			desired[n/2].Actions = []openflow.Action{openflow.Output(7)}
-			start := time.Now()
-			res, err := r.oursBridgeRef.Sync(ctx, category, desired)
+	for _, n := range sizes {
+		incremental := n == sizes[len(sizes)-1]
+		var samples []sample
+		for r := range runs {
+			s, err := b.measure(ctx, n, r, incremental)
 			if err != nil {
-				return fmt.Errorf("incremental sync: %w", err)
+				return fmt.Errorf("%d flows, run %d: %w", n, r+1, err)
 			}
-			r.incr = time.Since(start)
-			r.incrMods = res.Mods()
-			fmt.Printf("bench-ovs flows=%d ours_ms=%d ofctl_ms=%d ratio=%.2f incr_mods=%d incr_ms=%d\n",
-				n, r.ours.Milliseconds(), r.ofctl.Milliseconds(), ratio(r), r.incrMods, r.incr.Milliseconds())
-		} else {
-			fmt.Printf("bench-ovs flows=%d ours_ms=%d ofctl_ms=%d ratio=%.2f\n", n, r.ours.Milliseconds(), r.ofctl.Milliseconds(), ratio(r))
+			samples = append(samples, s)
+			line := fmt.Sprintf("bench-ovs run=%d flows=%d ours_ms=%d ofctl_ms=%d ratio=%.2f", r+1, n, s.ours.Milliseconds(), s.ofctl.Milliseconds(), s.ratio())
+			if incremental {
+				line += fmt.Sprintf(" incr_mods=%d incr_ms=%d", s.incrMods, s.incr.Milliseconds())
+			}
+			fmt.Println(line)
 		}
-		if last.oursBridgeRef != nil {
-			last.oursBridgeRef.Close()
+		ours := median(samples, func(s sample) float64 { return float64(s.ours) })
+		ofctl := median(samples, func(s sample) float64 { return float64(s.ofctl) })
+		ratio := median(samples, sample.ratio)
+		if !incremental {
+			fmt.Printf("bench-ovs flows=%d ours_ms=%d ofctl_ms=%d ratio=%.2f\n", n, msOf(ours), msOf(ofctl), ratio)
+			continue
 		}
-		last = r
-	}
-	if last.oursBridgeRef != nil {
-		last.oursBridgeRef.Close()
+		// The most flow_mods any run sent for the one changed flow.
+		mods := slices.Max(collect(samples, func(s sample) float64 { return float64(s.incrMods) }))
+		incr := median(samples, func(s sample) float64 { return float64(s.incr) })
+		fmt.Printf("bench-ovs: medians of %d runs (ratio: median of per-run ratios; incr_mods: the most any run sent); load average at the end: %s\n", runs, loadAverage())
+		fmt.Printf("bench-ovs flows=%d ours_ms=%d ofctl_ms=%d ratio=%.2f incr_mods=%d incr_ms=%d\n", n, msOf(ours), msOf(ofctl), ratio, int(mods), msOf(incr))
 	}
 	return nil
 }
 
-func ratio(r result) float64 { return float64(r.ours) / float64(r.ofctl) }
-
-func measure(ctx context.Context, o *ovstest.OVS, db *ovsdb.Client, n int, dpid uint64) (result, error) {
-	r := result{n: n, oursBr: fmt.Sprintf("bo%d", n), ofBr: fmt.Sprintf("bc%d", n)}
-	for j, name := range []string{r.oursBr, r.ofBr} {
-		if _, err := db.EnsureBridge(ctx, ovsdb.BridgeSpec{Name: name, DatapathType: ovsdb.DatapathNetdev, DatapathID: dpid<<4 | uint64(j)}); err != nil {
-			return r, err
+// measure installs n flows through Sync and through ovs-ofctl on two fresh bridges, ours first in
+// even runs and ovs-ofctl first in odd ones, then optionally changes one flow through Sync. Both
+// bridges are deleted afterwards.
+func (b *bench) measure(ctx context.Context, n, r int, incremental bool) (sample, error) {
+	var s sample
+	ours, theirs := fmt.Sprintf("bo%d-%d", n, r), fmt.Sprintf("bc%d-%d", n, r)
+	for _, name := range []string{ours, theirs} {
+		b.dpids++
+		if _, err := b.db.EnsureBridge(ctx, ovsdb.BridgeSpec{Name: name, DatapathType: ovsdb.DatapathNetdev, DatapathID: b.dpids}); err != nil {
+			return s, err
 		}
 	}
-	br, err := openflow.Connect(ctx, openflow.Options{Bridge: r.oursBr, Address: o.MgmtSocket(r.oursBr), Rounds: db})
+	defer b.deleteBridges(ours, theirs)
+	br, err := openflow.Connect(ctx, openflow.Options{Bridge: ours, Address: b.ovs.MgmtSocket(ours), Rounds: b.db})
 	if err != nil {
-		return r, err
+		return s, err
 	}
-	r.oursBridgeRef = br
+	defer br.Close()
+	if _, err := b.ovs.Ofctl("show", theirs); err != nil { // the bridge is up for ovs-ofctl too
+		return s, err
+	}
 	desired := flows(n)
+	file, err := b.writeText(n, br.Round(), desired)
+	if err != nil {
+		return s, err
+	}
 
+	installOurs := func() error {
+		runtime.GC()
+		start := time.Now()
+		res, err := br.Sync(ctx, category, desired)
+		s.ours = time.Since(start)
+		if err != nil {
+			return fmt.Errorf("sync of %d flows: %w", n, err)
+		}
+		if res.Added != n {
+			return fmt.Errorf("sync added %d flows, want %d", res.Added, n)
+		}
+		return nil
+	}
+	installTheirs := func() error {
+		start := time.Now()
+		_, err := b.ovs.Ofctl("--bundle", "add-flows", theirs, file)
+		s.ofctl = time.Since(start)
+		return err
+	}
+	steps := []func() error{installOurs, installTheirs}
+	if r%2 == 1 {
+		slices.Reverse(steps)
+	}
+	for _, step := range steps {
+		if err := step(); err != nil {
+			return s, err
+		}
+	}
+	for _, name := range []string{ours, theirs} {
+		if err := b.expectFlowCount(name, n); err != nil {
+			return s, err
+		}
+	}
+	if !incremental {
+		return s, nil
+	}
+
+	// Change one flow among n.
+	changed := n/2 + r
+	desired[changed].Actions = []openflow.Action{openflow.Output(7)}
+	runtime.GC()
 	start := time.Now()
 	res, err := br.Sync(ctx, category, desired)
+	s.incr = time.Since(start)
 	if err != nil {
-		return r, fmt.Errorf("sync of %d flows: %w", n, err)
+		return s, fmt.Errorf("incremental sync: %w", err)
 	}
-	r.ours = time.Since(start)
-	if res.Added != n {
-		return r, fmt.Errorf("sync added %d flows, want %d", res.Added, n)
+	s.incrMods = res.Mods()
+	out, err := b.ovs.Ofctl("dump-flows", "--no-stats", ours, "table=70,ip,nw_dst="+dst(changed).String())
+	if err != nil {
+		return s, err
 	}
+	if !strings.Contains(out, "actions=output:7") {
+		return s, fmt.Errorf("changed flow not installed: %s", strings.TrimSpace(out))
+	}
+	return s, b.expectFlowCount(ours, n)
+}
 
-	// The same flows, as text, through ovs-ofctl in one bundle.
-	var b strings.Builder
-	for _, f := range br.Installed(category) {
-		b.WriteString(f.String())
-		b.WriteByte('\n')
-	}
-	file := filepath.Join(o.Dir, fmt.Sprintf("flows-%d.txt", n))
-	if err := os.WriteFile(file, []byte(b.String()), 0o600); err != nil {
-		return r, err
-	}
-	start = time.Now()
-	if _, err := o.Ofctl("--bundle", "add-flows", r.ofBr, file); err != nil {
-		return r, err
-	}
-	r.ofctl = time.Since(start)
-
-	for _, name := range []string{r.oursBr, r.ofBr} {
-		out, err := o.Ofctl("dump-aggregate", name)
-		if err != nil {
-			return r, err
-		}
-		if !strings.Contains(out, fmt.Sprintf("flow_count=%d", n)) {
-			return r, fmt.Errorf("bridge %s: %s", name, strings.TrimSpace(out))
+// deleteBridges deletes the bridges and waits until ovs-vswitchd has destroyed them and their
+// flows, plus a pause for its deferred frees, so that the next run starts on a quiet switch.
+func (b *bench) deleteBridges(names ...string) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	for _, name := range names {
+		if _, err := b.db.DeleteBridge(ctx, name); err != nil {
+			fmt.Fprintf(os.Stderr, "bench-ovs: deleting bridge %s: %v\n", name, err)
 		}
 	}
-	return r, nil
+	for _, name := range names {
+		for ctx.Err() == nil {
+			if _, err := os.Stat(b.ovs.MgmtSocket(name)); os.IsNotExist(err) {
+				break
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	time.Sleep(settle)
+}
+
+// writeText renders the flows, with the cookies Sync stamps, as ovs-ofctl reads them.
+func (b *bench) writeText(n int, round uint16, desired []openflow.Flow) (string, error) {
+	var sb strings.Builder
+	for _, f := range desired {
+		f.Cookie = openflow.MakeCookie(round, category, f.Cookie)
+		sb.WriteString(f.String())
+		sb.WriteByte('\n')
+	}
+	file := filepath.Join(b.ovs.Dir, fmt.Sprintf("flows-%d.txt", n))
+	return file, os.WriteFile(file, []byte(sb.String()), 0o600)
+}
+
+func (b *bench) expectFlowCount(bridge string, n int) error {
+	out, err := b.ovs.Ofctl("dump-aggregate", bridge)
+	if err != nil {
+		return err
+	}
+	if !strings.Contains(out, fmt.Sprintf("flow_count=%d", n)) {
+		return fmt.Errorf("bridge %s: want %d flows: %s", bridge, n, strings.TrimSpace(out))
+	}
+	return nil
+}
+
+func collect(samples []sample, f func(sample) float64) []float64 {
+	out := make([]float64, len(samples))
+	for i, s := range samples {
+		out[i] = f(s)
+	}
+	return out
+}
+
+// median of an odd count is the middle value; of an even count, the mean of the middle two.
+func median(samples []sample, f func(sample) float64) float64 {
+	v := collect(samples, f)
+	slices.Sort(v)
+	if len(v)%2 == 1 {
+		return v[len(v)/2]
+	}
+	return (v[len(v)/2-1] + v[len(v)/2]) / 2
+}
+
+func msOf(d float64) int64 { return time.Duration(d).Milliseconds() }
+
+// loadAverage reads the 1, 5 and 15 minute load averages (Linux).
+func loadAverage() string {
+	data, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "unknown"
+	}
+	f := strings.Fields(string(data))
+	if len(f) < 3 {
+		return "unknown"
+	}
+	return strings.Join(f[:3], " ")
 }
