@@ -1,0 +1,399 @@
+//go:build linux
+
+package cluster
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/winnet-io/winnet/internal/ovs/ovstest"
+	"github.com/winnet-io/winnet/test/framework"
+	"github.com/winnet-io/winnet/test/simnode"
+)
+
+// RunRoot is where the run directories of test clusters live: RunRoot/<prefix>.
+const RunRoot = "/tmp/winnet-e2e"
+
+// testPrefixRE matches the prefixes Start picks when Options.Prefix is empty.
+var testPrefixRE = regexp.MustCompile(`^wne[0-9a-f]{4}$`)
+
+// Options configure a cluster.
+type Options struct {
+	// Prefix starts the name of every namespace of the run; empty picks "wne" and 4 random hex digits.
+	// [a-z0-9], at most 8 bytes.
+	Prefix string
+	// RunDir holds the run's records (owner, pids, directories), logs, kubeconfig and per-node state.
+	// Empty: RunRoot/<prefix>.
+	RunDir string
+	// BinDir holds winnet-agent, winnet-controller and winnet-cni. Empty: bin/linux of the repository.
+	BinDir string
+	// UnderlayCIDR is the nodes' subnet; the bridge holds its first address, the external host the last
+	// (and the one before, ExcludedIP). Default 192.168.77.0/24.
+	UnderlayCIDR netip.Prefix
+	// ClusterCIDR contains every node's Pod CIDR. Default 10.244.0.0/16.
+	ClusterCIDR netip.Prefix
+	// Logf receives progress messages; nil discards them.
+	Logf func(format string, args ...any)
+}
+
+// Cluster is a running cluster. Its methods are safe for concurrent use unless they say otherwise.
+type Cluster struct {
+	Prefix string
+	RunDir string
+	BinDir string
+	// Client is a client of the API server with winnet's types.
+	Client client.Client
+	// Kubeconfig is an admin kubeconfig for kubectl (RunDir/kubeconfig).
+	Kubeconfig string
+	// Kubectl is the kubectl built with the API server.
+	Kubectl string
+	// UnderlayNS is the namespace of the underlay bridge.
+	UnderlayNS   string
+	UnderlayCIDR netip.Prefix
+	// UnderlayGateway is the bridge's address, the default gateway of every host on the underlay.
+	UnderlayGateway netip.Addr
+	ClusterCIDR     netip.Prefix
+	// External is the external host. It answers on ExternalIP (SNATed Pod traffic) and on ExcludedIP (a
+	// destination every node excludes from SNAT), and routes every Pod CIDR to its node.
+	External   *Host
+	ExternalIP netip.Addr
+	ExcludedIP netip.Addr
+
+	opts       Options
+	reg        *registry
+	api        *framework.APIServer
+	controller *process
+	agentFlags map[string]bool
+
+	mu    sync.Mutex
+	nodes map[string]*Node
+	pods  map[string]*Pod
+	ports int
+}
+
+// Start builds the cluster's shared parts: the run directory, the underlay with the external host, the API
+// server with winnet's CRDs and winnet-controller. Leftovers of dead earlier runs under RunRoot are removed
+// first. On error everything built so far is torn down.
+func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
+	if err := checkPrerequisites(); err != nil {
+		return nil, err
+	}
+	if err := Sweep(); err != nil {
+		return nil, fmt.Errorf("removing leftovers of earlier runs: %w", err)
+	}
+	c, err = newCluster(opts)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			err = errors.Join(err, c.Close())
+		}
+	}()
+	if err := c.startUnderlay(); err != nil {
+		return c, fmt.Errorf("building the underlay: %w", err)
+	}
+	if err := c.startAPIServer(); err != nil {
+		return c, err
+	}
+	if err := c.startController(); err != nil {
+		return c, err
+	}
+	if err := c.detectAgentFlags(); err != nil {
+		return c, err
+	}
+	return c, nil
+}
+
+func newCluster(opts Options) (*Cluster, error) {
+	if opts.Prefix == "" {
+		b := make([]byte, 2)
+		_, _ = rand.Read(b)
+		opts.Prefix = "wne" + hex.EncodeToString(b)
+	}
+	if !regexp.MustCompile(`^[a-z0-9]{1,8}$`).MatchString(opts.Prefix) {
+		return nil, fmt.Errorf("prefix %q must be [a-z0-9], 1 to 8 bytes", opts.Prefix)
+	}
+	if opts.RunDir == "" {
+		opts.RunDir = filepath.Join(RunRoot, opts.Prefix)
+	}
+	if opts.BinDir == "" {
+		opts.BinDir = filepath.Join(framework.RepoRoot(), "bin", "linux")
+	}
+	if !opts.UnderlayCIDR.IsValid() {
+		opts.UnderlayCIDR = netip.MustParsePrefix("192.168.77.0/24")
+	}
+	if !opts.ClusterCIDR.IsValid() {
+		opts.ClusterCIDR = netip.MustParsePrefix("10.244.0.0/16")
+	}
+	if opts.Logf == nil {
+		opts.Logf = func(string, ...any) {}
+	}
+	for _, b := range []string{"winnet-agent", "winnet-controller", "winnet-cni"} {
+		if _, err := os.Stat(filepath.Join(opts.BinDir, b)); err != nil {
+			return nil, fmt.Errorf("%s is missing in %s: run 'make build': %w", b, opts.BinDir, err)
+		}
+	}
+	if entries, _ := os.ReadDir(opts.RunDir); len(entries) > 0 {
+		return nil, fmt.Errorf("run directory %s is in use: tear the earlier run down first", opts.RunDir)
+	}
+	if err := os.MkdirAll(opts.RunDir, 0o755); err != nil {
+		return nil, fmt.Errorf("creating the run directory: %w", err)
+	}
+	c := &Cluster{
+		Prefix: opts.Prefix, RunDir: opts.RunDir, BinDir: opts.BinDir,
+		UnderlayNS: opts.Prefix + "-u", UnderlayCIDR: opts.UnderlayCIDR.Masked(), ClusterCIDR: opts.ClusterCIDR.Masked(),
+		opts: opts, reg: &registry{dir: opts.RunDir}, nodes: map[string]*Node{}, pods: map[string]*Pod{},
+	}
+	c.UnderlayGateway = c.UnderlayCIDR.Addr().Next()
+	c.ExternalIP = lastHost(c.UnderlayCIDR)
+	c.ExcludedIP = c.ExternalIP.Prev()
+	for file, content := range map[string]string{ownerFile: strconv.Itoa(os.Getpid()), prefixFile: c.Prefix} {
+		if err := os.WriteFile(filepath.Join(c.RunDir, file), []byte(content+"\n"), 0o644); err != nil {
+			return nil, fmt.Errorf("writing the run record: %w", err)
+		}
+	}
+	return c, nil
+}
+
+func checkPrerequisites() error {
+	if err := simnode.CheckPrerequisites(); err != nil {
+		return fmt.Errorf("cannot build simulated nodes: %w; run hack/setup-test-deps.sh as root", err)
+	}
+	if err := ovstest.CheckPrerequisites(); err != nil {
+		return fmt.Errorf("cannot start Open vSwitch: %w; run hack/setup-test-deps.sh", err)
+	}
+	return nil
+}
+
+// lastHost returns the last host address of p (.254 in a /24).
+func lastHost(p netip.Prefix) netip.Addr {
+	b := p.Masked().Addr().As4()
+	v := uint32(b[0])<<24 | uint32(b[1])<<16 | uint32(b[2])<<8 | uint32(b[3])
+	v = v | (uint32(1)<<(32-p.Bits()) - 1) - 1 // the broadcast address less one
+	return netip.AddrFrom4([4]byte{byte(v >> 24), byte(v >> 16), byte(v >> 8), byte(v)})
+}
+
+func (c *Cluster) logf(format string, args ...any) { c.opts.Logf(format, args...) }
+
+// nextPort returns the name of a new port of the underlay bridge.
+func (c *Cluster) nextPort() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.ports++
+	return "p" + strconv.Itoa(c.ports)
+}
+
+func (c *Cluster) startUnderlay() error {
+	c.logf("Building the underlay %s (%s) and the external host", c.UnderlayNS, c.UnderlayCIDR)
+	if err := newUnderlay(c.UnderlayNS, c.UnderlayCIDR, c.UnderlayGateway); err != nil {
+		return err
+	}
+	bits := c.UnderlayCIDR.Bits()
+	ext := &Host{Name: "external", NS: c.Prefix + "-ext", IP: netip.PrefixFrom(c.ExternalIP, bits)}
+	ext.NSPath = nsPath(ext.NS)
+	if err := addNS(ext.NS); err != nil {
+		return err
+	}
+	if err := plug(c.UnderlayNS, ext.NS, hostIfName, c.nextPort(), ext.IP, c.UnderlayGateway); err != nil {
+		return err
+	}
+	if err := run(ext.NS, []string{"ip", "addr", "add", netip.PrefixFrom(c.ExcludedIP, bits).String(), "dev", hostIfName}); err != nil {
+		return err
+	}
+	if err := disableTxChecksum(ext.NS, hostIfName); err != nil {
+		return err
+	}
+	c.External = ext
+	return nil
+}
+
+func (c *Cluster) startAPIServer() error {
+	c.logf("Starting kube-apiserver and etcd")
+	api, err := framework.StartAPIServer()
+	if err != nil {
+		return fmt.Errorf("starting the API server: %w", err)
+	}
+	c.api, c.Client, c.Kubectl = api, api.Client, api.Kubectl
+	for pid, name := range childPids("etcd", "kube-apiserver") {
+		if err := c.reg.recordPid(pid, name); err != nil {
+			return err
+		}
+	}
+	kubeconfig, err := os.ReadFile(api.KubeconfigPath)
+	if err != nil {
+		return fmt.Errorf("reading the kubeconfig: %w", err)
+	}
+	c.Kubeconfig = filepath.Join(c.RunDir, "kubeconfig")
+	if err := os.WriteFile(c.Kubeconfig, kubeconfig, 0o600); err != nil {
+		return fmt.Errorf("writing the kubeconfig: %w", err)
+	}
+	return nil
+}
+
+func (c *Cluster) startController() error {
+	c.logf("Starting winnet-controller")
+	p, err := c.reg.startProcess("winnet-controller", filepath.Join(c.RunDir, "winnet-controller.log"), false,
+		filepath.Join(c.BinDir, "winnet-controller"), "--kubeconfig", c.Kubeconfig, "--leader-elect=false",
+		"--health-probe-bind-address", "0", "--metrics-bind-address", "0",
+		"--cluster-cidrs", c.ClusterCIDR.String())
+	if err != nil {
+		return err
+	}
+	c.controller = p
+	return nil
+}
+
+// agentCNIFlags are the agent flags for the CNI server and per-node state (see the contract with the CNI
+// server); older agents without them run the node network only.
+var agentCNIFlags = []string{"state-dir", "cni-socket", "cni-conf-dir"}
+
+// detectAgentFlags reads which of agentCNIFlags the agent binary has from its usage.
+func (c *Cluster) detectAgentFlags() error {
+	out, err := exec.Command(filepath.Join(c.BinDir, "winnet-agent"), "--help").CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("winnet-agent --help: %w: %s", err, out)
+	}
+	c.agentFlags = map[string]bool{}
+	for _, f := range agentCNIFlags {
+		c.agentFlags[f] = strings.Contains(string(out), "-"+f+" ")
+	}
+	return nil
+}
+
+// ServesCNI reports whether the agents serve CNI (the agent binary has the CNI server's flags).
+func (c *Cluster) ServesCNI() bool {
+	for _, f := range agentCNIFlags {
+		if !c.agentFlags[f] {
+			return false
+		}
+	}
+	return true
+}
+
+// Node returns the node of this name, nil when there is none.
+func (c *Cluster) Node(name string) *Node {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.nodes[name]
+}
+
+// Nodes returns the nodes sorted by name.
+func (c *Cluster) Nodes() []*Node {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	nodes := make([]*Node, 0, len(c.nodes))
+	for _, n := range c.nodes {
+		nodes = append(nodes, n)
+	}
+	sort.Slice(nodes, func(i, j int) bool { return nodes[i].Name < nodes[j].Name })
+	return nodes
+}
+
+// LogTails returns the last lines of the logs of winnet-controller and every agent, for a failed test.
+func (c *Cluster) LogTails(lines int) string {
+	var b strings.Builder
+	if c.controller != nil {
+		fmt.Fprintf(&b, "--- winnet-controller:\n%s\n", c.controller.logTail(lines))
+	}
+	for _, n := range c.Nodes() {
+		if n.agent != nil {
+			fmt.Fprintf(&b, "--- winnet-agent of %s:\n%s\n", n.Name, n.agent.logTail(lines))
+		}
+	}
+	return b.String()
+}
+
+// Close stops everything the cluster started and removes what it created: Pods, agents, Open vSwitch
+// instances, winnet-controller, the API server, namespaces and the run directory.
+func (c *Cluster) Close() error {
+	var errs []error
+	for _, n := range c.Nodes() {
+		errs = append(errs, n.stop())
+	}
+	if c.controller != nil {
+		errs = append(errs, c.controller.stop(syscall.SIGTERM, 10*time.Second))
+	}
+	if c.api != nil {
+		errs = append(errs, c.api.Stop())
+	}
+	errs = append(errs, Teardown(c.RunDir))
+	return errors.Join(errs...)
+}
+
+// Teardown removes a run by its run directory, whether or not the process that built it still runs: it kills
+// the recorded processes (by pid, checking the program name), kills the processes inside the run's namespaces
+// and deletes them, removes the recorded directories and the run directory.
+func Teardown(runDir string) error {
+	prefix, err := os.ReadFile(filepath.Join(runDir, prefixFile))
+	if errors.Is(err, os.ErrNotExist) {
+		return os.RemoveAll(runDir)
+	}
+	if err != nil {
+		return fmt.Errorf("reading the prefix of run %s: %w", runDir, err)
+	}
+	killRecorded(runDir)
+	errs := []error{deleteNamespaces(strings.TrimSpace(string(prefix)))}
+	if dirs, err := os.ReadFile(filepath.Join(runDir, dirsFile)); err == nil {
+		for _, d := range strings.Fields(string(dirs)) {
+			errs = append(errs, os.RemoveAll(d))
+		}
+	}
+	errs = append(errs, os.RemoveAll(runDir))
+	return errors.Join(errs...)
+}
+
+// deleteNamespaces deletes every namespace named <prefix>-*.
+func deleteNamespaces(prefix string) error {
+	entries, _ := os.ReadDir("/run/netns")
+	var errs []error
+	for _, e := range entries {
+		if strings.HasPrefix(e.Name(), prefix+"-") {
+			errs = append(errs, deleteNS(e.Name()))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Sweep removes the leftovers of test runs whose process is gone (killed by a timeout, say): their run
+// directories under RunRoot with everything recorded there, and namespaces of the test prefix scheme that no
+// live run owns. Runs whose owner still runs are left alone, so concurrent runs do not disturb each other.
+func Sweep() error {
+	live := map[string]bool{}
+	entries, _ := os.ReadDir(RunRoot)
+	var errs []error
+	for _, e := range entries {
+		dir := filepath.Join(RunRoot, e.Name())
+		owner, err := os.ReadFile(filepath.Join(dir, ownerFile))
+		pid, _ := strconv.Atoi(strings.TrimSpace(string(owner)))
+		if err == nil && pid > 0 && processAlive(pid, "") {
+			live[e.Name()] = true
+			continue
+		}
+		errs = append(errs, Teardown(dir))
+	}
+	nsEntries, _ := os.ReadDir("/run/netns")
+	for _, e := range nsEntries {
+		prefix, _, ok := strings.Cut(e.Name(), "-")
+		if ok && testPrefixRE.MatchString(prefix) && !live[prefix] {
+			errs = append(errs, deleteNS(e.Name()))
+		}
+	}
+	return errors.Join(errs...)
+}

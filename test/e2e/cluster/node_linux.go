@@ -1,0 +1,379 @@
+//go:build linux
+
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/vishvananda/netlink"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	networkv1alpha1 "github.com/winnet-io/winnet/api/v1alpha1"
+	"github.com/winnet-io/winnet/internal/ovs/ovstest"
+	"github.com/winnet-io/winnet/test/simnode"
+)
+
+// HNSStateFile is the file in the agent's state directory where the HNS simulator keeps its state.
+const HNSStateFile = "hns-sim.json"
+
+// Names winnet uses on a node (its defaults).
+const (
+	BridgeName  = "br-int"
+	GatewayName = "winnet-gw0"
+	TunnelName  = "winnet-tun0"
+)
+
+// NodeSpec describes a node to add.
+type NodeSpec struct {
+	// Name of the Node, its WindowsNodeNetwork and (after the prefix) its namespace: [a-z0-9-], short.
+	Name string
+	// IP is the node IP on the underlay.
+	IP netip.Addr
+	// PodCIDR is the node's Pod CIDR inside the cluster CIDR; its first address is the gateway.
+	PodCIDR netip.Prefix
+	// Network, optional, edits the WindowsNodeNetwork before it is created (encapsulation, SNAT exclusions).
+	Network func(*networkv1alpha1.WindowsNodeNetwork)
+}
+
+// Node is a simulated node: a namespace with an uplink on the underlay, its own Open vSwitch and a
+// winnet-agent process managing it.
+type Node struct {
+	Name    string
+	NS      string
+	NSPath  string
+	IP      netip.Addr
+	PodCIDR netip.Prefix
+	// Gateway is the first address of the Pod CIDR, held by the gateway interface.
+	Gateway netip.Addr
+	OVS     *ovstest.OVS
+	// Dir holds the agent's log, state directory, CNI socket and CNI configuration directory.
+	Dir        string
+	StateDir   string
+	CNISocket  string
+	CNIConfDir string
+
+	c       *Cluster
+	agent   *process
+	network func(*networkv1alpha1.WindowsNodeNetwork)
+}
+
+// AddNode builds a node, creates its WindowsNodeNetwork and Node objects and starts its agent. It does not wait
+// for the node to be ready (WaitReady).
+func (c *Cluster) AddNode(ctx context.Context, spec NodeSpec) (*Node, error) {
+	c.mu.Lock()
+	if _, ok := c.nodes[spec.Name]; ok {
+		c.mu.Unlock()
+		return nil, fmt.Errorf("node %s exists", spec.Name)
+	}
+	n := &Node{
+		Name: spec.Name, NS: c.Prefix + "-" + spec.Name, IP: spec.IP, PodCIDR: spec.PodCIDR.Masked(),
+		Gateway: spec.PodCIDR.Masked().Addr().Next(), Dir: filepath.Join(c.RunDir, spec.Name), c: c, network: spec.Network,
+	}
+	n.NSPath = nsPath(n.NS)
+	n.StateDir, n.CNISocket, n.CNIConfDir = filepath.Join(n.Dir, "state"), filepath.Join(n.Dir, "cni.sock"), filepath.Join(n.Dir, "net.d")
+	c.nodes[spec.Name] = n
+	c.mu.Unlock()
+
+	c.logf("Adding node %s (%s, Pod CIDR %s)", n.Name, n.IP, n.PodCIDR)
+	if err := n.build(); err != nil {
+		return n, fmt.Errorf("building node %s: %w", n.Name, err)
+	}
+	if err := c.CreateNetwork(ctx, n); err != nil {
+		return n, err
+	}
+	if err := c.createNode(ctx, n); err != nil {
+		return n, err
+	}
+	if err := n.StartAgent(); err != nil {
+		return n, err
+	}
+	return n, nil
+}
+
+// build creates the namespace, the uplink and Open vSwitch, and routes the Pod CIDR from the external host.
+func (n *Node) build() error {
+	for _, d := range []string{n.StateDir, n.CNIConfDir} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return err
+		}
+	}
+	if err := addNS(n.NS); err != nil {
+		return err
+	}
+	c := n.c
+	if err := plug(c.UnderlayNS, n.NS, uplinkName, c.nextPort(), netip.PrefixFrom(n.IP, c.UnderlayCIDR.Bits()), c.UnderlayGateway); err != nil {
+		return err
+	}
+	o, err := ovstest.New(ovstest.Options{NetNS: n.NS})
+	if err != nil {
+		return err
+	}
+	n.OVS = o
+	if err := c.reg.recordDir(o.Dir); err != nil {
+		return err
+	}
+	return run(c.External.NS, []string{"ip", "route", "replace", n.PodCIDR.String(), "via", n.IP.String()})
+}
+
+// CreateNetwork creates the node's WindowsNodeNetwork: its Pod CIDR and node IP, the userspace datapath, the
+// cluster CIDR and the external host's excluded address, edited by NodeSpec.Network.
+func (c *Cluster) CreateNetwork(ctx context.Context, n *Node) error {
+	wnn := &networkv1alpha1.WindowsNodeNetwork{
+		ObjectMeta: metav1.ObjectMeta{Name: n.Name},
+		Spec: networkv1alpha1.WindowsNodeNetworkSpec{
+			PodCIDRs:     []networkv1alpha1.CIDR{networkv1alpha1.CIDR(n.PodCIDR.String())},
+			NodeIP:       networkv1alpha1.IPv4Address(n.IP.String()),
+			Bridge:       networkv1alpha1.BridgeSpec{DatapathType: networkv1alpha1.DatapathTypeNetdev},
+			ClusterCIDRs: []networkv1alpha1.CIDR{networkv1alpha1.CIDR(c.ClusterCIDR.String())},
+			SNAT: networkv1alpha1.SNATSpec{
+				ExcludeCIDRs: []networkv1alpha1.CIDR{networkv1alpha1.CIDR(netip.PrefixFrom(c.ExcludedIP, 32).String())},
+			},
+		},
+	}
+	if n.network != nil {
+		n.network(wnn)
+	}
+	if err := c.Client.Create(ctx, wnn); err != nil {
+		return fmt.Errorf("creating WindowsNodeNetwork %s: %w", n.Name, err)
+	}
+	return nil
+}
+
+// createNode creates the Node object with the node's Pod CIDR and InternalIP.
+func (c *Cluster) createNode(ctx context.Context, n *Node) error {
+	node := &corev1.Node{
+		ObjectMeta: metav1.ObjectMeta{Name: n.Name},
+		Spec:       corev1.NodeSpec{PodCIDR: n.PodCIDR.String(), PodCIDRs: []string{n.PodCIDR.String()}},
+	}
+	if err := c.Client.Create(ctx, node); err != nil {
+		return fmt.Errorf("creating Node %s: %w", n.Name, err)
+	}
+	node.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: n.IP.String()}}
+	if err := c.Client.Status().Update(ctx, node); err != nil {
+		return fmt.Errorf("setting the InternalIP of Node %s: %w", n.Name, err)
+	}
+	return nil
+}
+
+// agentArgs is the agent's command line.
+func (n *Node) agentArgs() []string {
+	args := []string{
+		filepath.Join(n.c.BinDir, "winnet-agent"), "--node-name", n.Name, "--kubeconfig", n.c.Kubeconfig,
+		"--ovsdb", n.OVS.DBSocket(), "--ovs-rundir", n.OVS.Dir, "--netns", n.NSPath,
+		"--health-probe-bind-address", "0", "--metrics-bind-address", "0",
+	}
+	for flag, value := range map[string]string{"state-dir": n.StateDir, "cni-socket": n.CNISocket, "cni-conf-dir": n.CNIConfDir} {
+		if n.c.agentFlags[flag] {
+			args = append(args, "--"+flag, value)
+		}
+	}
+	return args
+}
+
+// StartAgent starts the node's winnet-agent process.
+func (n *Node) StartAgent() error {
+	p, err := n.c.reg.startProcess("winnet-agent "+n.Name, filepath.Join(n.Dir, "winnet-agent.log"), false, n.agentArgs()...)
+	if err != nil {
+		return err
+	}
+	n.agent = p
+	return nil
+}
+
+// StopAgent stops the agent: SIGTERM, as a service manager stops it, or SIGKILL, as a crash or a reboot does.
+func (n *Node) StopAgent(sig syscall.Signal) error {
+	if n.agent == nil {
+		return nil
+	}
+	return n.agent.stop(sig, 30*time.Second)
+}
+
+// RestartAgent stops the agent with SIGTERM and starts it again.
+func (n *Node) RestartAgent() error {
+	if err := n.StopAgent(syscall.SIGTERM); err != nil {
+		return err
+	}
+	return n.StartAgent()
+}
+
+// PersistsHNSState reports whether the agent keeps the HNS simulator's state in its state directory, as HNS
+// keeps its state across agent restarts.
+func (n *Node) PersistsHNSState() bool {
+	_, err := os.Stat(filepath.Join(n.StateDir, HNSStateFile))
+	return err == nil
+}
+
+// AgentRunning reports whether the agent process runs.
+func (n *Node) AgentRunning() bool { return n.agent != nil && n.agent.running() }
+
+// Exec runs a command inside the node's namespace.
+func (n *Node) Exec(args ...string) (string, error) { return simnode.Exec(n.NS, args...) }
+
+// Flows returns the flows of the node's bridge.
+func (n *Node) Flows() (string, error) {
+	lines, err := n.OVS.DumpFlows(BridgeName)
+	return strings.Join(lines, "\n"), err
+}
+
+// Reboot simulates a reboot of a Windows node while the rest of the cluster runs: the agent dies, HNS forgets
+// its networks and endpoints (the simulator's state file and veths go), the host IP and default route are
+// back on the uplink (as Windows configures the physical adapter at boot), and the OVS bridge, whose
+// configuration OVS keeps, is stale. Then the agent starts again, as it does at boot; it must heal the node
+// without help.
+func (n *Node) Reboot() error {
+	if err := n.StopAgent(syscall.SIGKILL); err != nil {
+		return err
+	}
+	if err := os.Remove(filepath.Join(n.StateDir, HNSStateFile)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("removing the HNS simulator state: %w", err)
+	}
+	if err := inNS(n.NS, deleteEndpointVeths); err != nil {
+		return fmt.Errorf("removing the HNS endpoints' veths: %w", err)
+	}
+	c := n.c
+	if err := run(n.NS,
+		[]string{"ip", "addr", "flush", "dev", BridgeName},
+		[]string{"ip", "addr", "replace", netip.PrefixFrom(n.IP, c.UnderlayCIDR.Bits()).String(), "dev", uplinkName},
+		[]string{"ip", "route", "replace", "default", "via", c.UnderlayGateway.String(), "dev", uplinkName},
+	); err != nil {
+		return err
+	}
+	return n.StartAgent()
+}
+
+// deleteEndpointVeths deletes every veth of the current namespace but the uplink: the HNS simulator's
+// endpoints, which a reboot takes with HNS's state.
+func deleteEndpointVeths() error {
+	links, err := netlink.LinkList()
+	if err != nil {
+		return err
+	}
+	for _, l := range links {
+		if l.Type() == "veth" && l.Attrs().Name != uplinkName {
+			if err := netlink.LinkDel(l); err != nil {
+				return fmt.Errorf("deleting %s: %w", l.Attrs().Name, err)
+			}
+		}
+	}
+	return nil
+}
+
+// UpdateNetwork edits the node's WindowsNodeNetwork, retrying on conflicts.
+func (c *Cluster) UpdateNetwork(ctx context.Context, name string, edit func(*networkv1alpha1.WindowsNodeNetwork)) error {
+	for {
+		w := &networkv1alpha1.WindowsNodeNetwork{}
+		if err := c.Client.Get(ctx, client.ObjectKey{Name: name}, w); err != nil {
+			return fmt.Errorf("getting WindowsNodeNetwork %s: %w", name, err)
+		}
+		edit(w)
+		err := c.Client.Update(ctx, w)
+		if !apierrors.IsConflict(err) {
+			return err
+		}
+	}
+}
+
+// Network returns the node's WindowsNodeNetwork.
+func (c *Cluster) Network(ctx context.Context, name string) (*networkv1alpha1.WindowsNodeNetwork, error) {
+	w := &networkv1alpha1.WindowsNodeNetwork{}
+	return w, c.Client.Get(ctx, client.ObjectKey{Name: name}, w)
+}
+
+// ready reports nil when the node's network is Ready and reached the routes to every other node, with the
+// reason otherwise.
+func (c *Cluster) ready(ctx context.Context, n *Node, routes int32) error {
+	if n.agent != nil && !n.agent.running() {
+		return fmt.Errorf("the agent of %s exited; last lines of its log:\n%s", n.Name, n.agent.logTail(30))
+	}
+	w, err := c.Network(ctx, n.Name)
+	if err != nil {
+		return err
+	}
+	cond := meta.FindStatusCondition(w.Status.Conditions, networkv1alpha1.ReadyCondition)
+	switch {
+	case cond == nil:
+		return fmt.Errorf("%s: no Ready condition yet", n.Name)
+	case cond.Status != metav1.ConditionTrue:
+		return fmt.Errorf("%s: Ready=%s %s: %s", n.Name, cond.Status, cond.Reason, cond.Message)
+	case cond.ObservedGeneration != w.Generation:
+		return fmt.Errorf("%s: Ready is for generation %d, the spec is at %d", n.Name, cond.ObservedGeneration, w.Generation)
+	case w.Status.RemoteRoutes.Installed != routes || w.Status.RemoteRoutes.Desired != routes:
+		return fmt.Errorf("%s: %d of %d remote routes installed, want %d", n.Name,
+			w.Status.RemoteRoutes.Installed, w.Status.RemoteRoutes.Desired, routes)
+	}
+	return nil
+}
+
+// WaitReady waits until every node is Ready with a route to every other node.
+func (c *Cluster) WaitReady(ctx context.Context, timeout time.Duration) error {
+	nodes := c.Nodes()
+	return waitFor(timeout, 200*time.Millisecond, func() error {
+		var errs []error
+		for _, n := range nodes {
+			errs = append(errs, c.ready(ctx, n, int32(len(nodes)-1)))
+		}
+		return errors.Join(errs...)
+	})
+}
+
+// RemoveNode deletes a node the way it leaves a cluster: its Node object goes (winnet-controller deletes its
+// route, every other agent removes it), its WindowsNodeNetwork is deleted and its agent restores the host,
+// then the agent, Open vSwitch and namespace go.
+func (c *Cluster) RemoveNode(ctx context.Context, name string) error {
+	n := c.Node(name)
+	if n == nil {
+		return fmt.Errorf("no node %s", name)
+	}
+	if err := c.Client.Delete(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}}); err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("deleting Node %s: %w", name, err)
+	}
+	if err := c.DeleteNetwork(ctx, name, 30*time.Second); err != nil {
+		return err
+	}
+	c.mu.Lock()
+	delete(c.nodes, name)
+	c.mu.Unlock()
+	err := n.stop()
+	return errors.Join(err, run(c.External.NS, []string{"ip", "route", "del", n.PodCIDR.String()}))
+}
+
+// DeleteNetwork deletes the node's WindowsNodeNetwork and waits until its agent has released it (the finalizer
+// gives the host its network back).
+func (c *Cluster) DeleteNetwork(ctx context.Context, name string, timeout time.Duration) error {
+	w := &networkv1alpha1.WindowsNodeNetwork{ObjectMeta: metav1.ObjectMeta{Name: name}}
+	if err := c.Client.Delete(ctx, w); err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("deleting WindowsNodeNetwork %s: %w", name, err)
+	}
+	return waitFor(timeout, 100*time.Millisecond, func() error {
+		err := c.Client.Get(ctx, client.ObjectKey{Name: name}, w)
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		return fmt.Errorf("WindowsNodeNetwork %s is still there (finalizers %v): %v", name, w.Finalizers, err)
+	})
+}
+
+// stop stops the agent and Open vSwitch and deletes the namespace; the Pods of the node go with it.
+func (n *Node) stop() error {
+	errs := []error{n.StopAgent(syscall.SIGTERM)}
+	for _, p := range n.c.podsOf(n.Name) {
+		errs = append(errs, n.c.forgetPod(p))
+	}
+	if n.OVS != nil {
+		n.OVS.Stop()
+	}
+	errs = append(errs, deleteNS(n.NS))
+	return errors.Join(errs...)
+}

@@ -1,0 +1,55 @@
+//go:build linux
+
+package cluster
+
+import (
+	"fmt"
+	"unsafe"
+
+	"github.com/containernetworking/plugins/pkg/ns"
+	"golang.org/x/sys/unix"
+)
+
+// inNS runs fn in the network namespace named ns.
+func inNS(name string, fn func() error) error {
+	return ns.WithNetNSPath(nsPath(name), func(ns.NetNS) error { return fn() })
+}
+
+// disableTxChecksum turns transmit checksum offload off on an interface of namespace ns (`ethtool -K
+// <ifName> tx off`), as the HNS simulator does for Pod interfaces.
+//
+// A veth offloads checksums to its peer: the packets it sends carry only a partial TCP/UDP checksum. A node's
+// OVS userspace datapath reads them from its uplink with a raw socket and forwards them as they are, so the
+// node's kernel drops them for a bad checksum. Real hosts on a wire send complete checksums.
+func disableTxChecksum(ns, ifName string) error {
+	return inNS(ns, func() error { return disableTxChecksumHere(ifName) })
+}
+
+func disableTxChecksumHere(ifName string) error {
+	if _, err := ethtoolValue(ifName, unix.ETHTOOL_STXCSUM, 0); err != nil {
+		return fmt.Errorf("turning transmit checksum offload off on %q: %w", ifName, err)
+	}
+	return nil
+}
+
+// ethtoolValue runs an ethtool command that takes or returns one value (struct ethtool_value) on an interface
+// of the current network namespace, and returns the value the kernel left.
+func ethtoolValue(ifName string, cmd, data uint32) (uint32, error) {
+	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return 0, fmt.Errorf("opening a socket for ethtool: %w", err)
+	}
+	defer unix.Close(fd)
+	value := struct{ cmd, data uint32 }{cmd: cmd, data: data}
+	var req struct {
+		name [unix.IFNAMSIZ]byte
+		data unsafe.Pointer
+		_    [16]byte // the rest of struct ifreq's union
+	}
+	copy(req.name[:unix.IFNAMSIZ-1], ifName)
+	req.data = unsafe.Pointer(&value)
+	if _, _, errno := unix.Syscall(unix.SYS_IOCTL, uintptr(fd), unix.SIOCETHTOOL, uintptr(unsafe.Pointer(&req))); errno != 0 {
+		return 0, errno
+	}
+	return value.data, nil
+}

@@ -1,0 +1,180 @@
+//go:build linux
+
+package cluster
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/containernetworking/cni/libcni"
+	types100 "github.com/containernetworking/cni/pkg/types/100"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/winnet-io/winnet/test/simnode"
+)
+
+const (
+	// ConflistName is the file the agent writes into its CNI configuration directory.
+	ConflistName = "10-winnet.conflist"
+	// PodNamespace is the Kubernetes namespace of the Pods the harness creates.
+	PodNamespace = "default"
+	podIfName    = "eth0"
+)
+
+// cniPluginDirs are searched for plugins after the harness's BinDir (where winnet-cni is).
+var cniPluginDirs = []string{"/opt/cni/bin", "/usr/lib/cni"}
+
+// Pod is a Pod sandbox: a network namespace set up through the winnet-cni shim by libcni, as containerd does,
+// with a Pod object bound to its node.
+type Pod struct {
+	Name        string
+	Node        string
+	NS          string
+	NSPath      string
+	ContainerID string
+	IP          netip.Addr
+	// Result is the CNI result of ADD.
+	Result *types100.Result
+
+	uid string
+}
+
+// Exec runs a command inside the Pod's namespace.
+func (p *Pod) Exec(args ...string) (string, error) { return simnode.Exec(p.NS, args...) }
+
+// AddPod creates a Pod object on the node, its network namespace, and calls CNI ADD with the configuration the
+// node's agent wrote, waiting up to confTimeout for that configuration (the agent writes it once the node
+// network is Ready).
+func (c *Cluster) AddPod(ctx context.Context, node *Node, name string, confTimeout time.Duration) (*Pod, error) {
+	id := make([]byte, 16)
+	_, _ = rand.Read(id)
+	p := &Pod{Name: name, Node: node.Name, NS: c.Prefix + "-" + node.Name + "-" + name, ContainerID: hex.EncodeToString(id)}
+	p.NSPath = nsPath(p.NS)
+	c.mu.Lock()
+	if _, ok := c.pods[name]; ok {
+		c.mu.Unlock()
+		return nil, fmt.Errorf("pod %s exists", name)
+	}
+	c.pods[name] = p
+	c.mu.Unlock()
+
+	obj := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: PodNamespace},
+		Spec: corev1.PodSpec{
+			NodeName:   node.Name,
+			Containers: []corev1.Container{{Name: "app", Image: "registry.k8s.io/pause:3.10"}},
+		},
+	}
+	if err := c.Client.Create(ctx, obj); err != nil {
+		return p, fmt.Errorf("creating Pod %s: %w", name, err)
+	}
+	p.uid = string(obj.UID)
+	if err := addNS(p.NS); err != nil {
+		return p, err
+	}
+	list, err := node.waitConflist(confTimeout)
+	if err != nil {
+		return p, err
+	}
+	res, err := c.cniConfig(node).AddNetworkList(ctx, list, p.runtimeConf())
+	if err != nil {
+		return p, fmt.Errorf("CNI ADD of Pod %s on %s: %w", name, node.Name, err)
+	}
+	if p.Result, err = types100.NewResultFromResult(res); err != nil {
+		return p, fmt.Errorf("converting the CNI result of Pod %s: %w", name, err)
+	}
+	if len(p.Result.IPs) == 0 {
+		return p, fmt.Errorf("the CNI result of Pod %s has no IP: %+v", name, p.Result)
+	}
+	ip, ok := netip.AddrFromSlice(p.Result.IPs[0].Address.IP.To4())
+	if !ok {
+		return p, fmt.Errorf("the CNI result of Pod %s has no IPv4 address: %v", name, p.Result.IPs[0].Address)
+	}
+	p.IP = ip
+	c.logf("Pod %s on %s has IP %s", name, node.Name, ip)
+	return p, nil
+}
+
+// DeletePod calls CNI DEL, deletes the Pod object and the namespace.
+func (c *Cluster) DeletePod(ctx context.Context, p *Pod) error {
+	var errs []error
+	if n := c.Node(p.Node); n != nil {
+		if list, err := n.waitConflist(0); err == nil {
+			if err := c.cniConfig(n).DelNetworkList(ctx, list, p.runtimeConf()); err != nil {
+				errs = append(errs, fmt.Errorf("CNI DEL of Pod %s: %w", p.Name, err))
+			}
+		}
+	}
+	// No kubelet confirms a graceful deletion here: delete at once.
+	err := c.Client.Delete(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: p.Name, Namespace: PodNamespace}},
+		client.GracePeriodSeconds(0))
+	if err != nil && !apierrors.IsNotFound(err) {
+		errs = append(errs, fmt.Errorf("deleting Pod %s: %w", p.Name, err))
+	}
+	return errors.Join(append(errs, c.forgetPod(p))...)
+}
+
+// forgetPod deletes the Pod's namespace and forgets it.
+func (c *Cluster) forgetPod(p *Pod) error {
+	c.mu.Lock()
+	delete(c.pods, p.Name)
+	c.mu.Unlock()
+	return deleteNS(p.NS)
+}
+
+func (c *Cluster) podsOf(node string) []*Pod {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var pods []*Pod
+	for _, p := range c.pods {
+		if p.Node == node {
+			pods = append(pods, p)
+		}
+	}
+	return pods
+}
+
+// runtimeConf is what containerd passes for the Pod's sandbox.
+func (p *Pod) runtimeConf() *libcni.RuntimeConf {
+	return &libcni.RuntimeConf{
+		ContainerID: p.ContainerID,
+		NetNS:       p.NSPath,
+		IfName:      podIfName,
+		Args: [][2]string{
+			{"IgnoreUnknown", "1"},
+			{"K8S_POD_NAMESPACE", PodNamespace},
+			{"K8S_POD_NAME", p.Name},
+			{"K8S_POD_INFRA_CONTAINER_ID", p.ContainerID},
+			{"K8S_POD_UID", p.uid},
+		},
+	}
+}
+
+func (c *Cluster) cniConfig(n *Node) *libcni.CNIConfig {
+	return libcni.NewCNIConfigWithCacheDir(append([]string{c.BinDir}, cniPluginDirs...), filepath.Join(n.Dir, "cni-cache"), nil)
+}
+
+// waitConflist waits up to timeout for the agent's CNI configuration and loads it.
+func (n *Node) waitConflist(timeout time.Duration) (*libcni.NetworkConfigList, error) {
+	path := filepath.Join(n.CNIConfDir, ConflistName)
+	var list *libcni.NetworkConfigList
+	err := waitFor(timeout, 100*time.Millisecond, func() error {
+		if _, err := os.Stat(path); err != nil {
+			return fmt.Errorf("the agent of %s has not written %s: %w", n.Name, path, err)
+		}
+		var err error
+		list, err = libcni.ConfListFromFile(path)
+		return err
+	})
+	return list, err
+}
