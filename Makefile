@@ -80,3 +80,17 @@ bench-routes: test-deps ## Benchmark remote routes at 1,000/5,000/10,000 nodes a
 bench-ovs: test-deps ## Benchmark flow installation against ovs-ofctl --bundle (needs root).
 	@mkdir -p bin
 	$(GO) run ./test/bench/ovs 2> bin/bench-ovs.log || { tail -30 bin/bench-ovs.log; exit 1; }
+
+##@ Demo
+
+DEMO_DIR := $(BIN)/demo
+
+.PHONY: demo
+demo: test-deps build ## Run a winnet cluster on this machine (two nodes, two Pods each, an external host) and leave it running; needs root.
+	$(GO) build -o $(DEMO_DIR)/winnet-demo ./test/e2e/demo
+	$(DEMO_DIR)/winnet-demo up --dir $(DEMO_DIR)
+
+.PHONY: demo-down
+demo-down: ## Stop the demo and remove everything it created (processes, namespaces, OVS instances, state).
+	$(GO) build -o $(DEMO_DIR)/winnet-demo ./test/e2e/demo
+	$(DEMO_DIR)/winnet-demo down --dir $(DEMO_DIR)

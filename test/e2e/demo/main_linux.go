@@ -1,0 +1,271 @@
+//go:build linux
+
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"net/netip"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+
+	"github.com/winnet-io/winnet/test/e2e/cluster"
+)
+
+// Files in the demo directory.
+const (
+	pidFile    = "demo.pid"   // the serving process
+	readyFile  = "ready"      // written once the cluster is up: its content is printed by up
+	logFile    = "demo.log"   // the serving process's output
+	runSubdir  = "run"        // the cluster's run directory
+	kubeconfig = "kubeconfig" // an admin kubeconfig for kubectl
+	prefix     = "wndemo"     // the prefix of the demo's namespaces
+)
+
+const usage = `Usage: winnet-demo up|down|serve --dir DIR
+
+  up     take down a demo still running from DIR, start a new one in the background, wait until it
+         is up and print what it shows and what to try
+  down   stop the demo running from DIR and remove everything it created
+  serve  (run by up, detached) build the cluster, write DIR/ready, keep it running until SIGTERM
+`
+
+func main() {
+	if len(os.Args) < 2 {
+		fmt.Fprint(os.Stderr, usage)
+		os.Exit(2)
+	}
+	fs := flag.NewFlagSet("winnet-demo", flag.ExitOnError)
+	dir := fs.String("dir", "bin/demo", "directory of the demo's state, logs and kubeconfig")
+	_ = fs.Parse(os.Args[2:])
+	abs, err := filepath.Abs(*dir)
+	if err == nil {
+		switch os.Args[1] {
+		case "up":
+			err = up(abs)
+		case "down":
+			err = down(abs)
+		case "serve":
+			err = serve(abs)
+		default:
+			fmt.Fprint(os.Stderr, usage)
+			os.Exit(2)
+		}
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "winnet-demo:", err)
+		os.Exit(1)
+	}
+}
+
+// up takes an earlier demo down, starts serve detached and prints the status it writes.
+func up(dir string) error {
+	if os.Geteuid() != 0 {
+		return errors.New("the demo builds network namespaces and Open vSwitch instances: run it as root")
+	}
+	if _, err := os.Stat(filepath.Join(dir, pidFile)); err == nil {
+		fmt.Println("A demo is still running from", dir, "- taking it down first")
+		if err := down(dir); err != nil {
+			return err
+		}
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	log, err := os.Create(filepath.Join(dir, logFile))
+	if err != nil {
+		return err
+	}
+	defer log.Close()
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	cmd := exec.Command(self, "serve", "--dir", dir)
+	cmd.Stdout, cmd.Stderr = log, log
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true} // outlives this command and its terminal
+	fmt.Println("Starting the demo cluster (API server, winnet-controller, two nodes with two Pods each); log:", log.Name())
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("starting the demo: %w", err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	for deadline := time.Now().Add(3 * time.Minute); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
+		select {
+		case err := <-exited:
+			return fmt.Errorf("the demo stopped (%v); last lines of %s:\n%s", err, log.Name(), tail(log.Name(), 30))
+		default:
+		}
+		if status, err := os.ReadFile(filepath.Join(dir, readyFile)); err == nil {
+			fmt.Print(string(status))
+			return nil
+		}
+	}
+	return fmt.Errorf("the demo did not come up within 3 minutes; see %s", log.Name())
+}
+
+// down stops the serving process (which tears the cluster down) and removes whatever is left.
+func down(dir string) error {
+	if b, err := os.ReadFile(filepath.Join(dir, pidFile)); err == nil {
+		if pid, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil && isDemo(pid) {
+			fmt.Printf("Stopping the demo (pid %d)\n", pid)
+			_ = syscall.Kill(pid, syscall.SIGTERM)
+			for deadline := time.Now().Add(90 * time.Second); isDemo(pid) && time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
+			}
+			if isDemo(pid) {
+				_ = syscall.Kill(pid, syscall.SIGKILL)
+			}
+		}
+	}
+	err := cluster.Teardown(filepath.Join(dir, runSubdir))
+	for _, f := range []string{pidFile, readyFile, kubeconfig, logFile} {
+		err = errors.Join(err, removeIfExists(filepath.Join(dir, f)))
+	}
+	if err != nil {
+		return fmt.Errorf("removing the demo: %w", err)
+	}
+	fmt.Println("The demo is gone: processes, namespaces, Open vSwitch instances and state under", dir)
+	return nil
+}
+
+func removeIfExists(path string) error {
+	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	return nil
+}
+
+// isDemo reports whether pid runs this program's serve command.
+func isDemo(pid int) bool {
+	cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+	return err == nil && strings.Contains(string(cmdline), "serve")
+}
+
+// serve builds the cluster, writes the status and keeps the cluster until SIGTERM or SIGINT.
+func serve(dir string) error {
+	ctrl.SetLogger(zap.New(zap.WriteTo(os.Stderr)))
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	if err := os.WriteFile(filepath.Join(dir, pidFile), []byte(strconv.Itoa(os.Getpid())+"\n"), 0o644); err != nil {
+		return err
+	}
+	c, err := cluster.Start(ctx, cluster.Options{
+		Prefix: prefix, RunDir: filepath.Join(dir, runSubdir),
+		Logf: func(f string, a ...any) { fmt.Printf(f+"\n", a...) },
+	})
+	if err != nil {
+		return err
+	}
+	defer func() {
+		fmt.Println("Tearing the demo down")
+		if err := c.Close(); err != nil {
+			fmt.Println("Tearing down:", err)
+		}
+	}()
+	status, err := build(ctx, c, dir)
+	if err != nil {
+		return fmt.Errorf("%w\n%s", err, c.LogTails(30))
+	}
+	if err := os.WriteFile(filepath.Join(dir, readyFile), []byte(status), 0o644); err != nil {
+		return err
+	}
+	fmt.Print(status)
+	<-ctx.Done()
+	return nil
+}
+
+// build adds the nodes and Pods, probes the data plane and returns what up prints.
+func build(ctx context.Context, c *cluster.Cluster, dir string) (string, error) {
+	specs := []cluster.NodeSpec{
+		{Name: "node-a", IP: netip.MustParseAddr("192.168.77.11"), PodCIDR: netip.MustParsePrefix("10.244.1.0/24")},
+		{Name: "node-b", IP: netip.MustParseAddr("192.168.77.12"), PodCIDR: netip.MustParsePrefix("10.244.2.0/24")},
+	}
+	for _, s := range specs {
+		if _, err := c.AddNode(ctx, s); err != nil {
+			return "", err
+		}
+	}
+	if err := c.WaitReady(ctx, time.Minute); err != nil {
+		return "", err
+	}
+	if !c.ServesCNI() {
+		return "", errors.New("this winnet-agent has no CNI server (--cni-socket): rebuild with 'make build'")
+	}
+	a, b := c.Node("node-a"), c.Node("node-b")
+	pods := map[string]*cluster.Pod{}
+	for _, p := range [][2]string{{"pod-a1", "node-a"}, {"pod-a2", "node-a"}, {"pod-b1", "node-b"}, {"pod-b2", "node-b"}} {
+		pod, err := c.AddPod(ctx, c.Node(p[1]), p[0], time.Minute)
+		if err != nil {
+			return "", err
+		}
+		pods[p[0]] = pod
+	}
+	kc := filepath.Join(dir, kubeconfig)
+	if err := copyFile(c.Kubeconfig, kc); err != nil {
+		return "", err
+	}
+	a1, a2, b1, b2 := pods["pod-a1"].Place(), pods["pod-a2"].Place(), pods["pod-b1"].Place(), pods["pod-b2"].Place()
+	results := c.Probe(ctx, []cluster.Check{
+		{From: a1, To: a2, Path: "same node"},
+		{From: a1, To: b1, Path: "vxlan"},
+		{From: b2, To: a2, Path: "vxlan"},
+		{From: a.Host(), To: a1, Path: "node to local Pod", WantSource: a.Gateway},
+		{From: a.Host(), To: b2, Path: "vxlan, node to remote Pod", WantSource: a.Gateway},
+		{From: a1, To: c.ExternalPlace(), Path: "external, SNAT", WantSource: a.IP},
+		{From: b1, To: c.ExternalPlace(), Path: "external, SNAT", WantSource: b.IP},
+		{From: b2, To: c.ExcludedPlace(), Path: "external, excluded from SNAT"},
+	}, 5)
+	get, err := exec.CommandContext(ctx, c.Kubectl, "--kubeconfig", kc, "get", "winnet", "-A", "-o", "wide").CombinedOutput()
+	if err != nil {
+		return "", fmt.Errorf("kubectl get winnet: %w: %s", err, get)
+	}
+	var s strings.Builder
+	fmt.Fprintf(&s, "\n$ kubectl get winnet -A -o wide\n%s\n", get)
+	fmt.Fprintf(&s, "Connectivity (ICMP: replies/requests; TCP: the source address the destination saw):\n%s\n", cluster.FormatTable(results))
+	fmt.Fprint(&s, tryLines(c, kc, a, pods))
+	return s.String(), nil
+}
+
+// tryLines tells the user what to do with the running demo.
+func tryLines(c *cluster.Cluster, kc string, a *cluster.Node, pods map[string]*cluster.Pod) string {
+	return fmt.Sprintf(`The demo keeps running. Try:
+  export KUBECONFIG=%[1]s; alias kubectl=%[2]s
+  kubectl get windowsnodenetworks,remotesubnetroutes,podendpoints -A
+  kubectl describe windowsnodenetwork node-a
+  ovs-ofctl -O OpenFlow15 dump-flows unix:%[3]s   # node-a's OpenFlow pipeline
+  ip netns exec %[4]s ip route                   # node-a's host routes
+  ip netns exec %[5]s ping -c 3 %[6]s           # pod-a1 -> pod-b1 over the tunnel
+  ip netns exec %[5]s ping -c 3 %[7]s       # pod-a1 -> the external host, SNATed to node-a's IP
+  for n in node-a node-b; do kubectl patch wnn $n --type merge -p '{"spec":{"encapsulation":{"tunnelType":"geneve"}}}'; done
+Namespaces: ip netns list | grep %[8]s    Logs: %[9]s
+Take it down with: make demo-down
+`, kc, c.Kubectl, a.OVS.MgmtSocket(cluster.BridgeName), a.NS, pods["pod-a1"].NS, pods["pod-b1"].IP, c.ExternalIP, prefix, c.RunDir)
+}
+
+func copyFile(from, to string) error {
+	b, err := os.ReadFile(from)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(to, b, 0o600)
+}
+
+func tail(path string, n int) string {
+	b, _ := os.ReadFile(path)
+	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
