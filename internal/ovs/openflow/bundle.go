@@ -274,7 +274,7 @@ func (tx *bundleTx) commit(ctx context.Context, describe func(i int) string) err
 func (tx *bundleTx) explain(rejected []ofError, describe func(i int) string) string {
 	var parts []string
 	for _, e := range rejected[:min(len(rejected), maxReportedErrors)] {
-		what := "bundle control"
+		what := "control request"
 		if i := int(e.xid) - int(tx.first); e.xid >= tx.first && i < tx.n {
 			what = describe(i)
 		}
@@ -313,15 +313,15 @@ func (e ofError) String() string {
 // the consumer: the switch stops reading a connection whose replies pile up, and the consumer may
 // still be writing.
 type replyQueue struct {
-	mu      sync.Mutex
-	errs    []ofError
-	replied map[uint32]bool // xids of bundle control replies
-	err     error           // why reading stopped
-	notify  chan struct{}
+	mu       sync.Mutex
+	errs     []ofError
+	answered map[uint32]bool // xids answered by a reply or an error
+	err      error           // why reading stopped
+	notify   chan struct{}
 }
 
 func newReplyQueue() *replyQueue {
-	return &replyQueue{replied: map[uint32]bool{}, notify: make(chan struct{}, 1)}
+	return &replyQueue{answered: map[uint32]bool{}, notify: make(chan struct{}, 1)}
 }
 
 // read parses messages until the connection fails or is closed.
@@ -345,9 +345,10 @@ func (q *replyQueue) read(conn net.Conn) {
 		}
 		switch typ {
 		case openflow15.Type_Error:
-			q.push(parseError(xid, body), 0)
+			e := parseError(xid, body)
+			q.push(xid, &e)
 		case openflow15.Type_BundleControl:
-			q.push(ofError{}, xid)
+			q.push(xid, nil)
 		}
 		// Hello and anything else are ignored; the management socket sends no echo requests.
 	}
@@ -364,12 +365,12 @@ func parseError(xid uint32, body []byte) ofError {
 	return e
 }
 
-func (q *replyQueue) push(e ofError, replied uint32) {
+// push records the answer to xid: a bundle control reply, or an error.
+func (q *replyQueue) push(xid uint32, e *ofError) {
 	q.mu.Lock()
-	if replied != 0 {
-		q.replied[replied] = true
-	} else {
-		q.errs = append(q.errs, e)
+	q.answered[xid] = true
+	if e != nil {
+		q.errs = append(q.errs, *e)
 	}
 	q.mu.Unlock()
 	q.wake()
@@ -396,12 +397,7 @@ func (q *replyQueue) wake() {
 func (q *replyQueue) await(ctx context.Context, xid uint32) ([]ofError, error) {
 	for {
 		q.mu.Lock()
-		done := q.replied[xid]
-		for _, e := range q.errs {
-			if e.xid == xid {
-				done = true
-			}
-		}
+		done := q.answered[xid]
 		errs, rerr := q.errs, q.err
 		if done {
 			q.errs = nil
