@@ -21,8 +21,9 @@ import (
 const (
 	// bundleTimeout bounds one bundle transaction when the caller's context has no earlier deadline.
 	bundleTimeout = 2 * time.Minute
-	// bundleWriteBuffer batches encoded messages into few writes.
-	bundleWriteBuffer = 256 << 10
+	// maxWriteBuffer batches encoded messages into few writes; a small bundle gets a buffer
+	// of about its size.
+	maxWriteBuffer = 256 << 10
 	// maxReportedErrors bounds how many rejected messages an error names.
 	maxReportedErrors = 3
 )
@@ -47,7 +48,11 @@ func (m *bundleMsg) addTo(tx *bundleTx) error {
 	case m.flow != nil:
 		return tx.addFlow(m.flow, m.command, m.cookie)
 	case m.group != nil:
-		return tx.add(m.group.ofGroup().GetBundleMessage(m.groupCmd).GetMessage())
+		gm, err := m.group.groupMod(m.groupCmd)
+		if err != nil {
+			return err
+		}
+		return tx.add(gm)
 	case m.raw != nil:
 		return tx.add(m.raw)
 	}
@@ -88,7 +93,7 @@ func (b *Bridge) sendBundle(ctx context.Context, src bundleSource) error {
 	}
 	ctx, cancel := context.WithTimeout(ctx, bundleTimeout)
 	defer cancel()
-	tx, err := openBundle(ctx, b.opts.Address)
+	tx, err := openBundle(ctx, b.opts.Address, min(maxWriteBuffer, 4096+256*n))
 	if err != nil {
 		return fmt.Errorf("opening bundle: %w", err)
 	}
@@ -125,14 +130,14 @@ type bundleTx struct {
 const bundleID = 1
 
 // openBundle dials the bridge, says hello and opens a bundle, without waiting for answers.
-func openBundle(ctx context.Context, address string) (*bundleTx, error) {
+func openBundle(ctx context.Context, address string, bufferSize int) (*bundleTx, error) {
 	conn, err := ofctrl.DialUnixOrNamedPipe(address)
 	if err != nil {
 		return nil, fmt.Errorf("connecting to %q: %w", address, err)
 	}
 	tx := &bundleTx{
 		conn: conn,
-		w:    bufio.NewWriterSize(conn, bundleWriteBuffer),
+		w:    bufio.NewWriterSize(conn, bufferSize),
 		in:   newReplyQueue(),
 	}
 	// Cancelling the context unblocks reads and writes.

@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"antrea.io/libOpenflow/openflow15"
+	"antrea.io/libOpenflow/util"
 	"antrea.io/ofnet/ofctrl"
 )
 
@@ -32,19 +33,24 @@ func (g Group) String() string {
 	return b.String()
 }
 
-func (g Group) ofGroup() *ofctrl.Group {
+// groupMod encodes the group as a group_mod with the given command.
+func (g Group) groupMod(command int) (util.Message, error) {
 	og := &ofctrl.Group{ID: g.ID, GroupType: ofctrl.GroupSelect}
 	for i, bk := range g.Buckets {
 		bucket := openflow15.NewBucket(uint32(i))
 		bucket.AddProperty(openflow15.NewGroupBucketPropWeight(bk.Weight))
 		for _, a := range bk.Actions {
-			if act, err := a.encode(); err == nil && act != nil {
+			act, err := a.encode()
+			if err != nil {
+				return nil, fmt.Errorf("encoding action %q of bucket %d: %w", a.text(), i, err)
+			}
+			if act != nil {
 				bucket.AddAction(act)
 			}
 		}
 		og.Buckets = append(og.Buckets, bucket)
 	}
-	return og
+	return og.GetBundleMessage(command).GetMessage(), nil
 }
 
 // SyncGroups makes the installed groups equal to desired in one bundle. Sync
