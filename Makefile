@@ -81,6 +81,10 @@ bench-ovs: test-deps ## Benchmark flow installation against ovs-ofctl --bundle (
 	@mkdir -p bin
 	$(GO) run ./test/bench/ovs 2> bin/bench-ovs.log || { tail -30 bin/bench-ovs.log; exit 1; }
 
+.PHONY: e2e
+e2e: test-deps build ## Run only the e2e suite (three simulated nodes, the connectivity matrix, dynamic scenarios) with its tables and numbers; needs root.
+	$(GO) test -count=1 -timeout 10m -v ./test/e2e/
+
 ##@ Demo
 
 DEMO_DIR := $(BIN)/demo

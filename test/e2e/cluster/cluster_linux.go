@@ -236,6 +236,12 @@ func (c *Cluster) startAPIServer() error {
 			return err
 		}
 	}
+	cp := api.Env.ControlPlane
+	for _, d := range []string{cp.APIServer.CertDir, cp.Etcd.DataDir, api.KubeconfigPath} {
+		if err := c.reg.recordDir(d); err != nil {
+			return err
+		}
+	}
 	kubeconfig, err := os.ReadFile(api.KubeconfigPath)
 	if err != nil {
 		return fmt.Errorf("reading the kubeconfig: %w", err)
