@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"strings"
 	"sync"
 	"time"
 
@@ -182,7 +183,9 @@ func (p *Pods) attach(ctx context.Context, n node, c *call) (_ *Attachment, retE
 		Containers: []string{c.sandbox}, Created: time.Now().UTC(),
 	}
 	var undo undoStack
+	steps := newStepTimer()
 	defer func() {
+		log.V(1).Info("ADD steps", "took", steps.String())
 		if retErr != nil {
 			if err := undo.run(ctx); err != nil {
 				log.Error(err, "Rolling back a failed ADD left something behind; the next sweep removes it", "sandbox", a.SandboxID)
@@ -196,6 +199,7 @@ func (p *Pods) attach(ctx context.Context, n node, c *call) (_ *Attachment, retE
 		return nil, err
 	}
 	a.IP = ip
+	steps.done("ipam")
 	undo.push(func(ctx context.Context) error { return p.opts.Host.IPAM.Release(ctx, ipamReq) })
 
 	if err := p.deleteStaleEndpoint(ctx, a.EndpointName); err != nil {
@@ -208,31 +212,44 @@ func (p *Pods) attach(ctx context.Context, n node, c *call) (_ *Attachment, retE
 		return nil, fmt.Errorf("creating HNS endpoint %s: %w", a.EndpointName, err)
 	}
 	a.EndpointID, a.MAC = ep.ID, ep.MAC.String()
+	steps.done("endpoint")
 	undo.push(func(ctx context.Context) error { return p.opts.Host.HNS.DeleteEndpoint(ctx, ep.ID) })
 
-	if err := p.ensurePort(ctx, a); err != nil {
-		return nil, err
-	}
 	undo.push(func(ctx context.Context) error { return p.deletePort(ctx, a) })
-
-	if err := p.installFlows(ctx, n.realized, a); err != nil {
-		return nil, err
-	}
 	undo.push(func(ctx context.Context) error { return p.removeFlows(ctx, a.OFPort, a.SandboxID) })
-
-	if err := p.opts.Host.HNS.AttachEndpoint(ctx, ep.ID, a.Netns); err != nil {
-		if errors.Is(err, hns.ErrNotFound) {
-			return nil, cnitypes.NewError(cnitypes.ErrInvalidNetNS, fmt.Sprintf("network namespace %q (CNI_NETNS) does not exist", a.Netns), err.Error())
-		}
-		return nil, fmt.Errorf("attaching HNS endpoint %s to %s: %w", a.EndpointName, a.Netns, err)
+	// The Pod's side (the endpoint in its namespace) and the switch's side (port and flows) do not
+	// depend on each other: they are made at once.
+	podSide := make(chan error, 1)
+	go func() { podSide <- p.attachPod(ctx, ep, a) }()
+	switchErr := p.ensurePort(ctx, a)
+	if switchErr == nil {
+		switchErr = p.installFlows(ctx, n.realized, a)
 	}
-	if _, err := configurePodInterface(a.Netns, ep.MAC, a.MTU); err != nil {
-		return nil, err
+	podErr := <-podSide
+	steps.done("port,flows|attach")
+	if podErr != nil {
+		return nil, podErr // a namespace error says what the caller got wrong
+	}
+	if switchErr != nil {
+		return nil, switchErr
 	}
 	if err := p.opts.Store.Put(a); err != nil {
 		return nil, err
 	}
+	steps.done("store")
 	return a, nil
+}
+
+// attachPod attaches the endpoint to the Pod's network namespace and configures its interface.
+func (p *Pods) attachPod(ctx context.Context, ep *hns.Endpoint, a *Attachment) error {
+	if err := p.opts.Host.HNS.AttachEndpoint(ctx, ep.ID, a.Netns); err != nil {
+		if errors.Is(err, hns.ErrNotFound) {
+			return cnitypes.NewError(cnitypes.ErrInvalidNetNS, fmt.Sprintf("network namespace %q (CNI_NETNS) does not exist", a.Netns), err.Error())
+		}
+		return fmt.Errorf("attaching HNS endpoint %s to %s: %w", a.EndpointName, a.Netns, err)
+	}
+	_, err := configurePodInterface(a.Netns, ep.MAC, a.MTU)
+	return err
 }
 
 // deleteStaleEndpoint deletes an endpoint of this name that no attachment records: the remains of
@@ -335,25 +352,33 @@ func (p *Pods) removeFlows(ctx context.Context, ofport int32, sandbox string) er
 // detach removes everything of the attachment — flows, OVS port, HNS endpoint, address — and
 // forgets it. Each step is idempotent, so a detach that failed half-way can be repeated.
 func (p *Pods) detach(ctx context.Context, a *Attachment) error {
+	steps := newStepTimer()
+	defer func() { ctrl.LoggerFrom(ctx).V(1).Info("DEL steps", "took", steps.String()) }()
 	if err := p.removeFlows(ctx, a.OFPort, a.SandboxID); err != nil {
 		return err
 	}
+	steps.done("flows")
 	if err := p.deletePort(ctx, a); err != nil {
 		return err
 	}
+	steps.done("port")
 	if err := p.opts.Host.HNS.DeleteEndpoint(ctx, a.EndpointID); err != nil {
 		return fmt.Errorf("deleting HNS endpoint %s: %w", a.EndpointName, err)
 	}
 	if err := p.deleteStaleEndpoint(ctx, a.EndpointName); err != nil {
 		return err
 	}
+	steps.done("endpoint")
+	// The address goes back last: HNS may refuse an address an endpoint still has.
 	ipamReq := cni.IPAMRequest{ContainerID: a.SandboxID, IfName: a.IfName, Netns: a.Netns, Subnet: a.IP.Masked()}
 	if err := p.opts.Host.IPAM.Release(ctx, ipamReq); err != nil {
 		return err
 	}
+	steps.done("ipam")
 	if err := p.opts.Store.Delete(a.SandboxID); err != nil {
 		return err
 	}
+	steps.done("store")
 	ctrl.LoggerFrom(ctx).V(1).Info("Detached Pod sandbox", "sandbox", a.SandboxID, "pod", a.Pod(), "ip", a.IP)
 	return nil
 }
@@ -363,3 +388,19 @@ func (p *Pods) Ready(ctx context.Context) bool {
 	_, err := p.node(ctx)
 	return err == nil
 }
+
+// stepTimer records how long each step of an operation took, for the debug log.
+type stepTimer struct {
+	last  time.Time
+	steps []string
+}
+
+func newStepTimer() *stepTimer { return &stepTimer{last: time.Now()} }
+
+func (s *stepTimer) done(step string) {
+	now := time.Now()
+	s.steps = append(s.steps, fmt.Sprintf("%s=%s", step, now.Sub(s.last).Round(10*time.Microsecond)))
+	s.last = now
+}
+
+func (s *stepTimer) String() string { return strings.Join(s.steps, " ") }

@@ -1,0 +1,348 @@
+//go:build linux && bench
+
+package cni
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/containernetworking/cni/libcni"
+	"github.com/containernetworking/cni/pkg/invoke"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	networkv1alpha1 "github.com/winnet-io/winnet/api/v1alpha1"
+	"github.com/winnet-io/winnet/internal/cni"
+	"github.com/winnet-io/winnet/test/framework"
+	"github.com/winnet-io/winnet/test/simnode"
+)
+
+const (
+	// pods is the number of ADD+DEL cycles per run.
+	pods    = 200
+	podCIDR = "10.98.0.0/22"
+)
+
+// TestBenchCNI runs the real winnet-agent binary on a simulated node (real OVS, netlink, API server)
+// and times 200 Pods' CNI ADD and DEL through libcni and the real winnet-cni shim, at concurrency 1
+// and 8, each Pod in its own network namespace; the floor is host-local IPAM alone, run by libcni's
+// invoke the same way, at the same concurrency, in the same run.
+func TestBenchCNI(t *testing.T) {
+	server, err := framework.StartAPIServer()
+	if err != nil {
+		t.Fatalf("bench-cni needs a real kube-apiserver: %v", err)
+	}
+	defer func() { _ = server.Stop() }()
+	binDir := t.TempDir()
+	for _, cmd := range []string{"winnet-agent", "winnet-cni"} {
+		build := exec.Command("go", "build", "-o", filepath.Join(binDir, cmd), "./cmd/"+cmd)
+		build.Dir = framework.RepoRoot()
+		build.Env = append(os.Environ(), "GOTOOLCHAIN=local")
+		if out, err := build.CombinedOutput(); err != nil {
+			t.Fatalf("building %s: %v\n%s", cmd, err, out)
+		}
+	}
+	underlay := simnode.NewUnderlay(t, netip.MustParsePrefix("192.168.41.0/24"))
+	node := underlay.AddNode(t, "bench-cni", netip.MustParsePrefix("192.168.41.11/24"), simnode.NodeOptions{StartOVS: true})
+	createNode(t, server.Client, node)
+	dirs := t.TempDir()
+	socket, confDir := filepath.Join(dirs, "run", "cni.sock"), filepath.Join(dirs, "net.d")
+	logFile := filepath.Join(framework.RepoRoot(), "bin", "bench-cni-agent.log")
+	startAgent(t, filepath.Join(binDir, "winnet-agent"), logFile, node,
+		"--kubeconfig", server.KubeconfigPath, "--cni-socket", socket, "--cni-conf-dir", confDir, "--state-dir", filepath.Join(dirs, "state"))
+	list := waitConfList(t, filepath.Join(confDir, cni.ConfListName))
+
+	namespaces := make([]string, 8)
+	for i := range namespaces {
+		namespaces[i] = fmt.Sprintf("%s-w%d", node.NS, i)
+		if _, err := simnode.Exec("", "ip", "netns", "add", namespaces[i]); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _, _ = simnode.Exec("", "ip", "netns", "del", namespaces[i]) })
+	}
+	createPods(t, server.Client, node.Name)
+	runtime := libcni.NewCNIConfigWithCacheDir([]string{binDir}, t.TempDir(), nil)
+
+	var last string
+	for _, conc := range []int{1, 8} {
+		ipam := ipamRun(t, conc)
+		before := cpuTimes()
+		add := cniRun(t, runtime, list, conc, namespaces)
+		fmt.Printf("bench-cni conc=%d: CPU seconds during the %.1f s of ADD+DEL: %s\n", conc, add.total.Seconds(), cpuTimes().since(before))
+		p50, p99, ipamP99 := add.percentile(50), add.percentile(99), ipam.percentile(99)
+		last = fmt.Sprintf("bench-cni adds=%d conc=%d p50_ms=%.1f p99_ms=%.1f ipam_p99_ms=%.1f ratio=%.2f pods_per_s=%.0f",
+			pods, conc, ms(p50), ms(p99), ms(ipamP99), float64(p99)/float64(ipamP99), float64(pods)/add.total.Seconds())
+		fmt.Printf("bench-cni conc=%d: ADD p50 %.1f ms p99 %.1f ms max %.1f ms, DEL p50 %.1f ms p99 %.1f ms; host-local ADD p50 %.1f ms p99 %.1f ms\n",
+			conc, ms(p50), ms(p99), ms(add.percentile(100)), ms(add.del.percentile(50)), ms(add.del.percentile(99)), ms(ipam.percentile(50)), ms(ipamP99))
+		fmt.Println(last)
+	}
+	if last == "" {
+		t.Fatal("no run")
+	}
+}
+
+// latencies are the durations of one run's calls and its wall time.
+type latencies struct {
+	d     []time.Duration
+	total time.Duration
+	del   *latencies
+}
+
+func (l *latencies) percentile(p int) time.Duration {
+	s := slices.Clone(l.d)
+	slices.Sort(s)
+	i := (len(s)*p + 99) / 100
+	return s[max(0, min(len(s)-1, i-1))]
+}
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+// parallel runs work for 0..pods-1 on conc workers, each with its worker index, and records each
+// call's duration.
+func parallel(conc int, work func(worker, i int) (time.Duration, time.Duration, error)) (*latencies, error) {
+	l := &latencies{d: make([]time.Duration, pods), del: &latencies{d: make([]time.Duration, pods)}}
+	next := make(chan int)
+	errs := make(chan error, conc)
+	var wg sync.WaitGroup
+	start := time.Now()
+	for w := range conc {
+		wg.Go(func() {
+			for i := range next {
+				add, del, err := work(w, i)
+				if err != nil {
+					errs <- err
+					for range next {
+					}
+					return
+				}
+				l.d[i], l.del.d[i] = add, del
+			}
+		})
+	}
+	for i := range pods {
+		next <- i
+	}
+	close(next)
+	wg.Wait()
+	l.total = time.Since(start)
+	close(errs)
+	return l, <-errs
+}
+
+// cniRun adds and deletes every Pod through libcni and the shim; each worker reuses its network
+// namespace, empty again after each DEL.
+func cniRun(t *testing.T, runtime *libcni.CNIConfig, list *libcni.NetworkConfigList, conc int, namespaces []string) *latencies {
+	t.Helper()
+	ctx := context.Background()
+	l, err := parallel(conc, func(w, i int) (time.Duration, time.Duration, error) {
+		rt := &libcni.RuntimeConf{
+			ContainerID: fmt.Sprintf("bench%d%057d", conc, i), NetNS: "/run/netns/" + namespaces[w], IfName: "eth0",
+			Args: [][2]string{{"IgnoreUnknown", "1"}, {"K8S_POD_NAMESPACE", "default"}, {"K8S_POD_NAME", podName(i)}},
+		}
+		start := time.Now()
+		if _, err := runtime.AddNetworkList(ctx, list, rt); err != nil {
+			return 0, 0, fmt.Errorf("ADD of Pod %d: %w", i, err)
+		}
+		added := time.Since(start)
+		start = time.Now()
+		if err := runtime.DelNetworkList(ctx, list, rt); err != nil {
+			return 0, 0, fmt.Errorf("DEL of Pod %d: %w", i, err)
+		}
+		return added, time.Since(start), nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+// ipamRun adds and deletes an address for every Pod with host-local alone.
+func ipamRun(t *testing.T, conc int) *latencies {
+	t.Helper()
+	plugin, err := invoke.FindInPath("host-local", []string{"/opt/cni/bin", "/usr/lib/cni"})
+	if err != nil {
+		t.Fatalf("bench-cni needs host-local (Debian's containernetworking-plugins): %v", err)
+	}
+	conf, err := json.Marshal(map[string]any{
+		"cniVersion": "1.0.0", "name": "bench-ipam",
+		"ipam": map[string]any{"type": "host-local", "dataDir": t.TempDir(), "ranges": [][]map[string]string{{{"subnet": podCIDR}}}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	l, err := parallel(conc, func(_, i int) (time.Duration, time.Duration, error) {
+		args := &invoke.Args{Command: "ADD", ContainerID: fmt.Sprintf("ipam%d%057d", conc, i), NetNS: "/run/netns/none", IfName: "eth0", Path: filepath.Dir(plugin)}
+		start := time.Now()
+		if _, err := invoke.ExecPluginWithResult(ctx, plugin, conf, args, nil); err != nil {
+			return 0, 0, fmt.Errorf("host-local ADD: %w", err)
+		}
+		added := time.Since(start)
+		args.Command = "DEL"
+		start = time.Now()
+		if err := invoke.ExecPluginWithoutResult(ctx, plugin, conf, args, nil); err != nil {
+			return 0, 0, fmt.Errorf("host-local DEL: %w", err)
+		}
+		return added, time.Since(start), nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+func podName(i int) string { return fmt.Sprintf("bench-%03d", i) }
+
+// createPods creates the Pod objects on the node, as they exist before kubelet sets their sandboxes
+// up; their PodEndpoints are written while the bench runs.
+func createPods(t *testing.T, c client.Client, nodeName string) {
+	t.Helper()
+	for i := range pods {
+		pod := &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: podName(i), Namespace: "default"},
+			Spec:       corev1.PodSpec{NodeName: nodeName, Containers: []corev1.Container{{Name: "c", Image: "pause"}}},
+		}
+		if err := c.Create(context.Background(), pod); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func createNode(t *testing.T, c client.Client, node *simnode.Node) {
+	t.Helper()
+	ctx := context.Background()
+	if err := c.Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node.Name}, Spec: corev1.NodeSpec{PodCIDR: podCIDR, PodCIDRs: []string{podCIDR}}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Create(ctx, &networkv1alpha1.WindowsNodeNetwork{
+		ObjectMeta: metav1.ObjectMeta{Name: node.Name},
+		Spec: networkv1alpha1.WindowsNodeNetworkSpec{
+			PodCIDRs: []networkv1alpha1.CIDR{podCIDR}, NodeIP: networkv1alpha1.IPv4Address(node.NodeIP.Addr().String()),
+			Bridge: networkv1alpha1.BridgeSpec{DatapathType: networkv1alpha1.DatapathTypeNetdev},
+		},
+	}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// startAgent runs the winnet-agent binary for the node, logging to logFile, until the test ends.
+func startAgent(t *testing.T, bin, logFile string, node *simnode.Node, extra ...string) {
+	t.Helper()
+	f, err := os.Create(logFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	args := append([]string{"--node-name", node.Name, "--ovsdb", node.OVS.DBSocket(), "--ovs-rundir", node.OVS.Dir,
+		"--netns", node.NSPath, "--health-probe-bind-address", "0", "--metrics-bind-address", "0"}, extra...)
+	if level := os.Getenv("BENCH_AGENT_LOG_LEVEL"); level != "" { // e.g. 1 for the steps of each ADD
+		args = append(args, "--zap-log-level", level)
+	}
+	cmd := exec.Command(bin, args...)
+	cmd.Stdout, cmd.Stderr = f, f
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("starting winnet-agent: %v", err)
+	}
+	exited := make(chan struct{})
+	go func() {
+		_ = cmd.Wait()
+		close(exited)
+	}()
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-exited:
+		case <-time.After(10 * time.Second):
+			_ = cmd.Process.Kill()
+			<-exited
+		}
+		_ = f.Close()
+	})
+}
+
+// waitConfList waits for the agent to write the conflist (the node network is Ready) and loads it.
+func waitConfList(t *testing.T, path string) *libcni.NetworkConfigList {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for {
+		list, err := libcni.ConfListFromFile(path)
+		if err == nil {
+			return list
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the agent wrote no conflist within a minute (see bin/bench-cni-agent.log): %v", err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// cpu is the CPU time used so far by the bench's process, its exited children (the shim, host-local,
+// ip) and each of its running children (kube-apiserver, etcd, ovsdb-server, ovs-vswitchd, the agent).
+type cpu map[string]float64
+
+// clockTicks is USER_HZ, the unit of /proc/<pid>/stat times.
+const clockTicks = 100
+
+func cpuTimes() cpu {
+	c := cpu{}
+	var self, children syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &self)
+	_ = syscall.Getrusage(syscall.RUSAGE_CHILDREN, &children)
+	tv := func(r syscall.Rusage) float64 {
+		return float64(r.Utime.Sec+r.Stime.Sec) + float64(r.Utime.Usec+r.Stime.Usec)/1e6
+	}
+	c["bench(libcni)"], c["exited(shim,host-local,ip)"] = tv(self), tv(children)
+	stats, _ := filepath.Glob("/proc/[0-9]*/stat")
+	for _, f := range stats {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		s := string(b)
+		open, close := strings.IndexByte(s, '('), strings.LastIndexByte(s, ')')
+		if open < 0 || close < open {
+			continue
+		}
+		fields := strings.Fields(s[close+2:])
+		if len(fields) < 13 {
+			continue
+		}
+		if ppid, _ := strconv.Atoi(fields[1]); ppid != os.Getpid() {
+			continue
+		}
+		utime, _ := strconv.ParseFloat(fields[11], 64)
+		stime, _ := strconv.ParseFloat(fields[12], 64)
+		c[s[open+1:close]] += (utime + stime) / clockTicks
+	}
+	return c
+}
+
+// since renders the CPU used after before, largest first.
+func (c cpu) since(before cpu) string {
+	type use struct {
+		name string
+		s    float64
+	}
+	var uses []use
+	for name, s := range c {
+		uses = append(uses, use{name, s - before[name]})
+	}
+	slices.SortFunc(uses, func(a, b use) int { return int((b.s - a.s) * 1000) })
+	var parts []string
+	for _, u := range uses {
+		parts = append(parts, fmt.Sprintf("%s=%.2f", u.name, u.s))
+	}
+	return strings.Join(parts, " ")
+}
