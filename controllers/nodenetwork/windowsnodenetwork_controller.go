@@ -71,14 +71,33 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Named("windowsnodenetwork").
 		For(&networkv1alpha1.WindowsNodeNetwork{}).
 		Watches(&corev1.Node{}, ownNode).
-		WatchesRawSource(source.Channel(r.state().watchReports(r.NodeName), &handler.EnqueueRequestForObject{})).
+		WatchesRawSource(source.Channel(r.state().watchReports(r.NodeName), handler.EnqueueRequestsFromMapFunc(
+			func(_ context.Context, o client.Object) []reconcile.Request {
+				return []reconcile.Request{routesReport(o.GetName())}
+			}))).
 		Complete(r)
 }
 
-// Reconcile converges the node network and writes its status once.
+// routesReportNamespace marks the work item of a routes report: WindowsNodeNetworks are
+// cluster-scoped, so it cannot name an object, and a report is not merged with the node network's
+// own work item.
+const routesReportNamespace = "routes-report"
+
+func routesReport(node string) reconcile.Request {
+	return reconcile.Request{NamespacedName: types.NamespacedName{Namespace: routesReportNamespace, Name: node}}
+}
+
+// Reconcile converges the node network and writes its status once; for a routes report on a
+// converged node network, it only writes the routes' status.
 func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Result, retErr error) {
 	if req.Name != r.NodeName {
 		return ctrl.Result{}, nil
+	}
+	if req.Namespace == routesReportNamespace {
+		if done, err := r.reportRoutes(ctx); done || err != nil {
+			return ctrl.Result{}, err
+		}
+		req.Namespace = ""
 	}
 	wnn := &networkv1alpha1.WindowsNodeNetwork{}
 	if err := r.Client.Get(ctx, req.NamespacedName, wnn); err != nil {
@@ -114,6 +133,30 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 	}
 	wnn.Status.ObservedGeneration = wnn.Generation
 	return ctrl.Result{RequeueAfter: resync}, nil
+}
+
+// reportRoutes writes what the remote route reconciler reported into the status, without
+// converging the node network again, when the node network is converged for the current spec. It
+// returns false when it is not (the caller converges it, which writes the routes too). The patch
+// carries the resourceVersion read: the other conditions are written back as read, so a stale read
+// must fail rather than undo a newer status.
+func (r *Reconciler) reportRoutes(ctx context.Context) (bool, error) {
+	routes, reported := r.state().routesResult()
+	_, realized := r.state().Realized()
+	wnn := &networkv1alpha1.WindowsNodeNetwork{}
+	if err := r.Client.Get(ctx, types.NamespacedName{Name: r.NodeName}, wnn); err != nil {
+		return true, client.IgnoreNotFound(err)
+	}
+	if !reported || !realized || !wnn.DeletionTimestamp.IsZero() || wnn.Status.ObservedGeneration != wnn.Generation {
+		return false, nil
+	}
+	before := wnn.DeepCopy()
+	setRoutesCondition(wnn, routes)
+	setReadyCondition(wnn)
+	if err := r.Client.Status().Patch(ctx, wnn, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})); client.IgnoreNotFound(err) != nil {
+		return true, fmt.Errorf("writing the routes' status of WindowsNodeNetwork %s: %w", wnn.Name, err)
+	}
+	return true, nil
 }
 
 // step is one component of the node network, converged in order.

@@ -48,15 +48,22 @@ type Reconciler struct {
 	// ResyncPeriod is the drift check period; zero means DefaultResyncPeriod.
 	ResyncPeriod time.Duration
 
-	// installed holds, per RemoteSubnetRoute, the host routes installed for it and why it failed
-	// (empty when it did not); a change to one route is applied against it without a pass over
-	// all routes. The full pass at start-up and every ResyncPeriod rebuilds it from the host.
+	// installed holds, per RemoteSubnetRoute, what was installed for it; a change to one route is
+	// applied against it without a pass over all routes. The full pass at start-up and every
+	// ResyncPeriod rebuilds it from the host. failed holds the failures among them, so that a report
+	// costs the failures, not a pass over every route.
 	installed map[string]routeState
+	failed    map[string]string
 }
 
+// routeState is what was installed for one RemoteSubnetRoute.
 type routeState struct {
+	// version is the resourceVersion of the RemoteSubnetRoute it was computed from: an event for
+	// that same version (the informer's initial list after the full pass, say) needs no work.
+	version    string
 	hostRoutes []hostnet.Route
-	failure    string
+	// failure says why the route is not installed; empty when it is.
+	failure string
 }
 
 // SetupWithManager registers the reconciler for RemoteSubnetRoutes and the node's WindowsNodeNetwork.
@@ -82,38 +89,42 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if resync == 0 {
 		resync = DefaultResyncPeriod
 	}
+	if req != allRoutes && r.installed == nil {
+		return ctrl.Result{}, nil // the first full pass, queued with the node network, covers it
+	}
 	rz, ok := r.State.Realized()
 	if !ok {
 		ctrl.LoggerFrom(ctx).V(1).Info("Node network not ready; routes wait for it")
 		return ctrl.Result{RequeueAfter: notReadyRetry}, nil
 	}
 	if req != allRoutes {
-		if r.installed == nil {
-			return ctrl.Result{}, nil // the first full pass, queued with the node network, covers it
-		}
 		return ctrl.Result{}, r.reconcileOne(ctx, rz, req.Name)
 	}
 	return r.reconcileAll(ctx, rz, resync)
 }
 
-// reconcileAll converges every route as one desired set.
+// reconcileAll converges every route as one desired set: the flows in one bundle and the host
+// routes at the same time, then one report.
 func (r *Reconciler) reconcileAll(ctx context.Context, rz nodenetwork.Realized, resync time.Duration) (ctrl.Result, error) {
+	log := ctrl.LoggerFrom(ctx)
 	start := time.Now()
+	// Read-only: the routes are only read, and copying thousands of them would cost more than
+	// computing their flows.
 	list := &networkv1alpha1.RemoteSubnetRouteList{}
-	if err := r.Client.List(ctx, list); err != nil {
+	if err := r.Client.List(ctx, list, client.UnsafeDisableDeepCopy); err != nil {
 		return ctrl.Result{}, fmt.Errorf("listing RemoteSubnetRoutes: %w", err)
 	}
 	routes, skips := desiredRoutes(r.NodeName, rz, list.Items)
+	installed := make(map[string]routeState, len(routes))
 	failed := map[string]string{}
-	for _, s := range skips {
-		if s.failed {
-			failed[s.name] = s.reason
+	for _, sk := range skips {
+		if sk.failed {
+			failed[sk.name] = sk.reason
 		}
 	}
 
-	var flows []openflow.Flow
-	var hostRoutes []hostnet.Route
-	byName := map[string][]hostnet.Route{}
+	flows := make([]openflow.Flow, 0, 2*len(routes))
+	hostRoutes := make([]hostnet.Route, 0, len(routes))
 	for _, rt := range routes {
 		rf, hr, err := r.realise(ctx, rz, rt)
 		if err != nil {
@@ -122,30 +133,48 @@ func (r *Reconciler) reconcileAll(ctx context.Context, rz nodenetwork.Realized, 
 		}
 		flows = append(flows, rf...)
 		hostRoutes = append(hostRoutes, hr)
-		byName[rt.name] = append(byName[rt.name], hr)
+		st := installed[rt.name]
+		st.hostRoutes = append(st.hostRoutes, hr)
+		installed[rt.name] = st
 	}
-	listed := time.Since(start)
+	computed := time.Since(start)
+
+	// The kernel and the switch install their parts at the same time.
+	hostFailed := make(chan map[string]error, 1)
+	var hostTook time.Duration
+	go func() {
+		hostStart := time.Now()
+		f := r.syncHostRoutes(ctx, rz, routes, hostRoutes)
+		hostTook = time.Since(hostStart)
+		hostFailed <- f
+	}()
+	flowStart := time.Now()
 	synced, err := rz.Flows.Sync(ctx, pipeline.CategoryRoute, dedupe(flows))
-	flowed := time.Since(start)
+	flowsTook := time.Since(flowStart)
+	for name, err := range <-hostFailed {
+		failed[name] = err.Error()
+	}
 	if err != nil {
 		return ctrl.Result{}, fmt.Errorf("installing route flows: %w", err)
 	}
 	if synced.Mods() > 0 {
-		ctrl.LoggerFrom(ctx).Info("Synced route flows", "routes", len(routes), "flowMods", synced.Mods(),
+		log.Info("Synced route flows", "routes", len(routes), "flowMods", synced.Mods(),
 			"added", synced.Added, "modified", synced.Modified, "deleted", synced.Deleted)
 	}
-	for name, err := range r.syncHostRoutes(ctx, rz, routes, hostRoutes) {
-		failed[name] = err.Error()
-	}
-	ctrl.LoggerFrom(ctx).V(1).Info("Reconciled routes", "routes", len(routes), "computed", listed, "flowsSynced", flowed, "total", time.Since(start))
+	log.V(1).Info("Reconciled routes", "routes", len(routes), "computed", computed, "flows", flowsTook, "hostRoutes", hostTook, "total", time.Since(start))
 
-	r.installed = map[string]routeState{}
-	for _, rt := range routes {
-		r.installed[rt.name] = routeState{hostRoutes: byName[rt.name], failure: failed[rt.name]}
-	}
 	for name, reason := range failed {
-		r.installed[name] = routeState{hostRoutes: byName[name], failure: reason}
+		st := installed[name]
+		st.failure = reason
+		installed[name] = st
 	}
+	for i := range list.Items {
+		if st, ok := installed[list.Items[i].Name]; ok {
+			st.version = list.Items[i].ResourceVersion
+			installed[list.Items[i].Name] = st
+		}
+	}
+	r.installed, r.failed = installed, failed
 	r.publish()
 	return ctrl.Result{RequeueAfter: resync}, nil
 }
@@ -158,12 +187,15 @@ func (r *Reconciler) reconcileOne(ctx context.Context, rz nodenetwork.Realized, 
 	var list []networkv1alpha1.RemoteSubnetRoute
 	rsr := &networkv1alpha1.RemoteSubnetRoute{}
 	if err := r.Client.Get(ctx, types.NamespacedName{Name: name}, rsr); err == nil {
+		if st, ok := r.installed[name]; ok && st.version == rsr.ResourceVersion {
+			return nil // applied already; drift is the full pass's business
+		}
 		list = append(list, *rsr)
 	} else if !apierrors.IsNotFound(err) {
 		return fmt.Errorf("getting RemoteSubnetRoute %s: %w", name, err)
 	}
 	routes, skips := desiredRoutes(r.NodeName, rz, list)
-	state := routeState{}
+	state := routeState{version: rsr.ResourceVersion}
 	for _, sk := range skips {
 		if sk.failed {
 			state.failure = sk.reason
@@ -204,13 +236,22 @@ func (r *Reconciler) reconcileOne(ctx context.Context, rz nodenetwork.Realized, 
 	if err := r.Net.EnsureRoutes(ctx, missing); err != nil {
 		state.failure = err.Error()
 	}
-	if len(routes) == 0 && state.failure == "" {
-		delete(r.installed, name)
-	} else {
-		r.installed[name] = state
-	}
+	r.record(name, state, len(routes) > 0 || state.failure != "")
 	r.publish()
 	return nil
+}
+
+// record keeps what was installed for a route, or forgets the route when keep is false.
+func (r *Reconciler) record(name string, st routeState, keep bool) {
+	delete(r.failed, name)
+	if !keep {
+		delete(r.installed, name)
+		return
+	}
+	r.installed[name] = st
+	if st.failure != "" {
+		r.failed[name] = st.failure
+	}
 }
 
 func sameHostRoute(a, b hostnet.Route) bool {
@@ -219,13 +260,9 @@ func sameHostRoute(a, b hostnet.Route) bool {
 
 // publish reports the routes' outcome to the node network reconciler.
 func (r *Reconciler) publish() {
-	res := nodenetwork.RoutesResult{Desired: len(r.installed)}
-	for name, st := range r.installed {
-		if st.failure != "" {
-			res.Failed = append(res.Failed, name+": "+st.failure)
-		} else {
-			res.Installed++
-		}
+	res := nodenetwork.RoutesResult{Desired: len(r.installed), Installed: len(r.installed) - len(r.failed)}
+	for name, reason := range r.failed {
+		res.Failed = append(res.Failed, name+": "+reason)
 	}
 	slices.Sort(res.Failed)
 	r.State.SetRoutes(res)
@@ -322,10 +359,15 @@ func objectID(name string) uint64 {
 // dedupe drops repeated flows (two routes answering ARP for the same gateway, say): a flow table
 // holds one flow per match.
 func dedupe(flows []openflow.Flow) []openflow.Flow {
-	seen := map[string]bool{}
+	type key struct {
+		table    uint8
+		priority uint16
+		match    string
+	}
+	seen := make(map[key]bool, len(flows))
 	out := flows[:0]
 	for _, f := range flows {
-		k := fmt.Sprintf("%d/%d/%s", f.Table, f.Priority, f.MatchString())
+		k := key{f.Table, f.Priority, f.MatchString()}
 		if seen[k] {
 			continue
 		}
