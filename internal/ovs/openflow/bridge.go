@@ -467,6 +467,9 @@ func (b *Bridge) sync(ctx context.Context, category uint8, object *uint64, desir
 func (b *Bridge) diff(category uint8, object *uint64, desired []Flow) (flowChanges, error) {
 	b.pass++
 	pass := b.pass
+	if len(b.flows) == 0 {
+		b.flows = make(flowSet, len(desired)) // the first Sync after start: no rehashing as it grows
+	}
 	var changes flowChanges
 	kb, ab := b.keyBuf[:0], b.actionsBuf[:0]
 	defer func() { b.keyBuf, b.actionsBuf = kb, ab }()
