@@ -8,7 +8,9 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/winnet-io/winnet/test/simnode"
@@ -61,9 +63,8 @@ func deleteNS(ns string) error {
 	if out, err := exec.Command("ip", "netns", "pids", ns).Output(); err == nil {
 		pids := map[int]string{}
 		for _, f := range strings.Fields(string(out)) {
-			var pid int
-			if _, err := fmt.Sscan(f, &pid); err == nil {
-				_ = exec.Command("kill", "-9", f).Run()
+			if pid, err := strconv.Atoi(f); err == nil {
+				_ = syscall.Kill(pid, syscall.SIGKILL)
 				pids[pid] = ""
 			}
 		}

@@ -102,7 +102,7 @@ func (r Result) wantSource() netip.Addr {
 // and stopped at the end.
 func (c *Cluster) Probe(ctx context.Context, checks []Check, attempts int) []Result {
 	servers := map[string]*EchoServer{}
-	var errs = map[string]error{}
+	errs := map[string]error{}
 	for _, ch := range checks {
 		if _, ok := servers[ch.To.NS]; ok || errs[ch.To.NS] != nil {
 			continue
@@ -249,7 +249,6 @@ func DialEcho(ctx context.Context, from Place, dst netip.AddrPort, timeout time.
 // SteadyPing is a ping running in the background, one echo request every interval, for counting the packets
 // a disruption loses and how long it lasts.
 type SteadyPing struct {
-	started  time.Time
 	cmd      *exec.Cmd
 	out      strings.Builder
 	done     chan struct{}
@@ -267,7 +266,6 @@ func StartSteadyPing(from Place, dst netip.Addr, interval time.Duration) (*Stead
 	s := &SteadyPing{cmd: exec.Command("ip", append(args, dst.String())...), done: make(chan struct{}), interval: interval}
 	s.cmd.Stdout, s.cmd.Stderr = &s.out, &s.out
 	s.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	s.started = time.Now()
 	if err := s.cmd.Start(); err != nil {
 		return nil, fmt.Errorf("starting ping: %w", err)
 	}
@@ -281,8 +279,8 @@ func StartSteadyPing(from Place, dst netip.Addr, interval time.Duration) (*Stead
 // PingStats summarise a steady ping.
 type PingStats struct {
 	Sent, Received int
-	// LongestGap is the longest time without a reply (between two replies, from the start to the first one,
-	// from the last one to Stop) less one interval: how long the path was down.
+	// LongestGap is the longest time without a reply (between two replies, or from the last one to Stop) less
+	// one interval: how long the path was down.
 	LongestGap time.Duration
 
 	replies []time.Time
@@ -346,8 +344,8 @@ func (s *SteadyPing) Stop() (PingStats, error) {
 	for _, ts := range stamps {
 		st.replies = append(st.replies, time.Unix(0, int64(ts*float64(time.Second))))
 	}
-	last := s.started
-	for _, r := range append(st.replies, stopped) {
+	last := st.replies[0]
+	for _, r := range append(st.replies[1:], stopped) {
 		st.LongestGap = max(st.LongestGap, r.Sub(last)-s.interval)
 		last = r
 	}
