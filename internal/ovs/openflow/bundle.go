@@ -255,8 +255,12 @@ func (tx *bundleTx) commit(ctx context.Context, describe func(i int) string) err
 		return fmt.Errorf("closing bundle of %d messages: %w", tx.n, err)
 	}
 	if len(rejected) > 0 {
-		// The bundle is discarded with the connection.
-		return fmt.Errorf("switch rejected %d of %d bundle messages, bundle discarded: %s", len(rejected), tx.n, tx.explain(rejected, describe))
+		err := fmt.Errorf("switch rejected %d of %d bundle messages, bundle discarded: %s", len(rejected), tx.n, tx.explain(rejected, describe))
+		if derr := tx.discard(ctx); derr != nil {
+			// Closing the connection discards the bundle all the same.
+			return fmt.Errorf("%w (discarding: %w)", err, derr)
+		}
+		return err
 	}
 	commitXid, err := tx.control(openflow15.BCT_COMMIT_REQUEST)
 	if err != nil {
@@ -271,6 +275,25 @@ func (tx *bundleTx) commit(ctx context.Context, describe func(i int) string) err
 	}
 	if len(rejected) > 0 {
 		return fmt.Errorf("switch refused to commit the bundle of %d messages, nothing applied: %s", tx.n, tx.explain(rejected, describe))
+	}
+	return nil
+}
+
+// discard drops the closed bundle and waits for the switch to confirm.
+func (tx *bundleTx) discard(ctx context.Context) error {
+	xid, err := tx.control(openflow15.BCT_DISCARD_REQUEST)
+	if err != nil {
+		return err
+	}
+	if err := tx.w.Flush(); err != nil {
+		return fmt.Errorf("writing to the switch: %w", err)
+	}
+	refused, err := tx.in.await(ctx, xid)
+	if err != nil {
+		return err
+	}
+	if len(refused) > 0 {
+		return errors.New(refused[0].String())
 	}
 	return nil
 }
