@@ -386,9 +386,7 @@ func Sweep() error {
 	var errs []error
 	for _, e := range entries {
 		dir := filepath.Join(RunRoot, e.Name())
-		owner, err := os.ReadFile(filepath.Join(dir, ownerFile))
-		pid, _ := strconv.Atoi(strings.TrimSpace(string(owner)))
-		if err == nil && pid > 0 && processAlive(pid, "") {
+		if runAlive(dir) {
 			live[e.Name()] = true
 			continue
 		}
@@ -402,4 +400,16 @@ func Sweep() error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// runAlive reports whether the run in dir may still be in use: its owner runs, or it has no owner record yet
+// and was created less than a minute ago (a run being set up).
+func runAlive(dir string) bool {
+	owner, err := os.ReadFile(filepath.Join(dir, ownerFile))
+	if errors.Is(err, os.ErrNotExist) {
+		info, err := os.Stat(dir)
+		return err == nil && time.Since(info.ModTime()) < time.Minute
+	}
+	pid, _ := strconv.Atoi(strings.TrimSpace(string(owner)))
+	return err == nil && pid > 0 && processAlive(pid, "")
 }
