@@ -41,6 +41,7 @@ func main() {
 	fs.StringVar(&opts.NodeName, "node-name", os.Getenv("NODE_NAME"), "name of the Node this agent runs on (default $NODE_NAME)")
 	fs.StringVar(&opts.MetricsBindAddress, "metrics-bind-address", "0", `address of the metrics endpoint, such as ":8080" ("0" disables it)`)
 	fs.StringVar(&opts.HealthProbeBindAddress, "health-probe-bind-address", ":8081", `address of /healthz and /readyz ("0" disables it)`)
+	fs.StringVar(&opts.PprofBindAddress, "pprof-bind-address", "0", `address of the Go profiler's /debug/pprof endpoints, such as "127.0.0.1:6060" ("0" disables them)`)
 	hostOpts := agent.HostOptions{}
 	fs.StringVar(&hostOpts.OVSDBAddress, "ovsdb", "", "ovsdb-server socket (Linux) or named pipe (Windows) (default: the platform's)")
 	fs.StringVar(&hostOpts.OVSRunDir, "ovs-rundir", "", "directory of the bridges' OpenFlow management sockets (default: the platform's)")

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -97,7 +98,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	}
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("podendpoint").
-		For(&networkv1alpha1.PodEndpoint{}).
+		For(&networkv1alpha1.PodEndpoint{}, builder.WithPredicates(notOwnStatus())).
 		Watches(&corev1.Pod{}, &handler.EnqueueRequestForObject{}, builder.WithPredicates(podLifecycle())).
 		WatchesRawSource(source.Func(wake.start)).
 		WatchesRawSource(everyPod).
@@ -114,6 +115,18 @@ func podLifecycle() predicate.Predicate {
 		UpdateFunc: func(e event.UpdateEvent) bool {
 			return e.ObjectOld.GetDeletionTimestamp().IsZero() != e.ObjectNew.GetDeletionTimestamp().IsZero() ||
 				e.ObjectOld.GetUID() != e.ObjectNew.GetUID()
+		},
+	}
+}
+
+// notOwnStatus passes PodEndpoint events except updates of the status alone, which this reconciler
+// writes itself.
+func notOwnStatus() predicate.Predicate {
+	return predicate.Funcs{
+		UpdateFunc: func(e event.UpdateEvent) bool {
+			return e.ObjectOld.GetGeneration() != e.ObjectNew.GetGeneration() ||
+				!e.ObjectNew.GetDeletionTimestamp().IsZero() ||
+				!slices.Equal(e.ObjectOld.GetFinalizers(), e.ObjectNew.GetFinalizers())
 		},
 	}
 }
@@ -237,6 +250,9 @@ func (r *Reconciler) reconcileLive(ctx context.Context, pod *corev1.Pod, pep *ne
 	}
 	before := pep.DeepCopy()
 	setStatus(pep, a, repaired, repairErr)
+	if equality.Semantic.DeepEqual(before.Status, pep.Status) {
+		return repairErr
+	}
 	if err := r.Client.Status().Patch(ctx, pep, client.MergeFrom(before)); err != nil && !apierrors.IsNotFound(err) {
 		return errors.Join(repairErr, fmt.Errorf("writing the status of PodEndpoint %s: %w", client.ObjectKeyFromObject(pep), err))
 	}

@@ -26,6 +26,8 @@ type Options struct {
 	MetricsBindAddress string
 	// HealthProbeBindAddress is the address of /healthz and /readyz ("0" disables it).
 	HealthProbeBindAddress string
+	// PprofBindAddress is the address of the Go profiler's endpoints ("" or "0" disables them).
+	PprofBindAddress string
 	// SeveralAgentsPerProcess allows more than one agent manager in a process, as tests of
 	// simulated nodes run them (controller names are otherwise unique per process).
 	SeveralAgentsPerProcess bool
@@ -56,6 +58,7 @@ func NewManager(cfg *rest.Config, opts Options) (manager.Manager, error) {
 		Scheme:                 scheme,
 		Metrics:                metricsserver.Options{BindAddress: opts.MetricsBindAddress},
 		HealthProbeBindAddress: opts.HealthProbeBindAddress,
+		PprofBindAddress:       opts.PprofBindAddress,
 		Controller:             config.Controller{SkipNameValidation: &opts.SeveralAgentsPerProcess},
 		Cache: cache.Options{
 			ByObject: map[client.Object]cache.ByObject{

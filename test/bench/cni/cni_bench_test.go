@@ -250,6 +250,9 @@ func startAgent(t *testing.T, bin, logFile string, node *simnode.Node, extra ...
 	if level := os.Getenv("BENCH_AGENT_LOG_LEVEL"); level != "" { // e.g. 1 for the steps of each ADD
 		args = append(args, "--zap-log-level", level)
 	}
+	if addr := os.Getenv("BENCH_AGENT_PPROF"); addr != "" { // e.g. 127.0.0.1:6060 to profile the agent
+		args = append(args, "--pprof-bind-address", addr)
+	}
 	cmd := exec.Command(bin, args...)
 	cmd.Stdout, cmd.Stderr = f, f
 	if err := cmd.Start(); err != nil {
