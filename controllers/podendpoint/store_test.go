@@ -1,0 +1,90 @@
+package podendpoint
+
+import (
+	"net/netip"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+	"k8s.io/apimachinery/pkg/types"
+)
+
+func TestEndpointName(t *testing.T) {
+	g := NewWithT(t)
+	name := EndpointName("0123456789abcdef")
+	g.Expect(name).To(HaveLen(15), "a valid Linux interface name")
+	g.Expect(endpointNamePattern.MatchString(name)).To(BeTrue())
+	g.Expect(EndpointName("0123456789abcdef")).To(Equal(name), "stable")
+	g.Expect(EndpointName("0123456789abcdeg")).NotTo(Equal(name))
+	for _, other := range []string{"winnet-gw0", "winnet-tun0", "br-int", "uplink0"} {
+		g.Expect(endpointNamePattern.MatchString(other)).To(BeFalse(), other)
+	}
+}
+
+func TestStoreSurvivesRestart(t *testing.T) {
+	g := NewWithT(t)
+	dir := t.TempDir()
+	s, err := OpenStore(dir)
+	g.Expect(err).NotTo(HaveOccurred())
+	a := &Attachment{
+		SandboxID: "s1", PodNamespace: "default", PodName: "web", Netns: "/run/netns/x", IfName: "eth0",
+		EndpointName: EndpointName("s1"), IP: netip.MustParsePrefix("10.244.1.5/24"), Gateway: netip.MustParseAddr("10.244.1.1"),
+		MAC: "00:15:5d:00:00:01", OFPort: 7, Containers: []string{"s1"}, Created: time.Unix(1700000000, 0).UTC(),
+	}
+	g.Expect(s.Put(a)).To(Succeed())
+	b := *a
+	b.SandboxID, b.Containers = "s2", []string{"s2"}
+	g.Expect(s.Put(&b)).To(Succeed())
+
+	reopened, err := OpenStore(dir)
+	g.Expect(err).NotTo(HaveOccurred())
+	got, ok := reopened.Get("s1")
+	g.Expect(ok).To(BeTrue())
+	g.Expect(got).To(Equal(a))
+	g.Expect(reopened.ByPod(types.NamespacedName{Namespace: "default", Name: "web"})).To(HaveLen(2))
+
+	g.Expect(reopened.Delete("s1")).To(Succeed())
+	g.Expect(reopened.Delete("s1")).To(Succeed(), "forgetting twice is a no-op")
+	g.Expect(reopened.List()).To(HaveLen(1))
+	again, err := OpenStore(dir)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(again.List()).To(ConsistOf(HaveField("SandboxID", "s2")))
+
+	// Copies: changing what Get returned changes nothing stored.
+	got, _ = again.Get("s2")
+	got.Containers[0] = "changed"
+	kept, _ := again.Get("s2")
+	g.Expect(kept.Containers).To(Equal([]string{"s2"}))
+}
+
+func TestKeyedMutexSerialisesOneKeyOnly(t *testing.T) {
+	g := NewWithT(t)
+	var k keyedMutex
+	var inA, maxA, inB atomic.Int32
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() {
+			defer k.lock("a")()
+			n := inA.Add(1)
+			if n > maxA.Load() {
+				maxA.Store(n)
+			}
+			time.Sleep(2 * time.Millisecond)
+			inA.Add(-1)
+		})
+	}
+	unlockA := k.lock("a")
+	done := make(chan struct{})
+	go func() {
+		defer k.lock("b")()
+		inB.Add(1)
+		close(done)
+	}()
+	g.Eventually(done).Should(BeClosed(), "another key is not blocked")
+	unlockA()
+	wg.Wait()
+	g.Expect(maxA.Load()).To(Equal(int32(1)))
+	g.Expect(k.locks).To(BeEmpty(), "unused keys are dropped")
+}

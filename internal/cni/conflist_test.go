@@ -1,0 +1,35 @@
+package cni
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+
+	. "github.com/onsi/gomega"
+)
+
+func TestWriteConfList(t *testing.T) {
+	g := NewWithT(t)
+	dir := filepath.Join(t.TempDir(), "net.d")
+	written, err := WriteConfList(dir, "/run/winnet/cni.sock")
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(written).To(BeTrue())
+	b, err := os.ReadFile(filepath.Join(dir, ConfListName))
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(b).To(MatchJSON(`{"cniVersion":"1.1.0","name":"winnet","plugins":[
+		{"type":"winnet-cni","agentSocket":"/run/winnet/cni.sock","capabilities":{"dns":true}}]}`))
+
+	written, err = WriteConfList(dir, "/run/winnet/cni.sock")
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(written).To(BeFalse(), "an unchanged conflist is not rewritten")
+
+	written, err = WriteConfList(dir, "/run/other.sock")
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(written).To(BeTrue())
+	entries, err := os.ReadDir(dir)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(entries).To(HaveLen(1), "no temporary file is left beside the conflist")
+	fi, err := os.Stat(filepath.Join(dir, ConfListName))
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(fi.Mode().Perm()).To(Equal(os.FileMode(0o644)))
+}
