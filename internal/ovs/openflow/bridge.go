@@ -77,6 +77,8 @@ type cached struct {
 	seen uint64
 	// stale makes the next Sync send the flow again (Invalidate).
 	stale bool
+	// removed is set once the flow is deleted or replaced: a lastOrder entry is then a miss.
+	removed bool
 }
 
 // flowSet holds installed flows by key.
@@ -107,6 +109,10 @@ type Bridge struct {
 	// synced by object have it.
 	byObject map[uint8]map[uint64]flowSet
 	groups   map[uint32]*groupState
+	// lastOrder holds each category's flows in the order its last whole-category Sync desired
+	// them: a Sync that desires the same flows in the same order (desired sets are computed
+	// deterministically) finds each by position rather than by a lookup in the large flows map.
+	lastOrder map[uint8][]*cached
 	// pass numbers Syncs for cached.seen; keyBuf and actionsBuf are reused to build keys.
 	pass       uint64
 	keyBuf     []byte
@@ -152,6 +158,7 @@ func Connect(ctx context.Context, opts Options) (*Bridge, error) {
 		flows:      flowSet{},
 		byCategory: map[uint8]flowSet{},
 		byObject:   map[uint8]map[uint64]flowSet{},
+		lastOrder:  map[uint8][]*cached{},
 		groups:     map[uint32]*groupState{},
 		stats:      map[uint32]chan *openflow15.MultipartReply{},
 		replays:    make(chan struct{}, 1),
@@ -428,7 +435,7 @@ func (b *Bridge) sync(ctx context.Context, category uint8, object *uint64, desir
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	changes, err := b.diff(category, object, desired)
+	changes, order, err := b.diff(category, object, desired)
 	if err != nil {
 		return SyncResult{}, fmt.Errorf("syncing category %d on bridge %q: %w", category, b.opts.Bridge, err)
 	}
@@ -444,6 +451,7 @@ func (b *Bridge) sync(ctx context.Context, category uint8, object *uint64, desir
 		}
 	}
 	if len(changes) == 0 {
+		b.rememberOrder(category, order)
 		return res, nil
 	}
 	b.log.V(4).Info("Syncing flows", "category", category, "add", res.Added, "modify", res.Modified, "delete", res.Deleted)
@@ -457,20 +465,35 @@ func (b *Bridge) sync(ctx context.Context, category uint8, object *uint64, desir
 	for _, c := range changes {
 		b.apply(c)
 	}
+	b.rememberOrder(category, order)
 	return res, nil
 }
 
-// diff computes the flow_mods that make the category (or one object of it) equal to desired. It
-// renders no text: flows are identified by binary keys built in reused buffers, so a desired flow
-// that is already installed costs a map lookup and two key comparisons. New flows are entered in
-// b.flows at once (to find duplicates among them); forgetAdds removes them if the bundle fails.
-func (b *Bridge) diff(category uint8, object *uint64, desired []Flow) (flowChanges, error) {
+// rememberOrder keeps the order of a whole-category Sync (order nil: SyncObject) for the next.
+func (b *Bridge) rememberOrder(category uint8, order []*cached) {
+	if order != nil {
+		b.lastOrder[category] = order
+	}
+}
+
+// diff computes the flow_mods that make the category (or one object of it) equal to desired, and
+// for a whole category the resulting flows in desired's order. It renders no text: flows are
+// identified by binary keys built in reused buffers, so a desired flow that is already installed
+// costs a look at the flow in the same position last time (or a map lookup) and two key
+// comparisons. New flows are entered in b.flows at once (to find duplicates among them);
+// forgetAdds removes them if the bundle fails.
+func (b *Bridge) diff(category uint8, object *uint64, desired []Flow) (flowChanges, []*cached, error) {
 	b.pass++
 	pass := b.pass
 	if len(b.flows) == 0 {
 		b.flows = make(flowSet, len(desired)) // the first Sync after start: no rehashing as it grows
 	}
 	var changes flowChanges
+	var last, order []*cached
+	if object == nil {
+		last, order = b.lastOrder[category], make([]*cached, len(desired))
+	}
+	kept := 0 // installed flows of the category (or object) still desired
 	kb, ab := b.keyBuf[:0], b.actionsBuf[:0]
 	defer func() { b.keyBuf, b.actionsBuf = kb, ab }()
 	for i := range desired {
@@ -478,33 +501,51 @@ func (b *Bridge) diff(category uint8, object *uint64, desired []Flow) (flowChang
 		cookie := MakeCookie(b.round, category, f.Cookie)
 		kb = f.appendMatchKey(kb[:0])
 		ab = f.appendActionsKey(ab[:0])
-		cur := b.flows[string(kb)]
+		var cur *cached
+		if i < len(last) && !last[i].removed && last[i].key == string(kb) {
+			cur = last[i]
+		} else {
+			cur = b.flows[string(kb)]
+		}
 		if cur != nil && cur.seen == pass {
 			b.forgetAdds(changes)
-			return nil, fmt.Errorf("duplicate flow %q", f.String())
+			return nil, nil, fmt.Errorf("duplicate flow %q", f.String())
 		}
 		if cur != nil {
 			cur.seen = pass
-			if !cur.stale && cur.category == category && cur.flow.Cookie == cookie && cur.actions == string(ab) {
-				continue
+			if cur.category == category && (object == nil || cur.flow.Cookie&ObjectMask == *object) {
+				kept++
 			}
-			changes = append(changes, flowChange{prev: cur, next: newCached(cur.key, f, cookie, category, ab, pass)})
+			next := cur
+			if cur.stale || cur.category != category || cur.flow.Cookie != cookie || cur.actions != string(ab) {
+				next = newCached(cur.key, f, cookie, category, ab, pass)
+				changes = append(changes, flowChange{prev: cur, next: next})
+			}
+			if order != nil {
+				order[i] = next
+			}
 			continue
 		}
 		next := newCached(string(kb), f, cookie, category, ab, pass)
 		b.flows[next.key] = next
 		changes = append(changes, flowChange{next: next})
+		if order != nil {
+			order[i] = next
+		}
 	}
 	current := b.byCategory[category]
 	if object != nil {
 		current = b.objectIndex(category)[*object]
+	}
+	if kept == len(current) {
+		return changes, order, nil // nothing to delete: skip the pass over the installed flows
 	}
 	for _, c := range current {
 		if c.seen != pass {
 			changes = append(changes, flowChange{prev: c})
 		}
 	}
-	return changes, nil
+	return changes, order, nil
 }
 
 func newCached(key string, f *Flow, cookie uint64, category uint8, actions []byte, pass uint64) *cached {
@@ -525,6 +566,7 @@ func (b *Bridge) forgetAdds(changes flowChanges) {
 // apply records an installed change in the cache and its indexes.
 func (b *Bridge) apply(c flowChange) {
 	if c.prev != nil {
+		c.prev.removed = true
 		b.unindex(c.prev)
 	}
 	if c.next == nil {
