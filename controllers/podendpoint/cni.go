@@ -78,7 +78,7 @@ func (p *Pods) add(ctx context.Context, req cni.Request) ([]byte, error) {
 	a, ok := p.opts.Store.Get(c.sandbox)
 	switch {
 	case ok:
-		if a, err = p.join(ctx, c, a); err != nil {
+		if a, err = p.join(ctx, n, c, a); err != nil {
 			return nil, err
 		}
 	case !c.forSandbox():
@@ -94,12 +94,18 @@ func (p *Pods) add(ctx context.Context, req cni.Request) ([]byte, error) {
 	return addResult(c, a)
 }
 
-// join answers an ADD for a sandbox that is attached: the endpoint is attached to the call's
-// network namespace (a no-op for the namespace it is in) and the container recorded.
-func (p *Pods) join(ctx context.Context, c *call, a *Attachment) (*Attachment, error) {
+// join answers an ADD for a sandbox that is attached: what exists is repaired if it drifted, the
+// endpoint is attached to the call's network namespace (a no-op for the namespace it is in) and the
+// container recorded.
+func (p *Pods) join(ctx context.Context, n node, c *call, a *Attachment) (*Attachment, error) {
 	if a.IfName != c.req.IfName {
 		return nil, cnitypes.NewError(cnitypes.ErrInvalidEnvironmentVariables,
 			fmt.Sprintf("sandbox %s is attached as %s; winnet gives a Pod one interface, not %s", c.sandbox, a.IfName, c.req.IfName), "")
+	}
+	if repaired, err := p.repair(ctx, n, a); err != nil {
+		return nil, fmt.Errorf("repairing the network of sandbox %s: %w", c.sandbox, err)
+	} else if len(repaired) > 0 {
+		ctrl.LoggerFrom(ctx).Info("Repaired the network of an attached sandbox on ADD", "repaired", repaired)
 	}
 	if err := p.opts.Host.HNS.AttachEndpoint(ctx, a.EndpointID, c.req.Netns); err != nil {
 		if errors.Is(err, hns.ErrNotFound) {

@@ -27,7 +27,11 @@ func setSwitchPort(ctx context.Context, h hostnet.Interface, name string, on boo
 	if err != nil {
 		return err
 	}
-	return h.SetSwitchPort(ctx, link.Index, on)
+	err = h.SetSwitchPort(ctx, link.Index, on)
+	if errors.Is(err, hostnet.ErrNotFound) && !on {
+		return nil // gone meanwhile, with its port
+	}
+	return err
 }
 
 // configurePodInterface sets the MTU of the Pod's interface, found by its MAC in the Pod's network

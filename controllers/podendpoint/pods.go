@@ -193,7 +193,7 @@ func (p *Pods) attach(ctx context.Context, n node, c *call) (_ *Attachment, retE
 		}
 	}()
 
-	ipamReq := cni.IPAMRequest{ContainerID: a.SandboxID, IfName: a.IfName, Netns: a.Netns, Subnet: n.realized.Node.PodCIDR}
+	ipamReq := cni.IPAMRequest{ContainerID: a.SandboxID, IfName: a.IfName, Netns: a.Netns, Subnet: n.realized.Node.PodCIDR, Gateway: a.Gateway}
 	ip, err := p.opts.Host.IPAM.Allocate(ctx, ipamReq)
 	if err != nil {
 		return nil, err
@@ -298,7 +298,7 @@ func (p *Pods) deletePort(ctx context.Context, a *Attachment) error {
 		return fmt.Errorf("deleting OVS port %s: %w", a.EndpointName, err)
 	}
 	if err := setSwitchPort(ctx, p.opts.Host.Net, a.EndpointName, false); err != nil {
-		return fmt.Errorf("releasing %s as a switch port: %w", a.EndpointName, err)
+		return fmt.Errorf("giving %s back to the host: %w", a.EndpointName, err)
 	}
 	return nil
 }

@@ -57,11 +57,11 @@ func (p *Pods) removeOrphans(ctx context.Context, n node) error {
 			continue
 		}
 		log.Info("Deleting an orphaned OVS port", "port", port.Name, "ofPort", port.OFPort)
-		if _, err := p.opts.Host.OVSDB.DeletePort(ctx, n.bridge, port.Name); err != nil {
-			errs = append(errs, fmt.Errorf("deleting orphaned OVS port %s: %w", port.Name, err))
-		}
 		if err := setSwitchPort(ctx, p.opts.Host.Net, port.Name, false); err != nil {
 			errs = append(errs, err)
+		}
+		if _, err := p.opts.Host.OVSDB.DeletePort(ctx, n.bridge, port.Name); err != nil {
+			errs = append(errs, fmt.Errorf("deleting orphaned OVS port %s: %w", port.Name, err))
 		}
 	}
 

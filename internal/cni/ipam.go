@@ -70,8 +70,10 @@ type IPAMRequest struct {
 	IfName      string
 	// Netns is passed to the plugin as CNI_NETNS (host-local does not enter it).
 	Netns string
-	// Subnet is the node's Pod CIDR; its first address is the gateway and is never allocated.
+	// Subnet is the node's Pod CIDR.
 	Subnet netip.Prefix
+	// Gateway is never allocated; invalid means the first address of Subnet.
+	Gateway netip.Addr
 }
 
 // Allocate returns an address for the container from the Pod CIDR, with the Pod CIDR's prefix
@@ -90,7 +92,7 @@ func (i *IPAM) Allocate(ctx context.Context, req IPAMRequest) (netip.Prefix, err
 }
 
 func (i *IPAM) allocate(ctx context.Context, req IPAMRequest) (netip.Prefix, error) {
-	conf, err := i.netConf(req.Subnet)
+	conf, err := i.netConf(req.Subnet, req.Gateway)
 	if err != nil {
 		return netip.Prefix{}, err
 	}
@@ -121,7 +123,7 @@ func (i *IPAM) Release(ctx context.Context, req IPAMRequest) error {
 	if !subnet.IsValid() {
 		subnet = releaseRange
 	}
-	conf, err := i.netConf(subnet)
+	conf, err := i.netConf(subnet, netip.Addr{})
 	if err != nil {
 		return err
 	}
@@ -162,11 +164,17 @@ func (i *IPAM) Allocations() ([]Allocation, error) {
 
 // netConf is the network configuration host-local gets: one range, the Pod CIDR, whose gateway it
 // never allocates.
-func (i *IPAM) netConf(subnet netip.Prefix) ([]byte, error) {
+func (i *IPAM) netConf(subnet netip.Prefix, gateway netip.Addr) ([]byte, error) {
 	if !subnet.IsValid() || !subnet.Addr().Is4() {
 		return nil, fmt.Errorf("IPAM needs an IPv4 Pod CIDR, got %q", subnet)
 	}
 	subnet = subnet.Masked()
+	if !gateway.IsValid() {
+		gateway = subnet.Addr().Next()
+	}
+	if !subnet.Contains(gateway) {
+		return nil, fmt.Errorf("gateway %s is outside the Pod CIDR %s", gateway, subnet)
+	}
 	conf := map[string]any{
 		"cniVersion": ipamCNIVersion,
 		"name":       ipamNetwork,
@@ -175,7 +183,7 @@ func (i *IPAM) netConf(subnet netip.Prefix) ([]byte, error) {
 			"dataDir": i.dataDir,
 			"ranges": [][]map[string]string{{{
 				"subnet":  subnet.String(),
-				"gateway": subnet.Addr().Next().String(),
+				"gateway": gateway.String(),
 			}}},
 		},
 	}

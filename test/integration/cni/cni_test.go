@@ -22,6 +22,8 @@ import (
 	networkv1alpha1 "github.com/winnet-io/winnet/api/v1alpha1"
 
 	"github.com/winnet-io/winnet/controllers/podendpoint"
+	"github.com/winnet-io/winnet/internal/cni"
+	"github.com/winnet-io/winnet/internal/hns"
 	"github.com/winnet-io/winnet/test/simnode"
 )
 
@@ -182,7 +184,37 @@ func TestPodNetwork(t *testing.T) {
 		g.Expect(left).NotTo(ContainElement(ContainSubstring(stale.sandbox)), "no attachment or allocation of the stale Pod")
 		g.Expect(left).NotTo(ContainElement(ContainSubstring(podendpoint.EndpointName(stale.sandbox))), "no endpoint or port of the stale Pod")
 		g.Expect(n.podFlows(g)).To(HaveLen(5), "only the kept Pod's flows")
+
+		// Orphans of an agent that crashed half-way: an endpoint, an OVS port and an allocation with
+		// winnet's marks but no attachment. GC removes them too.
+		w := &networkv1alpha1.WindowsNodeNetwork{}
+		g.Expect(server.Client.Get(ctx, client.ObjectKey{Name: n.Name}, w)).To(Succeed())
+		_, err = n.agent.HNS.CreateEndpoint(ctx, hns.EndpointSpec{Name: "winnet-deadbeef", NetworkID: w.Status.HNSNetworkID, IP: n.podCIDR.Addr().Next().Next()})
+		g.Expect(err).NotTo(HaveOccurred())
+		n.OVS.MustVsctl(t, "add-port", "br-int", "winnet-0badf00d", "--", "set", "interface", "winnet-0badf00d", "type=internal",
+			"--", "set", "port", "winnet-0badf00d", "external_ids:winnet-owner=winnet")
+		_, err = n.agent.Pods.IPAM.Allocate(ctx, cni.IPAMRequest{ContainerID: "orphan", IfName: "eth0", Netns: "/run/netns/none", Subnet: n.podCIDR})
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(n.leftovers(g)).To(ContainElements("HNS endpoint winnet-deadbeef", "OVS port winnet-0badf00d", ContainSubstring("for orphan")))
+		g.Expect(n.cni.GCNetworkList(ctx, n.list, &libcni.GCArgs{ValidAttachments: valid})).To(Succeed())
+		g.Expect(n.leftovers(g)).NotTo(ContainElements(ContainSubstring("winnet-deadbeef"), ContainSubstring("winnet-0badf00d"), ContainSubstring("orphan")))
+
 		g.Expect(n.cni.DelNetworkList(ctx, n.list, keep.rt)).To(Succeed())
+		g.Expect(n.leftovers(g)).To(BeEmpty())
+	})
+
+	t.Run("Pods keep their network through an ovs-vswitchd restart", func(t *testing.T) {
+		g := NewWithT(t)
+		p := n.newPod(t, "ovs-restart", true)
+		n.add(t, p)
+		g.Expect(n.OVS.RestartVswitchd()).To(Succeed())
+		g.Eventually(func(g Gomega) {
+			sent, received, err := simnode.Ping(p.ns, n.gateway, 1)
+			g.Expect(err).NotTo(HaveOccurred())
+			g.Expect(received).To(Equal(sent))
+		}).WithTimeout(converge).Should(Succeed(), "the Pod reaches the gateway again")
+		g.Eventually(func() error { return n.cni.CheckNetworkList(ctx, n.list, p.rt) }).WithTimeout(repair).Should(Succeed())
+		g.Expect(n.cni.DelNetworkList(ctx, n.list, p.rt)).To(Succeed())
 		g.Expect(n.leftovers(g)).To(BeEmpty())
 	})
 
