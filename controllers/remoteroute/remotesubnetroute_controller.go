@@ -13,10 +13,12 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	networkv1alpha1 "github.com/winnet-io/winnet/api/v1alpha1"
 	"github.com/winnet-io/winnet/controllers/nodenetwork"
@@ -41,6 +43,7 @@ var allRoutes = reconcile.Request{NamespacedName: types.NamespacedName{Name: "re
 // reports the outcome through the node network's State (the node network reconciler writes it into
 // the WindowsNodeNetwork's status as RoutesReady and remoteRoutes).
 type Reconciler struct {
+	// Client reads the node's objects; RemoteSubnetRoutes come from a cache of their own.
 	Client   client.Client
 	NodeName string
 	Net      hostnet.Interface
@@ -54,6 +57,8 @@ type Reconciler struct {
 	// costs the failures, not a pass over every route.
 	installed map[string]routeState
 	failed    map[string]string
+	// routes is the cache of RemoteSubnetRoutes (see SetupWithManager).
+	routes cache.Cache
 }
 
 // routeState is what was installed for one RemoteSubnetRoute.
@@ -67,19 +72,50 @@ type routeState struct {
 }
 
 // SetupWithManager registers the reconciler for RemoteSubnetRoutes and the node's WindowsNodeNetwork.
+//
+// RemoteSubnetRoutes are cached apart from the manager's other objects: a source of
+// controller-runtime's waits for every informer of its cache to sync, so with the cluster's
+// thousands of routes in the shared cache, the node network (and Pods) would wait for all of them
+// to be listed before starting. With their own cache, the node network converges while the routes
+// are listed. Their managedFields are not kept: nothing here reads them.
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
+	routes, err := cache.New(mgr.GetConfig(), cache.Options{
+		Scheme: mgr.GetScheme(), Mapper: mgr.GetRESTMapper(),
+		ByObject:                    map[client.Object]cache.ByObject{&networkv1alpha1.RemoteSubnetRoute{}: {}},
+		ReaderFailOnMissingInformer: true,
+		DefaultTransform:            cache.TransformStripManagedFields(),
+	})
+	if err != nil {
+		return fmt.Errorf("creating the RemoteSubnetRoute cache: %w", err)
+	}
+	if _, err := routes.GetInformer(context.Background(), &networkv1alpha1.RemoteSubnetRoute{}, cache.BlockUntilSynced(false)); err != nil {
+		return fmt.Errorf("creating the RemoteSubnetRoute informer: %w", err)
+	}
+	if err := mgr.Add(routes); err != nil {
+		return fmt.Errorf("adding the RemoteSubnetRoute cache: %w", err)
+	}
+	r.routes = routes
+
 	all := handler.EnqueueRequestsFromMapFunc(func(context.Context, client.Object) []reconcile.Request {
 		return []reconcile.Request{allRoutes}
 	})
-	one := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
-		return []reconcile.Request{{NamespacedName: types.NamespacedName{Name: o.GetName()}}}
+	one := handler.TypedEnqueueRequestsFromMapFunc(func(_ context.Context, o *networkv1alpha1.RemoteSubnetRoute) []reconcile.Request {
+		return []reconcile.Request{{NamespacedName: types.NamespacedName{Name: o.Name}}}
 	})
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("remotesubnetroute").
-		Watches(&networkv1alpha1.RemoteSubnetRoute{}, one).
+		WatchesRawSource(source.Kind(routes, &networkv1alpha1.RemoteSubnetRoute{}, one)).
 		// Spec changes only: the node network's status changes with every route reported.
 		Watches(&networkv1alpha1.WindowsNodeNetwork{}, all, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		Complete(r)
+}
+
+// reader is where RemoteSubnetRoutes are read: their own cache once set up, else Client.
+func (r *Reconciler) reader() client.Reader {
+	if r.routes != nil {
+		return r.routes
+	}
+	return r.Client
 }
 
 // Reconcile converges the node's remote routes: all of them for allRoutes (at start-up, when the
@@ -103,15 +139,15 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	return r.reconcileAll(ctx, rz, resync)
 }
 
-// reconcileAll converges every route as one desired set: the flows in one bundle and the host
-// routes at the same time, then one report.
+// reconcileAll converges every route as one desired set: the flows in one bundle, the host routes,
+// then one report.
 func (r *Reconciler) reconcileAll(ctx context.Context, rz nodenetwork.Realized, resync time.Duration) (ctrl.Result, error) {
 	log := ctrl.LoggerFrom(ctx)
 	start := time.Now()
 	// Read-only: the routes are only read, and copying thousands of them would cost more than
 	// computing their flows.
 	list := &networkv1alpha1.RemoteSubnetRouteList{}
-	if err := r.Client.List(ctx, list, client.UnsafeDisableDeepCopy); err != nil {
+	if err := r.reader().List(ctx, list, client.UnsafeDisableDeepCopy); err != nil {
 		return ctrl.Result{}, fmt.Errorf("listing RemoteSubnetRoutes: %w", err)
 	}
 	routes, skips := desiredRoutes(r.NodeName, rz, list.Items)
@@ -139,21 +175,13 @@ func (r *Reconciler) reconcileAll(ctx context.Context, rz nodenetwork.Realized, 
 	}
 	computed := time.Since(start)
 
-	// The kernel and the switch install their parts at the same time.
-	hostFailed := make(chan map[string]error, 1)
-	var hostTook time.Duration
-	go func() {
-		hostStart := time.Now()
-		f := r.syncHostRoutes(ctx, rz, routes, hostRoutes)
-		hostTook = time.Since(hostStart)
-		hostFailed <- f
-	}()
+	// Flows first, then host routes: the switch forwards before the host sends to it. Not at the
+	// same time: ovs-vswitchd re-reads the routing table on route notifications, and installing
+	// both at once measured slower than one after the other (bench-routes at 5,000: the flows took
+	// 1.1-1.3 s instead of 0.12-0.3 s).
 	flowStart := time.Now()
 	synced, err := rz.Flows.Sync(ctx, pipeline.CategoryRoute, dedupe(flows))
 	flowsTook := time.Since(flowStart)
-	for name, err := range <-hostFailed {
-		failed[name] = err.Error()
-	}
 	if err != nil {
 		return ctrl.Result{}, fmt.Errorf("installing route flows: %w", err)
 	}
@@ -161,6 +189,11 @@ func (r *Reconciler) reconcileAll(ctx context.Context, rz nodenetwork.Realized, 
 		log.Info("Synced route flows", "routes", len(routes), "flowMods", synced.Mods(),
 			"added", synced.Added, "modified", synced.Modified, "deleted", synced.Deleted)
 	}
+	hostStart := time.Now()
+	for name, err := range r.syncHostRoutes(ctx, rz, routes, hostRoutes) {
+		failed[name] = err.Error()
+	}
+	hostTook := time.Since(hostStart)
 	log.V(1).Info("Reconciled routes", "routes", len(routes), "computed", computed, "flows", flowsTook, "hostRoutes", hostTook, "total", time.Since(start))
 
 	for name, reason := range failed {
@@ -186,7 +219,7 @@ func (r *Reconciler) reconcileOne(ctx context.Context, rz nodenetwork.Realized, 
 	defer func() { ctrl.LoggerFrom(ctx).V(1).Info("Reconciled route", "took", time.Since(start)) }()
 	var list []networkv1alpha1.RemoteSubnetRoute
 	rsr := &networkv1alpha1.RemoteSubnetRoute{}
-	if err := r.Client.Get(ctx, types.NamespacedName{Name: name}, rsr); err == nil {
+	if err := r.reader().Get(ctx, types.NamespacedName{Name: name}, rsr); err == nil {
 		if st, ok := r.installed[name]; ok && st.version == rsr.ResourceVersion {
 			return nil // applied already; drift is the full pass's business
 		}

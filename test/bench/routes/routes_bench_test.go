@@ -7,6 +7,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
+	"net"
+	"net/http"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -71,12 +74,8 @@ func TestBenchRoutes(t *testing.T) {
 	if err != nil {
 		t.Fatalf("creating a watching client: %v", err)
 	}
-	bin := filepath.Join(t.TempDir(), "winnet-agent")
-	build := exec.Command("go", "build", "-o", bin, "./cmd/winnet-agent")
-	build.Dir = framework.RepoRoot()
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("building winnet-agent: %v\n%s", err, out)
-	}
+	profile := os.Getenv("BENCH_ROUTES_PROFILE") != ""
+	bin := buildAgent(t, profile)
 	underlay := simnode.NewUnderlay(t, netip.MustParsePrefix("192.168.40.0/24"))
 
 	created := 0
@@ -102,11 +101,23 @@ func TestBenchRoutes(t *testing.T) {
 		createOwnNode(t, server.Client, name, node.NodeIP.Addr().String())
 
 		logFile := filepath.Join(framework.RepoRoot(), "bin", name+".log") // kept for reading after the run
-		agent := startAgent(t, bin, server.KubeconfigPath, node, logFile)
+		pprofAddr := ""
+		if profile {
+			pprofAddr = freeAddress(t)
+		}
+		agent := startAgent(t, bin, server.KubeconfigPath, node, logFile, pprofAddr)
 		start := time.Now()
+		var cpuProfile <-chan struct{}
+		if profile { // from the agent's start, through convergence
+			cpuProfile = fetchProfile(t, pprofAddr, fmt.Sprintf("profile?seconds=%d", 2+size/2000), filepath.Join(framework.RepoRoot(), "bin", name+".cpu.pprof"))
+		}
 		waitRoutesReady(t, watcher, agent, name, size)
 		converge := time.Since(start)
 		rss := rssMB(t, agent.cmd.Process.Pid)
+		if profile {
+			<-cpuProfile
+			<-fetchProfile(t, pprofAddr, "heap", filepath.Join(framework.RepoRoot(), "bin", name+".heap.pprof"))
+		}
 		flowFile := filepath.Join(t.TempDir(), name+".flows")
 		flows := dumpRouteFlows(t, node, flowFile)
 		routes := strings.Count(node.MustExec(t, "ip", "route", "show", "proto", "241"), "\n")
@@ -187,7 +198,7 @@ func createOwnNode(t *testing.T, c client.Client, name, ip string) {
 	}
 }
 
-func startAgent(t *testing.T, bin, kubeconfig string, node *simnode.Node, logFile string) *agentProcess {
+func startAgent(t *testing.T, bin, kubeconfig string, node *simnode.Node, logFile, pprofAddr string) *agentProcess {
 	t.Helper()
 	f, err := os.Create(logFile)
 	if err != nil {
@@ -201,6 +212,10 @@ func startAgent(t *testing.T, bin, kubeconfig string, node *simnode.Node, logFil
 	}
 	cmd := exec.Command(bin, args...)
 	cmd.Stdout, cmd.Stderr = f, f
+	cmd.Env = os.Environ()
+	if pprofAddr != "" {
+		cmd.Env = append(os.Environ(), "WINNET_BENCH_PPROF="+pprofAddr)
+	}
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("starting winnet-agent: %v", err)
 	}
@@ -215,6 +230,74 @@ func startAgent(t *testing.T, bin, kubeconfig string, node *simnode.Node, logFil
 		_ = f.Close()
 	})
 	return &agentProcess{cmd: cmd, exited: exited, log: logFile}
+}
+
+// buildAgent builds winnet-agent; with profile, it also serves net/http/pprof (testdata/pprof.go,
+// added to its main package through go build -overlay: the agent's sources are not changed).
+func buildAgent(t *testing.T, profile bool) string {
+	t.Helper()
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "winnet-agent")
+	args := []string{"build", "-o", bin}
+	if profile {
+		root := framework.RepoRoot()
+		overlay, err := json.Marshal(map[string]map[string]string{"Replace": {
+			filepath.Join(root, "cmd", "winnet-agent", "zz_bench_pprof.go"): filepath.Join(root, "test", "bench", "routes", "testdata", "pprof.go"),
+		}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		file := filepath.Join(dir, "overlay.json")
+		if err := os.WriteFile(file, overlay, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		args = append(args, "-overlay", file)
+	}
+	build := exec.Command("go", append(args, "./cmd/winnet-agent")...)
+	build.Dir = framework.RepoRoot()
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("building winnet-agent: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// freeAddress returns a loopback address with a free port.
+func freeAddress(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// fetchProfile saves the agent's /debug/pprof/<what> into file once its pprof server answers; the
+// channel closes when it is written.
+func fetchProfile(t *testing.T, addr, what, file string) <-chan struct{} {
+	t.Helper()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for range 200 {
+			resp, err := http.Get("http://" + addr + "/debug/pprof/" + what)
+			if err != nil {
+				time.Sleep(5 * time.Millisecond) // the agent is still starting
+				continue
+			}
+			defer resp.Body.Close()
+			data, err := io.ReadAll(resp.Body)
+			if err == nil {
+				err = os.WriteFile(file, data, 0o600)
+			}
+			if err != nil {
+				t.Errorf("saving the agent's %s profile: %v", what, err)
+			}
+			return
+		}
+		t.Errorf("the agent's pprof server at %s did not answer", addr)
+	}()
+	return done
 }
 
 // agentProcess is a running winnet-agent.
