@@ -212,7 +212,6 @@ func startAgent(t *testing.T, bin, kubeconfig string, node *simnode.Node, logFil
 	}
 	cmd := exec.Command(bin, args...)
 	cmd.Stdout, cmd.Stderr = f, f
-	cmd.Env = os.Environ()
 	if pprofAddr != "" {
 		cmd.Env = append(os.Environ(), "WINNET_BENCH_PPROF="+pprofAddr)
 	}
