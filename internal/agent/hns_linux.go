@@ -2,15 +2,20 @@ package agent
 
 import (
 	"fmt"
+	"path/filepath"
 
 	"github.com/winnet-io/winnet/internal/hns"
 )
 
 // newHNS returns the HNS simulator backed by veth pairs: Linux has no HNS, and this is how the whole
-// data plane runs on Linux (simulated nodes, the demo). The simulator keeps its state in memory,
-// as HNS loses its state at a reboot: an agent restart is handled like one.
+// data plane runs on Linux (simulated nodes, the demo). Like HNS, whose state survives an agent
+// restart but not a reboot, the simulator keeps its state in a file under the agent's state dir; a
+// simulated reboot removes that file.
 func newHNS(opts HostOptions) (hns.Interface, error) {
-	h, err := hns.NewLinuxSim(hns.LinuxSimOptions{HostNetNS: opts.NetNSPath})
+	h, err := hns.NewLinuxSim(hns.LinuxSimOptions{
+		HostNetNS: opts.NetNSPath,
+		StateFile: filepath.Join(opts.StateDir, "hns-sim.json"),
+	})
 	if err != nil {
 		return nil, fmt.Errorf("starting the HNS simulator: %w", err)
 	}

@@ -256,7 +256,7 @@ func TestTunnelTypeChangeLive(t *testing.T) {
 func TestAgentRestart(t *testing.T) {
 	g := NewWithT(t)
 	a := node("node-a")
-	persisted := a.PersistsHNSState()
+	g.Expect(a.PersistsHNSState()).To(BeTrue(), "winnet-agent must keep the HNS simulator's state in %s, as HNS survives an agent restart", cluster.HNSStateFile)
 	ping := startSteadyPing(t)
 	g.Expect(a.RestartAgent()).To(Succeed())
 	time.Sleep(3 * time.Second) // the restarted agent resyncs the node network, routes and Pods meanwhile
@@ -264,17 +264,7 @@ func TestAgentRestart(t *testing.T) {
 	stats, err := ping.Stop()
 	g.Expect(err).NotTo(HaveOccurred())
 	t.Logf("agent restart on node-a, steady ping pod-a1 -> pod-b1 every 20ms: %v", stats)
-	if persisted {
-		g.Expect(stats.Lost()).To(BeZero(), "packets lost while the agent restarted")
-		return
-	}
-	// An agent that keeps the HNS simulator's state in memory sees a restart as a reboot: its Pods lose their
-	// endpoints, as at a reboot, and kubelet would recreate their sandboxes.
-	t.Logf("NOT ASSERTED: winnet-agent does not persist the HNS simulator state (no %s after the node was Ready), "+
-		"so its restart is a reboot; wire hns.LinuxSimOptions.StateFile in internal/agent", cluster.HNSStateFile)
-	for _, name := range []string{"pod-a1", "pod-a2"} {
-		recreatePod(t, name, "node-a")
-	}
+	g.Expect(stats.Lost()).To(BeZero(), "packets lost while the agent restarted")
 }
 
 // TestVswitchdKilled kills ovs-vswitchd on node-b with SIGKILL and starts it again with traffic running: the
