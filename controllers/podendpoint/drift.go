@@ -136,7 +136,7 @@ func (p *Pods) repair(ctx context.Context, n node, a *Attachment) ([]string, err
 
 	oldPort, oldBridge := a.OFPort, a.Bridge
 	a.Bridge = n.bridge
-	portChanged, err := p.ensurePortChanged(ctx, a)
+	portChanged, err := p.ensurePort(ctx, a)
 	if err != nil {
 		return repaired, err
 	}
@@ -148,6 +148,7 @@ func (p *Pods) repair(ctx context.Context, n node, a *Attachment) ([]string, err
 		if err := p.removeFlows(ctx, oldPort, a.SandboxID); err != nil {
 			return repaired, err
 		}
+		p.releaseOFPort(oldPort, a.SandboxID)
 	}
 	added, err := p.syncFlows(ctx, n, a)
 	if err != nil {
@@ -162,15 +163,6 @@ func (p *Pods) repair(ctx context.Context, n node, a *Attachment) ([]string, err
 		}
 	}
 	return repaired, nil
-}
-
-// ensurePortChanged is ensurePort reporting whether the port had to be created or fixed.
-func (p *Pods) ensurePortChanged(ctx context.Context, a *Attachment) (bool, error) {
-	before := p.opts.Host.OVSDB.MutatingOperations()
-	if err := p.ensurePort(ctx, a); err != nil {
-		return false, err
-	}
-	return p.opts.Host.OVSDB.MutatingOperations() != before, nil
 }
 
 // syncFlows installs the attachment's flows where they are missing and reports whether any were.

@@ -64,8 +64,10 @@ type Pods struct {
 	// sweep is held for reading by every attach, detach and repair, and for writing by sweeps,
 	// which must not mistake an attachment being made for an orphan.
 	sweep sync.RWMutex
-	// flowMu guards ofportOwner and orders flow changes keyed by ofport: OVS reuses the ofport of
-	// a deleted port, so removing one Pod's flows must not remove its successor's.
+	// flowMu guards ofportOwner and orders flow changes keyed by ofport. The agent chooses the
+	// ofport of each Pod's port (so that the Pod's flows are installed while OVS attaches the port)
+	// and a number is reused once its port is gone: removing one Pod's flows must not remove its
+	// successor's.
 	flowMu      sync.Mutex
 	ofportOwner map[int32]string
 	// changed wakes the PodEndpoint reconciler for a Pod.
@@ -215,18 +217,25 @@ func (p *Pods) attach(ctx context.Context, n node, c *call) (_ *Attachment, retE
 	steps.done("endpoint")
 	undo.push(func(ctx context.Context) error { return p.opts.Host.HNS.DeleteEndpoint(ctx, ep.ID) })
 
+	a.OFPort = p.claimOFPort(a.SandboxID)
+	undo.push(func(context.Context) error { p.releaseOFPort(a.OFPort, a.SandboxID); return nil })
 	undo.push(func(ctx context.Context) error { return p.deletePort(ctx, a) })
 	undo.push(func(ctx context.Context) error { return p.removeFlows(ctx, a.OFPort, a.SandboxID) })
 	// The Pod's side (the endpoint in its namespace) and the switch's side (port and flows) do not
 	// depend on each other: they are made at once.
 	podSide := make(chan error, 1)
-	go func() { podSide <- p.attachPod(ctx, ep, a) }()
-	switchErr := p.ensurePort(ctx, a)
-	if switchErr == nil {
-		switchErr = p.installFlows(ctx, n.realized, a)
-	}
+	var podTook time.Duration
+	go func() {
+		start := time.Now()
+		err := p.attachPod(ctx, ep, a)
+		podTook = time.Since(start)
+		podSide <- err
+	}()
+	switchErr := p.attachSwitch(ctx, n, a)
+	steps.done("port+flows")
 	podErr := <-podSide
-	steps.done("port,flows|attach")
+	steps.done("rest-of-attach")
+	steps.note("attach", podTook)
 	if podErr != nil {
 		return nil, podErr // a namespace error says what the caller got wrong
 	}
@@ -269,27 +278,96 @@ func (p *Pods) deleteStaleEndpoint(ctx context.Context, name string) error {
 	return p.opts.Host.HNS.DeleteEndpoint(ctx, ep.ID)
 }
 
-// ensurePort makes the endpoint's host interface a switch port and the OVS port of the same name
-// exist, and records its OpenFlow port number.
-func (p *Pods) ensurePort(ctx context.Context, a *Attachment) error {
+// attachSwitch creates the Pod's OVS port asking for the attachment's ofport and installs its flows
+// while OVS attaches the port. If OVS gives the port another number, the flows follow it.
+func (p *Pods) attachSwitch(ctx context.Context, n node, a *Attachment) error {
+	if err := p.createPort(ctx, a); err != nil {
+		return err
+	}
+	flowsDone := make(chan error, 1)
+	go func() { flowsDone <- p.installFlows(ctx, n.realized, a) }()
+	ofport, err := p.waitPort(ctx, a)
+	if ferr := <-flowsDone; err == nil {
+		err = ferr
+	}
+	if err != nil || ofport == a.OFPort {
+		return err
+	}
+	return p.moveFlows(ctx, n, a, ofport)
+}
+
+// moveFlows moves the attachment's flows to the ofport OVS gave its port.
+func (p *Pods) moveFlows(ctx context.Context, n node, a *Attachment, ofport int32) error {
+	ctrl.LoggerFrom(ctx).Info("OVS gave the Pod's port another ofport than requested", "port", a.EndpointName, "requested", a.OFPort, "ofPort", ofport)
+	if err := p.removeFlows(ctx, a.OFPort, a.SandboxID); err != nil {
+		return err
+	}
+	p.releaseOFPort(a.OFPort, a.SandboxID)
+	a.OFPort = ofport
+	return p.installFlows(ctx, n.realized, a)
+}
+
+// ensurePort makes the endpoint's port exist and attached by OVS, as attachSwitch does, for a
+// repair: it reports whether the port had to be created or fixed and records the ofport OVS gave.
+func (p *Pods) ensurePort(ctx context.Context, a *Attachment) (bool, error) {
+	before := p.opts.Host.OVSDB.MutatingOperations()
+	if err := p.createPort(ctx, a); err != nil {
+		return false, err
+	}
+	ofport, err := p.waitPort(ctx, a)
+	if err != nil {
+		return false, err
+	}
+	a.OFPort = ofport
+	return p.opts.Host.OVSDB.MutatingOperations() != before, nil
+}
+
+// createPort makes the endpoint's host interface a switch port and the OVS port of the same name
+// exist, requesting the attachment's ofport.
+func (p *Pods) createPort(ctx context.Context, a *Attachment) error {
 	if err := setSwitchPort(ctx, p.opts.Host.Net, a.EndpointName, true); err != nil {
 		return fmt.Errorf("making %s a switch port: %w", a.EndpointName, err)
 	}
-	spec := ovsdb.PortSpec{Name: a.EndpointName, Type: podPortType, ExternalIDs: map[string]string{
+	spec := ovsdb.PortSpec{Name: a.EndpointName, Type: podPortType, OFPortRequest: a.OFPort, ExternalIDs: map[string]string{
 		"winnet-pod":     a.PodNamespace + "/" + a.PodName,
 		"winnet-sandbox": a.SandboxID,
 	}}
 	if _, err := p.opts.Host.OVSDB.EnsurePort(ctx, a.Bridge, spec); err != nil {
 		return fmt.Errorf("creating OVS port %s: %w", a.EndpointName, err)
 	}
+	return nil
+}
+
+// waitPort waits for OVS to attach the port and returns its ofport.
+func (p *Pods) waitPort(ctx context.Context, a *Attachment) (int32, error) {
 	wctx, cancel := context.WithTimeout(ctx, portTimeout)
 	defer cancel()
 	ofport, err := p.opts.Host.OVSDB.WaitOFPort(wctx, a.EndpointName)
 	if err != nil {
-		return fmt.Errorf("waiting for OVS to attach port %s: %w", a.EndpointName, err)
+		return 0, fmt.Errorf("waiting for OVS to attach port %s: %w", a.EndpointName, err)
 	}
-	a.OFPort = ofport
-	return nil
+	return ofport, nil
+}
+
+// claimOFPort reserves the lowest ofport no Pod uses for the sandbox's port.
+func (p *Pods) claimOFPort(sandbox string) int32 {
+	p.flowMu.Lock()
+	defer p.flowMu.Unlock()
+	for n := int32(1); ; n++ {
+		if _, taken := p.ofportOwner[n]; !taken {
+			p.ofportOwner[n] = sandbox
+			return n
+		}
+	}
+}
+
+// releaseOFPort gives the ofport back once the sandbox's port is gone.
+func (p *Pods) releaseOFPort(ofport int32, sandbox string) {
+	p.flowMu.Lock()
+	defer p.flowMu.Unlock()
+	if p.ofportOwner[ofport] == sandbox {
+		delete(p.ofportOwner, ofport)
+	}
 }
 
 // deletePort deletes the OVS port and gives the host interface back to the host.
@@ -331,7 +409,7 @@ func (p *Pods) installFlows(ctx context.Context, rz nodenetwork.Realized, a *Att
 	return nil
 }
 
-// removeFlows removes the flows of ofport if sandbox still owns them.
+// removeFlows removes the flows of ofport unless another sandbox owns it.
 func (p *Pods) removeFlows(ctx context.Context, ofport int32, sandbox string) error {
 	rz, ok := p.opts.State.Realized()
 	if !ok || ofport <= 0 {
@@ -345,7 +423,6 @@ func (p *Pods) removeFlows(ctx context.Context, ofport int32, sandbox string) er
 	if _, err := rz.Flows.SyncObject(ctx, pipeline.CategoryPod, uint64(ofport), nil); err != nil {
 		return fmt.Errorf("removing the flows of ofport %d: %w", ofport, err)
 	}
-	delete(p.ofportOwner, ofport)
 	return nil
 }
 
@@ -361,6 +438,7 @@ func (p *Pods) detach(ctx context.Context, a *Attachment) error {
 	if err := p.deletePort(ctx, a); err != nil {
 		return err
 	}
+	p.releaseOFPort(a.OFPort, a.SandboxID)
 	steps.done("port")
 	if err := p.opts.Host.HNS.DeleteEndpoint(ctx, a.EndpointID); err != nil {
 		return fmt.Errorf("deleting HNS endpoint %s: %w", a.EndpointName, err)
@@ -401,6 +479,11 @@ func (s *stepTimer) done(step string) {
 	now := time.Now()
 	s.steps = append(s.steps, fmt.Sprintf("%s=%s", step, now.Sub(s.last).Round(10*time.Microsecond)))
 	s.last = now
+}
+
+// note records a step that ran beside the others.
+func (s *stepTimer) note(step string, d time.Duration) {
+	s.steps = append(s.steps, fmt.Sprintf("(%s=%s)", step, d.Round(10*time.Microsecond)))
 }
 
 func (s *stepTimer) String() string { return strings.Join(s.steps, " ") }
