@@ -48,6 +48,8 @@ type Reconciler struct {
 
 	flows     flowConn
 	stateOnce sync.Once
+	// apiReader reads past the cache, when a routes report finds the cached object stale.
+	apiReader client.Reader
 }
 
 func (r *Reconciler) state() *State {
@@ -61,6 +63,7 @@ func (r *Reconciler) state() *State {
 
 // SetupWithManager registers the reconciler for the node's WindowsNodeNetwork and its Node.
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
+	r.apiReader = mgr.GetAPIReader()
 	ownNode := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
 		if o.GetName() != r.NodeName {
 			return nil
@@ -139,12 +142,26 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 // converging the node network again, when the node network is converged for the current spec. It
 // returns false when it is not (the caller converges it, which writes the routes too). The patch
 // carries the resourceVersion read: the other conditions are written back as read, so a stale read
-// must fail rather than undo a newer status.
+// must fail rather than undo a newer status. The cache lags behind the node network's own status
+// writes, so a conflict is retried once with the object read from the API server.
 func (r *Reconciler) reportRoutes(ctx context.Context) (bool, error) {
+	done, err := r.patchRoutesStatus(ctx, r.Client)
+	if apierrors.IsConflict(err) && r.apiReader != nil {
+		done, err = r.patchRoutesStatus(ctx, r.apiReader)
+	}
+	if err != nil {
+		return true, fmt.Errorf("writing the routes' status of WindowsNodeNetwork %s: %w", r.NodeName, err)
+	}
+	return done, nil
+}
+
+// patchRoutesStatus reads the node's WindowsNodeNetwork from reader and patches the routes' part of
+// its status; false when the node network is not converged for its current spec.
+func (r *Reconciler) patchRoutesStatus(ctx context.Context, reader client.Reader) (bool, error) {
 	routes, reported := r.state().routesResult()
 	_, realized := r.state().Realized()
 	wnn := &networkv1alpha1.WindowsNodeNetwork{}
-	if err := r.Client.Get(ctx, types.NamespacedName{Name: r.NodeName}, wnn); err != nil {
+	if err := reader.Get(ctx, types.NamespacedName{Name: r.NodeName}, wnn); err != nil {
 		return true, client.IgnoreNotFound(err)
 	}
 	if !reported || !realized || !wnn.DeletionTimestamp.IsZero() || wnn.Status.ObservedGeneration != wnn.Generation {
@@ -153,10 +170,7 @@ func (r *Reconciler) reportRoutes(ctx context.Context) (bool, error) {
 	before := wnn.DeepCopy()
 	setRoutesCondition(wnn, routes)
 	setReadyCondition(wnn)
-	if err := r.Client.Status().Patch(ctx, wnn, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})); client.IgnoreNotFound(err) != nil {
-		return true, fmt.Errorf("writing the routes' status of WindowsNodeNetwork %s: %w", wnn.Name, err)
-	}
-	return true, nil
+	return true, client.IgnoreNotFound(r.Client.Status().Patch(ctx, wnn, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})))
 }
 
 // step is one component of the node network, converged in order.
