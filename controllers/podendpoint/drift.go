@@ -162,6 +162,7 @@ func (p *Pods) repair(ctx context.Context, n node, a *Attachment) ([]string, err
 			return repaired, err
 		}
 	}
+	p.markVerified(a.SandboxID, n.realized.Flows)
 	return repaired, nil
 }
 

@@ -284,6 +284,11 @@ func (r *Reconciler) repair(ctx context.Context, pod *corev1.Pod, a *Attachment)
 	if err != nil {
 		return nil, err
 	}
+	// Wake-ups right after ADD find the attachment just made: HNS and OVS are left alone until
+	// the next resync, unless the node network was realised anew.
+	if p.recentlyVerified(a.SandboxID, n.realized.Flows, r.ResyncPeriod/2) {
+		return nil, nil
+	}
 	return p.repair(ctx, n, a)
 }
 

@@ -73,6 +73,48 @@ type Pods struct {
 	// changed wakes the PodEndpoint reconciler for a Pod.
 	changedMu sync.Mutex
 	changed   func(types.NamespacedName)
+	// network caches the HNS network's ID for as long as the node network is realised the same
+	// way: every HNS call waits its turn on the host.
+	networkMu sync.Mutex
+	network   cachedNetwork
+	// verified records when each attachment was last made or repaired.
+	verifiedMu sync.Mutex
+	verified   map[string]verification
+}
+
+// verification is when an attachment was last made or repaired, and on which bridge connection.
+type verification struct {
+	at    time.Time
+	flows *openflow.Bridge
+}
+
+// markVerified records that the sandbox's attachment was just made or repaired.
+func (p *Pods) markVerified(sandbox string, flows *openflow.Bridge) {
+	p.verifiedMu.Lock()
+	defer p.verifiedMu.Unlock()
+	p.verified[sandbox] = verification{at: time.Now(), flows: flows}
+}
+
+// recentlyVerified reports whether the attachment was made or repaired within the last period on
+// the current bridge connection, so that a reconcile right after ADD need not check it again.
+func (p *Pods) recentlyVerified(sandbox string, flows *openflow.Bridge, period time.Duration) bool {
+	p.verifiedMu.Lock()
+	defer p.verifiedMu.Unlock()
+	v, ok := p.verified[sandbox]
+	return ok && v.flows == flows && time.Since(v.at) < period
+}
+
+func (p *Pods) forgetVerified(sandbox string) {
+	p.verifiedMu.Lock()
+	defer p.verifiedMu.Unlock()
+	delete(p.verified, sandbox)
+}
+
+// cachedNetwork is the HNS network found for a realised node network.
+type cachedNetwork struct {
+	name  string
+	flows *openflow.Bridge
+	id    string
 }
 
 // NewPods returns Pods for the attachments already in opts.Store.
@@ -80,7 +122,7 @@ func NewPods(opts Options) *Pods {
 	if opts.NotReadyWait <= 0 {
 		opts.NotReadyWait = DefaultNotReadyWait
 	}
-	p := &Pods{opts: opts, ofportOwner: map[int32]string{}}
+	p := &Pods{opts: opts, ofportOwner: map[int32]string{}, verified: map[string]verification{}}
 	for _, a := range opts.Store.List() {
 		if a.OFPort > 0 {
 			p.ofportOwner[a.OFPort] = a.SandboxID
@@ -132,11 +174,34 @@ func (p *Pods) node(ctx context.Context) (node, error) {
 	if wnn.Status.MTU == 0 {
 		return node{}, fmt.Errorf("%w: WindowsNodeNetwork %s reports no MTU yet", errNodeNotReady, p.opts.NodeName)
 	}
-	network, err := p.opts.Host.HNS.GetNetworkByName(ctx, wnn.Spec.HNSNetwork.Name)
+	networkID, err := p.networkID(ctx, wnn.Spec.HNSNetwork.Name, rz.Flows)
 	if err != nil {
 		return node{}, fmt.Errorf("%w: looking up HNS network %s: %w", errNodeNotReady, wnn.Spec.HNSNetwork.Name, err)
 	}
-	return node{realized: rz, bridge: string(wnn.Spec.Bridge.Name), networkID: network.ID, mtu: int(wnn.Status.MTU)}, nil
+	return node{realized: rz, bridge: string(wnn.Spec.Bridge.Name), networkID: networkID, mtu: int(wnn.Status.MTU)}, nil
+}
+
+// networkID returns the ID of the HNS network, looked up again when the node network was realised
+// anew (a rebuilt network has a new ID and a new bridge connection).
+func (p *Pods) networkID(ctx context.Context, name string, flows *openflow.Bridge) (string, error) {
+	p.networkMu.Lock()
+	defer p.networkMu.Unlock()
+	if c := p.network; c.name == name && c.flows == flows && c.id != "" {
+		return c.id, nil
+	}
+	network, err := p.opts.Host.HNS.GetNetworkByName(ctx, name)
+	if err != nil {
+		return "", err
+	}
+	p.network = cachedNetwork{name: name, flows: flows, id: network.ID}
+	return network.ID, nil
+}
+
+// forgetNetwork drops the cached network ID, which HNS no longer knows.
+func (p *Pods) forgetNetwork() {
+	p.networkMu.Lock()
+	defer p.networkMu.Unlock()
+	p.network = cachedNetwork{}
 }
 
 // waitNode waits, within NotReadyWait, for the node network to be Ready.
@@ -204,14 +269,11 @@ func (p *Pods) attach(ctx context.Context, n node, c *call) (_ *Attachment, retE
 	steps.done("ipam")
 	undo.push(func(ctx context.Context) error { return p.opts.Host.IPAM.Release(ctx, ipamReq) })
 
-	if err := p.deleteStaleEndpoint(ctx, a.EndpointName); err != nil {
-		return nil, err
-	}
-	ep, err := p.opts.Host.HNS.CreateEndpoint(ctx, hns.EndpointSpec{
+	ep, err := p.createEndpoint(ctx, hns.EndpointSpec{
 		Name: a.EndpointName, NetworkID: a.NetworkID, IP: ip.Addr(), PrefixLength: ip.Bits(), Gateway: a.Gateway,
 	})
 	if err != nil {
-		return nil, fmt.Errorf("creating HNS endpoint %s: %w", a.EndpointName, err)
+		return nil, err
 	}
 	a.EndpointID, a.MAC = ep.ID, ep.MAC.String()
 	steps.done("endpoint")
@@ -245,6 +307,7 @@ func (p *Pods) attach(ctx context.Context, n node, c *call) (_ *Attachment, retE
 	if err := p.opts.Store.Put(a); err != nil {
 		return nil, err
 	}
+	p.markVerified(a.SandboxID, n.realized.Flows)
 	steps.done("store")
 	return a, nil
 }
@@ -261,21 +324,43 @@ func (p *Pods) attachPod(ctx context.Context, ep *hns.Endpoint, a *Attachment) e
 	return err
 }
 
-// deleteStaleEndpoint deletes an endpoint of this name that no attachment records: the remains of
-// an ADD the agent did not finish (the caller holds the sandbox's lock).
-func (p *Pods) deleteStaleEndpoint(ctx context.Context, name string) error {
-	ep, err := p.opts.Host.HNS.GetEndpointByName(ctx, name)
+// createEndpoint creates the sandbox's HNS endpoint. If that fails and an endpoint of the same name
+// exists that no attachment records — the remains of an ADD the agent did not finish — it is
+// deleted and the creation tried once more (the caller holds the sandbox's lock). A network HNS no
+// longer knows is looked up again on the next call.
+func (p *Pods) createEndpoint(ctx context.Context, spec hns.EndpointSpec) (*hns.Endpoint, error) {
+	ep, err := p.opts.Host.HNS.CreateEndpoint(ctx, spec)
 	if errors.Is(err, hns.ErrNotFound) {
-		return nil
+		p.forgetNetwork()
+	}
+	if err != nil && !errors.Is(err, hns.ErrNotFound) {
+		if stale, serr := p.deleteStaleEndpoint(ctx, spec.Name); serr != nil {
+			err = errors.Join(err, serr)
+		} else if stale {
+			ep, err = p.opts.Host.HNS.CreateEndpoint(ctx, spec)
+		}
 	}
 	if err != nil {
-		return fmt.Errorf("looking up HNS endpoint %s: %w", name, err)
+		return nil, fmt.Errorf("creating HNS endpoint %s: %w", spec.Name, err)
+	}
+	return ep, nil
+}
+
+// deleteStaleEndpoint deletes an endpoint of this name that no attachment records and reports
+// whether there was one.
+func (p *Pods) deleteStaleEndpoint(ctx context.Context, name string) (bool, error) {
+	ep, err := p.opts.Host.HNS.GetEndpointByName(ctx, name)
+	if errors.Is(err, hns.ErrNotFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("looking up HNS endpoint %s: %w", name, err)
 	}
 	ctrl.LoggerFrom(ctx).Info("Deleting a stale HNS endpoint left by an unfinished ADD", "endpoint", name, "endpointID", ep.ID)
 	if err := setSwitchPort(ctx, p.opts.Host.Net, name, false); err != nil {
-		return err
+		return false, err
 	}
-	return p.opts.Host.HNS.DeleteEndpoint(ctx, ep.ID)
+	return true, p.opts.Host.HNS.DeleteEndpoint(ctx, ep.ID)
 }
 
 // attachSwitch creates the Pod's OVS port asking for the attachment's ofport and installs its flows
@@ -443,9 +528,6 @@ func (p *Pods) detach(ctx context.Context, a *Attachment) error {
 	if err := p.opts.Host.HNS.DeleteEndpoint(ctx, a.EndpointID); err != nil {
 		return fmt.Errorf("deleting HNS endpoint %s: %w", a.EndpointName, err)
 	}
-	if err := p.deleteStaleEndpoint(ctx, a.EndpointName); err != nil {
-		return err
-	}
 	steps.done("endpoint")
 	// The address goes back last: HNS may refuse an address an endpoint still has.
 	ipamReq := cni.IPAMRequest{ContainerID: a.SandboxID, IfName: a.IfName, Netns: a.Netns, Subnet: a.IP.Masked()}
@@ -456,6 +538,7 @@ func (p *Pods) detach(ctx context.Context, a *Attachment) error {
 	if err := p.opts.Store.Delete(a.SandboxID); err != nil {
 		return err
 	}
+	p.forgetVerified(a.SandboxID)
 	steps.done("store")
 	ctrl.LoggerFrom(ctx).V(1).Info("Detached Pod sandbox", "sandbox", a.SandboxID, "pod", a.Pod(), "ip", a.IP)
 	return nil
