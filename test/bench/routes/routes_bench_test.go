@@ -105,6 +105,8 @@ func TestBenchRoutes(t *testing.T) {
 		if profile {
 			pprofAddr = freeAddress(t)
 		}
+		vswitchd := vswitchdPID(t, node)
+		vswitchdBefore := cpuTime(t, vswitchd)
 		agent := startAgent(t, bin, server.KubeconfigPath, node, logFile, pprofAddr)
 		start := time.Now()
 		var cpuProfile <-chan struct{}
@@ -113,6 +115,7 @@ func TestBenchRoutes(t *testing.T) {
 		}
 		waitRoutesReady(t, watcher, agent, name, size)
 		converge := time.Since(start)
+		agentCPU, vswitchdCPU := cpuTime(t, agent.cmd.Process.Pid), cpuTime(t, vswitchd)-vswitchdBefore
 		rss := rssMB(t, agent.cmd.Process.Pid)
 		if profile {
 			<-cpuProfile
@@ -122,8 +125,9 @@ func TestBenchRoutes(t *testing.T) {
 		flows := dumpRouteFlows(t, node, flowFile)
 		routes := strings.Count(node.MustExec(t, "ip", "route", "show", "proto", "241"), "\n")
 		ofctl := ofctlReference(t, node, flowFile)
-		fmt.Printf("bench-routes nodes=%d converge_ms=%d ofctl_ms=%d rss_mb=%d flows=%d host_routes=%d\n",
-			size, converge.Milliseconds(), ofctl.Milliseconds(), rss, flows, routes)
+		fmt.Printf("bench-routes nodes=%d converge_ms=%d ofctl_ms=%d rss_mb=%d flows=%d host_routes=%d "+
+			"(CPU while converging: agent %d ms, ovs-vswitchd %d ms)\n",
+			size, converge.Milliseconds(), ofctl.Milliseconds(), rss, flows, routes, agentCPU.Milliseconds(), vswitchdCPU.Milliseconds())
 
 		// One route is added at 5,000 (or at the last size when 5,000 is not run).
 		if size == 5000 || (i == len(sizes)-1 && !slices.Contains(sizes, 5000)) {
@@ -354,6 +358,34 @@ func watchFor(t *testing.T, ctx context.Context, c client.WithWatch, list client
 		}
 	}()
 	return seen
+}
+
+// vswitchdPID finds the node's ovs-vswitchd.
+func vswitchdPID(t *testing.T, node *simnode.Node) int {
+	t.Helper()
+	out, err := exec.Command("pgrep", "-f", "ovs-vswitchd unix:"+node.OVS.DBSocket()).Output()
+	if err != nil {
+		t.Fatalf("finding the node's ovs-vswitchd: %v", err)
+	}
+	pid, err := strconv.Atoi(strings.Fields(string(out))[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pid
+}
+
+// cpuTime returns the user and system CPU time a process has used (USER_HZ is 100 on Linux).
+func cpuTime(t *testing.T, pid int) time.Duration {
+	t.Helper()
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The fields after the command name, which is in parentheses and may hold spaces.
+	f := strings.Fields(string(data[strings.LastIndexByte(string(data), ')')+2:]))
+	utime, _ := strconv.Atoi(f[11])
+	stime, _ := strconv.Atoi(f[12])
+	return time.Duration(utime+stime) * 10 * time.Millisecond
 }
 
 func rssMB(t *testing.T, pid int) int {
