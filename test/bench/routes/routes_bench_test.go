@@ -211,6 +211,9 @@ func startAgent(t *testing.T, bin, kubeconfig string, node *simnode.Node, logFil
 	args := []string{"--node-name", node.Name, "--kubeconfig", kubeconfig, "--ovsdb", node.OVS.DBSocket(),
 		"--ovs-rundir", node.OVS.Dir, "--netns", node.NSPath, "--health-probe-bind-address", "0", "--metrics-bind-address", "0",
 		"--zap-time-encoding", "rfc3339nano"}
+	// The agent's CNI socket, conflist and state stay in the test's own directory, away from the host's.
+	state := t.TempDir()
+	args = append(args, "--state-dir", state, "--cni-socket", filepath.Join(state, "cni.sock"), "--cni-conf-dir", filepath.Join(state, "net.d"))
 	if level := os.Getenv("BENCH_AGENT_LOG_LEVEL"); level != "" {
 		args = append(args, "--zap-log-level", level)
 	}
