@@ -15,7 +15,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/client-go/util/workqueue"
-	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
@@ -37,9 +36,6 @@ const Finalizer = "network.winnet.io/pod-endpoint"
 const (
 	// DefaultResyncPeriod is how often each Pod's attachment is checked for drift.
 	DefaultResyncPeriod = 10 * time.Second
-	// DefaultPodGracePeriod is how long an attachment whose Pod the agent has never seen is kept:
-	// the Pod object may reach the agent's cache after its sandbox's ADD.
-	DefaultPodGracePeriod = 2 * time.Minute
 	// maxRetryDelay caps the backoff of failed reconciles, so that PodEndpoints are written soon
 	// after an unreachable API server comes back.
 	maxRetryDelay = 5 * time.Second
@@ -56,24 +52,14 @@ type Reconciler struct {
 	Pods     *Pods
 	// ResyncPeriod is the drift check period; zero means DefaultResyncPeriod.
 	ResyncPeriod time.Duration
-	// PodGracePeriod: zero means DefaultPodGracePeriod.
-	PodGracePeriod time.Duration
-	// Clock defaults to the real clock.
-	Clock clock.PassiveClock
 }
 
 // SetupWithManager registers the reconciler for the node's Pods and PodEndpoints, the CNI
 // handler's wake-ups and changes of the realised node network (which resync every Pod's flows), and
 // the start-up pass of Pods.
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
-	if r.Clock == nil {
-		r.Clock = clock.RealClock{}
-	}
 	if r.ResyncPeriod == 0 {
 		r.ResyncPeriod = DefaultResyncPeriod
-	}
-	if r.PodGracePeriod == 0 {
-		r.PodGracePeriod = DefaultPodGracePeriod
 	}
 	wake := &wakeups{}
 	r.Pods.onChange(wake.add)
@@ -176,7 +162,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return ctrl.Result{}, fmt.Errorf("getting PodEndpoint %s: %w", req.NamespacedName, err)
 	}
 
-	live, gone, wait := r.classify(pod, pep, r.Pods.Store().ByPod(req.NamespacedName))
+	live, gone := r.classify(pod, pep, r.Pods.Store().ByPod(req.NamespacedName))
 	for _, a := range gone {
 		if err := r.tearDown(ctx, pod, pep, a); err != nil {
 			return ctrl.Result{}, err
@@ -188,9 +174,6 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 				return ctrl.Result{}, err
 			}
 		}
-		if wait > 0 {
-			return ctrl.Result{RequeueAfter: wait}, nil
-		}
 		return ctrl.Result{}, nil
 	}
 	if err := r.reconcileLive(ctx, pod, pep, live); err != nil {
@@ -199,10 +182,12 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	return ctrl.Result{RequeueAfter: r.ResyncPeriod}, nil
 }
 
-// classify sorts a Pod's attachments: the live one (the newest whose Pod is on this node), those
-// whose Pod is gone, and how long to wait before deciding about attachments whose Pod has not been
-// seen yet.
-func (r *Reconciler) classify(pod *corev1.Pod, pep *networkv1alpha1.PodEndpoint, atts []*Attachment) (live *Attachment, gone []*Attachment, wait time.Duration) {
+// classify sorts a Pod's attachments: the live one (the newest whose Pod is on this node) and those
+// whose Pod is gone — seen before, or recorded in its PodEndpoint, and no longer there or replaced
+// by another Pod of the same name. An attachment whose Pod has not been seen is neither: the Pod
+// object may reach the cache after the sandbox's ADD, and if it never does, the runtime's DEL and
+// GC remove the attachment.
+func (r *Reconciler) classify(pod *corev1.Pod, pep *networkv1alpha1.PodEndpoint, atts []*Attachment) (live *Attachment, gone []*Attachment) {
 	slices.SortFunc(atts, func(a, b *Attachment) int { return b.Created.Compare(a.Created) })
 	for _, a := range atts {
 		switch {
@@ -210,20 +195,11 @@ func (r *Reconciler) classify(pod *corev1.Pod, pep *networkv1alpha1.PodEndpoint,
 			live = a
 		case r.isPodOf(pod, a):
 			gone = append(gone, a) // an older sandbox of the same Pod whose DEL never came
-		case pod != nil && (a.PodUID != "" || pod.Spec.NodeName != r.NodeName):
-			gone = append(gone, a) // the Pod was recreated, or is not on this node
 		case a.PodSeen || (pep != nil && pep.Spec.SandboxID == a.SandboxID):
 			gone = append(gone, a)
-		default:
-			left := r.PodGracePeriod - r.Clock.Since(a.Created)
-			if left <= 0 {
-				gone = append(gone, a) // the Pod never appeared
-			} else if wait == 0 || left < wait {
-				wait = left
-			}
 		}
 	}
-	return live, gone, wait
+	return live, gone
 }
 
 // isPodOf reports whether pod is the Pod the attachment was made for.
