@@ -76,6 +76,13 @@ func (p *Pods) add(ctx context.Context, req cni.Request) ([]byte, error) {
 		return nil, err
 	}
 	a, ok := p.opts.Store.Get(c.sandbox)
+	if ok && a.Deleting {
+		// A DEL of this sandbox failed half-way: finish it, then attach anew.
+		if err := p.detach(ctx, a); err != nil {
+			return nil, err
+		}
+		ok = false
+	}
 	switch {
 	case ok:
 		if a, err = p.join(ctx, n, c, a); err != nil {

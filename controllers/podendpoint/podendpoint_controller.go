@@ -191,6 +191,8 @@ func (r *Reconciler) classify(pod *corev1.Pod, pep *networkv1alpha1.PodEndpoint,
 	slices.SortFunc(atts, func(a, b *Attachment) int { return b.Created.Compare(a.Created) })
 	for _, a := range atts {
 		switch {
+		case a.Deleting:
+			gone = append(gone, a) // a DEL that failed half-way
 		case r.isPodOf(pod, a) && live == nil:
 			live = a
 		case r.isPodOf(pod, a):
@@ -246,8 +248,8 @@ func (r *Reconciler) repair(ctx context.Context, pod *corev1.Pod, a *Attachment)
 	defer p.sweep.RUnlock()
 	defer p.locks.lock(a.SandboxID)()
 	cur, ok := p.Store().Get(a.SandboxID)
-	if !ok {
-		return nil, fmt.Errorf("sandbox %s was detached meanwhile", a.SandboxID)
+	if !ok || cur.Deleting {
+		return nil, fmt.Errorf("sandbox %s is being detached", a.SandboxID)
 	}
 	*a = *cur
 	if !a.PodSeen || a.PodUID == "" {

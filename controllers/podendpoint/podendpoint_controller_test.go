@@ -45,6 +45,7 @@ func TestClassify(t *testing.T) {
 		{name: "the cache still holds the Pod this sandbox replaces", pod: pod, atts: []*Attachment{att("s1", "u2", time.Second, false)}},
 		{name: "a Pod seen before is gone", atts: []*Attachment{att("s1", "u1", time.Second, true)}, gone: []string{"s1"}},
 		{name: "a Pod recorded in its PodEndpoint is gone", pep: pep("s1"), atts: []*Attachment{att("s1", "u1", time.Second, false)}, gone: []string{"s1"}},
+		{name: "a DEL that failed half-way is finished", pod: pod, atts: []*Attachment{{SandboxID: "s1", PodUID: "u1", Created: now, Deleting: true}}, gone: []string{"s1"}},
 		{name: "a Pod not seen yet is waited for", atts: []*Attachment{att("s1", "u1", time.Hour, false)}},
 	}
 	for _, tt := range tests {

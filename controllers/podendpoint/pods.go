@@ -516,6 +516,12 @@ func (p *Pods) removeFlows(ctx context.Context, ofport int32, sandbox string) er
 func (p *Pods) detach(ctx context.Context, a *Attachment) error {
 	steps := newStepTimer()
 	defer func() { ctrl.LoggerFrom(ctx).V(1).Info("DEL steps", "took", steps.String()) }()
+	if !a.Deleting {
+		a.Deleting = true
+		if err := p.opts.Store.Put(a); err != nil {
+			return err
+		}
+	}
 	if err := p.removeFlows(ctx, a.OFPort, a.SandboxID); err != nil {
 		return err
 	}

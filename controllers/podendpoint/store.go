@@ -59,8 +59,11 @@ type Attachment struct {
 	// Containers are the containers ADD attached: the sandbox and workload containers.
 	Containers []string `json:"containers"`
 	// PodSeen records that the Pod object was seen for this attachment: once it is gone, so is the Pod.
-	PodSeen bool      `json:"podSeen,omitempty"`
-	Created time.Time `json:"created"`
+	PodSeen bool `json:"podSeen,omitempty"`
+	// Deleting records that a detach began: nothing is repaired any more, and a detach that failed
+	// half-way is finished by the next DEL or by the PodEndpoint reconciler.
+	Deleting bool      `json:"deleting,omitempty"`
+	Created  time.Time `json:"created"`
 }
 
 // Pod returns the key of the attachment's Pod (and PodEndpoint).

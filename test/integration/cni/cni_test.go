@@ -203,6 +203,27 @@ func TestPodNetwork(t *testing.T) {
 		g.Expect(n.leftovers(g)).To(BeEmpty())
 	})
 
+	t.Run("HNS failing: ADD is rolled back; a DEL that fails half-way is finished by the agent", func(t *testing.T) {
+		g := NewWithT(t)
+		p := n.newPod(t, "hns-fails", true)
+		n.agent.HNS.FailNext(hns.OpAttachEndpoint, 1, nil)
+		e := cniError(g, func() error { _, err := n.cni.AddNetworkList(ctx, n.list, p.rt); return err }())
+		g.Expect(e.Code).To(BeEquivalentTo(cnitypes.ErrInternal))
+		g.Expect(e.Msg).To(ContainSubstring("attaching HNS endpoint"))
+		g.Expect(n.leftovers(g)).To(BeEmpty(), "address, endpoint, port and flows rolled back")
+
+		n.add(t, p)
+		g.Eventually(func(g Gomega) { podEndpoint(g, p.name) }).WithTimeout(repair).Should(Succeed())
+		n.agent.HNS.FailNext(hns.OpDeleteEndpoint, 1, nil)
+		e = cniError(g, n.cni.DelNetworkList(ctx, n.list, p.rt))
+		g.Expect(e.Msg).To(ContainSubstring("deleting HNS endpoint"))
+		g.Eventually(n.leftovers).WithTimeout(repair).Should(BeEmpty(), "the agent finishes the DEL")
+		g.Eventually(func() bool {
+			return apierrors.IsNotFound(server.Client.Get(ctx, client.ObjectKey{Namespace: "default", Name: p.name}, &networkv1alpha1.PodEndpoint{}))
+		}).WithTimeout(repair).Should(BeTrue())
+		g.Expect(n.cni.DelNetworkList(ctx, n.list, p.rt)).To(Succeed(), "the runtime's retry finds nothing left")
+	})
+
 	t.Run("Pods keep their network through an ovs-vswitchd restart", func(t *testing.T) {
 		g := NewWithT(t)
 		p := n.newPod(t, "ovs-restart", true)

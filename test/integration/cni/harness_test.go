@@ -4,6 +4,7 @@ package cni_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/netip"
 	"net/url"
@@ -209,8 +210,8 @@ func podIP(g Gomega, res *types100.Result) netip.Addr {
 // cniError returns the CNI error of err, failing when err is not one.
 func cniError(g Gomega, err error) *cnitypes.Error {
 	g.Expect(err).To(HaveOccurred())
-	e, ok := err.(*cnitypes.Error)
-	g.Expect(ok).To(BeTrue(), "a CNI error, got %T: %v", err, err)
+	var e *cnitypes.Error
+	g.Expect(errors.As(err, &e)).To(BeTrue(), "a CNI error, got %T: %v", err, err)
 	return e
 }
 
