@@ -522,15 +522,19 @@ func (p *Pods) detach(ctx context.Context, a *Attachment) error {
 			return err
 		}
 	}
-	if err := p.removeFlows(ctx, a.OFPort, a.SandboxID); err != nil {
-		return err
+	// The flows and the port go at once: flows of a missing port match nothing, and the ofport is
+	// free for another Pod only once both are gone.
+	flowsGone := make(chan error, 1)
+	go func() { flowsGone <- p.removeFlows(ctx, a.OFPort, a.SandboxID) }()
+	err := p.deletePort(ctx, a)
+	if ferr := <-flowsGone; err == nil {
+		err = ferr
 	}
-	steps.done("flows")
-	if err := p.deletePort(ctx, a); err != nil {
+	if err != nil {
 		return err
 	}
 	p.releaseOFPort(a.OFPort, a.SandboxID)
-	steps.done("port")
+	steps.done("flows+port")
 	if err := p.opts.Host.HNS.DeleteEndpoint(ctx, a.EndpointID); err != nil {
 		return fmt.Errorf("deleting HNS endpoint %s: %w", a.EndpointName, err)
 	}
