@@ -16,6 +16,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/vishvananda/netlink"
@@ -29,6 +30,8 @@ import (
 type netlinkHost struct {
 	opts Options
 	nl   *netlink.Handle
+	// routeMessages counts the route requests EnsureRoutes wrote to the kernel.
+	routeMessages atomic.Uint64
 }
 
 var _ Interface = (*netlinkHost)(nil)
@@ -473,7 +476,7 @@ func (h *netlinkHost) EnsureRoute(ctx context.Context, r Route) error {
 	return h.EnsureRoutes(ctx, []Route{r})
 }
 
-func (h *netlinkHost) EnsureRoutes(_ context.Context, routes []Route) error {
+func (h *netlinkHost) EnsureRoutes(ctx context.Context, routes []Route) error {
 	if len(routes) == 0 {
 		return nil
 	}
@@ -497,43 +500,15 @@ func (h *netlinkHost) EnsureRoutes(_ context.Context, routes []Route) error {
 	for _, e := range existing {
 		byDst[e.Dst] = append(byDst[e.Dst], e.Route)
 	}
-	var errs []error
+	var missing []Route
 	for _, r := range want {
-		if slices.ContainsFunc(byDst[r.Dst], func(e Route) bool { return routeMatches(r, e) && e.Owned == r.Owned }) {
-			continue
-		}
-		if err := h.replaceRoute(r); err != nil {
-			errs = append(errs, err)
+		if !slices.ContainsFunc(byDst[r.Dst], func(e Route) bool { return routeMatches(r, e) && e.Owned == r.Owned }) {
+			missing = append(missing, r)
 		}
 	}
-	return errors.Join(errs...)
-}
-
-func (h *netlinkHost) replaceRoute(r Route) error {
-	nr := &netlink.Route{
-		Dst:       toIPNet(r.Dst),
-		LinkIndex: r.LinkIndex,
-		Priority:  r.Metric,
-		Table:     unix.RT_TABLE_MAIN,
-		Type:      unix.RTN_UNICAST,
-		Protocol:  unix.RTPROT_STATIC,
-		Scope:     netlink.SCOPE_UNIVERSE,
-	}
-	if r.Owned {
-		nr.Protocol = LinuxRouteProtocol
-	}
-	if r.Gateway.IsValid() {
-		nr.Gw = r.Gateway.AsSlice()
-		if r.OnLink {
-			nr.Flags = int(netlink.FLAG_ONLINK)
-		}
-	} else {
-		nr.Scope = netlink.SCOPE_LINK
-	}
-	if err := h.nl.RouteReplace(nr); err != nil {
-		return fmt.Errorf("adding route %s: %w", r, err)
-	}
-	return nil
+	// Batched: one netlink round trip per route would make installing thousands of routes
+	// cost thousands of round trips.
+	return h.replaceRoutes(ctx, missing)
 }
 
 func (h *netlinkHost) DeleteRoute(_ context.Context, r Route) error {
