@@ -30,7 +30,7 @@ import (
 type netlinkHost struct {
 	opts Options
 	nl   *netlink.Handle
-	// routeMessages counts the route requests EnsureRoutes wrote to the kernel.
+	// routeMessages counts the route requests EnsureRoutes and ReconcileRoutes wrote to the kernel.
 	routeMessages atomic.Uint64
 }
 
@@ -531,8 +531,25 @@ func (h *netlinkHost) DeleteRoute(_ context.Context, r Route) error {
 	return nil
 }
 
+// ReconcileRoutes lists winnet's routes once and deletes the stale ones in batches: thousands of
+// stale routes (a node that left a large cluster) must not cost a listing and a round trip each.
 func (h *netlinkHost) ReconcileRoutes(ctx context.Context, desired []Route) error {
-	return reconcileRoutes(ctx, h, desired, normalizeLinux)
+	want := map[netip.Prefix][]Route{}
+	for _, r := range desired {
+		if err := r.validate(); err != nil {
+			return fmt.Errorf("reconciling routes: %w", err)
+		}
+		r = normalizeLinux(r.normalize())
+		want[r.Dst] = append(want[r.Dst], r)
+	}
+	owned, err := h.listRoutes(RouteFilter{OwnedOnly: true}, netip.Prefix{})
+	if err != nil {
+		return fmt.Errorf("reconciling routes: %w", err)
+	}
+	stale := slices.DeleteFunc(owned, func(actual kernelRoute) bool {
+		return slices.ContainsFunc(want[actual.Dst], func(d Route) bool { return routeMatches(d, actual.Route) })
+	})
+	return h.deleteStaleRoutes(ctx, stale)
 }
 
 func (h *netlinkHost) Neighbor(ctx context.Context, ip netip.Addr) (net.HardwareAddr, error) {

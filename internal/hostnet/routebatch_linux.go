@@ -7,11 +7,12 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"slices"
+	"net"
 	"sync/atomic"
 	"syscall"
 	"time"
 
+	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netlink/nl"
 	"golang.org/x/sys/unix"
 )
@@ -79,49 +80,75 @@ func (s *routeSocket) close() { _ = unix.Close(s.fd) }
 // replaceRoutes creates or replaces routes (already validated and normalized) in batches. A
 // route the kernel refuses does not stop the others: the error names every refused route.
 func (h *netlinkHost) replaceRoutes(ctx context.Context, routes []Route) error {
-	if len(routes) == 0 {
+	return h.sendRouteMessages(ctx, "adding routes", len(routes),
+		func(i int, seq uint32) []byte { return newRouteMessage(routes[i], seq) },
+		func(i int, errno unix.Errno) error { return fmt.Errorf("adding route %s: %w", routes[i], errno) })
+}
+
+// deleteStaleRoutes deletes the kernel routes in batches; a route already gone is not an error.
+func (h *netlinkHost) deleteStaleRoutes(ctx context.Context, routes []kernelRoute) error {
+	return h.sendRouteMessages(ctx, "deleting stale routes", len(routes),
+		func(i int, seq uint32) []byte { return delRouteMessage(routes[i].raw, seq) },
+		func(i int, errno unix.Errno) error {
+			if errno == unix.ESRCH {
+				return nil
+			}
+			return fmt.Errorf("deleting stale route %s: %w", routes[i].Route, errno)
+		})
+}
+
+// sendRouteMessages sends n route requests, built by message, in batches of routeBatchSize
+// messages per write, and reads every acknowledgement. refused turns the error number of message
+// i into its error (or nil to ignore it); one refused message does not stop the others. what
+// names the whole operation in the error of a socket failure or a cancelled context, which stop
+// it.
+func (h *netlinkHost) sendRouteMessages(ctx context.Context, what string, n int,
+	message func(i int, seq uint32) []byte, refused func(i int, errno unix.Errno) error) error {
+	if n == 0 {
 		return nil
 	}
 	s, err := h.openRouteSocket()
 	if err != nil {
-		return fmt.Errorf("adding %d routes: %w", len(routes), err)
+		return fmt.Errorf("%s: %w", what, err)
 	}
 	defer s.close()
 	var errs []error
-	for batch := range slices.Chunk(routes, routeBatchSize) {
+	for start := 0; start < n; start += routeBatchSize {
 		if err := ctx.Err(); err != nil {
-			return errors.Join(append(errs, fmt.Errorf("adding routes: %w", err))...)
+			return errors.Join(append(errs, fmt.Errorf("%s: %w", what, err))...)
 		}
-		refused, err := s.replace(batch)
-		errs = append(errs, refused...)
+		end := min(start+routeBatchSize, n)
+		first := s.seq + 1
+		var req []byte
+		for i := start; i < end; i++ {
+			s.seq++
+			req = append(req, message(i, s.seq)...)
+		}
+		errnos, err := s.exchange(req, first, end-start)
+		for j, errno := range errnos {
+			if errno == 0 {
+				continue
+			}
+			if err := refused(start+j, errno); err != nil {
+				errs = append(errs, err)
+			}
+		}
 		if err != nil {
-			return errors.Join(append(errs, fmt.Errorf("adding routes: %w", err))...)
+			return errors.Join(append(errs, fmt.Errorf("%s: %w", what, err))...)
 		}
 	}
 	return errors.Join(errs...)
 }
 
-// replace writes one RTM_NEWROUTE replace request per route in a single write and reads their
-// acknowledgements. It returns the errors of the routes the kernel refused, and an error when
-// the socket failed and some routes are not confirmed.
-func (s *routeSocket) replace(batch []Route) (refused []error, err error) {
-	first := s.seq + 1
-	var req []byte
-	for _, r := range batch {
-		s.seq++
-		req = append(req, newRouteMessage(r, s.seq)...)
-	}
+// exchange writes the n messages of req, numbered from first, in one write and returns the error
+// number of each (0 for success) in message order, and an error when the socket failed and some
+// messages are not confirmed.
+func (s *routeSocket) exchange(req []byte, first uint32, n int) ([]unix.Errno, error) {
 	if err := unix.Sendto(s.fd, req, 0, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
-		return nil, fmt.Errorf("sending %d route requests: %w", len(batch), err)
+		return nil, fmt.Errorf("sending %d route requests: %w", n, err)
 	}
-	s.sent.Add(uint64(len(batch)))
-	errnos, err := s.acks(first, len(batch))
-	for i, errno := range errnos {
-		if errno != 0 {
-			refused = append(refused, fmt.Errorf("adding route %s: %w", batch[i], errno))
-		}
-	}
-	return refused, err
+	s.sent.Add(uint64(n))
+	return s.acks(first, n)
 }
 
 // acks reads the acknowledgements of the n messages numbered from first: the error number of
@@ -136,7 +163,7 @@ func (s *routeSocket) acks(first uint32, n int) ([]unix.Errno, error) {
 		}
 		if err != nil {
 			// EAGAIN is the receive timeout, ENOBUFS acknowledgements the kernel dropped.
-			return errnos, fmt.Errorf("reading acknowledgements (%d of %d routes unconfirmed): %w", pending, n, err)
+			return errnos, fmt.Errorf("reading acknowledgements (%d of %d requests unconfirmed): %w", pending, n, err)
 		}
 		if sa, ok := from.(*unix.SockaddrNetlink); !ok || sa.Pid != 0 {
 			continue
@@ -192,4 +219,38 @@ func newRouteMessage(r Route, seq uint32) []byte {
 	}
 	req.AddData(nl.NewRtAttr(unix.RTA_OIF, nl.Uint32Attr(uint32(r.LinkIndex))))
 	return req.Serialize()
+}
+
+// delRouteMessage is the RTM_DELROUTE request, with an acknowledgement requested, for the route
+// k exactly as the kernel listed it: destination, gateway, interface, metric, table, protocol,
+// scope and type.
+func delRouteMessage(k netlink.Route, seq uint32) []byte {
+	req := nl.NewNetlinkRequest(unix.RTM_DELROUTE, unix.NLM_F_ACK)
+	req.Seq = seq
+	msg := nl.NewRtDelMsg()
+	msg.Family = uint8(k.Family)
+	ones, _ := k.Dst.Mask.Size()
+	msg.Dst_len = uint8(ones)
+	msg.Table = uint8(k.Table)
+	msg.Protocol = uint8(k.Protocol)
+	msg.Scope = uint8(k.Scope)
+	msg.Type = uint8(k.Type)
+	req.AddData(msg)
+	req.AddData(nl.NewRtAttr(unix.RTA_DST, ipBytes(k.Dst.IP, k.Family)))
+	if k.Gw != nil {
+		req.AddData(nl.NewRtAttr(unix.RTA_GATEWAY, ipBytes(k.Gw, k.Family)))
+	}
+	if k.Priority > 0 {
+		req.AddData(nl.NewRtAttr(unix.RTA_PRIORITY, nl.Uint32Attr(uint32(k.Priority))))
+	}
+	req.AddData(nl.NewRtAttr(unix.RTA_OIF, nl.Uint32Attr(uint32(k.LinkIndex))))
+	return req.Serialize()
+}
+
+// ipBytes is ip in the length of its family's addresses.
+func ipBytes(ip net.IP, family int) []byte {
+	if family == unix.AF_INET {
+		return ip.To4()
+	}
+	return ip.To16()
 }

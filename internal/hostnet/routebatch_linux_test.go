@@ -129,7 +129,8 @@ func kernelRouteKey(k netlink.Route) string {
 
 // TestEnsureRoutesBatched installs thousands of routes in another namespace, as a simulated node's
 // agent does, and checks every attribute of every route in the kernel, that a second call sends
-// nothing, and that only missing routes are sent.
+// nothing, that only missing routes are sent, and that ReconcileRoutes deletes exactly the stale
+// ones.
 func TestEnsureRoutesBatched(t *testing.T) {
 	g := NewWithT(t)
 	ctx := t.Context()
@@ -188,6 +189,33 @@ func TestEnsureRoutesBatched(t *testing.T) {
 	got, err = h.Routes(ctx, RouteFilter{LinkIndex: link.Index})
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(sortedStrings(got)).To(Equal(sortedStrings(want)))
+
+	// Reconciling to the first half, as a reconciler writes it (no interface, IPv6 metric left at
+	// zero), deletes exactly the owned routes of the second half, in batches.
+	var desired, wantAfter []Route
+	stale := 0
+	for i, r := range routes {
+		switch {
+		case i < len(routes)/2:
+			d := r
+			d.LinkIndex, d.OnLink = 0, false
+			desired = append(desired, d)
+			wantAfter = append(wantAfter, want[i])
+		case !r.Owned:
+			wantAfter = append(wantAfter, want[i])
+		default:
+			stale++
+		}
+	}
+	sent = h.routeMessages.Load()
+	g.Expect(h.ReconcileRoutes(ctx, desired)).To(Succeed())
+	g.Expect(h.routeMessages.Load() - sent).To(BeEquivalentTo(stale))
+	got, err = h.Routes(ctx, RouteFilter{LinkIndex: link.Index})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(sortedStrings(got)).To(Equal(sortedStrings(wantAfter)))
+	sent = h.routeMessages.Load()
+	g.Expect(h.ReconcileRoutes(ctx, desired)).To(Succeed())
+	g.Expect(h.routeMessages.Load()).To(Equal(sent), "a second ReconcileRoutes sends nothing")
 }
 
 // TestEnsureRoutesRefused checks that routes the kernel refuses in the middle of batches are
@@ -226,10 +254,11 @@ func TestEnsureRoutesRefused(t *testing.T) {
 
 	// A cancelled context stops before sending anything.
 	g.Expect(h.ReconcileRoutes(ctx, nil)).To(Succeed())
+	sent := h.routeMessages.Load()
 	cancelled, cancel := context.WithCancel(ctx)
 	cancel()
 	g.Expect(h.EnsureRoutes(cancelled, installed)).To(MatchError(context.Canceled))
-	g.Expect(h.routeMessages.Load()).To(BeEquivalentTo(len(routes)))
+	g.Expect(h.routeMessages.Load()).To(Equal(sent))
 }
 
 // replaceOneByOne installs routes with one RouteReplace request each, as EnsureRoutes did before
