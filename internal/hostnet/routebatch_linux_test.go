@@ -349,3 +349,44 @@ func benchmarkEnsureRoutes(b *testing.B, routes []Route) {
 	b.ReportMetric(float64(oneByOne.Milliseconds())/float64(b.N), "per-route-ms/op")
 	b.ReportMetric(float64(oneByOne)/float64(batched), "speedup")
 }
+
+// BenchmarkReconcileRoutes5000 deletes 5,000 stale tunnel routes with ReconcileRoutes, and with
+// the generic reconcileRoutes (one DeleteRoute, so one listing and one request, per route) as the
+// reference, in the same run; it reports both times and their ratio (speedup).
+func BenchmarkReconcileRoutes5000(b *testing.B) {
+	path, _ := namedNetNS(b)
+	hi, err := New(Options{NetNSPath: path})
+	if err != nil {
+		b.Fatal(err)
+	}
+	link, err := hi.LinkByName(b.Context(), "eth0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	routes := remoteNodeRoutes(5000, link.Index)
+	install := func() {
+		b.StopTimer()
+		defer b.StartTimer()
+		if err := hi.EnsureRoutes(b.Context(), routes); err != nil {
+			b.Fatal(err)
+		}
+	}
+	var batched, oneByOne time.Duration
+	for b.Loop() {
+		install()
+		start := time.Now()
+		if err := hi.ReconcileRoutes(b.Context(), nil); err != nil {
+			b.Fatal(err)
+		}
+		batched += time.Since(start)
+		install()
+		start = time.Now()
+		if err := reconcileRoutes(b.Context(), hi, nil, normalizeLinux); err != nil {
+			b.Fatal(err)
+		}
+		oneByOne += time.Since(start)
+	}
+	b.ReportMetric(float64(batched.Milliseconds())/float64(b.N), "batched-ms/op")
+	b.ReportMetric(float64(oneByOne.Milliseconds())/float64(b.N), "per-route-ms/op")
+	b.ReportMetric(float64(oneByOne)/float64(batched), "speedup")
+}
