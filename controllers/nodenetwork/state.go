@@ -52,6 +52,9 @@ type State struct {
 	node string
 	// subscribers are woken when the realised node network changes (see Subscribe).
 	subscribers []chan struct{}
+	// previousRound tracks the flow owners' reports on the current bridge connection (see
+	// FlowsSynced).
+	previousRound previousRound
 }
 
 // NewState returns an empty State.

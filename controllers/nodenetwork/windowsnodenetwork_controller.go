@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
@@ -70,6 +71,16 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		}
 		return []reconcile.Request{{NamespacedName: types.NamespacedName{Name: r.NodeName}}}
 	})
+	// The OpenFlow connection lives as long as the manager; the flows stay on the switch for the
+	// next agent to take over.
+	closeFlows := manager.RunnableFunc(func(ctx context.Context) error {
+		<-ctx.Done()
+		r.flows.close()
+		return nil
+	})
+	if err := mgr.Add(closeFlows); err != nil {
+		return fmt.Errorf("adding the OpenFlow connection's closer: %w", err)
+	}
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("windowsnodenetwork").
 		For(&networkv1alpha1.WindowsNodeNetwork{}).
@@ -229,6 +240,7 @@ func (r *Reconciler) converge(ctx context.Context, wnn *networkv1alpha1.WindowsN
 		Flows: s.flows, Node: s.node, Mode: wnn.Spec.Encapsulation.Mode, VNI: s.desired.vni, NodeSubnet: s.nodeSubnet,
 		UplinkMAC: s.facts.uplinkMAC, BridgeLinkIndex: s.bridge.Index, GatewayLinkIndex: s.gateway.Index,
 	})
+	r.state().FlowsSynced(ctx, NodeNetworkFlows, s.flows)
 	if routes, ok := r.state().routesResult(); ok {
 		setRoutesCondition(wnn, routes)
 	}

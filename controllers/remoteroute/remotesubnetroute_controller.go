@@ -139,8 +139,8 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	return r.reconcileAll(ctx, rz, resync)
 }
 
-// reconcileAll converges every route as one desired set: the flows in one bundle, the host routes,
-// then one report.
+// reconcileAll converges every route as one desired set: the flows in one bundle (the routes' share
+// of the bridge's flows, reported to the node network's State), the host routes, then one report.
 func (r *Reconciler) reconcileAll(ctx context.Context, rz nodenetwork.Realized, resync time.Duration) (ctrl.Result, error) {
 	log := ctrl.LoggerFrom(ctx)
 	start := time.Now()
@@ -189,6 +189,7 @@ func (r *Reconciler) reconcileAll(ctx context.Context, rz nodenetwork.Realized, 
 		log.Info("Synced route flows", "routes", len(routes), "flowMods", synced.Mods(),
 			"added", synced.Added, "modified", synced.Modified, "deleted", synced.Deleted)
 	}
+	r.State.FlowsSynced(ctx, nodenetwork.RouteFlows, rz.Flows)
 	hostStart := time.Now()
 	for name, err := range r.syncHostRoutes(ctx, rz, routes, hostRoutes) {
 		failed[name] = err.Error()

@@ -101,6 +101,9 @@ type Bridge struct {
 	everConn  bool
 	connErr   chan error
 
+	// previous is the round the bridge recorded before Connect advanced it (0: none); set once.
+	previous uint16
+
 	mu         sync.Mutex // serialises Sync, SyncGroups, replay, Verify
 	round      uint16
 	flows      flowSet
@@ -164,11 +167,11 @@ func Connect(ctx context.Context, opts Options) (*Bridge, error) {
 		replays:    make(chan struct{}, 1),
 		closed:     make(chan struct{}),
 	}
-	round, err := b.nextRound(ctx)
+	previous, round, err := b.nextRound(ctx)
 	if err != nil {
 		return nil, err
 	}
-	b.round = round
+	b.previous, b.round = previous, round
 	b.ctrl = ofctrl.NewController(&app{b})
 	b.wg.Add(1)
 	go func() {
@@ -187,26 +190,23 @@ func Connect(ctx context.Context, opts Options) (*Bridge, error) {
 	return b, nil
 }
 
-// nextRound reads the persisted round, increments it and persists it.
-func (b *Bridge) nextRound(ctx context.Context) (uint16, error) {
+// nextRound reads the persisted round (0 if none), increments it and persists it. Rounds start at 1.
+func (b *Bridge) nextRound(ctx context.Context) (prev, next uint16, err error) {
 	ids, err := b.opts.Rounds.BridgeExternalIDs(ctx, b.opts.Bridge)
 	if err != nil {
-		return 0, fmt.Errorf("reading flow round of bridge %q: %w", b.opts.Bridge, err)
+		return 0, 0, fmt.Errorf("reading flow round of bridge %q: %w", b.opts.Bridge, err)
 	}
-	var prev uint64
-	if s, ok := ids[RoundExternalID]; ok {
-		if prev, err = strconv.ParseUint(s, 10, 16); err != nil {
-			prev = 0
-		}
+	if p, perr := strconv.ParseUint(ids[RoundExternalID], 10, 16); perr == nil {
+		prev = uint16(p)
 	}
-	next := uint16(prev + 1)
+	next = prev + 1
 	if next == 0 {
 		next = 1
 	}
 	if _, err := b.opts.Rounds.SetBridgeExternalIDs(ctx, b.opts.Bridge, map[string]string{RoundExternalID: strconv.Itoa(int(next))}); err != nil {
-		return 0, fmt.Errorf("persisting flow round of bridge %q: %w", b.opts.Bridge, err)
+		return 0, 0, fmt.Errorf("persisting flow round of bridge %q: %w", b.opts.Bridge, err)
 	}
-	return next, nil
+	return prev, next, nil
 }
 
 // Round is the current cookie round.
@@ -215,6 +215,13 @@ func (b *Bridge) Round() uint16 {
 	defer b.mu.Unlock()
 	return b.round
 }
+
+// PreviousRound is the round the bridge recorded before Connect advanced it — the previous
+// connection's, typically the previous agent's — or 0 if it recorded none. Flows of that round that
+// this connection has not replaced are leftovers: delete them with DeleteRound once every owner has
+// synced its flows. A replay after an ovs-vswitchd restart deletes its own previous round and does
+// not change this one.
+func (b *Bridge) PreviousRound() uint16 { return b.previous }
 
 // Replays receives a value after each replay that followed a reconnection.
 func (b *Bridge) Replays() <-chan struct{} { return b.replays }
@@ -324,7 +331,7 @@ func (b *Bridge) replay() error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	old := b.round
-	round, err := b.nextRound(ctx)
+	_, round, err := b.nextRound(ctx)
 	if err != nil {
 		return err
 	}

@@ -254,6 +254,7 @@ func TestReplayAfterVswitchdKill(t *testing.T) {
 	_, err = e.br.Sync(ctx, 2, flows)
 	g.Expect(err).NotTo(HaveOccurred())
 	oldRound := e.br.Round()
+	g.Expect(e.br.PreviousRound()).To(BeZero(), "a new bridge records no round before the first connection")
 
 	g.Expect(e.ovs.KillVswitchd()).To(Succeed())
 	start := time.Now()
@@ -285,9 +286,10 @@ func TestReplayAfterVswitchdKill(t *testing.T) {
 	g.Expect(err).NotTo(HaveOccurred())
 	defer br2.Close()
 	g.Expect(br2.Round()).To(Equal(newRound + 1))
+	g.Expect(br2.PreviousRound()).To(Equal(newRound), "the previous connection's round after its replay")
 	_, err = br2.Sync(ctx, 2, flows[1:])
 	g.Expect(err).NotTo(HaveOccurred())
-	g.Expect(br2.DeleteRound(ctx, newRound)).To(Succeed())
+	g.Expect(br2.DeleteRound(ctx, br2.PreviousRound())).To(Succeed())
 	g.Expect(dump(t, e.ovs)).To(Equal(rendered(br2.Installed(2))))
 }
 

@@ -1,0 +1,79 @@
+package nodenetwork
+
+import (
+	"context"
+	"sync"
+
+	ctrl "sigs.k8s.io/controller-runtime"
+
+	"github.com/winnet-io/winnet/internal/ovs/openflow"
+)
+
+// FlowOwner names a reconciler that installs flows on the node network's bridge.
+type FlowOwner string
+
+// The owners of the bridge's flows. Each reports through State.FlowsSynced when it has installed its
+// complete desired set on a bridge connection.
+const (
+	// NodeNetworkFlows is the base pipeline, installed by the node network reconciler.
+	NodeNetworkFlows FlowOwner = "NodeNetwork"
+	// RouteFlows are the remote routes' flows, installed by the full pass of the remote route
+	// reconciler.
+	RouteFlows FlowOwner = "RemoteSubnetRoutes"
+	// PodFlows are the Pods' flows, installed by the start-up pass of the Pods (podendpoint).
+	PodFlows FlowOwner = "Pods"
+)
+
+// flowOwners must all report on a connection before its previous round is deleted.
+var flowOwners = []FlowOwner{NodeNetworkFlows, RouteFlows, PodFlows}
+
+// previousRound tracks the removal of the previous round's flows for one bridge connection.
+type previousRound struct {
+	// mu is held while the round is deleted, so that it is deleted once.
+	mu      sync.Mutex
+	flows   *openflow.Bridge
+	synced  map[FlowOwner]bool
+	deleted bool
+}
+
+// FlowsSynced records that owner has installed its complete desired set of flows on the bridge
+// connection flows.
+//
+// Every connection installs its flows in a new cookie round (see openflow.Connect); a flow it
+// installs replaces the installed flow of the same match, whatever its round. What is left of the
+// previous round after every owner has installed its flows — the flows of a route or a Pod deleted
+// while the agent was down, of a match that changed — no owner wants. So the report that completes
+// the set of owners on a connection deletes the flows of the connection's previous round, in one
+// bundle: once per connection, and not at all if the bridge recorded no round before it. A report
+// about a connection that is not the realised one is ignored; a new connection starts over. A failed
+// deletion is logged and retried at the next report (the node network reconciler reports at every
+// resync). The previous round is not the one a replay after an ovs-vswitchd restart leaves behind:
+// the replay deletes that itself.
+func (s *State) FlowsSynced(ctx context.Context, owner FlowOwner, flows *openflow.Bridge) {
+	if rz, ok := s.Realized(); !ok || rz.Flows != flows {
+		return
+	}
+	p := &s.previousRound
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.flows != flows {
+		p.flows, p.synced, p.deleted = flows, map[FlowOwner]bool{}, false
+	}
+	p.synced[owner] = true
+	if p.deleted || len(p.synced) < len(flowOwners) {
+		return
+	}
+	log := ctrl.LoggerFrom(ctx)
+	round := flows.PreviousRound()
+	if round == 0 {
+		log.V(1).Info("Every flow owner has synced its flows; the bridge recorded no previous round", "round", flows.Round())
+		p.deleted = true
+		return
+	}
+	log.Info("Deleting the previous round's flows: every flow owner has synced its flows in the new round", "previousRound", round, "round", flows.Round())
+	if err := flows.DeleteRound(ctx, round); err != nil {
+		log.Error(err, "Deleting the previous round's flows failed; retrying at the next report", "previousRound", round)
+		return
+	}
+	p.deleted = true
+}
