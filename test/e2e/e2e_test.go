@@ -7,7 +7,9 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -16,6 +18,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	networkv1alpha1 "github.com/winnet-io/winnet/api/v1alpha1"
+	"github.com/winnet-io/winnet/internal/ovs/openflow"
+	"github.com/winnet-io/winnet/internal/pipeline"
 	"github.com/winnet-io/winnet/test/e2e/cluster"
 )
 
@@ -252,19 +256,51 @@ func TestTunnelTypeChangeLive(t *testing.T) {
 }
 
 // TestAgentRestart restarts node-a's agent with traffic running through node-a: HNS keeps its state across an
-// agent restart and the data plane does not depend on the agent process, so no packet may be lost.
+// agent restart and the data plane does not depend on the agent process, so no packet may be lost. A flow of the
+// stopped agent's round that nothing wants, left on the switch while the agent is down, is gone once the new
+// agent has installed the node network's, the routes' and the Pods' flows in its own round: no flow of the
+// previous round is left.
 func TestAgentRestart(t *testing.T) {
 	g := NewWithT(t)
 	a := node("node-a")
 	g.Expect(a.PersistsHNSState()).To(BeTrue(), "winnet-agent must keep the HNS simulator's state in %s, as HNS survives an agent restart", cluster.HNSStateFile)
 	ping := startSteadyPing(t)
-	g.Expect(a.RestartAgent()).To(Succeed())
+	g.Expect(a.StopAgent(syscall.SIGTERM)).To(Succeed())
+	oldRound := flowRound(g, a)
+	stray := fmt.Sprintf("cookie=%#x,table=%d,priority=5,ip,nw_dst=10.99.0.0/16,actions=drop",
+		openflow.MakeCookie(oldRound, pipeline.CategoryRoute, 0x123), pipeline.L3ForwardingTable)
+	out, err := a.OVS.Ofctl("add-flow", cluster.BridgeName, stray)
+	g.Expect(err).NotTo(HaveOccurred(), out)
+	g.Expect(a.StartAgent()).To(Succeed())
 	time.Sleep(3 * time.Second) // the restarted agent resyncs the node network, routes and Pods meanwhile
 	g.Expect(c.WaitReady(context.Background(), converge)).To(Succeed())
+	g.Eventually(func(g Gomega) {
+		g.Expect(flowsOfRound(g, a, oldRound)).To(BeEmpty())
+	}).WithTimeout(converge).Should(Succeed(), "flows of the previous agent's round")
+	flows, err := a.Flows()
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(flows).NotTo(ContainSubstring("nw_dst=10.99.0.0/16"), "the stray flow of the previous round")
+	g.Expect(flowsOfRound(g, a, flowRound(g, a))).To(HaveLen(len(strings.Split(flows, "\n"))), "every flow is in the new round")
 	stats, err := ping.Stop()
 	g.Expect(err).NotTo(HaveOccurred())
 	t.Logf("agent restart on node-a, steady ping pod-a1 -> pod-b1 every 20ms: %v", stats)
 	g.Expect(stats.Lost()).To(BeZero(), "packets lost while the agent restarted")
+}
+
+// flowRound is the round node n's bridge records for its flows' cookies.
+func flowRound(g Gomega, n *cluster.Node) uint16 {
+	out, err := n.OVS.Vsctl("get", "bridge", cluster.BridgeName, "external_ids:"+openflow.RoundExternalID)
+	g.Expect(err).NotTo(HaveOccurred(), out)
+	round, err := strconv.ParseUint(strings.Trim(strings.TrimSpace(out), `"`), 10, 16)
+	g.Expect(err).NotTo(HaveOccurred())
+	return uint16(round)
+}
+
+// flowsOfRound returns the flows of node n's bridge whose cookies carry round.
+func flowsOfRound(g Gomega, n *cluster.Node, round uint16) []string {
+	lines, err := n.OVS.DumpFlows(cluster.BridgeName, fmt.Sprintf("cookie=%#x/%#x", openflow.MakeCookie(round, 0, 0), openflow.RoundMask))
+	g.Expect(err).NotTo(HaveOccurred())
+	return lines
 }
 
 // TestVswitchdKilled kills ovs-vswitchd on node-b with SIGKILL and starts it again with traffic running: the
