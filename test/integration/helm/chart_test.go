@@ -81,7 +81,7 @@ func TestTemplateWorkloads(t *testing.T) {
 	g.Expect(agent.Env).To(ContainElement(And(
 		HaveField("Name", "NODE_NAME"),
 		HaveField("ValueFrom.FieldRef.FieldPath", "spec.nodeName"))))
-	for _, flag := range []string{"--ovsdb=", "--ovs-rundir=", "--metrics-bind-address=", "--health-probe-bind-address=", "--zap-log-level="} {
+	for _, flag := range []string{"--ovsdb=", "--ovs-rundir=", "--metrics-bind-address=", "--health-probe-bind-address=", "--zap-log-level=", "--cni-bin-dir=", "--cni-conf-dir="} {
 		g.Expect(agent.Args).To(ContainElement(HavePrefix(flag)))
 	}
 
@@ -89,8 +89,11 @@ func TestTemplateWorkloads(t *testing.T) {
 	find(t, objs, "ConfigMap", "winnet-agent-config", cm)
 	g.Expect(cm.Data).To(HaveKeyWithValue("cni-bin-dir", `C:\opt\cni\bin`))
 	g.Expect(cm.Data).To(HaveKeyWithValue("cni-conf-dir", `C:\etc\cni\net.d`))
-	g.Expect(cm.Data).To(HaveKeyWithValue("cni-conf-name", "10-winnet.conflist"))
-	g.Expect(cm.Data["10-winnet.conflist"]).To(MatchJSON(`{"cniVersion":"1.0.0","name":"winnet","plugins":[{"type":"winnet-cni"}]}`))
+	// The agent writes the conflist itself once the node network is Ready: the chart installs none.
+	for key := range cm.Data {
+		g.Expect(key).NotTo(HaveSuffix(".conflist"))
+	}
+	g.Expect(agent.Args).NotTo(ContainElement(HavePrefix("--cni-socket")), "the default pipe is the shim's default")
 	// Every ConfigMap key the DaemonSet references exists.
 	for _, c := range append(append([]corev1.Container{}, pod.InitContainers...), pod.Containers...) {
 		for _, e := range c.Env {
@@ -128,9 +131,10 @@ func TestTemplateWorkloads(t *testing.T) {
 	g.Expect(ds.Spec.Template.Spec.Containers).To(ContainElement(And(
 		HaveField("Name", "openvswitch"), HaveField("Image", "registry.example.com:5000/openvswitch/windows:3.4.0"))))
 	g.Expect(ds.Spec.Template.Spec.ServiceAccountName).To(Equal("winnet-node-agent"))
+	g.Expect(ds.Spec.Template.Spec.Containers[0].Args).To(ContainElement(`--cni-socket=\\.\pipe\winnet-cni-custom`))
 	cm = &corev1.ConfigMap{}
 	find(t, objs, "ConfigMap", "winnet-agent-config", cm)
-	g.Expect(cm.Data["05-winnet.conflist"]).To(MatchJSON(`{"cniVersion":"1.1.0","name":"winnet","plugins":[{"type":"winnet-cni","agentSocket":"\\\\.\\pipe\\winnet-cni-custom"}]}`))
+	g.Expect(cm.Data).To(HaveKeyWithValue("cni-conf-dir", `D:\cni\conf`))
 }
 
 // TestChartRBACMatchesGenerated: the chart's ClusterRoles are config/rbac's generated roles.
@@ -172,8 +176,7 @@ func TestSchemaRejectsInvalidValues(t *testing.T) {
 		{"image tag with a colon", "agent: {image: {tag: 'v1:2'}}", "/agent/image/tag"},
 		{"image removed", "controller: {image: null}", "image"},
 		{"linux CNI bin dir", "cni: {binDir: /opt/cni/bin}", "/cni/binDir"},
-		{"conflist name without priority", "cni: {confName: winnet.conflist}", "/cni/confName"},
-		{"unsupported CNI version", "cni: {cniVersion: 2.0.0}", "/cni/cniVersion"},
+		{"conflist name (the agent writes 10-winnet.conflist)", "cni: {confName: 05-winnet.conflist}", "confName"},
 		{"agent socket not a named pipe", "cni: {agentSocket: /var/run/winnet/cni.sock}", "/cni/agentSocket"},
 		{"health port out of range", "agent: {healthPort: 70000}", "/agent/healthPort"},
 		{"unknown log level", "controller: {logLevel: verbose}", "/controller/logLevel"},

@@ -1,31 +1,28 @@
-# Installs winnet-cni.exe and the CNI network configuration list on the host. The install-cni init
-# container of the winnet-agent DaemonSet runs it as a HostProcess container (the host's file system
-# is its file system); the image's files are under $env:CONTAINER_SANDBOX_MOUNT_POINT. The chart's
-# ConfigMap provides the environment:
-#   WINNET_CNI_BIN_DIR, WINNET_CNI_CONF_DIR, WINNET_CNI_CONF_NAME, WINNET_CNI_CONFLIST (the JSON)
+# Installs the CNI plugins winnet's nodes run on the host: winnet-cni.exe (the shim kubelet's runtime
+# calls) and host-local.exe (the IPAM plugin winnet-agent delegates to). The install-cni init container
+# of the winnet-agent DaemonSet runs it as a HostProcess container (the host's file system is its file
+# system); the image's files are under $env:CONTAINER_SANDBOX_MOUNT_POINT. The chart's ConfigMap
+# provides WINNET_CNI_BIN_DIR.
+#
+# The network configuration (10-winnet.conflist) is not written here: winnet-agent writes it once the
+# node network is Ready, so the runtime does not report the network ready before it is.
 $ErrorActionPreference = 'Stop'
 
-foreach ($name in 'WINNET_CNI_BIN_DIR', 'WINNET_CNI_CONF_DIR', 'WINNET_CNI_CONF_NAME', 'WINNET_CNI_CONFLIST') {
-    if ([string]::IsNullOrWhiteSpace([Environment]::GetEnvironmentVariable($name))) {
-        throw "install-cni: environment variable $name is empty"
-    }
+if ([string]::IsNullOrWhiteSpace($env:WINNET_CNI_BIN_DIR)) {
+    throw "install-cni: environment variable WINNET_CNI_BIN_DIR is empty"
 }
-$source = Join-Path $env:CONTAINER_SANDBOX_MOUNT_POINT 'winnet\winnet-cni.exe'
-New-Item -ItemType Directory -Force -Path $env:WINNET_CNI_BIN_DIR, $env:WINNET_CNI_CONF_DIR | Out-Null
+New-Item -ItemType Directory -Force -Path $env:WINNET_CNI_BIN_DIR | Out-Null
 
-# The binary: copy under a temporary name, then swap it in. A winnet-cni.exe that kubelet is running
+# Each binary: copy under a temporary name, then swap it in. A plugin that the runtime is running
 # cannot be overwritten, but it can be renamed out of the way; old copies are removed when unused.
-$target = Join-Path $env:WINNET_CNI_BIN_DIR 'winnet-cni.exe'
-Copy-Item -Force -Path $source -Destination "$target.new"
-if (Test-Path $target) {
-    Move-Item -Force -Path $target -Destination "$target.old-$([DateTime]::UtcNow.Ticks)"
+foreach ($name in 'winnet-cni.exe', 'host-local.exe') {
+    $source = Join-Path $env:CONTAINER_SANDBOX_MOUNT_POINT "winnet\$name"
+    $target = Join-Path $env:WINNET_CNI_BIN_DIR $name
+    Copy-Item -Force -Path $source -Destination "$target.new"
+    if (Test-Path $target) {
+        Move-Item -Force -Path $target -Destination "$target.old-$([DateTime]::UtcNow.Ticks)"
+    }
+    Move-Item -Force -Path "$target.new" -Destination $target
+    Get-ChildItem -Path "$target.old-*" -ErrorAction SilentlyContinue | Remove-Item -Force -ErrorAction SilentlyContinue
+    Write-Output "install-cni: installed $target"
 }
-Move-Item -Force -Path "$target.new" -Destination $target
-Get-ChildItem -Path "$target.old-*" -ErrorAction SilentlyContinue | Remove-Item -Force -ErrorAction SilentlyContinue
-Write-Output "install-cni: installed $target"
-
-# The configuration: UTF-8 without a byte order mark (CNI loaders reject one), written atomically.
-$conf = Join-Path $env:WINNET_CNI_CONF_DIR $env:WINNET_CNI_CONF_NAME
-[System.IO.File]::WriteAllText("$conf.tmp", $env:WINNET_CNI_CONFLIST, (New-Object System.Text.UTF8Encoding $false))
-Move-Item -Force -Path "$conf.tmp" -Destination $conf
-Write-Output "install-cni: wrote $conf"

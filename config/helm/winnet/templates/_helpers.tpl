@@ -54,9 +54,3 @@ app.kubernetes.io/component: {{ .component }}
 winnet-agent-config
 {{- end -}}
 
-{{/* The CNI network configuration list installed on every Windows node. */}}
-{{- define "winnet.conflist" -}}
-{{- $plugin := dict "type" "winnet-cni" -}}
-{{- with .Values.cni.agentSocket }}{{ $_ := set $plugin "agentSocket" . }}{{ end -}}
-{{- dict "cniVersion" .Values.cni.cniVersion "name" .Values.cni.networkName "plugins" (list $plugin) | toPrettyJson -}}
-{{- end -}}
