@@ -4,11 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
 	"github.com/go-logr/logr"
+	"github.com/ovn-kubernetes/libovsdb/cache"
 	"github.com/ovn-kubernetes/libovsdb/client"
 	"github.com/ovn-kubernetes/libovsdb/model"
 	"github.com/ovn-kubernetes/libovsdb/ovsdb"
@@ -74,6 +76,32 @@ type Client struct {
 	closeFn func()
 
 	mutations atomic.Uint64
+
+	// ifaceMu guards ifaceChanged, a channel closed (and replaced) whenever the monitor brings an
+	// Interface row added or changed, so that WaitOFPort wakes when OVS attaches a port instead of
+	// at its next poll.
+	ifaceMu      sync.Mutex
+	ifaceChanged chan struct{}
+}
+
+// interfaceChanged returns a channel that is closed at the next Interface row the monitor adds or
+// changes.
+func (c *Client) interfaceChanged() <-chan struct{} {
+	c.ifaceMu.Lock()
+	defer c.ifaceMu.Unlock()
+	return c.ifaceChanged
+}
+
+// notifyInterface wakes every waiter of interfaceChanged; it runs on libovsdb's event goroutine after
+// the cache holds the row.
+func (c *Client) notifyInterface(table string) {
+	if table != vswitchd.InterfaceTable {
+		return
+	}
+	c.ifaceMu.Lock()
+	close(c.ifaceChanged)
+	c.ifaceChanged = make(chan struct{})
+	c.ifaceMu.Unlock()
 }
 
 // New connects to ovsdb-server, starts the monitor and waits for the initial dump.
@@ -118,7 +146,7 @@ func New(ctx context.Context, opts Options) (*Client, error) {
 		closeFn()
 		return nil, fmt.Errorf("creating OVSDB client for %q: %w", opts.Address, err)
 	}
-	c := &Client{ovs: ovs, owner: opts.Owner, log: log, closeFn: closeFn}
+	c := &Client{ovs: ovs, owner: opts.Owner, log: log, closeFn: closeFn, ifaceChanged: make(chan struct{})}
 
 	log.V(1).Info("Connecting to OVSDB", "address", opts.Address)
 	cctx, cancel := context.WithTimeout(ctx, opts.Timeout)
@@ -127,6 +155,10 @@ func New(ctx context.Context, opts Options) (*Client, error) {
 		c.Close()
 		return nil, fmt.Errorf("connecting to OVSDB at %q: %w", opts.Address, err)
 	}
+	ovs.Cache().AddEventHandler(&cache.EventHandlerFuncs{
+		AddFunc:    func(table string, _ model.Model) { c.notifyInterface(table) },
+		UpdateFunc: func(table string, _, _ model.Model) { c.notifyInterface(table) },
+	})
 	ovsRow, br, port, iface := &vswitchd.OpenvSwitch{}, &vswitchd.Bridge{}, &vswitchd.Port{}, &vswitchd.Interface{}
 	mon := ovs.NewMonitor(
 		client.WithTable(ovsRow, &ovsRow.UUID, &ovsRow.Bridges, &ovsRow.OtherConfig, &ovsRow.ExternalIDs, &ovsRow.OVSVersion),

@@ -188,3 +188,27 @@ func TestReconnectAfterOVSDBRestart(t *testing.T) {
 	g.Expect(changed).To(BeFalse())
 	g.Expect(c.MutatingOperations()).To(Equal(before))
 }
+
+// TestWaitOFPortWakesOnMonitor: the monitor's Interface updates wake WaitOFPort's waiters (it does not
+// depend on its fallback poll), and a change to another table does not.
+func TestWaitOFPortWakesOnMonitor(t *testing.T) {
+	g := NewWithT(t)
+	o := ovstest.Start(t, ovstest.Options{})
+	c := connect(t, o)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	_, err := c.EnsureBridge(ctx, ovsdb.BridgeSpec{Name: "br-int", DatapathType: ovsdb.DatapathNetdev})
+	g.Expect(err).NotTo(HaveOccurred())
+	_, err = c.WaitOFPort(ctx, "br-int")
+	g.Expect(err).NotTo(HaveOccurred())
+
+	changed := c.InterfaceChanged()
+	o.MustVsctl(t, "set", "bridge", "br-int", "external_ids:probe=1")
+	g.Consistently(changed).WithTimeout(200 * time.Millisecond).ShouldNot(BeClosed())
+
+	o.MustVsctl(t, "add-port", "br-int", "probe0", "--", "set", "interface", "probe0", "type=internal")
+	g.Eventually(changed).WithTimeout(5 * time.Second).Should(BeClosed())
+	ofport, err := c.WaitOFPort(ctx, "probe0")
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(ofport).To(BeNumerically(">", 0))
+}

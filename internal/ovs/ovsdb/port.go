@@ -375,10 +375,13 @@ func (c *Client) OwnedPorts(ctx context.Context, bridge string) ([]PortInfo, err
 
 // WaitOFPort waits until OVS has assigned an OpenFlow port number to the
 // interface and returns it; an interface OVS failed to create returns its error.
+// It looks again whenever the monitor brings an Interface change, and every 10 ms
+// in case a reconnect replaced the cache that notifies it.
 func (c *Client) WaitOFPort(ctx context.Context, name string) (int32, error) {
 	ticker := time.NewTicker(10 * time.Millisecond)
 	defer ticker.Stop()
 	for {
+		changed := c.interfaceChanged() // before the look, so a change after it is not missed
 		i := &vswitchd.Interface{Name: name}
 		err := c.ovs.Get(ctx, i)
 		switch {
@@ -392,6 +395,7 @@ func (c *Client) WaitOFPort(ctx context.Context, name string) (int32, error) {
 		select {
 		case <-ctx.Done():
 			return 0, fmt.Errorf("waiting for ofport of %q: %w", name, ctx.Err())
+		case <-changed:
 		case <-ticker.C:
 		}
 	}
