@@ -25,6 +25,20 @@ func connect(t *testing.T, o *ovstest.OVS) *ovsdb.Client {
 	return c
 }
 
+// withBridge starts OVS, connects a client and makes the netdev bridge br-int; the context ends
+// with the test.
+func withBridge(t *testing.T) (*ovstest.OVS, *ovsdb.Client, context.Context) {
+	t.Helper()
+	o := ovstest.Start(t, ovstest.Options{})
+	c := connect(t, o)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	if _, err := c.EnsureBridge(ctx, ovsdb.BridgeSpec{Name: "br-int", DatapathType: ovsdb.DatapathNetdev}); err != nil {
+		t.Fatalf("creating bridge br-int: %v", err)
+	}
+	return o, c, ctx
+}
+
 func desiredPorts() []ovsdb.PortSpec {
 	return []ovsdb.PortSpec{
 		{Name: "gw0", Type: ovsdb.PortTypeInternal, OFPortRequest: 2},
@@ -96,14 +110,8 @@ func TestEnsureIsIdempotent(t *testing.T) {
 
 func TestReconcileRemovesOnlyOwnedOrphans(t *testing.T) {
 	g := NewWithT(t)
-	o := ovstest.Start(t, ovstest.Options{})
-	c := connect(t, o)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-
-	_, err := c.EnsureBridge(ctx, ovsdb.BridgeSpec{Name: "br-int", DatapathType: ovsdb.DatapathNetdev})
-	g.Expect(err).NotTo(HaveOccurred())
-	_, err = c.ReconcilePorts(ctx, "br-int", desiredPorts())
+	o, c, ctx := withBridge(t)
+	_, err := c.ReconcilePorts(ctx, "br-int", desiredPorts())
 	g.Expect(err).NotTo(HaveOccurred())
 	// A port somebody else owns must survive.
 	o.MustVsctl(t, "add-port", "br-int", "foreign0", "--", "set", "interface", "foreign0", "type=internal")
@@ -193,13 +201,8 @@ func TestReconnectAfterOVSDBRestart(t *testing.T) {
 // depend on its fallback poll), and a change to another table does not.
 func TestWaitOFPortWakesOnMonitor(t *testing.T) {
 	g := NewWithT(t)
-	o := ovstest.Start(t, ovstest.Options{})
-	c := connect(t, o)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	_, err := c.EnsureBridge(ctx, ovsdb.BridgeSpec{Name: "br-int", DatapathType: ovsdb.DatapathNetdev})
-	g.Expect(err).NotTo(HaveOccurred())
-	_, err = c.WaitOFPort(ctx, "br-int")
+	o, c, ctx := withBridge(t)
+	_, err := c.WaitOFPort(ctx, "br-int")
 	g.Expect(err).NotTo(HaveOccurred())
 
 	changed := c.InterfaceChanged()
