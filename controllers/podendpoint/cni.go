@@ -68,7 +68,7 @@ func (p *Pods) add(ctx context.Context, req cni.Request) ([]byte, error) {
 	}
 	p.sweep.RLock()
 	defer p.sweep.RUnlock()
-	defer p.locks.lock(c.sandbox)()
+	defer p.locks.Lock(c.sandbox)()
 	ctx = ctrl.LoggerInto(ctx, ctrl.LoggerFrom(ctx).WithValues("sandbox", c.sandbox, "pod", c.args.Namespace+"/"+c.args.Name))
 
 	n, err := p.waitNode(ctx)
@@ -164,7 +164,7 @@ func (p *Pods) del(ctx context.Context, req cni.Request) error {
 	}
 	p.sweep.RLock()
 	defer p.sweep.RUnlock()
-	defer p.locks.lock(c.sandbox)()
+	defer p.locks.Lock(c.sandbox)()
 
 	a, ok := p.opts.Store.Get(c.sandbox)
 	if !ok {
@@ -207,7 +207,7 @@ func (p *Pods) check(ctx context.Context, req cni.Request) error {
 	}
 	p.sweep.RLock()
 	defer p.sweep.RUnlock()
-	defer p.locks.lock(c.sandbox)()
+	defer p.locks.Lock(c.sandbox)()
 
 	a, ok := p.opts.Store.Get(c.sandbox)
 	if !ok {

@@ -246,7 +246,7 @@ func (r *Reconciler) repair(ctx context.Context, pod *corev1.Pod, a *Attachment)
 	p := r.Pods
 	p.sweep.RLock()
 	defer p.sweep.RUnlock()
-	defer p.locks.lock(a.SandboxID)()
+	defer p.locks.Lock(a.SandboxID)()
 	cur, ok := p.Store().Get(a.SandboxID)
 	if !ok || cur.Deleting {
 		return nil, fmt.Errorf("sandbox %s is being detached", a.SandboxID)

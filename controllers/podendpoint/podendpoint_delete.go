@@ -19,7 +19,7 @@ func (r *Reconciler) tearDown(ctx context.Context, pod *corev1.Pod, pep *network
 	p := r.Pods
 	p.sweep.RLock()
 	defer p.sweep.RUnlock()
-	defer p.locks.lock(a.SandboxID)()
+	defer p.locks.Lock(a.SandboxID)()
 	cur, ok := p.Store().Get(a.SandboxID)
 	if !ok {
 		return nil // DEL came meanwhile

@@ -19,6 +19,7 @@ import (
 	"github.com/winnet-io/winnet/internal/cni"
 	"github.com/winnet-io/winnet/internal/hns"
 	"github.com/winnet-io/winnet/internal/hostnet"
+	"github.com/winnet-io/winnet/internal/keyed"
 	"github.com/winnet-io/winnet/internal/ovs/openflow"
 	"github.com/winnet-io/winnet/internal/ovs/ovsdb"
 	"github.com/winnet-io/winnet/internal/pipeline"
@@ -60,7 +61,7 @@ type Options struct {
 // sweep for orphans (start-up, GC) excludes all of them.
 type Pods struct {
 	opts  Options
-	locks keyedMutex
+	locks keyed.Mutex
 	// sweep is held for reading by every attach, detach and repair, and for writing by sweeps,
 	// which must not mistake an attachment being made for an orphan.
 	sweep sync.RWMutex
@@ -238,9 +239,9 @@ func (u undoStack) run(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-// attach makes a new attachment for the call's sandbox: an address from IPAM, the HNS endpoint,
-// the OVS port of the same name, the Pod's flows, and the endpoint attached to the Pod's network
-// namespace; on any failure it undoes what it did.
+// attach makes a new attachment for the call's sandbox: an address from IPAM, the HNS endpoint
+// attached to the Pod's network namespace, the OVS port of the same name and the Pod's flows; on
+// any failure it undoes what it did.
 func (p *Pods) attach(ctx context.Context, n node, c *call) (_ *Attachment, retErr error) {
 	log := ctrl.LoggerFrom(ctx)
 	a := &Attachment{
@@ -283,26 +284,30 @@ func (p *Pods) attach(ctx context.Context, n node, c *call) (_ *Attachment, retE
 	undo.push(func(context.Context) error { p.releaseOFPort(a.OFPort, a.SandboxID); return nil })
 	undo.push(func(ctx context.Context) error { return p.deletePort(ctx, a) })
 	undo.push(func(ctx context.Context) error { return p.removeFlows(ctx, a.OFPort, a.SandboxID) })
-	// The Pod's side (the endpoint in its namespace) and the switch's side (port and flows) do not
-	// depend on each other: they are made at once.
-	podSide := make(chan error, 1)
-	var podTook time.Duration
-	go func() {
-		start := time.Now()
-		err := p.attachPod(ctx, ep, a)
-		podTook = time.Since(start)
-		podSide <- err
-	}()
-	switchErr := p.attachSwitch(ctx, n, a)
-	steps.done("port+flows")
-	podErr := <-podSide
-	steps.done("rest-of-attach")
-	steps.note("attach", podTook)
-	if podErr != nil {
-		return nil, podErr // a namespace error says what the caller got wrong
+	// The flows depend only on the ofport the agent asks for: they are installed while the endpoint
+	// is attached and OVS attaches the port, and follow the port if OVS gives it another number.
+	flowsDone := make(chan error, 1)
+	go func() { flowsDone <- p.installFlows(ctx, n.realized, a) }()
+	var ofport int32
+	err = p.attachPod(ctx, ep, a)
+	steps.done("attach")
+	if err == nil {
+		// The endpoint's vNIC appears on the switch once the endpoint is attached: now it can
+		// become the OVS port.
+		if err = p.createPort(ctx, a); err == nil {
+			ofport, err = p.waitPort(ctx, a)
+		}
+		steps.done("port")
 	}
-	if switchErr != nil {
-		return nil, switchErr
+	if ferr := <-flowsDone; err == nil {
+		err = ferr
+	}
+	steps.done("flows")
+	if err == nil && ofport != a.OFPort {
+		err = p.moveFlows(ctx, n, a, ofport)
+	}
+	if err != nil {
+		return nil, err
 	}
 	if err := p.opts.Store.Put(a); err != nil {
 		return nil, err
@@ -363,24 +368,6 @@ func (p *Pods) deleteStaleEndpoint(ctx context.Context, name string) (bool, erro
 	return true, p.opts.Host.HNS.DeleteEndpoint(ctx, ep.ID)
 }
 
-// attachSwitch creates the Pod's OVS port asking for the attachment's ofport and installs its flows
-// while OVS attaches the port. If OVS gives the port another number, the flows follow it.
-func (p *Pods) attachSwitch(ctx context.Context, n node, a *Attachment) error {
-	if err := p.createPort(ctx, a); err != nil {
-		return err
-	}
-	flowsDone := make(chan error, 1)
-	go func() { flowsDone <- p.installFlows(ctx, n.realized, a) }()
-	ofport, err := p.waitPort(ctx, a)
-	if ferr := <-flowsDone; err == nil {
-		err = ferr
-	}
-	if err != nil || ofport == a.OFPort {
-		return err
-	}
-	return p.moveFlows(ctx, n, a, ofport)
-}
-
 // moveFlows moves the attachment's flows to the ofport OVS gave its port.
 func (p *Pods) moveFlows(ctx context.Context, n node, a *Attachment, ofport int32) error {
 	ctrl.LoggerFrom(ctx).Info("OVS gave the Pod's port another ofport than requested", "port", a.EndpointName, "requested", a.OFPort, "ofPort", ofport)
@@ -392,7 +379,7 @@ func (p *Pods) moveFlows(ctx context.Context, n node, a *Attachment, ofport int3
 	return p.installFlows(ctx, n.realized, a)
 }
 
-// ensurePort makes the endpoint's port exist and attached by OVS, as attachSwitch does, for a
+// ensurePort makes the endpoint's port exist and attached by OVS, as attach does, for a
 // repair: it reports whether the port had to be created or fixed and records the ofport OVS gave.
 func (p *Pods) ensurePort(ctx context.Context, a *Attachment) (bool, error) {
 	before := p.opts.Host.OVSDB.MutatingOperations()
@@ -572,11 +559,6 @@ func (s *stepTimer) done(step string) {
 	now := time.Now()
 	s.steps = append(s.steps, fmt.Sprintf("%s=%s", step, now.Sub(s.last).Round(10*time.Microsecond)))
 	s.last = now
-}
-
-// note records a step that ran beside the others.
-func (s *stepTimer) note(step string, d time.Duration) {
-	s.steps = append(s.steps, fmt.Sprintf("(%s=%s)", step, d.Round(10*time.Microsecond)))
 }
 
 func (s *stepTimer) String() string { return strings.Join(s.steps, " ") }

@@ -2,8 +2,6 @@ package podendpoint
 
 import (
 	"net/netip"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -57,34 +55,4 @@ func TestStoreSurvivesRestart(t *testing.T) {
 	got.Containers[0] = "changed"
 	kept, _ := again.Get("s2")
 	g.Expect(kept.Containers).To(Equal([]string{"s2"}))
-}
-
-func TestKeyedMutexSerialisesOneKeyOnly(t *testing.T) {
-	g := NewWithT(t)
-	var k keyedMutex
-	var inA, maxA, inB atomic.Int32
-	var wg sync.WaitGroup
-	for range 8 {
-		wg.Go(func() {
-			defer k.lock("a")()
-			n := inA.Add(1)
-			if n > maxA.Load() {
-				maxA.Store(n)
-			}
-			time.Sleep(2 * time.Millisecond)
-			inA.Add(-1)
-		})
-	}
-	unlockA := k.lock("a")
-	done := make(chan struct{})
-	go func() {
-		defer k.lock("b")()
-		inB.Add(1)
-		close(done)
-	}()
-	g.Eventually(done).Should(BeClosed(), "another key is not blocked")
-	unlockA()
-	wg.Wait()
-	g.Expect(maxA.Load()).To(Equal(int32(1)))
-	g.Expect(k.locks).To(BeEmpty(), "unused keys are dropped")
 }

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+
+	"github.com/winnet-io/winnet/internal/keyed"
 )
 
 // Op names an Interface operation, for fault injection and call counting in the simulator.
@@ -121,16 +123,19 @@ func (s *Sim) Calls(op Op) int {
 // Injected faults stay in place.
 func (s *Sim) Reboot(ctx context.Context) error {
 	m := s.m
-	m.mu.Lock()
-	defer m.mu.Unlock()
+	m.all.Lock()
+	defer m.all.Unlock()
 	if m.backend != nil {
 		if err := m.backend.reboot(ctx); err != nil {
 			return fmt.Errorf("rebooting the HNS simulator: %w", err)
 		}
 	}
+	m.mu.Lock()
 	m.networks = nil
 	m.endpoints = nil
-	return m.persist()
+	p := m.pending()
+	m.mu.Unlock()
+	return m.save(p)
 }
 
 // Close releases every hung call and the resources of the back-end. It does not delete state.
@@ -162,7 +167,8 @@ func LinuxInterfaceName(endpointName string) string {
 }
 
 // simBackend realises endpoints outside the in-memory model (the Linux-backed simulator). The model calls it
-// with its lock held, before changing its own state; an error leaves the model unchanged.
+// before changing its own state, with the endpoint's lock held but not the lock of the whole state, so that the
+// back-ends of different endpoints work at once; an error leaves the model unchanged.
 type simBackend interface {
 	createEndpoint(ctx context.Context, ep Endpoint) error
 	deleteEndpoint(ctx context.Context, ep Endpoint) error
@@ -197,13 +203,25 @@ type simModel struct {
 	hangs          map[Op]*hang
 	calls          map[Op]int
 
-	// mu guards the HNS state; the back-end is called with it held.
+	// all is held for reading by every call on one endpoint and for writing by calls on many (DeleteNetwork,
+	// Reboot), which so never run beside the back-end's work on one of them.
+	all sync.RWMutex
+	// endpointLocks serialises calls on one endpoint (keyed by its upper-case ID, or by its name while it is
+	// being created) while the back-end works on it.
+	endpointLocks keyed.Mutex
+	// mu guards the HNS state. It is held only to read and change the state, never while the back-end works:
+	// calls on different endpoints overlap, as HNS serves concurrent calls.
 	mu        sync.Mutex
 	networks  []*simNetwork
 	endpoints []*Endpoint
 	backend   simBackend
-	// stateFile, when set, receives the state after every mutation (see persist).
+	// stateFile, when set, receives the state after every mutation (see pending and save).
 	stateFile string
+	// version counts mutations; saveMu orders writes of the state file, which skip states older than the
+	// one written last (saved).
+	version uint64
+	saveMu  sync.Mutex
+	saved   uint64
 }
 
 var _ Interface = (*simModel)(nil)
@@ -316,11 +334,12 @@ func (m *simModel) CreateTransparentNetwork(_ context.Context, spec NetworkSpec)
 		return nil, err
 	}
 	m.mu.Lock()
-	defer m.mu.Unlock()
 	for _, n := range m.networks {
 		if strings.EqualFold(n.AdapterName, spec.AdapterName) {
-			return nil, fmt.Errorf("%w: HNS returned 0x80070057 (The parameter is incorrect); adapter %q is bound to network %q (%s)",
+			err := fmt.Errorf("%w: HNS returned 0x80070057 (The parameter is incorrect); adapter %q is bound to network %q (%s)",
 				ErrAdapterInUse, spec.AdapterName, n.Name, n.ID)
+			m.mu.Unlock()
+			return nil, err
 		}
 	}
 	n := &simNetwork{Network: Network{
@@ -331,16 +350,21 @@ func (m *simModel) CreateTransparentNetwork(_ context.Context, spec NetworkSpec)
 		Gateway:     spec.Gateway,
 	}}
 	m.networks = append(m.networks, n)
-	if err := m.persist(); err != nil {
+	created := copyNetwork(n)
+	p := m.pending()
+	m.mu.Unlock()
+	if err := m.save(p); err != nil {
 		return nil, err
 	}
-	return copyNetwork(n), nil
+	return created, nil
 }
 
 func (m *simModel) DeleteNetwork(ctx context.Context, networkID string) error {
 	if err := m.enter(OpDeleteNetwork); err != nil {
 		return err
 	}
+	m.all.Lock() // no call on one of its endpoints runs meanwhile
+	defer m.all.Unlock()
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	n := m.network(networkID)
@@ -366,7 +390,7 @@ func (m *simModel) DeleteNetwork(ctx context.Context, networkID string) error {
 			break
 		}
 	}
-	return m.persist()
+	return m.save(m.pending())
 }
 
 func (m *simModel) EnableOVSExtension(_ context.Context, networkID string) error {
@@ -380,7 +404,7 @@ func (m *simModel) EnableOVSExtension(_ context.Context, networkID string) error
 		return fmt.Errorf("network %q: %w", networkID, ErrNotFound)
 	}
 	n.ovsExtension = true
-	return m.persist()
+	return m.save(m.pending())
 }
 
 func (m *simModel) OVSExtensionEnabled(_ context.Context, networkID string) (bool, error) {
@@ -403,6 +427,31 @@ func (m *simModel) CreateEndpoint(ctx context.Context, spec EndpointSpec) (*Endp
 	if spec.Name == "" {
 		return nil, errors.New("endpoint name is empty")
 	}
+	m.all.RLock()
+	defer m.all.RUnlock()
+	defer m.endpointLocks.Lock("name:" + spec.Name)()
+	ep, err := m.newEndpoint(spec)
+	if err != nil {
+		return nil, err
+	}
+	if m.backend != nil {
+		if err := m.backend.createEndpoint(ctx, *ep); err != nil {
+			return nil, err
+		}
+	}
+	m.mu.Lock()
+	m.endpoints = append(m.endpoints, ep)
+	created := copyEndpoint(ep)
+	p := m.pending()
+	m.mu.Unlock()
+	if err := m.save(p); err != nil {
+		return nil, err
+	}
+	return created, nil
+}
+
+// newEndpoint validates spec against its network and returns the endpoint it describes, not yet added.
+func (m *simModel) newEndpoint(spec EndpointSpec) (*Endpoint, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	n := m.network(spec.NetworkID)
@@ -443,16 +492,7 @@ func (m *simModel) CreateEndpoint(ctx context.Context, spec EndpointSpec) (*Endp
 	if len(ep.MAC) != 6 {
 		return nil, fmt.Errorf("MAC %q is not a 48-bit MAC", ep.MAC)
 	}
-	if m.backend != nil {
-		if err := m.backend.createEndpoint(ctx, *ep); err != nil {
-			return nil, err
-		}
-	}
-	m.endpoints = append(m.endpoints, ep)
-	if err := m.persist(); err != nil {
-		return nil, err
-	}
-	return copyEndpoint(ep), nil
+	return ep, nil
 }
 
 func (m *simModel) GetEndpointByName(_ context.Context, name string) (*Endpoint, error) {
@@ -488,21 +528,51 @@ func (m *simModel) DeleteEndpoint(ctx context.Context, endpointID string) error 
 	if err := m.enter(OpDeleteEndpoint); err != nil {
 		return err
 	}
+	m.all.RLock()
+	defer m.all.RUnlock()
+	defer m.endpointLocks.Lock(strings.ToUpper(endpointID))()
+	ep, ok := m.endpointCopy(endpointID)
+	if !ok {
+		return nil
+	}
+	if m.backend != nil {
+		if err := m.backend.deleteEndpoint(ctx, ep); err != nil {
+			return err
+		}
+	}
+	m.mu.Lock()
+	for i, other := range m.endpoints {
+		if sameID(other.ID, endpointID) {
+			m.endpoints = append(m.endpoints[:i:i], m.endpoints[i+1:]...)
+			break
+		}
+	}
+	p := m.pending()
+	m.mu.Unlock()
+	return m.save(p)
+}
+
+// endpointCopy returns a copy of the endpoint, if it exists.
+func (m *simModel) endpointCopy(id string) (Endpoint, bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	for i, ep := range m.endpoints {
-		if !sameID(ep.ID, endpointID) {
-			continue
-		}
-		if m.backend != nil {
-			if err := m.backend.deleteEndpoint(ctx, *ep); err != nil {
-				return err
-			}
-		}
-		m.endpoints = append(m.endpoints[:i:i], m.endpoints[i+1:]...)
-		return m.persist()
+	ep := m.endpoint(id)
+	if ep == nil {
+		return Endpoint{}, false
 	}
-	return nil
+	return *copyEndpoint(ep), true
+}
+
+// setNamespace records the endpoint's namespace and saves the state; the caller holds the endpoint's lock, so
+// the endpoint still exists.
+func (m *simModel) setNamespace(id, namespaceID string) error {
+	m.mu.Lock()
+	if ep := m.endpoint(id); ep != nil {
+		ep.NamespaceID = namespaceID
+	}
+	p := m.pending()
+	m.mu.Unlock()
+	return m.save(p)
 }
 
 func (m *simModel) AttachEndpoint(ctx context.Context, endpointID, namespaceID string) error {
@@ -512,11 +582,12 @@ func (m *simModel) AttachEndpoint(ctx context.Context, endpointID, namespaceID s
 	if namespaceID == "" {
 		return errors.New("namespace ID is empty")
 	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	ep := m.endpoint(endpointID)
+	m.all.RLock()
+	defer m.all.RUnlock()
+	defer m.endpointLocks.Lock(strings.ToUpper(endpointID))()
+	ep, ok := m.endpointCopy(endpointID)
 	switch {
-	case ep == nil:
+	case !ok:
 		return fmt.Errorf("endpoint %q: %w", endpointID, ErrNotFound)
 	case sameID(ep.NamespaceID, namespaceID):
 		return nil
@@ -524,29 +595,28 @@ func (m *simModel) AttachEndpoint(ctx context.Context, endpointID, namespaceID s
 		return fmt.Errorf("endpoint %q is already attached to namespace %q", endpointID, ep.NamespaceID)
 	}
 	if m.backend != nil {
-		if err := m.backend.attachEndpoint(ctx, *ep, namespaceID); err != nil {
+		if err := m.backend.attachEndpoint(ctx, ep, namespaceID); err != nil {
 			return err
 		}
 	}
-	ep.NamespaceID = namespaceID
-	return m.persist()
+	return m.setNamespace(endpointID, namespaceID)
 }
 
 func (m *simModel) DetachEndpoint(ctx context.Context, endpointID, namespaceID string) error {
 	if err := m.enter(OpDetachEndpoint); err != nil {
 		return err
 	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	ep := m.endpoint(endpointID)
-	if ep == nil || ep.NamespaceID == "" || !sameID(ep.NamespaceID, namespaceID) {
+	m.all.RLock()
+	defer m.all.RUnlock()
+	defer m.endpointLocks.Lock(strings.ToUpper(endpointID))()
+	ep, ok := m.endpointCopy(endpointID)
+	if !ok || ep.NamespaceID == "" || !sameID(ep.NamespaceID, namespaceID) {
 		return nil
 	}
 	if m.backend != nil {
-		if err := m.backend.detachEndpoint(ctx, *ep, namespaceID); err != nil {
+		if err := m.backend.detachEndpoint(ctx, ep, namespaceID); err != nil {
 			return err
 		}
 	}
-	ep.NamespaceID = ""
-	return m.persist()
+	return m.setNamespace(endpointID, "")
 }

@@ -12,9 +12,12 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"sync"
 
 	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/vishvananda/netlink"
+
+	"github.com/winnet-io/winnet/internal/keyed"
 )
 
 // DefaultNetNSDir is where named network namespaces live (ip netns).
@@ -35,14 +38,17 @@ type LinuxSimOptions struct {
 	StateFile string
 }
 
-// NewLinuxSim returns a simulator whose endpoints are real veth pairs. The host end, in the host namespace, is
-// named LinuxInterfaceName(endpoint name) and is up; it is where the OVS port of the same name is attached. The
-// other end stays in the host namespace under a name derived from the endpoint ID until AttachEndpoint moves it
-// into the network namespace given as namespace ID (an absolute path, or a name under NetNSDir), names it eth0
-// (eth1, ... when taken) and configures the endpoint's MAC, IP and default route via its gateway there.
-// DetachEndpoint moves it back; DeleteEndpoint and DeleteNetwork delete the pair; Reboot deletes every pair the
-// simulator created (loaded from the state file or created since). Close the simulator to release the host
-// namespace handle.
+// NewLinuxSim returns a simulator whose attached endpoints are real veth pairs. As on Windows, where an
+// endpoint's vNIC appears on the Hyper-V switch when the endpoint is attached to a namespace, an endpoint that is
+// attached to none exists only in the simulator's state. AttachEndpoint creates the pair in one step: the host
+// end, in the host namespace, is named LinuxInterfaceName(endpoint name) and is up (it is where the OVS port of the
+// same name is attached); the container end is created inside the network namespace given as namespace ID (an
+// absolute path, or a name under NetNSDir), named eth0 (eth1, ... when taken) and configured with the endpoint's
+// MAC, IP and default route via its gateway. Creating it there, rather than moving it in, spares the kernel a
+// namespace move, which waits for an RCU grace period (tens of milliseconds) under the RTNL lock.
+// DetachEndpoint, DeleteEndpoint and DeleteNetwork delete the pair; Reboot deletes every pair the simulator
+// created (loaded from the state file or created since). Endpoint names are unique: their host ends share the
+// host namespace. Close the simulator to release the host namespace handle.
 func NewLinuxSim(opts LinuxSimOptions) (*Sim, error) {
 	var (
 		host ns.NetNS
@@ -60,7 +66,7 @@ func NewLinuxSim(opts LinuxSimOptions) (*Sim, error) {
 	if dir == "" {
 		dir = DefaultNetNSDir
 	}
-	b := &vethBackend{host: host, netnsDir: dir, created: map[string]string{}, attachedAs: map[string]string{}}
+	b := &vethBackend{host: host, netnsDir: dir, names: map[string]string{}, attachedAs: map[string]string{}}
 	sim := newSim(opts.SimOptions, b, opts.StateFile)
 	if opts.StateFile != "" {
 		if err := loadLinuxSimState(sim.m, b, opts.StateFile); err != nil {
@@ -71,8 +77,8 @@ func NewLinuxSim(opts LinuxSimOptions) (*Sim, error) {
 	return sim, nil
 }
 
-// loadLinuxSimState loads the state file into the model, keeping only endpoints whose host end still exists,
-// and writes the state back when it dropped some.
+// loadLinuxSimState loads the state file into the model, dropping attached endpoints whose host end is gone
+// (their namespace was deleted, or the node rebooted), and writes the state back when it dropped some.
 func loadLinuxSimState(m *simModel, b *vethBackend, path string) error {
 	state, err := readSimState(path)
 	if err != nil {
@@ -81,14 +87,17 @@ func loadLinuxSimState(m *simModel, b *vethBackend, path string) error {
 	kept := state.Endpoints[:0:0]
 	for _, ep := range state.Endpoints {
 		hostName := LinuxInterfaceName(ep.Name)
-		exists, err := b.hostLinkExists(hostName)
-		if err != nil {
-			return err
+		if ep.NamespaceID != "" {
+			exists, err := b.hostLinkExists(hostName)
+			if err != nil {
+				return err
+			}
+			if !exists {
+				continue
+			}
 		}
-		if exists {
-			kept = append(kept, ep)
-			b.created[hostName] = ep.ID
-		}
+		kept = append(kept, ep)
+		b.names[hostName] = strings.ToUpper(ep.ID)
 	}
 	dropped := len(kept) != len(state.Endpoints)
 	state.Endpoints = kept
@@ -98,18 +107,24 @@ func loadLinuxSimState(m *simModel, b *vethBackend, path string) error {
 		return fmt.Errorf("loading HNS simulator state %s: %w", path, err)
 	}
 	if dropped {
-		return m.persist()
+		return m.save(m.pending())
 	}
 	return nil
 }
 
-// vethBackend is called by simModel with the model's lock held, which also guards its maps.
+// vethBackend realises attached endpoints as veth pairs. The model calls it without its own lock held, one call
+// at a time per endpoint, so that the kernel work of different endpoints overlaps; mu guards its maps.
 type vethBackend struct {
 	host     ns.NetNS
 	netnsDir string
-	// created maps the host-end names of the pairs this simulator created to their endpoint IDs.
-	created map[string]string
-	// attachedAs maps endpoint IDs to the interface name of the container end inside its namespace.
+	// namespaces serialises configuring container ends per target namespace.
+	namespaces keyed.Mutex
+
+	mu sync.Mutex
+	// names maps the host-end name of every endpoint the simulator knows to the endpoint's ID (upper case), pair
+	// or not: two endpoints cannot share a host end.
+	names map[string]string
+	// attachedAs maps endpoint IDs (upper case) to the interface name of the container end inside its namespace.
 	attachedAs map[string]string
 }
 
@@ -170,32 +185,22 @@ func (b *vethBackend) openNetNS(namespaceID string) (ns.NetNS, error) {
 	return target, nil
 }
 
+// createEndpoint reserves the endpoint's host-end name; the pair is created when the endpoint is attached.
 func (b *vethBackend) createEndpoint(_ context.Context, ep Endpoint) error {
-	hostName, peer := LinuxInterfaceName(ep.Name), peerName(ep.ID)
-	err := b.host.Do(func(ns.NetNS) error {
-		if _, err := netlink.LinkByName(hostName); err == nil {
-			return fmt.Errorf("interface %q already exists in the host namespace", hostName)
-		} else if !isLinkNotFound(err) {
-			return fmt.Errorf("looking up interface %q: %w", hostName, err)
-		}
-		veth := &netlink.Veth{
-			LinkAttrs:        netlink.LinkAttrs{Name: hostName},
-			PeerName:         peer,
-			PeerHardwareAddr: ep.MAC,
-		}
-		if err := netlink.LinkAdd(veth); err != nil {
-			return fmt.Errorf("creating veth pair %q/%q: %w", hostName, peer, err)
-		}
-		if err := netlink.LinkSetUp(veth); err != nil {
-			_ = netlink.LinkDel(veth)
-			return fmt.Errorf("setting %q up: %w", hostName, err)
-		}
-		return nil
-	})
+	hostName := LinuxInterfaceName(ep.Name)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if other, taken := b.names[hostName]; taken {
+		return fmt.Errorf("interface %q already exists in the host namespace: it is endpoint %s's", hostName, other)
+	}
+	exists, err := b.hostLinkExists(hostName)
 	if err != nil {
 		return err
 	}
-	b.created[hostName] = ep.ID
+	if exists {
+		return fmt.Errorf("interface %q already exists in the host namespace", hostName)
+	}
+	b.names[hostName] = strings.ToUpper(ep.ID)
 	return nil
 }
 
@@ -221,26 +226,41 @@ func (b *vethBackend) deleteEndpoint(_ context.Context, ep Endpoint) error {
 	if err := b.deleteHostEnd(hostName); err != nil {
 		return err
 	}
-	delete(b.created, hostName)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	delete(b.names, hostName)
 	delete(b.attachedAs, strings.ToUpper(ep.ID))
 	return nil
 }
 
+// attachEndpoint creates the endpoint's pair with its container end inside the target namespace and configures
+// that end; on failure it deletes the pair again.
 func (b *vethBackend) attachEndpoint(_ context.Context, ep Endpoint, namespaceID string) error {
 	target, err := b.openNetNS(namespaceID)
 	if err != nil {
 		return err
 	}
 	defer target.Close()
-	peer := peerName(ep.ID)
+	hostName, peer := LinuxInterfaceName(ep.Name), peerName(ep.ID)
 
 	err = b.host.Do(func(ns.NetNS) error {
-		link, err := netlink.LinkByName(peer)
-		if err != nil {
-			return fmt.Errorf("looking up the container end %q of endpoint %q: %w", peer, ep.Name, err)
+		if _, err := netlink.LinkByName(hostName); err == nil {
+			return fmt.Errorf("interface %q already exists in the host namespace", hostName)
+		} else if !isLinkNotFound(err) {
+			return fmt.Errorf("looking up interface %q: %w", hostName, err)
 		}
-		if err := netlink.LinkSetNsFd(link, int(target.Fd())); err != nil {
-			return fmt.Errorf("moving %q into network namespace %q: %w", peer, target.Path(), err)
+		veth := &netlink.Veth{
+			LinkAttrs:        netlink.LinkAttrs{Name: hostName},
+			PeerName:         peer,
+			PeerHardwareAddr: ep.MAC,
+			PeerNamespace:    netlink.NsFd(int(target.Fd())),
+		}
+		if err := netlink.LinkAdd(veth); err != nil {
+			return fmt.Errorf("creating veth pair %q/%q in network namespace %q: %w", hostName, peer, target.Path(), err)
+		}
+		if err := netlink.LinkSetUp(veth); err != nil {
+			_ = netlink.LinkDel(veth)
+			return fmt.Errorf("setting %q up: %w", hostName, err)
 		}
 		return nil
 	})
@@ -249,18 +269,21 @@ func (b *vethBackend) attachEndpoint(_ context.Context, ep Endpoint, namespaceID
 	}
 
 	var ifName string
+	unlock := b.namespaces.Lock(target.Path()) // two endpoints attached to one namespace take distinct names
 	err = target.Do(func(ns.NetNS) error {
 		var err error
 		ifName, err = configureContainerEnd(peer, ep)
 		return err
 	})
+	unlock()
 	if err != nil {
-		// Put the container end back so that the endpoint stays consistent with the model (not attached).
-		if back := b.moveBack(target, peer, ifName); back != nil {
-			err = errors.Join(err, back)
+		if del := b.deleteHostEnd(hostName); del != nil {
+			err = errors.Join(err, del)
 		}
 		return fmt.Errorf("configuring endpoint %q in network namespace %q: %w", ep.Name, target.Path(), err)
 	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
 	b.attachedAs[strings.ToUpper(ep.ID)] = ifName
 	return nil
 }
@@ -329,56 +352,23 @@ func freeIfName() (string, error) {
 	}
 }
 
-// moveBack moves the container end, named ifName inside target, back into the host namespace as peer. Moving an
-// interface between namespaces clears its addresses and routes.
-func (b *vethBackend) moveBack(target ns.NetNS, peer, ifName string) error {
-	return target.Do(func(ns.NetNS) error {
-		link, err := netlink.LinkByName(ifName)
-		if isLinkNotFound(err) {
-			return nil // deleted with its peer
-		}
-		if err != nil {
-			return fmt.Errorf("looking up %q: %w", ifName, err)
-		}
-		if err := netlink.LinkSetDown(link); err != nil {
-			return fmt.Errorf("setting %q down: %w", ifName, err)
-		}
-		if ifName != peer {
-			if err := netlink.LinkSetName(link, peer); err != nil {
-				return fmt.Errorf("renaming %q to %q: %w", ifName, peer, err)
-			}
-		}
-		if err := netlink.LinkSetNsFd(link, int(b.host.Fd())); err != nil {
-			return fmt.Errorf("moving %q back to the host namespace: %w", peer, err)
-		}
-		return nil
-	})
-}
-
-func (b *vethBackend) detachEndpoint(_ context.Context, ep Endpoint, namespaceID string) error {
-	target, err := b.openNetNS(namespaceID)
-	if errors.Is(err, ErrNotFound) {
-		return nil // the namespace is gone and the pair with it
+// detachEndpoint deletes the endpoint's pair: a detached endpoint has no vNIC.
+func (b *vethBackend) detachEndpoint(_ context.Context, ep Endpoint, _ string) error {
+	if err := b.deleteHostEnd(LinuxInterfaceName(ep.Name)); err != nil {
+		return fmt.Errorf("detaching endpoint %q: %w", ep.Name, err)
 	}
-	if err != nil {
-		return err
-	}
-	defer target.Close()
-	key := strings.ToUpper(ep.ID)
-	ifName, ok := b.attachedAs[key]
-	if !ok {
-		ifName = "eth0"
-	}
-	if err := b.moveBack(target, peerName(ep.ID), ifName); err != nil {
-		return fmt.Errorf("detaching endpoint %q from network namespace %q: %w", ep.Name, target.Path(), err)
-	}
-	delete(b.attachedAs, key)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	delete(b.attachedAs, strings.ToUpper(ep.ID))
 	return nil
 }
 
+// reboot deletes every pair the simulator knows of and forgets every endpoint.
 func (b *vethBackend) reboot(_ context.Context) error {
-	names := make([]string, 0, len(b.created))
-	for name := range b.created {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	names := make([]string, 0, len(b.names))
+	for name := range b.names {
 		names = append(names, name)
 	}
 	sort.Strings(names)
@@ -388,7 +378,7 @@ func (b *vethBackend) reboot(_ context.Context) error {
 			errs = append(errs, err)
 			continue
 		}
-		delete(b.created, name)
+		delete(b.names, name)
 	}
 	if len(errs) > 0 {
 		return errors.Join(errs...)

@@ -6,11 +6,13 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"fmt"
 	"net"
 	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sync"
 	"testing"
 
 	"github.com/containernetworking/plugins/pkg/ns"
@@ -113,21 +115,22 @@ func TestLinuxSim(t *testing.T) {
 	n, err := s.CreateTransparentNetwork(ctx, testNetworkSpec())
 	g.Expect(err).NotTo(HaveOccurred())
 
-	// Create: a veth pair in the host namespace, the host end named after the endpoint and up.
+	// Create: an endpoint attached to nothing has no vNIC, so nothing appears on the host.
 	mac := net.HardwareAddr{0x00, 0x15, 0x5d, 0x01, 0x02, 0x03}
 	a, err := s.CreateEndpoint(ctx, EndpointSpec{Name: "pod-a", NetworkID: n.ID, IP: netip.MustParseAddr("10.244.1.10"), MAC: mac})
 	g.Expect(err).NotTo(HaveOccurred())
-	g.Expect(linkNames(t, nodePath)).To(ContainElements("pod-a", peerName(a.ID)))
+	g.Expect(linkNames(t, nodePath)).To(ConsistOf("lo"))
+
+	// Attach by namespace name: a veth pair whose host end is named after the endpoint and up, and whose
+	// container end is eth0 with the endpoint's MAC, IP and default route.
+	g.Expect(s.AttachEndpoint(ctx, a.ID, podName)).To(Succeed())
+	g.Expect(linkNames(t, nodePath)).To(ConsistOf("lo", "pod-a"))
 	inNetNS(t, nodePath, func() {
 		link, err := netlink.LinkByName("pod-a")
 		g.Expect(err).NotTo(HaveOccurred())
 		g.Expect(link.Type()).To(Equal("veth"))
 		g.Expect(link.Attrs().Flags & net.FlagUp).NotTo(BeZero())
 	})
-
-	// Attach by namespace name: the container end becomes eth0 with the endpoint's MAC, IP and default route.
-	g.Expect(s.AttachEndpoint(ctx, a.ID, podName)).To(Succeed())
-	g.Expect(linkNames(t, nodePath)).NotTo(ContainElement(peerName(a.ID)))
 	g.Expect(inspectContainerEnd(t, podPath, "eth0")).To(Equal(containerEnd{
 		MAC: mac.String(), Addrs: []string{"10.244.1.10/24"}, Up: true, Gateway: "10.244.1.1",
 	}))
@@ -153,29 +156,42 @@ func TestLinuxSim(t *testing.T) {
 	long := "coredns-7db6d8ff4d-x2b9z"
 	b, err := s.CreateEndpoint(ctx, EndpointSpec{Name: long, NetworkID: n.ID, IP: netip.MustParseAddr("10.244.1.11")})
 	g.Expect(err).NotTo(HaveOccurred())
-	g.Expect(linkNames(t, nodePath)).To(ContainElement(LinuxInterfaceName(long)))
 	g.Expect(s.AttachEndpoint(ctx, b.ID, podPath)).To(Succeed())
+	g.Expect(linkNames(t, nodePath)).To(ContainElement(LinuxInterfaceName(long)))
 	g.Expect(inspectContainerEnd(t, podPath, "eth1")).To(Equal(containerEnd{
 		MAC: b.MAC.String(), Addrs: []string{"10.244.1.11/24"}, Up: true, Gateway: "10.244.1.1",
 	}))
 
-	// An endpoint name whose host interface exists already is refused and leaves no state.
+	// An endpoint name another endpoint has, or an interface of the host has, is refused and leaves no state.
 	_, err = s.CreateEndpoint(ctx, EndpointSpec{Name: "pod-a", NetworkID: n.ID, IP: netip.MustParseAddr("10.244.1.12")})
 	g.Expect(err).To(MatchError(ContainSubstring(`interface "pod-a" already exists`)))
+	inNetNS(t, nodePath, func() {
+		g.Expect(netlink.LinkAdd(&netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: "taken"}, PeerName: "taken-peer"})).To(Succeed())
+	})
+	_, err = s.CreateEndpoint(ctx, EndpointSpec{Name: "taken", NetworkID: n.ID, IP: netip.MustParseAddr("10.244.1.12")})
+	g.Expect(err).To(MatchError(ContainSubstring(`interface "taken" already exists`)))
+	inNetNS(t, nodePath, func() {
+		link, err := netlink.LinkByName("taken")
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(netlink.LinkDel(link)).To(Succeed())
+	})
 	list, err := s.ListEndpoints(ctx, n.ID)
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(list).To(HaveLen(2))
 
-	// Attaching to a namespace that does not exist is ErrNotFound and leaves the endpoint where it was.
+	// Attaching to a namespace that does not exist is ErrNotFound and leaves the endpoint unattached.
 	c, err := s.CreateEndpoint(ctx, EndpointSpec{Name: "pod-c", NetworkID: n.ID, IP: netip.MustParseAddr("10.244.1.13")})
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(s.AttachEndpoint(ctx, c.ID, "whns-no-such-ns")).To(MatchError(ErrNotFound))
-	g.Expect(linkNames(t, nodePath)).To(ContainElements("pod-c", peerName(c.ID)))
+	g.Expect(linkNames(t, nodePath)).NotTo(ContainElement("pod-c"))
+	got, err := s.GetEndpointByName(ctx, "pod-c")
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(got.NamespaceID).To(BeEmpty())
 
-	// Detach: the container end returns to the host namespace, unconfigured; it can be attached elsewhere.
+	// Detach: the pair goes, from the Pod and from the host; the endpoint can be attached elsewhere.
 	g.Expect(s.DetachEndpoint(ctx, a.ID, podName)).To(Succeed())
 	g.Expect(linkNames(t, podPath)).To(ConsistOf("lo", "eth1"))
-	g.Expect(linkNames(t, nodePath)).To(ContainElements("pod-a", peerName(a.ID)))
+	g.Expect(linkNames(t, nodePath)).NotTo(ContainElement("pod-a"))
 	g.Expect(s.DetachEndpoint(ctx, a.ID, podName)).To(Succeed(), "detaching again is a no-op")
 	g.Expect(s.AttachEndpoint(ctx, a.ID, pod2Path)).To(Succeed())
 	g.Expect(inspectContainerEnd(t, pod2Path, "eth0")).To(Equal(containerEnd{
@@ -242,4 +258,66 @@ func TestLinuxSimPodNamespaceGone(t *testing.T) {
 	g.Expect(err).NotTo(HaveOccurred(), "%s", out)
 	_, err = s.GetEndpointByName(ctx, "pod-a")
 	g.Expect(err).To(MatchError(ErrNotFound))
+}
+
+// TestLinuxSimConcurrent attaches and deletes endpoints from many goroutines at once: each gets its own pair,
+// endpoints attached to one namespace get distinct interface names there, and nothing is left afterwards.
+func TestLinuxSimConcurrent(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	_, nodePath := newNetNS(t, "whns-node")
+	sharedName, sharedPath := newNetNS(t, "whns-shared")
+	const own, shared = 6, 4
+	var ownNames []string
+	for range own {
+		name, _ := newNetNS(t, "whns-pod")
+		ownNames = append(ownNames, name)
+	}
+
+	s, err := NewLinuxSim(LinuxSimOptions{HostNetNS: nodePath})
+	g.Expect(err).NotTo(HaveOccurred())
+	t.Cleanup(func() { g.Expect(s.Close()).To(Succeed()) })
+	n, err := s.CreateTransparentNetwork(ctx, testNetworkSpec())
+	g.Expect(err).NotTo(HaveOccurred())
+
+	var wg sync.WaitGroup
+	errs := make(chan error, own+shared)
+	ids := make([]string, own+shared)
+	for i := range own + shared {
+		wg.Go(func() {
+			ep, err := s.CreateEndpoint(ctx, EndpointSpec{Name: fmt.Sprintf("pod-%d", i), NetworkID: n.ID, IP: netip.AddrFrom4([4]byte{10, 244, 1, byte(10 + i)})})
+			if err != nil {
+				errs <- err
+				return
+			}
+			ids[i] = ep.ID
+			target := sharedName
+			if i < own {
+				target = ownNames[i]
+			}
+			errs <- s.AttachEndpoint(ctx, ep.ID, target)
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		g.Expect(err).NotTo(HaveOccurred())
+	}
+	g.Expect(linkNames(t, nodePath)).To(HaveLen(1+own+shared), "one host end per endpoint")
+	g.Expect(linkNames(t, sharedPath)).To(ConsistOf("lo", "eth0", "eth1", "eth2", "eth3"))
+	for i := range own + shared {
+		ep, err := s.GetEndpointByName(ctx, fmt.Sprintf("pod-%d", i))
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(ep.NamespaceID).NotTo(BeEmpty())
+	}
+
+	for _, id := range ids {
+		wg.Go(func() { g.Expect(s.DeleteEndpoint(ctx, id)).To(Succeed()) })
+	}
+	wg.Wait()
+	g.Expect(linkNames(t, nodePath)).To(ConsistOf("lo"))
+	g.Expect(linkNames(t, sharedPath)).To(ConsistOf("lo"))
+	list, err := s.ListEndpoints(ctx, n.ID)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(list).To(BeEmpty())
 }

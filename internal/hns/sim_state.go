@@ -84,15 +84,37 @@ func (m *simModel) restore(s simState) error {
 	return nil
 }
 
-// persist writes the model's state to its state file, if it has one; the caller holds m.mu. It is called after
-// every mutation; when it fails, the mutation has happened (in the model and on the host) but is not on disk.
-func (m *simModel) persist() error {
+// pendingState is a state to write to the state file, numbered in the order of the mutations.
+type pendingState struct {
+	state   simState
+	version uint64
+}
+
+// pending returns the state after a mutation, to save once m.mu is released; nil without a state file. The
+// caller holds m.mu.
+func (m *simModel) pending() *pendingState {
 	if m.stateFile == "" {
 		return nil
 	}
-	if err := writeSimState(m.stateFile, m.snapshot()); err != nil {
+	m.version++
+	return &pendingState{state: m.snapshot(), version: m.version}
+}
+
+// save writes a pending state to the state file unless a newer one is written already. It is called after every
+// mutation; when it fails, the mutation has happened (in the model and on the host) but is not on disk.
+func (m *simModel) save(p *pendingState) error {
+	if p == nil {
+		return nil
+	}
+	m.saveMu.Lock()
+	defer m.saveMu.Unlock()
+	if p.version <= m.saved {
+		return nil
+	}
+	if err := writeSimState(m.stateFile, p.state); err != nil {
 		return fmt.Errorf("persisting the HNS simulator state: %w", err)
 	}
+	m.saved = p.version
 	return nil
 }
 

@@ -15,13 +15,14 @@ import (
 )
 
 // TestLinuxSimStateFile checks that a simulator with a state file hands its networks, endpoints and attachments
-// to the next simulator on the same file (an agent restart), drops endpoints whose veths are gone, and that
-// Reboot leaves an empty state.
+// to the next simulator on the same file (an agent restart), drops attached endpoints whose veths are gone, keeps
+// unattached ones (which have none), and that Reboot leaves an empty state.
 func TestLinuxSimStateFile(t *testing.T) {
 	g := NewWithT(t)
 	ctx := context.Background()
 	_, nodePath := newNetNS(t, "whns-node")
 	podName, podPath := newNetNS(t, "whns-pod")
+	pod2Name, _ := newNetNS(t, "whns-pod2")
 	stateFile := filepath.Join(t.TempDir(), "state", "hns-sim.json")
 	open := func() *Sim {
 		s, err := NewLinuxSim(LinuxSimOptions{HostNetNS: nodePath, StateFile: stateFile})
@@ -39,6 +40,9 @@ func TestLinuxSimStateFile(t *testing.T) {
 	g.Expect(first.AttachEndpoint(ctx, a.ID, podName)).To(Succeed())
 	b, err := first.CreateEndpoint(ctx, EndpointSpec{Name: "pod-b", NetworkID: n.ID, IP: netip.MustParseAddr("10.244.1.11")})
 	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(first.AttachEndpoint(ctx, b.ID, pod2Name)).To(Succeed())
+	c, err := first.CreateEndpoint(ctx, EndpointSpec{Name: "pod-c", NetworkID: n.ID, IP: netip.MustParseAddr("10.244.1.12")})
+	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(first.Close()).To(Succeed())
 
 	// The file is the state, readable by a person.
@@ -47,7 +51,7 @@ func TestLinuxSimStateFile(t *testing.T) {
 	var onDisk simState
 	g.Expect(json.Unmarshal(raw, &onDisk)).To(Succeed())
 	g.Expect(onDisk.Networks).To(HaveLen(1))
-	g.Expect(onDisk.Endpoints).To(HaveLen(2))
+	g.Expect(onDisk.Endpoints).To(HaveLen(3))
 	g.Expect(onDisk.Endpoints[0].MAC).To(Equal(a.MAC.String()))
 
 	// pod-b's pair disappears while no simulator runs: the next one drops it and keeps the rest.
@@ -69,6 +73,11 @@ func TestLinuxSimStateFile(t *testing.T) {
 	}))
 	_, err = second.GetEndpointByName(ctx, "pod-b")
 	g.Expect(err).To(MatchError(ErrNotFound), "endpoint %s lost its veth pair", b.ID)
+	gotC, err := second.GetEndpointByName(ctx, "pod-c")
+	g.Expect(err).NotTo(HaveOccurred(), "an unattached endpoint has no pair to lose")
+	g.Expect(gotC.ID).To(Equal(c.ID))
+	_, err = second.CreateEndpoint(ctx, EndpointSpec{Name: "pod-c", NetworkID: n.ID, IP: netip.MustParseAddr("10.244.1.13")})
+	g.Expect(err).To(MatchError(ContainSubstring(`interface "pod-c" already exists`)), "the loaded endpoint keeps its name")
 	_, err = second.CreateTransparentNetwork(ctx, testNetworkSpec())
 	g.Expect(err).To(MatchError(ErrAdapterInUse), "the loaded network still holds its adapter")
 
