@@ -118,8 +118,15 @@ func (p *Pods) repair(ctx context.Context, n node, a *Attachment) ([]string, err
 		}
 		a.EndpointID, a.NetworkID, changed = ep.ID, n.networkID, true
 		repaired = append(repaired, networkv1alpha1.EndpointMissingReason)
-		// The port was bound to the endpoint that is gone: bind it to the new one.
+		// The port was bound to the endpoint that is gone: bind it to the new one. ovs-vswitchd
+		// must have closed the old interface before the new one of the same name appears.
 		if err := p.deletePort(ctx, a); err != nil {
+			return repaired, err
+		}
+		wctx, cancel := context.WithTimeout(ctx, portTimeout)
+		err = p.opts.Host.OVSDB.WaitApplied(wctx)
+		cancel()
+		if err != nil {
 			return repaired, err
 		}
 	case err != nil:
@@ -168,16 +175,6 @@ func (p *Pods) repair(ctx context.Context, n node, a *Attachment) ([]string, err
 
 // syncFlows installs the attachment's flows where they are missing and reports whether any were.
 func (p *Pods) syncFlows(ctx context.Context, n node, a *Attachment) (bool, error) {
-	flows, err := podFlows(n.realized, a)
-	if err != nil {
-		return false, err
-	}
-	p.flowMu.Lock()
-	defer p.flowMu.Unlock()
-	p.ofportOwner[a.OFPort] = a.SandboxID
-	res, err := n.realized.Flows.SyncObject(ctx, pipeline.CategoryPod, uint64(a.OFPort), flows)
-	if err != nil {
-		return false, fmt.Errorf("installing the flows of port %s: %w", a.EndpointName, err)
-	}
-	return res.Added > 0, nil
+	res, err := p.installFlows(ctx, n.realized, a)
+	return res.Added > 0, err
 }

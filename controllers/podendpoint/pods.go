@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -65,12 +66,13 @@ type Pods struct {
 	// sweep is held for reading by every attach, detach and repair, and for writing by sweeps,
 	// which must not mistake an attachment being made for an orphan.
 	sweep sync.RWMutex
-	// flowMu guards ofportOwner and orders flow changes keyed by ofport. The agent chooses the
-	// ofport of each Pod's port (so that the Pod's flows are installed while OVS attaches the port)
-	// and a number is reused once its port is gone: removing one Pod's flows must not remove its
-	// successor's.
+	// flowMu guards ofportOwner. The agent chooses the ofport of each Pod's port (so that the
+	// Pod's flows are installed while OVS attaches the port) and a number is reused once its port
+	// is gone: removing one Pod's flows must not remove its successor's. ofportLocks orders the
+	// flow changes of one ofport; changes of different ofports go to the switch at once.
 	flowMu      sync.Mutex
 	ofportOwner map[int32]string
+	ofportLocks keyed.Mutex
 	// changed wakes the PodEndpoint reconciler for a Pod.
 	changedMu sync.Mutex
 	changed   func(types.NamespacedName)
@@ -287,7 +289,10 @@ func (p *Pods) attach(ctx context.Context, n node, c *call) (_ *Attachment, retE
 	// The flows depend only on the ofport the agent asks for: they are installed while the endpoint
 	// is attached and OVS attaches the port, and follow the port if OVS gives it another number.
 	flowsDone := make(chan error, 1)
-	go func() { flowsDone <- p.installFlows(ctx, n.realized, a) }()
+	go func() {
+		_, err := p.installFlows(ctx, n.realized, a)
+		flowsDone <- err
+	}()
 	var ofport int32
 	err = p.attachPod(ctx, ep, a)
 	steps.done("attach")
@@ -376,7 +381,8 @@ func (p *Pods) moveFlows(ctx context.Context, n node, a *Attachment, ofport int3
 	}
 	p.releaseOFPort(a.OFPort, a.SandboxID)
 	a.OFPort = ofport
-	return p.installFlows(ctx, n.realized, a)
+	_, err := p.installFlows(ctx, n.realized, a)
+	return err
 }
 
 // ensurePort makes the endpoint's port exist and attached by OVS, as attach does, for a
@@ -466,19 +472,22 @@ func podFlows(rz nodenetwork.Realized, a *Attachment) ([]openflow.Flow, error) {
 	return flows, nil
 }
 
-// installFlows installs the attachment's flows, taking its ofport over from any earlier owner.
-func (p *Pods) installFlows(ctx context.Context, rz nodenetwork.Realized, a *Attachment) error {
+// installFlows installs the attachment's flows where they are missing, taking its ofport over from
+// any earlier owner.
+func (p *Pods) installFlows(ctx context.Context, rz nodenetwork.Realized, a *Attachment) (openflow.SyncResult, error) {
 	flows, err := podFlows(rz, a)
 	if err != nil {
-		return err
+		return openflow.SyncResult{}, err
 	}
+	defer p.ofportLocks.Lock(strconv.Itoa(int(a.OFPort)))()
 	p.flowMu.Lock()
-	defer p.flowMu.Unlock()
 	p.ofportOwner[a.OFPort] = a.SandboxID
-	if _, err := rz.Flows.SyncObject(ctx, pipeline.CategoryPod, uint64(a.OFPort), flows); err != nil {
-		return fmt.Errorf("installing the flows of port %s: %w", a.EndpointName, err)
+	p.flowMu.Unlock()
+	res, err := rz.Flows.SyncObject(ctx, pipeline.CategoryPod, uint64(a.OFPort), flows)
+	if err != nil {
+		return res, fmt.Errorf("installing the flows of port %s: %w", a.EndpointName, err)
 	}
-	return nil
+	return res, nil
 }
 
 // removeFlows removes the flows of ofport unless another sandbox owns it.
@@ -487,9 +496,11 @@ func (p *Pods) removeFlows(ctx context.Context, ofport int32, sandbox string) er
 	if !ok || ofport <= 0 {
 		return nil // no bridge connection: its flows go with it
 	}
+	defer p.ofportLocks.Lock(strconv.Itoa(int(ofport)))()
 	p.flowMu.Lock()
-	defer p.flowMu.Unlock()
-	if owner, ok := p.ofportOwner[ofport]; ok && owner != sandbox {
+	owner, owned := p.ofportOwner[ofport]
+	p.flowMu.Unlock()
+	if owned && owner != sandbox {
 		return nil
 	}
 	if _, err := rz.Flows.SyncObject(ctx, pipeline.CategoryPod, uint64(ofport), nil); err != nil {

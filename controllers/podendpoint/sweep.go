@@ -168,7 +168,8 @@ func (p *Pods) installAllFlows(ctx context.Context, n node) error {
 		if a.Deleting || a.OFPort <= 0 {
 			continue
 		}
-		errs = append(errs, p.installFlows(ctx, n.realized, a))
+		_, err := p.installFlows(ctx, n.realized, a)
+		errs = append(errs, err)
 	}
 	if err := errors.Join(errs...); err != nil {
 		return err

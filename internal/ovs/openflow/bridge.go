@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"antrea.io/libOpenflow/openflow15"
@@ -104,7 +105,12 @@ type Bridge struct {
 	// previous is the round the bridge recorded before Connect advanced it (0: none); set once.
 	previous uint16
 
-	mu         sync.Mutex // serialises Sync, SyncGroups, replay, Verify
+	mu sync.Mutex // serialises Sync, SyncGroups, replay, Verify
+	// queued holds the Syncs waiting for mu; whoever takes mu next sends them (see sync).
+	queueMu sync.Mutex
+	queued  []*syncReq
+	// bundles counts the bundles the switch committed.
+	bundles    atomic.Uint64
 	round      uint16
 	flows      flowSet
 	byCategory map[uint8]flowSet
@@ -435,17 +441,126 @@ func (fc flowChanges) msg(i int) bundleMsg {
 	return bundleMsg{flow: &c.flow, cookie: c.flow.Cookie, command: openflow15.FC_DELETE_STRICT}
 }
 
-// sync implements Sync (object nil: the whole category) and SyncObject.
+// syncReq is a Sync or SyncObject waiting for the bundle that carries it.
+type syncReq struct {
+	category uint8
+	object   *uint64 // nil: the whole category
+	desired  []Flow
+	res      SyncResult
+	err      error
+	done     chan struct{}
+}
+
+func (r *syncReq) finish(res SyncResult, err error) {
+	r.res, r.err = res, err
+	close(r.done)
+}
+
+// sync implements Sync (object nil: the whole category) and SyncObject. Calls that arrive while
+// the switch works on a bundle share the next one (group commit): the call queues its request,
+// and whoever takes the bridge's lock next sends every queued request, so concurrent changes of
+// many Pods or routes cost a few bundles, not one round trip each behind one another.
 func (b *Bridge) sync(ctx context.Context, category uint8, object *uint64, desired []Flow) (SyncResult, error) {
 	if err := b.waitConnected(ctx); err != nil {
 		return SyncResult{}, fmt.Errorf("syncing category %d on bridge %q: %w", category, b.opts.Bridge, err)
 	}
+	req := &syncReq{category: category, object: object, desired: desired, done: make(chan struct{})}
+	b.queueMu.Lock()
+	b.queued = append(b.queued, req)
+	b.queueMu.Unlock()
+
 	b.mu.Lock()
-	defer b.mu.Unlock()
-	changes, order, err := b.diff(category, object, desired)
-	if err != nil {
-		return SyncResult{}, fmt.Errorf("syncing category %d on bridge %q: %w", category, b.opts.Bridge, err)
+	b.queueMu.Lock()
+	queue := b.queued
+	b.queued = nil
+	b.queueMu.Unlock()
+	for len(queue) > 0 {
+		n := batchLen(queue)
+		b.syncBatch(ctx, queue[:n])
+		queue = queue[n:]
 	}
+	b.mu.Unlock()
+	<-req.done // sent by this call or by one that took the lock before it
+	return req.res, req.err
+}
+
+// batchLen is how many of the queued requests can share a bundle: requests for distinct objects;
+// a whole-category Sync, or a second request for an object, starts the next bundle.
+func batchLen(queue []*syncReq) int {
+	if queue[0].object == nil {
+		return 1
+	}
+	type key struct {
+		category uint8
+		object   uint64
+	}
+	seen := map[key]bool{}
+	for i, r := range queue {
+		k := key{r.category, 0}
+		if r.object != nil {
+			k.object = *r.object
+		}
+		if r.object == nil || seen[k] {
+			return i
+		}
+		seen[k] = true
+	}
+	return len(queue)
+}
+
+// syncBatch sends the requests in one bundle; the caller holds b.mu. If the switch rejects the
+// bundle, it changed nothing: each request is then sent on its own, so that only a bad one fails.
+// The bundle is not bound to the context of the call that sends it, which carries other calls'
+// changes too.
+func (b *Bridge) syncBatch(ctx context.Context, batch []*syncReq) {
+	if len(batch) == 1 {
+		r := batch[0]
+		r.finish(b.syncOne(ctx, r.category, r.object, r.desired))
+		return
+	}
+	ctx = context.WithoutCancel(ctx)
+	type part struct {
+		req     *syncReq
+		changes flowChanges
+		res     SyncResult
+	}
+	parts := make([]part, 0, len(batch))
+	var all flowChanges
+	for _, r := range batch {
+		changes, _, err := b.diff(r.category, r.object, r.desired)
+		if err != nil {
+			r.finish(SyncResult{}, fmt.Errorf("syncing category %d on bridge %q: %w", r.category, b.opts.Bridge, err))
+			continue
+		}
+		parts = append(parts, part{req: r, changes: changes, res: countChanges(changes)})
+		all = append(all, changes...)
+	}
+	if len(all) > 0 {
+		b.log.V(4).Info("Syncing flows of several objects in one bundle", "objects", len(parts), "mods", len(all))
+		if err := b.sendBundle(ctx, all); err != nil {
+			for i := len(parts) - 1; i >= 0; i-- {
+				b.forgetAdds(parts[i].changes)
+			}
+			b.log.V(1).Info("The switch rejected a bundle of several objects' flows; sending each on its own", "objects", len(parts), "error", err.Error())
+			for _, p := range parts {
+				p.req.finish(b.syncOne(ctx, p.req.category, p.req.object, p.req.desired))
+			}
+			return
+		}
+	}
+	for _, p := range parts {
+		if len(p.changes) > 0 && b.byCategory[p.req.category] == nil {
+			b.byCategory[p.req.category] = make(flowSet, p.res.Added)
+		}
+		for _, c := range p.changes {
+			b.apply(c)
+		}
+		p.req.finish(p.res, nil)
+	}
+}
+
+// countChanges counts the adds, modifications and deletes of a Sync.
+func countChanges(changes flowChanges) SyncResult {
 	var res SyncResult
 	for _, c := range changes {
 		switch {
@@ -457,6 +572,16 @@ func (b *Bridge) sync(ctx context.Context, category uint8, object *uint64, desir
 			res.Modified++
 		}
 	}
+	return res
+}
+
+// syncOne sends one Sync or SyncObject in a bundle of its own; the caller holds b.mu.
+func (b *Bridge) syncOne(ctx context.Context, category uint8, object *uint64, desired []Flow) (SyncResult, error) {
+	changes, order, err := b.diff(category, object, desired)
+	if err != nil {
+		return SyncResult{}, fmt.Errorf("syncing category %d on bridge %q: %w", category, b.opts.Bridge, err)
+	}
+	res := countChanges(changes)
 	if len(changes) == 0 {
 		b.rememberOrder(category, order)
 		return res, nil

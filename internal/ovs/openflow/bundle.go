@@ -104,10 +104,14 @@ func (b *Bridge) sendBundle(ctx context.Context, src bundleSource) error {
 			return fmt.Errorf("sending %s in a bundle of %d messages: %w", m.String(), n, err)
 		}
 	}
-	return tx.commit(ctx, func(i int) string {
+	err = tx.commit(ctx, func(i int) string {
 		m := src.msg(i)
 		return m.String()
 	})
+	if err == nil {
+		b.bundles.Add(1)
+	}
+	return err
 }
 
 // bundleTx is one atomic bundle on a connection of its own to the bridge's management socket. The

@@ -465,3 +465,74 @@ func monitorFlows(t *testing.T, e *env) func() []string {
 		return events
 	}
 }
+
+// TestConcurrentSyncObjectsShareABundle queues SyncObjects of many objects behind a bundle in
+// flight: the next bundle carries them all, and a flow the switch refuses fails only its own call.
+func TestConcurrentSyncObjectsShareABundle(t *testing.T) {
+	g := NewWithT(t)
+	e := setup(t)
+	ctx := context.Background()
+	route := func(object uint64) openflow.Flow {
+		return openflow.Flow{Table: 70, Priority: 200, Cookie: object,
+			Match:   []openflow.MatchField{openflow.IPv4(), openflow.NwDst(netip.PrefixFrom(netip.AddrFrom4([4]byte{10, byte(object), 0, 0}), 24))},
+			Actions: []openflow.Action{openflow.Output(uint32(object))}}
+	}
+	// syncAll runs a SyncObject per object while the bridge is held, waits until all are queued,
+	// releases the bridge and returns each call's result.
+	syncAll := func(objects []uint64, flows func(uint64) []openflow.Flow) map[uint64]error {
+		release := e.br.Hold()
+		errs := make(chan struct {
+			object uint64
+			err    error
+		}, len(objects))
+		for _, o := range objects {
+			go func() {
+				_, err := e.br.SyncObject(ctx, 6, o, flows(o))
+				errs <- struct {
+					object uint64
+					err    error
+				}{o, err}
+			}()
+		}
+		g.Eventually(e.br.Queued).Should(Equal(len(objects)))
+		release()
+		got := map[uint64]error{}
+		for range objects {
+			r := <-errs
+			got[r.object] = r.err
+		}
+		return got
+	}
+	var objects []uint64
+	for o := uint64(1); o <= 20; o++ {
+		objects = append(objects, o)
+	}
+
+	before := e.br.Bundles()
+	for o, err := range syncAll(objects, func(o uint64) []openflow.Flow { return []openflow.Flow{route(o)} }) {
+		g.Expect(err).NotTo(HaveOccurred(), "object %d", o)
+	}
+	g.Expect(e.br.Bundles()-before).To(Equal(uint64(1)), "twenty objects, one bundle")
+	g.Expect(e.br.Installed(6)).To(HaveLen(20))
+	g.Expect(dump(t, e.ovs)).To(Equal(rendered(e.br.Installed(6))))
+
+	// Objects 1-10 are removed and object 11 gets a flow OVS refuses (nw_src without eth_type=ip):
+	// the shared bundle fails, each call is sent again on its own, and only object 11's fails.
+	bad := openflow.Flow{Table: 70, Priority: 100, Cookie: 11, Match: []openflow.MatchField{openflow.NwSrc(netip.MustParsePrefix("10.9.0.0/16"))},
+		Actions: []openflow.Action{openflow.Output(1)}}
+	results := syncAll(objects[:11], func(o uint64) []openflow.Flow {
+		if o == 11 {
+			return []openflow.Flow{route(11), bad}
+		}
+		return nil
+	})
+	for o, err := range results {
+		if o == 11 {
+			g.Expect(err).To(MatchError(And(ContainSubstring("nw_src=10.9.0.0/16"), ContainSubstring("OFPBMC_BAD_PREREQ"))))
+			continue
+		}
+		g.Expect(err).NotTo(HaveOccurred(), "object %d", o)
+	}
+	g.Expect(e.br.Installed(6)).To(HaveLen(10), "objects 11-20 keep their flows")
+	g.Expect(dump(t, e.ovs)).To(Equal(rendered(e.br.Installed(6))))
+}

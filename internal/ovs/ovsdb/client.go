@@ -46,6 +46,7 @@ type Interface interface {
 	ReconcilePorts(ctx context.Context, bridge string, desired []PortSpec) (bool, error)
 	OwnedPorts(ctx context.Context, bridge string) ([]PortInfo, error)
 	WaitOFPort(ctx context.Context, name string) (int32, error)
+	WaitApplied(ctx context.Context) error
 	BridgeExternalIDs(ctx context.Context, bridge string) (map[string]string, error)
 	SetBridgeExternalIDs(ctx context.Context, bridge string, ids map[string]string) (bool, error)
 	SetFlowRestoreWait(ctx context.Context, enabled bool) (bool, error)
@@ -77,31 +78,39 @@ type Client struct {
 
 	mutations atomic.Uint64
 
-	// ifaceMu guards ifaceChanged, a channel closed (and replaced) whenever the monitor brings an
-	// Interface row added or changed, so that WaitOFPort wakes when OVS attaches a port instead of
-	// at its next poll.
-	ifaceMu      sync.Mutex
-	ifaceChanged chan struct{}
+	// changedMu guards changed: per table, a channel closed (and replaced) whenever the monitor
+	// brings a row of the table added or changed, so that WaitOFPort wakes when OVS attaches a port
+	// and WaitApplied when ovs-vswitchd reports a configuration, instead of at their next poll.
+	changedMu sync.Mutex
+	changed   map[string]chan struct{}
+}
+
+// tableChanged returns a channel that is closed at the next row of the table the monitor adds or
+// changes.
+func (c *Client) tableChanged(table string) <-chan struct{} {
+	c.changedMu.Lock()
+	defer c.changedMu.Unlock()
+	ch := c.changed[table]
+	if ch == nil {
+		ch = make(chan struct{})
+		c.changed[table] = ch
+	}
+	return ch
 }
 
 // interfaceChanged returns a channel that is closed at the next Interface row the monitor adds or
 // changes.
-func (c *Client) interfaceChanged() <-chan struct{} {
-	c.ifaceMu.Lock()
-	defer c.ifaceMu.Unlock()
-	return c.ifaceChanged
-}
+func (c *Client) interfaceChanged() <-chan struct{} { return c.tableChanged(vswitchd.InterfaceTable) }
 
-// notifyInterface wakes every waiter of interfaceChanged; it runs on libovsdb's event goroutine after
-// the cache holds the row.
-func (c *Client) notifyInterface(table string) {
-	if table != vswitchd.InterfaceTable {
-		return
+// notifyChanged wakes every waiter of tableChanged(table); it runs on libovsdb's event goroutine
+// after the cache holds the row.
+func (c *Client) notifyChanged(table string) {
+	c.changedMu.Lock()
+	defer c.changedMu.Unlock()
+	if ch := c.changed[table]; ch != nil {
+		close(ch)
+		delete(c.changed, table)
 	}
-	c.ifaceMu.Lock()
-	close(c.ifaceChanged)
-	c.ifaceChanged = make(chan struct{})
-	c.ifaceMu.Unlock()
 }
 
 // New connects to ovsdb-server, starts the monitor and waits for the initial dump.
@@ -146,7 +155,7 @@ func New(ctx context.Context, opts Options) (*Client, error) {
 		closeFn()
 		return nil, fmt.Errorf("creating OVSDB client for %q: %w", opts.Address, err)
 	}
-	c := &Client{ovs: ovs, owner: opts.Owner, log: log, closeFn: closeFn, ifaceChanged: make(chan struct{})}
+	c := &Client{ovs: ovs, owner: opts.Owner, log: log, closeFn: closeFn, changed: map[string]chan struct{}{}}
 
 	log.V(1).Info("Connecting to OVSDB", "address", opts.Address)
 	cctx, cancel := context.WithTimeout(ctx, opts.Timeout)
@@ -156,12 +165,13 @@ func New(ctx context.Context, opts Options) (*Client, error) {
 		return nil, fmt.Errorf("connecting to OVSDB at %q: %w", opts.Address, err)
 	}
 	ovs.Cache().AddEventHandler(&cache.EventHandlerFuncs{
-		AddFunc:    func(table string, _ model.Model) { c.notifyInterface(table) },
-		UpdateFunc: func(table string, _, _ model.Model) { c.notifyInterface(table) },
+		AddFunc:    func(table string, _ model.Model) { c.notifyChanged(table) },
+		UpdateFunc: func(table string, _, _ model.Model) { c.notifyChanged(table) },
 	})
 	ovsRow, br, port, iface := &vswitchd.OpenvSwitch{}, &vswitchd.Bridge{}, &vswitchd.Port{}, &vswitchd.Interface{}
 	mon := ovs.NewMonitor(
-		client.WithTable(ovsRow, &ovsRow.UUID, &ovsRow.Bridges, &ovsRow.OtherConfig, &ovsRow.ExternalIDs, &ovsRow.OVSVersion),
+		client.WithTable(ovsRow, &ovsRow.UUID, &ovsRow.Bridges, &ovsRow.OtherConfig, &ovsRow.ExternalIDs, &ovsRow.OVSVersion,
+			&ovsRow.NextCfg, &ovsRow.CurCfg),
 		client.WithTable(br, &br.UUID, &br.Name, &br.Ports, &br.DatapathType, &br.Protocols, &br.FailMode,
 			&br.OtherConfig, &br.ExternalIDs),
 		client.WithTable(port, &port.UUID, &port.Name, &port.Interfaces, &port.ExternalIDs),
@@ -277,6 +287,58 @@ func (c *Client) rootRow(ctx context.Context) (*vswitchd.OpenvSwitch, error) {
 		return nil, fmt.Errorf("Open_vSwitch row: %w (database not initialised?)", ErrNotFound)
 	}
 	return &rows[0], nil
+}
+
+// WaitApplied returns once ovs-vswitchd has applied every change committed to the database before
+// the call, as ovs-vsctl waits: it increments next_cfg and waits for ovs-vswitchd to report that
+// configuration in cur_cfg. After DeletePort and WaitApplied, ovs-vswitchd has closed the port's
+// interface: it cannot mistake an interface of the same name created afterwards for the old one
+// (the userspace datapath would turn the new one down when it closes the old).
+func (c *Client) WaitApplied(ctx context.Context) error {
+	root, err := c.rootRow(ctx)
+	if err != nil {
+		return fmt.Errorf("waiting for ovs-vswitchd: %w", err)
+	}
+	ops, err := c.ovs.Where(root).Mutate(root, model.Mutation{Field: &root.NextCfg, Mutator: ovsdb.MutateOperationAdd, Value: 1})
+	if err != nil {
+		return fmt.Errorf("waiting for ovs-vswitchd: %w", err)
+	}
+	ops = append(ops, ovsdb.Operation{Op: ovsdb.OperationSelect, Table: vswitchd.OpenvSwitchTable, Where: []ovsdb.Condition{}, Columns: []string{"next_cfg"}})
+	res, err := c.ovs.Transact(ctx, ops...)
+	if err == nil {
+		_, err = ovsdb.CheckOperationResults(res, ops)
+	}
+	if err != nil {
+		return fmt.Errorf("waiting for ovs-vswitchd: incrementing next_cfg: %w", err)
+	}
+	c.mutations.Add(1)
+	var want int
+	if rows := res[len(res)-1].Rows; len(rows) == 1 {
+		switch v := rows[0]["next_cfg"].(type) {
+		case float64:
+			want = int(v)
+		case int:
+			want = v
+		}
+	}
+	ticker := time.NewTicker(10 * time.Millisecond) // in case a reconnect replaces the cache
+	defer ticker.Stop()
+	for {
+		changed := c.tableChanged(vswitchd.OpenvSwitchTable)
+		root, err := c.rootRow(ctx)
+		if err != nil {
+			return fmt.Errorf("waiting for ovs-vswitchd: %w", err)
+		}
+		if root.CurCfg >= want {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("waiting for ovs-vswitchd to apply configuration %d (it reports %d): %w", want, root.CurCfg, ctx.Err())
+		case <-changed:
+		case <-ticker.C:
+		}
+	}
 }
 
 // SetFlowRestoreWait sets or clears other_config:flow-restore-wait.

@@ -215,3 +215,35 @@ func TestWaitOFPortWakesOnMonitor(t *testing.T) {
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(ofport).To(BeNumerically(">", 0))
 }
+
+// TestWaitAppliedWaitsForVswitchd checks that WaitApplied returns once ovs-vswitchd has applied
+// what was committed before it (a deleted port is gone from the datapath), and that it waits, up
+// to its context, while ovs-vswitchd is not running.
+func TestWaitAppliedWaitsForVswitchd(t *testing.T) {
+	g := NewWithT(t)
+	o, c, ctx := withBridge(t)
+	datapathPorts := func() string {
+		out, err := o.Appctl("dpif/show")
+		g.Expect(err).NotTo(HaveOccurred())
+		return out
+	}
+	for range 3 {
+		_, err := c.EnsurePort(ctx, "br-int", ovsdb.PortSpec{Name: "pod-w", Type: ovsdb.PortTypeInternal})
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(c.WaitApplied(ctx)).To(Succeed())
+		g.Expect(datapathPorts()).To(ContainSubstring("pod-w"), "applied: the port is in the datapath")
+		_, err = c.DeletePort(ctx, "br-int", "pod-w")
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(c.WaitApplied(ctx)).To(Succeed())
+		g.Expect(datapathPorts()).NotTo(ContainSubstring("pod-w"), "applied: the port is gone from the datapath")
+	}
+
+	g.Expect(o.KillVswitchd()).To(Succeed())
+	wctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	g.Expect(c.WaitApplied(wctx)).To(MatchError(context.DeadlineExceeded), "nobody applies the configuration")
+	g.Expect(time.Since(start)).To(BeNumerically(">=", 300*time.Millisecond))
+	g.Expect(o.StartVswitchd()).To(Succeed())
+	g.Expect(c.WaitApplied(ctx)).To(Succeed(), "a restarted ovs-vswitchd applies the configuration")
+}

@@ -1,0 +1,17 @@
+package openflow
+
+// Hold takes the bridge's lock, so that Syncs queue behind it, and returns its release.
+func (b *Bridge) Hold() (release func()) {
+	b.mu.Lock()
+	return b.mu.Unlock
+}
+
+// Queued is the number of Syncs waiting for the bridge's lock.
+func (b *Bridge) Queued() int {
+	b.queueMu.Lock()
+	defer b.queueMu.Unlock()
+	return len(b.queued)
+}
+
+// Bundles is the number of bundles the switch committed.
+func (b *Bridge) Bundles() uint64 { return b.bundles.Load() }
