@@ -8,6 +8,7 @@ import (
 	"net"
 	"slices"
 	"strings"
+	"time"
 
 	cnitypes "github.com/containernetworking/cni/pkg/types"
 	types100 "github.com/containernetworking/cni/pkg/types/100"
@@ -25,6 +26,7 @@ func (p *Pods) Handle(ctx context.Context, req cni.Request) cni.Response {
 		result []byte
 		err    error
 	)
+	start, command := time.Now(), string(req.Command)
 	switch req.Command {
 	case cni.CommandAdd:
 		result, err = p.add(ctx, req)
@@ -37,11 +39,15 @@ func (p *Pods) Handle(ctx context.Context, req cni.Request) cni.Response {
 	case cni.CommandStatus:
 		err = p.status(ctx, req)
 	default:
+		command = "other" // not a label value per unknown command
 		err = cnitypes.NewError(cnitypes.ErrInvalidEnvironmentVariables, fmt.Sprintf("the winnet agent does not handle CNI_COMMAND %s", req.Command), "")
 	}
 	if err != nil {
-		return cni.Response{Error: asCNIError(ctx, req, err)}
+		cniErr := asCNIError(ctx, req, err)
+		observeRequest(command, time.Since(start), cniErr.Code)
+		return cni.Response{Error: cniErr}
 	}
+	observeRequest(command, time.Since(start), 0)
 	return cni.Response{Result: result}
 }
 

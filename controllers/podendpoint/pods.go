@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -253,7 +252,7 @@ func (p *Pods) attach(ctx context.Context, n node, c *call) (_ *Attachment, retE
 		Containers: []string{c.sandbox}, Created: time.Now().UTC(),
 	}
 	var undo undoStack
-	steps := newStepTimer()
+	steps := newStepTimer(cniCommandAdd)
 	defer func() {
 		log.V(1).Info("ADD steps", "took", steps.String())
 		if retErr != nil {
@@ -512,7 +511,7 @@ func (p *Pods) removeFlows(ctx context.Context, ofport int32, sandbox string) er
 // detach removes everything of the attachment — flows, OVS port, HNS endpoint, address — and
 // forgets it. Each step is idempotent, so a detach that failed half-way can be repeated.
 func (p *Pods) detach(ctx context.Context, a *Attachment) error {
-	steps := newStepTimer()
+	steps := newStepTimer(cniCommandDel)
 	defer func() { ctrl.LoggerFrom(ctx).V(1).Info("DEL steps", "took", steps.String()) }()
 	if !a.Deleting {
 		a.Deleting = true
@@ -557,19 +556,3 @@ func (p *Pods) Ready(ctx context.Context) bool {
 	_, err := p.node(ctx)
 	return err == nil
 }
-
-// stepTimer records how long each step of an operation took, for the debug log.
-type stepTimer struct {
-	last  time.Time
-	steps []string
-}
-
-func newStepTimer() *stepTimer { return &stepTimer{last: time.Now()} }
-
-func (s *stepTimer) done(step string) {
-	now := time.Now()
-	s.steps = append(s.steps, fmt.Sprintf("%s=%s", step, now.Sub(s.last).Round(10*time.Microsecond)))
-	s.last = now
-}
-
-func (s *stepTimer) String() string { return strings.Join(s.steps, " ") }

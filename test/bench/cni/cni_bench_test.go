@@ -7,6 +7,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"net"
+	"net/http"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -64,8 +67,10 @@ func TestBenchCNI(t *testing.T) {
 	dirs := t.TempDir()
 	socket, confDir := filepath.Join(dirs, "run", "cni.sock"), filepath.Join(dirs, "net.d")
 	logFile := filepath.Join(framework.RepoRoot(), "bin", "bench-cni-agent.log")
+	metricsAddr := freeAddress(t)
 	startAgent(t, filepath.Join(binDir, "winnet-agent"), logFile, node,
-		"--kubeconfig", server.KubeconfigPath, "--cni-socket", socket, "--cni-conf-dir", confDir, "--state-dir", filepath.Join(dirs, "state"))
+		"--kubeconfig", server.KubeconfigPath, "--cni-socket", socket, "--cni-conf-dir", confDir, "--state-dir", filepath.Join(dirs, "state"),
+		"--metrics-bind-address", metricsAddr)
 	list := waitConfList(t, filepath.Join(confDir, cni.ConfListName))
 
 	namespaces := make([]string, 8)
@@ -82,10 +87,15 @@ func TestBenchCNI(t *testing.T) {
 	var last string
 	for _, conc := range []int{1, 8} {
 		ipam := ipamRun(t, conc)
-		before := cpuTimes()
+		before, stepsBefore := cpuTimes(), scrapeSteps(t, metricsAddr)
 		retries.Store(0)
 		add := cniRun(t, runtime, list, conc, namespaces)
 		fmt.Printf("bench-cni conc=%d: CPU seconds during the %.1f s of ADD+DEL: %s\n", conc, add.total.Seconds(), cpuTimes().since(before))
+		stepMeans := scrapeSteps(t, metricsAddr).since(stepsBefore)
+		if stepMeans == "" {
+			t.Fatal("the agent's metrics have no winnet_cni_step_duration_seconds for the run")
+		}
+		fmt.Printf("bench-cni conc=%d: agent's mean ms per step (winnet_cni_step_duration_seconds): %s\n", conc, stepMeans)
 		p50, p99, ipamP99 := add.percentile(50), add.percentile(99), ipam.percentile(99)
 		last = fmt.Sprintf("bench-cni adds=%d conc=%d p50_ms=%.1f p99_ms=%.1f ipam_p99_ms=%.1f ratio=%.2f pods_per_s=%.0f",
 			pods, conc, ms(p50), ms(p99), ms(ipamP99), float64(p99)/float64(ipamP99), float64(pods)/add.total.Seconds())
@@ -377,4 +387,80 @@ func (c cpu) since(before cpu) string {
 		parts = append(parts, fmt.Sprintf("%s=%.2f", u.name, u.s))
 	}
 	return strings.Join(parts, " ")
+}
+
+// freeAddress returns a loopback address with a port nobody listens on.
+func freeAddress(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// steps are the sums and counts of the agent's step histogram, by "COMMAND step".
+type steps map[string][2]float64
+
+// scrapeSteps reads winnet_cni_step_duration_seconds from the agent's metrics endpoint.
+func scrapeSteps(t *testing.T, addr string) steps {
+	t.Helper()
+	resp, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		t.Fatalf("scraping the agent's metrics: %v", err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatalf("scraping the agent's metrics: %v", err)
+	}
+	s := steps{}
+	for _, line := range strings.Split(string(body), "\n") {
+		name, rest, ok := strings.Cut(line, "{")
+		if !ok || (name != "winnet_cni_step_duration_seconds_sum" && name != "winnet_cni_step_duration_seconds_count") {
+			continue
+		}
+		labels, value, _ := strings.Cut(rest, "} ")
+		var command, step string
+		for _, kv := range strings.Split(labels, ",") {
+			k, v, _ := strings.Cut(kv, "=")
+			switch k {
+			case "command":
+				command = strings.Trim(v, `"`)
+			case "step":
+				step = strings.Trim(v, `"`)
+			}
+		}
+		f, err := strconv.ParseFloat(value, 64)
+		if err != nil {
+			t.Fatalf("metric line %q: %v", line, err)
+		}
+		key, e := command+" "+step, s[command+" "+step]
+		if strings.HasSuffix(name, "_sum") {
+			e[0] = f
+		} else {
+			e[1] = f
+		}
+		s[key] = e
+	}
+	return s
+}
+
+// since renders the mean of each step over the calls made after earlier, ADD steps first.
+func (s steps) since(earlier steps) string {
+	keys := make([]string, 0, len(s))
+	for k := range s {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	var out []string
+	for _, k := range keys {
+		n := s[k][1] - earlier[k][1]
+		if n == 0 {
+			continue
+		}
+		out = append(out, fmt.Sprintf("%s=%.1f", strings.Replace(k, " ", ":", 1), (s[k][0]-earlier[k][0])/n*1000))
+	}
+	return strings.Join(out, " ")
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/containernetworking/cni/pkg/invoke"
 	cnitypes "github.com/containernetworking/cni/pkg/types"
 	. "github.com/onsi/gomega"
+	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/winnet-io/winnet/internal/cni"
 )
@@ -186,4 +187,29 @@ func TestErrors(t *testing.T) {
 		}
 	}
 	NewWithT(t).Expect(n.leftovers(NewWithT(t))).To(BeEmpty())
+
+	t.Run("the agent's metrics count the calls by command and result, and time each step", func(t *testing.T) {
+		g := NewWithT(t)
+		families, err := ctrlmetrics.Registry.Gather()
+		g.Expect(err).NotTo(HaveOccurred())
+		counts := map[string]uint64{}
+		for _, f := range families {
+			for _, m := range f.GetMetric() {
+				key := f.GetName()
+				for _, l := range m.GetLabel() {
+					key += " " + l.GetName() + "=" + l.GetValue()
+				}
+				counts[key] = m.GetHistogram().GetSampleCount()
+			}
+		}
+		g.Expect(counts).To(HaveKeyWithValue("winnet_cni_request_duration_seconds command=ADD result=success", BeNumerically(">", 0)))
+		g.Expect(counts).To(HaveKeyWithValue("winnet_cni_request_duration_seconds command=DEL result=success", BeNumerically(">", 0)))
+		g.Expect(counts).To(HaveKeyWithValue(fmt.Sprintf("winnet_cni_request_duration_seconds command=ADD result=error-%d", cnitypes.ErrInvalidNetNS), BeNumerically(">", 0)))
+		for _, step := range []string{"ipam", "endpoint", "attach", "port", "flows", "store"} {
+			g.Expect(counts).To(HaveKeyWithValue("winnet_cni_step_duration_seconds command=ADD step="+step, BeNumerically(">", 0)))
+		}
+		for _, step := range []string{"flows+port", "endpoint", "ipam", "store"} {
+			g.Expect(counts).To(HaveKeyWithValue("winnet_cni_step_duration_seconds command=DEL step="+step, BeNumerically(">", 0)))
+		}
+	})
 }
