@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"github.com/containernetworking/plugins/pkg/ns"
-	"github.com/google/nftables"
 	"github.com/vishvananda/netns"
 	"net"
 	"net/netip"
@@ -32,6 +31,8 @@ type netlinkHost struct {
 	nl   *netlink.Handle
 	// routeMessages counts the route requests EnsureRoutes and ReconcileRoutes wrote to the kernel.
 	routeMessages atomic.Uint64
+	// switchPorts batches concurrent SetSwitchPort calls into one nftables transaction.
+	switchPorts switchPortBatcher
 }
 
 var _ Interface = (*netlinkHost)(nil)
@@ -339,59 +340,6 @@ func (h *netlinkHost) EnsureForwarding(_ context.Context, linkIndex int) error {
 	// address as source; Linux drops such packets unless the interface accepts local sources.
 	if err := h.inNetNS(func() error { return ensureSysctl(filepath.Join("net/ipv4/conf", name, "accept_local"), "1") }); err != nil {
 		return fmt.Errorf("accepting local sources on %q: %w", name, err)
-	}
-	return nil
-}
-
-// switchPortTable is the nftables netdev table holding one drop-all ingress chain per switch port.
-const switchPortTable = "winnet"
-
-func (h *netlinkHost) SetSwitchPort(_ context.Context, linkIndex int, on bool) error {
-	l, err := h.link(linkIndex)
-	if err != nil {
-		return fmt.Errorf("setting switch port: %w", err)
-	}
-	name := l.Attrs().Name
-	var opts []nftables.ConnOption
-	if h.opts.NetNSPath != "" {
-		target, err := netns.GetFromPath(h.opts.NetNSPath)
-		if err != nil {
-			return fmt.Errorf("opening network namespace %s: %w", h.opts.NetNSPath, err)
-		}
-		defer target.Close()
-		opts = append(opts, nftables.WithNetNSFd(int(target)))
-	}
-	conn, err := nftables.New(opts...)
-	if err != nil {
-		return fmt.Errorf("opening nftables: %w", err)
-	}
-	table := &nftables.Table{Family: nftables.TableFamilyNetdev, Name: switchPortTable}
-	chainName := "port-" + name
-	chains, err := conn.ListChainsOfTableFamily(nftables.TableFamilyNetdev)
-	if err != nil {
-		return fmt.Errorf("listing nftables chains: %w", err)
-	}
-	var existing *nftables.Chain
-	for _, c := range chains {
-		if c.Table.Name == switchPortTable && c.Name == chainName {
-			existing = c
-		}
-	}
-	switch {
-	case on && existing == nil:
-		drop := nftables.ChainPolicyDrop
-		conn.AddTable(table)
-		conn.AddChain(&nftables.Chain{
-			Name: chainName, Table: table, Type: nftables.ChainTypeFilter, Hooknum: nftables.ChainHookIngress,
-			Priority: nftables.ChainPriorityFilter, Device: name, Policy: &drop,
-		})
-	case !on && existing != nil:
-		conn.DelChain(existing)
-	default:
-		return nil
-	}
-	if err := conn.Flush(); err != nil {
-		return fmt.Errorf("setting %q as a switch port (%t): %w", name, on, err)
 	}
 	return nil
 }
