@@ -109,10 +109,8 @@ func (h *netlinkHost) applySwitchPorts(batch []*switchPortReq) error {
 			existing[c.Name] = c
 		}
 	}
-	links, err := h.nl.LinkList()
-	if err != nil {
-		return fmt.Errorf("listing links: %w", err)
-	}
+	// Without a complete list of links, no chain counts as orphaned this time.
+	links, linksErr := retryDump(h.nl.LinkList)
 	present := map[string]bool{}
 	for _, l := range links {
 		present[chainPrefix+l.Attrs().Name] = true
@@ -141,7 +139,7 @@ func (h *netlinkHost) applySwitchPorts(batch []*switchPortReq) error {
 		changed = true
 	}
 	for chainName, c := range existing {
-		if strings.HasPrefix(chainName, chainPrefix) && !present[chainName] && !requested(batch, chainName) {
+		if linksErr == nil && strings.HasPrefix(chainName, chainPrefix) && !present[chainName] && !requested(batch, chainName) {
 			conn.DelChain(c) // its link is gone
 			changed = true
 		}

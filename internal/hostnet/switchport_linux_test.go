@@ -11,8 +11,8 @@ import (
 	"testing"
 
 	"github.com/google/nftables"
-	"github.com/vishvananda/netns"
 	. "github.com/onsi/gomega"
+	"github.com/vishvananda/netns"
 )
 
 // TestSetSwitchPortBatches queues SetSwitchPort calls behind a transaction in flight: the next
