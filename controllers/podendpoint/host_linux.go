@@ -2,7 +2,6 @@ package podendpoint
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net"
 
@@ -17,21 +16,18 @@ import (
 // whose host end the userspace datapath opens as a system port.
 const podPortType = ovsdb.PortTypeSystem
 
-// setSwitchPort makes the host end of the endpoint a switch port only (on) or a host interface
-// again (off), so that the kernel leaves its packets to OVS. An interface that is gone is left.
+// setSwitchPort makes the host end of the endpoint a switch port only (on), so that the kernel
+// leaves its packets to OVS, or releases it (off): the host end goes with the endpoint, so its mark
+// is dropped in the background rather than while a CNI call waits.
 func setSwitchPort(ctx context.Context, h hostnet.Interface, name string, on bool) error {
-	link, err := h.LinkByName(ctx, name)
-	if errors.Is(err, hostnet.ErrNotFound) && !on {
-		return nil
+	if !on {
+		return h.ReleaseSwitchPort(ctx, name)
 	}
+	link, err := h.LinkByName(ctx, name)
 	if err != nil {
 		return err
 	}
-	err = h.SetSwitchPort(ctx, link.Index, on)
-	if errors.Is(err, hostnet.ErrNotFound) && !on {
-		return nil // gone meanwhile, with its port
-	}
-	return err
+	return h.SetSwitchPort(ctx, link.Index, on)
 }
 
 // configurePodInterface sets the MTU of the Pod's interface, found by its MAC in the Pod's network

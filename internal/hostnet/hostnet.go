@@ -204,6 +204,10 @@ type Interface interface {
 	// Linux, where the userspace datapath reads the link beside the kernel, an nftables netdev
 	// ingress chain (table "winnet") drops the kernel's copy.
 	SetSwitchPort(ctx context.Context, linkIndex int, on bool) error
+	// ReleaseSwitchPort drops the switch-port mark of an interface that is gone, or goes with its
+	// port, without waiting: on Linux its chain is deleted in the background, together with the
+	// other released chains, in one transaction. SetSwitchPort(on) for the name cancels it.
+	ReleaseSwitchPort(ctx context.Context, name string) error
 	// Routes returns the unicast routes of the main table that were configured rather than
 	// derived by the system from an address: on Linux routes of protocol "kernel" are left out,
 	// on Windows routes of origin well-known or protocol local, and loopback routes. Multipath

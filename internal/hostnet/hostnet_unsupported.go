@@ -53,7 +53,9 @@ func (unsupportedHost) SetUp(context.Context, int) error { return errUnsupported
 
 func (unsupportedHost) EnsureForwarding(context.Context, int) error    { return errUnsupported() }
 func (unsupportedHost) SetSwitchPort(context.Context, int, bool) error { return errUnsupported() }
-func (unsupportedHost) EnsureRoutes(context.Context, []Route) error    { return errUnsupported() }
+
+func (unsupportedHost) ReleaseSwitchPort(context.Context, string) error { return errUnsupported() }
+func (unsupportedHost) EnsureRoutes(context.Context, []Route) error     { return errUnsupported() }
 
 func (unsupportedHost) Routes(context.Context, RouteFilter) ([]Route, error) {
 	return nil, errUnsupported()

@@ -490,6 +490,9 @@ func (h *ipHelper) EnsureRoutes(ctx context.Context, routes []Route) error {
 // the management vNIC is the host's only interface on the switch.
 func (h *ipHelper) SetSwitchPort(context.Context, int, bool) error { return nil }
 
+// ReleaseSwitchPort changes nothing on Windows, for the same reason.
+func (h *ipHelper) ReleaseSwitchPort(context.Context, string) error { return nil }
+
 func (h *ipHelper) EnsureForwarding(_ context.Context, linkIndex int) error {
 	l, err := luid(linkIndex)
 	if err != nil {

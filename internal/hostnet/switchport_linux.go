@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/google/nftables"
 	"github.com/vishvananda/netns"
@@ -26,8 +27,8 @@ const (
 // transaction fails, each change is committed on its own, so that only a bad one fails.
 //
 // The kernel keeps a netdev chain when its device goes away (and hooks it to the next device of
-// that name), so every transaction also deletes the chains of links that no longer exist: the
-// chain of a Pod's port whose interface went with the Pod's namespace does not outlive it.
+// that name): the chains of links that no longer exist are deleted in the background, with the
+// released ones (ReleaseSwitchPort), so that neither a CNI ADD nor a DEL waits for a grace period.
 func (h *netlinkHost) SetSwitchPort(_ context.Context, linkIndex int, on bool) error {
 	l, err := h.link(linkIndex)
 	if err != nil {
@@ -52,11 +53,64 @@ func (h *netlinkHost) SetSwitchPort(_ context.Context, linkIndex int, on bool) e
 	return req.err
 }
 
-// switchPortBatcher queues SetSwitchPort changes for the next nftables transaction.
+// switchPortBatcher queues SetSwitchPort changes for the next nftables transaction, and released
+// chains for the next background sweep.
 type switchPortBatcher struct {
 	commitMu sync.Mutex // held while a transaction is built and committed
 	queueMu  sync.Mutex
 	queued   []*switchPortReq
+
+	releaseMu      sync.Mutex
+	released       map[string]bool // link names whose chains the next sweep deletes
+	sweepScheduled bool
+}
+
+// sweepDelay is how long released and orphaned chains wait for the sweep that deletes them: one
+// transaction, and one grace period, for all that were released meanwhile.
+const sweepDelay = 200 * time.Millisecond
+
+// ReleaseSwitchPort schedules the deletion of the link's chain.
+func (h *netlinkHost) ReleaseSwitchPort(_ context.Context, name string) error {
+	b := &h.switchPorts
+	b.releaseMu.Lock()
+	defer b.releaseMu.Unlock()
+	if b.released == nil {
+		b.released = map[string]bool{}
+	}
+	b.released[name] = true
+	h.scheduleSweepLocked()
+	return nil
+}
+
+// scheduleSweepLocked starts the timer of the next sweep unless it runs already; the caller holds
+// releaseMu.
+func (h *netlinkHost) scheduleSweepLocked() {
+	if !h.switchPorts.sweepScheduled {
+		h.switchPorts.sweepScheduled = true
+		time.AfterFunc(sweepDelay, h.sweepSwitchPorts)
+	}
+}
+
+// sweepSwitchPorts deletes the released chains and those whose link is gone, in one transaction
+// (one by one if it fails). What it cannot delete, the next sweep tries again if the link is gone.
+func (h *netlinkHost) sweepSwitchPorts() {
+	b := &h.switchPorts
+	b.commitMu.Lock()
+	defer b.commitMu.Unlock()
+	b.releaseMu.Lock()
+	names := b.released
+	b.released = nil
+	b.sweepScheduled = false
+	b.releaseMu.Unlock()
+	batch := make([]*switchPortReq, 0, len(names))
+	for name := range names {
+		batch = append(batch, &switchPortReq{name: name, on: false, done: make(chan struct{})})
+	}
+	if err := h.applySwitchPorts(batch, true); err != nil && len(batch) > 1 {
+		for _, r := range batch {
+			_ = h.applySwitchPorts([]*switchPortReq{r}, false)
+		}
+	}
 }
 
 // switchPortReq is one SetSwitchPort call waiting for its transaction.
@@ -69,7 +123,7 @@ type switchPortReq struct {
 
 // commitSwitchPorts commits the changes in one transaction, or one by one if it fails.
 func (h *netlinkHost) commitSwitchPorts(batch []*switchPortReq) {
-	err := h.applySwitchPorts(batch)
+	err := h.applySwitchPorts(batch, false)
 	if err == nil || len(batch) == 1 {
 		for _, r := range batch {
 			r.err = err
@@ -78,14 +132,16 @@ func (h *netlinkHost) commitSwitchPorts(batch []*switchPortReq) {
 		return
 	}
 	for _, r := range batch {
-		r.err = h.applySwitchPorts([]*switchPortReq{r})
+		r.err = h.applySwitchPorts([]*switchPortReq{r}, false)
 		close(r.done)
 	}
 }
 
 // applySwitchPorts adds or deletes the chains of the requests in one nftables transaction; a chain
-// that is already as asked costs nothing.
-func (h *netlinkHost) applySwitchPorts(batch []*switchPortReq) error {
+// that is already as asked costs nothing. Turning a chain on cancels its release. Chains whose link
+// is gone are deleted when sweep is set, and left to a background sweep otherwise; the caller
+// holds commitMu.
+func (h *netlinkHost) applySwitchPorts(batch []*switchPortReq, sweep bool) error {
 	var opts []nftables.ConnOption
 	if h.opts.NetNSPath != "" {
 		target, err := netns.GetFromPath(h.opts.NetNSPath)
@@ -120,6 +176,11 @@ func (h *netlinkHost) applySwitchPorts(batch []*switchPortReq) error {
 	for _, r := range batch {
 		chainName := chainPrefix + r.name
 		c, exists := existing[chainName]
+		if r.on {
+			h.switchPorts.releaseMu.Lock()
+			delete(h.switchPorts.released, r.name)
+			h.switchPorts.releaseMu.Unlock()
+		}
 		switch {
 		case r.on && !exists:
 			drop := nftables.ChainPolicyDrop
@@ -139,10 +200,17 @@ func (h *netlinkHost) applySwitchPorts(batch []*switchPortReq) error {
 		changed = true
 	}
 	for chainName, c := range existing {
-		if linksErr == nil && strings.HasPrefix(chainName, chainPrefix) && !present[chainName] && !requested(batch, chainName) {
-			conn.DelChain(c) // its link is gone
-			changed = true
+		if linksErr != nil || !strings.HasPrefix(chainName, chainPrefix) || present[chainName] || requested(batch, chainName) {
+			continue
 		}
+		if !sweep {
+			h.switchPorts.releaseMu.Lock()
+			h.scheduleSweepLocked() // its link is gone
+			h.switchPorts.releaseMu.Unlock()
+			break
+		}
+		conn.DelChain(c) // its link is gone
+		changed = true
 	}
 	if !changed {
 		return nil

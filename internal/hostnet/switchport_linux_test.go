@@ -90,12 +90,22 @@ func TestSetSwitchPortBatches(t *testing.T) {
 	}
 	g.Expect(chains()).To(BeEmpty())
 
-	// A chain whose link went away is deleted by the next transaction, whatever it is for.
+	// A chain whose link went away is deleted by the background sweep the next transaction starts.
 	g.Expect(h.SetSwitchPort(ctx, index["spb0"], true)).To(Succeed())
 	g.Expect(h.SetSwitchPort(ctx, index["spb1"], true)).To(Succeed())
 	out, err := exec.Command("ip", "netns", "exec", name, "ip", "link", "del", "spb1").CombinedOutput()
 	g.Expect(err).NotTo(HaveOccurred(), "%s", out)
 	g.Expect(chains()).To(ConsistOf("port-spb0", "port-spb1"), "the kernel keeps the chain of a deleted link")
 	g.Expect(h.SetSwitchPort(ctx, index["spb2"], true)).To(Succeed())
-	g.Expect(chains()).To(ConsistOf("port-spb0", "port-spb2"))
+	g.Eventually(chains).Should(ConsistOf("port-spb0", "port-spb2"))
+
+	// Released chains go in the background; turning one on again before the sweep cancels its release.
+	g.Expect(h.ReleaseSwitchPort(ctx, "spb0")).To(Succeed())
+	g.Expect(h.ReleaseSwitchPort(ctx, "spb2")).To(Succeed())
+	g.Expect(h.SetSwitchPort(ctx, index["spb2"], true)).To(Succeed())
+	g.Eventually(chains).Should(ConsistOf("port-spb2"))
+	g.Consistently(chains).WithTimeout(2 * sweepDelay).Should(ConsistOf("port-spb2"))
+	g.Expect(h.ReleaseSwitchPort(ctx, "no-such-link")).To(Succeed(), "releasing what has no chain is a no-op")
+	g.Expect(h.ReleaseSwitchPort(ctx, "spb2")).To(Succeed())
+	g.Eventually(chains).Should(BeEmpty())
 }
