@@ -402,14 +402,19 @@ func (p *Pods) ensurePort(ctx context.Context, a *Attachment) (bool, error) {
 // createPort makes the endpoint's host interface a switch port and the OVS port of the same name
 // exist, requesting the attachment's ofport.
 func (p *Pods) createPort(ctx context.Context, a *Attachment) error {
-	if err := setSwitchPort(ctx, p.opts.Host.Net, a.EndpointName, true); err != nil {
-		return fmt.Errorf("making %s a switch port: %w", a.EndpointName, err)
-	}
+	// The interface becomes a switch port while OVS creates the port: the Pod sends nothing before
+	// its ADD returns, and both are in place by then.
+	marked := make(chan error, 1)
+	go func() { marked <- setSwitchPort(ctx, p.opts.Host.Net, a.EndpointName, true) }()
 	spec := ovsdb.PortSpec{Name: a.EndpointName, Type: podPortType, OFPortRequest: a.OFPort, ExternalIDs: map[string]string{
 		"winnet-pod":     a.PodNamespace + "/" + a.PodName,
 		"winnet-sandbox": a.SandboxID,
 	}}
-	if _, err := p.opts.Host.OVSDB.EnsurePort(ctx, a.Bridge, spec); err != nil {
+	_, err := p.opts.Host.OVSDB.EnsurePort(ctx, a.Bridge, spec)
+	if merr := <-marked; merr != nil {
+		return fmt.Errorf("making %s a switch port: %w", a.EndpointName, merr)
+	}
+	if err != nil {
 		return fmt.Errorf("creating OVS port %s: %w", a.EndpointName, err)
 	}
 	return nil
