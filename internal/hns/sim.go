@@ -217,11 +217,13 @@ type simModel struct {
 	backend   simBackend
 	// stateFile, when set, receives the state after every mutation (see pending and save).
 	stateFile string
-	// version counts mutations; saveMu orders writes of the state file, which skip states older than the
-	// one written last (saved).
-	version uint64
-	saveMu  sync.Mutex
-	saved   uint64
+	// version counts mutations and latest is the newest state to save; saveMu orders writes of the state
+	// file, which skip states no newer than the one written last (saved).
+	version  uint64
+	latestMu sync.Mutex
+	latest   *pendingState
+	saveMu   sync.Mutex
+	saved    uint64
 }
 
 var _ Interface = (*simModel)(nil)

@@ -261,7 +261,8 @@ func TestLinuxSimPodNamespaceGone(t *testing.T) {
 }
 
 // TestLinuxSimConcurrent attaches and deletes endpoints from many goroutines at once: each gets its own pair,
-// endpoints attached to one namespace get distinct interface names there, and nothing is left afterwards.
+// endpoints attached to one namespace get distinct interface names there, the state file ends with the newest
+// state, and nothing is left afterwards.
 func TestLinuxSimConcurrent(t *testing.T) {
 	g := NewWithT(t)
 	ctx := context.Background()
@@ -274,7 +275,13 @@ func TestLinuxSimConcurrent(t *testing.T) {
 		ownNames = append(ownNames, name)
 	}
 
-	s, err := NewLinuxSim(LinuxSimOptions{HostNetNS: nodePath})
+	stateFile := filepath.Join(t.TempDir(), "hns-sim.json")
+	onDisk := func() simState {
+		state, err := readSimState(stateFile)
+		g.Expect(err).NotTo(HaveOccurred())
+		return state
+	}
+	s, err := NewLinuxSim(LinuxSimOptions{HostNetNS: nodePath, StateFile: stateFile})
 	g.Expect(err).NotTo(HaveOccurred())
 	t.Cleanup(func() { g.Expect(s.Close()).To(Succeed()) })
 	n, err := s.CreateTransparentNetwork(ctx, testNetworkSpec())
@@ -310,6 +317,10 @@ func TestLinuxSimConcurrent(t *testing.T) {
 		g.Expect(err).NotTo(HaveOccurred())
 		g.Expect(ep.NamespaceID).NotTo(BeEmpty())
 	}
+	g.Expect(onDisk().Endpoints).To(HaveLen(own+shared), "the last write holds every endpoint")
+	for _, ep := range onDisk().Endpoints {
+		g.Expect(ep.NamespaceID).NotTo(BeEmpty(), "and every attachment: %s", ep.Name)
+	}
 
 	for _, id := range ids {
 		wg.Go(func() { g.Expect(s.DeleteEndpoint(ctx, id)).To(Succeed()) })
@@ -320,4 +331,5 @@ func TestLinuxSimConcurrent(t *testing.T) {
 	list, err := s.ListEndpoints(ctx, n.ID)
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(list).To(BeEmpty())
+	g.Expect(onDisk().Endpoints).To(BeEmpty())
 }

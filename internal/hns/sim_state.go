@@ -90,18 +90,23 @@ type pendingState struct {
 	version uint64
 }
 
-// pending returns the state after a mutation, to save once m.mu is released; nil without a state file. The
-// caller holds m.mu.
+// pending records the state after a mutation as the newest to save, and returns it to save once m.mu is
+// released; nil without a state file. The caller holds m.mu.
 func (m *simModel) pending() *pendingState {
 	if m.stateFile == "" {
 		return nil
 	}
 	m.version++
-	return &pendingState{state: m.snapshot(), version: m.version}
+	p := &pendingState{state: m.snapshot(), version: m.version}
+	m.latestMu.Lock()
+	m.latest = p
+	m.latestMu.Unlock()
+	return p
 }
 
-// save writes a pending state to the state file unless a newer one is written already. It is called after every
-// mutation; when it fails, the mutation has happened (in the model and on the host) but is not on disk.
+// save makes the state file hold p or a newer state. Calls that wait for a write in progress are served
+// by one write of the newest state (group commit), not one write each. It is called after every mutation;
+// when it fails, the mutation has happened (in the model and on the host) but is not on disk.
 func (m *simModel) save(p *pendingState) error {
 	if p == nil {
 		return nil
@@ -111,10 +116,13 @@ func (m *simModel) save(p *pendingState) error {
 	if p.version <= m.saved {
 		return nil
 	}
-	if err := writeSimState(m.stateFile, p.state); err != nil {
+	m.latestMu.Lock()
+	newest := m.latest
+	m.latestMu.Unlock()
+	if err := writeSimState(m.stateFile, newest.state); err != nil {
 		return fmt.Errorf("persisting the HNS simulator state: %w", err)
 	}
-	m.saved = p.version
+	m.saved = newest.version
 	return nil
 }
 
@@ -137,7 +145,9 @@ func readSimState(path string) (simState, error) {
 	return s, nil
 }
 
-// writeSimState writes s to path atomically: a temporary file in the same directory, synced, renamed over path.
+// writeSimState writes s to path atomically: a temporary file in the same directory renamed over path. It is
+// not synced: the state must outlive the agent's process, not the machine, whose reboot ends HNS state anyway
+// (deleting the file is how a reboot is simulated).
 func writeSimState(path string, s simState) error {
 	b, err := json.MarshalIndent(s, "", "  ")
 	if err != nil {
@@ -152,9 +162,6 @@ func writeSimState(path string, s simState) error {
 		return fmt.Errorf("creating a temporary file in %s: %w", dir, err)
 	}
 	_, err = f.Write(append(b, '\n'))
-	if err == nil {
-		err = f.Sync()
-	}
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
