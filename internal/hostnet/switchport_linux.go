@@ -10,6 +10,8 @@ import (
 
 	"github.com/google/nftables"
 	"github.com/vishvananda/netns"
+
+	"github.com/winnet-io/winnet/internal/groupcommit"
 )
 
 // switchPortTable is the nftables netdev table holding one drop-all ingress chain per switch port,
@@ -34,22 +36,8 @@ func (h *netlinkHost) SetSwitchPort(_ context.Context, linkIndex int, on bool) e
 	if err != nil {
 		return fmt.Errorf("setting switch port: %w", err)
 	}
-	req := &switchPortReq{name: l.Attrs().Name, on: on, done: make(chan struct{})}
-	b := &h.switchPorts
-	b.queueMu.Lock()
-	b.queued = append(b.queued, req)
-	b.queueMu.Unlock()
-
-	b.commitMu.Lock()
-	b.queueMu.Lock()
-	batch := b.queued
-	b.queued = nil
-	b.queueMu.Unlock()
-	if len(batch) > 0 {
-		h.commitSwitchPorts(batch)
-	}
-	b.commitMu.Unlock()
-	<-req.done // committed by this call or by one that took the lock before it
+	req := &switchPortReq{name: l.Attrs().Name, on: on}
+	h.switchPorts.queue.Do(&h.switchPorts.commitMu, req, h.commitSwitchPorts)
 	return req.err
 }
 
@@ -57,8 +45,7 @@ func (h *netlinkHost) SetSwitchPort(_ context.Context, linkIndex int, on bool) e
 // chains for the next background sweep.
 type switchPortBatcher struct {
 	commitMu sync.Mutex // held while a transaction is built and committed
-	queueMu  sync.Mutex
-	queued   []*switchPortReq
+	queue    groupcommit.Queue[*switchPortReq]
 
 	releaseMu      sync.Mutex
 	released       map[string]bool // link names whose chains the next sweep deletes
@@ -104,7 +91,7 @@ func (h *netlinkHost) sweepSwitchPorts() {
 	b.releaseMu.Unlock()
 	batch := make([]*switchPortReq, 0, len(names))
 	for name := range names {
-		batch = append(batch, &switchPortReq{name: name, on: false, done: make(chan struct{})})
+		batch = append(batch, &switchPortReq{name: name, on: false})
 	}
 	if err := h.applySwitchPorts(batch, true); err != nil && len(batch) > 1 {
 		for _, r := range batch {
@@ -113,12 +100,11 @@ func (h *netlinkHost) sweepSwitchPorts() {
 	}
 }
 
-// switchPortReq is one SetSwitchPort call waiting for its transaction.
+// switchPortReq is one SetSwitchPort call waiting for its transaction, and then its result.
 type switchPortReq struct {
 	name string
 	on   bool
 	err  error
-	done chan struct{}
 }
 
 // commitSwitchPorts commits the changes in one transaction, or one by one if it fails.
@@ -127,13 +113,11 @@ func (h *netlinkHost) commitSwitchPorts(batch []*switchPortReq) {
 	if err == nil || len(batch) == 1 {
 		for _, r := range batch {
 			r.err = err
-			close(r.done)
 		}
 		return
 	}
 	for _, r := range batch {
 		r.err = h.applySwitchPorts([]*switchPortReq{r}, false)
-		close(r.done)
 	}
 }
 

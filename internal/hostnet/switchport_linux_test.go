@@ -64,11 +64,7 @@ func TestSetSwitchPortBatches(t *testing.T) {
 				mu.Unlock()
 			})
 		}
-		g.Eventually(func() int {
-			h.switchPorts.queueMu.Lock()
-			defer h.switchPorts.queueMu.Unlock()
-			return len(h.switchPorts.queued)
-		}).Should(Equal(links), "every call waits for the transaction in flight")
+		g.Eventually(h.switchPorts.queue.Len).Should(Equal(links), "every call waits for the transaction in flight")
 		beforeRelease()
 		h.switchPorts.commitMu.Unlock()
 		wg.Wait()

@@ -12,6 +12,8 @@ import (
 	"antrea.io/libOpenflow/openflow15"
 	"antrea.io/ofnet/ofctrl"
 	"github.com/go-logr/logr"
+
+	"github.com/winnet-io/winnet/internal/groupcommit"
 )
 
 // Cookie layout: | round (16) | category (8) | object id (40) |.
@@ -106,9 +108,8 @@ type Bridge struct {
 	previous uint16
 
 	mu sync.Mutex // serialises Sync, SyncGroups, replay, Verify
-	// queued holds the Syncs waiting for mu; whoever takes mu next sends them (see sync).
-	queueMu sync.Mutex
-	queued  []*syncReq
+	// syncs holds the Syncs waiting for mu; whoever takes mu next sends them (see sync).
+	syncs groupcommit.Queue[*syncReq]
 	// bundles counts the bundles the switch committed.
 	bundles    atomic.Uint64
 	round      uint16
@@ -441,20 +442,16 @@ func (fc flowChanges) msg(i int) bundleMsg {
 	return bundleMsg{flow: &c.flow, cookie: c.flow.Cookie, command: openflow15.FC_DELETE_STRICT}
 }
 
-// syncReq is a Sync or SyncObject waiting for the bundle that carries it.
+// syncReq is a Sync or SyncObject waiting for the bundle that carries it, and then its result.
 type syncReq struct {
 	category uint8
 	object   *uint64 // nil: the whole category
 	desired  []Flow
 	res      SyncResult
 	err      error
-	done     chan struct{}
 }
 
-func (r *syncReq) finish(res SyncResult, err error) {
-	r.res, r.err = res, err
-	close(r.done)
-}
+func (r *syncReq) finish(res SyncResult, err error) { r.res, r.err = res, err }
 
 // sync implements Sync (object nil: the whole category) and SyncObject. Calls that arrive while
 // the switch works on a bundle share the next one (group commit): the call queues its request,
@@ -464,23 +461,14 @@ func (b *Bridge) sync(ctx context.Context, category uint8, object *uint64, desir
 	if err := b.waitConnected(ctx); err != nil {
 		return SyncResult{}, fmt.Errorf("syncing category %d on bridge %q: %w", category, b.opts.Bridge, err)
 	}
-	req := &syncReq{category: category, object: object, desired: desired, done: make(chan struct{})}
-	b.queueMu.Lock()
-	b.queued = append(b.queued, req)
-	b.queueMu.Unlock()
-
-	b.mu.Lock()
-	b.queueMu.Lock()
-	queue := b.queued
-	b.queued = nil
-	b.queueMu.Unlock()
-	for len(queue) > 0 {
-		n := batchLen(queue)
-		b.syncBatch(ctx, queue[:n])
-		queue = queue[n:]
-	}
-	b.mu.Unlock()
-	<-req.done // sent by this call or by one that took the lock before it
+	req := &syncReq{category: category, object: object, desired: desired}
+	b.syncs.Do(&b.mu, req, func(queue []*syncReq) {
+		for len(queue) > 0 {
+			n := batchLen(queue)
+			b.syncBatch(ctx, queue[:n])
+			queue = queue[n:]
+		}
+	})
 	return req.res, req.err
 }
 

@@ -7,11 +7,7 @@ func (b *Bridge) Hold() (release func()) {
 }
 
 // Queued is the number of Syncs waiting for the bridge's lock.
-func (b *Bridge) Queued() int {
-	b.queueMu.Lock()
-	defer b.queueMu.Unlock()
-	return len(b.queued)
-}
+func (b *Bridge) Queued() int { return b.syncs.Len() }
 
 // Bundles is the number of bundles the switch committed.
 func (b *Bridge) Bundles() uint64 { return b.bundles.Load() }

@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/netip"
 	"os"
@@ -67,7 +66,7 @@ func TestBenchCNI(t *testing.T) {
 	dirs := t.TempDir()
 	socket, confDir := filepath.Join(dirs, "run", "cni.sock"), filepath.Join(dirs, "net.d")
 	logFile := filepath.Join(framework.RepoRoot(), "bin", "bench-cni-agent.log")
-	metricsAddr := freeAddress(t)
+	metricsAddr := framework.FreeAddress(t)
 	startAgent(t, filepath.Join(binDir, "winnet-agent"), logFile, node,
 		"--kubeconfig", server.KubeconfigPath, "--cni-socket", socket, "--cni-conf-dir", confDir, "--state-dir", filepath.Join(dirs, "state"),
 		"--metrics-bind-address", metricsAddr)
@@ -387,17 +386,6 @@ func (c cpu) since(before cpu) string {
 		parts = append(parts, fmt.Sprintf("%s=%.2f", u.name, u.s))
 	}
 	return strings.Join(parts, " ")
-}
-
-// freeAddress returns a loopback address with a port nobody listens on.
-func freeAddress(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
 }
 
 // steps are the sums and counts of the agent's step histogram, by "COMMAND step".

@@ -8,7 +8,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/netip"
 	"os"
@@ -103,7 +102,7 @@ func TestBenchRoutes(t *testing.T) {
 		logFile := filepath.Join(framework.RepoRoot(), "bin", name+".log") // kept for reading after the run
 		pprofAddr := ""
 		if profile {
-			pprofAddr = freeAddress(t)
+			pprofAddr = framework.FreeAddress(t)
 		}
 		vswitchd := vswitchdPID(t, node)
 		vswitchdBefore := cpuTime(t, vswitchd)
@@ -265,17 +264,6 @@ func buildAgent(t *testing.T, profile bool) string {
 		t.Fatalf("building winnet-agent: %v\n%s", err, out)
 	}
 	return bin
-}
-
-// freeAddress returns a loopback address with a free port.
-func freeAddress(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
 }
 
 // fetchProfile saves the agent's /debug/pprof/<what> into file once its pprof server answers; the
