@@ -78,9 +78,10 @@ type Client struct {
 
 	mutations atomic.Uint64
 
-	// changedMu guards changed: per table, a channel closed (and replaced) whenever the monitor
-	// brings a row of the table added or changed, so that WaitOFPort wakes when OVS attaches a port
-	// and WaitApplied when ovs-vswitchd reports a configuration, instead of at their next poll.
+	// changedMu guards changed: per table (and for any table), a channel closed (and replaced)
+	// whenever the monitor brings a row of the table added, changed or deleted, so that WaitOFPort
+	// wakes when OVS attaches a port, WaitApplied when ovs-vswitchd reports a configuration and a
+	// transaction when the monitor brings its own update, instead of at their next poll.
 	changedMu sync.Mutex
 	changed   map[string]chan struct{}
 }
@@ -102,14 +103,19 @@ func (c *Client) tableChanged(table string) <-chan struct{} {
 // changes.
 func (c *Client) interfaceChanged() <-chan struct{} { return c.tableChanged(vswitchd.InterfaceTable) }
 
-// notifyChanged wakes every waiter of tableChanged(table); it runs on libovsdb's event goroutine
-// after the cache holds the row.
+// anyTable names, for tableChanged, a change to any table.
+const anyTable = ""
+
+// notifyChanged wakes every waiter of tableChanged(table) and of tableChanged(anyTable); it runs on
+// libovsdb's event goroutine after the cache holds the change.
 func (c *Client) notifyChanged(table string) {
 	c.changedMu.Lock()
 	defer c.changedMu.Unlock()
-	if ch := c.changed[table]; ch != nil {
-		close(ch)
-		delete(c.changed, table)
+	for _, t := range []string{table, anyTable} {
+		if ch := c.changed[t]; ch != nil {
+			close(ch)
+			delete(c.changed, t)
+		}
 	}
 }
 
@@ -167,6 +173,7 @@ func New(ctx context.Context, opts Options) (*Client, error) {
 	ovs.Cache().AddEventHandler(&cache.EventHandlerFuncs{
 		AddFunc:    func(table string, _ model.Model) { c.notifyChanged(table) },
 		UpdateFunc: func(table string, _, _ model.Model) { c.notifyChanged(table) },
+		DeleteFunc: func(table string, _ model.Model) { c.notifyChanged(table) },
 	})
 	ovsRow, br, port, iface := &vswitchd.OpenvSwitch{}, &vswitchd.Bridge{}, &vswitchd.Port{}, &vswitchd.Interface{}
 	mon := ovs.NewMonitor(
@@ -236,10 +243,11 @@ func (c *Client) apply(ctx context.Context, what string, plan func(ctx context.C
 	if err := c.transact(ctx, t.ops); err != nil {
 		return false, fmt.Errorf("%s: %w", what, err)
 	}
-	// Our own update arrives through the monitor; wait for it so that the next
-	// plan sees it and stays idempotent.
+	// Our own update arrives through the monitor, usually just after the reply;
+	// wait for it so that the next plan sees it and stays idempotent.
 	deadline := time.Now().Add(convergeTimeout)
 	for {
+		changed := c.tableChanged(anyTable) // before the plan, so an update after it is not missed
 		t2 := &txn{}
 		err := plan(ctx, t2)
 		if err == nil && len(t2.ops) == 0 {
@@ -254,7 +262,8 @@ func (c *Client) apply(ctx context.Context, what string, plan func(ctx context.C
 		select {
 		case <-ctx.Done():
 			return true, fmt.Errorf("%s: %w", what, ctx.Err())
-		case <-time.After(5 * time.Millisecond):
+		case <-changed:
+		case <-time.After(5 * time.Millisecond): // in case a reconnect replaces the cache
 		}
 	}
 }

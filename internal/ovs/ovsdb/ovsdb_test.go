@@ -247,3 +247,24 @@ func TestWaitAppliedWaitsForVswitchd(t *testing.T) {
 	g.Expect(o.StartVswitchd()).To(Succeed())
 	g.Expect(c.WaitApplied(ctx)).To(Succeed(), "a restarted ovs-vswitchd applies the configuration")
 }
+
+// TestTransactionWakesOnItsUpdate checks that the monitor wakes a transaction waiting for its own
+// update on an insert and on a delete, rather than leaving it to its next poll.
+func TestTransactionWakesOnItsUpdate(t *testing.T) {
+	g := NewWithT(t)
+	_, c, ctx := withBridge(t)
+	for _, change := range []struct {
+		name string
+		do   func() error
+	}{
+		{"add", func() error {
+			_, err := c.EnsurePort(ctx, "br-int", ovsdb.PortSpec{Name: "wake", Type: ovsdb.PortTypeInternal})
+			return err
+		}},
+		{"delete", func() error { _, err := c.DeletePort(ctx, "br-int", "wake"); return err }},
+	} {
+		woken := c.AnyTableChanged()
+		g.Expect(change.do()).To(Succeed(), change.name)
+		g.Expect(woken).To(BeClosed(), "the %s woke the waiters", change.name)
+	}
+}
