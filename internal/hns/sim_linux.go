@@ -33,7 +33,7 @@ type LinuxSimOptions struct {
 	NetNSDir string
 	// StateFile, optional, is a JSON file the simulator loads at start and rewrites atomically after every
 	// change, so that its networks, endpoints and attachments outlive the process, as HNS state outlives a
-	// restart of the agent. Endpoints whose veth pair is gone from the host namespace are dropped at load.
+	// restart of the agent. Attached endpoints whose veth pair is gone from the host namespace are dropped at load.
 	// Deleting the file (with the veths, which a reboot of the node removes) simulates a reboot.
 	StateFile string
 }
@@ -130,8 +130,8 @@ type vethBackend struct {
 
 var _ simBackend = (*vethBackend)(nil)
 
-// peerName is the name of the container end while it is in the host namespace: "hnsc" and 11 hex digits of the
-// SHA-256 of the endpoint ID.
+// peerName is the name the container end is created with inside the Pod's namespace, before it is renamed to
+// eth0 (or the next free ethN): "hnsc" and 11 hex digits of the SHA-256 of the endpoint ID.
 func peerName(endpointID string) string {
 	sum := sha256.Sum256([]byte(strings.ToUpper(endpointID)))
 	return "hnsc" + hex.EncodeToString(sum[:])[:11]
