@@ -42,7 +42,8 @@ func checkAssets(dir string) error {
 	return nil
 }
 
-// APIServer is a running kube-apiserver and etcd with winnet's CRDs installed.
+// APIServer is a running kube-apiserver and etcd, with winnet's CRDs installed unless started by
+// StartAPIServerWithoutCRDs.
 type APIServer struct {
 	Env    *envtest.Environment
 	Config *rest.Config
@@ -56,13 +57,23 @@ type APIServer struct {
 // StartAPIServer starts kube-apiserver and etcd, installs config/crd/bases and returns a client.
 // Call Stop when done.
 func StartAPIServer() (*APIServer, error) {
+	return startAPIServer(filepath.Join(RepoRoot(), "config", "crd", "bases"))
+}
+
+// StartAPIServerWithoutCRDs starts kube-apiserver and etcd without winnet's CRDs, for a test that
+// installs them itself (the Helm chart). Call Stop when done.
+func StartAPIServerWithoutCRDs() (*APIServer, error) {
+	return startAPIServer()
+}
+
+func startAPIServer(crdDirs ...string) (*APIServer, error) {
 	assets, err := AssetsDir()
 	if err != nil {
 		return nil, err
 	}
 	env := &envtest.Environment{
 		BinaryAssetsDirectory: assets,
-		CRDDirectoryPaths:     []string{filepath.Join(RepoRoot(), "config", "crd", "bases")},
+		CRDDirectoryPaths:     crdDirs,
 		ErrorIfCRDPathMissing: true,
 	}
 	cfg, err := env.Start()

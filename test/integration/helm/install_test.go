@@ -47,7 +47,8 @@ func TestInstallAndLeastPrivilege(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 80*time.Second)
 	defer cancel()
 
-	server, err := framework.StartAPIServer()
+	// Without the framework's CRDs: the chart's crds/ are what gets installed.
+	server, err := framework.StartAPIServerWithoutCRDs()
 	g.Expect(err).NotTo(HaveOccurred())
 	defer func() { g.Expect(server.Stop()).To(Succeed()) }()
 	scheme, err := winnetscheme.New()
@@ -55,16 +56,9 @@ func TestInstallAndLeastPrivilege(t *testing.T) {
 	g.Expect(apiextensionsv1.AddToScheme(scheme)).To(Succeed())
 	admin, err := client.New(server.Config, client.Options{Scheme: scheme})
 	g.Expect(err).NotTo(HaveOccurred())
-
-	// The framework installs the CRDs; remove them so that the chart's crds/ are what gets installed.
-	for _, crd := range []string{"windowsnodenetworks", "remotesubnetroutes", "podendpoints"} {
-		g.Expect(admin.Delete(ctx, &apiextensionsv1.CustomResourceDefinition{ObjectMeta: metav1.ObjectMeta{Name: crd + ".network.winnet.io"}})).To(Succeed())
-	}
-	g.Eventually(func() int {
-		l := &apiextensionsv1.CustomResourceDefinitionList{}
-		g.Expect(admin.List(ctx, l)).To(Succeed())
-		return len(l.Items)
-	}, 30*time.Second, 200*time.Millisecond).Should(BeZero())
+	crds := &apiextensionsv1.CustomResourceDefinitionList{}
+	g.Expect(admin.List(ctx, crds)).To(Succeed())
+	g.Expect(crds.Items).To(BeEmpty())
 
 	out, stderr, err := runHelm(t, "install", "winnet", chartDir(), "--namespace", ns, "--create-namespace",
 		"--kubeconfig", server.KubeconfigPath, "--timeout", "60s")
