@@ -204,6 +204,17 @@ func TestWaitOFPortWakesOnMonitor(t *testing.T) {
 	o, c, ctx := withBridge(t)
 	_, err := c.WaitOFPort(ctx, "br-int")
 	g.Expect(err).NotTo(HaveOccurred())
+	// ovs-vswitchd may still be filling in br-int's Interface row: wait until it has applied the
+	// configuration and the row has been left alone for a while.
+	g.Expect(c.WaitApplied(ctx)).To(Succeed())
+	g.Eventually(func() bool {
+		select {
+		case <-c.InterfaceChanged():
+			return false
+		case <-time.After(100 * time.Millisecond):
+			return true
+		}
+	}).WithTimeout(5 * time.Second).Should(BeTrue(), "the Interface table settles")
 
 	changed := c.InterfaceChanged()
 	o.MustVsctl(t, "set", "bridge", "br-int", "external_ids:probe=1")

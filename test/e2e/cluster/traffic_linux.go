@@ -284,6 +284,10 @@ type PingStats struct {
 	LongestGap time.Duration
 
 	replies []time.Time
+	// unanswered counts the echo requests without a reply up to the last one answered: requests sent
+	// after it were still in flight when ping was stopped (it exits on SIGINT without waiting for them),
+	// unless the path went down, which LongestGap shows.
+	unanswered int
 }
 
 // FirstReplyAfter returns how long after t the first reply arrived, and false when none did.
@@ -296,8 +300,8 @@ func (s PingStats) FirstReplyAfter(t time.Time) (time.Duration, bool) {
 	return 0, false
 }
 
-// Lost is the number of echo requests without a reply.
-func (s PingStats) Lost() int { return s.Sent - s.Received }
+// Lost is the number of echo requests without a reply, not counting those still in flight at the end.
+func (s PingStats) Lost() int { return s.unanswered }
 
 func (s PingStats) String() string {
 	return fmt.Sprintf("%d sent, %d lost, longest gap %v", s.Sent, s.Lost(), s.LongestGap.Round(time.Millisecond))
@@ -326,6 +330,7 @@ func (s *SteadyPing) Stop() (PingStats, error) {
 	st.Received, _ = strconv.Atoi(m[2])
 	var stamps []float64
 	seen := map[int]bool{}
+	lastSeq := 0
 	for _, line := range strings.Split(out, "\n") {
 		if r := replyLine.FindStringSubmatch(line); r != nil {
 			seq, _ := strconv.Atoi(r[2])
@@ -333,6 +338,7 @@ func (s *SteadyPing) Stop() (PingStats, error) {
 				continue
 			}
 			seen[seq] = true
+			lastSeq = max(lastSeq, seq)
 			ts, _ := strconv.ParseFloat(r[1], 64)
 			stamps = append(stamps, ts)
 		}
@@ -340,6 +346,7 @@ func (s *SteadyPing) Stop() (PingStats, error) {
 	if len(stamps) == 0 {
 		return st, errors.New("no reply at all")
 	}
+	st.unanswered = lastSeq - len(seen) // icmp_seq counts from 1
 	sort.Float64s(stamps)
 	for _, ts := range stamps {
 		st.replies = append(st.replies, time.Unix(0, int64(ts*float64(time.Second))))
