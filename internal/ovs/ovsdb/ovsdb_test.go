@@ -214,7 +214,7 @@ func TestWaitOFPortWakesOnMonitor(t *testing.T) {
 		case <-time.After(100 * time.Millisecond):
 			return true
 		}
-	}).WithTimeout(5 * time.Second).Should(BeTrue(), "the Interface table settles")
+	}).WithTimeout(5*time.Second).Should(BeTrue(), "the Interface table settles")
 
 	changed := c.InterfaceChanged()
 	o.MustVsctl(t, "set", "bridge", "br-int", "external_ids:probe=1")
