@@ -93,11 +93,7 @@ func (h *netlinkHost) sweepSwitchPorts() {
 	for name := range names {
 		batch = append(batch, &switchPortReq{name: name, on: false})
 	}
-	if err := h.applySwitchPorts(batch, true); err != nil && len(batch) > 1 {
-		for _, r := range batch {
-			_ = h.applySwitchPorts([]*switchPortReq{r}, false)
-		}
-	}
+	h.applyBatch(batch, true)
 }
 
 // switchPortReq is one SetSwitchPort call waiting for its transaction, and then its result.
@@ -107,9 +103,13 @@ type switchPortReq struct {
 	err  error
 }
 
-// commitSwitchPorts commits the changes in one transaction, or one by one if it fails.
-func (h *netlinkHost) commitSwitchPorts(batch []*switchPortReq) {
-	err := h.applySwitchPorts(batch, false)
+// commitSwitchPorts commits SetSwitchPort's queued changes.
+func (h *netlinkHost) commitSwitchPorts(batch []*switchPortReq) { h.applyBatch(batch, false) }
+
+// applyBatch applies the changes in one transaction, or one by one if it fails, and records each
+// one's outcome.
+func (h *netlinkHost) applyBatch(batch []*switchPortReq, sweep bool) {
+	err := h.applySwitchPorts(batch, sweep)
 	if err == nil || len(batch) == 1 {
 		for _, r := range batch {
 			r.err = err

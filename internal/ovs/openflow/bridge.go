@@ -537,13 +537,18 @@ func (b *Bridge) syncBatch(ctx context.Context, batch []*syncReq) {
 		}
 	}
 	for _, p := range parts {
-		if len(p.changes) > 0 && b.byCategory[p.req.category] == nil {
-			b.byCategory[p.req.category] = make(flowSet, p.res.Added)
-		}
-		for _, c := range p.changes {
-			b.apply(c)
-		}
+		b.applyAll(p.req.category, p.changes, p.res)
 		p.req.finish(p.res, nil)
+	}
+}
+
+// applyAll records a category's installed changes in the cache.
+func (b *Bridge) applyAll(category uint8, changes flowChanges, res SyncResult) {
+	if len(changes) > 0 && b.byCategory[category] == nil {
+		b.byCategory[category] = make(flowSet, res.Added)
+	}
+	for _, c := range changes {
+		b.apply(c)
 	}
 }
 
@@ -579,12 +584,7 @@ func (b *Bridge) syncOne(ctx context.Context, category uint8, object *uint64, de
 		b.forgetAdds(changes)
 		return SyncResult{}, fmt.Errorf("syncing category %d on bridge %q: %w", category, b.opts.Bridge, err)
 	}
-	if b.byCategory[category] == nil {
-		b.byCategory[category] = make(flowSet, res.Added)
-	}
-	for _, c := range changes {
-		b.apply(c)
-	}
+	b.applyAll(category, changes, res)
 	b.rememberOrder(category, order)
 	return res, nil
 }
