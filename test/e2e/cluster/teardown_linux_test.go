@@ -62,6 +62,9 @@ func TestSweepRemovesDeadRuns(t *testing.T) {
 	t.Cleanup(func() { _ = os.RemoveAll(live) })
 	g.Expect(os.WriteFile(filepath.Join(live, ownerFile), []byte(strconv.Itoa(os.Getpid())), 0o644)).To(Succeed())
 
+	// `ip netns exec` enters the namespace and then execs sleep: until it has, Sweep cannot find it there.
+	g.Eventually(func() bool { return processAlive(inside, "sleep") && processAlive(recorded, "sleep") }).
+		WithTimeout(5 * time.Second).Should(BeTrue())
 	g.Expect(Sweep()).To(Succeed())
 	g.Eventually(func() bool { return processAlive(recorded, "sleep") || processAlive(inside, "sleep") }).
 		WithTimeout(5 * time.Second).Should(BeFalse())
