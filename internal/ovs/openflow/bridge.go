@@ -110,11 +110,12 @@ type Bridge struct {
 	mu sync.Mutex // serialises Sync, SyncGroups, replay, Verify
 	// syncs holds the Syncs waiting for mu; whoever takes mu next sends them (see sync).
 	syncs groupcommit.Queue[*syncReq]
-	// bundles counts the bundles the switch committed.
-	bundles    atomic.Uint64
-	round      uint16
-	flows      flowSet
-	byCategory map[uint8]flowSet
+	// bundles counts the bundles the switch committed; bundleConns keeps their connection.
+	bundles     atomic.Uint64
+	bundleConns bundleConns
+	round       uint16
+	flows       flowSet
+	byCategory  map[uint8]flowSet
 	// byObject indexes each category's flows by cookie object, for SyncObject; only categories
 	// synced by object have it.
 	byObject map[uint8]map[uint64]flowSet
@@ -246,6 +247,7 @@ func (b *Bridge) Close() {
 			sw.Disconnect()
 		}
 		b.ctrl.Delete()
+		b.bundleConns.close()
 		b.wg.Wait()
 	})
 }

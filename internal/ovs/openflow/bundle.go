@@ -10,6 +10,7 @@ import (
 	"net"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"antrea.io/libOpenflow/common"
@@ -85,7 +86,11 @@ func (m bundleMsgs) len() int            { return len(m) }
 func (m bundleMsgs) msg(i int) bundleMsg { return m[i] }
 
 // sendBundle sends the messages as one atomic bundle and commits it only if the switch accepted
-// every message; otherwise the switch is left unchanged.
+// every message; otherwise the switch is left unchanged. It uses the bridge's idle bundle
+// connection when there is one: a new connection costs the switch a main-loop iteration to accept
+// before it reads the bundle, and under load an iteration can take tens of milliseconds. If a
+// reused connection turns out to be dead before the bundle was committed (ovs-vswitchd restarted
+// while it was idle), the bundle is sent once more on a new one.
 func (b *Bridge) sendBundle(ctx context.Context, src bundleSource) error {
 	n := src.len()
 	if n == 0 {
@@ -93,81 +98,217 @@ func (b *Bridge) sendBundle(ctx context.Context, src bundleSource) error {
 	}
 	ctx, cancel := context.WithTimeout(ctx, bundleTimeout)
 	defer cancel()
-	tx, err := openBundle(ctx, b.opts.Address, min(maxWriteBuffer, 4096+256*n))
-	if err != nil {
-		return fmt.Errorf("opening bundle: %w", err)
-	}
-	defer tx.close()
-	for i := range n {
-		m := src.msg(i)
-		if err := m.addTo(tx); err != nil {
-			return fmt.Errorf("sending %s in a bundle of %d messages: %w", m.String(), n, err)
+	for attempt := 1; ; attempt++ {
+		c := b.bundleConns.take()
+		if c == nil || attempt > 1 {
+			var err error
+			if c, err = dialBundleConn(b.opts.Address); err != nil {
+				return fmt.Errorf("opening bundle: %w", err)
+			}
+			b.bundleConns.dials.Add(1)
 		}
+		err := c.send(ctx, src, min(maxWriteBuffer, 4096+256*n))
+		switch {
+		case err == nil:
+			b.bundles.Add(1)
+			b.bundleConns.put(c)
+			return nil
+		case errors.Is(err, errBundleLost) && c.reused && attempt == 1:
+			c.close()
+			b.log.V(1).Info("The idle bundle connection was closed by the switch; sending the bundle on a new one", "error", err.Error())
+			continue
+		case errors.Is(err, errBundleRejected):
+			b.bundleConns.put(c) // the bundle was discarded: the connection is clean
+		default:
+			c.close()
+		}
+		return err
 	}
-	err = tx.commit(ctx, func(i int) string {
-		m := src.msg(i)
-		return m.String()
-	})
-	if err == nil {
-		b.bundles.Add(1)
-	}
-	return err
 }
 
-// bundleTx is one atomic bundle on a connection of its own to the bridge's management socket. The
-// connection carries nothing else, so the switch's answers arrive in request order: every error
-// for an added message has been read once the reply to the close request is in, and the count
-// of rejected messages is exact. Closing the connection discards an uncommitted bundle.
-//
-// Messages are buffered into large writes, and encoding the next messages overlaps with the
-// switch decoding the previous ones.
-type bundleTx struct {
-	conn  net.Conn
-	w     *bufio.Writer
-	stop  func() bool
-	xid   uint32
-	first uint32 // xid of the first added message
-	n     int    // messages added
-	in    *replyQueue
+// errBundleLost marks a bundle whose connection failed before it was committed; errBundleRejected
+// one the switch rejected and that was discarded.
+var (
+	errBundleLost     = errors.New("connection lost before commit")
+	errBundleRejected = errors.New("bundle rejected")
+)
+
+// bundleConns keeps the bridge's idle bundle connection for the next bundle.
+type bundleConns struct {
+	dials  atomic.Uint64 // connections opened
+	mu     sync.Mutex
+	idle   *bundleConn
+	closed bool
 }
 
-const bundleID = 1
+// take returns the idle connection, or nil if there is none or it is known to be dead.
+func (p *bundleConns) take() *bundleConn {
+	p.mu.Lock()
+	c := p.idle
+	p.idle = nil
+	p.mu.Unlock()
+	if c != nil && c.in.failed() {
+		c.close()
+		return nil
+	}
+	if c != nil {
+		c.reused = true
+	}
+	return c
+}
 
-// openBundle dials the bridge, says hello and opens a bundle, without waiting for answers.
-func openBundle(ctx context.Context, address string, bufferSize int) (*bundleTx, error) {
+// put keeps c for the next bundle, closing the connection it replaces.
+func (p *bundleConns) put(c *bundleConn) {
+	p.mu.Lock()
+	old := p.idle
+	if p.closed || c.dead {
+		old = c
+	} else {
+		p.idle = c
+	}
+	p.mu.Unlock()
+	if old != nil {
+		old.close()
+	}
+}
+
+// close closes the idle connection; later connections are closed when put back.
+func (p *bundleConns) close() {
+	p.mu.Lock()
+	c := p.idle
+	p.idle, p.closed = nil, true
+	p.mu.Unlock()
+	if c != nil {
+		c.close()
+	}
+}
+
+// bundleConn is a connection to the bridge's management socket that carries bundles only, one at
+// a time, so the switch's answers arrive in request order: every error for an added message has
+// been read once the reply to the close request is in, and the count of rejected messages is
+// exact. Closing the connection discards an uncommitted bundle.
+type bundleConn struct {
+	conn   net.Conn
+	in     *replyQueue
+	wmu    sync.Mutex // held while a bundle writes, and to answer an echo request
+	xid    uint32
+	reused bool // it carried an earlier bundle
+	dead   bool // closed by a cancelled context
+}
+
+// dialBundleConn dials the bridge and says hello, without waiting for the answer.
+func dialBundleConn(address string) (*bundleConn, error) {
 	conn, err := ofctrl.DialUnixOrNamedPipe(address)
 	if err != nil {
 		return nil, fmt.Errorf("connecting to %q: %w", address, err)
 	}
-	tx := &bundleTx{
-		conn: conn,
-		w:    bufio.NewWriterSize(conn, bufferSize),
-		in:   newReplyQueue(),
-	}
-	// Cancelling the context unblocks reads and writes.
-	tx.stop = context.AfterFunc(ctx, func() { _ = conn.Close() })
-	go tx.in.read(conn)
+	c := &bundleConn{conn: conn, in: newReplyQueue()}
+	go c.in.read(conn, c.echo)
 	hello, err := common.NewHello(openflow15.VERSION)
+	if err == nil {
+		c.xid++
+		hello.Header.Xid = c.xid
+		var data []byte
+		if data, err = hello.MarshalBinary(); err == nil {
+			_, err = conn.Write(data)
+		}
+	}
 	if err != nil {
-		tx.close()
-		return nil, err
+		c.close()
+		return nil, fmt.Errorf("saying hello to %q: %w", address, err)
 	}
-	if err := tx.write(hello); err != nil {
-		tx.close()
-		return nil, err
+	return c, nil
+}
+
+// echo answers the switch's echo request (sent when a connection has been idle for its probe
+// interval) with its xid and body, from a goroutine of its own: a bundle may hold the writer.
+func (c *bundleConn) echo(xid uint32, body []byte) {
+	reply := make([]byte, 8, 8+len(body))
+	reply[0], reply[1] = openflow15.VERSION, openflow15.Type_EchoReply
+	binary.BigEndian.PutUint16(reply[2:], uint16(8+len(body)))
+	binary.BigEndian.PutUint32(reply[4:], xid)
+	reply = append(reply, body...)
+	go func() {
+		c.wmu.Lock()
+		defer c.wmu.Unlock()
+		_, _ = c.conn.Write(reply)
+	}()
+}
+
+func (c *bundleConn) close() { _ = c.conn.Close() }
+
+// send runs one bundle on the connection: open, the messages, close, and commit if the switch
+// accepted every message. Cancelling ctx closes the connection.
+func (c *bundleConn) send(ctx context.Context, src bundleSource, bufferSize int) error {
+	stop := context.AfterFunc(ctx, c.close)
+	err := c.run(ctx, src, bufferSize)
+	if !stop() {
+		c.dead = true // closed by ctx
 	}
+	return err
+}
+
+// run is send without the cancellation. Errors before the commit request are marked errBundleLost.
+func (c *bundleConn) run(ctx context.Context, src bundleSource, bufferSize int) error {
+	tx := &bundleTx{c: c, w: bufio.NewWriterSize(c.conn, bufferSize)}
+	c.wmu.Lock()
+	tx.locked = true
+	defer tx.unlock()
 	if _, err := tx.control(openflow15.BCT_OPEN_REQUEST); err != nil {
-		tx.close()
-		return nil, err
+		return marked{err, errBundleLost}
 	}
-	tx.first = tx.xid + 1
-	return tx, nil
+	tx.first = c.xid + 1
+	n := src.len()
+	for i := range n {
+		m := src.msg(i)
+		if err := m.addTo(tx); err != nil {
+			return marked{fmt.Errorf("sending %s in a bundle of %d messages: %w", m.String(), n, err), errBundleLost}
+		}
+	}
+	return tx.commit(ctx, func(i int) string {
+		m := src.msg(i)
+		return m.String()
+	})
+}
+
+// bundleTx is one atomic bundle on a bundle connection. Messages are buffered into large writes,
+// and encoding the next messages overlaps with the switch decoding the previous ones.
+type bundleTx struct {
+	c      *bundleConn
+	w      *bufio.Writer
+	locked bool   // holds c.wmu
+	first  uint32 // xid of the first added message
+	n      int    // messages added
+}
+
+const bundleID = 1
+
+func (tx *bundleTx) unlock() {
+	if tx.locked {
+		tx.locked = false
+		tx.c.wmu.Unlock()
+	}
+}
+
+// flushAndAwait sends what is buffered and waits, without holding the writer, for the answer to
+// the control request xid; it returns the errors received before it (and for xid itself).
+func (tx *bundleTx) flushAndAwait(ctx context.Context, xid uint32) ([]ofError, error) {
+	if err := tx.w.Flush(); err != nil {
+		return nil, fmt.Errorf("writing to the switch: %w", err)
+	}
+	tx.unlock()
+	errs, err := tx.c.in.await(ctx, xid)
+	if err == nil {
+		tx.c.wmu.Lock()
+		tx.locked = true
+	}
+	return errs, err
 }
 
 // write sends a message with the next xid.
 func (tx *bundleTx) write(m util.Message) error {
-	tx.xid++
-	if err := setXid(m, tx.xid); err != nil {
+	tx.c.xid++
+	if err := setXid(m, tx.c.xid); err != nil {
 		return err
 	}
 	data, err := m.MarshalBinary()
@@ -206,7 +347,7 @@ func (tx *bundleTx) control(typ uint16) (uint32, error) {
 	if err := tx.write(openflow15.NewBundleCtrl(bundleID, typ, openflow15.OFPBCT_ATOMIC)); err != nil {
 		return 0, err
 	}
-	return tx.xid, nil
+	return tx.c.xid, nil
 }
 
 // add appends a message to the bundle.
@@ -222,14 +363,15 @@ func (tx *bundleTx) add(m util.Message) error {
 
 // addFlow appends a flow_mod to the bundle, encoded straight into the write buffer.
 func (tx *bundleTx) addFlow(f *Flow, command uint8, cookie uint64) error {
-	tx.xid++
+	tx.c.xid++
+	xid := tx.c.xid
 	b := tx.w.AvailableBuffer()
 	b = append(b, openflow15.VERSION, openflow15.Type_BundleAddMessage, 0, 0) // length set below
-	b = binary.BigEndian.AppendUint32(b, tx.xid)
+	b = binary.BigEndian.AppendUint32(b, xid)
 	b = binary.BigEndian.AppendUint32(b, bundleID)
 	b = binary.BigEndian.AppendUint16(b, 0) // padding
 	b = binary.BigEndian.AppendUint16(b, openflow15.OFPBCT_ATOMIC)
-	b, err := f.appendFlowMod(b, command, cookie, tx.xid)
+	b, err := f.appendFlowMod(b, command, cookie, xid)
 	if err != nil {
 		return err
 	}
@@ -245,18 +387,17 @@ func (tx *bundleTx) addFlow(f *Flow, command uint8, cookie uint64) error {
 }
 
 // commit closes the bundle and commits it unless the switch rejected a message; describe names
-// the i-th added message in errors. After a failure the switch is left unchanged.
+// the i-th added message in errors. After a failure the switch is left unchanged. Errors are
+// marked errBundleLost when nothing was committed because the connection failed, and
+// errBundleRejected when the switch rejected the bundle and the connection is clean.
 func (tx *bundleTx) commit(ctx context.Context, describe func(i int) string) error {
 	closeXid, err := tx.control(openflow15.BCT_CLOSE_REQUEST)
 	if err != nil {
 		return err
 	}
-	if err := tx.w.Flush(); err != nil {
-		return fmt.Errorf("writing to the switch: %w", err)
-	}
-	rejected, err := tx.in.await(ctx, closeXid)
+	rejected, err := tx.flushAndAwait(ctx, closeXid)
 	if err != nil {
-		return fmt.Errorf("closing bundle of %d messages: %w", tx.n, err)
+		return marked{fmt.Errorf("closing bundle of %d messages: %w", tx.n, err), errBundleLost}
 	}
 	if len(rejected) > 0 {
 		err := fmt.Errorf("switch rejected %d of %d bundle messages, bundle discarded: %s", len(rejected), tx.n, tx.explain(rejected, describe))
@@ -264,24 +405,27 @@ func (tx *bundleTx) commit(ctx context.Context, describe func(i int) string) err
 			// Closing the connection discards the bundle all the same.
 			return fmt.Errorf("%w (discarding: %w)", err, derr)
 		}
-		return err
+		return marked{err, errBundleRejected}
 	}
 	commitXid, err := tx.control(openflow15.BCT_COMMIT_REQUEST)
 	if err != nil {
 		return err
 	}
-	if err := tx.w.Flush(); err != nil {
-		return fmt.Errorf("writing to the switch: %w", err)
-	}
-	rejected, err = tx.in.await(ctx, commitXid)
+	rejected, err = tx.flushAndAwait(ctx, commitXid)
 	if err != nil {
 		return fmt.Errorf("committing bundle of %d messages: %w", tx.n, err)
 	}
 	if len(rejected) > 0 {
-		return fmt.Errorf("switch refused to commit the bundle of %d messages, nothing applied: %s", tx.n, tx.explain(rejected, describe))
+		return marked{fmt.Errorf("switch refused to commit the bundle of %d messages, nothing applied: %s", tx.n, tx.explain(rejected, describe)), errBundleRejected}
 	}
 	return nil
 }
+
+// marked is err, in which errors.Is also finds mark.
+type marked struct{ err, mark error }
+
+func (m marked) Error() string   { return m.err.Error() }
+func (m marked) Unwrap() []error { return []error{m.err, m.mark} }
 
 // discard drops the closed bundle and waits for the switch to confirm.
 func (tx *bundleTx) discard(ctx context.Context) error {
@@ -289,10 +433,7 @@ func (tx *bundleTx) discard(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if err := tx.w.Flush(); err != nil {
-		return fmt.Errorf("writing to the switch: %w", err)
-	}
-	refused, err := tx.in.await(ctx, xid)
+	refused, err := tx.flushAndAwait(ctx, xid)
 	if err != nil {
 		return err
 	}
@@ -316,12 +457,6 @@ func (tx *bundleTx) explain(rejected []ofError, describe func(i int) string) str
 		parts = append(parts, fmt.Sprintf("and %d more", len(rejected)-maxReportedErrors))
 	}
 	return strings.Join(parts, "; ")
-}
-
-// close drops the connection, which discards the bundle if it was not committed.
-func (tx *bundleTx) close() {
-	tx.stop()
-	_ = tx.conn.Close()
 }
 
 // ofError is an OpenFlow error message from the switch.
@@ -356,8 +491,8 @@ func newReplyQueue() *replyQueue {
 	return &replyQueue{answered: map[uint32]bool{}, notify: make(chan struct{}, 1)}
 }
 
-// read parses messages until the connection fails or is closed.
-func (q *replyQueue) read(conn net.Conn) {
+// read parses messages until the connection fails or is closed, handing echo requests to echo.
+func (q *replyQueue) read(conn net.Conn, echo func(xid uint32, body []byte)) {
 	r := bufio.NewReader(conn)
 	var hdr [8]byte
 	for {
@@ -381,8 +516,10 @@ func (q *replyQueue) read(conn net.Conn) {
 			q.push(xid, &e)
 		case openflow15.Type_BundleControl:
 			q.push(xid, nil)
+		case openflow15.Type_EchoRequest:
+			echo(xid, body)
 		}
-		// Hello and anything else are ignored; the management socket sends no echo requests.
+		// Hello and anything else are ignored.
 	}
 }
 
@@ -408,6 +545,13 @@ func (q *replyQueue) push(xid uint32, e *ofError) {
 	q.wake()
 }
 
+// failed reports whether reading stopped: the connection is dead.
+func (q *replyQueue) failed() bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.err != nil
+}
+
 func (q *replyQueue) fail(err error) {
 	q.mu.Lock()
 	if q.err == nil {
@@ -431,8 +575,8 @@ func (q *replyQueue) await(ctx context.Context, xid uint32) ([]ofError, error) {
 		q.mu.Lock()
 		done := q.answered[xid]
 		errs, rerr := q.errs, q.err
-		if done {
-			q.errs = nil
+		if done { // answers come in order: nothing is pending before xid
+			q.errs, q.answered = nil, map[uint32]bool{}
 		}
 		q.mu.Unlock()
 		if done {

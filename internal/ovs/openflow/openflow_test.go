@@ -536,3 +536,45 @@ func TestConcurrentSyncObjectsShareABundle(t *testing.T) {
 	g.Expect(e.br.Installed(6)).To(HaveLen(10), "objects 11-20 keep their flows")
 	g.Expect(dump(t, e.ovs)).To(Equal(rendered(e.br.Installed(6))))
 }
+
+// TestBundlesShareAConnection sends consecutive bundles on one connection to the management
+// socket, and a Sync right after ovs-vswitchd restarted succeeds on a new one.
+func TestBundlesShareAConnection(t *testing.T) {
+	g := NewWithT(t)
+	e := setup(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	route := func(object uint64) []openflow.Flow {
+		return []openflow.Flow{{Table: 70, Priority: 200, Cookie: object,
+			Match:   []openflow.MatchField{openflow.IPv4(), openflow.NwDst(netip.PrefixFrom(netip.AddrFrom4([4]byte{10, byte(object), 0, 0}), 24))},
+			Actions: []openflow.Action{openflow.Output(uint32(object))}}}
+	}
+	_, err := e.br.SyncObject(ctx, 6, 1, route(1))
+	g.Expect(err).NotTo(HaveOccurred())
+	dials, bundles := e.br.BundleDials(), e.br.Bundles()
+	for o := uint64(2); o <= 10; o++ {
+		_, err := e.br.SyncObject(ctx, 6, o, route(o))
+		g.Expect(err).NotTo(HaveOccurred())
+	}
+	g.Expect(e.br.Bundles() - bundles).To(Equal(uint64(9)))
+	g.Expect(e.br.BundleDials()).To(Equal(dials), "nine bundles on the connection of the first")
+
+	// A rejected bundle leaves the connection usable: the next bundle goes on it too.
+	bad := openflow.Flow{Table: 70, Priority: 100, Cookie: 11, Match: []openflow.MatchField{openflow.NwSrc(netip.MustParsePrefix("10.9.0.0/16"))},
+		Actions: []openflow.Action{openflow.Output(1)}}
+	_, err = e.br.SyncObject(ctx, 6, 11, []openflow.Flow{bad})
+	g.Expect(err).To(MatchError(ContainSubstring("OFPBMC_BAD_PREREQ")))
+	_, err = e.br.SyncObject(ctx, 6, 11, route(11))
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(e.br.BundleDials()).To(Equal(dials))
+
+	// ovs-vswitchd restarts: the idle connection is dead, and the next bundles use a new one.
+	g.Expect(e.ovs.KillVswitchd()).To(Succeed())
+	g.Expect(e.ovs.StartVswitchd()).To(Succeed())
+	g.Eventually(func() error { _, err := e.br.SyncObject(ctx, 6, 12, route(12)); return err }).
+		WithTimeout(10 * time.Second).Should(Succeed())
+	g.Expect(e.br.BundleDials()).To(BeNumerically(">", dials))
+	g.Eventually(func() []string { got, _ := e.ovs.DumpFlows(bridge); return got }).
+		WithTimeout(5 * time.Second).Should(Equal(rendered(e.br.Installed(6))))
+	g.Expect(e.br.Installed(6)).To(HaveLen(12))
+}
