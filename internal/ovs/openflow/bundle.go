@@ -99,8 +99,11 @@ func (b *Bridge) sendBundle(ctx context.Context, src bundleSource) error {
 	ctx, cancel := context.WithTimeout(ctx, bundleTimeout)
 	defer cancel()
 	for attempt := 1; ; attempt++ {
-		c := b.bundleConns.take()
-		if c == nil || attempt > 1 {
+		var c *bundleConn
+		if attempt == 1 {
+			c = b.bundleConns.take()
+		}
+		if c == nil {
 			var err error
 			if c, err = dialBundleConn(b.opts.Address); err != nil {
 				return fmt.Errorf("opening bundle: %w", err)

@@ -468,15 +468,23 @@ func monitorFlows(t *testing.T, e *env) func() []string {
 
 // TestConcurrentSyncObjectsShareABundle queues SyncObjects of many objects behind a bundle in
 // flight: the next bundle carries them all, and a flow the switch refuses fails only its own call.
+// objectRoute is object's flow in the routes table: 10.<object>.0.0/24 to port object.
+func objectRoute(object uint64) openflow.Flow {
+	return openflow.Flow{Table: 70, Priority: 200, Cookie: object,
+		Match:   []openflow.MatchField{openflow.IPv4(), openflow.NwDst(netip.PrefixFrom(netip.AddrFrom4([4]byte{10, byte(object), 0, 0}), 24))},
+		Actions: []openflow.Action{openflow.Output(uint32(object))}}
+}
+
+// invalidFlow is a flow of object that OVS refuses (nw_src without eth_type=ip: OFPBMC_BAD_PREREQ).
+func invalidFlow(object uint64) openflow.Flow {
+	return openflow.Flow{Table: 70, Priority: 100, Cookie: object, Match: []openflow.MatchField{openflow.NwSrc(netip.MustParsePrefix("10.9.0.0/16"))},
+		Actions: []openflow.Action{openflow.Output(1)}}
+}
+
 func TestConcurrentSyncObjectsShareABundle(t *testing.T) {
 	g := NewWithT(t)
 	e := setup(t)
 	ctx := context.Background()
-	route := func(object uint64) openflow.Flow {
-		return openflow.Flow{Table: 70, Priority: 200, Cookie: object,
-			Match:   []openflow.MatchField{openflow.IPv4(), openflow.NwDst(netip.PrefixFrom(netip.AddrFrom4([4]byte{10, byte(object), 0, 0}), 24))},
-			Actions: []openflow.Action{openflow.Output(uint32(object))}}
-	}
 	// syncAll runs a SyncObject per object while the bridge is held, waits until all are queued,
 	// releases the bridge and returns each call's result.
 	syncAll := func(objects []uint64, flows func(uint64) []openflow.Flow) map[uint64]error {
@@ -509,7 +517,7 @@ func TestConcurrentSyncObjectsShareABundle(t *testing.T) {
 	}
 
 	before := e.br.Bundles()
-	for o, err := range syncAll(objects, func(o uint64) []openflow.Flow { return []openflow.Flow{route(o)} }) {
+	for o, err := range syncAll(objects, func(o uint64) []openflow.Flow { return []openflow.Flow{objectRoute(o)} }) {
 		g.Expect(err).NotTo(HaveOccurred(), "object %d", o)
 	}
 	g.Expect(e.br.Bundles()-before).To(Equal(uint64(1)), "twenty objects, one bundle")
@@ -518,11 +526,10 @@ func TestConcurrentSyncObjectsShareABundle(t *testing.T) {
 
 	// Objects 1-10 are removed and object 11 gets a flow OVS refuses (nw_src without eth_type=ip):
 	// the shared bundle fails, each call is sent again on its own, and only object 11's fails.
-	bad := openflow.Flow{Table: 70, Priority: 100, Cookie: 11, Match: []openflow.MatchField{openflow.NwSrc(netip.MustParsePrefix("10.9.0.0/16"))},
-		Actions: []openflow.Action{openflow.Output(1)}}
+	bad := invalidFlow(11)
 	results := syncAll(objects[:11], func(o uint64) []openflow.Flow {
 		if o == 11 {
-			return []openflow.Flow{route(11), bad}
+			return []openflow.Flow{objectRoute(11), bad}
 		}
 		return nil
 	})
@@ -544,11 +551,7 @@ func TestBundlesShareAConnection(t *testing.T) {
 	e := setup(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	route := func(object uint64) []openflow.Flow {
-		return []openflow.Flow{{Table: 70, Priority: 200, Cookie: object,
-			Match:   []openflow.MatchField{openflow.IPv4(), openflow.NwDst(netip.PrefixFrom(netip.AddrFrom4([4]byte{10, byte(object), 0, 0}), 24))},
-			Actions: []openflow.Action{openflow.Output(uint32(object))}}}
-	}
+	route := func(object uint64) []openflow.Flow { return []openflow.Flow{objectRoute(object)} }
 	_, err := e.br.SyncObject(ctx, 6, 1, route(1))
 	g.Expect(err).NotTo(HaveOccurred())
 	dials, bundles := e.br.BundleDials(), e.br.Bundles()
@@ -560,9 +563,7 @@ func TestBundlesShareAConnection(t *testing.T) {
 	g.Expect(e.br.BundleDials()).To(Equal(dials), "nine bundles on the connection of the first")
 
 	// A rejected bundle leaves the connection usable: the next bundle goes on it too.
-	bad := openflow.Flow{Table: 70, Priority: 100, Cookie: 11, Match: []openflow.MatchField{openflow.NwSrc(netip.MustParsePrefix("10.9.0.0/16"))},
-		Actions: []openflow.Action{openflow.Output(1)}}
-	_, err = e.br.SyncObject(ctx, 6, 11, []openflow.Flow{bad})
+	_, err = e.br.SyncObject(ctx, 6, 11, []openflow.Flow{invalidFlow(11)})
 	g.Expect(err).To(MatchError(ContainSubstring("OFPBMC_BAD_PREREQ")))
 	_, err = e.br.SyncObject(ctx, 6, 11, route(11))
 	g.Expect(err).NotTo(HaveOccurred())
