@@ -15,6 +15,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	"github.com/winnet-io/winnet/internal/cni"
+	"github.com/winnet-io/winnet/internal/cni/ipam"
 	"github.com/winnet-io/winnet/internal/hns"
 )
 
@@ -199,7 +200,7 @@ func (p *Pods) releaseUnattached(ctx context.Context, c *call) error {
 	}
 	for _, al := range allocs {
 		if al.ContainerID == c.sandbox && al.IfName == c.req.IfName {
-			return p.opts.Host.IPAM.Release(ctx, cni.IPAMRequest{ContainerID: c.sandbox, IfName: c.req.IfName, Netns: c.req.Netns})
+			return p.opts.Host.IPAM.Release(ctx, ipam.Request{ContainerID: c.sandbox, IfName: c.req.IfName, Netns: c.req.Netns})
 		}
 	}
 	return nil

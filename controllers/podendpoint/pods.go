@@ -16,7 +16,7 @@ import (
 
 	networkv1alpha1 "github.com/winnet-io/winnet/api/v1alpha1"
 	"github.com/winnet-io/winnet/controllers/nodenetwork"
-	"github.com/winnet-io/winnet/internal/cni"
+	"github.com/winnet-io/winnet/internal/cni/ipam"
 	"github.com/winnet-io/winnet/internal/hns"
 	"github.com/winnet-io/winnet/internal/hostnet"
 	"github.com/winnet-io/winnet/internal/keyed"
@@ -40,7 +40,7 @@ type Host struct {
 	HNS   hns.Interface
 	OVSDB ovsdb.Interface
 	Net   hostnet.Interface
-	IPAM  *cni.IPAM
+	IPAM  *ipam.HostLocal
 }
 
 // Options configure Pods.
@@ -262,7 +262,7 @@ func (p *Pods) attach(ctx context.Context, n node, c *call) (_ *Attachment, retE
 		}
 	}()
 
-	ipamReq := cni.IPAMRequest{ContainerID: a.SandboxID, IfName: a.IfName, Netns: a.Netns, Subnet: n.realized.Node.PodCIDR, Gateway: a.Gateway}
+	ipamReq := ipam.Request{ContainerID: a.SandboxID, IfName: a.IfName, Netns: a.Netns, Subnet: n.realized.Node.PodCIDR, Gateway: a.Gateway}
 	ip, err := p.opts.Host.IPAM.Allocate(ctx, ipamReq)
 	if err != nil {
 		return nil, err
@@ -542,7 +542,7 @@ func (p *Pods) detach(ctx context.Context, a *Attachment) error {
 	}
 	steps.done("endpoint")
 	// The address goes back last: HNS may refuse an address an endpoint still has.
-	ipamReq := cni.IPAMRequest{ContainerID: a.SandboxID, IfName: a.IfName, Netns: a.Netns, Subnet: a.IP.Masked()}
+	ipamReq := ipam.Request{ContainerID: a.SandboxID, IfName: a.IfName, Netns: a.Netns, Subnet: a.IP.Masked()}
 	if err := p.opts.Host.IPAM.Release(ctx, ipamReq); err != nil {
 		return err
 	}

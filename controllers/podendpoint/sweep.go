@@ -10,7 +10,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	"github.com/winnet-io/winnet/controllers/nodenetwork"
-	"github.com/winnet-io/winnet/internal/cni"
+	"github.com/winnet-io/winnet/internal/cni/ipam"
 	"github.com/winnet-io/winnet/internal/ovs/openflow"
 	"github.com/winnet-io/winnet/internal/pipeline"
 )
@@ -75,7 +75,7 @@ func (p *Pods) removeOrphans(ctx context.Context, n node) error {
 			continue
 		}
 		log.Info("Releasing an orphaned IPAM allocation", "ip", al.IP, "containerID", al.ContainerID)
-		if err := p.opts.Host.IPAM.Release(ctx, cni.IPAMRequest{ContainerID: al.ContainerID, IfName: al.IfName, Subnet: n.realized.Node.PodCIDR}); err != nil {
+		if err := p.opts.Host.IPAM.Release(ctx, ipam.Request{ContainerID: al.ContainerID, IfName: al.IfName, Subnet: n.realized.Node.PodCIDR}); err != nil {
 			errs = append(errs, err)
 		}
 	}

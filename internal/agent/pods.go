@@ -13,6 +13,7 @@ import (
 	"github.com/winnet-io/winnet/controllers/nodenetwork"
 	"github.com/winnet-io/winnet/controllers/podendpoint"
 	"github.com/winnet-io/winnet/internal/cni"
+	"github.com/winnet-io/winnet/internal/cni/ipam"
 )
 
 // PodNetworkOptions configure the agent's Pod networking: its CNI server, IPAM and PodEndpoints.
@@ -37,17 +38,17 @@ type PodNetworkOptions struct {
 // PodNetwork is the agent's Pod networking, for tests that look inside.
 type PodNetwork struct {
 	Pods *podendpoint.Pods
-	IPAM *cni.IPAM
+	IPAM *ipam.HostLocal
 }
 
 // SetupPodNetwork opens the CNI socket and registers, with the manager, the CNI server, the
 // conflist writer, the start-up pass over Pod attachments and the PodEndpoint reconciler.
 func SetupPodNetwork(ctx context.Context, mgr ctrl.Manager, opts PodNetworkOptions) (*PodNetwork, error) {
-	ipam, err := cni.NewIPAM(cni.IPAMOptions{PluginDirs: opts.CNIBinDirs, DataDir: filepath.Join(opts.StateDir, "ipam")})
+	hostLocal, err := ipam.New(ipam.Options{PluginDirs: opts.CNIBinDirs, DataDir: filepath.Join(opts.StateDir, "ipam")})
 	if err != nil {
 		return nil, err
 	}
-	opts.Host.IPAM = ipam
+	opts.Host.IPAM = hostLocal
 	store, err := podendpoint.OpenStore(filepath.Join(opts.StateDir, "pods"))
 	if err != nil {
 		return nil, err
@@ -77,7 +78,7 @@ func SetupPodNetwork(ctx context.Context, mgr ctrl.Manager, opts PodNetworkOptio
 	if err := mgr.Add(conflist); err != nil {
 		return nil, fmt.Errorf("adding the conflist writer: %w", err)
 	}
-	return &PodNetwork{Pods: pods, IPAM: ipam}, nil
+	return &PodNetwork{Pods: pods, IPAM: hostLocal}, nil
 }
 
 // cniServer serves the shim on the agent's socket for as long as the manager runs.

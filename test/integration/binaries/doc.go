@@ -1,3 +1,3 @@
 // Package binaries builds winnet's three commands and checks what a user sees when asking them for
-// help.
+// help, and that the CNI shim links none of the agent's code.
 package binaries

@@ -22,7 +22,7 @@ import (
 	networkv1alpha1 "github.com/winnet-io/winnet/api/v1alpha1"
 
 	"github.com/winnet-io/winnet/controllers/podendpoint"
-	"github.com/winnet-io/winnet/internal/cni"
+	"github.com/winnet-io/winnet/internal/cni/ipam"
 	"github.com/winnet-io/winnet/internal/hns"
 	"github.com/winnet-io/winnet/test/simnode"
 )
@@ -193,7 +193,7 @@ func TestPodNetwork(t *testing.T) {
 		g.Expect(err).NotTo(HaveOccurred())
 		n.OVS.MustVsctl(t, "add-port", "br-int", "winnet-0badf00d", "--", "set", "interface", "winnet-0badf00d", "type=internal",
 			"--", "set", "port", "winnet-0badf00d", "external_ids:winnet-owner=winnet")
-		_, err = n.agent.Pods.IPAM.Allocate(ctx, cni.IPAMRequest{ContainerID: "orphan", IfName: "eth0", Netns: "/run/netns/none", Subnet: n.podCIDR})
+		_, err = n.agent.Pods.IPAM.Allocate(ctx, ipam.Request{ContainerID: "orphan", IfName: "eth0", Netns: "/run/netns/none", Subnet: n.podCIDR})
 		g.Expect(err).NotTo(HaveOccurred())
 		g.Expect(n.leftovers(g)).To(ContainElements("HNS endpoint winnet-deadbeef", "OVS port winnet-0badf00d", ContainSubstring("for orphan")))
 		g.Expect(n.cni.GCNetworkList(ctx, n.list, &libcni.GCArgs{ValidAttachments: valid})).To(Succeed())

@@ -1,4 +1,8 @@
-package cni
+// Package ipam gives Pods their addresses by delegating to the real host-local CNI plugin, as a
+// CNI runtime would. It is the agent's side only: the CNI shim does not link it (nor the CNI
+// library's plugin invocation and its tracing dependencies), which keeps the shim that kubelet
+// runs for every call small and quick to start.
+package ipam
 
 import (
 	"context"
@@ -16,8 +20,8 @@ import (
 	types100 "github.com/containernetworking/cni/pkg/types/100"
 )
 
-// IPAMPlugin is the CNI IPAM plugin the agent delegates Pod addresses to.
-const IPAMPlugin = "host-local"
+// Plugin is the CNI IPAM plugin the agent delegates Pod addresses to.
+const Plugin = "host-local"
 
 // ipamNetwork names host-local's directory of allocations under the data directory.
 const ipamNetwork = "winnet"
@@ -25,18 +29,18 @@ const ipamNetwork = "winnet"
 // ipamCNIVersion is the CNI version the agent speaks to the IPAM plugin.
 const ipamCNIVersion = "1.0.0"
 
-// IPAMOptions configure IPAM.
-type IPAMOptions struct {
+// Options configure HostLocal.
+type Options struct {
 	// PluginDirs are searched, in order, for the host-local binary.
 	PluginDirs []string
 	// DataDir is host-local's data directory: it keeps one file per allocated address there.
 	DataDir string
 }
 
-// IPAM allocates Pod addresses from the node's Pod CIDR by running the real host-local plugin, as a
+// HostLocal allocates Pod addresses from the node's Pod CIDR by running the real host-local plugin, as a
 // CNI runtime would: one allocation per container ID and interface name, the gateway (the first
 // address of the Pod CIDR) never handed out, allocations kept on disk across agent restarts.
-type IPAM struct {
+type HostLocal struct {
 	plugin  string
 	dataDir string
 }
@@ -48,24 +52,24 @@ type Allocation struct {
 	IfName      string
 }
 
-// NewIPAM finds the host-local binary in opts.PluginDirs.
-func NewIPAM(opts IPAMOptions) (*IPAM, error) {
+// New finds the host-local binary in opts.PluginDirs.
+func New(opts Options) (*HostLocal, error) {
 	if opts.DataDir == "" {
 		return nil, errors.New("IPAM needs a data directory")
 	}
-	plugin, err := invoke.FindInPath(IPAMPlugin, opts.PluginDirs)
+	plugin, err := invoke.FindInPath(Plugin, opts.PluginDirs)
 	if err != nil {
 		return nil, fmt.Errorf("finding the %s IPAM plugin in %v (install the CNI plugins, e.g. Debian's containernetworking-plugins, or pass --cni-bin-dir): %w",
-			IPAMPlugin, opts.PluginDirs, err)
+			Plugin, opts.PluginDirs, err)
 	}
-	return &IPAM{plugin: plugin, dataDir: opts.DataDir}, nil
+	return &HostLocal{plugin: plugin, dataDir: opts.DataDir}, nil
 }
 
 // Plugin returns the path of the host-local binary in use.
-func (i *IPAM) Plugin() string { return i.plugin }
+func (i *HostLocal) Plugin() string { return i.plugin }
 
-// IPAMRequest identifies one allocation: the container it is for and the Pod CIDR it comes from.
-type IPAMRequest struct {
+// Request identifies one allocation: the container it is for and the Pod CIDR it comes from.
+type Request struct {
 	ContainerID string
 	IfName      string
 	// Netns is passed to the plugin as CNI_NETNS (host-local does not enter it).
@@ -80,7 +84,7 @@ type IPAMRequest struct {
 // length. An allocation host-local still holds for the same container and interface (an ADD that
 // failed half-way in a previous agent) is released and made again. The error of a failed
 // allocation is a *types.Error carrying host-local's code and message.
-func (i *IPAM) Allocate(ctx context.Context, req IPAMRequest) (netip.Prefix, error) {
+func (i *HostLocal) Allocate(ctx context.Context, req Request) (netip.Prefix, error) {
 	addr, err := i.allocate(ctx, req)
 	if err != nil && strings.Contains(err.Error(), "duplicate allocation") {
 		if rerr := i.Release(ctx, req); rerr != nil {
@@ -91,7 +95,7 @@ func (i *IPAM) Allocate(ctx context.Context, req IPAMRequest) (netip.Prefix, err
 	return addr, err
 }
 
-func (i *IPAM) allocate(ctx context.Context, req IPAMRequest) (netip.Prefix, error) {
+func (i *HostLocal) allocate(ctx context.Context, req Request) (netip.Prefix, error) {
 	conf, err := i.netConf(req.Subnet, req.Gateway)
 	if err != nil {
 		return netip.Prefix{}, err
@@ -102,14 +106,14 @@ func (i *IPAM) allocate(ctx context.Context, req IPAMRequest) (netip.Prefix, err
 	}
 	cur, err := types100.NewResultFromResult(res)
 	if err != nil {
-		return netip.Prefix{}, fmt.Errorf("reading the result of %s: %w", IPAMPlugin, err)
+		return netip.Prefix{}, fmt.Errorf("reading the result of %s: %w", Plugin, err)
 	}
 	for _, ip := range cur.IPs {
 		if a, ok := netip.AddrFromSlice(ip.Address.IP); ok && req.Subnet.Contains(a.Unmap()) {
 			return netip.PrefixFrom(a.Unmap(), req.Subnet.Bits()), nil
 		}
 	}
-	return netip.Prefix{}, fmt.Errorf("%s returned no address in %s: %v", IPAMPlugin, req.Subnet, cur.IPs)
+	return netip.Prefix{}, fmt.Errorf("%s returned no address in %s: %v", Plugin, req.Subnet, cur.IPs)
 }
 
 // releaseRange stands in for the Pod CIDR when a release does not know it: host-local releases by
@@ -118,7 +122,7 @@ var releaseRange = netip.MustParsePrefix("169.254.0.0/16")
 
 // Release gives back the container's address; releasing an address that is not allocated succeeds.
 // req.Subnet may be left empty.
-func (i *IPAM) Release(ctx context.Context, req IPAMRequest) error {
+func (i *HostLocal) Release(ctx context.Context, req Request) error {
 	subnet := req.Subnet
 	if !subnet.IsValid() {
 		subnet = releaseRange
@@ -134,7 +138,7 @@ func (i *IPAM) Release(ctx context.Context, req IPAMRequest) error {
 }
 
 // Allocations lists the addresses host-local has handed out, read from its data directory.
-func (i *IPAM) Allocations() ([]Allocation, error) {
+func (i *HostLocal) Allocations() ([]Allocation, error) {
 	dir := filepath.Join(i.dataDir, ipamNetwork)
 	entries, err := os.ReadDir(dir)
 	if errors.Is(err, fs.ErrNotExist) {
@@ -164,7 +168,7 @@ func (i *IPAM) Allocations() ([]Allocation, error) {
 
 // netConf is the network configuration host-local gets: one range, the Pod CIDR, whose gateway it
 // never allocates.
-func (i *IPAM) netConf(subnet netip.Prefix, gateway netip.Addr) ([]byte, error) {
+func (i *HostLocal) netConf(subnet netip.Prefix, gateway netip.Addr) ([]byte, error) {
 	if !subnet.IsValid() || !subnet.Addr().Is4() {
 		return nil, fmt.Errorf("IPAM needs an IPv4 Pod CIDR, got %q", subnet)
 	}
@@ -179,7 +183,7 @@ func (i *IPAM) netConf(subnet netip.Prefix, gateway netip.Addr) ([]byte, error) 
 		"cniVersion": ipamCNIVersion,
 		"name":       ipamNetwork,
 		"ipam": map[string]any{
-			"type":    IPAMPlugin,
+			"type":    Plugin,
 			"dataDir": i.dataDir,
 			"ranges": [][]map[string]string{{{
 				"subnet":  subnet.String(),
@@ -194,7 +198,7 @@ func (i *IPAM) netConf(subnet netip.Prefix, gateway netip.Addr) ([]byte, error) 
 	return b, nil
 }
 
-func (i *IPAM) args(command string, req IPAMRequest) *invoke.Args {
+func (i *HostLocal) args(command string, req Request) *invoke.Args {
 	return &invoke.Args{
 		Command:     command,
 		ContainerID: req.ContainerID,
@@ -209,7 +213,7 @@ func pluginError(err error, format string, args ...any) error {
 	what := fmt.Sprintf(format, args...)
 	var cniErr *types.Error
 	if errors.As(err, &cniErr) {
-		return types.NewError(cniErr.Code, fmt.Sprintf("%s: %s: %s", what, IPAMPlugin, cniErr.Msg), cniErr.Details)
+		return types.NewError(cniErr.Code, fmt.Sprintf("%s: %s: %s", what, Plugin, cniErr.Msg), cniErr.Details)
 	}
-	return types.NewError(types.ErrInternal, fmt.Sprintf("%s: running %s: %v", what, IPAMPlugin, err), "")
+	return types.NewError(types.ErrInternal, fmt.Sprintf("%s: running %s: %v", what, Plugin, err), "")
 }

@@ -1,4 +1,4 @@
-package cni
+package ipam
 
 import (
 	"context"
@@ -10,9 +10,9 @@ import (
 )
 
 // newTestIPAM runs the real host-local plugin of this machine.
-func newTestIPAM(t *testing.T) *IPAM {
+func newTestIPAM(t *testing.T) *HostLocal {
 	t.Helper()
-	ipam, err := NewIPAM(IPAMOptions{PluginDirs: []string{"/opt/cni/bin", "/usr/lib/cni"}, DataDir: t.TempDir()})
+	ipam, err := New(Options{PluginDirs: []string{"/opt/cni/bin", "/usr/lib/cni"}, DataDir: t.TempDir()})
 	if err != nil {
 		t.Fatalf("these tests run the real host-local plugin (hack/setup-test-deps.sh installs it): %v", err)
 	}
@@ -24,8 +24,8 @@ func TestIPAMDelegatesToHostLocal(t *testing.T) {
 	ctx := context.Background()
 	ipam := newTestIPAM(t)
 	subnet := netip.MustParsePrefix("10.244.7.0/29")
-	req := func(id string) IPAMRequest {
-		return IPAMRequest{ContainerID: id, IfName: "eth0", Netns: "/run/netns/x", Subnet: subnet}
+	req := func(id string) Request {
+		return Request{ContainerID: id, IfName: "eth0", Netns: "/run/netns/x", Subnet: subnet}
 	}
 
 	// The /29 has 5 addresses to give: never the gateway (.1), the network or the broadcast address.
@@ -52,8 +52,8 @@ func TestIPAMDelegatesToHostLocal(t *testing.T) {
 	g.Expect(allocs).To(HaveLen(5))
 
 	// Release is idempotent and needs no Pod CIDR; the address is given again.
-	g.Expect(ipam.Release(ctx, IPAMRequest{ContainerID: "a", IfName: "eth0"})).To(Succeed())
-	g.Expect(ipam.Release(ctx, IPAMRequest{ContainerID: "a", IfName: "eth0"})).To(Succeed())
+	g.Expect(ipam.Release(ctx, Request{ContainerID: "a", IfName: "eth0"})).To(Succeed())
+	g.Expect(ipam.Release(ctx, Request{ContainerID: "a", IfName: "eth0"})).To(Succeed())
 	p, err := ipam.Allocate(ctx, req("f"))
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(p).To(Equal(got[0]))
@@ -69,8 +69,8 @@ func TestIPAMDelegatesToHostLocal(t *testing.T) {
 
 func TestIPAMNeedsThePlugin(t *testing.T) {
 	g := NewWithT(t)
-	_, err := NewIPAM(IPAMOptions{PluginDirs: []string{t.TempDir()}, DataDir: t.TempDir()})
+	_, err := New(Options{PluginDirs: []string{t.TempDir()}, DataDir: t.TempDir()})
 	g.Expect(err).To(MatchError(ContainSubstring("--cni-bin-dir")))
-	_, err = NewIPAM(IPAMOptions{PluginDirs: []string{"/usr/lib/cni"}})
+	_, err = New(Options{PluginDirs: []string{"/usr/lib/cni"}})
 	g.Expect(err).To(MatchError(ContainSubstring("data directory")))
 }
