@@ -16,6 +16,8 @@ const (
 	PortInPort uint32 = openflow15.P_IN_PORT
 	PortNormal uint32 = openflow15.P_NORMAL
 	PortLocal  uint32 = openflow15.P_LOCAL
+	// PortController is the controller (in_port of a packet-out the controller made up).
+	PortController uint32 = openflow15.P_CONTROLLER
 )
 
 // Flow is one OpenFlow flow. Cookie's low 40 bits carry the object id; Sync
@@ -82,9 +84,17 @@ func (f *Flow) MatchString() string {
 		parts = append(parts, fmt.Sprintf("priority=%d", f.Priority))
 	}
 	arp := f.isARP()
+	proto := f.shorthand()
 	var idx [maxInlineMatch]int
 	for _, i := range f.matchOrder(idx[:]) {
-		parts = append(parts, f.Match[i].text(arp))
+		m := &f.Match[i]
+		switch {
+		case proto != "" && m.kind == kindEthType:
+			parts = append(parts, proto)
+		case proto != "" && m.kind == kindNwProto:
+		default:
+			parts = append(parts, m.text(arp))
+		}
 	}
 	return strings.Join(parts, ",")
 }
@@ -194,13 +204,45 @@ const (
 	kindNwSrc
 	kindNwDst
 	kindARPOp
-	kindARPSha // set_field only
+	kindNwProto  // printed where arp_op is; a flow has one or the other
+	kindICMPType // icmp_type, printed after the network fields
+	kindARPSha   // set_field only
+	kindPktMark  // set_field only
 )
 
 const (
 	ethTypeIPv4 = 0x0800
 	ethTypeARP  = 0x0806
+	ethTypeIPv6 = 0x86dd
 )
+
+// IP protocol numbers.
+const (
+	ProtoICMP uint8 = 1
+	ProtoTCP  uint8 = 6
+	ProtoUDP  uint8 = 17
+)
+
+// protoShorthand names the IPv4 protocols OVS prints instead of "ip" and nw_proto.
+var protoShorthand = map[uint64]string{1: "icmp", 2: "igmp", 6: "tcp", 17: "udp", 132: "sctp"}
+
+// shorthand returns the name OVS prints for the flow's IPv4 protocol ("tcp"), or "".
+func (f *Flow) shorthand() string {
+	ip := false
+	name := ""
+	for _, m := range f.Match {
+		switch m.kind {
+		case kindEthType:
+			ip = m.value == ethTypeIPv4
+		case kindNwProto:
+			name = protoShorthand[m.value]
+		}
+	}
+	if !ip {
+		return ""
+	}
+	return name
+}
 
 // MatchField is one match criterion; build it with the constructors below.
 type MatchField struct {
@@ -268,6 +310,9 @@ func EthType(t uint16) MatchField { return MatchField{kind: kindEthType, value: 
 // IPv4 matches IPv4 packets ("ip").
 func IPv4() MatchField { return EthType(ethTypeIPv4) }
 
+// IPv6 matches IPv6 packets ("ipv6").
+func IPv6() MatchField { return EthType(ethTypeIPv6) }
+
 // ARP matches ARP packets ("arp").
 func ARP() MatchField { return EthType(ethTypeARP) }
 
@@ -284,6 +329,13 @@ func ARPTPA(ip netip.Addr) MatchField {
 
 // ARPOp matches the ARP opcode.
 func ARPOp(op uint16) MatchField { return MatchField{kind: kindARPOp, value: uint64(op)} }
+
+// IPProto matches the IPv4 protocol (nw_proto); the flow must also match IPv4(). OVS prints
+// icmp, tcp, udp and a few more by name instead of "ip".
+func IPProto(proto uint8) MatchField { return MatchField{kind: kindNwProto, value: uint64(proto)} }
+
+// ICMPType matches the ICMPv4 type; the flow must also match IPv4() and IPProto(ProtoICMP).
+func ICMPType(typ uint8) MatchField { return MatchField{kind: kindICMPType, value: uint64(typ)} }
 
 // TunDst matches the tunnel destination address.
 func TunDst(ip netip.Addr) MatchField {
@@ -402,6 +454,8 @@ func (m MatchField) text(arp bool) string {
 			return "ip"
 		case ethTypeARP:
 			return "arp"
+		case ethTypeIPv6:
+			return "ipv6"
 		}
 		return fmt.Sprintf("dl_type=0x%04x", m.value)
 	case kindReg:
@@ -428,6 +482,12 @@ func (m MatchField) text(arp bool) string {
 		return "nw_dst=" + prefixText(m.prefix)
 	case kindARPOp:
 		return fmt.Sprintf("arp_op=%d", m.value)
+	case kindNwProto:
+		return fmt.Sprintf("nw_proto=%d", m.value)
+	case kindICMPType:
+		return fmt.Sprintf("icmp_type=%d", m.value)
+	case kindPktMark:
+		return "pkt_mark=" + hex(m.value)
 	}
 	return "?"
 }
@@ -491,6 +551,16 @@ func (m MatchField) oxm(arp bool) (*openflow15.MatchField, error) {
 		return openflow15.NewArpOperField(uint16(m.value)), nil
 	case kindARPSha:
 		return openflow15.NewArpShaField(m.mac), nil
+	case kindNwProto:
+		return openflow15.NewIpProtoField(uint8(m.value)), nil
+	case kindICMPType:
+		f, _ := openflow15.FindFieldHeaderByName("OXM_OF_ICMPV4_TYPE", false)
+		f.Value = &openflow15.IcmpTypeField{Type: uint8(m.value)}
+		return f, nil
+	case kindPktMark:
+		f, _ := openflow15.FindFieldHeaderByName("NXM_NX_PKT_MARK", false)
+		f.Value = &openflow15.Uint32Message{Data: uint32(m.value)}
+		return f, nil
 	}
 	return nil, fmt.Errorf("unknown match field kind %d", m.kind)
 }

@@ -137,6 +137,12 @@ func (m *MatchField) appendOXM(b []byte, arp bool) ([]byte, error) {
 		return appendOXMPrefix(b, basic, openflow15.OXM_FIELD_IPV4_DST, m, true), nil
 	case kindARPOp:
 		return binary.BigEndian.AppendUint16(oxmHeader(b, basic, openflow15.OXM_FIELD_ARP_OP, 2, false), uint16(m.value)), nil
+	case kindNwProto:
+		return append(oxmHeader(b, basic, openflow15.OXM_FIELD_IP_PROTO, 1, false), byte(m.value)), nil
+	case kindICMPType:
+		return append(oxmHeader(b, basic, openflow15.OXM_FIELD_ICMPV4_TYPE, 1, false), byte(m.value)), nil
+	case kindPktMark:
+		return appendOXM32(b, nxm, openflow15.NXM_NX_PKT_MARK, uint32(m.value), 0, false), nil
 	}
 	return nil, fmt.Errorf("unknown match field kind %d", m.kind)
 }

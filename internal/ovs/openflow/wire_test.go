@@ -31,6 +31,10 @@ func wireFlows() []Flow {
 		{Table: 105, Match: []MatchField{IPv4(), CTState(CTNew|CTTrk, 0), TunDst(netip.MustParsePrefix("192.168.0.0/16").Addr())},
 			Actions: []Action{CT(CTAction{Commit: true, Table: &table, Zone: 65520, SNAT: ip, Exec: []Action{SetCTMark(0x40, 0xff)}}), OutputReg(3, 0, 31), OutputReg(2, 0, 15)}},
 		{Table: 110, Priority: 0, Actions: []Action{Normal()}},
+		{Table: 30, Priority: 7, Match: []MatchField{ICMPType(11), IPProto(ProtoICMP), IPv4()}, Actions: []Action{DecTTL(), Meter(3), SetPktMark(1), CTClear(), CheckPktLarger(1400, 0, 18)}},
+		{Table: 31, Priority: 7, Match: []MatchField{IPv6()}, Actions: []Action{SetIPv6Dst(netip.MustParseAddr("fd00::1")), Move(FieldIPv6Src, FieldIPv6Dst),
+			Learn(LearnSpec{Table: 40, Priority: 1, IdleTimeout: 5, EthType: ethTypeIPv4, IPProto: ProtoUDP, Match: []Field{FieldIPSrc},
+				Loads: []LearnLoad{{Src: FieldReg(2), Dst: FieldReg(3)}}, Output: &FieldInPort})}},
 	}
 }
 
