@@ -65,13 +65,26 @@ func flow(table uint8, priority uint16, match []openflow.MatchField, actions ...
 func match(m ...openflow.MatchField) []openflow.MatchField { return m }
 
 // classifierFlows mark where each packet entered. Host traffic between the uplink and the bridge's
-// LOCAL port bypasses the pipeline, except IP from the uplink, which goes through conntrack so that
-// replies to SNATed Pod traffic find their Pod.
+// LOCAL port bypasses the pipeline, except TCP, UDP and ICMP from the uplink, which go through
+// conntrack so that replies to SNATed Pod traffic find their Pod. Other IP protocols from the uplink
+// (ESP, GRE, VRRP, SCTP, ...) go straight to the host like non-IP: Windows conntrack drops them
+// (see windows_profile.go). So do ICMP errors for the node itself: Windows marks them invalid, and
+// the host's path MTU discovery needs them; the un-NAT of errors for SNATed Pod connections that
+// the userspace datapath would do is impossible on Windows anyway.
 func (n Node) classifierFlows() []openflow.Flow {
-	out := []openflow.Flow{
-		flow(ClassifierTable, priorityNormal, match(openflow.InPort(n.UplinkOFPort), openflow.IPv4()),
-			loadReg(PktSourceField, FromUplink), openflow.GotoTable(ConntrackTable)),
-		flow(ClassifierTable, priorityLow, match(openflow.InPort(n.UplinkOFPort)), openflow.Output(openflow.PortLocal)),
+	uplink := openflow.InPort(n.UplinkOFPort)
+	nodeIP := openflow.NwDst(netip.PrefixFrom(n.NodeIP, 32))
+	var out []openflow.Flow
+	for _, t := range icmpErrorTypes {
+		out = append(out, flow(ClassifierTable, priorityHigh, match(uplink, openflow.IPv4(), openflow.IPProto(openflow.ProtoICMP), nodeIP, openflow.ICMPType(t)),
+			openflow.Output(openflow.PortLocal)))
+	}
+	for _, proto := range trackedProtocols {
+		out = append(out, flow(ClassifierTable, priorityNormal, match(uplink, openflow.IPv4(), openflow.IPProto(proto)),
+			loadReg(PktSourceField, FromUplink), openflow.GotoTable(ConntrackTable)))
+	}
+	out = append(out,
+		flow(ClassifierTable, priorityLow, match(uplink), openflow.Output(openflow.PortLocal)),
 		flow(ClassifierTable, priorityNormal, match(openflow.InPort(openflow.PortLocal), openflow.IPv4(), openflow.NwDst(n.PodCIDR)),
 			loadReg(PktSourceField, FromLocal), openflow.GotoTable(ConntrackTable)),
 		flow(ClassifierTable, priorityLow, match(openflow.InPort(openflow.PortLocal)), openflow.Output(n.UplinkOFPort)),
@@ -82,7 +95,7 @@ func (n Node) classifierFlows() []openflow.Flow {
 		flow(SpoofGuardTable, priorityLow, match(openflow.ARP(), regMatch(PktSourceField, FromGateway)), openflow.GotoTable(ARPResponderTable)),
 		flow(SpoofGuardTable, priorityLow, match(openflow.IPv4(), regMatch(PktSourceField, FromGateway)), openflow.GotoTable(ConntrackTable)),
 		flow(SpoofGuardTable, priorityMiss, nil, openflow.Drop()),
-	}
+	)
 	if n.TunnelOFPort != 0 {
 		out = append(out, flow(ClassifierTable, priorityNormal, match(openflow.InPort(n.TunnelOFPort)),
 			loadReg(PktSourceField, FromTunnel), openflow.GotoTable(ConntrackTable)))
@@ -90,15 +103,18 @@ func (n Node) classifierFlows() []openflow.Flow {
 	return out
 }
 
-// conntrackFlows track every IP packet in the pipeline's zone, un-NATing replies, and steer replies
-// to SNATed connections that came in on the uplink towards their Pod.
+// conntrackFlows track TCP, UDP and ICMP in the pipeline's zone, un-NATing replies, and steer
+// replies to SNATed connections that came in on the uplink towards their Pod. Other IP protocols
+// are dropped, as Windows conntrack would drop them.
 func (n Node) conntrackFlows() []openflow.Flow {
 	stateTable := ConntrackStateTable
 	established := openflow.CTState(openflow.CTTrk, openflow.CTNew)
-	return []openflow.Flow{
-		flow(ARPResponderTable, priorityMiss, nil, openflow.Normal()),
-		flow(ConntrackTable, priorityNormal, match(openflow.IPv4()),
-			openflow.CT(openflow.CTAction{Table: &stateTable, Zone: ConntrackZone, NAT: true})),
+	out := []openflow.Flow{flow(ARPResponderTable, priorityMiss, nil, openflow.Normal())}
+	for _, proto := range trackedProtocols {
+		out = append(out, flow(ConntrackTable, priorityNormal, match(openflow.IPv4(), openflow.IPProto(proto)),
+			openflow.CT(openflow.CTAction{Table: &stateTable, Zone: ConntrackZone, NAT: true})))
+	}
+	return append(out,
 		flow(ConntrackTable, priorityMiss, nil, openflow.Drop()),
 		flow(ConntrackStateTable, priorityHigh, match(openflow.IPv4(), established, openflow.CTMark(SNATCTMark, 0xffffffff), regMatch(PktSourceField, FromUplink)),
 			openflow.SetEthDst(GlobalVirtualMAC), openflow.GotoTable(DNATTable)),
@@ -109,7 +125,7 @@ func (n Node) conntrackFlows() []openflow.Flow {
 		flow(ConntrackStateTable, prioritySkip, match(openflow.IPv4(), openflow.CTState(openflow.CTTrk|openflow.CTInv, 0)), openflow.Drop()),
 		flow(ConntrackStateTable, priorityMiss, nil, openflow.GotoTable(DNATTable)),
 		flow(DNATTable, priorityMiss, nil, openflow.GotoTable(L3ForwardingTable)),
-	}
+	)
 }
 
 // forwardingFlows are the L3/L2 base: the local Pod CIDR and the node are reached by MAC; the

@@ -56,17 +56,36 @@ func TestSNATOffHasNoSNATFlows(t *testing.T) {
 	}
 }
 
-// TestUnNATReplies pins the flows that bring replies to SNATed connections back: IP from the uplink
-// goes through conntrack with nat, and a reply with the SNAT mark gets the global virtual MAC.
+// TestUnNATReplies pins the flows that bring replies to SNATed connections back: TCP, UDP and ICMP
+// from the uplink go through conntrack with nat, and a reply with the SNAT mark gets the global
+// virtual MAC.
 func TestUnNATReplies(t *testing.T) {
 	g := NewWithT(t)
 	n := testNode()
-	g.Expect(featureFlows(n, CategoryClassifier)).To(ContainElement(
-		"priority=200,ip,in_port=3 actions=set_field:0x3/0xffff->reg0,goto_table:30"))
+	g.Expect(featureFlows(n, CategoryClassifier)).To(ContainElements(
+		"priority=200,tcp,in_port=3 actions=set_field:0x3/0xffff->reg0,goto_table:30",
+		"priority=200,udp,in_port=3 actions=set_field:0x3/0xffff->reg0,goto_table:30",
+		"priority=200,icmp,in_port=3 actions=set_field:0x3/0xffff->reg0,goto_table:30"))
 	g.Expect(featureFlows(n, CategoryConntrack)).To(ContainElements(
-		"table=30, priority=200,ip actions=ct(table=31,zone=65520,nat)",
+		"table=30, priority=200,tcp actions=ct(table=31,zone=65520,nat)",
+		"table=30, priority=200,udp actions=ct(table=31,zone=65520,nat)",
+		"table=30, priority=200,icmp actions=ct(table=31,zone=65520,nat)",
 		"table=31, priority=210,ct_state=-new+trk,ct_mark=0x40,ip,reg0=0x3/0xffff actions=set_field:aa:bb:cc:dd:ee:ff->eth_dst,goto_table:40",
 	))
+}
+
+// TestHostTrafficWindowsCannotTrack pins the classifier flows that keep host traffic out of
+// conntrack: ICMP errors for the node go to the host, and IP protocols other than TCP, UDP and ICMP
+// reach the host through the uplink's catch-all, not through ct().
+func TestHostTrafficWindowsCannotTrack(t *testing.T) {
+	g := NewWithT(t)
+	got := featureFlows(testNode(), CategoryClassifier)
+	g.Expect(got).To(ContainElements(
+		"priority=210,icmp,in_port=3,nw_dst=192.168.10.11,icmp_type=3 actions=LOCAL",
+		"priority=210,icmp,in_port=3,nw_dst=192.168.10.11,icmp_type=11 actions=LOCAL",
+		"priority=190,in_port=3 actions=LOCAL",
+	))
+	g.Expect(got).NotTo(ContainElement(ContainSubstring(",ip,in_port=3 ")), "no flow sends all IP from the uplink to conntrack")
 }
 
 func TestNoEncapHasNoTunnelClassifier(t *testing.T) {

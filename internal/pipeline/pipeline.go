@@ -4,6 +4,7 @@ import (
 	"net"
 
 	networkv1alpha1 "github.com/winnet-io/winnet/api/v1alpha1"
+	"github.com/winnet-io/winnet/internal/ovs/openflow"
 )
 
 // The tables of the pipeline, in the order a packet walks them. Table IDs appear nowhere else.
@@ -88,6 +89,13 @@ const (
 
 // BaseCategories are the categories of Node.Features, in install order.
 var BaseCategories = []uint8{CategoryClassifier, CategoryConntrack, CategoryForwarding, CategorySNAT}
+
+// trackedProtocols are the IPv4 protocols sent through conntrack: the ones Windows conntrack tracks.
+var trackedProtocols = []uint8{openflow.ProtoTCP, openflow.ProtoUDP, openflow.ProtoICMP}
+
+// icmpErrorTypes are the ICMPv4 errors for the node's own connections that go to the host without
+// conntrack: destination unreachable (with fragmentation needed) and time exceeded.
+var icmpErrorTypes = []uint8{3, 11}
 
 // SNATCTMark marks connections SNATed to the node IP.
 const SNATCTMark uint32 = 0x40

@@ -82,27 +82,27 @@ func TestPipelinePaths(t *testing.T) {
 	}{
 		{
 			name:   "Pod to external is SNATed to the node IP and leaves on the gateway",
-			flow:   fmt.Sprintf("in_port=10,ip,dl_src=%s,dl_dst=%s,nw_src=10.244.1.5,nw_dst=8.8.8.8,nw_ttl=64", pod1.MAC, gw),
+			flow:   fmt.Sprintf("in_port=10,tcp,dl_src=%s,dl_dst=%s,nw_src=10.244.1.5,nw_dst=8.8.8.8,nw_ttl=64", pod1.MAC, gw),
 			ctNext: []string{"trk,new", "trk,new"},
 			want:   []string{`nat\(src=192\.168\.10\.11\)`, "set_field:0x40->ct_mark", "output:2"},
 		},
 		{
 			name:   "Pod to a Service CIDR keeps its address",
-			flow:   fmt.Sprintf("in_port=10,ip,dl_src=%s,dl_dst=%s,nw_src=10.244.1.5,nw_dst=10.96.0.10,nw_ttl=64", pod1.MAC, gw),
+			flow:   fmt.Sprintf("in_port=10,tcp,dl_src=%s,dl_dst=%s,nw_src=10.244.1.5,nw_dst=10.96.0.10,nw_ttl=64", pod1.MAC, gw),
 			ctNext: []string{"trk,new", "trk,new"},
 			want:   []string{"-> output port is 2"},
 			reject: []string{"nat(src="},
 		},
 		{
 			name:   "Pod to local Pod is switched to its port",
-			flow:   fmt.Sprintf("in_port=10,ip,dl_src=%s,dl_dst=%s,nw_src=10.244.1.5,nw_dst=10.244.1.6,nw_ttl=64", pod1.MAC, pod2.MAC),
+			flow:   fmt.Sprintf("in_port=10,tcp,dl_src=%s,dl_dst=%s,nw_src=10.244.1.5,nw_dst=10.244.1.6,nw_ttl=64", pod1.MAC, pod2.MAC),
 			ctNext: []string{"trk,new", "trk,new"},
 			want:   []string{"-> output port is 11"},
 			reject: []string{"nat(src="},
 		},
 		{
 			name:   "Pod to remote Pod is tunnelled to the remote node with the VNI",
-			flow:   fmt.Sprintf("in_port=10,ip,dl_src=%s,dl_dst=%s,nw_src=10.244.1.5,nw_dst=10.244.2.7,nw_ttl=64", pod1.MAC, gw),
+			flow:   fmt.Sprintf("in_port=10,tcp,dl_src=%s,dl_dst=%s,nw_src=10.244.1.5,nw_dst=10.244.2.7,nw_ttl=64", pod1.MAC, gw),
 			ctNext: []string{"trk,new", "trk,new"},
 			want:   []string{"set_field:192.168.10.12->tun_dst", "set_field:0x1000->tun_id", "-> output port is 1"},
 			reject: []string{"nat(src="},
@@ -114,7 +114,7 @@ func TestPipelinePaths(t *testing.T) {
 		},
 		{
 			name:   "Tunnelled traffic to a local Pod gets the Pod's MAC",
-			flow:   fmt.Sprintf("in_port=1,ip,dl_src=%s,dl_dst=%s,nw_src=10.244.2.7,nw_dst=10.244.1.5,nw_ttl=64,tun_id=4096,tun_src=192.168.10.12,tun_dst=192.168.10.11", gw, GlobalVirtualMAC),
+			flow:   fmt.Sprintf("in_port=1,tcp,dl_src=%s,dl_dst=%s,nw_src=10.244.2.7,nw_dst=10.244.1.5,nw_ttl=64,tun_id=4096,tun_src=192.168.10.12,tun_dst=192.168.10.11", gw, GlobalVirtualMAC),
 			ctNext: []string{"trk,new", "trk,new"},
 			want:   []string{fmt.Sprintf("set_field:%s->eth_dst", pod1.MAC), "-> output port is 10"},
 		},
@@ -125,9 +125,45 @@ func TestPipelinePaths(t *testing.T) {
 		},
 		{
 			name:   "Host traffic from the uplink that is no reply to a Pod goes to the host",
-			flow:   "in_port=3,ip,nw_src=8.8.8.8,nw_dst=192.168.10.11,nw_ttl=64",
+			flow:   "in_port=3,tcp,nw_src=8.8.8.8,nw_dst=192.168.10.11,nw_ttl=64",
 			ctNext: []string{"trk,new"},
 			want:   []string{`31. ip,reg0=0x3/0xffff, priority 190\n\s+LOCAL\n`},
+		},
+		{
+			name:   "A SNATed connection's reply from the uplink is un-NATed towards its Pod",
+			flow:   "in_port=3,udp,nw_src=8.8.8.8,nw_dst=192.168.10.11,nw_ttl=64",
+			ctNext: []string{"trk,est"},
+			want:   []string{`ct\(table=31,zone=65520,nat\)`},
+		},
+		{
+			name:   "GRE from the uplink goes to the host without conntrack",
+			flow:   "in_port=3,ip,nw_proto=47,nw_src=192.168.10.254,nw_dst=192.168.10.11,nw_ttl=64",
+			want:   []string{`0. in_port=3, priority 190\n\s+LOCAL\n`},
+			reject: []string{"ct("},
+		},
+		{
+			name:   "An ICMP fragmentation-needed for the node goes to the host without conntrack",
+			flow:   "in_port=3,icmp,nw_src=192.168.10.254,nw_dst=192.168.10.11,nw_ttl=64,icmp_type=3,icmp_code=4",
+			want:   []string{`0. icmp,in_port=3,nw_dst=192.168.10.11,icmp_type=3, priority 210\n\s+LOCAL\n`},
+			reject: []string{"ct("},
+		},
+		{
+			name:   "An ICMP time-exceeded for the node goes to the host without conntrack",
+			flow:   "in_port=3,icmp,nw_src=192.168.10.254,nw_dst=192.168.10.11,nw_ttl=64,icmp_type=11,icmp_code=0",
+			want:   []string{`priority 210\n\s+LOCAL\n`},
+			reject: []string{"ct("},
+		},
+		{
+			name:   "An ICMP echo to the node still goes through conntrack",
+			flow:   "in_port=3,icmp,nw_src=192.168.10.254,nw_dst=192.168.10.11,nw_ttl=64,icmp_type=8,icmp_code=0",
+			ctNext: []string{"trk,new"},
+			want:   []string{`ct\(table=31,zone=65520,nat\)`, `31. ip,reg0=0x3/0xffff, priority 190\n\s+LOCAL\n`},
+		},
+		{
+			name:   "SCTP from a Pod is dropped before conntrack, as Windows would drop it in ct()",
+			flow:   fmt.Sprintf("in_port=10,sctp,dl_src=%s,dl_dst=%s,nw_src=10.244.1.5,nw_dst=10.244.1.6,nw_ttl=64", pod1.MAC, pod2.MAC),
+			want:   []string{"Datapath actions: drop"},
+			reject: []string{"ct("},
 		},
 		{
 			name: "The host's ARP for a remote gateway is answered with the global virtual MAC",
