@@ -187,7 +187,7 @@ func TestNodeNetworkConvergesAndHeals(t *testing.T) {
 		// Host traffic to the outside leaves on the uplink; replies from outside go through
 		// conntrack and, as no Pod connection is theirs, to the host.
 		g.Expect(n.trace(g, "in_port=LOCAL,ip,nw_src=192.168.10.11,nw_dst=8.8.8.8,nw_ttl=64")).To(ContainSubstring(fmt.Sprintf("output:%d", nodenetwork.UplinkOFPort)))
-		g.Expect(n.trace(g, fmt.Sprintf("in_port=%d,ip,nw_src=8.8.8.8,nw_dst=192.168.10.11,nw_ttl=64", nodenetwork.UplinkOFPort), "trk,est")).
+		g.Expect(n.trace(g, fmt.Sprintf("in_port=%d,tcp,nw_src=8.8.8.8,nw_dst=192.168.10.11,nw_ttl=64", nodenetwork.UplinkOFPort), "trk,est")).
 			To(MatchRegexp(`ct\(table=31,zone=65520,nat\)(.|\n)*31\. ip,reg0=0x3/0xffff, priority 190, cookie 0x[0-9a-f]+\n\s+LOCAL`))
 	})
 
