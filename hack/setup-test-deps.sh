@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs everything `make test` needs on a fresh Debian 12 machine, idempotently:
-#   - Debian packages: Open vSwitch (userspace datapath), CNI plugins (host-local IPAM), iproute2, ping
+#   - Debian packages: Open vSwitch (userspace datapath), CNI plugins (host-local IPAM), iproute2, ping,
+#     python3 (raw packets)
 #   - kube-apiserver and etcd built from the Go module proxy into bin/k8s/<version>/ (cached by version)
 #   - helm built from the Go module proxy (the tool in go.mod) into bin/helm-<version>/ (chart tests)
 # Run as root. Safe to run again: every step checks before it acts.
@@ -23,6 +24,8 @@ install_debian_packages() {
 	[ -x /usr/lib/cni/host-local ] || need+=(containernetworking-plugins)
 	command -v ip >/dev/null || need+=(iproute2)
 	command -v ping >/dev/null || need+=(iputils-ping)
+	# Raw IP, ICMP and GRE/ESP packets in the datapath tests (test/integration/datapath).
+	[ -x /usr/bin/python3 ] || need+=(python3)
 	if [ ${#need[@]} -eq 0 ]; then return; fi
 	if [ "$(id -u)" != 0 ]; then
 		log "missing Debian packages ${need[*]} and not root: run 'sudo $0' once"
