@@ -19,6 +19,9 @@ type Host struct {
 	HNS   hns.Interface
 	OVSDB *ovsdb.Client
 	Net   hostnet.Interface
+	// StateDir is where the agent records the uplink adapter's IP configuration before HNS takes it
+	// (see AdapterRecordFile); empty keeps the record in memory only.
+	StateDir string
 	// OpenFlowAddress returns the OpenFlow management socket (named pipe on Windows) of a bridge;
 	// nil or "" means the platform default.
 	OpenFlowAddress func(bridge string) string
@@ -111,18 +114,4 @@ func addressOf(ctx context.Context, h hostnet.Interface, link int, ip netip.Addr
 		}
 	}
 	return netip.Prefix{}, nil
-}
-
-// movableAddresses reports whether the link holds addresses MoveAddressesAndRoutes would move.
-func movableAddresses(ctx context.Context, h hostnet.Interface, link int) (bool, error) {
-	addrs, err := h.Addresses(ctx, link)
-	if err != nil {
-		return false, err
-	}
-	for _, a := range addrs {
-		if hostnet.Movable(a) {
-			return true, nil
-		}
-	}
-	return false, nil
 }

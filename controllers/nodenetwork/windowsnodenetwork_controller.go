@@ -48,6 +48,7 @@ type Reconciler struct {
 	State *State
 
 	flows     flowConn
+	adapters  adapterRecords
 	stateOnce sync.Once
 	// apiReader reads past the cache, when a routes report finds the cached object stale.
 	apiReader client.Reader
@@ -58,6 +59,7 @@ func (r *Reconciler) state() *State {
 		if r.State == nil {
 			r.State = NewState()
 		}
+		r.adapters.dir = r.Host.StateDir
 	})
 	return r.State
 }
@@ -198,6 +200,8 @@ type state struct {
 	// uplink, bridge and gateway are the host interfaces in use.
 	uplink, bridge, gateway hostnet.Link
 	ofports                 map[string]int32
+	// network is the HNS network.
+	network *hns.Network
 	// nodeSubnet is the node IP with its prefix length, as the bridge interface holds it.
 	nodeSubnet netip.Prefix
 	flows      *openflow.Bridge
@@ -250,8 +254,8 @@ func (r *Reconciler) converge(ctx context.Context, wnn *networkv1alpha1.WindowsN
 }
 
 // observe finds the uplink and reads the Node's Pod CIDRs. The uplink is the configured adapter,
-// or the one the bridge records (once the host's address has moved to the bridge), or the one
-// holding the node IP.
+// or the one the HNS network is bound to, or the one the bridge records (after a reboot, when the
+// network is gone), or the one holding the node IP (before anything was built).
 func (r *Reconciler) observe(ctx context.Context, spec networkv1alpha1.WindowsNodeNetworkSpec) (facts, hostnet.Link, error) {
 	var f facts
 	node := &corev1.Node{}
@@ -262,6 +266,13 @@ func (r *Reconciler) observe(ctx context.Context, spec networkv1alpha1.WindowsNo
 	}
 
 	name := spec.Uplink.Interface
+	if name == "" {
+		if network, err := r.Host.HNS.GetNetworkByName(ctx, spec.HNSNetwork.Name); err == nil {
+			name = network.AdapterName
+		} else if !errors.Is(err, hns.ErrNotFound) {
+			return f, hostnet.Link{}, failed(networkv1alpha1.HNSNetworkFailedReason, err)
+		}
+	}
 	if name == "" {
 		if ids, err := r.Host.OVSDB.BridgeExternalIDs(ctx, string(spec.Bridge.Name)); err == nil {
 			name = ids[uplinkKey]
@@ -288,9 +299,17 @@ func (r *Reconciler) observe(ctx context.Context, spec networkv1alpha1.WindowsNo
 	return f, link, nil
 }
 
-// ensureHostSwitch makes the HNS Transparent network exist on the uplink with the OVS extension
-// enabled. A missing network next to a bridge winnet built means the host rebooted (HNS networks do
-// not persist): the stale bridge is removed first and everything is rebuilt in order.
+// hostIPWait bounds how long the agent waits for HNS to put the node IP on the management vNIC
+// before it re-adds it from the adapter's record. HNS moves it while it creates the network; on
+// Windows the address can take a moment to show (DHCP, duplicate address detection).
+const hostIPWait = 10 * time.Second
+
+// ensureHostSwitch makes the HNS Transparent network exist on the uplink with the node IP on its
+// management vNIC and the OVS extension enabled, in the order Windows needs (Antrea
+// PrepareHNSNetwork): record the adapter's IP configuration, create the network (HNS moves the
+// configuration to the vNIC), wait for the node IP on the vNIC (re-adding it from the record only
+// if HNS did not move it), then enable the extension. A missing network next to a bridge winnet
+// built means the host rebooted (HNS networks do not persist): the stale bridge goes first.
 func (r *Reconciler) ensureHostSwitch(ctx context.Context, s *state) (outcome, error) {
 	d := s.desired
 	network, err := r.Host.HNS.GetNetworkByName(ctx, d.hnsNetwork.Name)
@@ -299,25 +318,35 @@ func (r *Reconciler) ensureHostSwitch(ctx context.Context, s *state) (outcome, e
 		if err := r.removeStaleBridge(ctx, s); err != nil {
 			return outcome{}, failed(networkv1alpha1.HNSNetworkFailedReason, err)
 		}
+		if err := r.recordAdapter(ctx, s); err != nil {
+			return outcome{}, failed(networkv1alpha1.HNSNetworkFailedReason, err)
+		}
 		ctrl.LoggerFrom(ctx).Info("Creating the HNS network", "network", d.hnsNetwork.Name, "adapter", d.hnsNetwork.AdapterName)
 		network, err = r.Host.HNS.CreateTransparentNetwork(ctx, d.hnsNetwork)
 		if err != nil {
 			msg := err
 			if errors.Is(err, hns.ErrAdapterInUse) {
-				msg = fmt.Errorf("adapter %q is bound to another HNS network (0x57): remove that network or choose another uplink: %w", d.hnsNetwork.AdapterName, err)
+				msg = fmt.Errorf("adapter %q cannot take the HNS network (0x57): remove the network that holds it or choose another uplink: %w", d.hnsNetwork.AdapterName, err)
 			}
 			return outcome{}, failed(networkv1alpha1.HNSNetworkFailedReason, msg)
 		}
-		r.event(s.wnn, "HNSNetworkCreated", "Created HNS Transparent network %s (%s) on %s", network.Name, network.ID, d.hnsNetwork.AdapterName)
+		r.event(s.wnn, "HNSNetworkCreated", "Created HNS Transparent network %s (%s) on %s; its management vNIC is %s",
+			network.Name, network.ID, d.hnsNetwork.AdapterName, network.ManagementVNIC)
 	case err != nil:
 		return outcome{}, failed(networkv1alpha1.HNSNetworkFailedReason, err)
 	}
+	s.network = network
 	s.wnn.Status.HNSNetworkID = network.ID
+
 	enabled, err := r.Host.HNS.OVSExtensionEnabled(ctx, network.ID)
 	if err != nil {
 		return outcome{}, failed(networkv1alpha1.OVSExtensionDisabledReason, err)
 	}
 	if !enabled {
+		// Only once the node IP is on the vNIC: enabling the extension earlier can break DHCP.
+		if err := r.ensureHostIPOnVNIC(ctx, s); err != nil {
+			return outcome{}, failed(networkv1alpha1.HostAddressMoveFailedReason, err)
+		}
 		if err := r.Host.HNS.EnableOVSExtension(ctx, network.ID); err != nil {
 			return outcome{}, failed(networkv1alpha1.OVSExtensionDisabledReason, err)
 		}
@@ -326,8 +355,82 @@ func (r *Reconciler) ensureHostSwitch(ctx context.Context, s *state) (outcome, e
 	return outcome{networkv1alpha1.ReadyReason, fmt.Sprintf("HNS network %s runs the OVS extension", network.Name)}, nil
 }
 
-// removeStaleBridge removes a bridge left from before a reboot, giving its addresses back to the
-// uplink first so the host stays reachable.
+// recordAdapter records the uplink's IP configuration before HNS takes it. An uplink that does not
+// hold the node IP keeps the earlier record (the agent stopped after HNS had moved it).
+func (r *Reconciler) recordAdapter(ctx context.Context, s *state) error {
+	cfg, err := r.Host.Net.ReadIPConfig(ctx, s.uplink.Index)
+	if err != nil {
+		return fmt.Errorf("reading the IP configuration of %s: %w", s.uplink.Name, err)
+	}
+	if _, ok := cfg.Holds(s.desired.nodeIP); ok {
+		return r.adapters.put(s.uplink.Name, cfg)
+	}
+	if _, known, err := r.adapters.get(s.uplink.Name); err != nil || known {
+		return err
+	}
+	return fmt.Errorf("adapter %s does not hold the node IP %s and winnet has no record of its configuration", s.uplink.Name, s.desired.nodeIP)
+}
+
+// managementVNIC returns the management vNIC: under the name HNS gave it, or under the bridge name
+// once renamed. Not found when neither exists.
+func (r *Reconciler) managementVNIC(ctx context.Context, s *state) (hostnet.Link, error) {
+	l, err := r.Host.Net.LinkByName(ctx, s.network.ManagementVNIC)
+	if err == nil || !errors.Is(err, hostnet.ErrNotFound) {
+		return l, err
+	}
+	return r.Host.Net.LinkByName(ctx, s.desired.bridge.Name)
+}
+
+// ensureHostIPOnVNIC waits, bounded, for HNS to put the node IP on the management vNIC, and re-adds
+// the adapter's recorded configuration there when it did not (a DHCP adapter stays on DHCP).
+func (r *Reconciler) ensureHostIPOnVNIC(ctx context.Context, s *state) error {
+	ip := s.desired.nodeIP
+	deadline := time.Now().Add(hostIPWait)
+	for {
+		vnic, err := r.managementVNIC(ctx, s)
+		switch {
+		case err == nil:
+			if p, err := addressOf(ctx, r.Host.Net, vnic.Index, ip); err != nil {
+				return err
+			} else if p.IsValid() {
+				return nil
+			}
+			if time.Now().After(deadline) {
+				return r.restoreHostIP(ctx, s, vnic, "HNS did not move it to the management vNIC")
+			}
+		case !errors.Is(err, hostnet.ErrNotFound):
+			return err
+		case time.Now().After(deadline):
+			return fmt.Errorf("the management vNIC %s of HNS network %s did not appear within %s", s.network.ManagementVNIC, s.network.Name, hostIPWait)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// restoreHostIP gives link the uplink's recorded IP configuration.
+func (r *Reconciler) restoreHostIP(ctx context.Context, s *state, link hostnet.Link, why string) error {
+	cfg, known, err := r.adapters.get(s.uplink.Name)
+	if err != nil {
+		return err
+	}
+	if !known {
+		return fmt.Errorf("the node IP %s is not on %s (%s) and winnet has no record of adapter %s's configuration", s.desired.nodeIP, link.Name, why, s.uplink.Name)
+	}
+	ctrl.LoggerFrom(ctx).Info("Re-adding the host's IP configuration", "link", link.Name, "adapter", s.uplink.Name, "dhcp", cfg.DHCP, "why", why)
+	if err := r.Host.Net.ApplyIPConfig(ctx, link.Index, cfg); err != nil {
+		return fmt.Errorf("re-adding adapter %s's IP configuration on %s: %w", s.uplink.Name, link.Name, err)
+	}
+	r.Recorder.Eventf(s.wnn, nil, corev1.EventTypeWarning, "HostIPRestored", "Converge",
+		"Re-added adapter %s's recorded IP configuration on %s: %s", s.uplink.Name, link.Name, why)
+	return nil
+}
+
+// removeStaleBridge removes a bridge left from before a reboot. The reboot took the management vNIC
+// it had adopted and gave the adapter its configuration back; the bridge is rebuilt on the new vNIC.
 func (r *Reconciler) removeStaleBridge(ctx context.Context, s *state) error {
 	name := s.desired.bridge.Name
 	if _, err := r.Host.OVSDB.BridgeExternalIDs(ctx, name); errors.Is(err, ovsdb.ErrNotFound) {
@@ -337,9 +440,11 @@ func (r *Reconciler) removeStaleBridge(ctx context.Context, s *state) error {
 	}
 	r.Recorder.Eventf(s.wnn, nil, corev1.EventTypeWarning, networkv1alpha1.HostRebootedReason, "Converge",
 		"HNS network %s is gone but bridge %s remains: the host rebooted; rebuilding the node network", s.desired.hnsNetwork.Name, name)
-	if err := r.giveBackAddresses(ctx, name, s.uplink); err != nil {
-		return err
-	}
+	return r.deleteBridge(ctx, name)
+}
+
+// deleteBridge deletes the bridge and waits for OVS to close its LOCAL interface.
+func (r *Reconciler) deleteBridge(ctx context.Context, name string) error {
 	r.flows.close()
 	if _, err := r.Host.OVSDB.DeleteBridge(ctx, name); err != nil {
 		return fmt.Errorf("deleting stale bridge %q: %w", name, err)
@@ -347,31 +452,28 @@ func (r *Reconciler) removeStaleBridge(ctx context.Context, s *state) error {
 	return waitLinkGone(ctx, r.Host.Net, name)
 }
 
-// giveBackAddresses makes the uplink a host interface again and moves the addresses and routes of
-// the bridge's interface back to it.
-func (r *Reconciler) giveBackAddresses(ctx context.Context, bridge string, uplink hostnet.Link) error {
-	if err := r.Host.Net.SetSwitchPort(ctx, uplink.Index, false); err != nil {
-		return err
-	}
-	br, err := r.Host.Net.LinkByName(ctx, bridge)
-	if errors.Is(err, hostnet.ErrNotFound) {
-		return nil
-	} else if err != nil {
-		return err
-	}
-	if has, err := movableAddresses(ctx, r.Host.Net, br.Index); err != nil || !has {
-		return err
-	}
-	if err := hostnet.MoveAddressesAndRoutes(ctx, r.Host.Net, br.Index, uplink.Index); err != nil {
-		return fmt.Errorf("moving the host's addresses from %s back to %s: %w", bridge, uplink.Name, err)
-	}
-	return nil
-}
-
-// ensureBridge makes the OVS bridge exist with the uplink's MAC and moves the host's addresses and
-// routes from the uplink to the bridge's interface, unless HNS already did.
+// ensureBridge renames the management vNIC to the bridge name and makes the OVS bridge exist, so
+// that its LOCAL port is that vNIC with the node IP on it, and the adapter's MAC
+// (other_config:hwaddr). No address or route moves: HNS did that.
 func (r *Reconciler) ensureBridge(ctx context.Context, s *state) (outcome, error) {
 	d := s.desired
+	vnic, err := r.Host.Net.LinkByName(ctx, s.network.ManagementVNIC)
+	switch {
+	case err == nil:
+		if _, err := r.Host.Net.LinkByName(ctx, d.bridge.Name); err == nil {
+			// A bridge built on another interface (before HNS made this vNIC) stands in the way.
+			if err := r.deleteBridge(ctx, d.bridge.Name); err != nil {
+				return outcome{}, failed(networkv1alpha1.OVSUnavailableReason, err)
+			}
+		}
+		ctrl.LoggerFrom(ctx).Info("Renaming the management vNIC to the bridge name", "vnic", vnic.Name, "bridge", d.bridge.Name)
+		if err := r.Host.Net.RenameLink(ctx, vnic.Index, d.bridge.Name); err != nil {
+			return outcome{}, failed(networkv1alpha1.HostAddressMoveFailedReason, err)
+		}
+		r.event(s.wnn, "ManagementVNICRenamed", "Renamed the management vNIC %s of HNS network %s to %s", vnic.Name, s.network.Name, d.bridge.Name)
+	case !errors.Is(err, hostnet.ErrNotFound):
+		return outcome{}, failed(networkv1alpha1.HostAddressMoveFailedReason, err)
+	}
 	changed, err := r.Host.OVSDB.EnsureBridge(ctx, d.bridge)
 	if err != nil {
 		return outcome{}, failed(networkv1alpha1.OVSUnavailableReason, err)
@@ -382,29 +484,24 @@ func (r *Reconciler) ensureBridge(ctx context.Context, s *state) (outcome, error
 	if s.bridge, err = waitLink(ctx, r.Host.Net, d.bridge.Name); err != nil {
 		return outcome{}, failed(networkv1alpha1.OVSUnavailableReason, err)
 	}
-	if s.bridge.MAC.String() != s.facts.uplinkMAC.String() {
-		if err := r.Host.Net.SetMAC(ctx, s.bridge.Index, s.facts.uplinkMAC); err != nil && !errors.Is(err, errors.ErrUnsupported) {
-			return outcome{}, failed(networkv1alpha1.HostAddressMoveFailedReason, err)
-		}
-	}
 	if err := r.Host.Net.SetUp(ctx, s.bridge.Index); err != nil {
 		return outcome{}, failed(networkv1alpha1.HostAddressMoveFailedReason, err)
 	}
-	if has, err := movableAddresses(ctx, r.Host.Net, s.uplink.Index); err != nil {
-		return outcome{}, failed(networkv1alpha1.HostAddressMoveFailedReason, err)
-	} else if has {
-		ctrl.LoggerFrom(ctx).Info("Moving the host's addresses and routes to the bridge", "uplink", s.uplink.Name, "bridge", d.bridge.Name)
-		if err := hostnet.MoveAddressesAndRoutes(ctx, r.Host.Net, s.uplink.Index, s.bridge.Index); err != nil {
-			return outcome{}, failed(networkv1alpha1.HostAddressMoveFailedReason, err)
-		}
-		r.event(s.wnn, "HostAddressMoved", "Moved the host's addresses and routes from %s to %s", s.uplink.Name, d.bridge.Name)
-	}
 	if s.nodeSubnet, err = addressOf(ctx, r.Host.Net, s.bridge.Index, d.nodeIP); err != nil {
 		return outcome{}, failed(networkv1alpha1.HostAddressMoveFailedReason, err)
-	} else if !s.nodeSubnet.IsValid() {
-		return outcome{}, failed(networkv1alpha1.HostAddressMoveFailedReason, fmt.Errorf("node IP %s is on neither %s nor %s", d.nodeIP, s.uplink.Name, d.bridge.Name))
 	}
-	return outcome{networkv1alpha1.ReadyReason, fmt.Sprintf("Bridge %s holds the node IP %s", d.bridge.Name, d.nodeIP)}, nil
+	if !s.nodeSubnet.IsValid() {
+		// The vNIC lost the node IP (someone removed it, or the bridge's interface was recreated).
+		if err := r.restoreHostIP(ctx, s, s.bridge, "the bridge interface lost it"); err != nil {
+			return outcome{}, failed(networkv1alpha1.HostAddressMoveFailedReason, err)
+		}
+		if s.nodeSubnet, err = addressOf(ctx, r.Host.Net, s.bridge.Index, d.nodeIP); err != nil {
+			return outcome{}, failed(networkv1alpha1.HostAddressMoveFailedReason, err)
+		} else if !s.nodeSubnet.IsValid() {
+			return outcome{}, failed(networkv1alpha1.HostAddressMoveFailedReason, fmt.Errorf("node IP %s is not on %s", d.nodeIP, d.bridge.Name))
+		}
+	}
+	return outcome{networkv1alpha1.ReadyReason, fmt.Sprintf("Bridge %s is the management vNIC and holds the node IP %s", d.bridge.Name, d.nodeIP)}, nil
 }
 
 // ensurePort makes a port exist and returns its OpenFlow port number.

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/netip"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -15,40 +17,49 @@ import (
 	"github.com/winnet-io/winnet/internal/ovs/ovsdb"
 )
 
-// reconcileDelete gives the host its network back — the node IP, routes and MAC return to the
-// uplink — and removes everything winnet created: the bridge with its ports and flows, and the HNS
-// network. Each step is idempotent; the finalizer goes only when all succeeded.
+// reconcileDelete gives the host its network back in the Windows order: the bridge goes first,
+// then the HNS network, whose deletion removes the management vNIC and gives the adapter its IP
+// configuration back. The finalizer goes only once the adapter holds the node IP again (re-added
+// from the agent's record if HNS did not give it back). Each step is idempotent.
 func (r *Reconciler) reconcileDelete(ctx context.Context, wnn *networkv1alpha1.WindowsNodeNetwork) error {
 	if !controllerutil.ContainsFinalizer(wnn, Finalizer) {
 		return nil
 	}
+	r.state() // the adapter records' directory
 	log := ctrl.LoggerFrom(ctx)
 	bridge := string(wnn.Spec.Bridge.Name)
 	uplink, err := r.uplinkForTeardown(ctx, wnn)
 	if err != nil {
 		return err
 	}
-	if uplink.Index != 0 {
-		log.Info("Giving the host's addresses back to the uplink", "bridge", bridge, "uplink", uplink.Name)
-		if err := r.giveBackAddresses(ctx, bridge, uplink); err != nil {
-			return err
-		}
-	}
+	log.Info("Deleting the bridge", "bridge", bridge)
 	r.flows.close()
 	if _, err := r.Host.OVSDB.DeleteBridge(ctx, bridge); err != nil {
 		return fmt.Errorf("deleting bridge %q: %w", bridge, err)
 	}
-	if err := waitLinkGone(ctx, r.Host.Net, bridge); err != nil {
-		return err
+	if uplink.Index != 0 {
+		// The adapter is a host interface again (a no-op on Windows, where the switch owned it).
+		if err := r.Host.Net.SetSwitchPort(ctx, uplink.Index, false); err != nil {
+			return err
+		}
 	}
 	network, err := r.Host.HNS.GetNetworkByName(ctx, wnn.Spec.HNSNetwork.Name)
 	switch {
 	case err == nil:
+		log.Info("Deleting the HNS network", "network", network.Name)
 		if err := r.Host.HNS.DeleteNetwork(ctx, network.ID); err != nil {
 			return fmt.Errorf("deleting HNS network %s: %w", network.Name, err)
 		}
 	case !errors.Is(err, hns.ErrNotFound):
 		return fmt.Errorf("looking up HNS network %s: %w", wnn.Spec.HNSNetwork.Name, err)
+	}
+	if uplink.Index != 0 {
+		if err := r.verifyAdapterRestored(ctx, wnn, uplink); err != nil {
+			return err
+		}
+		if err := r.adapters.delete(uplink.Name); err != nil {
+			return err
+		}
 	}
 	r.Recorder.Eventf(wnn, nil, corev1.EventTypeNormal, networkv1alpha1.DeletingReason, "Delete",
 		"Removed bridge %s and HNS network %s; the host's network is back on %s", bridge, wnn.Spec.HNSNetwork.Name, uplink.Name)
@@ -56,10 +67,65 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, wnn *networkv1alpha1.W
 	return r.Client.Update(ctx, wnn)
 }
 
+// verifyAdapterRestored waits, bounded, for the adapter to hold the node IP again after HNS deleted
+// the network, and re-adds the recorded configuration when HNS did not give it back.
+func (r *Reconciler) verifyAdapterRestored(ctx context.Context, wnn *networkv1alpha1.WindowsNodeNetwork, uplink hostnet.Link) error {
+	cfg, known, err := r.adapters.get(uplink.Name)
+	if err != nil {
+		return err
+	}
+	ip, err := netip.ParseAddr(string(wnn.Spec.NodeIP))
+	if err != nil {
+		if !known {
+			return nil // neither a node IP nor a record to check against
+		}
+		for _, a := range cfg.Addresses {
+			if a.Addr().Is4() {
+				ip = a.Addr()
+				break
+			}
+		}
+	}
+	deadline := time.Now().Add(hostIPWait)
+	for {
+		if p, err := addressOf(ctx, r.Host.Net, uplink.Index, ip); err != nil {
+			return err
+		} else if p.IsValid() {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	if !known {
+		return fmt.Errorf("adapter %s did not get the node IP %s back after the HNS network was deleted, and winnet has no record of its configuration", uplink.Name, ip)
+	}
+	ctrl.LoggerFrom(ctx).Info("Re-adding the adapter's recorded IP configuration: HNS did not give it back", "adapter", uplink.Name)
+	if err := r.Host.Net.ApplyIPConfig(ctx, uplink.Index, cfg); err != nil {
+		return fmt.Errorf("giving adapter %s its recorded IP configuration back: %w", uplink.Name, err)
+	}
+	if p, err := addressOf(ctx, r.Host.Net, uplink.Index, ip); err != nil {
+		return err
+	} else if !p.IsValid() {
+		return fmt.Errorf("adapter %s does not hold the node IP %s after its configuration was re-added", uplink.Name, ip)
+	}
+	return nil
+}
+
 // uplinkForTeardown finds the uplink the host's addresses go back to: the configured one, or the one
 // the bridge records. Without either there is nothing to give back.
 func (r *Reconciler) uplinkForTeardown(ctx context.Context, wnn *networkv1alpha1.WindowsNodeNetwork) (hostnet.Link, error) {
 	name := wnn.Spec.Uplink.Interface
+	if name == "" {
+		if network, err := r.Host.HNS.GetNetworkByName(ctx, wnn.Spec.HNSNetwork.Name); err == nil {
+			name = network.AdapterName
+		}
+	}
 	if name == "" {
 		ids, err := r.Host.OVSDB.BridgeExternalIDs(ctx, string(wnn.Spec.Bridge.Name))
 		if errors.Is(err, ovsdb.ErrNotFound) {

@@ -48,7 +48,17 @@ type Network struct {
 	AdapterName string
 	Subnet      netip.Prefix
 	Gateway     netip.Addr
+	// ManagementVNIC is the name under which the host network stack first shows the management vNIC HNS
+	// created with the network's Hyper-V switch: "vEthernet (<AdapterName>)" on Windows, a short name
+	// mapped from it in the Linux simulator (see LinuxManagementVNICName). The vNIC takes the adapter's
+	// addresses, MAC, routes and DNS servers; the agent renames it to the bridge name, so after that no
+	// link carries this name any more.
+	ManagementVNIC string
 }
+
+// WindowsManagementVNICName is the alias Windows gives the management vNIC of a Hyper-V switch bound to
+// the adapter: "vEthernet (<adapter>)" (Antrea: util.VirtualAdapterName).
+func WindowsManagementVNICName(adapter string) string { return "vEthernet (" + adapter + ")" }
 
 // EndpointSpec describes an endpoint to create on a network.
 type EndpointSpec struct {
@@ -96,7 +106,14 @@ type Interface interface {
 	// GetNetworkByName returns the first network with this name.
 	GetNetworkByName(ctx context.Context, name string) (*Network, error)
 	// CreateTransparentNetwork creates a Transparent network bound to spec.AdapterName, with one IPAM subnet
-	// whose default route goes through spec.Gateway. The OVS extension is left disabled.
+	// whose default route goes through spec.Gateway. The OVS extension is left disabled. As HNS does, it
+	// creates the Hyper-V switch and the management vNIC (Network.ManagementVNIC), which takes the adapter's
+	// addresses, MAC, routes and DNS servers, static or DHCP; the adapter keeps no IP. The host loses
+	// connectivity briefly. An adapter bound to another network, or one that is the management vNIC of
+	// another network, fails with ErrAdapterInUse, naming that network.
+	//
+	// DeleteNetwork removes the switch and its management vNIC (whatever it was renamed to) and gives the
+	// adapter its configuration back.
 	CreateTransparentNetwork(ctx context.Context, spec NetworkSpec) (*Network, error)
 	// DeleteNetwork deletes the network and, as HNS does, every endpoint on it.
 	DeleteNetwork(ctx context.Context, networkID string) error

@@ -8,12 +8,15 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/netip"
+	"slices"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/google/uuid"
 
+	"github.com/winnet-io/winnet/internal/hostnet"
 	"github.com/winnet-io/winnet/internal/keyed"
 )
 
@@ -131,11 +134,80 @@ func (s *Sim) Reboot(ctx context.Context) error {
 		}
 	}
 	m.mu.Lock()
+	networks := m.networks
+	m.mu.Unlock()
+	// Windows boots with the adapters configured as they were before HNS bound them: the switches and their
+	// management vNICs are gone, the adapters have their own addresses, routes and DNS servers again.
+	for _, n := range networks {
+		if m.backend != nil {
+			if err := m.backend.deleteNetwork(ctx, n); err != nil {
+				return fmt.Errorf("rebooting the HNS simulator: %w", err)
+			}
+		}
+	}
+	m.mu.Lock()
+	for _, n := range networks {
+		m.giveBackDNS(n)
+	}
 	m.networks = nil
 	m.endpoints = nil
 	p := m.pending()
 	m.mu.Unlock()
 	return m.save(p)
+}
+
+// DisableOVSExtension disables the OVS extension on a network that stays, as an administrator, a Windows update
+// or a reinstall of Open vSwitch can: HNS keeps the network and its endpoints, the switch stops forwarding
+// through OVS until the extension is enabled again.
+func (s *Sim) DisableOVSExtension(networkID string) error {
+	m := s.m
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	n := m.network(networkID)
+	if n == nil {
+		return fmt.Errorf("network %q: %w", networkID, ErrNotFound)
+	}
+	n.ovsExtension = false
+	return m.save(m.pending())
+}
+
+// SetAdapterDNS sets the DNS servers of a host adapter. HNS moves them to the management vNIC with the rest of
+// the adapter's IP configuration; Linux has no per-link resolvers, so the simulator keeps them itself.
+func (s *Sim) SetAdapterDNS(adapter string, servers []netip.Addr) error {
+	m := s.m
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.adapterDNS == nil {
+		m.adapterDNS = map[string][]netip.Addr{}
+	}
+	m.adapterDNS[adapter] = slices.Clone(servers)
+	return m.save(m.pending())
+}
+
+// AdapterDNS returns the DNS servers the adapter has now: none while a network holds it.
+func (s *Sim) AdapterDNS(adapter string) []netip.Addr {
+	s.m.mu.Lock()
+	defer s.m.mu.Unlock()
+	return slices.Clone(s.m.adapterDNS[adapter])
+}
+
+// ManagementVNICDNS returns the DNS servers of the network's management vNIC.
+func (s *Sim) ManagementVNICDNS(networkID string) []netip.Addr {
+	s.m.mu.Lock()
+	defer s.m.mu.Unlock()
+	if n := s.m.network(networkID); n != nil {
+		return slices.Clone(n.dns)
+	}
+	return nil
+}
+
+// OrderViolations lists the calls made against the order HNS requires, in the order they were made: enabling
+// the OVS extension before the host's IPv4 address is on the management vNIC (Microsoft: enabling the extension
+// before the vNIC is configured can break DHCP; Antrea waits for the IP before it enables it).
+func (s *Sim) OrderViolations() []string {
+	s.m.mu.Lock()
+	defer s.m.mu.Unlock()
+	return slices.Clone(s.m.violations)
 }
 
 // Close releases every hung call and the resources of the back-end. It does not delete state.
@@ -170,6 +242,16 @@ func LinuxInterfaceName(endpointName string) string {
 // before changing its own state, with the endpoint's lock held but not the lock of the whole state, so that the
 // back-ends of different endpoints work at once; an error leaves the model unchanged.
 type simBackend interface {
+	// createNetwork creates the network's management vNIC and moves the adapter's IP configuration to it; it
+	// records the vNIC's name and index and the adapter's configuration in n.
+	createNetwork(ctx context.Context, n *simNetwork) error
+	// deleteNetwork deletes the management vNIC, whatever it is named now, releases the adapter from the
+	// switch and gives it its configuration back.
+	deleteNetwork(ctx context.Context, n *simNetwork) error
+	// linkIndex returns the index of the host link of this name, 0 when there is none.
+	linkIndex(ctx context.Context, name string) (int, error)
+	// vnicHoldsHostIP reports whether the management vNIC holds the adapter's IPv4 addresses.
+	vnicHoldsHostIP(ctx context.Context, n *simNetwork) (bool, error)
 	createEndpoint(ctx context.Context, ep Endpoint) error
 	deleteEndpoint(ctx context.Context, ep Endpoint) error
 	attachEndpoint(ctx context.Context, ep Endpoint, namespaceID string) error
@@ -191,6 +273,13 @@ type hang struct {
 type simNetwork struct {
 	Network
 	ovsExtension bool
+	// vnicIndex is the interface index of the management vNIC (Linux-backed simulator only): the agent renames
+	// the vNIC, HNS still knows it.
+	vnicIndex int
+	// adapterConfig is the adapter's IP configuration as HNS took it to the vNIC, given back with the network.
+	adapterConfig hostnet.IPConfig
+	// dns are the vNIC's DNS servers, taken from the adapter.
+	dns []netip.Addr
 }
 
 // simModel is the raw, unbounded implementation behind Sim.
@@ -215,6 +304,10 @@ type simModel struct {
 	networks  []*simNetwork
 	endpoints []*Endpoint
 	backend   simBackend
+	// adapterDNS holds the DNS servers of host adapters (see SetAdapterDNS).
+	adapterDNS map[string][]netip.Addr
+	// violations records calls made out of the order HNS requires (see OrderViolations).
+	violations []string
 	// stateFile, when set, receives the state after every mutation (see pending and save).
 	stateFile string
 	// version counts mutations and latest is the newest state to save; saveMu orders writes of the state
@@ -328,29 +421,60 @@ func validateNetworkSpec(spec NetworkSpec) error {
 	return nil
 }
 
-func (m *simModel) CreateTransparentNetwork(_ context.Context, spec NetworkSpec) (*Network, error) {
+func (m *simModel) CreateTransparentNetwork(ctx context.Context, spec NetworkSpec) (*Network, error) {
 	if err := m.enter(OpCreateTransparentNetwork); err != nil {
 		return nil, err
 	}
 	if err := validateNetworkSpec(spec); err != nil {
 		return nil, err
 	}
+	m.all.Lock() // creating the switch takes the adapter: no other network call runs meanwhile
+	defer m.all.Unlock()
+	adapterIndex := 0
+	if m.backend != nil {
+		var err error
+		if adapterIndex, err = m.backend.linkIndex(ctx, spec.AdapterName); err != nil {
+			return nil, err
+		}
+		if adapterIndex == 0 {
+			return nil, fmt.Errorf("network adapter %q: %w", spec.AdapterName, ErrNotFound)
+		}
+	}
 	m.mu.Lock()
 	for _, n := range m.networks {
-		if strings.EqualFold(n.AdapterName, spec.AdapterName) {
-			err := fmt.Errorf("%w: HNS returned 0x80070057 (The parameter is incorrect); adapter %q is bound to network %q (%s)",
-				ErrAdapterInUse, spec.AdapterName, n.Name, n.ID)
+		// HNS fails with 0x57 both for an adapter another network's switch is bound to and for the management
+		// vNIC of another network, which is what the adapter holding the node IP is after that network took it
+		// (Antrea issues #2013 and #2213).
+		bound := strings.EqualFold(n.AdapterName, spec.AdapterName)
+		isVNIC := strings.EqualFold(n.ManagementVNIC, spec.AdapterName) || (adapterIndex != 0 && n.vnicIndex == adapterIndex)
+		if bound || isVNIC {
+			what := "is bound to"
+			if isVNIC {
+				what = "is the management vNIC of"
+			}
+			err := fmt.Errorf("%w: HNS returned 0x80070057 (The parameter is incorrect); adapter %q %s network %q (%s)",
+				ErrAdapterInUse, spec.AdapterName, what, n.Name, n.ID)
 			m.mu.Unlock()
 			return nil, err
 		}
 	}
+	m.mu.Unlock()
 	n := &simNetwork{Network: Network{
-		ID:          newGUID(),
-		Name:        spec.Name,
-		AdapterName: spec.AdapterName,
-		Subnet:      spec.Subnet.Masked(),
-		Gateway:     spec.Gateway,
+		ID:             newGUID(),
+		Name:           spec.Name,
+		AdapterName:    spec.AdapterName,
+		Subnet:         spec.Subnet.Masked(),
+		Gateway:        spec.Gateway,
+		ManagementVNIC: WindowsManagementVNICName(spec.AdapterName),
 	}}
+	if m.backend != nil {
+		if err := m.backend.createNetwork(ctx, n); err != nil {
+			return nil, fmt.Errorf("creating the Hyper-V switch of network %q on %q: %w", spec.Name, spec.AdapterName, err)
+		}
+	}
+	m.mu.Lock()
+	n.dns = m.adapterDNS[spec.AdapterName]
+	delete(m.adapterDNS, spec.AdapterName)
 	m.networks = append(m.networks, n)
 	created := copyNetwork(n)
 	p := m.pending()
@@ -359,6 +483,17 @@ func (m *simModel) CreateTransparentNetwork(_ context.Context, spec NetworkSpec)
 		return nil, err
 	}
 	return created, nil
+}
+
+// giveBackDNS returns the vNIC's DNS servers to the adapter; the caller holds m.mu.
+func (m *simModel) giveBackDNS(n *simNetwork) {
+	if len(n.dns) == 0 {
+		return
+	}
+	if m.adapterDNS == nil {
+		m.adapterDNS = map[string][]netip.Addr{}
+	}
+	m.adapterDNS[n.AdapterName] = n.dns
 }
 
 func (m *simModel) DeleteNetwork(ctx context.Context, networkID string) error {
@@ -386,6 +521,13 @@ func (m *simModel) DeleteNetwork(ctx context.Context, networkID string) error {
 		}
 	}
 	m.endpoints = kept
+	if m.backend != nil {
+		// HNS removes the switch and its management vNIC and gives the adapter its configuration back.
+		if err := m.backend.deleteNetwork(ctx, n); err != nil {
+			return fmt.Errorf("deleting the Hyper-V switch of network %q: %w", n.Name, err)
+		}
+	}
+	m.giveBackDNS(n)
 	for i, other := range m.networks {
 		if other == n {
 			m.networks = append(m.networks[:i:i], m.networks[i+1:]...)
@@ -395,15 +537,34 @@ func (m *simModel) DeleteNetwork(ctx context.Context, networkID string) error {
 	return m.save(m.pending())
 }
 
-func (m *simModel) EnableOVSExtension(_ context.Context, networkID string) error {
+func (m *simModel) EnableOVSExtension(ctx context.Context, networkID string) error {
 	if err := m.enter(OpEnableOVSExtension); err != nil {
 		return err
 	}
+	m.all.RLock()
+	defer m.all.RUnlock()
 	m.mu.Lock()
-	defer m.mu.Unlock()
 	n := m.network(networkID)
 	if n == nil {
+		m.mu.Unlock()
 		return fmt.Errorf("network %q: %w", networkID, ErrNotFound)
+	}
+	probe := *n
+	m.mu.Unlock()
+	holds := true
+	if m.backend != nil && !probe.ovsExtension {
+		var err error
+		if holds, err = m.backend.vnicHoldsHostIP(ctx, &probe); err != nil {
+			return err
+		}
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if n = m.network(networkID); n == nil {
+		return fmt.Errorf("network %q: %w", networkID, ErrNotFound)
+	}
+	if !holds {
+		m.violations = append(m.violations, fmt.Sprintf("the OVS extension of network %q was enabled before the host IP was on its management vNIC", n.Name))
 	}
 	n.ovsExtension = true
 	return m.save(m.pending())

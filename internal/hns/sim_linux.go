@@ -17,6 +17,7 @@ import (
 	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/vishvananda/netlink"
 
+	"github.com/winnet-io/winnet/internal/hostnet"
 	"github.com/winnet-io/winnet/internal/keyed"
 )
 
@@ -66,7 +67,12 @@ func NewLinuxSim(opts LinuxSimOptions) (*Sim, error) {
 	if dir == "" {
 		dir = DefaultNetNSDir
 	}
-	b := &vethBackend{host: host, netnsDir: dir, names: map[string]string{}, attachedAs: map[string]string{}}
+	hostNet, err := hostnet.New(hostnet.Options{NetNSPath: opts.HostNetNS})
+	if err != nil {
+		_ = host.Close()
+		return nil, fmt.Errorf("opening the host network of the HNS simulator: %w", err)
+	}
+	b := &vethBackend{host: host, net: hostNet, netnsDir: dir, names: map[string]string{}, attachedAs: map[string]string{}}
 	sim := newSim(opts.SimOptions, b, opts.StateFile)
 	if opts.StateFile != "" {
 		if err := loadLinuxSimState(sim.m, b, opts.StateFile); err != nil {
@@ -115,7 +121,9 @@ func loadLinuxSimState(m *simModel, b *vethBackend, path string) error {
 // vethBackend realises attached endpoints as veth pairs. The model calls it without its own lock held, one call
 // at a time per endpoint, so that the kernel work of different endpoints overlaps; mu guards its maps.
 type vethBackend struct {
-	host     ns.NetNS
+	host ns.NetNS
+	// net acts on the host namespace: the management vNIC and the adapters live there.
+	net      hostnet.Interface
 	netnsDir string
 	// namespaces serialises configuring container ends per target namespace.
 	namespaces keyed.Mutex

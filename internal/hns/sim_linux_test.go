@@ -104,7 +104,7 @@ func inspectContainerEnd(t *testing.T, path, ifName string) containerEnd {
 func TestLinuxSim(t *testing.T) {
 	g := NewWithT(t)
 	ctx := context.Background()
-	_, nodePath := newNetNS(t, "whns-node")
+	_, nodePath := newNodeNS(t, false)
 	podName, podPath := newNetNS(t, "whns-pod")
 	_, pod2Path := newNetNS(t, "whns-pod2")
 
@@ -112,19 +112,19 @@ func TestLinuxSim(t *testing.T) {
 	g.Expect(err).NotTo(HaveOccurred())
 	t.Cleanup(func() { g.Expect(s.Close()).To(Succeed()) })
 
-	n, err := s.CreateTransparentNetwork(ctx, testNetworkSpec())
+	n, err := s.CreateTransparentNetwork(ctx, linuxNetworkSpec())
 	g.Expect(err).NotTo(HaveOccurred())
 
 	// Create: an endpoint attached to nothing has no vNIC, so nothing appears on the host.
 	mac := net.HardwareAddr{0x00, 0x15, 0x5d, 0x01, 0x02, 0x03}
 	a, err := s.CreateEndpoint(ctx, EndpointSpec{Name: "pod-a", NetworkID: n.ID, IP: netip.MustParseAddr("10.244.1.10"), MAC: mac})
 	g.Expect(err).NotTo(HaveOccurred())
-	g.Expect(linkNames(t, nodePath)).To(ConsistOf("lo"))
+	g.Expect(hostLinks(t, nodePath)).To(ConsistOf("lo"))
 
 	// Attach by namespace name: a veth pair whose host end is named after the endpoint and up, and whose
 	// container end is eth0 with the endpoint's MAC, IP and default route.
 	g.Expect(s.AttachEndpoint(ctx, a.ID, podName)).To(Succeed())
-	g.Expect(linkNames(t, nodePath)).To(ConsistOf("lo", "pod-a"))
+	g.Expect(hostLinks(t, nodePath)).To(ConsistOf("lo", "pod-a"))
 	inNetNS(t, nodePath, func() {
 		link, err := netlink.LinkByName("pod-a")
 		g.Expect(err).NotTo(HaveOccurred())
@@ -157,7 +157,7 @@ func TestLinuxSim(t *testing.T) {
 	b, err := s.CreateEndpoint(ctx, EndpointSpec{Name: long, NetworkID: n.ID, IP: netip.MustParseAddr("10.244.1.11")})
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(s.AttachEndpoint(ctx, b.ID, podPath)).To(Succeed())
-	g.Expect(linkNames(t, nodePath)).To(ContainElement(LinuxInterfaceName(long)))
+	g.Expect(hostLinks(t, nodePath)).To(ContainElement(LinuxInterfaceName(long)))
 	g.Expect(inspectContainerEnd(t, podPath, "eth1")).To(Equal(containerEnd{
 		MAC: b.MAC.String(), Addrs: []string{"10.244.1.11/24"}, Up: true, Gateway: "10.244.1.1",
 	}))
@@ -183,7 +183,7 @@ func TestLinuxSim(t *testing.T) {
 	c, err := s.CreateEndpoint(ctx, EndpointSpec{Name: "pod-c", NetworkID: n.ID, IP: netip.MustParseAddr("10.244.1.13")})
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(s.AttachEndpoint(ctx, c.ID, "whns-no-such-ns")).To(MatchError(ErrNotFound))
-	g.Expect(linkNames(t, nodePath)).NotTo(ContainElement("pod-c"))
+	g.Expect(hostLinks(t, nodePath)).NotTo(ContainElement("pod-c"))
 	got, err := s.GetEndpointByName(ctx, "pod-c")
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(got.NamespaceID).To(BeEmpty())
@@ -191,7 +191,7 @@ func TestLinuxSim(t *testing.T) {
 	// Detach: the pair goes, from the Pod and from the host; the endpoint can be attached elsewhere.
 	g.Expect(s.DetachEndpoint(ctx, a.ID, podName)).To(Succeed())
 	g.Expect(linkNames(t, podPath)).To(ConsistOf("lo", "eth1"))
-	g.Expect(linkNames(t, nodePath)).NotTo(ContainElement("pod-a"))
+	g.Expect(hostLinks(t, nodePath)).NotTo(ContainElement("pod-a"))
 	g.Expect(s.DetachEndpoint(ctx, a.ID, podName)).To(Succeed(), "detaching again is a no-op")
 	g.Expect(s.AttachEndpoint(ctx, a.ID, pod2Path)).To(Succeed())
 	g.Expect(inspectContainerEnd(t, pod2Path, "eth0")).To(Equal(containerEnd{
@@ -200,13 +200,13 @@ func TestLinuxSim(t *testing.T) {
 
 	// Delete: both ends go.
 	g.Expect(s.DeleteEndpoint(ctx, a.ID)).To(Succeed())
-	g.Expect(linkNames(t, nodePath)).NotTo(ContainElement("pod-a"))
+	g.Expect(hostLinks(t, nodePath)).NotTo(ContainElement("pod-a"))
 	g.Expect(linkNames(t, pod2Path)).To(ConsistOf("lo"))
 	g.Expect(s.DeleteEndpoint(ctx, a.ID)).To(Succeed(), "deleting again is a no-op")
 
 	// Reboot: every pair the simulator created is gone, in the host and in the Pods, and so is the HNS state.
 	g.Expect(s.Reboot(ctx)).To(Succeed())
-	g.Expect(linkNames(t, nodePath)).To(ConsistOf("lo"))
+	g.Expect(hostLinks(t, nodePath)).To(ConsistOf("lo"))
 	g.Expect(linkNames(t, podPath)).To(ConsistOf("lo"))
 	_, err = s.GetNetworkByName(ctx, "winnet")
 	g.Expect(err).To(MatchError(ErrNotFound))
@@ -214,7 +214,7 @@ func TestLinuxSim(t *testing.T) {
 	g.Expect(err).To(MatchError(ErrNotFound))
 
 	// The host is usable again after the reboot.
-	n, err = s.CreateTransparentNetwork(ctx, testNetworkSpec())
+	n, err = s.CreateTransparentNetwork(ctx, linuxNetworkSpec())
 	g.Expect(err).NotTo(HaveOccurred())
 	a, err = s.CreateEndpoint(ctx, EndpointSpec{Name: "pod-a", NetworkID: n.ID, IP: netip.MustParseAddr("10.244.1.10")})
 	g.Expect(err).NotTo(HaveOccurred())
@@ -223,7 +223,7 @@ func TestLinuxSim(t *testing.T) {
 
 	// Deleting the network deletes its endpoints' pairs.
 	g.Expect(s.DeleteNetwork(ctx, n.ID)).To(Succeed())
-	g.Expect(linkNames(t, nodePath)).To(ConsistOf("lo"))
+	g.Expect(hostLinks(t, nodePath)).To(ConsistOf("lo"))
 	g.Expect(linkNames(t, podPath)).To(ConsistOf("lo"))
 }
 
@@ -232,13 +232,13 @@ func TestLinuxSim(t *testing.T) {
 func TestLinuxSimPodNamespaceGone(t *testing.T) {
 	g := NewWithT(t)
 	ctx := context.Background()
-	_, nodePath := newNetNS(t, "whns-node")
+	_, nodePath := newNodeNS(t, false)
 	podName, _ := newNetNS(t, "whns-pod")
 
 	s, err := NewLinuxSim(LinuxSimOptions{HostNetNS: nodePath})
 	g.Expect(err).NotTo(HaveOccurred())
 	t.Cleanup(func() { g.Expect(s.Close()).To(Succeed()) })
-	n, err := s.CreateTransparentNetwork(ctx, testNetworkSpec())
+	n, err := s.CreateTransparentNetwork(ctx, linuxNetworkSpec())
 	g.Expect(err).NotTo(HaveOccurred())
 	ep, err := s.CreateEndpoint(ctx, EndpointSpec{Name: "pod-a", NetworkID: n.ID, IP: netip.MustParseAddr("10.244.1.10")})
 	g.Expect(err).NotTo(HaveOccurred())
@@ -247,7 +247,7 @@ func TestLinuxSimPodNamespaceGone(t *testing.T) {
 	// Deleting the namespace destroys the container end and with it the host end.
 	out, err := exec.Command("ip", "netns", "delete", podName).CombinedOutput()
 	g.Expect(err).NotTo(HaveOccurred(), "%s", out)
-	g.Eventually(func() []string { return linkNames(t, nodePath) }).Should(ConsistOf("lo"))
+	g.Eventually(func() []string { return hostLinks(t, nodePath) }).Should(ConsistOf("lo"))
 
 	g.Expect(s.DetachEndpoint(ctx, ep.ID, podName)).To(Succeed(), "the namespace is gone: nothing to detach")
 	got, err := s.GetEndpointByName(ctx, "pod-a")
@@ -266,7 +266,7 @@ func TestLinuxSimPodNamespaceGone(t *testing.T) {
 func TestLinuxSimConcurrent(t *testing.T) {
 	g := NewWithT(t)
 	ctx := context.Background()
-	_, nodePath := newNetNS(t, "whns-node")
+	_, nodePath := newNodeNS(t, false)
 	sharedName, sharedPath := newNetNS(t, "whns-shared")
 	const own, shared = 6, 4
 	var ownNames []string
@@ -284,7 +284,7 @@ func TestLinuxSimConcurrent(t *testing.T) {
 	s, err := NewLinuxSim(LinuxSimOptions{HostNetNS: nodePath, StateFile: stateFile})
 	g.Expect(err).NotTo(HaveOccurred())
 	t.Cleanup(func() { g.Expect(s.Close()).To(Succeed()) })
-	n, err := s.CreateTransparentNetwork(ctx, testNetworkSpec())
+	n, err := s.CreateTransparentNetwork(ctx, linuxNetworkSpec())
 	g.Expect(err).NotTo(HaveOccurred())
 
 	var wg sync.WaitGroup
@@ -310,7 +310,7 @@ func TestLinuxSimConcurrent(t *testing.T) {
 	for err := range errs {
 		g.Expect(err).NotTo(HaveOccurred())
 	}
-	g.Expect(linkNames(t, nodePath)).To(HaveLen(1+own+shared), "one host end per endpoint")
+	g.Expect(hostLinks(t, nodePath)).To(HaveLen(1+own+shared), "one host end per endpoint")
 	g.Expect(linkNames(t, sharedPath)).To(ConsistOf("lo", "eth0", "eth1", "eth2", "eth3"))
 	for i := range own + shared {
 		ep, err := s.GetEndpointByName(ctx, fmt.Sprintf("pod-%d", i))
@@ -326,7 +326,7 @@ func TestLinuxSimConcurrent(t *testing.T) {
 		wg.Go(func() { g.Expect(s.DeleteEndpoint(ctx, id)).To(Succeed()) })
 	}
 	wg.Wait()
-	g.Expect(linkNames(t, nodePath)).To(ConsistOf("lo"))
+	g.Expect(hostLinks(t, nodePath)).To(ConsistOf("lo"))
 	g.Expect(linkNames(t, sharedPath)).To(ConsistOf("lo"))
 	list, err := s.ListEndpoints(ctx, n.ID)
 	g.Expect(err).NotTo(HaveOccurred())

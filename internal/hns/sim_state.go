@@ -9,6 +9,8 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+
+	"github.com/winnet-io/winnet/internal/hostnet"
 )
 
 // simStateVersion is the version of the simulator's state file format.
@@ -20,6 +22,10 @@ type simState struct {
 	Version   int                `json:"version"`
 	Networks  []simNetworkState  `json:"networks"`
 	Endpoints []simEndpointState `json:"endpoints"`
+	// AdapterDNS holds the DNS servers of host adapters no network holds.
+	AdapterDNS map[string][]netip.Addr `json:"adapterDNS,omitempty"`
+	// Violations are the calls made out of HNS's order (see Sim.OrderViolations).
+	Violations []string `json:"violations,omitempty"`
 }
 
 type simNetworkState struct {
@@ -29,6 +35,11 @@ type simNetworkState struct {
 	Subnet       netip.Prefix `json:"subnet"`
 	Gateway      netip.Addr   `json:"gateway"`
 	OVSExtension bool         `json:"ovsExtension"`
+	// ManagementVNIC and VNICIndex name the management vNIC as HNS created it and its interface index.
+	ManagementVNIC string           `json:"managementVNIC,omitempty"`
+	VNICIndex      int              `json:"vnicIndex,omitempty"`
+	AdapterConfig  hostnet.IPConfig `json:"adapterConfig"`
+	DNS            []netip.Addr     `json:"dns,omitempty"`
 }
 
 type simEndpointState struct {
@@ -44,11 +55,13 @@ type simEndpointState struct {
 
 // snapshot returns the model's state; the caller holds m.mu.
 func (m *simModel) snapshot() simState {
-	s := simState{Version: simStateVersion, Networks: []simNetworkState{}, Endpoints: []simEndpointState{}}
+	s := simState{Version: simStateVersion, Networks: []simNetworkState{}, Endpoints: []simEndpointState{},
+		AdapterDNS: m.adapterDNS, Violations: m.violations}
 	for _, n := range m.networks {
 		s.Networks = append(s.Networks, simNetworkState{
 			ID: n.ID, Name: n.Name, AdapterName: n.AdapterName, Subnet: n.Subnet, Gateway: n.Gateway,
-			OVSExtension: n.ovsExtension,
+			OVSExtension: n.ovsExtension, ManagementVNIC: n.ManagementVNIC, VNICIndex: n.vnicIndex,
+			AdapterConfig: n.adapterConfig, DNS: n.dns,
 		})
 	}
 	for _, ep := range m.endpoints {
@@ -65,8 +78,11 @@ func (m *simModel) restore(s simState) error {
 	networks := make([]*simNetwork, 0, len(s.Networks))
 	for _, n := range s.Networks {
 		networks = append(networks, &simNetwork{
-			Network:      Network{ID: n.ID, Name: n.Name, AdapterName: n.AdapterName, Subnet: n.Subnet, Gateway: n.Gateway},
-			ovsExtension: n.OVSExtension,
+			Network: Network{
+				ID: n.ID, Name: n.Name, AdapterName: n.AdapterName, Subnet: n.Subnet, Gateway: n.Gateway,
+				ManagementVNIC: n.ManagementVNIC,
+			},
+			ovsExtension: n.OVSExtension, vnicIndex: n.VNICIndex, adapterConfig: n.AdapterConfig, dns: n.DNS,
 		})
 	}
 	endpoints := make([]*Endpoint, 0, len(s.Endpoints))
@@ -81,6 +97,7 @@ func (m *simModel) restore(s simState) error {
 		})
 	}
 	m.networks, m.endpoints = networks, endpoints
+	m.adapterDNS, m.violations = s.AdapterDNS, s.Violations
 	return nil
 }
 

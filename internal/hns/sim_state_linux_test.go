@@ -20,7 +20,7 @@ import (
 func TestLinuxSimStateFile(t *testing.T) {
 	g := NewWithT(t)
 	ctx := context.Background()
-	_, nodePath := newNetNS(t, "whns-node")
+	_, nodePath := newNodeNS(t, false)
 	podName, podPath := newNetNS(t, "whns-pod")
 	pod2Name, _ := newNetNS(t, "whns-pod2")
 	stateFile := filepath.Join(t.TempDir(), "state", "hns-sim.json")
@@ -32,7 +32,7 @@ func TestLinuxSimStateFile(t *testing.T) {
 	}
 
 	first := open()
-	n, err := first.CreateTransparentNetwork(ctx, testNetworkSpec())
+	n, err := first.CreateTransparentNetwork(ctx, linuxNetworkSpec())
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(first.EnableOVSExtension(ctx, n.ID)).To(Succeed())
 	a, err := first.CreateEndpoint(ctx, EndpointSpec{Name: "pod-a", NetworkID: n.ID, IP: netip.MustParseAddr("10.244.1.10")})
@@ -78,7 +78,7 @@ func TestLinuxSimStateFile(t *testing.T) {
 	g.Expect(gotC.ID).To(Equal(c.ID))
 	_, err = second.CreateEndpoint(ctx, EndpointSpec{Name: "pod-c", NetworkID: n.ID, IP: netip.MustParseAddr("10.244.1.13")})
 	g.Expect(err).To(MatchError(ContainSubstring(`interface "pod-c" already exists`)), "the loaded endpoint keeps its name")
-	_, err = second.CreateTransparentNetwork(ctx, testNetworkSpec())
+	_, err = second.CreateTransparentNetwork(ctx, linuxNetworkSpec())
 	g.Expect(err).To(MatchError(ErrAdapterInUse), "the loaded network still holds its adapter")
 
 	// The loaded endpoint works like one created in this process: detach and delete act on its pair.
@@ -89,7 +89,7 @@ func TestLinuxSimStateFile(t *testing.T) {
 
 	// Reboot removes the pairs the loaded state describes and leaves an empty state for the next process.
 	g.Expect(second.Reboot(ctx)).To(Succeed())
-	g.Expect(linkNames(t, nodePath)).To(ConsistOf("lo"))
+	g.Expect(hostLinks(t, nodePath)).To(ConsistOf("lo"))
 	g.Expect(second.Close()).To(Succeed())
 	third := open()
 	_, err = third.GetNetworkByName(ctx, "winnet")
@@ -100,7 +100,7 @@ func TestLinuxSimStateFile(t *testing.T) {
 // one is an error rather than a silent reset.
 func TestLinuxSimStateFileMissingOrInvalid(t *testing.T) {
 	g := NewWithT(t)
-	_, nodePath := newNetNS(t, "whns-node")
+	_, nodePath := newNodeNS(t, false)
 	stateFile := filepath.Join(t.TempDir(), "hns-sim.json")
 
 	s, err := NewLinuxSim(LinuxSimOptions{HostNetNS: nodePath, StateFile: stateFile})

@@ -55,7 +55,8 @@ func TestSimNetworkLifecycle(t *testing.T) {
 	})
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(isGUID(n.ID)).To(BeTrue(), "network ID %q is a GUID", n.ID)
-	g.Expect(*n).To(Equal(Network{ID: n.ID, Name: "winnet", AdapterName: "Ethernet0", Subnet: testSubnet, Gateway: testGateway}))
+	g.Expect(*n).To(Equal(Network{ID: n.ID, Name: "winnet", AdapterName: "Ethernet0", Subnet: testSubnet, Gateway: testGateway,
+		ManagementVNIC: "vEthernet (Ethernet0)"}), "HNS names the management vNIC after the adapter")
 
 	got, err := s.GetNetworkByName(ctx, "winnet")
 	g.Expect(err).NotTo(HaveOccurred())

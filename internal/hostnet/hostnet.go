@@ -136,6 +136,58 @@ type RouteFilter struct {
 	OwnedOnly bool
 }
 
+// IPConfig is the IP configuration of an adapter: what HNS moves from the adapter to the
+// management vNIC when it creates a Transparent network on it, and gives back when the network is
+// deleted or the host reboots.
+type IPConfig struct {
+	// Addresses are the movable unicast addresses (see Movable) with their prefix lengths.
+	Addresses []netip.Prefix `json:"addresses"`
+	// Routes are the routes through the link (see Routes); their LinkIndex is the link's.
+	Routes []Route `json:"routes,omitempty"`
+	// DNSServers are the link's DNS servers; always empty on Linux, which keeps resolvers per
+	// host, not per link.
+	DNSServers []netip.Addr `json:"dnsServers,omitempty"`
+	// DHCP reports that the IPv4 configuration comes from DHCP. On Linux an IPv4 address with a
+	// finite valid lifetime (a lease) counts as DHCP.
+	DHCP bool `json:"dhcp,omitempty"`
+}
+
+// Holds reports whether the configuration holds the address ip, and with which prefix.
+func (c IPConfig) Holds(ip netip.Addr) (netip.Prefix, bool) {
+	for _, a := range c.Addresses {
+		if a.Addr() == ip {
+			return a, true
+		}
+	}
+	return netip.Prefix{}, false
+}
+
+// DHCPLeaseLifetime is the valid lifetime of the addresses ApplyIPConfig adds on Linux for a DHCP
+// configuration: a lease's, not "forever", so that ReadIPConfig reads it as DHCP again.
+const DHCPLeaseLifetime = 24 * time.Hour
+
+// applyRoutes implements the platform-neutral part of ApplyIPConfig: routes without a gateway
+// first, then the others, each through linkIndex.
+func applyRoutes(ctx context.Context, h Interface, linkIndex int, routes []Route) error {
+	sorted := slices.Clone(routes)
+	slices.SortStableFunc(sorted, func(a, b Route) int {
+		switch {
+		case !a.Gateway.IsValid() && b.Gateway.IsValid():
+			return -1
+		case a.Gateway.IsValid() && !b.Gateway.IsValid():
+			return 1
+		}
+		return 0
+	})
+	for _, r := range sorted {
+		r.LinkIndex = linkIndex
+		if err := h.EnsureRoute(ctx, r); err != nil {
+			return fmt.Errorf("restoring route %s: %w", r, err)
+		}
+	}
+	return nil
+}
+
 // Options configure New.
 type Options struct {
 	// NetNSPath, on Linux, is the network namespace to act in (such as /var/run/netns/node1); empty
@@ -228,6 +280,21 @@ type Interface interface {
 	// ReconcileRoutes deletes every route carrying winnet's mark that matches no route of
 	// desired. It does not create the desired routes: EnsureRoute does.
 	ReconcileRoutes(ctx context.Context, desired []Route) error
+	// RenameLink gives the link a new name (Linux) or alias (Windows), keeping its addresses and
+	// routes: the agent renames the management vNIC HNS created, "vEthernet (<adapter>)", to the
+	// bridge name so that OVS adopts it as the bridge's LOCAL port (Antrea PR 3067). On Linux,
+	// where a link must be down to be renamed and going down drops its routes, the routes are put
+	// back; on Windows it is MSFT_NetAdapter.Rename (WMI: iphlpapi has no call for it).
+	RenameLink(ctx context.Context, linkIndex int, name string) error
+	// ReadIPConfig returns the link's IP configuration as HNS moves it from an adapter to the
+	// management vNIC: its movable addresses, its routes, its DNS servers and whether IPv4 comes
+	// from DHCP. The agent records it before creating the HNS network.
+	ReadIPConfig(ctx context.Context, linkIndex int) (IPConfig, error)
+	// ApplyIPConfig gives the link the configuration: a DHCP configuration turns DHCP on (on
+	// Linux, which has no DHCP client here, the addresses are added with a lease's finite
+	// lifetime), a static one gets its addresses; then the routes and the DNS servers (Windows
+	// only: Linux has no per-link resolvers). It is idempotent.
+	ApplyIPConfig(ctx context.Context, linkIndex int, cfg IPConfig) error
 	// Neighbor returns the hardware address of the on-link neighbour ip, starting address
 	// resolution (ARP / neighbour discovery) when it is not known and waiting for it within
 	// the context and Options.NeighborTimeout. An ip that is not on-link is an error.

@@ -70,3 +70,11 @@ func (unsupportedHost) ReconcileRoutes(context.Context, []Route) error { return 
 func (unsupportedHost) Neighbor(context.Context, netip.Addr) (net.HardwareAddr, error) {
 	return nil, errUnsupported()
 }
+
+func (unsupportedHost) RenameLink(context.Context, int, string) error { return errUnsupported() }
+
+func (unsupportedHost) ReadIPConfig(context.Context, int) (IPConfig, error) {
+	return IPConfig{}, errUnsupported()
+}
+
+func (unsupportedHost) ApplyIPConfig(context.Context, int, IPConfig) error { return errUnsupported() }

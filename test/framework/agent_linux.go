@@ -69,10 +69,12 @@ func StartAgent(t testing.TB, s *APIServer, node *simnode.Node) *Agent {
 	if err != nil {
 		fail("manager", err)
 	}
+	dir := t.TempDir()
 	state := nodenetwork.NewState()
 	nodes := &nodenetwork.Reconciler{
 		Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("winnet-agent"), NodeName: node.Name, State: state,
-		Host:         nodenetwork.Host{HNS: sim, OVSDB: db, Net: net, OpenFlowAddress: node.OVS.MgmtSocket},
+		Host: nodenetwork.Host{HNS: sim, OVSDB: db, Net: net, OpenFlowAddress: node.OVS.MgmtSocket,
+			StateDir: filepath.Join(dir, "state")},
 		ResyncPeriod: time.Second,
 	}
 	if err := nodes.SetupWithManager(mgr); err != nil {
@@ -82,7 +84,6 @@ func StartAgent(t testing.TB, s *APIServer, node *simnode.Node) *Agent {
 	if err := routes.SetupWithManager(mgr); err != nil {
 		fail("remote route reconciler", err)
 	}
-	dir := t.TempDir()
 	a := &Agent{HNS: sim, OVSDB: db, Net: net,
 		CNISocket: filepath.Join(dir, "run", "cni.sock"), CNIConfDir: filepath.Join(dir, "net.d"), StateDir: filepath.Join(dir, "state")}
 	a.Pods, err = agent.SetupPodNetwork(ctx, mgr, agent.PodNetworkOptions{

@@ -13,7 +13,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/vishvananda/netlink"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -21,6 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	networkv1alpha1 "github.com/winnet-io/winnet/api/v1alpha1"
+	"github.com/winnet-io/winnet/internal/hns"
 	"github.com/winnet-io/winnet/internal/ovs/ovstest"
 	"github.com/winnet-io/winnet/test/simnode"
 )
@@ -227,47 +227,27 @@ func (n *Node) Flows() (string, error) {
 	return strings.Join(lines, "\n"), err
 }
 
-// Reboot simulates a reboot of a Windows node while the rest of the cluster runs: the agent dies, HNS forgets
-// its networks and endpoints (the simulator's state file and veths go), the host IP and default route are
-// back on the uplink (as Windows configures the physical adapter at boot), and the OVS bridge, whose
-// configuration OVS keeps, is stale. Then the agent starts again, as it does at boot; it must heal the node
-// without help.
+// Reboot simulates a reboot of a Windows node while the rest of the cluster runs: the agent dies, then the HNS
+// simulator does what a Windows boot does (hns.Sim.Reboot): networks and endpoints are gone with their vNICs and
+// veths, the adapter has its own IP configuration again and the OVS extension state is gone with the switch,
+// while OVS keeps the bridge and its ports in its database. Then the agent starts again, as it does at boot; it
+// must heal the node without help.
 func (n *Node) Reboot() error {
 	if err := n.StopAgent(syscall.SIGKILL); err != nil {
 		return err
 	}
-	if err := os.Remove(filepath.Join(n.StateDir, HNSStateFile)); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return fmt.Errorf("removing the HNS simulator state: %w", err)
+	sim, err := hns.NewLinuxSim(hns.LinuxSimOptions{HostNetNS: n.NSPath, StateFile: filepath.Join(n.StateDir, HNSStateFile)})
+	if err != nil {
+		return fmt.Errorf("opening the node's HNS simulator: %w", err)
 	}
-	if err := inNS(n.NS, deleteEndpointVeths); err != nil {
-		return fmt.Errorf("removing the HNS endpoints' veths: %w", err)
+	err = sim.Reboot(context.Background())
+	if cerr := sim.Close(); err == nil {
+		err = cerr
 	}
-	c := n.c
-	if err := run(n.NS,
-		[]string{"ip", "addr", "flush", "dev", BridgeName},
-		[]string{"ip", "addr", "replace", netip.PrefixFrom(n.IP, c.UnderlayCIDR.Bits()).String(), "dev", uplinkName},
-		[]string{"ip", "route", "replace", "default", "via", c.UnderlayGateway.String(), "dev", uplinkName},
-	); err != nil {
-		return err
+	if err != nil {
+		return fmt.Errorf("rebooting the node's HNS: %w", err)
 	}
 	return n.StartAgent()
-}
-
-// deleteEndpointVeths deletes every veth of the current namespace but the uplink: the HNS simulator's
-// endpoints, which a reboot takes with HNS's state.
-func deleteEndpointVeths() error {
-	links, err := netlink.LinkList()
-	if err != nil {
-		return err
-	}
-	for _, l := range links {
-		if l.Type() == "veth" && l.Attrs().Name != uplinkName {
-			if err := netlink.LinkDel(l); err != nil {
-				return fmt.Errorf("deleting %s: %w", l.Attrs().Name, err)
-			}
-		}
-	}
-	return nil
 }
 
 // UpdateNetwork edits the node's WindowsNodeNetwork, retrying on conflicts.

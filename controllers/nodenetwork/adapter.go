@@ -1,0 +1,110 @@
+package nodenetwork
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sync"
+
+	"github.com/winnet-io/winnet/internal/hostnet"
+)
+
+// AdapterRecordFile is the file, in the agent's state directory, where the agent records the uplink
+// adapter's IP configuration before HNS takes it to the management vNIC. It outlives the agent and
+// a reboot: the agent re-adds the node IP from it when HNS did not move it, checks against it that
+// the adapter got its configuration back at teardown, and `winnet-agent reset` reads it offline.
+func AdapterRecordFile(stateDir, adapter string) string {
+	return filepath.Join(stateDir, "adapter-"+adapter+".json")
+}
+
+// AdapterRecord is what the agent records of the uplink adapter.
+type AdapterRecord struct {
+	Adapter  string           `json:"adapter"`
+	IPConfig hostnet.IPConfig `json:"ipConfig"`
+}
+
+// ReadAdapterRecord reads a record written by the agent; a missing file wraps fs.ErrNotExist.
+func ReadAdapterRecord(path string) (AdapterRecord, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return AdapterRecord{}, fmt.Errorf("reading the adapter record: %w", err)
+	}
+	var rec AdapterRecord
+	if err := json.Unmarshal(b, &rec); err != nil {
+		return AdapterRecord{}, fmt.Errorf("decoding the adapter record %s: %w", path, err)
+	}
+	return rec, nil
+}
+
+// adapterRecords keeps the records in memory and, with a state directory, in files.
+type adapterRecords struct {
+	mu  sync.Mutex
+	dir string
+	mem map[string]hostnet.IPConfig
+}
+
+func (a *adapterRecords) get(adapter string) (hostnet.IPConfig, bool, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if cfg, ok := a.mem[adapter]; ok {
+		return cfg, true, nil
+	}
+	if a.dir == "" {
+		return hostnet.IPConfig{}, false, nil
+	}
+	rec, err := ReadAdapterRecord(AdapterRecordFile(a.dir, adapter))
+	if errors.Is(err, fs.ErrNotExist) {
+		return hostnet.IPConfig{}, false, nil
+	} else if err != nil {
+		return hostnet.IPConfig{}, false, err
+	}
+	a.remember(adapter, rec.IPConfig)
+	return rec.IPConfig, true, nil
+}
+
+func (a *adapterRecords) remember(adapter string, cfg hostnet.IPConfig) {
+	if a.mem == nil {
+		a.mem = map[string]hostnet.IPConfig{}
+	}
+	a.mem[adapter] = cfg
+}
+
+func (a *adapterRecords) put(adapter string, cfg hostnet.IPConfig) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.dir != "" {
+		b, err := json.MarshalIndent(AdapterRecord{Adapter: adapter, IPConfig: cfg}, "", "  ")
+		if err != nil {
+			return fmt.Errorf("encoding the adapter record: %w", err)
+		}
+		if err := os.MkdirAll(a.dir, 0o700); err != nil {
+			return fmt.Errorf("recording adapter %s: %w", adapter, err)
+		}
+		path := AdapterRecordFile(a.dir, adapter)
+		tmp := path + ".tmp"
+		if err := os.WriteFile(tmp, append(b, '\n'), 0o600); err != nil {
+			return fmt.Errorf("recording adapter %s: %w", adapter, err)
+		}
+		if err := os.Rename(tmp, path); err != nil {
+			return fmt.Errorf("recording adapter %s: %w", adapter, err)
+		}
+	}
+	a.remember(adapter, cfg)
+	return nil
+}
+
+func (a *adapterRecords) delete(adapter string) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	delete(a.mem, adapter)
+	if a.dir == "" {
+		return nil
+	}
+	if err := os.Remove(AdapterRecordFile(a.dir, adapter)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("removing the record of adapter %s: %w", adapter, err)
+	}
+	return nil
+}
