@@ -23,10 +23,10 @@ func (h *netlinkHost) RenameLink(ctx context.Context, linkIndex int, name string
 	if old == name {
 		return nil
 	}
-	// The kernel renames only links that are down, and taking a link down deletes the IPv4 routes
-	// through it: read them first and put them back, so that the rename keeps them as it does on
-	// Windows.
-	routes, err := h.Routes(ctx, RouteFilter{LinkIndex: linkIndex})
+	// The kernel renames only links that are down, and taking a link down deletes the routes
+	// through it and its IPv6 addresses: read the configuration first and put it back, so that
+	// the rename keeps it as it does on Windows.
+	cfg, err := h.ReadIPConfig(ctx, linkIndex)
 	if err != nil {
 		return fmt.Errorf("renaming %q to %q: %w", old, name, err)
 	}
@@ -47,7 +47,10 @@ func (h *netlinkHost) RenameLink(ctx context.Context, linkIndex int, name string
 			return fmt.Errorf("renaming %q to %q: setting it up: %w", old, name, err)
 		}
 	}
-	if err := applyRoutes(ctx, h, linkIndex, routes); err != nil {
+	if !wasUp {
+		return nil
+	}
+	if err := h.ApplyIPConfig(ctx, linkIndex, cfg); err != nil {
 		return fmt.Errorf("renaming %q to %q: %w", old, name, err)
 	}
 	return nil
