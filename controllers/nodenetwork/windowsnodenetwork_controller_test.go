@@ -157,8 +157,19 @@ func TestNodeNetworkConvergesAndHeals(t *testing.T) {
 		g.Expect(w.Status.HNSNetworkID).NotTo(BeEmpty())
 		g.Expect(w.Status.FlowCount).To(BeNumerically("==", len(n.flows(g))))
 		g.Expect(w.Finalizers).To(ContainElement(nodenetwork.Finalizer))
-		// The host's address moved from the uplink to the bridge, and the host is still reachable
-		// through OVS.
+		// HNS moved the host's address from the uplink to the management vNIC, which the agent
+		// renamed to the bridge name so that OVS adopted it as the bridge's LOCAL port; the host is
+		// still reachable through OVS. The agent enabled the extension only once the IP was there.
+		vnic := n.sim.ManagementVNICIndex(w.Status.HNSNetworkID)
+		g.Expect(vnic).NotTo(BeZero())
+		br, err := n.net.LinkByName(ctx, "br-int")
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(br.Index).To(Equal(vnic), "the bridge interface is the management vNIC HNS created")
+		g.Expect(br.MAC.String()).To(Equal(n.UplinkMAC.String()))
+		_, err = n.net.LinkByName(ctx, hns.LinuxManagementVNICName("uplink0"))
+		g.Expect(err).To(MatchError(hostnet.ErrNotFound), "no interface keeps the vNIC's HNS name")
+		g.Expect(n.sim.OrderViolations()).To(BeEmpty())
+		g.Expect(eventReasons(g, ctx, "win-a")).To(ContainElements("HNSNetworkCreated", "OVSExtensionEnabled", "ManagementVNICRenamed"))
 		g.Expect(n.addrs(g, "br-int")).To(ContainSubstring("192.168.10.11/24"))
 		g.Expect(n.addrs(g, "uplink0")).NotTo(ContainSubstring("192.168.10.11"))
 		g.Expect(n.MustExec(t, "ip", "route", "show", "default")).To(ContainSubstring("dev br-int"))
@@ -259,6 +270,13 @@ func TestNodeNetworkConvergesAndHeals(t *testing.T) {
 			{"deleted gateway address", []string{"ip", "addr", "del", "10.244.1.1/24", "dev", "winnet-gw0"}, func(g Gomega) {
 				g.Expect(n.addrs(g, "winnet-gw0")).To(ContainSubstring("10.244.1.1/24"))
 			}},
+			{"node IP removed from the bridge interface", []string{"ip", "addr", "del", "192.168.10.11/24", "dev", "br-int"}, func(g Gomega) {
+				g.Expect(n.addrs(g, "br-int")).To(ContainSubstring("192.168.10.11/24"))
+				g.Expect(eventReasons(g, ctx, "win-a")).To(ContainElement("HostIPRestored"))
+				out, err := n.Exec("ip", "route", "show", "default")
+				g.Expect(err).NotTo(HaveOccurred())
+				g.Expect(out).To(ContainSubstring("via 192.168.10.1 dev br-int"))
+			}},
 			{"deleted Pod CIDR route", []string{"ip", "route", "del", "10.244.1.0/24"}, func(g Gomega) {
 				out, err := n.Exec("ip", "route", "show", "10.244.1.0/24")
 				g.Expect(err).NotTo(HaveOccurred())
@@ -277,6 +295,19 @@ func TestNodeNetworkConvergesAndHeals(t *testing.T) {
 				g.Eventually(ready("win-a")).WithTimeout(repair).Should(Equal(metav1.ConditionTrue))
 			})
 		}
+	})
+
+	t.Run("an extension disabled on the surviving network is enabled again", func(t *testing.T) {
+		g := NewWithT(t)
+		id := get("win-a")(g).Status.HNSNetworkID
+		g.Expect(n.sim.DisableOVSExtension(id)).To(Succeed())
+		g.Eventually(func(g Gomega) bool {
+			on, err := n.sim.OVSExtensionEnabled(ctx, id)
+			g.Expect(err).NotTo(HaveOccurred())
+			return on
+		}).WithTimeout(repair).Should(BeTrue())
+		g.Expect(get("win-a")(g).Status.HNSNetworkID).To(Equal(id), "the network is kept")
+		g.Expect(n.sim.OrderViolations()).To(BeEmpty())
 	})
 
 	t.Run("live changes converge without restart", func(t *testing.T) {
@@ -300,12 +331,11 @@ func TestNodeNetworkConvergesAndHeals(t *testing.T) {
 
 	t.Run("a reboot heals itself", func(t *testing.T) {
 		g := NewWithT(t)
-		// What a Windows reboot leaves: no HNS network, the host IP back on the uplink, a stale
-		// bridge. The agent keeps running meanwhile, as it would start at boot: whichever of these it
-		// sees first, it must end up rebuilding the node network.
+		// What a Windows reboot leaves: no HNS network and no management vNIC, the host IP back on
+		// the uplink, a stale bridge in OVS's database. The agent keeps running meanwhile, as it
+		// would start at boot: whichever of these it sees first, it must end up rebuilding the node
+		// network.
 		oldNetwork := get("win-a")(g).Status.HNSNetworkID
-		n.MustExec(t, "sh", "-c", "ip addr flush dev br-int && ip addr add 192.168.10.11/24 dev uplink0 && "+
-			"ip route replace default via 192.168.10.1 dev uplink0")
 		g.Expect(n.sim.Reboot(ctx)).To(Succeed())
 		g.Eventually(func(g Gomega) {
 			g.Expect(get("win-a")(g).Status.HNSNetworkID).NotTo(Equal(oldNetwork), "the HNS network is rebuilt")
@@ -313,17 +343,8 @@ func TestNodeNetworkConvergesAndHeals(t *testing.T) {
 			g.Expect(n.addrs(g, "br-int")).To(ContainSubstring("192.168.10.11/24"))
 		}).WithTimeout(converge).Should(Succeed())
 		g.Expect(n.addrs(g, "uplink0")).NotTo(ContainSubstring("192.168.10.11"))
-		g.Eventually(func(g Gomega) []string {
-			list := &eventsv1.EventList{}
-			g.Expect(server.Client.List(ctx, list, client.InNamespace("default"))).To(Succeed())
-			var reasons []string
-			for _, e := range list.Items {
-				if e.Regarding.Name == "win-a" {
-					reasons = append(reasons, e.Reason)
-				}
-			}
-			return reasons
-		}).WithTimeout(repair).Should(ContainElement(networkv1alpha1.HostRebootedReason))
+		g.Eventually(func(g Gomega) []string { return eventReasons(g, ctx, "win-a") }).WithTimeout(repair).Should(ContainElement(networkv1alpha1.HostRebootedReason))
+		g.Expect(n.sim.OrderViolations()).To(BeEmpty())
 		n.expectReachable(g, "the rebuilt node is reachable through the bridge")
 	})
 
@@ -345,7 +366,7 @@ func TestNodeNetworkConvergesAndHeals(t *testing.T) {
 
 func TestInvalidRuntimeFacts(t *testing.T) {
 	ctx := context.Background()
-	startNode(t, "win-b", "192.168.10.12/24", "10.244.2.0/24")
+	b := startNode(t, "win-b", "192.168.10.12/24", "10.244.2.0/24")
 
 	t.Run("Pod CIDR not matching the Node", func(t *testing.T) {
 		g := NewWithT(t)
@@ -363,6 +384,28 @@ func TestInvalidRuntimeFacts(t *testing.T) {
 		}).WithTimeout(converge).Should(BeTrue())
 	})
 
+	t.Run("adapter held by another HNS network", func(t *testing.T) {
+		// The adapter holding the node IP is the management vNIC of another network (an L2Bridge
+		// one, Antrea issue 2213): HNS answers 0x57, and the condition names that network.
+		g := NewWithT(t)
+		other, err := b.sim.CreateTransparentNetwork(ctx, hns.NetworkSpec{Name: "l2bridge", AdapterName: "uplink0",
+			Subnet: netip.MustParsePrefix("10.250.0.0/24"), Gateway: netip.MustParseAddr("10.250.0.1")})
+		g.Expect(err).NotTo(HaveOccurred())
+		w := nodeNetwork("win-b", "10.244.2.0/24", "192.168.10.12")
+		g.Expect(server.Client.Create(ctx, w)).To(Succeed())
+		g.Eventually(condition("win-b", networkv1alpha1.HostSwitchReadyCondition)).WithTimeout(converge).Should(SatisfyAll(
+			HaveField("Status", metav1.ConditionFalse),
+			HaveField("Reason", networkv1alpha1.HNSNetworkFailedReason),
+			HaveField("Message", And(ContainSubstring("0x57"), ContainSubstring(`is the management vNIC of network "l2bridge"`))),
+		))
+		g.Expect(server.Client.Delete(ctx, w)).To(Succeed())
+		g.Eventually(func() bool {
+			return server.Client.Get(ctx, client.ObjectKey{Name: "win-b"}, &networkv1alpha1.WindowsNodeNetwork{}) != nil
+		}).WithTimeout(converge).Should(BeTrue())
+		g.Expect(b.sim.DeleteNetwork(ctx, other.ID)).To(Succeed())
+		g.Expect(b.addrs(g, "uplink0")).To(ContainSubstring("192.168.10.12/24"), "the other network gave the adapter back")
+	})
+
 	t.Run("uplink missing", func(t *testing.T) {
 		g := NewWithT(t)
 		w := nodeNetwork("win-b", "10.244.2.0/24", "192.168.10.12")
@@ -375,4 +418,17 @@ func TestInvalidRuntimeFacts(t *testing.T) {
 		))
 		g.Expect(condition("win-b", networkv1alpha1.ReadyCondition)(g).Status).To(Equal(metav1.ConditionFalse))
 	})
+}
+
+// eventReasons returns the reasons of the Events about the node's WindowsNodeNetwork.
+func eventReasons(g Gomega, ctx context.Context, name string) []string {
+	list := &eventsv1.EventList{}
+	g.Expect(server.Client.List(ctx, list, client.InNamespace("default"))).To(Succeed())
+	var reasons []string
+	for _, e := range list.Items {
+		if e.Regarding.Name == name {
+			reasons = append(reasons, e.Reason)
+		}
+	}
+	return reasons
 }

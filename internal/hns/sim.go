@@ -201,6 +201,17 @@ func (s *Sim) ManagementVNICDNS(networkID string) []netip.Addr {
 	return nil
 }
 
+// ManagementVNICIndex returns the interface index of the network's management vNIC in the Linux-backed
+// simulator (0 in memory, or for a network that does not exist): the vNIC keeps it when the agent renames it.
+func (s *Sim) ManagementVNICIndex(networkID string) int {
+	s.m.mu.Lock()
+	defer s.m.mu.Unlock()
+	if n := s.m.network(networkID); n != nil {
+		return n.vnicIndex
+	}
+	return 0
+}
+
 // OrderViolations lists the calls made against the order HNS requires, in the order they were made: enabling
 // the OVS extension before the host's IPv4 address is on the management vNIC (Microsoft: enabling the extension
 // before the vNIC is configured can break DHCP; Antrea waits for the IP before it enables it).
