@@ -3,9 +3,14 @@ package agent
 import (
 	"fmt"
 	"path/filepath"
+	"time"
 
 	"github.com/winnet-io/winnet/internal/hns"
 )
+
+// SimHostIPDelay is how long the HNS simulator takes to put the host IP on a new network's management vNIC,
+// as Windows takes a moment (see hns.LinuxSimOptions.HostIPDelay).
+const SimHostIPDelay = 300 * time.Millisecond
 
 // newHNS returns the HNS simulator backed by veth pairs: Linux has no HNS, and this is how the whole
 // data plane runs on Linux (simulated nodes, the demo). Like HNS, whose state survives an agent
@@ -13,8 +18,9 @@ import (
 // simulated reboot removes that file.
 func newHNS(opts HostOptions) (hns.Interface, error) {
 	h, err := hns.NewLinuxSim(hns.LinuxSimOptions{
-		HostNetNS: opts.NetNSPath,
-		StateFile: filepath.Join(opts.StateDir, "hns-sim.json"),
+		HostNetNS:   opts.NetNSPath,
+		HostIPDelay: SimHostIPDelay,
+		StateFile:   filepath.Join(opts.StateDir, "hns-sim.json"),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("starting the HNS simulator: %w", err)

@@ -13,6 +13,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/vishvananda/netlink"
@@ -37,6 +38,11 @@ type LinuxSimOptions struct {
 	// restart of the agent. Attached endpoints whose veth pair is gone from the host namespace are dropped at load.
 	// Deleting the file (with the veths, which a reboot of the node removes) simulates a reboot.
 	StateFile string
+	// HostIPDelay is how long the simulated HNS takes, after it created a network, to put the adapter's IP
+	// configuration on the management vNIC: Windows moves it asynchronously, with a short loss of
+	// connectivity, so an agent that does not wait for the host IP on the vNIC (and enables the OVS extension
+	// too early) is caught. Zero moves it before CreateTransparentNetwork returns.
+	HostIPDelay time.Duration
 }
 
 // NewLinuxSim returns a simulator whose attached endpoints are real veth pairs. As on Windows, where an
@@ -72,7 +78,7 @@ func NewLinuxSim(opts LinuxSimOptions) (*Sim, error) {
 		_ = host.Close()
 		return nil, fmt.Errorf("opening the host network of the HNS simulator: %w", err)
 	}
-	b := &vethBackend{host: host, net: hostNet, netnsDir: dir, names: map[string]string{}, attachedAs: map[string]string{}}
+	b := &vethBackend{host: host, net: hostNet, hostIPDelay: opts.HostIPDelay, netnsDir: dir, names: map[string]string{}, attachedAs: map[string]string{}}
 	sim := newSim(opts.SimOptions, b, opts.StateFile)
 	if opts.StateFile != "" {
 		if err := loadLinuxSimState(sim.m, b, opts.StateFile); err != nil {
@@ -123,8 +129,10 @@ func loadLinuxSimState(m *simModel, b *vethBackend, path string) error {
 type vethBackend struct {
 	host ns.NetNS
 	// net acts on the host namespace: the management vNIC and the adapters live there.
-	net      hostnet.Interface
-	netnsDir string
+	net hostnet.Interface
+	// hostIPDelay delays the move of the host's IP configuration to a new management vNIC.
+	hostIPDelay time.Duration
+	netnsDir    string
 	// namespaces serialises configuring container ends per target namespace.
 	namespaces keyed.Mutex
 

@@ -8,6 +8,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/vishvananda/netlink"
@@ -85,11 +86,24 @@ func (b *vethBackend) createNetwork(ctx context.Context, n *simNetwork) error {
 	if err := b.net.SetUp(ctx, vnic.Index); err != nil {
 		return undo(err)
 	}
-	if err := b.net.ApplyIPConfig(ctx, vnic.Index, cfg); err != nil {
-		return undo(err)
-	}
-	if err := b.stripAdapter(ctx, adapter.Index, cfg); err != nil {
-		return undo(err)
+	if b.hostIPDelay > 0 {
+		// Windows moves the configuration asynchronously: the adapter loses it first, and the vNIC gets it a
+		// moment later (the host is unreachable meanwhile).
+		if err := b.stripAdapter(ctx, adapter.Index, cfg); err != nil {
+			return undo(err)
+		}
+		go func() {
+			time.Sleep(b.hostIPDelay)
+			// The network may be gone by now (the vNIC with it): then there is nothing to configure.
+			_ = b.net.ApplyIPConfig(context.Background(), vnic.Index, cfg)
+		}()
+	} else {
+		if err := b.net.ApplyIPConfig(ctx, vnic.Index, cfg); err != nil {
+			return undo(err)
+		}
+		if err := b.stripAdapter(ctx, adapter.Index, cfg); err != nil {
+			return undo(err)
+		}
 	}
 	n.ManagementVNIC, n.vnicIndex, n.adapterConfig = name, vnic.Index, cfg
 	return nil

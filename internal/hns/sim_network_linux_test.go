@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	. "github.com/onsi/gomega"
 	"github.com/vishvananda/netlink"
@@ -252,4 +253,20 @@ func linuxNetworkSpec() NetworkSpec {
 	spec := testNetworkSpec()
 	spec.AdapterName = testAdapter
 	return spec
+}
+
+// TestLinuxSimHostIPArrivesLate: with HostIPDelay the adapter loses its configuration at once and the vNIC gets
+// it only later, as on Windows.
+func TestLinuxSimHostIPArrivesLate(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	_, nodePath := newNodeNS(t, false)
+	s, err := NewLinuxSim(LinuxSimOptions{HostNetNS: nodePath, HostIPDelay: 300 * time.Millisecond})
+	g.Expect(err).NotTo(HaveOccurred())
+	t.Cleanup(func() { _ = s.Close() })
+	n, err := s.CreateTransparentNetwork(ctx, linuxNetworkSpec())
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(inspectLink(t, nodePath, testAdapter).Addrs).To(BeEmpty())
+	g.Expect(inspectLink(t, nodePath, n.ManagementVNIC).Addrs).To(BeEmpty(), "not yet")
+	g.Eventually(func() []string { return inspectLink(t, nodePath, n.ManagementVNIC).Addrs }).Should(Equal([]string{testHostIP}))
 }

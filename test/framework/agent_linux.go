@@ -51,7 +51,7 @@ func StartAgent(t testing.TB, s *APIServer, node *simnode.Node) *Agent {
 		cancel()
 		t.Fatalf("starting the agent of %s: %s: %v", node.Name, what, err)
 	}
-	sim, err := hns.NewLinuxSim(hns.LinuxSimOptions{HostNetNS: node.NSPath})
+	sim, err := hns.NewLinuxSim(hns.LinuxSimOptions{HostNetNS: node.NSPath, HostIPDelay: agent.SimHostIPDelay})
 	if err != nil {
 		fail("HNS simulator", err)
 	}
