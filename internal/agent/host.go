@@ -3,7 +3,6 @@ package agent
 import (
 	"context"
 	"fmt"
-	"path/filepath"
 
 	ctrl "sigs.k8s.io/controller-runtime"
 
@@ -20,8 +19,9 @@ type HostOptions struct {
 	// OVSDBAddress is ovsdb-server's socket (Linux) or named pipe (Windows); empty means the
 	// platform default.
 	OVSDBAddress string
-	// OVSRunDir holds the bridges' OpenFlow management sockets (<bridge>.mgmt); empty means the
-	// platform default.
+	// OVSRunDir is Open vSwitch's rundir, where it serves the bridges' OpenFlow management
+	// connections: the socket <dir>/<bridge>.mgmt on Linux, the named pipe named after that path on
+	// Windows (see openFlowAddress); empty means the platform default.
 	OVSRunDir string
 	// NetNSPath, on Linux, is the network namespace the agent manages instead of its own: a
 	// simulated node whose agent runs beside the API server (tests, the demo, benchmarks).
@@ -70,9 +70,9 @@ func SetupNodeNetwork(ctx context.Context, mgr ctrl.Manager, nodeName string, op
 	if err != nil {
 		return fmt.Errorf("opening the host network stack: %w", err)
 	}
-	host := nodenetwork.Host{HNS: hnsClient, OVSDB: db, Net: netClient}
+	host := nodenetwork.Host{HNS: hnsClient, OVSDB: db, Net: netClient, StateDir: opts.StateDir}
 	if opts.OVSRunDir != "" {
-		host.OpenFlowAddress = func(bridge string) string { return filepath.Join(opts.OVSRunDir, bridge+".mgmt") }
+		host.OpenFlowAddress = func(bridge string) string { return openFlowAddress(opts.OVSRunDir, bridge) }
 	}
 	state := nodenetwork.NewState()
 	nodes := &nodenetwork.Reconciler{

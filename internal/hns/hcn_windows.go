@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"slices"
 	"strings"
 	"syscall"
 	"unsafe"
@@ -84,6 +85,9 @@ func fromHCNNetwork(n *hcn.HostComputeNetwork) *Network {
 			out.AdapterName = s.NetworkAdapterName
 		}
 	}
+	if out.AdapterName != "" {
+		out.ManagementVNIC = WindowsManagementVNICName(out.AdapterName)
+	}
 	for _, ipam := range n.Ipams {
 		for _, subnet := range ipam.Subnets {
 			prefix, err := netip.ParsePrefix(subnet.IpAddressPrefix)
@@ -130,8 +134,9 @@ func (hcnClient) GetNetworkByName(_ context.Context, name string) (*Network, err
 // CreateTransparentNetwork creates the network non-persistent (EnableNonPersistent), so that HNS behaves the
 // same on every Windows version: the network is gone after a reboot and the agent rebuilds it.
 //
-// HNS answers 0x80070057 when the adapter is already bound to another network. The spec is validated first, so
-// that an invalid parameter of ours is not mistaken for that case.
+// HNS answers 0x80070057 when the adapter is already bound to another network or is the management vNIC of
+// another network; the error then names that network (see adapterHolder). The spec is validated first, so that an
+// invalid parameter of ours is not mistaken for that case.
 func (hcnClient) CreateTransparentNetwork(ctx context.Context, spec NetworkSpec) (*Network, error) {
 	if err := validateNetworkSpec(spec); err != nil {
 		return nil, err
@@ -165,15 +170,76 @@ func (hcnClient) CreateTransparentNetwork(ctx context.Context, spec NetworkSpec)
 	created, err := network.Create()
 	if err != nil {
 		if isInvalidParameter(err) {
-			return nil, fmt.Errorf("%w: %w", ErrAdapterInUse, err)
+			return nil, fmt.Errorf("%w: HNS returned 0x80070057 (%w); %s", ErrAdapterInUse, err, adapterHolder(spec.AdapterName))
 		}
 		return nil, err
 	}
 	out := fromHCNNetwork(created)
 	if out.AdapterName == "" {
 		out.AdapterName = spec.AdapterName
+		out.ManagementVNIC = WindowsManagementVNICName(spec.AdapterName)
 	}
 	return out, nil
+}
+
+// adapterHolder says which existing HNS network holds the adapter, for the 0x57 HNS answers when a network is
+// created on an adapter that is not free: one whose switch is bound to the adapter (its NetAdapterName policy,
+// or for networks created through HNS v1 its NetworkAdapterName), or one whose management vNIC the adapter is.
+// The adapter found by the node IP is such a vNIC when another HNS network, an L2Bridge one for instance, took
+// the node IP first (Antrea issue 2213): it is named "vEthernet (<that network's adapter>)", or holds that
+// network's ManagementIP when it was renamed.
+func adapterHolder(adapter string) string {
+	networks, err := hcn.ListNetworks()
+	if err != nil {
+		return fmt.Sprintf("listing the HNS networks to find the one holding adapter %q failed: %v", adapter, err)
+	}
+	type candidate struct {
+		name, id, adapter, managementIP string
+	}
+	byID := make(map[string]*candidate, len(networks))
+	all := make([]*candidate, 0, len(networks))
+	for i := range networks {
+		n := fromHCNNetwork(&networks[i])
+		c := &candidate{name: n.Name, id: n.ID, adapter: n.AdapterName}
+		byID[strings.ToLower(n.ID)] = c
+		all = append(all, c)
+	}
+	// HNS v1 also reports the adapter of networks created without the policy, and their management IP.
+	if v1, err := hcsshim.HNSListNetworkRequest("GET", "", ""); err == nil {
+		for _, n := range v1 {
+			if c := byID[strings.ToLower(n.Id)]; c != nil {
+				if c.adapter == "" {
+					c.adapter = n.NetworkAdapterName
+				}
+				c.managementIP = n.ManagementIP
+			}
+		}
+	}
+	var adapterIPs []netip.Addr
+	if iface, err := net.InterfaceByName(adapter); err == nil {
+		if addrs, err := iface.Addrs(); err == nil {
+			for _, a := range addrs {
+				if p, err := netip.ParsePrefix(a.String()); err == nil {
+					adapterIPs = append(adapterIPs, p.Addr().Unmap())
+				}
+			}
+		}
+	}
+	for _, c := range all {
+		if c.adapter != "" && strings.EqualFold(c.adapter, adapter) {
+			return fmt.Sprintf("adapter %q is bound to HNS network %q (%s)", adapter, c.name, c.id)
+		}
+	}
+	for _, c := range all {
+		mgmtIP, _ := netip.ParseAddr(c.managementIP)
+		isVNIC := c.adapter != "" && strings.EqualFold(WindowsManagementVNICName(c.adapter), adapter)
+		holdsIP := mgmtIP.IsValid() && slices.Contains(adapterIPs, mgmtIP.Unmap())
+		if isVNIC || holdsIP {
+			return fmt.Sprintf("adapter %q is the management vNIC of HNS network %q (%s), whose switch is bound to adapter %q",
+				adapter, c.name, c.id, c.adapter)
+		}
+	}
+	return fmt.Sprintf("no HNS network names adapter %q as its adapter or management vNIC", adapter)
 }
 
 func (hcnClient) DeleteNetwork(ctx context.Context, networkID string) error {

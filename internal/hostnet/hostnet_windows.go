@@ -18,7 +18,8 @@ import (
 )
 
 // ipHelper implements Interface with the IP Helper API (iphlpapi.dll): no PowerShell, no
-// netsh, no child process. It acts on the host's default compartment.
+// netsh, no child process. WMI, in process, serves only what iphlpapi has no call for (see
+// wmi_windows.go). It acts on the host's default compartment.
 //
 // The MIB_* rows golang.org/x/sys/windows declares with the right layout are used as they are
 // (MIB_IPFORWARD_ROW2, MIB_UNICASTIPADDRESS_ROW, MIB_IF_ROW2, MIB_IFROW); MIB_IPINTERFACE_ROW
@@ -221,6 +222,40 @@ type adapter struct {
 func adapters() ([]adapter, error) {
 	const flags = windows.GAA_FLAG_SKIP_ANYCAST | windows.GAA_FLAG_SKIP_MULTICAST | windows.GAA_FLAG_SKIP_DNS_SERVER |
 		windows.GAA_FLAG_INCLUDE_ALL_INTERFACES
+	var out []adapter
+	err := forEachAdapter(flags, func(aa *windows.IpAdapterAddresses) {
+		a := adapter{Link: Link{
+			Name:  windows.UTF16PtrToString(aa.FriendlyName),
+			Index: adapterIndex(aa),
+			MAC:   slices.Clone(net.HardwareAddr(aa.PhysicalAddress[:aa.PhysicalAddressLength])),
+			MTU:   int(aa.Mtu),
+			Up:    aa.OperStatus == windows.IfOperStatusUp,
+		}}
+		for u := aa.FirstUnicastAddress; u != nil; u = u.Next {
+			if ip, ok := netip.AddrFromSlice(u.Address.IP()); ok {
+				a.addrs = append(a.addrs, ip.Unmap())
+			}
+		}
+		out = append(out, a)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// adapterIndex is the interface index of an adapter: its IPv4 one, or its IPv6 one when IPv4 is
+// not bound to it.
+func adapterIndex(aa *windows.IpAdapterAddresses) int {
+	if aa.IfIndex != 0 {
+		return int(aa.IfIndex)
+	}
+	return int(aa.Ipv6IfIndex)
+}
+
+// forEachAdapter calls fn with every adapter GetAdaptersAddresses reports with these flags. The
+// structures fn sees live in a buffer that is valid only during the call: fn copies what it keeps.
+func forEachAdapter(flags uint32, fn func(*windows.IpAdapterAddresses)) error {
 	size := uint32(16 << 10)
 	for range 5 {
 		buf := make([]byte, size)
@@ -230,32 +265,15 @@ func adapters() ([]adapter, error) {
 			continue
 		}
 		if err != nil {
-			return nil, fmt.Errorf("listing adapters: %w", err)
+			return fmt.Errorf("listing adapters: %w", err)
 		}
-		var out []adapter
 		for aa := first; aa != nil; aa = aa.Next {
-			index := aa.IfIndex
-			if index == 0 {
-				index = aa.Ipv6IfIndex
-			}
-			a := adapter{Link: Link{
-				Name:  windows.UTF16PtrToString(aa.FriendlyName),
-				Index: int(index),
-				MAC:   slices.Clone(net.HardwareAddr(aa.PhysicalAddress[:aa.PhysicalAddressLength])),
-				MTU:   int(aa.Mtu),
-				Up:    aa.OperStatus == windows.IfOperStatusUp,
-			}}
-			for u := aa.FirstUnicastAddress; u != nil; u = u.Next {
-				if ip, ok := netip.AddrFromSlice(u.Address.IP()); ok {
-					a.addrs = append(a.addrs, ip.Unmap())
-				}
-			}
-			out = append(out, a)
+			fn(aa)
 		}
 		runtime.KeepAlive(buf)
-		return out, nil
+		return nil
 	}
-	return nil, fmt.Errorf("listing adapters: %w", windows.ERROR_BUFFER_OVERFLOW)
+	return fmt.Errorf("listing adapters: %w", windows.ERROR_BUFFER_OVERFLOW)
 }
 
 func (h *ipHelper) LinkByName(_ context.Context, name string) (Link, error) {
