@@ -44,7 +44,7 @@ func main() {
 	fs.StringVar(&opts.PprofBindAddress, "pprof-bind-address", "0", `address of the Go profiler's /debug/pprof endpoints, such as "127.0.0.1:6060" ("0" disables them)`)
 	hostOpts := agent.HostOptions{}
 	fs.StringVar(&hostOpts.OVSDBAddress, "ovsdb", "", "ovsdb-server socket (Linux) or named pipe (Windows) (default: the platform's)")
-	fs.StringVar(&hostOpts.OVSRunDir, "ovs-rundir", "", "directory of the bridges' OpenFlow management sockets (default: the platform's)")
+	fs.StringVar(&hostOpts.OVSRunDir, "ovs-rundir", "", "OVS's run directory: the bridges' OpenFlow management sockets <dir>/<bridge>.mgmt, on Windows the named pipes OVS derives from those paths (default: the platform's)")
 	fs.StringVar(&hostOpts.NetNSPath, "netns", "", "Linux only: manage this network namespace instead of the agent's own (simulated nodes)")
 	fs.StringVar(&hostOpts.CNISocket, "cni-socket", cni.DefaultAddress, "unix socket (Linux) or named pipe (Windows) on which the agent serves the winnet-cni shim")
 	fs.StringVar(&hostOpts.CNIConfDir, "cni-conf-dir", agent.DefaultCNIConfDir, "directory the agent writes "+cni.ConfListName+" into once the node network is Ready")
