@@ -327,73 +327,10 @@ func reconcileRoutes(ctx context.Context, h Interface, desired []Route, norm fun
 	return errors.Join(errs...)
 }
 
-// Movable reports whether MoveAddressesAndRoutes moves the address: every unicast address except
-// link-local ones (169.254.0.0/16, fe80::/10), which belong to their link by definition and which
-// the system configures on each link itself.
+// Movable reports whether an address belongs to an adapter's IP configuration as HNS moves it to
+// the management vNIC (see IPConfig): every unicast address except link-local ones
+// (169.254.0.0/16, fe80::/10), which belong to their link by definition and which the system
+// configures on each link itself.
 func Movable(addr netip.Prefix) bool {
 	return addr.IsValid() && !addr.Addr().IsLinkLocalUnicast()
-}
-
-// MoveAddressesAndRoutes moves the addresses (see Movable) and the routes (see Routes) of the link
-// from to the link to, as the node-network reconciler does to hand the host's IP configuration
-// from the uplink to the OVS bridge's LOCAL interface, and back on reset. The routes keep their
-// destination, gateway, metric and mark.
-//
-// It is idempotent and safe to re-run after it was interrupted at any point, because every step
-// leaves the host reachable and the next run recomputes what is left from what it observes:
-//  1. bring to up, so that it can hold routes;
-//  2. add every address of from to to (both links now hold them);
-//  3. for each route of from: create it through to, then delete it from from;
-//  4. remove the addresses from from.
-//
-// Routes are moved while from still holds the addresses, so no gateway is ever unreachable and
-// the kernel never drops a route because its source address vanished.
-func MoveAddressesAndRoutes(ctx context.Context, h Interface, from, to int) error {
-	if from == to {
-		return fmt.Errorf("moving addresses and routes from link %d to itself", from)
-	}
-	if err := h.SetUp(ctx, to); err != nil {
-		return fmt.Errorf("moving addresses and routes from link %d to %d: %w", from, to, err)
-	}
-	all, err := h.Addresses(ctx, from)
-	if err != nil {
-		return fmt.Errorf("moving addresses and routes from link %d to %d: %w", from, to, err)
-	}
-	addrs := slices.DeleteFunc(all, func(a netip.Prefix) bool { return !Movable(a) })
-	for _, a := range addrs {
-		if err := h.EnsureAddress(ctx, to, a); err != nil {
-			return fmt.Errorf("moving address %s from link %d to %d: %w", a, from, to, err)
-		}
-	}
-	routes, err := h.Routes(ctx, RouteFilter{LinkIndex: from})
-	if err != nil {
-		return fmt.Errorf("moving addresses and routes from link %d to %d: %w", from, to, err)
-	}
-	// Routes without a gateway first: a route through a gateway may need an on-link route to
-	// reach that gateway.
-	slices.SortStableFunc(routes, func(a, b Route) int {
-		switch {
-		case !a.Gateway.IsValid() && b.Gateway.IsValid():
-			return -1
-		case a.Gateway.IsValid() && !b.Gateway.IsValid():
-			return 1
-		}
-		return 0
-	})
-	for _, r := range routes {
-		moved := r
-		moved.LinkIndex = to
-		if err := h.EnsureRoute(ctx, moved); err != nil {
-			return fmt.Errorf("moving route %s to link %d: %w", r, to, err)
-		}
-		if err := h.DeleteRoute(ctx, r); err != nil {
-			return fmt.Errorf("moving route %s to link %d: %w", r, to, err)
-		}
-	}
-	for _, a := range addrs {
-		if err := h.DeleteAddress(ctx, from, a); err != nil {
-			return fmt.Errorf("moving address %s from link %d to %d: %w", a, from, to, err)
-		}
-	}
-	return nil
 }

@@ -537,8 +537,8 @@ func TestNeighbor(t *testing.T) {
 	}
 }
 
-// moveSetup is a host whose uplink up0 holds the IP configuration, a stand-in for the bridge's
-// LOCAL port (br0) and an unrelated link (other0) with a route of its own.
+// moveSetup is a host whose uplink up0 holds the IP configuration, a stand-in for the management
+// vNIC (br0) and an unrelated link (other0) with a route of its own.
 func moveSetup(t *testing.T) (g *WithT, h Interface, up, br, other int) {
 	g = NewWithT(t)
 	enterNewNetNS(t)
@@ -573,132 +573,6 @@ func moveSetup(t *testing.T) (g *WithT, h Interface, up, br, other int) {
 	g.Expect(h.EnsureRoute(ctx, Route{Dst: netip.MustParsePrefix("10.83.0.0/16"), Gateway: netip.MustParseAddr("10.80.0.254"), LinkIndex: up, Owned: true})).To(Succeed())
 	settle(g)
 	return g, h, up, br, other
-}
-
-func TestMoveAddressesAndRoutes(t *testing.T) {
-	tests := []struct {
-		name string
-		// done is how many of the move's steps a previous, interrupted run had completed, given
-		// the number of addresses and routes to move. Steps: one per address added to the
-		// target, two per route (create on the target, delete from the source), one per address
-		// removed from the source.
-		done func(addrs, routes int) int
-	}{
-		{name: "fresh move", done: func(int, int) int { return 0 }},
-		{name: "interrupted after the first address was added to the target", done: func(int, int) int { return 1 }},
-		{name: "interrupted after all addresses were added", done: func(a, _ int) int { return a }},
-		{name: "interrupted in the middle of moving a route", done: func(a, _ int) int { return a + 1 }},
-		{name: "interrupted in the middle of moving the last route", done: func(a, r int) int { return a + 2*r - 1 }},
-		{name: "interrupted after all routes were moved", done: func(a, r int) int { return a + 2*r }},
-		{name: "interrupted with one address left on the source", done: func(a, r int) int { return a + 2*r + a - 1 }},
-		{name: "re-run after a complete move", done: func(a, r int) int { return a + 2*r + a }},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			g, h, up, br, other := moveSetup(t)
-			ctx := t.Context()
-
-			// What there is to move, as observed before.
-			all, err := h.Addresses(ctx, up)
-			g.Expect(err).NotTo(HaveOccurred())
-			var addrs, linkLocal []netip.Prefix
-			for _, a := range all {
-				if Movable(a) {
-					addrs = append(addrs, a)
-				} else {
-					linkLocal = append(linkLocal, a)
-				}
-			}
-			g.Expect(addrs).To(HaveLen(3))
-			g.Expect(linkLocal).NotTo(BeEmpty())
-			routes, err := h.Routes(ctx, RouteFilter{LinkIndex: up})
-			g.Expect(err).NotTo(HaveOccurred())
-			g.Expect(routes).To(HaveLen(5))
-			otherRoutes, err := h.Routes(ctx, RouteFilter{LinkIndex: other})
-			g.Expect(err).NotTo(HaveOccurred())
-			g.Expect(otherRoutes).To(HaveLen(1))
-
-			// The steps of the move, done by hand up to the interruption.
-			var steps []func() error
-			for _, a := range addrs {
-				steps = append(steps, func() error { return h.EnsureAddress(ctx, br, a) })
-			}
-			for _, r := range routes {
-				moved := r
-				moved.LinkIndex = br
-				steps = append(steps,
-					func() error { return h.EnsureRoute(ctx, moved) },
-					func() error { return h.DeleteRoute(ctx, r) })
-			}
-			for _, a := range addrs {
-				steps = append(steps, func() error { return h.DeleteAddress(ctx, up, a) })
-			}
-			for _, step := range steps[:tt.done(len(addrs), len(routes))] {
-				g.Expect(step()).To(Succeed())
-			}
-
-			g.Expect(MoveAddressesAndRoutes(ctx, h, up, br)).To(Succeed())
-
-			check := func() {
-				upAddrs, err := h.Addresses(ctx, up)
-				g.Expect(err).NotTo(HaveOccurred())
-				g.Expect(upAddrs).To(ConsistOf(linkLocal), "only its link-local addresses stay on the source")
-				brAddrs, err := h.Addresses(ctx, br)
-				g.Expect(err).NotTo(HaveOccurred())
-				g.Expect(brAddrs).To(ContainElements(addrs))
-				want := slices.Clone(otherRoutes)
-				for _, r := range routes {
-					r.LinkIndex = br
-					want = append(want, r)
-				}
-				got, err := h.Routes(ctx, RouteFilter{})
-				g.Expect(err).NotTo(HaveOccurred())
-				g.Expect(got).To(ConsistOf(want), "every route moved once, with its gateway, metric and mark; no other route touched")
-				// The kernel now sends the host's traffic through the target.
-				for dst, gw := range map[string]string{"192.0.2.1": "10.80.0.1", "10.81.1.1": "10.80.0.254", "10.82.0.9": "", "fd00:81::9": "fd00:80::1"} {
-					rs, err := netlink.RouteGet(net.ParseIP(dst))
-					g.Expect(err).NotTo(HaveOccurred())
-					g.Expect(rs).NotTo(BeEmpty())
-					g.Expect(rs[0].LinkIndex).To(Equal(br), "route to %s", dst)
-					if gw != "" {
-						g.Expect(rs[0].Gw.Equal(net.ParseIP(gw))).To(BeTrue(), "gateway to %s is %s", dst, rs[0].Gw)
-					}
-				}
-			}
-			check()
-
-			// Running it again changes nothing.
-			settle(g)
-			g.Expect(netlinkEvents(g, func() { g.Expect(MoveAddressesAndRoutes(ctx, h, up, br)).To(Succeed()) })).To(BeEmpty())
-			check()
-		})
-	}
-}
-
-func TestMoveAddressesAndRoutesBack(t *testing.T) {
-	// Reset moves the configuration back to the uplink: the same helper the other way round
-	// restores every address and route where it was.
-	g, h, up, br, _ := moveSetup(t)
-	ctx := t.Context()
-	addrsBefore, err := h.Addresses(ctx, up)
-	g.Expect(err).NotTo(HaveOccurred())
-	routesBefore, err := h.Routes(ctx, RouteFilter{})
-	g.Expect(err).NotTo(HaveOccurred())
-
-	g.Expect(MoveAddressesAndRoutes(ctx, h, up, br)).To(Succeed())
-	g.Expect(MoveAddressesAndRoutes(ctx, h, br, up)).To(Succeed())
-
-	addrsAfter, err := h.Addresses(ctx, up)
-	g.Expect(err).NotTo(HaveOccurred())
-	g.Expect(addrsAfter).To(ConsistOf(addrsBefore))
-	routesAfter, err := h.Routes(ctx, RouteFilter{})
-	g.Expect(err).NotTo(HaveOccurred())
-	g.Expect(routesAfter).To(ConsistOf(routesBefore))
-	brAddrs, err := h.Addresses(ctx, br)
-	g.Expect(err).NotTo(HaveOccurred())
-	g.Expect(slices.ContainsFunc(brAddrs, Movable)).To(BeFalse(), "the target keeps no moved address: %v", brAddrs)
-
-	g.Expect(MoveAddressesAndRoutes(ctx, h, up, up)).To(MatchError(ContainSubstring("to itself")))
 }
 
 // TestNetNSPath acts on another namespace from the test's own thread, as the agent of a simulated
