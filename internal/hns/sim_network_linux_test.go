@@ -116,10 +116,7 @@ func TestLinuxSimNetworkLikeHNS(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			g := NewWithT(t)
 			ctx := context.Background()
-			_, nodePath := newNodeNS(t, dhcp)
-			s, err := NewLinuxSim(LinuxSimOptions{HostNetNS: nodePath})
-			g.Expect(err).NotTo(HaveOccurred())
-			t.Cleanup(func() { _ = s.Close() })
+			s, nodePath := newSimOnNode(t, dhcp, LinuxSimOptions{})
 			dns := []netip.Addr{netip.MustParseAddr("192.168.50.53")}
 			g.Expect(s.SetAdapterDNS(testAdapter, dns)).To(Succeed())
 			addr := testHostIP
@@ -132,7 +129,7 @@ func TestLinuxSimNetworkLikeHNS(t *testing.T) {
 
 			// Creating the network makes the management vNIC, which takes the adapter's MAC, addresses (a lease
 			// stays a lease), routes and DNS servers; the adapter keeps none.
-			n, err := s.CreateTransparentNetwork(ctx, NetworkSpec{Name: "winnet", AdapterName: testAdapter, Subnet: testSubnet, Gateway: testGateway})
+			n, err := s.CreateTransparentNetwork(ctx, linuxNetworkSpec())
 			g.Expect(err).NotTo(HaveOccurred())
 			g.Expect(n.ManagementVNIC).To(Equal("vEth(Ethernet0)"))
 			g.Expect(inspectLink(t, nodePath, n.ManagementVNIC)).To(Equal(linkConfig{Exists: true, Kind: "tuntap", MAC: testAdapterMAC.String(),
@@ -199,12 +196,9 @@ func vnicIndexOf(t *testing.T, h hostnet.Interface, name string) int {
 func TestLinuxSimRebootGivesAdapterBack(t *testing.T) {
 	g := NewWithT(t)
 	ctx := context.Background()
-	_, nodePath := newNodeNS(t, false)
-	s, err := NewLinuxSim(LinuxSimOptions{HostNetNS: nodePath})
-	g.Expect(err).NotTo(HaveOccurred())
-	t.Cleanup(func() { _ = s.Close() })
+	s, nodePath := newSimOnNode(t, false, LinuxSimOptions{})
 	before := inspectLink(t, nodePath, testAdapter)
-	n, err := s.CreateTransparentNetwork(ctx, NetworkSpec{Name: "winnet", AdapterName: testAdapter, Subnet: testSubnet, Gateway: testGateway})
+	n, err := s.CreateTransparentNetwork(ctx, linuxNetworkSpec())
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(s.EnableOVSExtension(ctx, n.ID)).To(Succeed())
 
@@ -215,7 +209,7 @@ func TestLinuxSimRebootGivesAdapterBack(t *testing.T) {
 	g.Expect(inspectLink(t, nodePath, testAdapter)).To(Equal(before))
 
 	// After the reboot the network is created again on the adapter, as the agent does.
-	_, err = s.CreateTransparentNetwork(ctx, NetworkSpec{Name: "winnet", AdapterName: testAdapter, Subnet: testSubnet, Gateway: testGateway})
+	_, err = s.CreateTransparentNetwork(ctx, linuxNetworkSpec())
 	g.Expect(err).NotTo(HaveOccurred())
 }
 
@@ -224,11 +218,8 @@ func TestLinuxSimRebootGivesAdapterBack(t *testing.T) {
 func TestLinuxSimRecordsExtensionBeforeHostIP(t *testing.T) {
 	g := NewWithT(t)
 	ctx := context.Background()
-	_, nodePath := newNodeNS(t, false)
-	s, err := NewLinuxSim(LinuxSimOptions{HostNetNS: nodePath})
-	g.Expect(err).NotTo(HaveOccurred())
-	t.Cleanup(func() { _ = s.Close() })
-	n, err := s.CreateTransparentNetwork(ctx, NetworkSpec{Name: "winnet", AdapterName: testAdapter, Subnet: testSubnet, Gateway: testGateway})
+	s, nodePath := newSimOnNode(t, false, LinuxSimOptions{})
+	n, err := s.CreateTransparentNetwork(ctx, linuxNetworkSpec())
 	g.Expect(err).NotTo(HaveOccurred())
 	h, err := hostnet.New(hostnet.Options{NetNSPath: nodePath})
 	g.Expect(err).NotTo(HaveOccurred())
@@ -260,13 +251,21 @@ func linuxNetworkSpec() NetworkSpec {
 func TestLinuxSimHostIPArrivesLate(t *testing.T) {
 	g := NewWithT(t)
 	ctx := context.Background()
-	_, nodePath := newNodeNS(t, false)
-	s, err := NewLinuxSim(LinuxSimOptions{HostNetNS: nodePath, HostIPDelay: 300 * time.Millisecond})
-	g.Expect(err).NotTo(HaveOccurred())
-	t.Cleanup(func() { _ = s.Close() })
+	s, nodePath := newSimOnNode(t, false, LinuxSimOptions{HostIPDelay: 300 * time.Millisecond})
 	n, err := s.CreateTransparentNetwork(ctx, linuxNetworkSpec())
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(inspectLink(t, nodePath, testAdapter).Addrs).To(BeEmpty())
 	g.Expect(inspectLink(t, nodePath, n.ManagementVNIC).Addrs).To(BeEmpty(), "not yet")
 	g.Eventually(func() []string { return inspectLink(t, nodePath, n.ManagementVNIC).Addrs }).Should(Equal([]string{testHostIP}))
+}
+
+// newSimOnNode returns a Linux-backed simulator on a new node namespace (see newNodeNS), closed at cleanup.
+func newSimOnNode(t *testing.T, dhcp bool, opts LinuxSimOptions) (*Sim, string) {
+	t.Helper()
+	_, nodePath := newNodeNS(t, dhcp)
+	opts.HostNetNS = nodePath
+	s, err := NewLinuxSim(opts)
+	NewWithT(t).Expect(err).NotTo(HaveOccurred())
+	t.Cleanup(func() { _ = s.Close() })
+	return s, nodePath
 }
