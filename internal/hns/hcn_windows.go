@@ -332,6 +332,8 @@ func (hcnClient) CreateEndpoint(ctx context.Context, spec EndpointSpec) (*Endpoi
 		HostComputeNetwork: n.Id,
 		IpConfigurations:   []hcn.IpConfig{{IpAddress: spec.IP.String(), PrefixLength: uint8(prefixLength)}},
 		SchemaVersion:      hcn.V2SchemaVersion(),
+		// HNS configures the container's DNS client from these (the Pod's dnsPolicy, via CNI runtimeConfig).
+		Dns: hcn.Dns{Domain: spec.DNS.Domain, Search: spec.DNS.Search, ServerList: spec.DNS.Servers, Options: spec.DNS.Options},
 	}
 	if gateway.IsValid() {
 		ep.Routes = []hcn.Route{{NextHop: gateway.String(), DestinationPrefix: defaultRoute}}

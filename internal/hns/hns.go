@@ -74,6 +74,20 @@ type EndpointSpec struct {
 	MAC net.HardwareAddr
 	// Gateway, optional, is the next hop of the endpoint's default route; the network's gateway when invalid.
 	Gateway netip.Addr
+	// DNS are the Pod's DNS settings; HNS configures the container's DNS client from them.
+	DNS DNS
+}
+
+// DNS are an endpoint's DNS settings (hcn HostComputeEndpoint.Dns).
+type DNS struct {
+	Domain  string   `json:"domain,omitempty"`
+	Search  []string `json:"search,omitempty"`
+	Servers []string `json:"servers,omitempty"`
+	Options []string `json:"options,omitempty"`
+}
+
+func (d DNS) empty() bool {
+	return d.Domain == "" && len(d.Search) == 0 && len(d.Servers) == 0 && len(d.Options) == 0
 }
 
 // Endpoint is an HNS endpoint as HNS reports it.
@@ -85,6 +99,7 @@ type Endpoint struct {
 	PrefixLength int
 	MAC          net.HardwareAddr
 	Gateway      netip.Addr
+	DNS          DNS
 	// NamespaceID is the namespace the endpoint is attached to, empty when it is attached to none.
 	NamespaceID string
 }

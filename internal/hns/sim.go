@@ -394,6 +394,7 @@ func (m *simModel) endpoint(id string) *Endpoint {
 func copyEndpoint(ep *Endpoint) *Endpoint {
 	c := *ep
 	c.MAC = append(net.HardwareAddr(nil), ep.MAC...)
+	c.DNS.Search, c.DNS.Servers, c.DNS.Options = slices.Clone(ep.DNS.Search), slices.Clone(ep.DNS.Servers), slices.Clone(ep.DNS.Options)
 	return &c
 }
 
@@ -643,6 +644,7 @@ func (m *simModel) newEndpoint(spec EndpointSpec) (*Endpoint, error) {
 		PrefixLength: spec.PrefixLength,
 		MAC:          append(net.HardwareAddr(nil), spec.MAC...),
 		Gateway:      spec.Gateway,
+		DNS:          spec.DNS,
 	}
 	if ep.PrefixLength == 0 {
 		ep.PrefixLength = n.Subnet.Bits()

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -43,7 +44,44 @@ type LinuxSimOptions struct {
 	// connectivity, so an agent that does not wait for the host IP on the vNIC (and enables the OVS extension
 	// too early) is caught. Zero moves it before CreateTransparentNetwork returns.
 	HostIPDelay time.Duration
+	// SandboxDir, when set, makes endpoint vNICs appear as they do with containerd on Windows: only when the
+	// runtime starts the sandbox, after CNI ADD returned (containerd issue 4851; Antrea PR 6019). The runtime
+	// (a test harness) starts a sandbox with StartSandbox(SandboxDir, namespace ID); the simulator then
+	// realises every endpoint attached to that namespace, and realises at once those attached to a started
+	// one. Empty: an endpoint's vNIC appears when it is attached.
+	SandboxDir string
 }
+
+// StartSandbox tells the simulators that watch dir (LinuxSimOptions.SandboxDir) that the runtime started the
+// sandbox of the network namespace: its endpoints' vNICs appear. It is how a harness playing containerd
+// starts a sandbox after CNI ADD returned, from any process.
+func StartSandbox(dir, namespaceID string) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("starting sandbox %s: %w", namespaceID, err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, sandboxFileName(namespaceID)), nil, 0o644); err != nil {
+		return fmt.Errorf("starting sandbox %s: %w", namespaceID, err)
+	}
+	return nil
+}
+
+// StopSandbox forgets that the sandbox of the namespace was started (its namespace is gone).
+func StopSandbox(dir, namespaceID string) error {
+	err := os.Remove(filepath.Join(dir, sandboxFileName(namespaceID)))
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("stopping sandbox %s: %w", namespaceID, err)
+	}
+	return nil
+}
+
+// sandboxFileName is the file marking a started sandbox: the namespace ID, upper case (GUIDs compare
+// case-insensitively), with path separators replaced.
+func sandboxFileName(namespaceID string) string {
+	return strings.ToUpper(strings.ReplaceAll(namespaceID, "/", "_"))
+}
+
+// sandboxPoll is how often a simulator looks for sandboxes the runtime started.
+const sandboxPoll = 5 * time.Millisecond
 
 // NewLinuxSim returns a simulator whose attached endpoints are real veth pairs. As on Windows, where an
 // endpoint's vNIC appears on the Hyper-V switch when the endpoint is attached to a namespace, an endpoint that is
@@ -78,7 +116,8 @@ func NewLinuxSim(opts LinuxSimOptions) (*Sim, error) {
 		_ = host.Close()
 		return nil, fmt.Errorf("opening the host network of the HNS simulator: %w", err)
 	}
-	b := &vethBackend{host: host, net: hostNet, hostIPDelay: opts.HostIPDelay, netnsDir: dir, names: map[string]string{}, attachedAs: map[string]string{}}
+	b := &vethBackend{host: host, net: hostNet, hostIPDelay: opts.HostIPDelay, netnsDir: dir, sandboxDir: opts.SandboxDir,
+		names: map[string]string{}, attachedAs: map[string]string{}, hostNames: map[string]string{}, resolvConfs: map[string]string{}}
 	sim := newSim(opts.SimOptions, b, opts.StateFile)
 	if opts.StateFile != "" {
 		if err := loadLinuxSimState(sim.m, b, opts.StateFile); err != nil {
@@ -86,7 +125,70 @@ func NewLinuxSim(opts LinuxSimOptions) (*Sim, error) {
 			return nil, err
 		}
 	}
+	if opts.SandboxDir != "" {
+		b.stopWatch = make(chan struct{})
+		b.watchDone = make(chan struct{})
+		go sim.watchSandboxes(b)
+	}
 	return sim, nil
+}
+
+// watchSandboxes realises the endpoints of the sandboxes the runtime starts, until the simulator is closed.
+func (s *Sim) watchSandboxes(b *vethBackend) {
+	defer close(b.watchDone)
+	seen := map[string]bool{}
+	for {
+		select {
+		case <-b.stopWatch:
+			return
+		case <-time.After(sandboxPoll):
+		}
+		entries, err := os.ReadDir(b.sandboxDir)
+		if err != nil {
+			continue
+		}
+		for _, e := range entries {
+			if seen[e.Name()] {
+				continue
+			}
+			if err := s.startSandbox(context.Background(), e.Name()); err == nil {
+				seen[e.Name()] = true
+			}
+		}
+		for name := range seen {
+			if _, err := os.Stat(filepath.Join(b.sandboxDir, name)); err != nil {
+				delete(seen, name)
+			}
+		}
+	}
+}
+
+// startSandbox realises the vNIC of every endpoint attached to the namespace that has none yet.
+func (s *Sim) startSandbox(ctx context.Context, fileName string) error {
+	m := s.m
+	m.all.RLock()
+	defer m.all.RUnlock()
+	m.mu.Lock()
+	var eps []Endpoint
+	for _, ep := range m.endpoints {
+		if ep.NamespaceID != "" && sandboxFileName(ep.NamespaceID) == fileName {
+			eps = append(eps, *copyEndpoint(ep))
+		}
+	}
+	m.mu.Unlock()
+	b := m.backend.(*vethBackend)
+	var errs []error
+	for _, ep := range eps {
+		func() {
+			defer m.endpointLocks.Lock(strings.ToUpper(ep.ID))()
+			cur, ok := m.endpointCopy(ep.ID)
+			if !ok || !sameID(cur.NamespaceID, ep.NamespaceID) || b.realised(ep.ID) {
+				return
+			}
+			errs = append(errs, b.realise(ctx, cur, cur.NamespaceID))
+		}()
+	}
+	return errors.Join(errs...)
 }
 
 // loadLinuxSimState loads the state file into the model, dropping attached endpoints whose host end is gone
@@ -104,8 +206,11 @@ func loadLinuxSimState(m *simModel, b *vethBackend, path string) error {
 			if err != nil {
 				return err
 			}
-			if !exists {
-				continue
+			switch {
+			case exists:
+				b.attachedAs[strings.ToUpper(ep.ID)] = "" // realised; its container end's name is not needed
+			case b.sandboxStarted(ep.NamespaceID):
+				continue // the vNIC went with the Pod's namespace
 			}
 		}
 		kept = append(kept, ep)
@@ -140,8 +245,46 @@ type vethBackend struct {
 	// names maps the host-end name of every endpoint the simulator knows to the endpoint's ID (upper case), pair
 	// or not: two endpoints cannot share a host end.
 	names map[string]string
-	// attachedAs maps endpoint IDs (upper case) to the interface name of the container end inside its namespace.
+	// attachedAs maps endpoint IDs (upper case) to the interface name of the container end inside its namespace:
+	// the endpoints whose vNIC is realised.
 	attachedAs map[string]string
+	// hostNames maps endpoint IDs (upper case) to the name of their realised host end when it is not
+	// LinuxInterfaceName(endpoint name): the trap (see realise).
+	hostNames map[string]string
+	// resolvConfs maps endpoint IDs (upper case) to the resolver configuration their vNIC wrote.
+	resolvConfs map[string]string
+	// sandboxDir is LinuxSimOptions.SandboxDir; stopWatch and watchDone stop its watcher.
+	sandboxDir string
+	stopWatch  chan struct{}
+	watchDone  chan struct{}
+}
+
+// realised reports whether the endpoint's vNIC exists.
+func (b *vethBackend) realised(endpointID string) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	_, ok := b.attachedAs[strings.ToUpper(endpointID)]
+	return ok
+}
+
+// sandboxStarted reports whether the runtime started the sandbox of the namespace (always, without a
+// SandboxDir).
+func (b *vethBackend) sandboxStarted(namespaceID string) bool {
+	if b.sandboxDir == "" {
+		return true
+	}
+	_, err := os.Stat(filepath.Join(b.sandboxDir, sandboxFileName(namespaceID)))
+	return err == nil
+}
+
+// hostEndName is the name of the endpoint's realised host end.
+func (b *vethBackend) hostEndName(ep Endpoint) string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if name, ok := b.hostNames[strings.ToUpper(ep.ID)]; ok {
+		return name
+	}
+	return LinuxInterfaceName(ep.Name)
 }
 
 var _ simBackend = (*vethBackend)(nil)
@@ -181,7 +324,20 @@ func (b *vethBackend) netnsPath(namespaceID string) (string, error) {
 	if namespaceID == "" || strings.ContainsRune(namespaceID, '/') || namespaceID == "." || namespaceID == ".." {
 		return "", fmt.Errorf("namespace ID %q is neither an absolute path nor a network namespace name", namespaceID)
 	}
-	return filepath.Join(b.netnsDir, namespaceID), nil
+	path := filepath.Join(b.netnsDir, namespaceID)
+	if _, err := os.Stat(path); err == nil {
+		return path, nil
+	}
+	// HCN namespace IDs are GUIDs, compared case-insensitively.
+	entries, err := os.ReadDir(b.netnsDir)
+	if err == nil {
+		for _, e := range entries {
+			if strings.EqualFold(e.Name(), namespaceID) {
+				return filepath.Join(b.netnsDir, e.Name()), nil
+			}
+		}
+	}
+	return path, nil
 }
 
 // openNetNS opens the namespace; a namespace that does not exist is ErrNotFound.
@@ -238,20 +394,49 @@ func (b *vethBackend) deleteHostEnd(hostName string) error {
 }
 
 func (b *vethBackend) deleteEndpoint(_ context.Context, ep Endpoint) error {
-	hostName := LinuxInterfaceName(ep.Name)
-	if err := b.deleteHostEnd(hostName); err != nil {
+	if err := b.unrealise(ep); err != nil {
 		return err
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	delete(b.names, hostName)
-	delete(b.attachedAs, strings.ToUpper(ep.ID))
+	delete(b.names, LinuxInterfaceName(ep.Name))
 	return nil
 }
 
-// attachEndpoint creates the endpoint's pair with its container end inside the target namespace and configures
-// that end; on failure it deletes the pair again.
-func (b *vethBackend) attachEndpoint(_ context.Context, ep Endpoint, namespaceID string) error {
+// unrealise deletes the endpoint's vNIC, if it has one.
+func (b *vethBackend) unrealise(ep Endpoint) error {
+	if err := b.deleteHostEnd(b.hostEndName(ep)); err != nil {
+		return err
+	}
+	b.removeResolvConf(ep)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	delete(b.attachedAs, strings.ToUpper(ep.ID))
+	delete(b.hostNames, strings.ToUpper(ep.ID))
+	return nil
+}
+
+// attachEndpoint records the attachment; the endpoint's vNIC appears now if the namespace's sandbox runs, or
+// when the runtime starts it (see LinuxSimOptions.SandboxDir). The namespace must exist either way.
+func (b *vethBackend) attachEndpoint(ctx context.Context, ep Endpoint, namespaceID string) error {
+	if !b.sandboxStarted(namespaceID) {
+		target, err := b.openNetNS(namespaceID)
+		if err != nil {
+			return err
+		}
+		return target.Close()
+	}
+	return b.realise(ctx, ep, namespaceID)
+}
+
+// realise creates the endpoint's pair with its container end inside the target namespace and configures that
+// end; on failure it deletes the pair again.
+//
+// The trap of OVS on Windows (Antrea PR 5947): an OVS port of type internal created before the endpoint's
+// vNIC exists makes OVS create a vNIC of its own under the port's name. Here OVS's netdev datapath creates a tap
+// of that name; the endpoint's vNIC then cannot take the name, gets another one, and the port OVS has carries
+// none of the Pod's traffic.
+func (b *vethBackend) realise(_ context.Context, ep Endpoint, namespaceID string) error {
 	target, err := b.openNetNS(namespaceID)
 	if err != nil {
 		return err
@@ -261,7 +446,7 @@ func (b *vethBackend) attachEndpoint(_ context.Context, ep Endpoint, namespaceID
 
 	err = b.host.Do(func(ns.NetNS) error {
 		if _, err := netlink.LinkByName(hostName); err == nil {
-			return fmt.Errorf("interface %q already exists in the host namespace", hostName)
+			hostName = trappedName(ep.ID) // OVS made an interface of this name: the trap
 		} else if !isLinkNotFound(err) {
 			return fmt.Errorf("looking up interface %q: %w", hostName, err)
 		}
@@ -298,10 +483,24 @@ func (b *vethBackend) attachEndpoint(_ context.Context, ep Endpoint, namespaceID
 		}
 		return fmt.Errorf("configuring endpoint %q in network namespace %q: %w", ep.Name, target.Path(), err)
 	}
+	if err := b.writeResolvConf(ep, target.Path()); err != nil {
+		_ = b.deleteHostEnd(hostName)
+		return err
+	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.attachedAs[strings.ToUpper(ep.ID)] = ifName
+	if hostName != LinuxInterfaceName(ep.Name) {
+		b.hostNames[strings.ToUpper(ep.ID)] = hostName
+	}
 	return nil
+}
+
+// trappedName is the host end's name of an endpoint whose name OVS took: "hnst" and 11 hex digits of the
+// SHA-256 of the endpoint ID.
+func trappedName(endpointID string) string {
+	sum := sha256.Sum256([]byte("trap:" + strings.ToUpper(endpointID)))
+	return "hnst" + hex.EncodeToString(sum[:])[:11]
 }
 
 // configureContainerEnd runs inside the target namespace: it names the interface, sets its MAC, address and
@@ -370,12 +569,9 @@ func freeIfName() (string, error) {
 
 // detachEndpoint deletes the endpoint's pair: a detached endpoint has no vNIC.
 func (b *vethBackend) detachEndpoint(_ context.Context, ep Endpoint, _ string) error {
-	if err := b.deleteHostEnd(LinuxInterfaceName(ep.Name)); err != nil {
+	if err := b.unrealise(ep); err != nil {
 		return fmt.Errorf("detaching endpoint %q: %w", ep.Name, err)
 	}
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	delete(b.attachedAs, strings.ToUpper(ep.ID))
 	return nil
 }
 
@@ -399,10 +595,21 @@ func (b *vethBackend) reboot(_ context.Context) error {
 	if len(errs) > 0 {
 		return errors.Join(errs...)
 	}
+	for id, name := range b.hostNames {
+		if err := b.deleteHostEnd(name); err != nil {
+			return err
+		}
+		delete(b.hostNames, id)
+	}
 	b.attachedAs = map[string]string{}
 	return nil
 }
 
 func (b *vethBackend) close() error {
+	if b.stopWatch != nil {
+		close(b.stopWatch)
+		<-b.watchDone
+		b.stopWatch = nil
+	}
 	return b.host.Close()
 }

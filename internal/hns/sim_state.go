@@ -51,6 +51,7 @@ type simEndpointState struct {
 	MAC          string     `json:"mac"`
 	Gateway      netip.Addr `json:"gateway"`
 	NamespaceID  string     `json:"namespaceID,omitempty"`
+	DNS          DNS        `json:"dns,omitempty"`
 }
 
 // snapshot returns the model's state; the caller holds m.mu.
@@ -67,7 +68,7 @@ func (m *simModel) snapshot() simState {
 	for _, ep := range m.endpoints {
 		s.Endpoints = append(s.Endpoints, simEndpointState{
 			ID: ep.ID, Name: ep.Name, NetworkID: ep.NetworkID, IP: ep.IP, PrefixLength: ep.PrefixLength,
-			MAC: ep.MAC.String(), Gateway: ep.Gateway, NamespaceID: ep.NamespaceID,
+			MAC: ep.MAC.String(), Gateway: ep.Gateway, NamespaceID: ep.NamespaceID, DNS: ep.DNS,
 		})
 	}
 	return s
@@ -93,7 +94,7 @@ func (m *simModel) restore(s simState) error {
 		}
 		endpoints = append(endpoints, &Endpoint{
 			ID: ep.ID, Name: ep.Name, NetworkID: ep.NetworkID, IP: ep.IP, PrefixLength: ep.PrefixLength,
-			MAC: mac, Gateway: ep.Gateway, NamespaceID: ep.NamespaceID,
+			MAC: mac, Gateway: ep.Gateway, NamespaceID: ep.NamespaceID, DNS: ep.DNS,
 		})
 	}
 	m.networks, m.endpoints = networks, endpoints
