@@ -28,10 +28,18 @@ func main() {
 		}
 		return
 	}
+	// `winnet-agent reset ...` gives the node its network back offline (reset.go).
+	if handled, err := runResetCommand(os.Args[1:]); handled || err != nil {
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "winnet-agent reset:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	opts := agent.Options{}
 	fs := flag.NewFlagSet("winnet-agent", flag.ContinueOnError)
 	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "Usage: winnet-agent [flags]\n\n"+
+		fmt.Fprintf(fs.Output(), "Usage: winnet-agent [flags]\n       winnet-agent reset [--dry-run] [flags]   (give this node its network back, offline)\n\n"+
 			"The per-node agent of winnet: it converges this node's network (HNS network, OVS bridge,\n"+
 			"uplink, gateway, tunnel, OpenFlow pipeline) toward its WindowsNodeNetwork\n"+
 			"(group network.winnet.io) and reports it in the object's status. It serves the winnet-cni\n"+

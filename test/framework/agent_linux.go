@@ -3,6 +3,7 @@ package framework
 import (
 	"context"
 	"path/filepath"
+	"sync"
 	"testing"
 	"time"
 
@@ -32,6 +33,20 @@ type Agent struct {
 	CNISocket, CNIConfDir, StateDir string
 	// Pods is the agent's Pod network.
 	Pods *agent.PodNetwork
+
+	stopOnce sync.Once
+	stop     func()
+	stopped  bool
+}
+
+// Stop stops the agent as a node whose agent is gone would see it: its WindowsNodeNetwork stays
+// (with its finalizer) and the host keeps its node network. The HNS simulator stays usable. After
+// Stop, cleanup no longer deletes the WindowsNodeNetwork.
+func (a *Agent) Stop() {
+	a.stopOnce.Do(func() {
+		a.stopped = true
+		a.stop()
+	})
 }
 
 // Pod network settings of agents in tests: drift is repaired within a second, and ADD waits at
@@ -96,7 +111,16 @@ func StartAgent(t testing.TB, s *APIServer, node *simnode.Node) *Agent {
 	}
 	done := make(chan error, 1)
 	go func() { done <- mgr.Start(ctx) }()
+	a.stop = func() {
+		cancel()
+		<-done
+		db.Close()
+	}
 	t.Cleanup(func() {
+		if a.stopped {
+			_ = sim.Close()
+			return
+		}
 		key := client.ObjectKey{Name: node.Name}
 		_ = s.Client.Delete(context.Background(), &networkv1alpha1.WindowsNodeNetwork{ObjectMeta: metav1.ObjectMeta{Name: node.Name}})
 		for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
@@ -104,9 +128,7 @@ func StartAgent(t testing.TB, s *APIServer, node *simnode.Node) *Agent {
 				break
 			}
 		}
-		cancel()
-		<-done
-		db.Close()
+		a.Stop()
 		_ = sim.Close()
 	})
 	return a

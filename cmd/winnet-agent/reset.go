@@ -1,0 +1,58 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/winnet-io/winnet/internal/agent"
+	"github.com/winnet-io/winnet/internal/cni"
+)
+
+// runResetCommand runs `winnet-agent reset [flags]` when args start with "reset": it removes what
+// winnet created on this node without the API server (agent.Reset).
+func runResetCommand(args []string) (handled bool, err error) {
+	if len(args) == 0 || args[0] != "reset" {
+		return false, nil
+	}
+	fs := flag.NewFlagSet("winnet-agent reset", flag.ContinueOnError)
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "Usage: winnet-agent reset [flags]\n\n"+
+			"Gives this node its network back without the API server: deletes the OVS bridges winnet owns,\n"+
+			"releases the uplink adapter, deletes the HNS network (HNS gives the adapter its IP configuration\n"+
+			"back), checks the adapter holds its recorded address again (re-applying the record if not), and\n"+
+			"removes the adapter record, the CNI conflist and the agent's state (ipam/, pods/). Stop the agent\n"+
+			"first. Running it again is a no-op.\n\nFlags:\n")
+		fs.PrintDefaults()
+	}
+	hostOpts := agent.HostOptions{}
+	opts := agent.ResetOptions{Out: os.Stdout}
+	fs.BoolVar(&opts.DryRun, "dry-run", false, "list what would be removed and change nothing")
+	fs.StringVar(&opts.HNSNetwork, "hns-network", agent.DefaultHNSNetwork, "name of winnet's HNS network")
+	fs.StringVar(&hostOpts.OVSDBAddress, "ovsdb", "", "ovsdb-server socket (Linux) or named pipe (Windows) (default: the platform's)")
+	fs.StringVar(&hostOpts.NetNSPath, "netns", "", "Linux only: reset this network namespace instead of the command's own (simulated nodes)")
+	fs.StringVar(&hostOpts.CNIConfDir, "cni-conf-dir", agent.DefaultCNIConfDir, "directory the agent wrote "+cni.ConfListName+" into")
+	fs.StringVar(&hostOpts.StateDir, "state-dir", agent.DefaultStateDir, "the agent's state directory")
+	if err := fs.Parse(args[1:]); err != nil {
+		if err == flag.ErrHelp {
+			return true, nil
+		}
+		return true, err
+	}
+	if fs.NArg() > 0 {
+		return true, fmt.Errorf("reset takes no arguments, got %q", fs.Args())
+	}
+	opts.StateDir, opts.CNIConfDir = hostOpts.StateDir, hostOpts.CNIConfDir
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	host, closeHost, err := agent.NewResetHost(ctx, hostOpts)
+	if err != nil {
+		return true, err
+	}
+	defer closeHost()
+	_, err = agent.Reset(ctx, host, opts)
+	return true, err
+}

@@ -1,0 +1,340 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"slices"
+	"time"
+
+	"github.com/winnet-io/winnet/controllers/nodenetwork"
+	"github.com/winnet-io/winnet/internal/cni"
+	"github.com/winnet-io/winnet/internal/hns"
+	"github.com/winnet-io/winnet/internal/hostnet"
+	"github.com/winnet-io/winnet/internal/ovs/ovsdb"
+)
+
+// DefaultHNSNetwork is the HNS network name a WindowsNodeNetwork gets by default.
+const DefaultHNSNetwork = "winnet"
+
+// resetUplinkKey is the bridge external_id naming the uplink adapter; it is the node network
+// reconciler's uplinkKey (controllers/nodenetwork/desired.go), which that package does not export.
+const resetUplinkKey = "winnet-uplink"
+
+// resetAddressWait bounds how long Reset waits for HNS to give the adapter its address back after
+// the HNS network is deleted, before it re-applies the recorded configuration.
+const resetAddressWait = 10 * time.Second
+
+// ResetOVSDB is what Reset needs of Open vSwitch's database: the bridges carrying winnet's
+// ownership mark (ovsdb.OwnerKey), their external_ids, and deleting them (absent is a no-op).
+type ResetOVSDB interface {
+	Bridges(ctx context.Context) ([]string, error)
+	BridgeExternalIDs(ctx context.Context, bridge string) (map[string]string, error)
+	DeleteBridge(ctx context.Context, name string) (bool, error)
+	// WaitApplied waits until ovs-vswitchd has applied the database (the bridges' ports are gone).
+	WaitApplied(ctx context.Context) error
+}
+
+var _ ResetOVSDB = (*ovsdb.Client)(nil)
+
+// ResetHost is the node's host plumbing Reset acts on, the same the agent uses.
+type ResetHost struct {
+	OVSDB ResetOVSDB
+	HNS   hns.Interface
+	Net   hostnet.Interface
+}
+
+// ResetOptions configure Reset.
+type ResetOptions struct {
+	// HNSNetwork is the name of winnet's HNS network; empty means DefaultHNSNetwork.
+	HNSNetwork string
+	// StateDir is the agent's state directory; empty means DefaultStateDir.
+	StateDir string
+	// CNIConfDir is where the agent wrote its conflist; empty means DefaultCNIConfDir.
+	CNIConfDir string
+	// DryRun lists what Reset would do and changes nothing.
+	DryRun bool
+	// Out receives one line per thing removed (or, with DryRun, to remove); nil discards them.
+	Out io.Writer
+}
+
+func (o ResetOptions) withDefaults() ResetOptions {
+	if o.HNSNetwork == "" {
+		o.HNSNetwork = DefaultHNSNetwork
+	}
+	if o.StateDir == "" {
+		o.StateDir = DefaultStateDir
+	}
+	if o.CNIConfDir == "" {
+		o.CNIConfDir = DefaultCNIConfDir
+	}
+	if o.Out == nil {
+		o.Out = io.Discard
+	}
+	return o
+}
+
+// NewResetHost connects to the host's Open vSwitch, HNS and network stack as the agent does
+// (SetupNodeNetwork). The returned function closes the connections.
+func NewResetHost(ctx context.Context, opts HostOptions) (ResetHost, func(), error) {
+	opts = opts.withDefaults()
+	db, err := ovsdb.New(ctx, ovsdb.Options{Address: opts.OVSDBAddress})
+	if err != nil {
+		return ResetHost{}, nil, fmt.Errorf("connecting to ovsdb-server: %w", err)
+	}
+	hnsClient, err := newHNS(opts)
+	if err != nil {
+		db.Close()
+		return ResetHost{}, nil, err
+	}
+	netClient, err := hostnet.New(hostnet.Options{NetNSPath: opts.NetNSPath})
+	if err != nil {
+		db.Close()
+		closeHNS(hnsClient)
+		return ResetHost{}, nil, fmt.Errorf("opening the host network stack: %w", err)
+	}
+	return ResetHost{OVSDB: db, HNS: hnsClient, Net: netClient}, func() { db.Close(); closeHNS(hnsClient) }, nil
+}
+
+func closeHNS(h hns.Interface) {
+	if c, ok := h.(io.Closer); ok {
+		_ = c.Close()
+	}
+}
+
+// Reset removes, without the API server, everything winnet created on this node, from what the
+// node holds, and gives the uplink adapter its configuration back, in the Windows order: the
+// bridges winnet owns, the uplink's switch-port mark, the HNS network (whose deletion removes the
+// management vNIC and gives the adapter its IP configuration back), a check that the adapter holds
+// its recorded IPv4 address again (re-applying the record if not), then the adapter record, the
+// conflist and the agent's state (ipam/, pods/). It writes one line per step to opts.Out and
+// returns them; none means there was nothing to remove. It is idempotent. The HNS simulator's own
+// state file is the simulated HNS's, not winnet's, and stays.
+func Reset(ctx context.Context, host ResetHost, opts ResetOptions) ([]string, error) {
+	opts = opts.withDefaults()
+	r := &resetter{host: host, opts: opts}
+	if err := r.run(ctx); err != nil {
+		return r.done, err
+	}
+	if len(r.done) == 0 {
+		fmt.Fprintln(opts.Out, "nothing to remove: winnet left nothing on this node")
+	}
+	return r.done, nil
+}
+
+type resetter struct {
+	host ResetHost
+	opts ResetOptions
+	done []string
+	// uplinks are the adapters winnet bound, from the bridges, the HNS network and the records.
+	uplinks []string
+}
+
+// step reports one thing removed (or, in a dry run, to remove): "removed: <what>", "would remove:
+// <what>".
+func (r *resetter) step(format string, args ...any) {
+	r.stepAs("removed", "would remove", format, args...)
+}
+
+func (r *resetter) stepAs(did, would, format string, args ...any) {
+	verb := did
+	if r.opts.DryRun {
+		verb = would
+	}
+	line := verb + ": " + fmt.Sprintf(format, args...)
+	r.done = append(r.done, line)
+	fmt.Fprintln(r.opts.Out, line)
+}
+
+func (r *resetter) addUplink(name string) {
+	if name != "" && !slices.Contains(r.uplinks, name) {
+		r.uplinks = append(r.uplinks, name)
+	}
+}
+
+func (r *resetter) run(ctx context.Context) error {
+	records, err := filepath.Glob(nodenetwork.AdapterRecordFile(r.opts.StateDir, "*"))
+	if err != nil {
+		return fmt.Errorf("listing adapter records in %s: %w", r.opts.StateDir, err)
+	}
+	recorded := map[string]nodenetwork.AdapterRecord{}
+	for _, path := range records {
+		rec, err := nodenetwork.ReadAdapterRecord(path)
+		if err != nil {
+			return err
+		}
+		recorded[path] = rec
+		r.addUplink(rec.Adapter)
+	}
+	// (1) The bridges winnet owns.
+	bridges, err := r.host.OVSDB.Bridges(ctx)
+	if err != nil {
+		return fmt.Errorf("listing winnet's OVS bridges: %w", err)
+	}
+	for _, br := range bridges {
+		ids, err := r.host.OVSDB.BridgeExternalIDs(ctx, br)
+		if err != nil && !errors.Is(err, ovsdb.ErrNotFound) {
+			return fmt.Errorf("reading bridge %q: %w", br, err)
+		}
+		r.addUplink(ids[resetUplinkKey])
+		r.step("OVS bridge %s (uplink %q)", br, ids[resetUplinkKey])
+		if !r.opts.DryRun {
+			if _, err := r.host.OVSDB.DeleteBridge(ctx, br); err != nil {
+				return fmt.Errorf("deleting bridge %q: %w", br, err)
+			}
+		}
+	}
+	if len(bridges) > 0 && !r.opts.DryRun {
+		if err := r.host.OVSDB.WaitApplied(ctx); err != nil {
+			return fmt.Errorf("waiting for ovs-vswitchd to remove the bridges: %w", err)
+		}
+	}
+	var networks []*hns.Network
+	network, err := r.host.HNS.GetNetworkByName(ctx, r.opts.HNSNetwork)
+	switch {
+	case err == nil:
+		networks = append(networks, network)
+		r.addUplink(network.AdapterName)
+	case !errors.Is(err, hns.ErrNotFound):
+		return fmt.Errorf("looking up HNS network %s: %w", r.opts.HNSNetwork, err)
+	}
+	// (2) The uplinks are host interfaces again (a no-op on Windows, where the switch owned them).
+	links := map[string]hostnet.Link{}
+	for _, name := range r.uplinks {
+		link, err := r.host.Net.LinkByName(ctx, name)
+		if errors.Is(err, hostnet.ErrNotFound) {
+			continue
+		} else if err != nil {
+			return fmt.Errorf("looking up adapter %s: %w", name, err)
+		}
+		links[name] = link
+		if len(bridges) == 0 && len(networks) == 0 {
+			continue // nothing bound it: only a record is left
+		}
+		r.stepAs("released", "would release", "adapter %s from the virtual switch", name)
+		if !r.opts.DryRun {
+			if err := r.host.Net.SetSwitchPort(ctx, link.Index, false); err != nil {
+				return fmt.Errorf("releasing adapter %s from the switch: %w", name, err)
+			}
+		}
+	}
+	// (3) The HNS network: HNS removes the management vNIC and gives the adapter its configuration
+	// back. HNS does not enforce unique names: delete every network with the name.
+	for len(networks) > 0 {
+		n := networks[0]
+		networks = networks[1:]
+		r.step("HNS network %s (%s) on adapter %s, with its endpoints and management vNIC", n.Name, n.ID, n.AdapterName)
+		if r.opts.DryRun {
+			break
+		}
+		if err := r.host.HNS.DeleteNetwork(ctx, n.ID); err != nil {
+			return fmt.Errorf("deleting HNS network %s: %w", n.Name, err)
+		}
+		next, err := r.host.HNS.GetNetworkByName(ctx, r.opts.HNSNetwork)
+		switch {
+		case err == nil && next.ID != n.ID:
+			networks = append(networks, next)
+		case err == nil:
+			return fmt.Errorf("HNS network %s (%s) is still there after it was deleted", n.Name, n.ID)
+		case !errors.Is(err, hns.ErrNotFound):
+			return fmt.Errorf("looking up HNS network %s: %w", r.opts.HNSNetwork, err)
+		}
+	}
+	// (4) The adapters hold their recorded IPv4 address again; (5) then their records go.
+	for _, path := range records {
+		rec := recorded[path]
+		if link, ok := links[rec.Adapter]; ok {
+			if err := r.verifyAdapter(ctx, link, rec.IPConfig); err != nil {
+				return err
+			}
+		}
+		r.step("adapter record %s", path)
+		if !r.opts.DryRun {
+			if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+				return fmt.Errorf("removing the adapter record: %w", err)
+			}
+		}
+	}
+	// (5) The conflist and the agent's state.
+	for _, path := range []string{
+		filepath.Join(r.opts.CNIConfDir, cni.ConfListName),
+		filepath.Join(r.opts.StateDir, "ipam"),
+		filepath.Join(r.opts.StateDir, "pods"),
+	} {
+		if _, err := os.Lstat(path); errors.Is(err, fs.ErrNotExist) {
+			continue
+		} else if err != nil {
+			return fmt.Errorf("reading %s: %w", path, err)
+		}
+		r.step("%s", path)
+		if !r.opts.DryRun {
+			if err := os.RemoveAll(path); err != nil {
+				return fmt.Errorf("removing %s: %w", path, err)
+			}
+		}
+	}
+	return nil
+}
+
+// verifyAdapter waits, bounded, for the adapter to hold the recorded IPv4 address again and
+// re-applies the recorded configuration when HNS did not give it back.
+func (r *resetter) verifyAdapter(ctx context.Context, link hostnet.Link, cfg hostnet.IPConfig) error {
+	var ip netip.Addr
+	for _, a := range cfg.Addresses {
+		if a.Addr().Is4() {
+			ip = a.Addr()
+			break
+		}
+	}
+	if !ip.IsValid() {
+		return nil // nothing to check against
+	}
+	if r.opts.DryRun {
+		if ok, err := holds(ctx, r.host.Net, link.Index, ip); err != nil {
+			return err
+		} else if !ok {
+			r.stepAs("checked", "would check", "adapter %s gets %s back, re-applying its recorded IP configuration if not", link.Name, ip)
+		}
+		return nil
+	}
+	for deadline := time.Now().Add(resetAddressWait); ; {
+		ok, err := holds(ctx, r.host.Net, link.Index, ip)
+		if err != nil {
+			return err
+		}
+		if ok {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	r.stepAs("re-applied", "would re-apply", "the recorded IP configuration of adapter %s: HNS did not give %s back", link.Name, ip)
+	if err := r.host.Net.ApplyIPConfig(ctx, link.Index, cfg); err != nil {
+		return fmt.Errorf("giving adapter %s its recorded IP configuration back: %w", link.Name, err)
+	}
+	if ok, err := holds(ctx, r.host.Net, link.Index, ip); err != nil {
+		return err
+	} else if !ok {
+		return fmt.Errorf("adapter %s does not hold %s after its recorded configuration was re-applied", link.Name, ip)
+	}
+	return nil
+}
+
+func holds(ctx context.Context, h hostnet.Interface, linkIndex int, ip netip.Addr) (bool, error) {
+	addrs, err := h.Addresses(ctx, linkIndex)
+	if err != nil {
+		return false, fmt.Errorf("reading the addresses of link %d: %w", linkIndex, err)
+	}
+	return slices.ContainsFunc(addrs, func(a netip.Prefix) bool { return a.Addr() == ip }), nil
+}

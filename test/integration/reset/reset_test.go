@@ -1,0 +1,207 @@
+//go:build linux
+
+package reset_test
+
+import (
+	"bytes"
+	"context"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	networkv1alpha1 "github.com/winnet-io/winnet/api/v1alpha1"
+	"github.com/winnet-io/winnet/controllers/nodenetwork"
+	"github.com/winnet-io/winnet/internal/agent"
+	"github.com/winnet-io/winnet/internal/cni"
+	"github.com/winnet-io/winnet/internal/hns"
+	"github.com/winnet-io/winnet/internal/ovs/ovsdb"
+	"github.com/winnet-io/winnet/test/framework"
+	"github.com/winnet-io/winnet/test/simnode"
+)
+
+var server *framework.APIServer
+
+func TestMain(m *testing.M) {
+	framework.Main(m, "reset integration tests", &server, framework.MainOptions{})
+}
+
+// snapshot is what the node shows of its network: uplink0's IPv4 addresses, the routes, the links
+// and the OVS bridges.
+type snapshot struct {
+	uplinkAddrs, routes, links, bridges string
+}
+
+func takeSnapshot(g Gomega, n *simnode.Node) snapshot {
+	run := func(args ...string) string {
+		out, err := n.Exec(args...)
+		g.Expect(err).NotTo(HaveOccurred(), "%v", args)
+		return out
+	}
+	links := []string{}
+	for _, l := range strings.Split(strings.TrimSpace(run("ip", "-o", "link", "show")), "\n") {
+		if f := strings.Fields(l); len(f) > 1 {
+			// ovs-netdev is the userspace datapath's own device, which ovs-vswitchd creates with
+			// the first netdev bridge and keeps: Open vSwitch's, not winnet's.
+			if name := strings.TrimSuffix(strings.SplitN(f[1], "@", 2)[0], ":"); name != "ovs-netdev" {
+				links = append(links, name)
+			}
+		}
+	}
+	addrs := []string{}
+	for _, l := range strings.Split(run("ip", "-4", "-o", "addr", "show", "dev", simnode.UplinkName), "\n") {
+		if f := strings.Fields(l); len(f) > 3 {
+			addrs = append(addrs, f[3]) // inet <address/len>
+		}
+	}
+	// The routes as destination, gateway, device and source: the HNS simulator gives the routes
+	// back with protocol "static" where the node had them from "boot" (ip's default, not shown).
+	routes := regexp.MustCompile(` proto (static|boot)`).ReplaceAllString(run("ip", "route"), "")
+	return snapshot{
+		uplinkAddrs: strings.Join(addrs, " "),
+		routes:      routes,
+		links:       strings.Join(links, " "),
+		bridges:     run("ovs-vsctl", "--db=unix:"+n.OVS.DBSocket(), "list-br"),
+	}
+}
+
+// TestResetGivesTheNodeItsNetworkBack converges a node network, stops the agent without deleting
+// the WindowsNodeNetwork, and resets the node offline: a dry run first, then the reset, then again.
+func TestResetGivesTheNodeItsNetworkBack(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	const name = "win-r"
+	underlay := simnode.NewUnderlay(t, netip.MustParsePrefix("192.168.10.0/24"))
+	n := underlay.AddNode(t, name, netip.MustParsePrefix("192.168.10.21/24"), simnode.NodeOptions{StartOVS: true})
+	k := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: corev1.NodeSpec{PodCIDR: "10.244.3.0/24", PodCIDRs: []string{"10.244.3.0/24"}}}
+	g.Expect(server.Client.Create(ctx, k)).To(Succeed())
+	t.Cleanup(func() { _ = server.Client.Delete(context.Background(), k) })
+
+	before := takeSnapshot(g, n)
+	g.Expect(before.uplinkAddrs).To(ContainSubstring("192.168.10.21/24"))
+	g.Expect(before.bridges).To(BeEmpty())
+
+	a := framework.StartAgent(t, server, n)
+	wnn := &networkv1alpha1.WindowsNodeNetwork{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: networkv1alpha1.WindowsNodeNetworkSpec{
+			PodCIDRs:     []networkv1alpha1.CIDR{"10.244.3.0/24"},
+			NodeIP:       "192.168.10.21",
+			Bridge:       networkv1alpha1.BridgeSpec{DatapathType: networkv1alpha1.DatapathTypeNetdev},
+			ClusterCIDRs: []networkv1alpha1.CIDR{"10.244.0.0/16"},
+			ServiceCIDRs: []networkv1alpha1.CIDR{"10.96.0.0/12"},
+		},
+	}
+	g.Expect(server.Client.Create(ctx, wnn)).To(Succeed())
+	record := nodenetwork.AdapterRecordFile(a.StateDir, simnode.UplinkName)
+	conflist := filepath.Join(a.CNIConfDir, cni.ConfListName)
+	g.Eventually(func(g Gomega) {
+		w := &networkv1alpha1.WindowsNodeNetwork{}
+		g.Expect(server.Client.Get(ctx, client.ObjectKey{Name: name}, w)).To(Succeed())
+		c := meta.FindStatusCondition(w.Status.Conditions, networkv1alpha1.ReadyCondition)
+		g.Expect(c).NotTo(BeNil())
+		g.Expect(c.Status).To(Equal(metav1.ConditionTrue))
+		g.Expect(conflist).To(BeAnExistingFile())
+	}).WithTimeout(30 * time.Second).Should(Succeed())
+	g.Expect(record).To(BeAnExistingFile())
+
+	// The agent goes away; its WindowsNodeNetwork and the node network stay.
+	a.Stop()
+	g.Expect(server.Client.Get(ctx, client.ObjectKey{Name: name}, &networkv1alpha1.WindowsNodeNetwork{})).To(Succeed())
+	t.Cleanup(func() {
+		// With no agent left to remove its finalizer, the object goes as an administrator would
+		// remove it after a reset.
+		w := &networkv1alpha1.WindowsNodeNetwork{}
+		if server.Client.Get(context.Background(), client.ObjectKey{Name: name}, w) == nil {
+			w.Finalizers = nil
+			_ = server.Client.Update(context.Background(), w)
+			_ = server.Client.Delete(context.Background(), w)
+		}
+	})
+	db, err := ovsdb.New(ctx, ovsdb.Options{Address: n.OVS.DBSocket()})
+	g.Expect(err).NotTo(HaveOccurred())
+	t.Cleanup(db.Close)
+	host := agent.ResetHost{OVSDB: db, HNS: a.HNS, Net: a.Net}
+	opts := agent.ResetOptions{StateDir: a.StateDir, CNIConfDir: a.CNIConfDir}
+	converged := takeSnapshot(g, n)
+	g.Expect(converged.bridges).To(ContainSubstring("br-int"))
+	g.Expect(converged.uplinkAddrs).NotTo(ContainSubstring("192.168.10.21"))
+
+	t.Run("a dry run lists the steps and changes nothing", func(t *testing.T) {
+		g := NewWithT(t)
+		var out bytes.Buffer
+		dry := opts
+		dry.DryRun, dry.Out = true, &out
+		steps, err := agent.Reset(ctx, host, dry)
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(steps).To(ContainElements(
+			`would remove: OVS bridge br-int (uplink "uplink0")`,
+			"would release: adapter uplink0 from the virtual switch",
+			HavePrefix("would remove: HNS network winnet "),
+			"would check: adapter uplink0 gets 192.168.10.21 back, re-applying its recorded IP configuration if not",
+			"would remove: adapter record "+record,
+			"would remove: "+conflist,
+		))
+		g.Expect(out.String()).To(Equal(strings.Join(steps, "\n") + "\n"))
+		g.Expect(takeSnapshot(g, n)).To(Equal(converged))
+		_, err = a.HNS.GetNetworkByName(ctx, agent.DefaultHNSNetwork)
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(record).To(BeAnExistingFile())
+		g.Expect(conflist).To(BeAnExistingFile())
+	})
+
+	t.Run("reset removes everything and restores the uplink", func(t *testing.T) {
+		g := NewWithT(t)
+		var out bytes.Buffer
+		o := opts
+		o.Out = &out
+		steps, err := agent.Reset(ctx, host, o)
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(steps).To(ContainElements(
+			`removed: OVS bridge br-int (uplink "uplink0")`,
+			"released: adapter uplink0 from the virtual switch",
+			HavePrefix("removed: HNS network winnet "),
+			"removed: adapter record "+record,
+			"removed: "+conflist,
+			"removed: "+filepath.Join(a.StateDir, "pods"),
+		))
+		g.Expect(out.String()).To(Equal(strings.Join(steps, "\n") + "\n"))
+		after := takeSnapshot(g, n)
+		g.Expect(after).To(Equal(before), "the node is as it was before the agent converged it")
+		_, err = a.HNS.GetNetworkByName(ctx, agent.DefaultHNSNetwork)
+		g.Expect(err).To(MatchError(hns.ErrNotFound))
+		for _, link := range []string{"br-int", hns.LinuxManagementVNICName(simnode.UplinkName), "winnet-gw0"} {
+			_, err := n.Exec("ip", "link", "show", link)
+			g.Expect(err).To(HaveOccurred(), "link %s is gone", link)
+		}
+		g.Expect(record).NotTo(BeAnExistingFile())
+		g.Expect(conflist).NotTo(BeAnExistingFile())
+		g.Expect(filepath.Join(a.StateDir, "pods")).NotTo(BeADirectory())
+		g.Expect(filepath.Join(a.StateDir, "ipam")).NotTo(BeADirectory())
+		g.Expect(n.MustExec(t, "ip", "route", "show", "default")).To(ContainSubstring("via 192.168.10.1 dev uplink0"))
+	})
+
+	t.Run("a second reset is a no-op", func(t *testing.T) {
+		g := NewWithT(t)
+		var out bytes.Buffer
+		o := opts
+		o.Out = &out
+		steps, err := agent.Reset(ctx, host, o)
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(steps).To(BeEmpty())
+		g.Expect(out.String()).To(HavePrefix("nothing to remove"))
+		g.Expect(takeSnapshot(g, n)).To(Equal(before))
+		entries, err := os.ReadDir(a.StateDir)
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(entries).To(BeEmpty(), "the agent's state directory holds nothing of winnet")
+	})
+}
