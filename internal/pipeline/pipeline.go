@@ -2,6 +2,7 @@ package pipeline
 
 import (
 	"net"
+	"net/netip"
 
 	networkv1alpha1 "github.com/winnet-io/winnet/api/v1alpha1"
 	"github.com/winnet-io/winnet/internal/ovs/openflow"
@@ -16,18 +17,30 @@ const (
 	SpoofGuardTable uint8 = 10
 	// ARPResponderTable answers ARP for remote gateways with the global virtual MAC.
 	ARPResponderTable uint8 = 20
-	// ConntrackTable sends IP packets through conntrack in ConntrackZone, un-NATing replies.
+	// ConntrackTable sends IP packets through conntrack in ConntrackZone, un-NATing replies. The
+	// Services' UnSNAT stage is its first pass: packets to the gateway IP (the Service SNAT
+	// address) that have not been through conntrack yet are un-SNATed in ServiceSNATZone and
+	// recirculated into this table, so replies are un-SNATed before they are un-DNATed.
 	ConntrackTable uint8 = 30
-	// ConntrackStateTable steers SNATed replies from the uplink to their Pod.
+	// ConntrackStateTable steers SNATed replies from the uplink to their Pod, new NodePort
+	// connections from the uplink to DNATTable, and replies of NodePort connections from the
+	// uplink back out of it.
 	ConntrackStateTable uint8 = 31
-	// DNATTable is reserved for Services.
+	// DNATTable load-balances new connections to a Service (ClusterIP, NodePort): a select group
+	// per Service port whose buckets commit ct(nat(dst=endpoint)) in ConntrackZone.
 	DNATTable uint8 = 40
+	// EndpointDNATTable receives the connections a DNATTable group DNATed: they get the global
+	// virtual MAC (L3Forwarding delivers them like routed packets) and go on to L3Forwarding.
+	EndpointDNATTable uint8 = 45
 	// L3ForwardingTable routes: local Pods, remote subnets (tunnel or routed), and marks
 	// Pod-to-external traffic for SNAT.
 	L3ForwardingTable uint8 = 70
 	// L2ForwardingCalcTable maps the destination MAC to the output port in TargetOFPortField.
 	L2ForwardingCalcTable uint8 = 80
-	// ConntrackCommitTable commits new connections, SNATing those marked for it.
+	// ConntrackCommitTable commits new connections, SNATing those marked for it. It is also the
+	// Services' SNAT stage: L3Forwarding's flows go straight to L2ForwardingCalc or here, so a
+	// Service SNAT table between them would never be reached; the Service SNAT flows (in
+	// ServiceSNATZone) come first here.
 	ConntrackCommitTable uint8 = 105
 	// L2ForwardingOutTable outputs: SNATed traffic on the gateway, the rest on the port found.
 	L2ForwardingOutTable uint8 = 110
@@ -41,6 +54,7 @@ var TableNames = map[uint8]string{
 	ConntrackTable:        "Conntrack",
 	ConntrackStateTable:   "ConntrackState",
 	DNATTable:             "DNAT",
+	EndpointDNATTable:     "EndpointDNAT",
 	L3ForwardingTable:     "L3Forwarding",
 	L2ForwardingCalcTable: "L2ForwardingCalc",
 	ConntrackCommitTable:  "ConntrackCommit",
@@ -58,11 +72,14 @@ type RegField struct {
 //	reg0[0..15]  PktSourceField: where the packet entered (FromTunnel .. FromLocal)
 //	reg0[16]     OFPortFoundField: L2ForwardingCalc (or a route) put the output port in reg1
 //	reg0[17]     SNATRequiredField: Pod-to-external traffic, SNATed in ConntrackCommit
+//	reg0[18]     ServiceSNATField: a new NodePort connection from the uplink to an endpoint on
+//	             another node, SNATed to the gateway IP in ServiceSNATZone (ConntrackCommit)
 //	reg1[0..31]  TargetOFPortField: the output port
 var (
 	PktSourceField    = RegField{Reg: 0, Start: 0, End: 15}
 	OFPortFoundField  = RegField{Reg: 0, Start: 16, End: 16}
 	SNATRequiredField = RegField{Reg: 0, Start: 17, End: 17}
+	ServiceSNATField  = RegField{Reg: 0, Start: 18, End: 18}
 	TargetOFPortField = RegField{Reg: 1, Start: 0, End: 31}
 )
 
@@ -85,6 +102,8 @@ const (
 	CategoryPod uint8 = 5
 	// CategoryRoute holds the flows of every remote route.
 	CategoryRoute uint8 = 6
+	// CategoryService holds the flows of every Service, and the Services' base flows (object 0).
+	CategoryService uint8 = 7
 )
 
 // BaseCategories are the categories of Node.Features, in install order.
@@ -100,6 +119,24 @@ var icmpErrorTypes = []uint8{3, 11}
 // SNATCTMark marks connections SNATed to the node IP.
 const SNATCTMark uint32 = 0x40
 
+// ct_mark bits of Service connections (in ConntrackZone), set by the DNAT commit; none is 0x40,
+// and SNAT flows match ct_mark=0x40 exactly:
+//
+//	0x10 ServiceCTMark: DNATed to a Service endpoint
+//	0x20 ServiceSNATCTMark: also SNATed to the gateway IP in ServiceSNATZone (ServiceSNATField)
+//	0x80 ServiceExternalCTMark: a NodePort connection from the uplink; ct_label[0..47] holds the
+//	     client side's MAC and ct_label[48..95] the node's, for the replies sent back out of it
+const (
+	ServiceCTMark         uint32 = 0x10
+	ServiceSNATCTMark     uint32 = 0x20
+	ServiceExternalCTMark uint32 = 0x80
+)
+
+// ServiceSNATZone is the conntrack zone of Service SNAT: NAT is fixed at a connection's first
+// commit, which for a Service connection is the DNAT in ConntrackZone, so the SNAT that follows
+// needs a zone of its own.
+const ServiceSNATZone uint16 = ConntrackZone + 1
+
 // ConntrackZone is the conntrack zone of the pipeline.
 const ConntrackZone uint16 = networkv1alpha1.ConntrackZone
 
@@ -107,8 +144,13 @@ const ConntrackZone uint16 = networkv1alpha1.ConntrackZone
 // on their way to a local Pod.
 var GlobalVirtualMAC = mustMAC(networkv1alpha1.GlobalVirtualMAC)
 
+// ServiceNextHop is the next hop of the host's routes to ClusterIPs through the gateway; the
+// pipeline answers ARP for it with GlobalVirtualMAC. It is Antrea's choice of address.
+var ServiceNextHop = netip.MustParseAddr("169.254.0.253")
+
 // Priorities used across tables.
 const (
+	priorityTop    uint16 = 220
 	priorityHigh   uint16 = 210
 	priorityNormal uint16 = 200
 	priorityLow    uint16 = 190

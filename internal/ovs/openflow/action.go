@@ -246,6 +246,8 @@ type CTAction struct {
 	NAT bool
 	// SNAT sets nat(src=SNAT) when valid (implies NAT).
 	SNAT netip.Addr
+	// DNAT sets nat(dst=DNAT) when valid (implies NAT); a zero port keeps the port.
+	DNAT netip.AddrPort
 	// Exec are the actions run on the connection (set_field of ct_mark).
 	Exec []Action
 }
@@ -269,6 +271,10 @@ func (a ctAction) text() string {
 	switch {
 	case a.SNAT.IsValid():
 		parts = append(parts, "nat(src="+a.SNAT.String()+")")
+	case a.DNAT.IsValid() && a.DNAT.Port() != 0:
+		parts = append(parts, "nat(dst="+a.DNAT.String()+")")
+	case a.DNAT.IsValid():
+		parts = append(parts, "nat(dst="+a.DNAT.Addr().String()+")")
 	case a.NAT:
 		parts = append(parts, "nat")
 	}
@@ -297,6 +303,8 @@ func (a ctAction) appendKey(b []byte) []byte {
 	}
 	b = append(b, 'c', flags, table, byte(a.Zone>>8), byte(a.Zone))
 	b = appendAddrKey(b, a.SNAT)
+	b = appendAddrKey(b, a.DNAT.Addr())
+	b = append(b, byte(a.DNAT.Port()>>8), byte(a.DNAT.Port()))
 	for _, e := range a.Exec {
 		b = e.appendKey(append(b, ','))
 	}
@@ -314,7 +322,13 @@ func (a ctAction) encode() (openflow15.Action, error) {
 		ct.Table(*a.Table)
 	}
 	ct.ZoneImm(a.Zone)
-	if a.NAT || a.SNAT.IsValid() {
+	if a.DNAT.IsValid() && !a.SNAT.IsValid() {
+		nat, err := natDst(a.DNAT)
+		if err != nil {
+			return nil, err
+		}
+		ct.AddAction(nat)
+	} else if a.NAT || a.SNAT.IsValid() {
 		nat := openflow15.NewNXActionCTNAT()
 		if a.SNAT.IsValid() {
 			if err := nat.SetSNAT(); err != nil {

@@ -206,6 +206,7 @@ const (
 	kindARPOp
 	kindNwProto  // printed where arp_op is; a flow has one or the other
 	kindICMPType // icmp_type, printed after the network fields
+	kindTpDst    // tp_dst (TCP or UDP, the protocol in reg), printed after the network fields
 	kindARPSha   // set_field only
 	kindPktMark  // set_field only
 )
@@ -486,6 +487,8 @@ func (m MatchField) text(arp bool) string {
 		return fmt.Sprintf("nw_proto=%d", m.value)
 	case kindICMPType:
 		return fmt.Sprintf("icmp_type=%d", m.value)
+	case kindTpDst:
+		return fmt.Sprintf("tp_dst=%d", m.value)
 	case kindPktMark:
 		return "pkt_mark=" + hex(m.value)
 	}
@@ -557,6 +560,8 @@ func (m MatchField) oxm(arp bool) (*openflow15.MatchField, error) {
 		f, _ := openflow15.FindFieldHeaderByName("OXM_OF_ICMPV4_TYPE", false)
 		f.Value = &openflow15.IcmpTypeField{Type: uint8(m.value)}
 		return f, nil
+	case kindTpDst:
+		return m.tpDstOXM()
 	case kindPktMark:
 		f, _ := openflow15.FindFieldHeaderByName("NXM_NX_PKT_MARK", false)
 		f.Value = &openflow15.Uint32Message{Data: uint32(m.value)}

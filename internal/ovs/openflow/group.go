@@ -50,7 +50,12 @@ func (g Group) groupMod(command int) (util.Message, error) {
 		}
 		og.Buckets = append(og.Buckets, bucket)
 	}
-	return og.GetBundleMessage(command).GetMessage(), nil
+	msg := og.GetBundleMessage(command).GetMessage()
+	if gm, ok := msg.(*openflow15.GroupMod); ok && command == groupAddOrMod {
+		// OVS checks the command bucket id of its extension commands: all buckets.
+		gm.CommandBucketId = openflow15.OFPG_BUCKET_ALL
+	}
+	return msg, nil
 }
 
 // SyncGroups makes the installed groups equal to desired in one bundle. Sync
@@ -74,8 +79,10 @@ func (b *Bridge) SyncGroups(ctx context.Context, desired []Group) (SyncResult, e
 		cur, ok := b.groups[g.ID]
 		switch {
 		case !ok:
+			// Add or replace: after a restart of the agent the switch still has the groups the
+			// previous connection installed, which this one does not know.
 			res.Added++
-			msgs = append(msgs, bundleMsg{group: &gs.group, groupCmd: openflow15.OFPGC_ADD})
+			msgs = append(msgs, bundleMsg{group: &gs.group, groupCmd: groupAddOrMod})
 		case cur.text != gs.text:
 			res.Modified++
 			msgs = append(msgs, bundleMsg{group: &gs.group, groupCmd: openflow15.OFPGC_MODIFY})

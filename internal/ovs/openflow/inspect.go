@@ -59,6 +59,8 @@ func Inspect(a Action) ActionInfo {
 		return ActionInfo{Kind: KindSetField, Field: a.fieldName()}
 	case moveAction:
 		return ActionInfo{Kind: KindMove, Field: a.dst.name, SrcField: a.src.name}
+	case moveBitsAction:
+		return ActionInfo{Kind: KindMove, Field: a.dst.name, SrcField: a.src.name}
 	case ctAction:
 		c := a.CTAction
 		return ActionInfo{Kind: KindCT, CT: &c}

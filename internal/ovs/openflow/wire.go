@@ -143,6 +143,12 @@ func (m *MatchField) appendOXM(b []byte, arp bool) ([]byte, error) {
 		return append(oxmHeader(b, basic, openflow15.OXM_FIELD_ICMPV4_TYPE, 1, false), byte(m.value)), nil
 	case kindPktMark:
 		return appendOXM32(b, nxm, openflow15.NXM_NX_PKT_MARK, uint32(m.value), 0, false), nil
+	case kindTpDst:
+		field, err := tpDstField(uint8(m.reg))
+		if err != nil {
+			return nil, err
+		}
+		return binary.BigEndian.AppendUint16(oxmHeader(b, basic, field, 2, false), uint16(m.value)), nil
 	}
 	return nil, fmt.Errorf("unknown match field kind %d", m.kind)
 }

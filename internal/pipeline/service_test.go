@@ -1,0 +1,168 @@
+package pipeline
+
+import (
+	"net/netip"
+	"testing"
+
+	. "github.com/onsi/gomega"
+
+	"github.com/winnet-io/winnet/internal/ovs/openflow"
+)
+
+func testServicePort(n Node, proto uint8) ServicePort {
+	return ServicePort{
+		ClusterIP: netip.MustParseAddr("10.96.0.10"), Protocol: proto, Port: 80, NodePort: 30080,
+		NodeIPs: []netip.Addr{n.NodeIP}, ClusterGroup: 1, ExternalGroup: 2,
+		Endpoints: []Endpoint{
+			{Addr: netip.MustParseAddrPort("10.244.1.5:8080"), Local: true},
+			{Addr: netip.MustParseAddrPort("10.244.2.7:8080")},
+		},
+	}
+}
+
+func strs(flows []openflow.Flow) []string {
+	out := make([]string, 0, len(flows))
+	for _, f := range flows {
+		out = append(out, f.String())
+	}
+	return out
+}
+
+func groupStrs(groups []openflow.Group) []string {
+	out := make([]string, 0, len(groups))
+	for _, g := range groups {
+		out = append(out, g.String())
+	}
+	return out
+}
+
+// TestServiceFlows pins the flows and groups of one Service port: ClusterIP and NodePort flows per
+// protocol, the cluster group DNATing in zone 65520 with ct_mark 0x10, and the external group that
+// also keeps the client's MACs in ct_label and SNATs (reg0[18], ct_mark 0x20) for remote endpoints.
+func TestServiceFlows(t *testing.T) {
+	n := testNode()
+	cases := []struct {
+		name       string
+		port       ServicePort
+		wantFlows  []string
+		wantGroups []string
+	}{
+		{
+			name: "TCP ClusterIP and NodePort, a local and a remote endpoint",
+			port: testServicePort(n, openflow.ProtoTCP),
+			wantFlows: []string{
+				"table=40, priority=200,ct_state=+new+trk,tcp,nw_dst=10.96.0.10,tp_dst=80 actions=group:1",
+				"table=31, priority=200,ct_state=+new+trk,tcp,reg0=0x3/0xffff,nw_dst=192.168.10.11,tp_dst=30080 actions=goto_table:40",
+				"table=40, priority=210,ct_state=+new+trk,tcp,reg0=0x3/0xffff,nw_dst=192.168.10.11,tp_dst=30080 actions=group:2",
+				"table=40, priority=200,ct_state=+new+trk,tcp,nw_dst=192.168.10.11,tp_dst=30080 actions=group:1",
+			},
+			wantGroups: []string{
+				"group_id=1,type=select," +
+					"bucket=bucket_id:0,weight:100,actions=ct(commit,table=45,zone=65520,nat(dst=10.244.1.5:8080),exec(set_field:0x10/0x10->ct_mark))," +
+					"bucket=bucket_id:1,weight:100,actions=ct(commit,table=45,zone=65520,nat(dst=10.244.2.7:8080),exec(set_field:0x10/0x10->ct_mark))",
+				"group_id=2,type=select," +
+					"bucket=bucket_id:0,weight:100,actions=ct(commit,table=45,zone=65520,nat(dst=10.244.1.5:8080),exec(set_field:0x90/0x90->ct_mark," +
+					"move:NXM_OF_ETH_SRC[]->NXM_NX_CT_LABEL[0..47],move:NXM_OF_ETH_DST[]->NXM_NX_CT_LABEL[48..95]))," +
+					"bucket=bucket_id:1,weight:100,actions=set_field:0x40000/0x40000->reg0,ct(commit,table=45,zone=65520,nat(dst=10.244.2.7:8080),exec(set_field:0xb0/0xb0->ct_mark," +
+					"move:NXM_OF_ETH_SRC[]->NXM_NX_CT_LABEL[0..47],move:NXM_OF_ETH_DST[]->NXM_NX_CT_LABEL[48..95]))",
+			},
+		},
+		{
+			name: "UDP ClusterIP only, no endpoints: an empty group drops",
+			port: ServicePort{ClusterIP: netip.MustParseAddr("10.96.0.10"), Protocol: openflow.ProtoUDP, Port: 53, ClusterGroup: 3},
+			wantFlows: []string{
+				"table=40, priority=200,ct_state=+new+trk,udp,nw_dst=10.96.0.10,tp_dst=53 actions=group:3",
+			},
+			wantGroups: []string{"group_id=3,type=select"},
+		},
+		{
+			name: "NodePort on every node IP",
+			port: ServicePort{Protocol: openflow.ProtoUDP, Port: 53, NodePort: 30053, ClusterGroup: 4, ExternalGroup: 5,
+				NodeIPs:   []netip.Addr{netip.MustParseAddr("192.168.10.11"), netip.MustParseAddr("172.16.0.11"), netip.MustParseAddr("fd00::11")},
+				Endpoints: []Endpoint{{Addr: netip.MustParseAddrPort("10.244.1.5:53"), Local: true}}},
+			wantFlows: []string{
+				"table=31, priority=200,ct_state=+new+trk,udp,reg0=0x3/0xffff,nw_dst=192.168.10.11,tp_dst=30053 actions=goto_table:40",
+				"table=40, priority=210,ct_state=+new+trk,udp,reg0=0x3/0xffff,nw_dst=192.168.10.11,tp_dst=30053 actions=group:5",
+				"table=40, priority=200,ct_state=+new+trk,udp,nw_dst=192.168.10.11,tp_dst=30053 actions=group:4",
+				"table=31, priority=200,ct_state=+new+trk,udp,reg0=0x3/0xffff,nw_dst=172.16.0.11,tp_dst=30053 actions=goto_table:40",
+				"table=40, priority=210,ct_state=+new+trk,udp,reg0=0x3/0xffff,nw_dst=172.16.0.11,tp_dst=30053 actions=group:5",
+				"table=40, priority=200,ct_state=+new+trk,udp,nw_dst=172.16.0.11,tp_dst=30053 actions=group:4",
+			},
+			wantGroups: []string{
+				"group_id=4,type=select,bucket=bucket_id:0,weight:100,actions=ct(commit,table=45,zone=65520,nat(dst=10.244.1.5:53),exec(set_field:0x10/0x10->ct_mark))",
+				"group_id=5,type=select,bucket=bucket_id:0,weight:100,actions=ct(commit,table=45,zone=65520,nat(dst=10.244.1.5:53),exec(set_field:0x90/0x90->ct_mark," +
+					"move:NXM_OF_ETH_SRC[]->NXM_NX_CT_LABEL[0..47],move:NXM_OF_ETH_DST[]->NXM_NX_CT_LABEL[48..95]))",
+			},
+		},
+		{
+			name: "SCTP has no flows: Windows conntrack drops it",
+			port: ServicePort{ClusterIP: netip.MustParseAddr("10.96.0.10"), Protocol: 132, Port: 80, ClusterGroup: 6},
+		},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			g := NewWithT(t)
+			groups, flows := n.ServiceFlows(tc.port)
+			g.Expect(strs(flows)).To(ConsistOf(tc.wantFlows))
+			g.Expect(groupStrs(groups)).To(ConsistOf(tc.wantGroups))
+		})
+	}
+}
+
+// TestServiceBaseFlows pins the flows every Service relies on: UnSNAT in zone 65521 before zone
+// 65520, the virtual MAC for DNATed and established Service connections, replies of NodePort
+// connections from the uplink sent back out of it with the MACs kept in ct_label, Service SNAT to
+// the gateway IP in zone 65521, and the ARP answer for the host routes' next hop.
+func TestServiceBaseFlows(t *testing.T) {
+	g := NewWithT(t)
+	g.Expect(strs(testNode().ServiceBaseFlows())).To(ConsistOf(
+		"table=30, priority=210,ct_state=-trk,tcp,nw_dst=10.244.1.1 actions=ct(table=30,zone=65521,nat)",
+		"table=30, priority=210,ct_state=-trk,udp,nw_dst=10.244.1.1 actions=ct(table=30,zone=65521,nat)",
+		"table=30, priority=210,ct_state=-trk,icmp,nw_dst=10.244.1.1 actions=ct(table=30,zone=65521,nat)",
+		"table=31, priority=220,ct_state=-new+rpl+trk,ct_mark=0x80/0x80,ip actions=move:NXM_NX_CT_LABEL[0..47]->NXM_OF_ETH_DST[],move:NXM_NX_CT_LABEL[48..95]->NXM_OF_ETH_SRC[],output:3",
+		"table=45, priority=0 actions=set_field:aa:bb:cc:dd:ee:ff->eth_dst,goto_table:70",
+		"table=31, priority=200,ct_state=-new+trk,ct_mark=0x10/0x10,ip actions=set_field:aa:bb:cc:dd:ee:ff->eth_dst,goto_table:40",
+		"table=105, priority=220,ct_state=+new+trk,ip,reg0=0x40000/0x40000 actions=ct(commit,table=110,zone=65521,nat(src=10.244.1.1))",
+		"table=105, priority=220,ct_state=-new-rpl+trk,ct_mark=0x20/0x20,ip actions=ct(table=110,zone=65521,nat)",
+		"table=105, priority=210,ct_state=+new+trk,ct_mark=0x10/0x10,ip actions=goto_table:110",
+		"table=20, priority=200,arp,arp_tpa=169.254.0.253,arp_op=1 actions=move:NXM_OF_ETH_SRC[]->NXM_OF_ETH_DST[],set_field:aa:bb:cc:dd:ee:ff->eth_src,"+
+			"set_field:2->arp_op,move:NXM_NX_ARP_SHA[]->NXM_NX_ARP_THA[],set_field:aa:bb:cc:dd:ee:ff->arp_sha,move:NXM_OF_ARP_SPA[]->NXM_OF_ARP_TPA[],set_field:169.254.0.253->arp_spa,IN_PORT",
+	))
+}
+
+// TestServiceMarksDoNotCollide: the Service ct_mark bits stay clear of the node-IP SNAT mark, and
+// Service SNAT has a zone of its own.
+func TestServiceMarksDoNotCollide(t *testing.T) {
+	g := NewWithT(t)
+	for _, m := range []uint32{ServiceCTMark, ServiceSNATCTMark, ServiceExternalCTMark} {
+		g.Expect(m & SNATCTMark).To(BeZero())
+	}
+	g.Expect(ServiceSNATZone).NotTo(Equal(ConntrackZone))
+	g.Expect(ServiceSNATField.Start).NotTo(BeElementOf(SNATRequiredField.Start, OFPortFoundField.Start))
+}
+
+// TestServiceFlowsPassWindowsProfile holds every flow and group the Service builders produce, with
+// the base pipeline, against the Windows datapath profile.
+func TestServiceFlowsPassWindowsProfile(t *testing.T) {
+	g := NewWithT(t)
+	n := testNode()
+	d := Datapath{Flows: append(n.BaseFlows(), n.ServiceBaseFlows()...), NATZones: n.NATZones()}
+	for _, proto := range []uint8{openflow.ProtoTCP, openflow.ProtoUDP} {
+		sp := testServicePort(n, proto)
+		sp.ClusterGroup, sp.ExternalGroup = uint32(proto)*10, uint32(proto)*10+1
+		groups, flows := n.ServiceFlows(sp)
+		d.Groups = append(d.Groups, groups...)
+		d.Flows = append(d.Flows, flows...)
+	}
+	g.Expect(d.Groups).To(HaveLen(4))
+	g.Expect(CheckWindows(d)).To(BeEmpty())
+}
+
+func netipPort(s string) netip.AddrPort { return netip.MustParseAddrPort(s) }
+
+func netipAddr(s string) netip.Addr {
+	if s == "" {
+		return netip.Addr{}
+	}
+	return netip.MustParseAddr(s)
+}
