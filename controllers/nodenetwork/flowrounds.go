@@ -2,6 +2,7 @@ package nodenetwork
 
 import (
 	"context"
+	"slices"
 	"sync"
 
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -22,10 +23,31 @@ const (
 	RouteFlows FlowOwner = "RemoteSubnetRoutes"
 	// PodFlows are the Pods' flows, installed by the start-up pass of the Pods (podendpoint).
 	PodFlows FlowOwner = "Pods"
+	// ServiceFlows are the Services' flows and groups, installed by the Service reconciler; it
+	// is an owner only in agents that run it (see AddFlowOwner).
+	ServiceFlows FlowOwner = "Services"
 )
 
 // flowOwners must all report on a connection before its previous round is deleted.
 var flowOwners = []FlowOwner{NodeNetworkFlows, RouteFlows, PodFlows}
+
+// AddFlowOwner makes owner one of the flow owners that must report on a connection (FlowsSynced)
+// before its previous round is deleted: a reconciler that installs flows of its own calls it when it
+// is set up, before the manager starts.
+func (s *State) AddFlowOwner(owner FlowOwner) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !slices.Contains(s.extraOwners, owner) {
+		s.extraOwners = append(s.extraOwners, owner)
+	}
+}
+
+// owners returns the number of flow owners of the node.
+func (s *State) owners() int {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return len(flowOwners) + len(s.extraOwners)
+}
 
 // previousRound tracks the removal of the previous round's flows for one bridge connection.
 type previousRound struct {
@@ -60,7 +82,7 @@ func (s *State) FlowsSynced(ctx context.Context, owner FlowOwner, flows *openflo
 		p.flows, p.synced, p.deleted = flows, map[FlowOwner]bool{}, false
 	}
 	p.synced[owner] = true
-	if p.deleted || len(p.synced) < len(flowOwners) {
+	if p.deleted || len(p.synced) < s.owners() {
 		return
 	}
 	log := ctrl.LoggerFrom(ctx)

@@ -55,6 +55,8 @@ type State struct {
 	// previousRound tracks the flow owners' reports on the current bridge connection (see
 	// FlowsSynced).
 	previousRound previousRound
+	// extraOwners are the flow owners beyond flowOwners (see AddFlowOwner).
+	extraOwners []FlowOwner
 }
 
 // NewState returns an empty State.

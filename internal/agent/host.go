@@ -9,6 +9,7 @@ import (
 	"github.com/winnet-io/winnet/controllers/nodenetwork"
 	"github.com/winnet-io/winnet/controllers/podendpoint"
 	"github.com/winnet-io/winnet/controllers/remoteroute"
+	"github.com/winnet-io/winnet/controllers/service"
 	"github.com/winnet-io/winnet/internal/cni"
 	"github.com/winnet-io/winnet/internal/hostnet"
 	"github.com/winnet-io/winnet/internal/ovs/ovsdb"
@@ -83,6 +84,10 @@ func SetupNodeNetwork(ctx context.Context, mgr ctrl.Manager, nodeName string, op
 	}
 	routes := &remoteroute.Reconciler{Client: mgr.GetClient(), NodeName: nodeName, Net: netClient, State: state}
 	if err := routes.SetupWithManager(mgr); err != nil {
+		return err
+	}
+	services := &service.Reconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("winnet-agent"), NodeName: nodeName, State: state}
+	if err := services.SetupWithManager(mgr); err != nil {
 		return err
 	}
 	_, err = SetupPodNetwork(ctx, mgr, PodNetworkOptions{

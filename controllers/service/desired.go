@@ -1,0 +1,175 @@
+package service
+
+import (
+	"cmp"
+	"net/netip"
+	"slices"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+
+	"github.com/winnet-io/winnet/internal/ovs/openflow"
+)
+
+// Labels that take a Service out of the agent's hands, as kube-proxy honours them.
+const (
+	// ServiceProxyNameLabel names another proxy that serves the Service.
+	ServiceProxyNameLabel = "service.kubernetes.io/service-proxy-name"
+	// HeadlessLabel marks a Service as headless whatever its ClusterIP.
+	HeadlessLabel = "service.kubernetes.io/headless"
+)
+
+// skipReason says why a Service is not proxied; empty when it is.
+func skipReason(svc *corev1.Service) string {
+	switch {
+	case svc.Spec.Type == corev1.ServiceTypeExternalName:
+		return "ExternalName"
+	case svc.Spec.ClusterIP == corev1.ClusterIPNone:
+		return "headless"
+	}
+	if _, ok := svc.Labels[ServiceProxyNameLabel]; ok {
+		return "served by another proxy"
+	}
+	if _, ok := svc.Labels[HeadlessLabel]; ok {
+		return "labelled headless"
+	}
+	return ""
+}
+
+// portKey identifies a Service port: its protocol and port number on the ClusterIP.
+type portKey struct {
+	Namespace, Name string
+	PortName        string
+	Protocol        corev1.Protocol
+	Port            int32
+}
+
+// desiredPort is one Service port as it should be realised (IPv4).
+type desiredPort struct {
+	key       portKey
+	clusterIP netip.Addr
+	protocol  uint8
+	nodePort  uint16
+	endpoints []endpoint
+}
+
+// endpoint is one endpoint of a Service port.
+type endpoint struct {
+	addr  netip.AddrPort
+	local bool
+}
+
+// desiredService is what to realise for one Service: its ports, and the ports it asks for that
+// cannot be realised (SCTP), for the Warning Event.
+type desiredService struct {
+	ports       []desiredPort
+	unsupported []string
+}
+
+// desiredPorts computes the Service's ports and their endpoints from its EndpointSlices, as
+// kube-proxy does: every slice of the Service (IPv4 slices only; FQDN slices are ignored) merged and
+// de-duplicated, ready endpoints, or serving-and-terminating ones when none is ready, target ports
+// by name resolved per slice. nodeName tells the local endpoints.
+func desiredPorts(svc *corev1.Service, slices_ []discoveryv1.EndpointSlice, nodeName string) desiredService {
+	var out desiredService
+	if skipReason(svc) != "" {
+		return out
+	}
+	clusterIP := netip.Addr{}
+	for _, s := range append([]string{svc.Spec.ClusterIP}, svc.Spec.ClusterIPs...) {
+		if a, err := netip.ParseAddr(s); err == nil && a.Is4() {
+			clusterIP = a
+			break
+		}
+	}
+	for _, sp := range svc.Spec.Ports {
+		var proto uint8
+		switch sp.Protocol {
+		case corev1.ProtocolTCP, "":
+			proto = openflow.ProtoTCP
+		case corev1.ProtocolUDP:
+			proto = openflow.ProtoUDP
+		default:
+			out.unsupported = append(out.unsupported, portName(sp))
+			continue
+		}
+		p := desiredPort{
+			key:       portKey{Namespace: svc.Namespace, Name: svc.Name, PortName: sp.Name, Protocol: cmp.Or(sp.Protocol, corev1.ProtocolTCP), Port: sp.Port},
+			clusterIP: clusterIP, protocol: proto,
+		}
+		if svc.Spec.Type == corev1.ServiceTypeNodePort || svc.Spec.Type == corev1.ServiceTypeLoadBalancer {
+			p.nodePort = uint16(sp.NodePort)
+		}
+		p.endpoints = chooseEndpoints(sp, slices_, nodeName)
+		out.ports = append(out.ports, p)
+	}
+	return out
+}
+
+func portName(sp corev1.ServicePort) string {
+	if sp.Name != "" {
+		return sp.Name + "/" + string(sp.Protocol)
+	}
+	return string(sp.Protocol)
+}
+
+// chooseEndpoints returns the endpoints of one Service port: ready ones, else serving and
+// terminating ones (kube-proxy's CategorizeEndpoints without topology), de-duplicated and sorted.
+func chooseEndpoints(sp corev1.ServicePort, eps []discoveryv1.EndpointSlice, nodeName string) []endpoint {
+	ready := map[netip.AddrPort]endpoint{}
+	fallback := map[netip.AddrPort]endpoint{}
+	for i := range eps {
+		s := &eps[i]
+		if s.AddressType != discoveryv1.AddressTypeIPv4 {
+			continue // FQDN slices are ignored; IPv6 comes with dual-stack
+		}
+		// The slice's port of the same name carries the target port resolved for its endpoints.
+		var port int32
+		for _, p := range s.Ports {
+			if p.Name != nil && *p.Name == sp.Name && p.Port != nil && cmp.Or(ptrVal(p.Protocol), corev1.ProtocolTCP) == cmp.Or(sp.Protocol, corev1.ProtocolTCP) {
+				port = *p.Port
+				break
+			}
+		}
+		if port <= 0 || port > 65535 {
+			continue
+		}
+		for _, e := range s.Endpoints {
+			c := e.Conditions
+			isReady := c.Ready == nil || *c.Ready
+			serving := c.Serving == nil && isReady || c.Serving != nil && *c.Serving
+			terminating := c.Terminating != nil && *c.Terminating
+			for _, a := range e.Addresses {
+				ip, err := netip.ParseAddr(a)
+				if err != nil || !ip.Is4() {
+					continue
+				}
+				ep := endpoint{addr: netip.AddrPortFrom(ip, uint16(port)), local: e.NodeName != nil && *e.NodeName == nodeName}
+				switch {
+				case isReady:
+					ready[ep.addr] = ep
+				case serving && terminating:
+					fallback[ep.addr] = ep
+				}
+			}
+		}
+	}
+	chosen := ready
+	if len(chosen) == 0 {
+		chosen = fallback
+	}
+	out := make([]endpoint, 0, len(chosen))
+	for _, ep := range chosen {
+		out = append(out, ep)
+	}
+	slices.SortFunc(out, func(a, b endpoint) int { return a.addr.Compare(b.addr) })
+	return out
+}
+
+func ptrVal[T any](p *T) T {
+	var zero T
+	if p == nil {
+		return zero
+	}
+	return *p
+}

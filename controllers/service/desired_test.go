@@ -1,0 +1,146 @@
+package service
+
+import (
+	"net/netip"
+	"testing"
+
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	"github.com/winnet-io/winnet/internal/ovs/openflow"
+)
+
+func svc(mutate func(*corev1.Service)) *corev1.Service {
+	s := &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "web"},
+		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeClusterIP, ClusterIP: "10.96.0.10", Ports: []corev1.ServicePort{
+			{Name: "http", Protocol: corev1.ProtocolTCP, Port: 80},
+		}},
+	}
+	if mutate != nil {
+		mutate(s)
+	}
+	return s
+}
+
+type ep struct {
+	ip                          string
+	node                        string
+	ready, serving, terminating *bool
+}
+
+func slice(addrType discoveryv1.AddressType, portName string, port int32, eps ...ep) discoveryv1.EndpointSlice {
+	s := discoveryv1.EndpointSlice{AddressType: addrType,
+		Ports: []discoveryv1.EndpointPort{{Name: ptr.To(portName), Protocol: ptr.To(corev1.ProtocolTCP), Port: ptr.To(port)}}}
+	for _, e := range eps {
+		s.Endpoints = append(s.Endpoints, discoveryv1.Endpoint{Addresses: []string{e.ip}, NodeName: ptr.To(e.node),
+			Conditions: discoveryv1.EndpointConditions{Ready: e.ready, Serving: e.serving, Terminating: e.terminating}})
+	}
+	return s
+}
+
+func addrs(eps []endpoint) []string {
+	var out []string
+	for _, e := range eps {
+		s := e.addr.String()
+		if e.local {
+			s += " local"
+		}
+		out = append(out, s)
+	}
+	return out
+}
+
+func TestDesiredPorts(t *testing.T) {
+	v4 := discoveryv1.AddressTypeIPv4
+	yes, no := ptr.To(true), ptr.To(false)
+	cases := []struct {
+		name        string
+		svc         *corev1.Service
+		slices      []discoveryv1.EndpointSlice
+		wantPorts   int
+		wantEPs     []string
+		unsupported []string
+	}{
+		{
+			name: "slices merged and de-duplicated, FQDN slices ignored, local endpoints marked",
+			svc:  svc(nil),
+			slices: []discoveryv1.EndpointSlice{
+				slice(v4, "http", 8080, ep{ip: "10.244.1.5", node: "node-a"}, ep{ip: "10.244.2.7", node: "node-b"}),
+				slice(v4, "http", 8080, ep{ip: "10.244.2.7", node: "node-b"}),
+				slice(discoveryv1.AddressTypeFQDN, "http", 8080, ep{ip: "example.com"}),
+			},
+			wantPorts: 1, wantEPs: []string{"10.244.1.5:8080 local", "10.244.2.7:8080"},
+		},
+		{
+			name: "named target ports resolved per slice",
+			svc:  svc(nil),
+			slices: []discoveryv1.EndpointSlice{
+				slice(v4, "http", 8080, ep{ip: "10.244.1.5", node: "node-a"}),
+				slice(v4, "http", 9090, ep{ip: "10.244.2.7", node: "node-b"}),
+				slice(v4, "metrics", 9100, ep{ip: "10.244.2.8", node: "node-b"}),
+			},
+			wantPorts: 1, wantEPs: []string{"10.244.1.5:8080 local", "10.244.2.7:9090"},
+		},
+		{
+			name: "ready endpoints only while some are ready",
+			svc:  svc(nil),
+			slices: []discoveryv1.EndpointSlice{slice(v4, "http", 8080,
+				ep{ip: "10.244.1.5", node: "node-a", ready: yes},
+				ep{ip: "10.244.1.6", node: "node-a", ready: no, serving: yes, terminating: yes},
+				ep{ip: "10.244.1.7", node: "node-a", ready: no, serving: no})},
+			wantPorts: 1, wantEPs: []string{"10.244.1.5:8080 local"},
+		},
+		{
+			name: "serving and terminating endpoints when none is ready",
+			svc:  svc(nil),
+			slices: []discoveryv1.EndpointSlice{slice(v4, "http", 8080,
+				ep{ip: "10.244.1.6", node: "node-a", ready: no, serving: yes, terminating: yes},
+				ep{ip: "10.244.1.7", node: "node-a", ready: no, serving: no, terminating: yes})},
+			wantPorts: 1, wantEPs: []string{"10.244.1.6:8080 local"},
+		},
+		{name: "headless", svc: svc(func(s *corev1.Service) { s.Spec.ClusterIP = corev1.ClusterIPNone })},
+		{name: "ExternalName", svc: svc(func(s *corev1.Service) { s.Spec.Type = corev1.ServiceTypeExternalName; s.Spec.ClusterIP = "" })},
+		{name: "another proxy's", svc: svc(func(s *corev1.Service) { s.Labels = map[string]string{ServiceProxyNameLabel: "other"} })},
+		{name: "labelled headless", svc: svc(func(s *corev1.Service) { s.Labels = map[string]string{HeadlessLabel: ""} })},
+		{
+			name: "SCTP refused, the other ports kept",
+			svc: svc(func(s *corev1.Service) {
+				s.Spec.Ports = append(s.Spec.Ports, corev1.ServicePort{Name: "sig", Protocol: corev1.ProtocolSCTP, Port: 9})
+			}),
+			wantPorts: 1, unsupported: []string{"sig/SCTP"},
+		},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			g := NewWithT(t)
+			d := desiredPorts(tc.svc, tc.slices, "node-a")
+			g.Expect(d.ports).To(HaveLen(tc.wantPorts))
+			g.Expect(d.unsupported).To(Equal(tc.unsupported))
+			if tc.wantPorts > 0 && tc.wantEPs != nil {
+				g.Expect(addrs(d.ports[0].endpoints)).To(Equal(tc.wantEPs))
+			}
+		})
+	}
+}
+
+func TestDesiredPortsNodePortAndProtocols(t *testing.T) {
+	g := NewWithT(t)
+	s := svc(func(s *corev1.Service) {
+		s.Spec.Type = corev1.ServiceTypeNodePort
+		s.Spec.Ports = []corev1.ServicePort{
+			{Name: "dns", Protocol: corev1.ProtocolUDP, Port: 53, NodePort: 30053},
+			{Name: "dns-tcp", Protocol: corev1.ProtocolTCP, Port: 53, NodePort: 30053},
+		}
+	})
+	d := desiredPorts(s, nil, "node-a")
+	g.Expect(d.ports).To(HaveLen(2))
+	g.Expect(d.ports[0].protocol).To(Equal(openflow.ProtoUDP))
+	g.Expect(d.ports[1].protocol).To(Equal(openflow.ProtoTCP))
+	g.Expect(d.ports[0].nodePort).To(Equal(uint16(30053)))
+	g.Expect(d.ports[0].clusterIP).To(Equal(netip.MustParseAddr("10.96.0.10")))
+	g.Expect(d.ports[0].endpoints).To(BeEmpty())
+}

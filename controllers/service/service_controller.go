@@ -1,0 +1,238 @@
+package service
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"slices"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/client-go/util/workqueue"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
+
+	"github.com/winnet-io/winnet/controllers/nodenetwork"
+	"github.com/winnet-io/winnet/internal/ovs/openflow"
+	"github.com/winnet-io/winnet/internal/pipeline"
+)
+
+// notReadyRetry is how soon Services look again for a node network that is not ready yet.
+const notReadyRetry = 200 * time.Millisecond
+
+// UnsupportedProtocolReason is the reason of the Warning Event on a Service with a port whose
+// protocol the Windows datapath cannot track (SCTP).
+const UnsupportedProtocolReason = "UnsupportedProtocol"
+
+// allServices is the reconciler's single work item: the node's Services are one desired set of
+// groups and flows, synced as one flow category, so every change is applied as its difference.
+var allServices = reconcile.Request{NamespacedName: types.NamespacedName{Name: "services"}}
+
+// Reconciler realises every Service in the node's pipeline: one select group per Service port (and
+// one more for NodePort clients from outside), the flows that send new connections to them, and
+// the Services' base flows. It gets the bridge through the node network's State.
+type Reconciler struct {
+	Client   client.Client
+	Recorder events.EventRecorder
+	NodeName string
+	State    *nodenetwork.State
+
+	// groupIDs holds the group of each Service port (and kind); nextGroup is the next free id.
+	groupIDs  map[groupKey]uint32
+	nextGroup uint32
+	// bridge and groups are the connection the groups were last synced on, and those groups.
+	bridge *openflow.Bridge
+	groups []openflow.Group
+	// warned holds the Services (by UID and resourceVersion) already given a Warning Event.
+	warned map[types.UID]string
+}
+
+// groupKey identifies the group of a Service port: the cluster one, or the external one.
+type groupKey struct {
+	port     portKey
+	external bool
+}
+
+// SetupWithManager registers the reconciler for Services, EndpointSlices and changes of the
+// realised node network, and makes the Services one of the bridge's flow owners.
+func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
+	r.State.AddFlowOwner(nodenetwork.ServiceFlows)
+	all := handler.EnqueueRequestsFromMapFunc(func(context.Context, client.Object) []reconcile.Request {
+		return []reconcile.Request{allServices}
+	})
+	realized := r.State.Subscribe()
+	onRealized := source.Func(func(ctx context.Context, q workqueue.TypedRateLimitingInterface[reconcile.Request]) error {
+		q.Add(allServices)
+		go func() {
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case <-realized:
+					q.Add(allServices)
+				}
+			}
+		}()
+		return nil
+	})
+	return ctrl.NewControllerManagedBy(mgr).
+		Named("service").
+		Watches(&corev1.Service{}, all).
+		Watches(&discoveryv1.EndpointSlice{}, all).
+		WatchesRawSource(onRealized).
+		Complete(r)
+}
+
+// Reconcile converges every Service: groups first (new and changed ones, so that no flow refers to
+// a missing group), then the flows in one bundle, then the removal of the groups no longer used.
+func (r *Reconciler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result, error) {
+	log := ctrl.LoggerFrom(ctx)
+	rz, ok := r.State.Realized()
+	if !ok {
+		log.V(1).Info("Node network not ready; Services wait for it")
+		return ctrl.Result{RequeueAfter: notReadyRetry}, nil
+	}
+	start := time.Now()
+	services := &corev1.ServiceList{}
+	if err := r.Client.List(ctx, services); err != nil {
+		return ctrl.Result{}, fmt.Errorf("listing Services: %w", err)
+	}
+	slicesList := &discoveryv1.EndpointSliceList{}
+	if err := r.Client.List(ctx, slicesList); err != nil {
+		return ctrl.Result{}, fmt.Errorf("listing EndpointSlices: %w", err)
+	}
+	bySvc := map[types.NamespacedName][]discoveryv1.EndpointSlice{}
+	for _, s := range slicesList.Items {
+		name, ok := s.Labels[discoveryv1.LabelServiceName]
+		if !ok {
+			continue
+		}
+		key := types.NamespacedName{Namespace: s.Namespace, Name: name}
+		bySvc[key] = append(bySvc[key], s)
+	}
+
+	groups, flows, counts := r.desired(ctx, rz, services.Items, bySvc)
+
+	if r.bridge != rz.Flows {
+		// A new connection knows none of the switch's groups: they are all added (or replaced).
+		r.bridge, r.groups = rz.Flows, nil
+	}
+	// New and changed groups, keeping the old ones that flows may still refer to.
+	union := slices.Clone(groups)
+	for _, g := range r.groups {
+		if !slices.ContainsFunc(groups, func(d openflow.Group) bool { return d.ID == g.ID }) {
+			union = append(union, g)
+		}
+	}
+	if _, err := rz.Flows.SyncGroups(ctx, union); err != nil {
+		return ctrl.Result{}, fmt.Errorf("installing Service groups: %w", err)
+	}
+	r.groups = union
+	synced, err := rz.Flows.Sync(ctx, pipeline.CategoryService, flows)
+	if err != nil {
+		return ctrl.Result{}, fmt.Errorf("installing Service flows: %w", err)
+	}
+	gs, err := rz.Flows.SyncGroups(ctx, groups)
+	if err != nil {
+		return ctrl.Result{}, fmt.Errorf("removing Service groups: %w", err)
+	}
+	r.groups = groups
+	r.forgetGroups(groups)
+	r.State.FlowsSynced(ctx, nodenetwork.ServiceFlows, rz.Flows)
+	if synced.Mods() > 0 || gs.Mods() > 0 {
+		log.Info("Synced Service flows", "services", counts.services, "ports", counts.ports, "endpoints", counts.endpoints,
+			"flowMods", synced.Mods(), "groups", len(groups), "took", time.Since(start))
+	}
+	return ctrl.Result{}, nil
+}
+
+type counts struct{ services, ports, endpoints int }
+
+// desired computes the groups and flows of every Service, emitting a Warning Event for ports that
+// cannot be realised.
+func (r *Reconciler) desired(ctx context.Context, rz nodenetwork.Realized, services []corev1.Service, bySvc map[types.NamespacedName][]discoveryv1.EndpointSlice) ([]openflow.Group, []openflow.Flow, counts) {
+	var c counts
+	flows := rz.Node.ServiceBaseFlows()
+	var groups []openflow.Group
+	if r.groupIDs == nil {
+		r.groupIDs, r.warned = map[groupKey]uint32{}, map[types.UID]string{}
+	}
+	for i := range services {
+		svc := &services[i]
+		d := desiredPorts(svc, bySvc[types.NamespacedName{Namespace: svc.Namespace, Name: svc.Name}], r.NodeName)
+		if len(d.unsupported) > 0 {
+			r.warnUnsupported(ctx, svc, d.unsupported)
+		}
+		if len(d.ports) == 0 {
+			continue
+		}
+		c.services++
+		for _, p := range d.ports {
+			c.ports++
+			c.endpoints += len(p.endpoints)
+			sp := pipeline.ServicePort{
+				ClusterIP: p.clusterIP, Protocol: p.protocol, Port: uint16(p.key.Port), NodePort: p.nodePort,
+				ClusterGroup: r.groupID(groupKey{port: p.key}),
+			}
+			if p.nodePort != 0 {
+				sp.NodeIPs = nodeIPs(rz)
+				sp.ExternalGroup = r.groupID(groupKey{port: p.key, external: true})
+			}
+			for _, ep := range p.endpoints {
+				sp.Endpoints = append(sp.Endpoints, pipeline.Endpoint{Addr: ep.addr, Local: ep.local})
+			}
+			g, f := rz.Node.ServiceFlows(sp)
+			groups = append(groups, g...)
+			flows = append(flows, f...)
+		}
+	}
+	return groups, flows, c
+}
+
+// nodeIPs are the node's addresses NodePorts are served on.
+func nodeIPs(rz nodenetwork.Realized) []netip.Addr {
+	return []netip.Addr{rz.Node.NodeIP}
+}
+
+// groupID returns the group of a Service port, allocating one the first time.
+func (r *Reconciler) groupID(k groupKey) uint32 {
+	if id, ok := r.groupIDs[k]; ok {
+		return id
+	}
+	r.nextGroup++
+	r.groupIDs[k] = r.nextGroup
+	return r.nextGroup
+}
+
+// forgetGroups drops the ids of groups that are gone. Ids are not reused.
+func (r *Reconciler) forgetGroups(installed []openflow.Group) {
+	keep := map[uint32]bool{}
+	for _, g := range installed {
+		keep[g.ID] = true
+	}
+	for k, id := range r.groupIDs {
+		if !keep[id] {
+			delete(r.groupIDs, k)
+		}
+	}
+}
+
+// warnUnsupported emits one Warning Event per Service version for ports that cannot be realised.
+func (r *Reconciler) warnUnsupported(ctx context.Context, svc *corev1.Service, ports []string) {
+	if r.warned[svc.UID] == svc.ResourceVersion {
+		return
+	}
+	r.warned[svc.UID] = svc.ResourceVersion
+	ctrl.LoggerFrom(ctx).Info("Service has ports the Windows datapath cannot track", "service", client.ObjectKeyFromObject(svc), "ports", ports)
+	if r.Recorder != nil {
+		r.Recorder.Eventf(svc, nil, corev1.EventTypeWarning, UnsupportedProtocolReason, "Proxy",
+			"Ports %s are not served on node %s: the Windows datapath's conntrack tracks only TCP, UDP and ICMP", strings.Join(ports, ", "), r.NodeName)
+	}
+}
