@@ -1,0 +1,202 @@
+//go:build linux
+
+package services_test
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"strings"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	eventsv1 "k8s.io/api/events/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/winnet-io/winnet/controllers/service"
+	"github.com/winnet-io/winnet/test/simnode"
+)
+
+const serverPort = 8080
+
+// nodePortService creates a NodePort Service with a TCP and a UDP port (80 -> the named target
+// port "web") and, as the EndpointSlice controller would, its EndpointSlice with the endpoints
+// given (Pod and node). It returns the Service as the API server allocated it.
+func nodePortService(t *testing.T, name string, endpoints map[*testPod]string) *corev1.Service {
+	t.Helper()
+	g := NewWithT(t)
+	ctx := context.Background()
+	svc := &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name},
+		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeNodePort, Ports: []corev1.ServicePort{
+			{Name: "tcp", Protocol: corev1.ProtocolTCP, Port: 80, TargetPort: intstr.FromString("web")},
+			{Name: "udp", Protocol: corev1.ProtocolUDP, Port: 80, TargetPort: intstr.FromString("web")},
+		}},
+	}
+	g.Expect(server.Client.Create(ctx, svc)).To(Succeed())
+	t.Cleanup(func() { _ = server.Client.Delete(context.Background(), svc) })
+	slice := &discoveryv1.EndpointSlice{
+		ObjectMeta:  metav1.ObjectMeta{Namespace: "default", Name: name + "-1", Labels: map[string]string{discoveryv1.LabelServiceName: name}},
+		AddressType: discoveryv1.AddressTypeIPv4,
+		Ports: []discoveryv1.EndpointPort{
+			{Name: ptr.To("tcp"), Protocol: ptr.To(corev1.ProtocolTCP), Port: ptr.To(int32(serverPort))},
+			{Name: ptr.To("udp"), Protocol: ptr.To(corev1.ProtocolUDP), Port: ptr.To(int32(serverPort))},
+		},
+	}
+	for p, node := range endpoints {
+		slice.Endpoints = append(slice.Endpoints, discoveryv1.Endpoint{Addresses: []string{p.ip.String()}, NodeName: ptr.To(node),
+			Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true)}})
+	}
+	g.Expect(server.Client.Create(ctx, slice)).To(Succeed())
+	t.Cleanup(func() { _ = server.Client.Delete(context.Background(), slice) })
+	return svc
+}
+
+func addrPort(ip string, port int32) netip.AddrPort {
+	return netip.AddrPortFrom(netip.MustParseAddr(ip), uint16(port))
+}
+
+// expectAnswer waits until the namespace's connection to addr is answered by want, and returns the
+// client address the server saw.
+func expectAnswer(t *testing.T, nsName, network string, addr netip.AddrPort, want string) string {
+	t.Helper()
+	var answer string
+	NewWithT(t).Eventually(func() error {
+		var err error
+		answer, err = ask(nsName, network, addr)
+		if err != nil {
+			return err
+		}
+		if !strings.HasPrefix(answer, want+" ") {
+			return fmt.Errorf("answered by %q, want %s", answer, want)
+		}
+		return nil
+	}).WithTimeout(15*time.Second).WithPolling(200*time.Millisecond).Should(Succeed(), "%s %s from %s", network, addr, nsName)
+	from, _, _ := strings.Cut(strings.TrimPrefix(answer, want+" "), ":")
+	return from
+}
+
+// TestClusterIPAndNodePort: Pods reach a ClusterIP whose endpoint is on their node or on another
+// node, over TCP and UDP, with the named target port resolved from the EndpointSlice; the external
+// host reaches the NodePort on a node whose endpoint is local (seen with its own address) or on the
+// other node (SNATed to the node's gateway, and the reply finds its way back); a Service with an
+// SCTP port gets a Warning Event; deleting the Services leaves no group and no flow of theirs.
+// Upstream: test/e2e/network/service.go "should serve a basic endpoint from pods", "should serve
+// multiport endpoints from pods", "should be able to create a functioning NodePort service".
+func TestClusterIPAndNodePort(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	u := simnode.NewUnderlay(t, netip.MustParsePrefix("192.168.61.0/24"))
+	a := startNode(t, u, "svc-a", "192.168.61.11/24", "10.244.61.0/24")
+	b := startNode(t, u, "svc-b", "192.168.61.12/24", "10.244.62.0/24")
+	a.route(t)
+	b.route(t)
+	disableTxChecksum(t, u.External().NS, simnode.HostIfName)
+
+	cli := a.addPod(t, "client")
+	local := a.addPod(t, "server-a")
+	remote := b.addPod(t, "server-b")
+	serve(t, local.ns, "server-a", serverPort)
+	serve(t, remote.ns, "server-b", serverPort)
+	// Pod to Pod across nodes first: the data path the Services build on.
+	expectAnswer(t, cli.ns, "tcp4", netip.AddrPortFrom(remote.ip, serverPort), "server-b")
+
+	svcLocal := nodePortService(t, "web-local", map[*testPod]string{local: a.Name})
+	svcRemote := nodePortService(t, "web-remote", map[*testPod]string{remote: b.Name})
+
+	for _, network := range []string{"tcp4", "udp4"} {
+		idx := 0
+		if network == "udp4" {
+			idx = 1
+		}
+		t.Run("Pod to ClusterIP, endpoint on the same node, "+network, func(t *testing.T) {
+			from := expectAnswer(t, cli.ns, network, addrPort(svcLocal.Spec.ClusterIP, 80), "server-a")
+			NewWithT(t).Expect(from).To(Equal(cli.ip.String()), "the endpoint sees the Pod's own address")
+		})
+		t.Run("Pod to ClusterIP, endpoint on another node, "+network, func(t *testing.T) {
+			from := expectAnswer(t, cli.ns, network, addrPort(svcRemote.Spec.ClusterIP, 80), "server-b")
+			NewWithT(t).Expect(from).To(Equal(cli.ip.String()), "the endpoint sees the Pod's own address")
+		})
+		t.Run("external host to NodePort, endpoint on that node, "+network, func(t *testing.T) {
+			from := expectAnswer(t, u.External().NS, network, netip.AddrPortFrom(a.NodeIP.Addr(), uint16(svcLocal.Spec.Ports[idx].NodePort)), "server-a")
+			NewWithT(t).Expect(from).To(Equal(u.ExternalIP.String()), "no SNAT for a local endpoint")
+		})
+		t.Run("external host to NodePort, endpoint on another node, "+network, func(t *testing.T) {
+			from := expectAnswer(t, u.External().NS, network, netip.AddrPortFrom(a.NodeIP.Addr(), uint16(svcRemote.Spec.Ports[idx].NodePort)), "server-b")
+			NewWithT(t).Expect(from).To(Equal(a.podCIDR.Addr().Next().String()), "SNATed to the node's gateway so that the reply comes back through it")
+		})
+		t.Run("Pod to NodePort on its node, "+network, func(t *testing.T) {
+			expectAnswer(t, cli.ns, network, netip.AddrPortFrom(a.NodeIP.Addr(), uint16(svcRemote.Spec.Ports[idx].NodePort)), "server-b")
+		})
+	}
+
+	t.Run("SCTP is refused with a Warning Event", func(t *testing.T) {
+		g := NewWithT(t)
+		sctp := &corev1.Service{
+			ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "sctp"},
+			Spec:       corev1.ServiceSpec{Ports: []corev1.ServicePort{{Name: "sig", Protocol: corev1.ProtocolSCTP, Port: 9}}},
+		}
+		g.Expect(server.Client.Create(ctx, sctp)).To(Succeed())
+		t.Cleanup(func() { _ = server.Client.Delete(context.Background(), sctp) })
+		g.Eventually(func(g Gomega) {
+			list := &eventsv1.EventList{}
+			g.Expect(server.Client.List(ctx, list, client.InNamespace("default"))).To(Succeed())
+			var reasons []string
+			for _, e := range list.Items {
+				if e.Regarding.Name == "sctp" && e.Type == corev1.EventTypeWarning {
+					reasons = append(reasons, e.Reason)
+				}
+			}
+			g.Expect(reasons).To(ContainElement(service.UnsupportedProtocolReason))
+		}).WithTimeout(converge).Should(Succeed())
+	})
+
+	t.Run("deleting the Services leaves no group and no flow of theirs", func(t *testing.T) {
+		g := NewWithT(t)
+		// The API server's own Service (default/kubernetes) stays; the groups of ours name their
+		// endpoints.
+		ours := func(groups []string) []string {
+			var out []string
+			for _, gr := range groups {
+				if strings.Contains(gr, "dst="+local.ip.String()+":") || strings.Contains(gr, "dst="+remote.ip.String()+":") {
+					out = append(out, gr)
+				}
+			}
+			return out
+		}
+		for _, n := range []*testNode{a, b} {
+			groups, err := n.OVS.DumpGroups("br-int")
+			g.Expect(err).NotTo(HaveOccurred())
+			g.Expect(ours(groups)).To(HaveLen(8), "the two Services' groups on %s: TCP and UDP, cluster and external", n.Name)
+		}
+		for _, s := range []*corev1.Service{svcLocal, svcRemote} {
+			g.Expect(server.Client.Delete(ctx, s)).To(Succeed())
+		}
+		for _, n := range []*testNode{a, b} {
+			g.Eventually(func(g Gomega) {
+				groups, err := n.OVS.DumpGroups("br-int")
+				g.Expect(err).NotTo(HaveOccurred())
+				g.Expect(ours(groups)).To(BeEmpty())
+				flows, err := n.OVS.DumpFlows("br-int", "-O", "OpenFlow15")
+				g.Expect(err).NotTo(HaveOccurred())
+				for _, f := range flows {
+					for _, s := range []*corev1.Service{svcLocal, svcRemote} {
+						g.Expect(f).NotTo(ContainSubstring("nw_dst="+s.Spec.ClusterIP+","), "flow of the deleted Service: %s", f)
+						for _, p := range s.Spec.Ports {
+							g.Expect(f).NotTo(ContainSubstring(fmt.Sprintf("tp_dst=%d ", p.NodePort)), "flow of the deleted Service: %s", f)
+						}
+					}
+				}
+			}).WithTimeout(converge).Should(Succeed(), "on %s", n.Name)
+		}
+		_, err := ask(cli.ns, "tcp4", addrPort(svcLocal.Spec.ClusterIP, 80))
+		g.Expect(err).To(HaveOccurred(), "the deleted ClusterIP no longer answers")
+	})
+	_ = g
+}
