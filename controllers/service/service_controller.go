@@ -20,6 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	"github.com/winnet-io/winnet/controllers/nodenetwork"
+	"github.com/winnet-io/winnet/internal/hostnet"
 	"github.com/winnet-io/winnet/internal/ovs/openflow"
 	"github.com/winnet-io/winnet/internal/pipeline"
 )
@@ -43,6 +44,9 @@ type Reconciler struct {
 	Recorder events.EventRecorder
 	NodeName string
 	State    *nodenetwork.State
+	// Net routes the host's traffic to ClusterIPs into the gateway; nil leaves the host without
+	// ClusterIP routes.
+	Net hostnet.Interface
 
 	// groupIDs holds the group of each Service port (and kind); nextGroup is the next free id.
 	groupIDs  map[groupKey]uint32
@@ -118,7 +122,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result
 		bySvc[key] = append(bySvc[key], s)
 	}
 
-	groups, flows, counts := r.desired(ctx, rz, services.Items, bySvc)
+	groups, flows, clusterIPs, counts := r.desired(ctx, rz, services.Items, bySvc)
 
 	if r.bridge != rz.Flows {
 		// A new connection knows none of the switch's groups: they are all added (or replaced).
@@ -146,6 +150,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result
 	r.groups = groups
 	r.forgetGroups(groups)
 	r.State.FlowsSynced(ctx, nodenetwork.ServiceFlows, rz.Flows)
+	if err := r.syncHostRoutes(ctx, rz, clusterIPs); err != nil {
+		return ctrl.Result{}, err
+	}
 	if synced.Mods() > 0 || gs.Mods() > 0 {
 		log.Info("Synced Service flows", "services", counts.services, "ports", counts.ports, "endpoints", counts.endpoints,
 			"flowMods", synced.Mods(), "groups", len(groups), "took", time.Since(start))
@@ -157,8 +164,9 @@ type counts struct{ services, ports, endpoints int }
 
 // desired computes the groups and flows of every Service, emitting a Warning Event for ports that
 // cannot be realised.
-func (r *Reconciler) desired(ctx context.Context, rz nodenetwork.Realized, services []corev1.Service, bySvc map[types.NamespacedName][]discoveryv1.EndpointSlice) ([]openflow.Group, []openflow.Flow, counts) {
+func (r *Reconciler) desired(ctx context.Context, rz nodenetwork.Realized, services []corev1.Service, bySvc map[types.NamespacedName][]discoveryv1.EndpointSlice) ([]openflow.Group, []openflow.Flow, []netip.Addr, counts) {
 	var c counts
+	var clusterIPs []netip.Addr
 	flows := rz.Node.ServiceBaseFlows()
 	var groups []openflow.Group
 	if r.groupIDs == nil {
@@ -174,6 +182,9 @@ func (r *Reconciler) desired(ctx context.Context, rz nodenetwork.Realized, servi
 			continue
 		}
 		c.services++
+		if ip := d.ports[0].clusterIP; ip.IsValid() {
+			clusterIPs = append(clusterIPs, ip)
+		}
 		for _, p := range d.ports {
 			c.ports++
 			c.endpoints += len(p.endpoints)
@@ -193,7 +204,48 @@ func (r *Reconciler) desired(ctx context.Context, rz nodenetwork.Realized, servi
 			flows = append(flows, f...)
 		}
 	}
-	return groups, flows, c
+	return groups, flows, clusterIPs, c
+}
+
+// syncHostRoutes routes every ClusterIP from the host into the gateway, through
+// pipeline.ServiceNextHop (the pipeline answers its ARP), so that kubelet and host processes reach
+// Services; routes through that next hop that no Service wants are deleted. The next hop is the
+// routes' mark: they are not winnet's owned routes, which the remote route reconciler owns.
+func (r *Reconciler) syncHostRoutes(ctx context.Context, rz nodenetwork.Realized, clusterIPs []netip.Addr) error {
+	if r.Net == nil {
+		return nil
+	}
+	existing, err := r.Net.Routes(ctx, hostnet.RouteFilter{LinkIndex: rz.GatewayLinkIndex})
+	if err != nil {
+		return fmt.Errorf("listing the host's ClusterIP routes: %w", err)
+	}
+	want := map[netip.Prefix]bool{}
+	for _, ip := range clusterIPs {
+		want[netip.PrefixFrom(ip, 32)] = true
+	}
+	have := map[netip.Prefix]bool{}
+	for _, e := range existing {
+		if e.Gateway != pipeline.ServiceNextHop {
+			continue
+		}
+		if want[e.Dst] {
+			have[e.Dst] = true
+			continue
+		}
+		if err := r.Net.DeleteRoute(ctx, e); err != nil {
+			return fmt.Errorf("removing the host route %s: %w", e, err)
+		}
+	}
+	var missing []hostnet.Route
+	for dst := range want {
+		if !have[dst] {
+			missing = append(missing, hostnet.Route{Dst: dst, Gateway: pipeline.ServiceNextHop, LinkIndex: rz.GatewayLinkIndex, OnLink: true})
+		}
+	}
+	if err := r.Net.EnsureRoutes(ctx, missing); err != nil {
+		return fmt.Errorf("routing ClusterIPs from the host: %w", err)
+	}
+	return nil
 }
 
 // nodeIPs are the node's addresses NodePorts are served on.

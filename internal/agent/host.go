@@ -86,7 +86,7 @@ func SetupNodeNetwork(ctx context.Context, mgr ctrl.Manager, nodeName string, op
 	if err := routes.SetupWithManager(mgr); err != nil {
 		return err
 	}
-	services := &service.Reconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("winnet-agent"), NodeName: nodeName, State: state}
+	services := &service.Reconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("winnet-agent"), NodeName: nodeName, State: state, Net: netClient}
 	if err := services.SetupWithManager(mgr); err != nil {
 		return err
 	}

@@ -100,7 +100,7 @@ func StartAgent(t testing.TB, s *APIServer, node *simnode.Node) *Agent {
 	if err := routes.SetupWithManager(mgr); err != nil {
 		fail("remote route reconciler", err)
 	}
-	services := &service.Reconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("winnet-agent"), NodeName: node.Name, State: state}
+	services := &service.Reconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("winnet-agent"), NodeName: node.Name, State: state, Net: net}
 	if err := services.SetupWithManager(mgr); err != nil {
 		fail("Service reconciler", err)
 	}

@@ -82,11 +82,12 @@ func expectAnswer(t *testing.T, nsName, network string, addr netip.AddrPort, wan
 	return from
 }
 
-// TestClusterIPAndNodePort: Pods reach a ClusterIP whose endpoint is on their node or on another
-// node, over TCP and UDP, with the named target port resolved from the EndpointSlice; the external
-// host reaches the NodePort on a node whose endpoint is local (seen with its own address) or on the
-// other node (SNATed to the node's gateway, and the reply finds its way back); a Service with an
-// SCTP port gets a Warning Event; deleting the Services leaves no group and no flow of theirs.
+// TestClusterIPAndNodePort: Pods and the node itself reach a ClusterIP whose endpoint is on their
+// node or on another node, over TCP and UDP, with the named target port resolved from the
+// EndpointSlice; the external host reaches the NodePort on a node whose endpoint is local (seen
+// with its own address) or on the other node (SNATed to the node's gateway, and the reply finds
+// its way back); a Service with an SCTP port gets a Warning Event; deleting the Services leaves no
+// group, flow or host route of theirs.
 // Upstream: test/e2e/network/service.go "should serve a basic endpoint from pods", "should serve
 // multiport endpoints from pods", "should be able to create a functioning NodePort service".
 func TestClusterIPAndNodePort(t *testing.T) {
@@ -130,6 +131,10 @@ func TestClusterIPAndNodePort(t *testing.T) {
 		t.Run("external host to NodePort, endpoint on another node, "+network, func(t *testing.T) {
 			from := expectAnswer(t, u.External().NS, network, netip.AddrPortFrom(a.NodeIP.Addr(), uint16(svcRemote.Spec.Ports[idx].NodePort)), "server-b")
 			NewWithT(t).Expect(from).To(Equal(a.podCIDR.Addr().Next().String()), "SNATed to the node's gateway so that the reply comes back through it")
+		})
+		t.Run("the node itself to ClusterIP, endpoint on the same node and on another, "+network, func(t *testing.T) {
+			expectAnswer(t, a.NS, network, addrPort(svcLocal.Spec.ClusterIP, 80), "server-a")
+			expectAnswer(t, a.NS, network, addrPort(svcRemote.Spec.ClusterIP, 80), "server-b")
 		})
 		t.Run("Pod to NodePort on its node, "+network, func(t *testing.T) {
 			expectAnswer(t, cli.ns, network, netip.AddrPortFrom(a.NodeIP.Addr(), uint16(svcRemote.Spec.Ports[idx].NodePort)), "server-b")
@@ -195,6 +200,13 @@ func TestClusterIPAndNodePort(t *testing.T) {
 				}
 			}).WithTimeout(converge).Should(Succeed(), "on %s", n.Name)
 		}
+		g.Eventually(func(g Gomega) {
+			routes, err := a.Exec("ip", "route")
+			g.Expect(err).NotTo(HaveOccurred())
+			for _, s := range []*corev1.Service{svcLocal, svcRemote} {
+				g.Expect(routes).NotTo(ContainSubstring(s.Spec.ClusterIP+" "), "the host route of the deleted Service")
+			}
+		}).WithTimeout(converge).Should(Succeed())
 		_, err := ask(cli.ns, "tcp4", addrPort(svcLocal.Spec.ClusterIP, 80))
 		g.Expect(err).To(HaveOccurred(), "the deleted ClusterIP no longer answers")
 	})
