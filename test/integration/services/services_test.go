@@ -141,6 +141,14 @@ func TestClusterIPAndNodePort(t *testing.T) {
 		})
 	}
 
+	t.Run("Services work again after ovs-vswitchd is killed and restarted: groups are replayed", func(t *testing.T) {
+		g := NewWithT(t)
+		g.Expect(a.OVS.KillVswitchd()).To(Succeed())
+		g.Expect(a.OVS.StartVswitchd()).To(Succeed())
+		expectAnswer(t, cli.ns, "tcp4", addrPort(svcRemote.Spec.ClusterIP, 80), "server-b")
+		expectAnswer(t, u.External().NS, "tcp4", netip.AddrPortFrom(a.NodeIP.Addr(), uint16(svcRemote.Spec.Ports[0].NodePort)), "server-b")
+	})
+
 	t.Run("SCTP is refused with a Warning Event", func(t *testing.T) {
 		g := NewWithT(t)
 		sctp := &corev1.Service{
