@@ -93,6 +93,11 @@ const (
 	EndpointMissingReason = "EndpointMissing"
 	// PortMissingReason: the OVS port is gone and the agent is recreating it.
 	PortMissingReason = "PortMissing"
+	// WaitingForVNICReason: the endpoint and the Pod's flows are in place; the OVS port waits for
+	// the endpoint's vNIC, which appears when the runtime starts the sandbox after CNI ADD.
+	WaitingForVNICReason = "WaitingForVNIC"
+	// VNICMissingReason: the endpoint's vNIC did not appear within the agent's wait after ADD.
+	VNICMissingReason = "VNICMissing"
 	// PodGoneReason: the Pod no longer exists; the attachment is being torn down.
 	PodGoneReason = "PodGone"
 )

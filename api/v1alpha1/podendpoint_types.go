@@ -98,6 +98,11 @@ type PodEndpointStatus struct {
 	// +listType=set
 	// +kubebuilder:validation:MaxItems=64
 	AttachedContainers []string `json:"attachedContainers,omitempty"`
+
+	// vnicToForwarding is how long the Pod's OVS port took to forward once the endpoint's vNIC
+	// appeared (when the runtime started the sandbox, after CNI ADD).
+	// +optional
+	VNICToForwarding *metav1.Duration `json:"vnicToForwarding,omitempty"`
 }
 
 // PodEndpoint is the network attachment of one Pod: one HNS endpoint plus one OVS port of the same

@@ -121,11 +121,15 @@ func (p *Pods) join(ctx context.Context, n node, c *call, a *Attachment) (*Attac
 	} else if len(repaired) > 0 {
 		ctrl.LoggerFrom(ctx).Info("Repaired the network of an attached sandbox on ADD", "repaired", repaired)
 	}
-	if err := p.opts.Host.HNS.AttachEndpoint(ctx, a.EndpointID, c.req.Netns); err != nil {
+	netns := c.req.Netns
+	if strings.HasPrefix(netns, containerNetnsPrefix) {
+		netns = a.Netns // the workload container shares the sandbox's namespace
+	}
+	if err := p.opts.Host.HNS.AttachEndpoint(ctx, a.EndpointID, netns); err != nil {
 		if errors.Is(err, hns.ErrNotFound) {
-			return nil, cnitypes.NewError(cnitypes.ErrInvalidNetNS, fmt.Sprintf("attaching the endpoint of sandbox %s to %q", c.sandbox, c.req.Netns), err.Error())
+			return nil, cnitypes.NewError(cnitypes.ErrInvalidNetNS, fmt.Sprintf("attaching the endpoint of sandbox %s to %q", c.sandbox, netns), err.Error())
 		}
-		return nil, fmt.Errorf("attaching HNS endpoint %s to %s: %w", a.EndpointName, c.req.Netns, err)
+		return nil, fmt.Errorf("attaching HNS endpoint %s to %s: %w", a.EndpointName, netns, err)
 	}
 	if slices.Contains(a.Containers, c.req.ContainerID) {
 		return a, nil

@@ -32,15 +32,20 @@ func (p *Pods) verify(ctx context.Context, n node, a *Attachment) []string {
 		if ep.IP != a.IP.Addr() {
 			problems = append(problems, fmt.Sprintf("HNS endpoint %s has address %s, not %s", a.EndpointName, ep.IP, a.IP.Addr()))
 		}
-		if ep.NamespaceID != a.Netns {
+		if !sameID(ep.NamespaceID, a.Netns) {
 			problems = append(problems, fmt.Sprintf("HNS endpoint %s is not attached to %s", a.EndpointName, a.Netns))
 		}
 	}
 
-	wctx, cancel := context.WithTimeout(ctx, portCheckTimeout)
-	ofport, err := p.opts.Host.OVSDB.WaitOFPort(wctx, a.EndpointName)
-	cancel()
+	var ofport int32
+	err = nil
+	if !a.WaitingForVNIC { // a port waiting for its vNIC has no ofport yet
+		wctx, cancel := context.WithTimeout(ctx, portCheckTimeout)
+		ofport, err = p.opts.Host.OVSDB.WaitOFPort(wctx, a.EndpointName)
+		cancel()
+	}
 	switch {
+	case a.WaitingForVNIC:
 	case err != nil:
 		problems = append(problems, fmt.Sprintf("OVS port %s is missing", a.EndpointName))
 	case ofport != a.OFPort:
@@ -136,9 +141,27 @@ func (p *Pods) repair(ctx context.Context, n node, a *Attachment) ([]string, err
 		if err := p.opts.Host.HNS.AttachEndpoint(ctx, ep.ID, a.Netns); err != nil {
 			return repaired, fmt.Errorf("attaching HNS endpoint %s to the Pod's network namespace %s: %w", a.EndpointName, a.Netns, err)
 		}
-		if _, err := configurePodInterface(a.Netns, ep.MAC, a.MTU); err != nil {
+		if !a.WaitingForVNIC {
+			// The recreated endpoint's vNIC comes when HNS attaches it to the running sandbox.
+			a.WaitingForVNIC, changed = true, true
+		}
+	}
+	if a.WaitingForVNIC {
+		// Nothing to repair on a port whose vNIC has not appeared: its waiter binds it.
+		added, err := p.syncFlows(ctx, n, a)
+		if err != nil {
 			return repaired, err
 		}
+		if added {
+			repaired = append(repaired, "FlowsMissing")
+		}
+		if changed {
+			if err := p.opts.Store.Put(a); err != nil {
+				return repaired, err
+			}
+		}
+		p.waitVNIC(a)
+		return repaired, nil
 	}
 
 	oldPort, oldBridge := a.OFPort, a.Bridge

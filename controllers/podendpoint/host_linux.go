@@ -4,10 +4,14 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"os"
+	"path/filepath"
+	"strings"
 
 	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/vishvananda/netlink"
 
+	"github.com/winnet-io/winnet/internal/hns"
 	"github.com/winnet-io/winnet/internal/hostnet"
 	"github.com/winnet-io/winnet/internal/ovs/ovsdb"
 )
@@ -30,11 +34,19 @@ func setSwitchPort(ctx context.Context, h hostnet.Interface, name string, on boo
 	return h.SetSwitchPort(ctx, link.Index, on)
 }
 
+// vnicName is the name under which the host sees the endpoint's vNIC: in the HNS simulator the host
+// end of its veth pair, named after the endpoint (which is also the port's name).
+func vnicName(port string) string { return port }
+
 // configurePodInterface sets the MTU of the Pod's interface, found by its MAC in the Pod's network
-// namespace, and returns the interface's name there.
-func configurePodInterface(netnsPath string, mac net.HardwareAddr, mtu int) (string, error) {
-	var name string
-	err := ns.WithNetNSPath(netnsPath, func(ns.NetNS) error {
+// namespace (HNS configures the rest from the endpoint).
+func (p *Pods) configurePodInterface(_ context.Context, a *Attachment) error {
+	mac, err := net.ParseMAC(a.MAC)
+	if err != nil {
+		return fmt.Errorf("MAC of endpoint %s: %w", a.EndpointName, err)
+	}
+	path := netnsPath(a.Netns)
+	err = ns.WithNetNSPath(path, func(ns.NetNS) error {
 		links, err := netlink.LinkList()
 		if err != nil {
 			return fmt.Errorf("listing interfaces: %w", err)
@@ -43,10 +55,9 @@ func configurePodInterface(netnsPath string, mac net.HardwareAddr, mtu int) (str
 			if l.Attrs().HardwareAddr.String() != mac.String() {
 				continue
 			}
-			name = l.Attrs().Name
-			if mtu > 0 && l.Attrs().MTU != mtu {
-				if err := netlink.LinkSetMTU(l, mtu); err != nil {
-					return fmt.Errorf("setting MTU %d on %s: %w", mtu, name, err)
+			if a.MTU > 0 && l.Attrs().MTU != a.MTU {
+				if err := netlink.LinkSetMTU(l, a.MTU); err != nil {
+					return fmt.Errorf("setting MTU %d on %s: %w", a.MTU, l.Attrs().Name, err)
 				}
 			}
 			return nil
@@ -54,7 +65,27 @@ func configurePodInterface(netnsPath string, mac net.HardwareAddr, mtu int) (str
 		return fmt.Errorf("no interface with MAC %s", mac)
 	})
 	if err != nil {
-		return "", fmt.Errorf("configuring the Pod's interface in %s: %w", netnsPath, err)
+		return fmt.Errorf("configuring the Pod's interface in %s: %w", path, err)
 	}
-	return name, nil
+	return nil
+}
+
+// netnsPath resolves a CNI_NETNS to a namespace path: an absolute path as it is, a name (an HCN
+// namespace GUID in the simulator) under /var/run/netns, compared case-insensitively.
+func netnsPath(netns string) string {
+	if filepath.IsAbs(netns) {
+		return netns
+	}
+	path := filepath.Join(hns.DefaultNetNSDir, netns)
+	if _, err := os.Stat(path); err == nil {
+		return path
+	}
+	if entries, err := os.ReadDir(hns.DefaultNetNSDir); err == nil {
+		for _, e := range entries {
+			if strings.EqualFold(e.Name(), netns) {
+				return filepath.Join(hns.DefaultNetNSDir, e.Name())
+			}
+		}
+	}
+	return path
 }

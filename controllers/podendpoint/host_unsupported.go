@@ -5,7 +5,6 @@ package podendpoint
 import (
 	"context"
 	"errors"
-	"net"
 
 	"github.com/winnet-io/winnet/internal/hostnet"
 	"github.com/winnet-io/winnet/internal/ovs/ovsdb"
@@ -18,6 +17,8 @@ func setSwitchPort(context.Context, hostnet.Interface, string, bool) error {
 	return errors.ErrUnsupported
 }
 
-func configurePodInterface(string, net.HardwareAddr, int) (string, error) {
-	return "", errors.ErrUnsupported
+func vnicName(port string) string { return port }
+
+func (p *Pods) configurePodInterface(context.Context, *Attachment) error {
+	return errors.ErrUnsupported
 }

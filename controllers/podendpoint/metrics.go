@@ -35,10 +35,20 @@ var (
 		Help:      "Time each step of the agent's CNI ADD and DEL took (ipam, endpoint, attach, port, flows, store; DEL: flows+port, endpoint, ipam, store).",
 		Buckets:   cniBuckets,
 	}, []string{"command", "step"})
+	vnicToForwarding = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Namespace: "winnet",
+		Subsystem: "pod",
+		Name:      "vnic_to_forwarding_seconds",
+		Help:      "Time from a Pod's vNIC appearing (when the runtime starts the sandbox, after CNI ADD) to its OVS port forwarding.",
+		Buckets:   cniBuckets,
+	})
 )
 
+// observeVNIC records how long a Pod's port took to forward once its vNIC appeared.
+func observeVNIC(took time.Duration) { vnicToForwarding.Observe(took.Seconds()) }
+
 func init() {
-	ctrlmetrics.Registry.MustRegister(cniRequestDuration, cniStepDuration)
+	ctrlmetrics.Registry.MustRegister(cniRequestDuration, cniStepDuration, vnicToForwarding)
 }
 
 // observeRequest records how long a CNI request took and how it ended (code 0: success).

@@ -12,6 +12,7 @@ import (
 	"github.com/containernetworking/cni/pkg/version"
 
 	"github.com/winnet-io/winnet/internal/cni"
+	"github.com/winnet-io/winnet/internal/hns"
 )
 
 // netConf is the part of the network configuration the agent reads: the runtime's conflist entry
@@ -62,13 +63,20 @@ func parseNetConf(req cni.Request) (*netConf, error) {
 	return conf, nil
 }
 
-// dns returns the Pod's DNS settings for the CNI result.
+// dns returns the Pod's DNS settings for the CNI result and its HNS endpoint: the runtime's
+// (runtimeConfig.dns, from the Pod's dnsPolicy), else the network configuration's.
 func (c *netConf) dns() types.DNS {
 	d := c.RuntimeConfig.DNS
 	if d == nil {
-		return types.DNS{}
+		return c.DNS
 	}
 	return types.DNS{Nameservers: d.Servers, Search: d.Searches, Options: d.Options}
+}
+
+// endpointDNS is the Pod's DNS settings as the HNS endpoint carries them.
+func (c *netConf) endpointDNS() hns.DNS {
+	d := c.dns()
+	return hns.DNS{Domain: d.Domain, Search: d.Search, Servers: d.Nameservers, Options: d.Options}
 }
 
 // podArgs are the CNI_ARGS keys Kubernetes runtimes pass.
@@ -147,6 +155,10 @@ func parseCall(req cni.Request) (*call, error) {
 		return nil, err
 	}
 	c.sandbox = req.ContainerID
+	if id, ok := strings.CutPrefix(req.Netns, containerNetnsPrefix); ok && c.args.InfraContainerID == "" {
+		// A workload container that joins its sandbox's namespace: CNI_NETNS=container:<sandbox ID>.
+		c.args.InfraContainerID = id
+	}
 	if id := c.args.InfraContainerID; id != "" {
 		if err := utils.ValidateContainerID(id); err != nil {
 			return nil, types.NewError(types.ErrInvalidEnvironmentVariables, "K8S_POD_INFRA_CONTAINER_ID: "+err.Msg, err.Details)
@@ -159,6 +171,10 @@ func parseCall(req cni.Request) (*call, error) {
 	}
 	return c, nil
 }
+
+// containerNetnsPrefix starts the CNI_NETNS of a workload container on Windows that shares its
+// sandbox's namespace: "container:<sandbox ID>".
+const containerNetnsPrefix = "container:"
 
 func missingEnv(name string) error {
 	return types.NewError(types.ErrInvalidEnvironmentVariables, fmt.Sprintf("required environment variable %s is missing", name), "")

@@ -17,6 +17,10 @@ func setStatus(pep *networkv1alpha1.PodEndpoint, a *Attachment, repaired []strin
 	pep.Status.OVSPort = a.EndpointName
 	pep.Status.OFPort = a.OFPort
 	pep.Status.AttachedContainers = slices.Clone(a.Containers)
+	pep.Status.VNICToForwarding = nil
+	if !a.WaitingForVNIC && a.VNICToForwarding > 0 {
+		pep.Status.VNICToForwarding = &metav1.Duration{Duration: a.VNICToForwarding}
+	}
 	setReadyCondition(pep, a, repaired, repairErr)
 	if repairErr == nil {
 		pep.Status.ObservedGeneration = pep.Generation
@@ -34,6 +38,14 @@ func setReadyCondition(pep *networkv1alpha1.PodEndpoint, a *Attachment, repaired
 	}
 	if len(repaired) > 0 {
 		c.Message += "; repaired: " + strings.Join(repaired, ", ")
+	}
+	switch {
+	case a.VNICMissing:
+		c.Status, c.Reason = metav1.ConditionFalse, networkv1alpha1.VNICMissingReason
+		c.Message = fmt.Sprintf("the vNIC of HNS endpoint %s did not appear after ADD (the runtime did not start the sandbox); its port %s forwards nothing", a.EndpointID, a.EndpointName)
+	case a.WaitingForVNIC:
+		c.Status, c.Reason = metav1.ConditionFalse, networkv1alpha1.WaitingForVNICReason
+		c.Message = fmt.Sprintf("HNS endpoint %s and the Pod's flows (ofport %d) are in place; OVS port %s waits for the endpoint's vNIC, which appears when the runtime starts the sandbox", a.EndpointID, a.OFPort, a.EndpointName)
 	}
 	if repairErr != nil {
 		c.Status, c.Reason, c.Message = metav1.ConditionFalse, networkv1alpha1.ProgressingReason, repairErr.Error()

@@ -54,6 +54,9 @@ type Options struct {
 	Store    *Store
 	// NotReadyWait bounds how long ADD waits for the node network; zero means DefaultNotReadyWait.
 	NotReadyWait time.Duration
+	// VNICTimeout bounds how long the agent waits for a Pod's vNIC after ADD; zero means
+	// DefaultVNICTimeout.
+	VNICTimeout time.Duration
 }
 
 // Pods attaches Pod sandboxes to the node network and detaches them. The CNI handler and the
@@ -82,6 +85,11 @@ type Pods struct {
 	// verified records when each attachment was last made or repaired.
 	verifiedMu sync.Mutex
 	verified   map[string]verification
+	// vnicWaiters cancel the waiters of the vNICs that have not appeared yet, by sandbox; baseCtx
+	// is their parent.
+	vnicMu      sync.Mutex
+	vnicWaiters map[string]context.CancelFunc
+	baseCtx     context.Context
 }
 
 // verification is when an attachment was last made or repaired, and on which bridge connection.
@@ -124,7 +132,11 @@ func NewPods(opts Options) *Pods {
 	if opts.NotReadyWait <= 0 {
 		opts.NotReadyWait = DefaultNotReadyWait
 	}
-	p := &Pods{opts: opts, ofportOwner: map[int32]string{}, verified: map[string]verification{}}
+	if opts.VNICTimeout <= 0 {
+		opts.VNICTimeout = DefaultVNICTimeout
+	}
+	p := &Pods{opts: opts, ofportOwner: map[int32]string{}, verified: map[string]verification{},
+		vnicWaiters: map[string]context.CancelFunc{}, baseCtx: context.Background()}
 	for _, a := range opts.Store.List() {
 		if a.OFPort > 0 {
 			p.ofportOwner[a.OFPort] = a.SandboxID
@@ -240,16 +252,17 @@ func (u undoStack) run(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-// attach makes a new attachment for the call's sandbox: an address from IPAM, the HNS endpoint
-// attached to the Pod's network namespace, the OVS port of the same name and the Pod's flows; on
-// any failure it undoes what it did.
+// attach makes a new attachment for the call's sandbox, in the order Windows needs: an address
+// from IPAM, the HNS endpoint (with the Pod's DNS settings) attached to the Pod's namespace, the
+// Pod's flows for the ofport the agent requests, and the OVS port of the same name, unbound until
+// the endpoint's vNIC appears after ADD returns (see vnic.go). On any failure it undoes what it did.
 func (p *Pods) attach(ctx context.Context, n node, c *call) (_ *Attachment, retErr error) {
 	log := ctrl.LoggerFrom(ctx)
 	a := &Attachment{
 		SandboxID: c.sandbox, PodNamespace: c.args.Namespace, PodName: c.args.Name, PodUID: c.args.UID,
 		Netns: c.req.Netns, IfName: c.req.IfName, EndpointName: EndpointName(c.sandbox),
 		NetworkID: n.networkID, Bridge: n.bridge, Gateway: n.realized.Node.GatewayIP, MTU: n.mtu,
-		Containers: []string{c.sandbox}, Created: time.Now().UTC(),
+		Containers: []string{c.sandbox}, Created: time.Now().UTC(), WaitingForVNIC: true,
 	}
 	var undo undoStack
 	steps := newStepTimer(cniCommandAdd)
@@ -273,6 +286,7 @@ func (p *Pods) attach(ctx context.Context, n node, c *call) (_ *Attachment, retE
 
 	ep, err := p.createEndpoint(ctx, hns.EndpointSpec{
 		Name: a.EndpointName, NetworkID: a.NetworkID, IP: ip.Addr(), PrefixLength: ip.Bits(), Gateway: a.Gateway,
+		DNS: c.conf.endpointDNS(),
 	})
 	if err != nil {
 		return nil, err
@@ -286,30 +300,22 @@ func (p *Pods) attach(ctx context.Context, n node, c *call) (_ *Attachment, retE
 	undo.push(func(ctx context.Context) error { return p.deletePort(ctx, a) })
 	undo.push(func(ctx context.Context) error { return p.removeFlows(ctx, a.OFPort, a.SandboxID) })
 	// The flows depend only on the ofport the agent asks for: they are installed while the endpoint
-	// is attached and OVS attaches the port, and follow the port if OVS gives it another number.
+	// is attached and the port created, and follow the port if OVS gives it another number.
 	flowsDone := make(chan error, 1)
 	go func() {
 		_, err := p.installFlows(ctx, n.realized, a)
 		flowsDone <- err
 	}()
-	var ofport int32
 	err = p.attachPod(ctx, ep, a)
 	steps.done("attach")
 	if err == nil {
-		// The endpoint's vNIC appears on the switch once the endpoint is attached: now it can
-		// become the OVS port.
-		if err = p.createPort(ctx, a); err == nil {
-			ofport, err = p.waitPort(ctx, a)
-		}
+		err = p.createPort(ctx, a, false)
 		steps.done("port")
 	}
 	if ferr := <-flowsDone; err == nil {
 		err = ferr
 	}
 	steps.done("flows")
-	if err == nil && ofport != a.OFPort {
-		err = p.moveFlows(ctx, n, a, ofport)
-	}
 	if err != nil {
 		return nil, err
 	}
@@ -317,11 +323,12 @@ func (p *Pods) attach(ctx context.Context, n node, c *call) (_ *Attachment, retE
 		return nil, err
 	}
 	p.markVerified(a.SandboxID, n.realized.Flows)
+	p.waitVNIC(a)
 	steps.done("store")
 	return a, nil
 }
 
-// attachPod attaches the endpoint to the Pod's network namespace and configures its interface.
+// attachPod attaches the endpoint to the Pod's network namespace.
 func (p *Pods) attachPod(ctx context.Context, ep *hns.Endpoint, a *Attachment) error {
 	if err := p.opts.Host.HNS.AttachEndpoint(ctx, ep.ID, a.Netns); err != nil {
 		if errors.Is(err, hns.ErrNotFound) {
@@ -329,8 +336,7 @@ func (p *Pods) attachPod(ctx context.Context, ep *hns.Endpoint, a *Attachment) e
 		}
 		return fmt.Errorf("attaching HNS endpoint %s to %s: %w", a.EndpointName, a.Netns, err)
 	}
-	_, err := configurePodInterface(a.Netns, ep.MAC, a.MTU)
-	return err
+	return nil
 }
 
 // createEndpoint creates the sandbox's HNS endpoint. If that fails and an endpoint of the same name
@@ -384,11 +390,12 @@ func (p *Pods) moveFlows(ctx context.Context, n node, a *Attachment, ofport int3
 	return err
 }
 
-// ensurePort makes the endpoint's port exist and attached by OVS, as attach does, for a
-// repair: it reports whether the port had to be created or fixed and records the ofport OVS gave.
+// ensurePort makes the endpoint's port exist, bound and attached by OVS, for a repair of an
+// attachment whose vNIC exists: it reports whether the port had to be created or fixed and records
+// the ofport OVS gave.
 func (p *Pods) ensurePort(ctx context.Context, a *Attachment) (bool, error) {
 	before := p.opts.Host.OVSDB.MutatingOperations()
-	if err := p.createPort(ctx, a); err != nil {
+	if err := p.createPort(ctx, a, true); err != nil {
 		return false, err
 	}
 	ofport, err := p.waitPort(ctx, a)
@@ -399,16 +406,23 @@ func (p *Pods) ensurePort(ctx context.Context, a *Attachment) (bool, error) {
 	return p.opts.Host.OVSDB.MutatingOperations() != before, nil
 }
 
-// createPort makes the endpoint's host interface a switch port and the OVS port of the same name
-// exist, requesting the attachment's ofport.
-func (p *Pods) createPort(ctx context.Context, a *Attachment) error {
-	// The interface becomes a switch port while OVS creates the port: the Pod sends nothing before
-	// its ADD returns, and both are in place by then.
+// createPort makes the OVS port of the endpoint's name exist, requesting the attachment's ofport:
+// unbound before the endpoint's vNIC exists, bound once it does, when the vNIC becomes a switch
+// port meanwhile.
+func (p *Pods) createPort(ctx context.Context, a *Attachment, bound bool) error {
+	typ := podPortTypeUnbound
 	marked := make(chan error, 1)
-	go func() { marked <- setSwitchPort(ctx, p.opts.Host.Net, a.EndpointName, true) }()
-	spec := ovsdb.PortSpec{Name: a.EndpointName, Type: podPortType, OFPortRequest: a.OFPort, ExternalIDs: map[string]string{
+	if bound {
+		typ = podPortType
+		go func() { marked <- setSwitchPort(ctx, p.opts.Host.Net, a.EndpointName, true) }()
+	} else {
+		marked <- nil // no vNIC yet
+	}
+	spec := ovsdb.PortSpec{Name: a.EndpointName, Type: typ, OFPortRequest: a.OFPort, ExternalIDs: map[string]string{
 		"winnet-pod":     a.PodNamespace + "/" + a.PodName,
 		"winnet-sandbox": a.SandboxID,
+		// Binding changes the row (as the type does on Windows), so that OVS opens the vNIC now.
+		"winnet-vnic": strconv.FormatBool(bound),
 	}}
 	_, err := p.opts.Host.OVSDB.EnsurePort(ctx, a.Bridge, spec)
 	if merr := <-marked; merr != nil {
@@ -516,6 +530,7 @@ func (p *Pods) removeFlows(ctx context.Context, ofport int32, sandbox string) er
 // detach removes everything of the attachment — flows, OVS port, HNS endpoint, address — and
 // forgets it. Each step is idempotent, so a detach that failed half-way can be repeated.
 func (p *Pods) detach(ctx context.Context, a *Attachment) error {
+	p.stopVNICWaiter(a.SandboxID)
 	steps := newStepTimer(cniCommandDel)
 	defer func() { ctrl.LoggerFrom(ctx).V(1).Info("DEL steps", "took", steps.String()) }()
 	if !a.Deleting {

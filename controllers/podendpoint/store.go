@@ -64,6 +64,13 @@ type Attachment struct {
 	// half-way is finished by the next DEL or by the PodEndpoint reconciler.
 	Deleting bool      `json:"deleting,omitempty"`
 	Created  time.Time `json:"created"`
+	// WaitingForVNIC records that the endpoint's vNIC has not appeared yet (it comes when the
+	// runtime starts the sandbox, after ADD): the port is unbound and has no ofport (see vnic.go).
+	WaitingForVNIC bool `json:"waitingForVNIC,omitempty"`
+	// VNICMissing records that the vNIC did not appear within the agent's wait.
+	VNICMissing bool `json:"vnicMissing,omitempty"`
+	// VNICToForwarding is how long the port took to forward once the vNIC appeared.
+	VNICToForwarding time.Duration `json:"vnicToForwarding,omitempty"`
 }
 
 // Pod returns the key of the attachment's Pod (and PodEndpoint).

@@ -152,6 +152,9 @@ func (p *Pods) startUp(ctx context.Context, n node) {
 		log.Error(err, "Removing orphaned Pod attachments at start-up failed; GC retries")
 	}
 	for _, a := range p.opts.Store.List() {
+		if a.WaitingForVNIC && !a.Deleting {
+			p.waitVNIC(a) // the agent restarted before the vNIC appeared
+		}
 		p.notify(a.Pod())
 	}
 	log.Info("Reconciled Pod attachments at start-up", "attachments", len(p.opts.Store.List()))

@@ -12,6 +12,11 @@ import (
 // as Windows takes a moment (see hns.LinuxSimOptions.HostIPDelay).
 const SimHostIPDelay = 300 * time.Millisecond
 
+// SimSandboxDir is the directory, in the agent's state directory, where a runtime (a test harness playing
+// containerd) marks the sandboxes it started, so that the HNS simulator makes their endpoints' vNICs appear
+// (see hns.LinuxSimOptions.SandboxDir and hns.StartSandbox).
+const SimSandboxDir = "hns-sandboxes"
+
 // newHNS returns the HNS simulator backed by veth pairs: Linux has no HNS, and this is how the whole
 // data plane runs on Linux (simulated nodes, the demo). Like HNS, whose state survives an agent
 // restart but not a reboot, the simulator keeps its state in a file under the agent's state dir; a
@@ -20,6 +25,7 @@ func newHNS(opts HostOptions) (hns.Interface, error) {
 	h, err := hns.NewLinuxSim(hns.LinuxSimOptions{
 		HostNetNS:   opts.NetNSPath,
 		HostIPDelay: SimHostIPDelay,
+		SandboxDir:  filepath.Join(opts.StateDir, SimSandboxDir),
 		StateFile:   filepath.Join(opts.StateDir, "hns-sim.json"),
 	})
 	if err != nil {

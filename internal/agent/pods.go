@@ -31,8 +31,9 @@ type PodNetworkOptions struct {
 	CNIBinDirs []string
 	// StateDir holds IPAM allocations (ipam/) and the Pods' attachments (pods/).
 	StateDir string
-	// ResyncPeriod and NotReadyWait tune the reconciler and ADD; zero means the defaults.
-	ResyncPeriod, NotReadyWait time.Duration
+	// ResyncPeriod and NotReadyWait tune the reconciler and ADD, VNICTimeout how long a Pod's port
+	// waits for its vNIC after ADD; zero means the defaults.
+	ResyncPeriod, NotReadyWait, VNICTimeout time.Duration
 }
 
 // PodNetwork is the agent's Pod networking, for tests that look inside.
@@ -56,6 +57,7 @@ func SetupPodNetwork(ctx context.Context, mgr ctrl.Manager, opts PodNetworkOptio
 	pods := podendpoint.NewPods(podendpoint.Options{
 		Reader: mgr.GetClient(), NodeName: opts.NodeName, Host: opts.Host, State: opts.State, Store: store,
 		NotReadyWait: opts.NotReadyWait,
+		VNICTimeout:  opts.VNICTimeout,
 	})
 	reconciler := &podendpoint.Reconciler{
 		Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("winnet-agent"), NodeName: opts.NodeName, Pods: pods,

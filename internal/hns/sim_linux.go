@@ -450,8 +450,11 @@ func (b *vethBackend) realise(_ context.Context, ep Endpoint, namespaceID string
 		} else if !isLinkNotFound(err) {
 			return fmt.Errorf("looking up interface %q: %w", hostName, err)
 		}
+		// The host end is born up: OVS may open it (it watches for the device of a port it could not
+		// open) between its creation and a later "set up", remember it as down, and set it down again
+		// when it closes it.
 		veth := &netlink.Veth{
-			LinkAttrs:        netlink.LinkAttrs{Name: hostName},
+			LinkAttrs:        netlink.LinkAttrs{Name: hostName, Flags: net.FlagUp},
 			PeerName:         peer,
 			PeerHardwareAddr: ep.MAC,
 			PeerNamespace:    netlink.NsFd(int(target.Fd())),
@@ -575,8 +578,16 @@ func (b *vethBackend) detachEndpoint(_ context.Context, ep Endpoint, _ string) e
 	return nil
 }
 
-// reboot deletes every pair the simulator knows of and forgets every endpoint.
+// reboot deletes every pair the simulator knows of and forgets every endpoint and started sandbox: a reboot
+// ends every sandbox, and the runtime makes new ones.
 func (b *vethBackend) reboot(_ context.Context) error {
+	if b.sandboxDir != "" {
+		if entries, err := os.ReadDir(b.sandboxDir); err == nil {
+			for _, e := range entries {
+				_ = os.Remove(filepath.Join(b.sandboxDir, e.Name()))
+			}
+		}
+	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	names := make([]string, 0, len(b.names))

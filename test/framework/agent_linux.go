@@ -14,7 +14,6 @@ import (
 	"github.com/winnet-io/winnet/controllers/nodenetwork"
 	"github.com/winnet-io/winnet/controllers/podendpoint"
 	"github.com/winnet-io/winnet/controllers/remoteroute"
-	"github.com/winnet-io/winnet/controllers/service"
 	"github.com/winnet-io/winnet/internal/agent"
 	"github.com/winnet-io/winnet/internal/hns"
 	"github.com/winnet-io/winnet/internal/hostnet"
@@ -34,6 +33,9 @@ type Agent struct {
 	CNISocket, CNIConfDir, StateDir string
 	// Pods is the agent's Pod network.
 	Pods *agent.PodNetwork
+	// SandboxDir is where the harness, playing containerd, starts Pod sandboxes after ADD
+	// (hns.StartSandbox): only then do their endpoints' vNICs appear.
+	SandboxDir string
 
 	stopOnce sync.Once
 	stop     func()
@@ -50,9 +52,10 @@ func (a *Agent) Stop() {
 	})
 }
 
-// Pod network settings of agents in tests: drift is repaired within a second, and ADD waits at
-// most a second for a node network that is not Ready.
+// Pod network settings of agents in tests: drift is repaired within a second, ADD waits at most a
+// second for a node network that is not Ready, and a Pod's port waits TestVNICTimeout for its vNIC.
 const (
+	TestVNICTimeout     = 5 * time.Second
 	testPodResync       = time.Second
 	testPodNotReadyWait = time.Second
 )
@@ -67,7 +70,9 @@ func StartAgent(t testing.TB, s *APIServer, node *simnode.Node) *Agent {
 		cancel()
 		t.Fatalf("starting the agent of %s: %s: %v", node.Name, what, err)
 	}
-	sim, err := hns.NewLinuxSim(hns.LinuxSimOptions{HostNetNS: node.NSPath, HostIPDelay: agent.SimHostIPDelay})
+	dir := t.TempDir()
+	sandboxes := filepath.Join(dir, agent.SimSandboxDir)
+	sim, err := hns.NewLinuxSim(hns.LinuxSimOptions{HostNetNS: node.NSPath, HostIPDelay: agent.SimHostIPDelay, SandboxDir: sandboxes})
 	if err != nil {
 		fail("HNS simulator", err)
 	}
@@ -85,7 +90,6 @@ func StartAgent(t testing.TB, s *APIServer, node *simnode.Node) *Agent {
 	if err != nil {
 		fail("manager", err)
 	}
-	dir := t.TempDir()
 	state := nodenetwork.NewState()
 	nodes := &nodenetwork.Reconciler{
 		Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("winnet-agent"), NodeName: node.Name, State: state,
@@ -100,16 +104,13 @@ func StartAgent(t testing.TB, s *APIServer, node *simnode.Node) *Agent {
 	if err := routes.SetupWithManager(mgr); err != nil {
 		fail("remote route reconciler", err)
 	}
-	services := &service.Reconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("winnet-agent"), NodeName: node.Name, State: state, Net: net}
-	if err := services.SetupWithManager(mgr); err != nil {
-		fail("Service reconciler", err)
-	}
 	a := &Agent{HNS: sim, OVSDB: db, Net: net,
-		CNISocket: filepath.Join(dir, "run", "cni.sock"), CNIConfDir: filepath.Join(dir, "net.d"), StateDir: filepath.Join(dir, "state")}
+		CNISocket: filepath.Join(dir, "run", "cni.sock"), CNIConfDir: filepath.Join(dir, "net.d"), StateDir: filepath.Join(dir, "state"),
+		SandboxDir: sandboxes}
 	a.Pods, err = agent.SetupPodNetwork(ctx, mgr, agent.PodNetworkOptions{
 		NodeName: node.Name, Host: podendpoint.Host{HNS: sim, OVSDB: db, Net: net}, State: state,
 		CNISocket: a.CNISocket, CNIConfDir: a.CNIConfDir, CNIBinDirs: agent.DefaultCNIBinDirs, StateDir: a.StateDir,
-		ResyncPeriod: testPodResync, NotReadyWait: testPodNotReadyWait,
+		ResyncPeriod: testPodResync, NotReadyWait: testPodNotReadyWait, VNICTimeout: TestVNICTimeout,
 	})
 	if err != nil {
 		fail("Pod network", err)

@@ -20,6 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	networkv1alpha1 "github.com/winnet-io/winnet/api/v1alpha1"
+	"github.com/winnet-io/winnet/internal/agent"
 	"github.com/winnet-io/winnet/internal/hns"
 	"github.com/winnet-io/winnet/internal/ovs/ovstest"
 	"github.com/winnet-io/winnet/test/simnode"
@@ -200,6 +201,10 @@ func (n *Node) StopAgent(sig syscall.Signal) error {
 	return n.agent.stop(sig, 30*time.Second)
 }
 
+// SandboxDir is where the harness, playing containerd, starts the node's Pod sandboxes after ADD: the HNS
+// simulator in the node's agent makes their endpoints' vNICs appear then.
+func (n *Node) SandboxDir() string { return filepath.Join(n.StateDir, agent.SimSandboxDir) }
+
 // RestartAgent stops the agent with SIGTERM and starts it again.
 func (n *Node) RestartAgent() error {
 	if err := n.StopAgent(syscall.SIGTERM); err != nil {
@@ -236,7 +241,8 @@ func (n *Node) Reboot() error {
 	if err := n.StopAgent(syscall.SIGKILL); err != nil {
 		return err
 	}
-	sim, err := hns.NewLinuxSim(hns.LinuxSimOptions{HostNetNS: n.NSPath, StateFile: filepath.Join(n.StateDir, HNSStateFile)})
+	sim, err := hns.NewLinuxSim(hns.LinuxSimOptions{HostNetNS: n.NSPath, StateFile: filepath.Join(n.StateDir, HNSStateFile),
+		SandboxDir: n.SandboxDir()})
 	if err != nil {
 		return fmt.Errorf("opening the node's HNS simulator: %w", err)
 	}

@@ -17,9 +17,12 @@ import (
 	types100 "github.com/containernetworking/cni/pkg/types/100"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	networkv1alpha1 "github.com/winnet-io/winnet/api/v1alpha1"
+	"github.com/winnet-io/winnet/internal/hns"
 	"github.com/winnet-io/winnet/test/simnode"
 )
 
@@ -101,6 +104,14 @@ func (c *Cluster) AddPod(ctx context.Context, node *Node, name string, confTimeo
 		return p, fmt.Errorf("the CNI result of Pod %s has no IPv4 address: %v", name, p.Result.IPs[0].Address)
 	}
 	p.IP = ip
+	// containerd starts the sandbox once ADD returned: only then does the endpoint's vNIC appear, and the
+	// agent binds it to the Pod's port. The Pod's PodEndpoint is Ready once its port forwards.
+	if err := hns.StartSandbox(node.SandboxDir(), p.NSPath); err != nil {
+		return p, err
+	}
+	if err := c.waitPodForwarding(ctx, p, confTimeout); err != nil {
+		return p, err
+	}
 	c.logf("Pod %s on %s has IP %s", name, node.Name, ip)
 	return p, nil
 }
@@ -113,6 +124,11 @@ func (c *Cluster) DeletePod(ctx context.Context, p *Pod) error {
 			if err := c.cniConfig(n).DelNetworkList(ctx, list, p.runtimeConf()); err != nil {
 				errs = append(errs, fmt.Errorf("CNI DEL of Pod %s: %w", p.Name, err))
 			}
+		}
+	}
+	if n := c.Node(p.Node); n != nil {
+		if err := hns.StopSandbox(n.SandboxDir(), p.NSPath); err != nil {
+			errs = append(errs, err)
 		}
 	}
 	// No kubelet confirms a graceful deletion here: delete at once.
@@ -177,4 +193,23 @@ func (n *Node) waitConflist(timeout time.Duration) (*libcni.NetworkConfigList, e
 		return err
 	})
 	return list, err
+}
+
+// waitPodForwarding waits until the Pod's PodEndpoint is Ready: its port is bound to the vNIC and forwards.
+func (c *Cluster) waitPodForwarding(ctx context.Context, p *Pod, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		pep := &networkv1alpha1.PodEndpoint{}
+		err := c.Client.Get(ctx, client.ObjectKey{Namespace: PodNamespace, Name: p.Name}, pep)
+		if err == nil {
+			if cond := meta.FindStatusCondition(pep.Status.Conditions, networkv1alpha1.ReadyCondition); cond != nil &&
+				cond.Status == metav1.ConditionTrue && pep.Spec.SandboxID == p.ContainerID {
+				return nil
+			}
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("the port of Pod %s did not forward within %s of its sandbox starting (PodEndpoint: %v)", p.Name, timeout, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }

@@ -5,7 +5,10 @@ package cni_test
 import (
 	"context"
 	"fmt"
+	mathrand "math/rand/v2"
 	"net/netip"
+	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -16,14 +19,15 @@ import (
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	networkv1alpha1 "github.com/winnet-io/winnet/api/v1alpha1"
-
 	"github.com/winnet-io/winnet/controllers/podendpoint"
 	"github.com/winnet-io/winnet/internal/cni/ipam"
 	"github.com/winnet-io/winnet/internal/hns"
+	"github.com/winnet-io/winnet/test/framework"
 	"github.com/winnet-io/winnet/test/simnode"
 )
 
@@ -67,7 +71,7 @@ func TestPodNetwork(t *testing.T) {
 		g.Expect(n.leftovers(g)).To(BeEmpty())
 	})
 
-	t.Run("20 concurrent ADDs, each Pod reaches the gateway, 20 concurrent DELs", func(t *testing.T) {
+	t.Run("20 concurrent ADDs, their vNICs appearing 0-500 ms after in random order, each Pod reaches the gateway, 20 concurrent DELs", func(t *testing.T) {
 		g := NewWithT(t)
 		pods := make([]*testPod, 20)
 		for i := range pods {
@@ -79,24 +83,38 @@ func TestPodNetwork(t *testing.T) {
 		for i, p := range pods {
 			wg.Go(func() {
 				res, err := n.cni.AddNetworkList(ctx, n.list, p.rt)
-				if errs[i] = err; err == nil {
-					cur, cerr := types100FromResult(res)
-					if errs[i] = cerr; cerr == nil {
-						ips[i] = cur
-					}
+				if errs[i] = err; err != nil {
+					return
 				}
+				cur, cerr := types100FromResult(res)
+				if errs[i] = cerr; cerr != nil {
+					return
+				}
+				ips[i] = cur
+				// containerd starts the sandbox once ADD returned: its vNIC appears then.
+				time.Sleep(time.Duration(mathrand.IntN(500)) * time.Millisecond)
+				errs[i] = hns.StartSandbox(n.agent.SandboxDir, p.rt.NetNS)
 			})
 		}
 		wg.Wait()
 		seen := map[netip.Addr]bool{}
+		var took []time.Duration
 		for i, p := range pods {
 			g.Expect(errs[i]).NotTo(HaveOccurred(), "ADD of %s", p.name)
 			g.Expect(seen[ips[i]]).To(BeFalse(), "address %s given twice", ips[i])
 			seen[ips[i]] = true
+			n.waitForwarding(t, p)
 			sent, received, err := simnode.Ping(p.ns, n.gateway, 1)
 			g.Expect(err).NotTo(HaveOccurred())
 			g.Expect(received).To(Equal(sent), "%s reaches the gateway", p.name)
+			g.Eventually(func(g Gomega) {
+				pep := podEndpoint(g, p.name)
+				g.Expect(pep.Status.VNICToForwarding).NotTo(BeNil())
+				took = append(took, pep.Status.VNICToForwarding.Duration)
+			}).WithTimeout(repair).Should(Succeed())
 		}
+		slices.Sort(took)
+		t.Logf("vNIC to forwarding over %d Pods: p50 %v, p99 %v", len(took), took[len(took)/2], took[len(took)*99/100])
 		for i, p := range pods {
 			wg.Go(func() { errs[i] = n.cni.DelNetworkList(ctx, n.list, p.rt) })
 		}
@@ -104,6 +122,79 @@ func TestPodNetwork(t *testing.T) {
 		for i := range pods {
 			g.Expect(errs[i]).NotTo(HaveOccurred())
 		}
+		g.Expect(n.leftovers(g)).To(BeEmpty())
+	})
+
+	t.Run("ADD returns before the vNIC exists; repeated ADD, CHECK and DEL work before and after it appears", func(t *testing.T) {
+		g := NewWithT(t)
+		p := n.newPod(t, "early", true)
+		first := n.addOnly(t, p)
+		port := podendpoint.EndpointName(p.sandbox)
+		typ, err := n.OVS.Vsctl("get", "interface", port, "type", "ofport")
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(strings.Fields(typ)).To(Equal([]string{`""`, "-1"}), "the port waits unbound: an internal port now would be a vNIC of OVS's own")
+		g.Expect(strings.Join(n.podFlows(g), "\n")).To(ContainSubstring(podIP(g, first).String()), "the Pod's flows are in place before the vNIC")
+		again := n.addOnly(t, p)
+		g.Expect(again.IPs[0].Address.String()).To(Equal(first.IPs[0].Address.String()))
+		g.Expect(n.cni.CheckNetworkList(ctx, n.list, p.rt)).To(Succeed(), "CHECK of a Pod waiting for its vNIC")
+		g.Eventually(func(g Gomega) {
+			c := meta.FindStatusCondition(podEndpoint(g, p.name).Status.Conditions, networkv1alpha1.ReadyCondition)
+			g.Expect(c).NotTo(BeNil())
+			g.Expect(c.Reason).To(Equal(networkv1alpha1.WaitingForVNICReason))
+		}).WithTimeout(repair).Should(Succeed())
+		time.Sleep(1500 * time.Millisecond) // a drift-repair pass: it must leave the waiting Pod alone
+		g.Expect(n.OVS.Vsctl("get", "interface", port, "type")).To(Equal(`""` + "\n"))
+
+		n.startSandbox(t, p)
+		n.waitForwarding(t, p)
+		sent, received, err := simnode.Ping(p.ns, n.gateway, 1)
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(received).To(Equal(sent))
+		g.Expect(n.addOnly(t, p).IPs[0].Address.String()).To(Equal(first.IPs[0].Address.String()))
+		g.Expect(n.cni.CheckNetworkList(ctx, n.list, p.rt)).To(Succeed())
+		g.Eventually(func(g Gomega) {
+			c := meta.FindStatusCondition(podEndpoint(g, p.name).Status.Conditions, networkv1alpha1.ReadyCondition)
+			g.Expect(c).NotTo(BeNil())
+			g.Expect(c.Status).To(Equal(metav1.ConditionTrue))
+		}).WithTimeout(repair).Should(Succeed())
+		g.Expect(n.cni.DelNetworkList(ctx, n.list, p.rt)).To(Succeed())
+		g.Expect(n.leftovers(g)).To(BeEmpty())
+
+		// DEL before the vNIC ever appeared leaves nothing either.
+		q := n.newPod(t, "never-started", true)
+		n.addOnly(t, q)
+		g.Expect(n.cni.DelNetworkList(ctx, n.list, q.rt)).To(Succeed())
+		g.Expect(n.leftovers(g)).To(BeEmpty())
+	})
+
+	t.Run("a vNIC that never appears is reported, and DEL cleans up", func(t *testing.T) {
+		g := NewWithT(t)
+		p := n.newPod(t, "no-vnic", true)
+		n.addOnly(t, p)
+		g.Eventually(func(g Gomega) {
+			c := meta.FindStatusCondition(podEndpoint(g, p.name).Status.Conditions, networkv1alpha1.ReadyCondition)
+			g.Expect(c).NotTo(BeNil())
+			g.Expect(c.Reason).To(Equal(networkv1alpha1.VNICMissingReason))
+			g.Expect(c.Message).To(ContainSubstring("did not appear"))
+		}).WithTimeout(framework.TestVNICTimeout + repair).Should(Succeed())
+		g.Expect(n.cni.DelNetworkList(ctx, n.list, p.rt)).To(Succeed())
+		g.Expect(n.leftovers(g)).To(BeEmpty())
+	})
+
+	t.Run("a workload container's ADD with CNI_NETNS=container:<sandbox> joins the sandbox", func(t *testing.T) {
+		g := NewWithT(t)
+		p := n.newPod(t, "shared-ns", true)
+		first := n.add(t, p)
+		work := p.runtimeConf("workload0002")
+		work.NetNS = "container:" + p.sandbox
+		work.Args = slices.DeleteFunc(slices.Clone(work.Args), func(kv [2]string) bool { return kv[0] == "K8S_POD_INFRA_CONTAINER_ID" })
+		res, err := n.cni.AddNetworkList(ctx, n.list, work)
+		g.Expect(err).NotTo(HaveOccurred())
+		ip, err := types100FromResult(res)
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(ip.String() + "/24").To(Equal(first.IPs[0].Address.String()))
+		g.Expect(n.cni.DelNetworkList(ctx, n.list, work)).To(Succeed())
+		g.Expect(n.cni.DelNetworkList(ctx, n.list, p.rt)).To(Succeed())
 		g.Expect(n.leftovers(g)).To(BeEmpty())
 	})
 

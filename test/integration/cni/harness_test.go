@@ -30,7 +30,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	networkv1alpha1 "github.com/winnet-io/winnet/api/v1alpha1"
+	"github.com/winnet-io/winnet/controllers/podendpoint"
 	"github.com/winnet-io/winnet/internal/cni"
+	"github.com/winnet-io/winnet/internal/hns"
 	"github.com/winnet-io/winnet/internal/pipeline"
 	"github.com/winnet-io/winnet/test/framework"
 	"github.com/winnet-io/winnet/test/simnode"
@@ -186,8 +188,18 @@ func (p *testPod) runtimeConf(containerID string) *libcni.RuntimeConf {
 	}
 }
 
-// add calls ADD for the Pod's sandbox and returns the result.
+// add calls ADD for the Pod's sandbox, then starts the sandbox as containerd does once ADD returned
+// (its endpoint's vNIC appears only then), waits for the Pod's port to forward, and returns the result.
 func (n *testNode) add(t *testing.T, p *testPod) *types100.Result {
+	t.Helper()
+	res := n.addOnly(t, p)
+	n.startSandbox(t, p)
+	n.waitForwarding(t, p)
+	return res
+}
+
+// addOnly calls ADD for the Pod's sandbox and returns the result, leaving the sandbox unstarted.
+func (n *testNode) addOnly(t *testing.T, p *testPod) *types100.Result {
 	t.Helper()
 	res, err := n.cni.AddNetworkList(context.Background(), n.list, p.rt)
 	if err != nil {
@@ -198,6 +210,36 @@ func (n *testNode) add(t *testing.T, p *testPod) *types100.Result {
 		t.Fatal(err)
 	}
 	return cur
+}
+
+// startSandbox starts the Pod's sandbox, as the runtime does after ADD: its endpoint's vNIC appears.
+func (n *testNode) startSandbox(t *testing.T, p *testPod) {
+	t.Helper()
+	if err := hns.StartSandbox(n.agent.SandboxDir, p.rt.NetNS); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = hns.StopSandbox(n.agent.SandboxDir, p.rt.NetNS) })
+}
+
+// waitForwarding waits until the agent bound the Pod's OVS port to its vNIC (the attachment no
+// longer waits for it) and OVS gave the port its ofport.
+func (n *testNode) waitForwarding(t *testing.T, p *testPod) {
+	t.Helper()
+	port := podendpoint.EndpointName(p.sandbox)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		a, ok := n.agent.Pods.Pods.Store().Get(p.sandbox)
+		out, err := n.OVS.Vsctl("get", "interface", port, "ofport")
+		if ok && !a.WaitingForVNIC && err == nil {
+			if ofport, err := strconv.Atoi(strings.TrimSpace(out)); err == nil && ofport > 0 {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the port %s of Pod %s did not forward within 10 s of its sandbox starting (ofport %q, %v)", port, p.name, strings.TrimSpace(out), err)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 }
 
 func podIP(g Gomega, res *types100.Result) netip.Addr {

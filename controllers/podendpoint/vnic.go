@@ -1,0 +1,169 @@
+package podendpoint
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	ctrl "sigs.k8s.io/controller-runtime"
+
+	"github.com/winnet-io/winnet/internal/hostnet"
+	"github.com/winnet-io/winnet/internal/ovs/ovsdb"
+)
+
+// The Pod's vNIC comes after ADD. With containerd on Windows the endpoint's vNIC appears on the
+// switch only when the runtime starts the sandbox, after ADD returned (containerd issue 4851; Antrea
+// PR 6019). So ADD creates the OVS port unbound (type "": on Windows an internal port created before
+// the vNIC exists makes OVS create a vNIC of its own, which never carries the Pod's traffic; Antrea
+// PRs 1781 and 5947) with the Pod's flows already installed for the requested ofport, records the
+// attachment as waiting for its vNIC, and returns. A waiter per attachment then watches for the
+// vNIC; once it exists the port is bound (type internal on Windows), gets its ofport and forwards.
+// Drift repair, CHECK and GC know the waiting state and leave such a Pod alone; a vNIC that never
+// appears is reported on the PodEndpoint and cleaned up by DEL.
+
+// DefaultVNICTimeout bounds how long the agent waits for a Pod's vNIC after ADD, as Antrea does.
+const DefaultVNICTimeout = 60 * time.Second
+
+// vnicPoll is how often a waiter looks for its vNIC, and vnicLatePoll how often once the wait
+// timed out.
+const (
+	vnicPoll     = 5 * time.Millisecond
+	vnicLatePoll = time.Second
+)
+
+// podPortTypeUnbound is the type of a Pod's port before its vNIC exists: "" in OVS, which binds
+// to nothing until an interface of the port's name appears.
+const podPortTypeUnbound = ovsdb.PortTypeSystem
+
+// waitVNIC starts the waiter of the attachment's vNIC (see above), unless one runs. The waiter
+// ends when the vNIC is bound, when the wait times out, or when the attachment is detached.
+func (p *Pods) waitVNIC(a *Attachment) {
+	p.vnicMu.Lock()
+	defer p.vnicMu.Unlock()
+	if _, running := p.vnicWaiters[a.SandboxID]; running {
+		return
+	}
+	ctx, cancel := context.WithCancel(p.baseCtx)
+	p.vnicWaiters[a.SandboxID] = cancel
+	since := a.Created
+	if since.IsZero() {
+		since = time.Now()
+	}
+	go p.runVNICWaiter(ctx, a.SandboxID, a.EndpointName, since)
+}
+
+// stopVNICWaiter stops the attachment's waiter, if one runs.
+func (p *Pods) stopVNICWaiter(sandbox string) {
+	p.vnicMu.Lock()
+	defer p.vnicMu.Unlock()
+	if cancel, ok := p.vnicWaiters[sandbox]; ok {
+		cancel()
+		delete(p.vnicWaiters, sandbox)
+	}
+}
+
+func (p *Pods) runVNICWaiter(ctx context.Context, sandbox, port string, since time.Time) {
+	defer p.stopVNICWaiter(sandbox)
+	log := ctrl.LoggerFrom(ctx).WithValues("sandbox", sandbox, "port", port)
+	ctx = ctrl.LoggerInto(ctx, log)
+	deadline := since.Add(p.opts.VNICTimeout)
+	poll, missing := vnicPoll, false
+	for {
+		_, err := p.opts.Host.Net.LinkByName(ctx, vnicName(port))
+		switch {
+		case err == nil:
+			appeared := time.Now()
+			if err := p.bindVNIC(ctx, sandbox, appeared); err != nil {
+				if ctx.Err() != nil {
+					return
+				}
+				log.Error(err, "Binding the Pod's vNIC to its OVS port failed; retrying")
+				break
+			}
+			return
+		case !errors.Is(err, hostnet.ErrNotFound):
+			log.Error(err, "Looking for the Pod's vNIC failed; retrying")
+		}
+		if !missing && time.Now().After(deadline) {
+			// Reported once; a vNIC that comes late is still bound, looked for less often.
+			p.markVNICMissing(ctx, sandbox)
+			poll, missing = vnicLatePoll, true
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(poll):
+		}
+	}
+}
+
+// bindVNIC binds the vNIC that appeared to the attachment's port: it becomes a switch port, the
+// port takes its bound type and OVS gives it the ofport the flows were installed for (the flows
+// follow when OVS gives another), and the Pod's interface gets its MTU.
+func (p *Pods) bindVNIC(ctx context.Context, sandbox string, appeared time.Time) error {
+	p.sweep.RLock()
+	defer p.sweep.RUnlock()
+	defer p.locks.Lock(sandbox)()
+	a, ok := p.opts.Store.Get(sandbox)
+	if !ok || a.Deleting || !a.WaitingForVNIC {
+		return nil // detached, or bound by a repair meanwhile
+	}
+	n, err := p.node(ctx)
+	if err != nil {
+		return err
+	}
+	requested := a.OFPort
+	a.Bridge = n.bridge
+	if err := p.createPort(ctx, a, true); err != nil {
+		return err
+	}
+	// OVS tried to open the port's interface before the vNIC existed and recorded the failure; the
+	// write that bound the port makes it try again: wait for that pass before reading the ofport.
+	wctx, cancel := context.WithTimeout(ctx, portTimeout)
+	err = p.opts.Host.OVSDB.WaitApplied(wctx)
+	cancel()
+	if err != nil {
+		return err
+	}
+	ofport, err := p.waitPort(ctx, a)
+	if err != nil {
+		return err
+	}
+	if ofport != requested {
+		if err := p.moveFlows(ctx, n, a, ofport); err != nil {
+			return err
+		}
+	}
+	if err := p.configurePodInterface(ctx, a); err != nil {
+		return err
+	}
+	took := time.Since(appeared)
+	a.WaitingForVNIC, a.VNICMissing = false, false
+	a.VNICToForwarding = took.Round(time.Microsecond)
+	if err := p.opts.Store.Put(a); err != nil {
+		return err
+	}
+	observeVNIC(took)
+	p.markVerified(a.SandboxID, n.realized.Flows)
+	ctrl.LoggerFrom(ctx).V(1).Info("The Pod's vNIC forwards", "ofPort", a.OFPort, "vnicToForwarding", took)
+	p.notify(a.Pod())
+	return nil
+}
+
+// markVNICMissing records that the vNIC did not appear in time; the PodEndpoint says so, and DEL
+// removes the attachment as usual.
+func (p *Pods) markVNICMissing(ctx context.Context, sandbox string) {
+	p.sweep.RLock()
+	defer p.sweep.RUnlock()
+	defer p.locks.Lock(sandbox)()
+	a, ok := p.opts.Store.Get(sandbox)
+	if !ok || a.Deleting || !a.WaitingForVNIC || a.VNICMissing {
+		return
+	}
+	a.VNICMissing = true
+	if err := p.opts.Store.Put(a); err != nil {
+		ctrl.LoggerFrom(ctx).Error(err, "Recording a missing vNIC failed")
+	}
+	ctrl.LoggerFrom(ctx).Info("The Pod's vNIC did not appear; the runtime's DEL removes the attachment", "timeout", p.opts.VNICTimeout)
+	p.notify(a.Pod())
+}
