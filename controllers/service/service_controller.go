@@ -25,6 +25,11 @@ import (
 	"github.com/winnet-io/winnet/internal/pipeline"
 )
 
+// DefaultResyncPeriod is how often every Service is re-checked against the switch and the host when
+// nothing else triggers it: flows the node network found drifted (and invalidated) are sent again,
+// host routes repaired.
+const DefaultResyncPeriod = 10 * time.Second
+
 // notReadyRetry is how soon Services look again for a node network that is not ready yet.
 const notReadyRetry = 200 * time.Millisecond
 
@@ -47,6 +52,8 @@ type Reconciler struct {
 	// Net routes the host's traffic to ClusterIPs into the gateway; nil leaves the host without
 	// ClusterIP routes.
 	Net hostnet.Interface
+	// ResyncPeriod is the drift check period; zero means DefaultResyncPeriod.
+	ResyncPeriod time.Duration
 
 	// groupIDs holds the group of each Service port (and kind); nextGroup is the next free id.
 	groupIDs  map[groupKey]uint32
@@ -153,11 +160,15 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result
 	if err := r.syncHostRoutes(ctx, rz, clusterIPs); err != nil {
 		return ctrl.Result{}, err
 	}
+	resync := r.ResyncPeriod
+	if resync == 0 {
+		resync = DefaultResyncPeriod
+	}
 	if synced.Mods() > 0 || gs.Mods() > 0 {
 		log.Info("Synced Service flows", "services", counts.services, "ports", counts.ports, "endpoints", counts.endpoints,
 			"flowMods", synced.Mods(), "groups", len(groups), "took", time.Since(start))
 	}
-	return ctrl.Result{}, nil
+	return ctrl.Result{RequeueAfter: resync}, nil
 }
 
 type counts struct{ services, ports, endpoints int }

@@ -14,6 +14,7 @@ import (
 	"github.com/winnet-io/winnet/controllers/nodenetwork"
 	"github.com/winnet-io/winnet/controllers/podendpoint"
 	"github.com/winnet-io/winnet/controllers/remoteroute"
+	"github.com/winnet-io/winnet/controllers/service"
 	"github.com/winnet-io/winnet/internal/agent"
 	"github.com/winnet-io/winnet/internal/hns"
 	"github.com/winnet-io/winnet/internal/hostnet"
@@ -103,6 +104,10 @@ func StartAgent(t testing.TB, s *APIServer, node *simnode.Node) *Agent {
 	routes := &remoteroute.Reconciler{Client: mgr.GetClient(), NodeName: node.Name, Net: net, State: state, ResyncPeriod: time.Second}
 	if err := routes.SetupWithManager(mgr); err != nil {
 		fail("remote route reconciler", err)
+	}
+	services := &service.Reconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("winnet-agent"), NodeName: node.Name, State: state, Net: net, ResyncPeriod: time.Second}
+	if err := services.SetupWithManager(mgr); err != nil {
+		fail("Service reconciler", err)
 	}
 	a := &Agent{HNS: sim, OVSDB: db, Net: net,
 		CNISocket: filepath.Join(dir, "run", "cni.sock"), CNIConfDir: filepath.Join(dir, "net.d"), StateDir: filepath.Join(dir, "state"),
