@@ -136,7 +136,9 @@ func NewLinuxSim(opts LinuxSimOptions) (*Sim, error) {
 // watchSandboxes realises the endpoints of the sandboxes the runtime starts, until the simulator is closed.
 func (s *Sim) watchSandboxes(b *vethBackend) {
 	defer close(b.watchDone)
-	seen := map[string]bool{}
+	// seen holds the modification time of each start marker handled: a sandbox started again (a new
+	// marker of the same name) is handled again.
+	seen := map[string]time.Time{}
 	for {
 		select {
 		case <-b.stopWatch:
@@ -148,11 +150,15 @@ func (s *Sim) watchSandboxes(b *vethBackend) {
 			continue
 		}
 		for _, e := range entries {
-			if seen[e.Name()] {
+			info, err := e.Info()
+			if err != nil {
+				continue
+			}
+			if at, ok := seen[e.Name()]; ok && at.Equal(info.ModTime()) {
 				continue
 			}
 			if err := s.startSandbox(context.Background(), e.Name()); err == nil {
-				seen[e.Name()] = true
+				seen[e.Name()] = info.ModTime()
 			}
 		}
 		for name := range seen {
