@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
+	"sync"
 	"time"
 )
 
@@ -62,6 +64,9 @@ func withTimeoutErr(ctx context.Context, d time.Duration, op string, fn func(con
 type bounded struct {
 	raw      Interface
 	timeouts Timeouts
+	// deleting holds the endpoint deletes in progress, by upper-case endpoint ID.
+	deleteMu sync.Mutex
+	deleting map[string]*deleteCall
 }
 
 var _ Interface = (*bounded)(nil)
@@ -112,9 +117,53 @@ func (b *bounded) ListEndpoints(ctx context.Context, networkID string) ([]Endpoi
 		func(ctx context.Context) ([]Endpoint, error) { return b.raw.ListEndpoints(ctx, networkID) })
 }
 
+// DeleteEndpoint deletes the endpoint with at most one call outstanding per endpoint. HNS endpoint
+// deletes are known to hang, and a hung call cannot be cancelled: a caller that times out leaves its
+// call running, and a retry (kubelet repeats DEL) joins that call instead of starting another, so
+// hung calls never pile up. Once the call returns, the next delete starts afresh (a no-op when the
+// endpoint is gone).
 func (b *bounded) DeleteEndpoint(ctx context.Context, endpointID string) error {
-	return withTimeoutErr(ctx, b.timeouts.EndpointDelete, fmt.Sprintf("deleting endpoint %q", endpointID),
-		func(ctx context.Context) error { return b.raw.DeleteEndpoint(ctx, endpointID) })
+	op := fmt.Sprintf("deleting endpoint %q", endpointID)
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("%s: %w", op, err)
+	}
+	key := strings.ToUpper(endpointID)
+	b.deleteMu.Lock()
+	call := b.deleting[key]
+	if call == nil {
+		call = &deleteCall{done: make(chan struct{})}
+		if b.deleting == nil {
+			b.deleting = map[string]*deleteCall{}
+		}
+		b.deleting[key] = call
+		go func() {
+			call.err = b.raw.DeleteEndpoint(context.WithoutCancel(ctx), endpointID)
+			b.deleteMu.Lock()
+			delete(b.deleting, key)
+			b.deleteMu.Unlock()
+			close(call.done)
+		}()
+	}
+	b.deleteMu.Unlock()
+	timer := time.NewTimer(b.timeouts.EndpointDelete)
+	defer timer.Stop()
+	select {
+	case <-call.done:
+		if call.err != nil {
+			return fmt.Errorf("%s: %w", op, call.err)
+		}
+		return nil
+	case <-timer.C:
+		return fmt.Errorf("%s: %w after %s (the call goes on; a retry waits for it)", op, ErrTimeout, b.timeouts.EndpointDelete)
+	case <-ctx.Done():
+		return fmt.Errorf("%s: %w", op, ctx.Err())
+	}
+}
+
+// deleteCall is an endpoint delete in progress: done closes when it returned with err.
+type deleteCall struct {
+	done chan struct{}
+	err  error
 }
 
 func (b *bounded) AttachEndpoint(ctx context.Context, endpointID, namespaceID string) error {

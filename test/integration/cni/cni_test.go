@@ -181,6 +181,23 @@ func TestPodNetwork(t *testing.T) {
 		g.Expect(n.leftovers(g)).To(BeEmpty())
 	})
 
+	t.Run("a hung HNS endpoint delete: DEL asks to try again, never piles up calls, and succeeds once HNS answers", func(t *testing.T) {
+		g := NewWithT(t)
+		p := n.newPod(t, "hung-delete", true)
+		n.add(t, p)
+		release := n.agent.HNS.Hang(hns.OpDeleteEndpoint)
+		defer release()
+		before := n.agent.HNS.Calls(hns.OpDeleteEndpoint)
+		for range 2 {
+			e := cniError(g, n.cni.DelNetworkList(ctx, n.list, p.rt))
+			g.Expect(e.Code).To(BeEquivalentTo(cnitypes.ErrTryAgainLater), "%s", e.Msg)
+		}
+		g.Expect(n.agent.HNS.Calls(hns.OpDeleteEndpoint)-before).To(Equal(1), "the retry joins the hung delete")
+		release()
+		g.Eventually(func() error { return n.cni.DelNetworkList(ctx, n.list, p.rt) }).WithTimeout(repair).Should(Succeed())
+		g.Expect(n.leftovers(g)).To(BeEmpty())
+	})
+
 	t.Run("a workload container's ADD with CNI_NETNS=container:<sandbox> joins the sandbox", func(t *testing.T) {
 		g := NewWithT(t)
 		p := n.newPod(t, "shared-ns", true)
