@@ -1,13 +1,16 @@
 package nodenetwork
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"sync"
+	"time"
 
 	"github.com/winnet-io/winnet/internal/hostnet"
 )
@@ -107,4 +110,39 @@ func (a *adapterRecords) delete(adapter string) error {
 		return fmt.Errorf("removing the record of adapter %s: %w", adapter, err)
 	}
 	return nil
+}
+
+// AdapterIPWait bounds how long the agent, and `winnet-agent reset`, wait for HNS to give the adapter
+// the node IP back after the network is deleted, before they re-apply the recorded configuration.
+const AdapterIPWait = 10 * time.Second
+
+// RestoreAdapter waits, bounded by wait, for the adapter to hold ip again after HNS deleted the
+// network, and re-applies the recorded configuration cfg when HNS did not give it back. It reports
+// whether it re-applied it; it fails when the adapter does not hold ip even then.
+func RestoreAdapter(ctx context.Context, h hostnet.Interface, adapter hostnet.Link, cfg hostnet.IPConfig, ip netip.Addr, wait time.Duration) (bool, error) {
+	deadline := time.Now().Add(wait)
+	for {
+		if p, err := addressOf(ctx, h, adapter.Index, ip); err != nil {
+			return false, err
+		} else if p.IsValid() {
+			return false, nil
+		}
+		if time.Now().After(deadline) {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return false, ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	if err := h.ApplyIPConfig(ctx, adapter.Index, cfg); err != nil {
+		return true, fmt.Errorf("giving adapter %s its recorded IP configuration back: %w", adapter.Name, err)
+	}
+	if p, err := addressOf(ctx, h, adapter.Index, ip); err != nil {
+		return true, err
+	} else if !p.IsValid() {
+		return true, fmt.Errorf("adapter %s does not hold %s after its recorded configuration was re-applied", adapter.Name, ip)
+	}
+	return true, nil
 }

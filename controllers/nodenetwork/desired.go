@@ -19,9 +19,10 @@ const (
 	UplinkOFPort  int32 = 32770
 )
 
-// uplinkKey is the bridge external_id naming the uplink: once the host's address has moved to the
-// bridge, the uplink no longer holds the node IP and is found through it.
-const uplinkKey = "winnet-uplink"
+// UplinkKey is the bridge external_id naming the uplink: once HNS has moved the host's address to
+// the management vNIC, the uplink no longer holds the node IP and is found through it (also by
+// `winnet-agent reset`, offline).
+const UplinkKey = "winnet-uplink"
 
 // Tunnel overheads subtracted from the uplink MTU.
 const (
@@ -113,7 +114,7 @@ func desiredState(spec networkv1alpha1.WindowsNodeNetworkSpec, f facts) (desired
 	}
 	d.bridge = ovsdb.BridgeSpec{
 		Name: string(spec.Bridge.Name), DatapathType: string(spec.Bridge.DatapathType), HWAddr: f.uplinkMAC,
-		ExternalIDs: map[string]string{uplinkKey: f.uplinkName},
+		ExternalIDs: map[string]string{UplinkKey: f.uplinkName},
 	}
 	d.uplink = ovsdb.PortSpec{Name: f.uplinkName, Type: ovsdb.PortTypeSystem, OFPortRequest: UplinkOFPort}
 	d.gatewayPort = ovsdb.PortSpec{Name: string(spec.Gateway.Name), Type: ovsdb.PortTypeInternal, OFPortRequest: GatewayOFPort}

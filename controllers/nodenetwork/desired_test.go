@@ -41,7 +41,7 @@ func TestDesiredState(t *testing.T) {
 			g.Expect(d.hnsNetwork.AdapterName).To(Equal("Ethernet 2"))
 			g.Expect(d.hnsNetwork.Subnet).To(Equal(netip.MustParsePrefix("10.244.1.0/24")))
 			g.Expect(d.bridge.HWAddr).To(Equal(mac))
-			g.Expect(d.bridge.ExternalIDs).To(HaveKeyWithValue(uplinkKey, "Ethernet 2"))
+			g.Expect(d.bridge.ExternalIDs).To(HaveKeyWithValue(UplinkKey, "Ethernet 2"))
 			g.Expect(d.uplink).To(Equal(ovsdb.PortSpec{Name: "Ethernet 2", Type: ovsdb.PortTypeSystem, OFPortRequest: UplinkOFPort}))
 			g.Expect(d.tunnel.Type).To(Equal(ovsdb.PortTypeVXLAN))
 			g.Expect(d.tunnel.Options).To(Equal(map[string]string{"remote_ip": "flow", "key": "flow", "local_ip": "192.168.10.11", "dst_port": "4789"}))

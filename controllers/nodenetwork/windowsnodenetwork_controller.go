@@ -275,7 +275,7 @@ func (r *Reconciler) observe(ctx context.Context, spec networkv1alpha1.WindowsNo
 	}
 	if name == "" {
 		if ids, err := r.Host.OVSDB.BridgeExternalIDs(ctx, string(spec.Bridge.Name)); err == nil {
-			name = ids[uplinkKey]
+			name = ids[UplinkKey]
 		}
 	}
 	var link hostnet.Link

@@ -53,6 +53,8 @@ type testNode struct {
 	sim      *hns.Sim
 	ovsdb    *ovsdb.Client
 	net      hostnet.Interface
+	// sandboxes is where the test, playing containerd, starts Pod sandboxes.
+	sandboxes string
 }
 
 func startNode(t *testing.T, name, nodeIP, podCIDR string) *testNode {
@@ -64,7 +66,7 @@ func startNode(t *testing.T, name, nodeIP, podCIDR string) *testNode {
 	g.Expect(server.Client.Create(context.Background(), k)).To(Succeed())
 	t.Cleanup(func() { _ = server.Client.Delete(context.Background(), k) })
 	a := framework.StartAgent(t, server, node)
-	return &testNode{Node: node, external: underlay.External(), sim: a.HNS, ovsdb: a.OVSDB, net: a.Net}
+	return &testNode{Node: node, external: underlay.External(), sim: a.HNS, ovsdb: a.OVSDB, net: a.Net, sandboxes: a.SandboxDir}
 }
 
 func nodeNetwork(name, podCIDR, nodeIP string) *networkv1alpha1.WindowsNodeNetwork {
@@ -219,6 +221,8 @@ func TestNodeNetworkConvergesAndHeals(t *testing.T) {
 		})
 		g.Expect(err).NotTo(HaveOccurred())
 		g.Expect(n.sim.AttachEndpoint(ctx, ep.ID, "/run/netns/"+podNS)).To(Succeed())
+		g.Expect(hns.StartSandbox(n.sandboxes, "/run/netns/"+podNS)).To(Succeed()) // its vNIC appears
+		g.Eventually(func() error { _, err := n.net.LinkByName(ctx, hns.LinuxInterfaceName("pod1")); return err }).Should(Succeed())
 		db := "--db=unix:" + n.OVS.DBSocket()
 		n.MustExec(t, "ovs-vsctl", db, "add-port", "br-int", hns.LinuxInterfaceName("pod1"), "--", "set", "interface", hns.LinuxInterfaceName("pod1"), "ofport_request=10")
 		hostEnd, err := n.net.LinkByName(ctx, hns.LinuxInterfaceName("pod1"))

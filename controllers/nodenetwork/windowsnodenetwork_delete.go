@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -86,35 +85,18 @@ func (r *Reconciler) verifyAdapterRestored(ctx context.Context, wnn *networkv1al
 			}
 		}
 	}
-	deadline := time.Now().Add(hostIPWait)
-	for {
-		if p, err := addressOf(ctx, r.Host.Net, uplink.Index, ip); err != nil {
-			return err
-		} else if p.IsValid() {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			break
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(50 * time.Millisecond):
-		}
-	}
 	if !known {
-		return fmt.Errorf("adapter %s did not get the node IP %s back after the HNS network was deleted, and winnet has no record of its configuration", uplink.Name, ip)
+		// Nothing to re-apply: only wait for HNS to give the node IP back.
+		cfg = hostnet.IPConfig{}
 	}
-	ctrl.LoggerFrom(ctx).Info("Re-adding the adapter's recorded IP configuration: HNS did not give it back", "adapter", uplink.Name)
-	if err := r.Host.Net.ApplyIPConfig(ctx, uplink.Index, cfg); err != nil {
-		return fmt.Errorf("giving adapter %s its recorded IP configuration back: %w", uplink.Name, err)
+	reapplied, err := RestoreAdapter(ctx, r.Host.Net, uplink, cfg, ip, AdapterIPWait)
+	if reapplied {
+		ctrl.LoggerFrom(ctx).Info("Re-applied the adapter's recorded IP configuration: HNS did not give it back", "adapter", uplink.Name)
 	}
-	if p, err := addressOf(ctx, r.Host.Net, uplink.Index, ip); err != nil {
-		return err
-	} else if !p.IsValid() {
-		return fmt.Errorf("adapter %s does not hold the node IP %s after its configuration was re-added", uplink.Name, ip)
+	if err != nil && !known {
+		return fmt.Errorf("adapter %s did not get the node IP %s back after the HNS network was deleted, and winnet has no record of its configuration: %w", uplink.Name, ip, err)
 	}
-	return nil
+	return err
 }
 
 // uplinkForTeardown finds the uplink the host's addresses go back to: the configured one, or the one
@@ -133,7 +115,7 @@ func (r *Reconciler) uplinkForTeardown(ctx context.Context, wnn *networkv1alpha1
 		} else if err != nil {
 			return hostnet.Link{}, fmt.Errorf("reading bridge %s: %w", wnn.Spec.Bridge.Name, err)
 		}
-		name = ids[uplinkKey]
+		name = ids[UplinkKey]
 	}
 	if name == "" {
 		return hostnet.Link{}, nil

@@ -10,7 +10,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"time"
 
 	"github.com/winnet-io/winnet/controllers/nodenetwork"
 	"github.com/winnet-io/winnet/internal/cni"
@@ -22,13 +21,9 @@ import (
 // DefaultHNSNetwork is the HNS network name a WindowsNodeNetwork gets by default.
 const DefaultHNSNetwork = "winnet"
 
-// resetUplinkKey is the bridge external_id naming the uplink adapter; it is the node network
-// reconciler's uplinkKey (controllers/nodenetwork/desired.go), which that package does not export.
-const resetUplinkKey = "winnet-uplink"
-
 // resetAddressWait bounds how long Reset waits for HNS to give the adapter its address back after
 // the HNS network is deleted, before it re-applies the recorded configuration.
-const resetAddressWait = 10 * time.Second
+const resetAddressWait = nodenetwork.AdapterIPWait
 
 // ResetOVSDB is what Reset needs of Open vSwitch's database: the bridges carrying winnet's
 // ownership mark (ovsdb.OwnerKey), their external_ids, and deleting them (absent is a no-op).
@@ -181,8 +176,8 @@ func (r *resetter) run(ctx context.Context) error {
 		if err != nil && !errors.Is(err, ovsdb.ErrNotFound) {
 			return fmt.Errorf("reading bridge %q: %w", br, err)
 		}
-		r.addUplink(ids[resetUplinkKey])
-		r.step("OVS bridge %s (uplink %q)", br, ids[resetUplinkKey])
+		r.addUplink(ids[nodenetwork.UplinkKey])
+		r.step("OVS bridge %s (uplink %q)", br, ids[nodenetwork.UplinkKey])
 		if !r.opts.DryRun {
 			if _, err := r.host.OVSDB.DeleteBridge(ctx, br); err != nil {
 				return fmt.Errorf("deleting bridge %q: %w", br, err)
@@ -302,33 +297,11 @@ func (r *resetter) verifyAdapter(ctx context.Context, link hostnet.Link, cfg hos
 		}
 		return nil
 	}
-	for deadline := time.Now().Add(resetAddressWait); ; {
-		ok, err := holds(ctx, r.host.Net, link.Index, ip)
-		if err != nil {
-			return err
-		}
-		if ok {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			break
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(50 * time.Millisecond):
-		}
+	reapplied, err := nodenetwork.RestoreAdapter(ctx, r.host.Net, link, cfg, ip, resetAddressWait)
+	if reapplied {
+		r.stepAs("re-applied", "would re-apply", "the recorded IP configuration of adapter %s: HNS did not give %s back", link.Name, ip)
 	}
-	r.stepAs("re-applied", "would re-apply", "the recorded IP configuration of adapter %s: HNS did not give %s back", link.Name, ip)
-	if err := r.host.Net.ApplyIPConfig(ctx, link.Index, cfg); err != nil {
-		return fmt.Errorf("giving adapter %s its recorded IP configuration back: %w", link.Name, err)
-	}
-	if ok, err := holds(ctx, r.host.Net, link.Index, ip); err != nil {
-		return err
-	} else if !ok {
-		return fmt.Errorf("adapter %s does not hold %s after its recorded configuration was re-applied", link.Name, ip)
-	}
-	return nil
+	return err
 }
 
 func holds(ctx context.Context, h hostnet.Interface, linkIndex int, ip netip.Addr) (bool, error) {
