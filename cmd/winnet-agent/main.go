@@ -5,6 +5,7 @@ package main
 import (
 	"flag"
 	"fmt"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -60,6 +61,7 @@ func main() {
 		"directories searched for the host-local IPAM plugin, separated by "+string(os.PathListSeparator))
 	fs.StringVar(&hostOpts.StateDir, "state-dir", agent.DefaultStateDir, "directory of the agent's state: IPAM allocations (ipam/), Pod attachments (pods/)")
 	kubeconfig := fs.String("kubeconfig", "", "path to a kubeconfig (default: $KUBECONFIG, the in-cluster config, then ~/.kube/config)")
+	apiServer := fs.String("apiserver", "", "URL of the API server (https://host:port), overriding the kubeconfig's: winnet provides Services on this node, so the agent must not depend on the kubernetes Service's ClusterIP")
 	zopts := zap.Options{}
 	zopts.BindFlags(fs)
 	if err := fs.Parse(os.Args[1:]); err != nil {
@@ -72,7 +74,7 @@ func main() {
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zopts)))
 	log := ctrl.Log.WithName("winnet-agent")
 
-	cfg, err := restConfig(*kubeconfig)
+	cfg, err := restConfig(*kubeconfig, *apiServer)
 	if err != nil {
 		log.Error(err, "Cannot load a kubeconfig: use --kubeconfig, $KUBECONFIG or the in-cluster config")
 		os.Exit(1)
@@ -95,10 +97,25 @@ func main() {
 	}
 }
 
-// restConfig loads the kubeconfig at path, or controller-runtime's default chain when path is empty.
-func restConfig(path string) (*rest.Config, error) {
+// restConfig loads the kubeconfig at path, or controller-runtime's default chain when path is empty;
+// a non-empty apiServer replaces the server it names (credentials and CA stay).
+func restConfig(path, apiServer string) (*rest.Config, error) {
+	var cfg *rest.Config
+	var err error
 	if path == "" {
-		return ctrl.GetConfig()
+		cfg, err = ctrl.GetConfig()
+	} else {
+		cfg, err = clientcmd.BuildConfigFromFlags("", path)
 	}
-	return clientcmd.BuildConfigFromFlags("", path)
+	if err != nil {
+		return nil, err
+	}
+	if apiServer != "" {
+		u, err := url.Parse(apiServer)
+		if err != nil || u.Scheme != "https" || u.Host == "" {
+			return nil, fmt.Errorf("--apiserver %q is not an https://host:port URL", apiServer)
+		}
+		cfg.Host = apiServer
+	}
+	return cfg, nil
 }

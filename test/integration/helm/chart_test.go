@@ -135,6 +135,19 @@ func TestTemplateWorkloads(t *testing.T) {
 	cm = &corev1.ConfigMap{}
 	find(t, objs, "ConfigMap", "winnet-agent-config", cm)
 	g.Expect(cm.Data).To(HaveKeyWithValue("cni-conf-dir", `D:\cni\conf`))
+	g.Expect(agent.Env).NotTo(ContainElement(HaveField("Name", "WINNET_APISERVER")), "by default the start script uses KUBERNETES_SERVICE_HOST")
+
+	// With agent.apiServer the start script writes the agent's kubeconfig for that server, not for the
+	// kubernetes Service's ClusterIP, which winnet itself provides on the node.
+	withServer, err := renderChart(t, writeValues(t, "agent: {apiServer: 'https://192.168.77.2:6443'}"))
+	g.Expect(err).NotTo(HaveOccurred())
+	ds = &appsv1.DaemonSet{}
+	find(t, splitManifest(t, withServer), "DaemonSet", "winnet-agent", ds)
+	g.Expect(ds.Spec.Template.Spec.Containers[0].Env).To(ContainElement(And(
+		HaveField("Name", "WINNET_APISERVER"), HaveField("Value", "https://192.168.77.2:6443"))))
+	script, err := os.ReadFile(filepath.Join(chartDir(), "..", "image", "windows", "run-agent.ps1"))
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(string(script)).To(And(ContainSubstring("$server = $env:WINNET_APISERVER"), ContainSubstring("server: $server")))
 }
 
 // TestChartRBACMatchesGenerated: the chart's ClusterRoles are config/rbac's generated roles.
@@ -185,6 +198,7 @@ func TestSchemaRejectsInvalidValues(t *testing.T) {
 		{"boolean as string", "admissionPolicy: {enabled: 'yes'}", "/admissionPolicy/enabled"},
 		{"empty windows node selector", "controller: {windowsNodeSelector: ''}", "/controller/windowsNodeSelector"},
 		{"bad service account name", "serviceAccount: {agent: {name: Winnet_Agent}}", "/serviceAccount/agent/name"},
+		{"API server without https", "agent: {apiServer: '10.0.0.10:6443'}", "/agent/apiServer"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

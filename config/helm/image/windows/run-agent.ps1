@@ -12,8 +12,15 @@ if (-not (Test-Path (Join-Path $sa 'token'))) {
 if (-not (Test-Path (Join-Path $sa 'token'))) {
     throw "run-agent: no ServiceAccount token under $root or C:\var\run\secrets"
 }
-$apiHost = $env:KUBERNETES_SERVICE_HOST
-if ($apiHost -like '*:*') { $apiHost = "[$apiHost]" }
+# The API server: WINNET_APISERVER (the chart's agent.apiServer) when set, because the kubernetes
+# Service's ClusterIP is served by winnet itself on this node and cannot be relied on before the
+# node network works; else the ClusterIP from KUBERNETES_SERVICE_HOST/PORT.
+$server = $env:WINNET_APISERVER
+if (-not $server) {
+    $apiHost = $env:KUBERNETES_SERVICE_HOST
+    if ($apiHost -like '*:*') { $apiHost = "[$apiHost]" }
+    $server = "https://${apiHost}:$($env:KUBERNETES_SERVICE_PORT)"
+}
 $kubeconfig = Join-Path $root 'winnet\kubeconfig'
 $ca = (Join-Path $sa 'ca.crt') -replace '\\', '/'
 $token = (Join-Path $sa 'token') -replace '\\', '/'
@@ -23,7 +30,7 @@ kind: Config
 clusters:
 - name: in-cluster
   cluster:
-    server: https://${apiHost}:$($env:KUBERNETES_SERVICE_PORT)
+    server: $server
     certificate-authority: $ca
 users:
 - name: winnet-agent
