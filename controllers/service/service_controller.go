@@ -164,6 +164,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result
 	if resync == 0 {
 		resync = DefaultResyncPeriod
 	}
+	observePass(counts, synced.Mods() > 0 || gs.Mods() > 0, time.Since(start))
 	if synced.Mods() > 0 || gs.Mods() > 0 {
 		log.Info("Synced Service flows", "services", counts.services, "ports", counts.ports, "endpoints", counts.endpoints,
 			"flowMods", synced.Mods(), "groups", len(groups), "took", time.Since(start))

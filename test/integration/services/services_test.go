@@ -18,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/winnet-io/winnet/controllers/service"
 	"github.com/winnet-io/winnet/test/simnode"
@@ -140,6 +141,30 @@ func TestClusterIPAndNodePort(t *testing.T) {
 			expectAnswer(t, cli.ns, network, netip.AddrPortFrom(a.NodeIP.Addr(), uint16(svcRemote.Spec.Ports[idx].NodePort)), "server-b")
 		})
 	}
+
+	t.Run("the agents' metrics give the Services realised and the programming latency", func(t *testing.T) {
+		g := NewWithT(t)
+		families, err := ctrlmetrics.Registry.Gather()
+		g.Expect(err).NotTo(HaveOccurred())
+		var services float64
+		var passes uint64
+		for _, f := range families {
+			for _, m := range f.GetMetric() {
+				switch f.GetName() {
+				case "winnet_service_realised":
+					for _, l := range m.GetLabel() {
+						if l.GetName() == "kind" && l.GetValue() == "services" {
+							services = m.GetGauge().GetValue()
+						}
+					}
+				case "winnet_service_programming_duration_seconds":
+					passes = m.GetHistogram().GetSampleCount()
+				}
+			}
+		}
+		g.Expect(services).To(BeNumerically(">=", 2), "the test's Services are realised")
+		g.Expect(passes).To(BeNumerically(">", 0), "passes that changed the switch are timed")
+	})
 
 	t.Run("Services work again after ovs-vswitchd is killed and restarted: groups are replayed", func(t *testing.T) {
 		g := NewWithT(t)
