@@ -23,6 +23,9 @@ const (
 	PipelineReadyCondition = "PipelineReady"
 	// RoutesReadyCondition: every RemoteSubnetRoute that applies to the node is installed.
 	RoutesReadyCondition = "RoutesReady"
+	// ServicesReadyCondition: the cluster's Services are realised in OVS (groups, flows, host
+	// routes). It is not part of Ready: a node whose Services lag still networks its Pods.
+	ServicesReadyCondition = "ServicesReady"
 )
 
 // Condition types of RemoteSubnetRoute.
@@ -91,6 +94,8 @@ const (
 const (
 	// EndpointMissingReason: the HNS endpoint is gone and the agent is recreating it.
 	EndpointMissingReason = "EndpointMissing"
+	// ServicesFailedReason: the agent could not program the Services into OVS.
+	ServicesFailedReason = "ServicesFailed"
 	// PortMissingReason: the OVS port is gone and the agent is recreating it.
 	PortMissingReason = "PortMissing"
 	// WaitingForVNICReason: the endpoint and the Pod's flows are in place; the OVS port waits for

@@ -251,7 +251,7 @@ type SNATSpec struct {
 // WindowsNodeNetworkStatus is what the node's agent observed and realised.
 type WindowsNodeNetworkStatus struct {
 	// conditions: Ready summarises HostSwitchReady, BridgeReady, UplinkReady, GatewayReady,
-	// TunnelReady, PipelineReady and RoutesReady.
+	// TunnelReady, PipelineReady and RoutesReady; ServicesReady reports the Services apart.
 	// +optional
 	// +listType=map
 	// +listMapKey=type
@@ -290,6 +290,21 @@ type WindowsNodeNetworkStatus struct {
 	// remoteRoutes counts the routes to other nodes' Pod subnets.
 	// +optional
 	RemoteRoutes RemoteRoutesStatus `json:"remoteRoutes,omitzero"`
+
+	// services counts the Services and endpoints the agent realised in OVS.
+	// +optional
+	Services ServicesStatus `json:"services,omitzero"`
+}
+
+// ServicesStatus counts what the agent realised of the cluster's Services on this node.
+type ServicesStatus struct {
+	// services is the number of Services realised (ClusterIP and NodePort; headless, ExternalName and
+	// other proxies' Services are not).
+	Services int32 `json:"services"`
+	// ports is the number of Service ports realised.
+	Ports int32 `json:"ports"`
+	// endpoints is the number of endpoints behind them.
+	Endpoints int32 `json:"endpoints"`
 }
 
 // PortStatus is an OVS port as realised.

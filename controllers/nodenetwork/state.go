@@ -40,12 +40,20 @@ type RoutesResult struct {
 	Failed []string
 }
 
+// ServicesResult is what the Service reconciler realised in its last pass: counts, or why it failed.
+type ServicesResult struct {
+	Services, Ports, Endpoints int
+	// Err says why the pass failed; empty when it succeeded.
+	Err string
+}
+
 // State shares the realised node network between the node's reconcilers. The node network
 // reconciler is the only writer of the WindowsNodeNetwork's status: the others report through State.
 type State struct {
 	mu       sync.RWMutex
 	realized *Realized
 	routes   *RoutesResult
+	services *ServicesResult
 	// reports wakes the node network reconciler to write a changed RoutesResult into the status.
 	reports chan event.GenericEvent
 	// node is the name reports name.
@@ -128,6 +136,31 @@ func (s *State) SetRoutes(r RoutesResult) {
 		default: // a wake-up is pending already
 		}
 	}
+}
+
+// SetServices records what the Service reconciler realised; a change is written into the node's
+// status at once.
+func (s *State) SetServices(r ServicesResult) {
+	s.mu.Lock()
+	changed := s.services == nil || *s.services != r
+	s.services = &r
+	node := s.node
+	s.mu.Unlock()
+	if changed && node != "" {
+		select {
+		case s.reports <- event.GenericEvent{Object: &networkv1alpha1.WindowsNodeNetwork{ObjectMeta: metav1.ObjectMeta{Name: node}}}:
+		default: // a wake-up is pending already
+		}
+	}
+}
+
+func (s *State) servicesResult() (ServicesResult, bool) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.services == nil {
+		return ServicesResult{}, false
+	}
+	return *s.services, true
 }
 
 // watchReports returns the source of status wake-ups for the node's reconciler.

@@ -177,11 +177,17 @@ func (r *Reconciler) patchRoutesStatus(ctx context.Context, reader client.Reader
 	if err := reader.Get(ctx, types.NamespacedName{Name: r.NodeName}, wnn); err != nil {
 		return true, client.IgnoreNotFound(err)
 	}
-	if !reported || !realized || !wnn.DeletionTimestamp.IsZero() || wnn.Status.ObservedGeneration != wnn.Generation {
+	_, servicesReported := r.state().servicesResult()
+	if (!reported && !servicesReported) || !realized || !wnn.DeletionTimestamp.IsZero() || wnn.Status.ObservedGeneration != wnn.Generation {
 		return false, nil
 	}
 	before := wnn.DeepCopy()
-	setRoutesCondition(wnn, routes)
+	if reported {
+		setRoutesCondition(wnn, routes)
+	}
+	if services, ok := r.state().servicesResult(); ok {
+		setServicesCondition(wnn, services)
+	}
 	setReadyCondition(wnn)
 	return true, client.IgnoreNotFound(r.Client.Status().Patch(ctx, wnn, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})))
 }
@@ -247,6 +253,9 @@ func (r *Reconciler) converge(ctx context.Context, wnn *networkv1alpha1.WindowsN
 	r.state().FlowsSynced(ctx, NodeNetworkFlows, s.flows)
 	if routes, ok := r.state().routesResult(); ok {
 		setRoutesCondition(wnn, routes)
+	}
+	if services, ok := r.state().servicesResult(); ok {
+		setServicesCondition(wnn, services)
 	}
 	setComponentConditions(wnn, done, nil)
 	wnn.Status.MTU = int32(s.desired.mtu)

@@ -114,6 +114,19 @@ func setRoutesCondition(w *networkv1alpha1.WindowsNodeNetwork, r RoutesResult) {
 	meta.SetStatusCondition(&w.Status.Conditions, c)
 }
 
+// setServicesCondition reports what the Service reconciler realised.
+func setServicesCondition(w *networkv1alpha1.WindowsNodeNetwork, r ServicesResult) {
+	w.Status.Services = networkv1alpha1.ServicesStatus{Services: int32(r.Services), Ports: int32(r.Ports), Endpoints: int32(r.Endpoints)}
+	c := metav1.Condition{Type: networkv1alpha1.ServicesReadyCondition, ObservedGeneration: w.Generation}
+	if r.Err == "" {
+		c.Status, c.Reason = metav1.ConditionTrue, networkv1alpha1.ReadyReason
+		c.Message = fmt.Sprintf("%d Services (%d ports, %d endpoints) realised in OVS", r.Services, r.Ports, r.Endpoints)
+	} else {
+		c.Status, c.Reason, c.Message = metav1.ConditionFalse, networkv1alpha1.ServicesFailedReason, r.Err
+	}
+	meta.SetStatusCondition(&w.Status.Conditions, c)
+}
+
 // setInvalidSpec marks every component False because the spec cannot be realised.
 func setInvalidSpec(w *networkv1alpha1.WindowsNodeNetwork, reason string, err error) {
 	for _, typ := range components {

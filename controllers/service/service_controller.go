@@ -103,13 +103,19 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 
 // Reconcile converges every Service: groups first (new and changed ones, so that no flow refers to
 // a missing group), then the flows in one bundle, then the removal of the groups no longer used.
-func (r *Reconciler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result, error) {
+// The outcome is reported to the node network reconciler, which writes it as ServicesReady.
+func (r *Reconciler) Reconcile(ctx context.Context, _ ctrl.Request) (_ ctrl.Result, retErr error) {
 	log := ctrl.LoggerFrom(ctx)
 	rz, ok := r.State.Realized()
 	if !ok {
 		log.V(1).Info("Node network not ready; Services wait for it")
 		return ctrl.Result{RequeueAfter: notReadyRetry}, nil
 	}
+	defer func() {
+		if retErr != nil {
+			r.State.SetServices(nodenetwork.ServicesResult{Err: retErr.Error()})
+		}
+	}()
 	start := time.Now()
 	services := &corev1.ServiceList{}
 	if err := r.Client.List(ctx, services); err != nil {
@@ -165,6 +171,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result
 		resync = DefaultResyncPeriod
 	}
 	observePass(counts, synced.Mods() > 0 || gs.Mods() > 0, time.Since(start))
+	r.State.SetServices(nodenetwork.ServicesResult{Services: counts.services, Ports: counts.ports, Endpoints: counts.endpoints})
 	if synced.Mods() > 0 || gs.Mods() > 0 {
 		log.Info("Synced Service flows", "services", counts.services, "ports", counts.ports, "endpoints", counts.endpoints,
 			"flowMods", synced.Mods(), "groups", len(groups), "took", time.Since(start))

@@ -14,12 +14,14 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	eventsv1 "k8s.io/api/events/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
+	networkv1alpha1 "github.com/winnet-io/winnet/api/v1alpha1"
 	"github.com/winnet-io/winnet/controllers/service"
 	"github.com/winnet-io/winnet/test/simnode"
 )
@@ -164,6 +166,18 @@ func TestClusterIPAndNodePort(t *testing.T) {
 		}
 		g.Expect(services).To(BeNumerically(">=", 2), "the test's Services are realised")
 		g.Expect(passes).To(BeNumerically(">", 0), "passes that changed the switch are timed")
+
+		// kubectl describe windowsnodenetwork shows them too.
+		g.Eventually(func(g Gomega) {
+			w := &networkv1alpha1.WindowsNodeNetwork{}
+			g.Expect(server.Client.Get(ctx, client.ObjectKey{Name: a.Name}, w)).To(Succeed())
+			c := meta.FindStatusCondition(w.Status.Conditions, networkv1alpha1.ServicesReadyCondition)
+			g.Expect(c).NotTo(BeNil())
+			g.Expect(c.Status).To(Equal(metav1.ConditionTrue))
+			g.Expect(c.Message).To(ContainSubstring("realised in OVS"))
+			g.Expect(w.Status.Services.Services).To(BeNumerically(">=", 2))
+			g.Expect(w.Status.Services.Endpoints).To(BeNumerically(">=", 2))
+		}).WithTimeout(10 * time.Second).Should(Succeed())
 	})
 
 	t.Run("Services work again after ovs-vswitchd is killed and restarted: groups are replayed", func(t *testing.T) {
