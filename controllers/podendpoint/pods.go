@@ -59,9 +59,9 @@ type Options struct {
 	VNICTimeout time.Duration
 }
 
-// Pods attaches Pod sandboxes to the node network and detaches them. The CNI handler and the
-// PodEndpoint reconciler share it: every change to one sandbox holds that sandbox's lock, and a
-// sweep for orphans (start-up, GC) excludes all of them.
+// Pods attaches Pod sandboxes to the node network and detaches them, driving the steps of
+// lifecycle.go. The CNI handler and the PodEndpoint reconciler share it: every change to one sandbox
+// holds that sandbox's lock, and a sweep for orphans (start-up, GC) excludes all of them.
 type Pods struct {
 	opts  Options
 	locks keyed.Mutex
@@ -237,96 +237,7 @@ func (p *Pods) waitNode(ctx context.Context) (node, error) {
 	}
 }
 
-// undoStack runs the undo steps of a failed attach in reverse order.
-type undoStack []func(ctx context.Context) error
-
-func (u *undoStack) push(f func(ctx context.Context) error) { *u = append(*u, f) }
-
-func (u undoStack) run(ctx context.Context) error {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
-	defer cancel()
-	var errs []error
-	for i := len(u) - 1; i >= 0; i-- {
-		errs = append(errs, u[i](ctx))
-	}
-	return errors.Join(errs...)
-}
-
-// attach makes a new attachment for the call's sandbox, in the order Windows needs: an address
-// from IPAM, the HNS endpoint (with the Pod's DNS settings) attached to the Pod's namespace, the
-// Pod's flows for the ofport the agent requests, and the OVS port of the same name, unbound until
-// the endpoint's vNIC appears after ADD returns (see vnic.go). On any failure it undoes what it did.
-func (p *Pods) attach(ctx context.Context, n node, c *call) (_ *Attachment, retErr error) {
-	log := ctrl.LoggerFrom(ctx)
-	a := &Attachment{
-		SandboxID: c.sandbox, PodNamespace: c.args.Namespace, PodName: c.args.Name, PodUID: c.args.UID,
-		Netns: c.req.Netns, IfName: c.req.IfName, EndpointName: EndpointName(c.sandbox),
-		NetworkID: n.networkID, Bridge: n.bridge, Gateway: n.realized.Node.GatewayIP, MTU: n.mtu,
-		Containers: []string{c.sandbox}, Created: time.Now().UTC(), WaitingForVNIC: true,
-	}
-	var undo undoStack
-	steps := newStepTimer(cniCommandAdd)
-	defer func() {
-		log.V(1).Info("ADD steps", "took", steps.String())
-		if retErr != nil {
-			if err := undo.run(ctx); err != nil {
-				log.Error(err, "Rolling back a failed ADD left something behind; the next sweep removes it", "sandbox", a.SandboxID)
-			}
-		}
-	}()
-
-	ipamReq := ipam.Request{ContainerID: a.SandboxID, IfName: a.IfName, Netns: a.Netns, Subnet: n.realized.Node.PodCIDR, Gateway: a.Gateway}
-	ip, err := p.opts.Host.IPAM.Allocate(ctx, ipamReq)
-	if err != nil {
-		return nil, err
-	}
-	a.IP = ip
-	steps.done("ipam")
-	undo.push(func(ctx context.Context) error { return p.opts.Host.IPAM.Release(ctx, ipamReq) })
-
-	ep, err := p.createEndpoint(ctx, hns.EndpointSpec{
-		Name: a.EndpointName, NetworkID: a.NetworkID, IP: ip.Addr(), PrefixLength: ip.Bits(), Gateway: a.Gateway,
-		DNS: c.conf.endpointDNS(),
-	})
-	if err != nil {
-		return nil, err
-	}
-	a.EndpointID, a.MAC = ep.ID, ep.MAC.String()
-	steps.done("endpoint")
-	undo.push(func(ctx context.Context) error { return p.opts.Host.HNS.DeleteEndpoint(ctx, ep.ID) })
-
-	a.OFPort = p.claimOFPort(a.SandboxID)
-	undo.push(func(context.Context) error { p.releaseOFPort(a.OFPort, a.SandboxID); return nil })
-	undo.push(func(ctx context.Context) error { return p.deletePort(ctx, a) })
-	undo.push(func(ctx context.Context) error { return p.removeFlows(ctx, a.OFPort, a.SandboxID) })
-	// The flows depend only on the ofport the agent asks for: they are installed while the endpoint
-	// is attached and the port created, and follow the port if OVS gives it another number.
-	flowsDone := make(chan error, 1)
-	go func() {
-		_, err := p.installFlows(ctx, n.realized, a)
-		flowsDone <- err
-	}()
-	err = p.attachPod(ctx, ep, a)
-	steps.done("attach")
-	if err == nil {
-		err = p.createPort(ctx, a, false)
-		steps.done("port")
-	}
-	if ferr := <-flowsDone; err == nil {
-		err = ferr
-	}
-	steps.done("flows")
-	if err != nil {
-		return nil, err
-	}
-	if err := p.opts.Store.Put(a); err != nil {
-		return nil, err
-	}
-	p.markVerified(a.SandboxID, n.realized.Flows)
-	p.waitVNIC(a)
-	steps.done("store")
-	return a, nil
-}
+// The helpers the steps of a Pod's attachment call (lifecycle.go).
 
 // attachPod attaches the endpoint to the Pod's network namespace.
 func (p *Pods) attachPod(ctx context.Context, ep *hns.Endpoint, a *Attachment) error {
@@ -524,50 +435,6 @@ func (p *Pods) removeFlows(ctx context.Context, ofport int32, sandbox string) er
 	if _, err := rz.Flows.SyncObject(ctx, pipeline.CategoryPod, uint64(ofport), nil); err != nil {
 		return fmt.Errorf("removing the flows of ofport %d: %w", ofport, err)
 	}
-	return nil
-}
-
-// detach removes everything of the attachment — flows, OVS port, HNS endpoint, address — and
-// forgets it. Each step is idempotent, so a detach that failed half-way can be repeated.
-func (p *Pods) detach(ctx context.Context, a *Attachment) error {
-	p.stopVNICWaiter(a.SandboxID)
-	steps := newStepTimer(cniCommandDel)
-	defer func() { ctrl.LoggerFrom(ctx).V(1).Info("DEL steps", "took", steps.String()) }()
-	if !a.Deleting {
-		a.Deleting = true
-		if err := p.opts.Store.Put(a); err != nil {
-			return err
-		}
-	}
-	// The flows and the port go at once: flows of a missing port match nothing, and the ofport is
-	// free for another Pod only once both are gone.
-	flowsGone := make(chan error, 1)
-	go func() { flowsGone <- p.removeFlows(ctx, a.OFPort, a.SandboxID) }()
-	err := p.deletePort(ctx, a)
-	if ferr := <-flowsGone; err == nil {
-		err = ferr
-	}
-	if err != nil {
-		return err
-	}
-	p.releaseOFPort(a.OFPort, a.SandboxID)
-	steps.done("flows+port")
-	if err := p.opts.Host.HNS.DeleteEndpoint(ctx, a.EndpointID); err != nil {
-		return fmt.Errorf("deleting HNS endpoint %s: %w", a.EndpointName, err)
-	}
-	steps.done("endpoint")
-	// The address goes back last: HNS may refuse an address an endpoint still has.
-	ipamReq := ipam.Request{ContainerID: a.SandboxID, IfName: a.IfName, Netns: a.Netns, Subnet: a.IP.Masked()}
-	if err := p.opts.Host.IPAM.Release(ctx, ipamReq); err != nil {
-		return err
-	}
-	steps.done("ipam")
-	if err := p.opts.Store.Delete(a.SandboxID); err != nil {
-		return err
-	}
-	p.forgetVerified(a.SandboxID)
-	steps.done("store")
-	ctrl.LoggerFrom(ctx).V(1).Info("Detached Pod sandbox", "sandbox", a.SandboxID, "pod", a.Pod(), "ip", a.IP)
 	return nil
 }
 

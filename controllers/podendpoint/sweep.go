@@ -10,79 +10,9 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	"github.com/winnet-io/winnet/controllers/nodenetwork"
-	"github.com/winnet-io/winnet/internal/cni/ipam"
 	"github.com/winnet-io/winnet/internal/ovs/openflow"
 	"github.com/winnet-io/winnet/internal/pipeline"
 )
-
-// removeOrphans removes what carries winnet's marks but belongs to no attachment: HNS endpoints and
-// OVS ports named like Pods' endpoints, IPAM allocations, and Pod flows. The caller holds the sweep
-// lock for writing, so no attachment is being made meanwhile.
-func (p *Pods) removeOrphans(ctx context.Context, n node) error {
-	log := ctrl.LoggerFrom(ctx)
-	byName := map[string]*Attachment{}
-	bySandbox := map[string]*Attachment{}
-	ofports := map[uint64]bool{}
-	for _, a := range p.opts.Store.List() {
-		byName[a.EndpointName], bySandbox[a.SandboxID] = a, a
-		ofports[uint64(a.OFPort)] = true
-	}
-	var errs []error
-
-	endpoints, err := p.opts.Host.HNS.ListEndpoints(ctx, n.networkID)
-	if err != nil {
-		errs = append(errs, fmt.Errorf("listing HNS endpoints: %w", err))
-	}
-	for _, ep := range endpoints {
-		if !endpointNamePattern.MatchString(ep.Name) {
-			continue
-		}
-		if a := byName[ep.Name]; a != nil && sameID(a.EndpointID, ep.ID) {
-			continue
-		}
-		log.Info("Deleting an orphaned HNS endpoint", "endpoint", ep.Name, "endpointID", ep.ID, "ip", ep.IP)
-		if err := setSwitchPort(ctx, p.opts.Host.Net, ep.Name, false); err != nil {
-			errs = append(errs, err)
-		}
-		if err := p.opts.Host.HNS.DeleteEndpoint(ctx, ep.ID); err != nil {
-			errs = append(errs, fmt.Errorf("deleting orphaned HNS endpoint %s: %w", ep.Name, err))
-		}
-	}
-
-	ports, err := p.opts.Host.OVSDB.OwnedPorts(ctx, n.bridge)
-	if err != nil {
-		errs = append(errs, fmt.Errorf("listing OVS ports: %w", err))
-	}
-	for _, port := range ports {
-		if !endpointNamePattern.MatchString(port.Name) || byName[port.Name] != nil {
-			continue
-		}
-		log.Info("Deleting an orphaned OVS port", "port", port.Name, "ofPort", port.OFPort)
-		if err := setSwitchPort(ctx, p.opts.Host.Net, port.Name, false); err != nil {
-			errs = append(errs, err)
-		}
-		if _, err := p.opts.Host.OVSDB.DeletePort(ctx, n.bridge, port.Name); err != nil {
-			errs = append(errs, fmt.Errorf("deleting orphaned OVS port %s: %w", port.Name, err))
-		}
-	}
-
-	allocs, err := p.opts.Host.IPAM.Allocations()
-	if err != nil {
-		errs = append(errs, err)
-	}
-	for _, al := range allocs {
-		if a := bySandbox[al.ContainerID]; a != nil && a.IfName == al.IfName {
-			continue
-		}
-		log.Info("Releasing an orphaned IPAM allocation", "ip", al.IP, "containerID", al.ContainerID)
-		if err := p.opts.Host.IPAM.Release(ctx, ipam.Request{ContainerID: al.ContainerID, IfName: al.IfName, Subnet: n.realized.Node.PodCIDR}); err != nil {
-			errs = append(errs, err)
-		}
-	}
-
-	errs = append(errs, p.removeOrphanedFlows(ctx, n, ofports))
-	return errors.Join(errs...)
-}
 
 // removeOrphanedFlows removes the Pod flows of ofports no attachment has.
 func (p *Pods) removeOrphanedFlows(ctx context.Context, n node, ofports map[uint64]bool) error {

@@ -16,8 +16,8 @@ import (
 // PR 6019). So ADD creates the OVS port unbound (type "": on Windows an internal port created before
 // the vNIC exists makes OVS create a vNIC of its own, which never carries the Pod's traffic; Antrea
 // PRs 1781 and 5947) with the Pod's flows already installed for the requested ofport, records the
-// attachment as waiting for its vNIC, and returns. A waiter per attachment then watches for the
-// vNIC; once it exists the port is bound (type internal on Windows), gets its ofport and forwards.
+// attachment as waiting for its vNIC, and returns (the steps of lifecycle.go). A waiter per
+// attachment, started by the vNIC step, then watches for the vNIC; once it exists the port is bound (type internal on Windows), gets its ofport and forwards.
 // Drift repair, CHECK and GC know the waiting state and leave such a Pod alone; a vNIC that never
 // appears is reported on the PodEndpoint and cleaned up by DEL.
 
