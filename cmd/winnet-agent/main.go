@@ -8,6 +8,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 
 	"k8s.io/client-go/rest"
@@ -45,7 +46,7 @@ func main() {
 			"uplink, gateway, tunnel, OpenFlow pipeline) toward its WindowsNodeNetwork\n"+
 			"(group network.winnet.io) and reports it in the object's status. It serves the winnet-cni\n"+
 			"shim: Pod addresses from host-local IPAM, one HNS endpoint and OVS port per Pod, PodEndpoints.\n\nFlags:\n")
-		fs.PrintDefaults()
+		printShownDefaults(fs)
 	}
 	fs.StringVar(&opts.NodeName, "node-name", os.Getenv("NODE_NAME"), "name of the Node this agent runs on (default $NODE_NAME)")
 	fs.StringVar(&opts.MetricsBindAddress, "metrics-bind-address", "0", `address of the metrics endpoint, such as ":8080" ("0" disables it)`)
@@ -60,6 +61,9 @@ func main() {
 	cniBinDirs := fs.String("cni-bin-dir", strings.Join(agent.DefaultCNIBinDirs, string(os.PathListSeparator)),
 		"directories searched for the host-local IPAM plugin, separated by "+string(os.PathListSeparator))
 	fs.StringVar(&hostOpts.StateDir, "state-dir", agent.DefaultStateDir, "directory of the agent's state: IPAM allocations (ipam/), Pod attachments (pods/)")
+	if runtime.GOOS == "linux" {
+		fs.DurationVar(&hostOpts.HNSSimLatency, hnsSimLatencyFlag, 0, "Linux only: latency added to every call of the HNS simulator (benchmarks)")
+	}
 	kubeconfig := fs.String("kubeconfig", "", "path to a kubeconfig (default: $KUBECONFIG, the in-cluster config, then ~/.kube/config)")
 	apiServer := fs.String("apiserver", "", "URL of the API server (https://host:port), overriding the kubeconfig's: winnet provides Services on this node, so the agent must not depend on the kubernetes Service's ClusterIP")
 	zopts := zap.Options{}
@@ -95,6 +99,22 @@ func main() {
 		log.Error(err, "winnet-agent stopped")
 		os.Exit(1)
 	}
+}
+
+// hnsSimLatencyFlag is a hidden flag: the benchmarks' knob of the HNS simulator.
+const hnsSimLatencyFlag = "hns-sim-latency"
+
+// printShownDefaults prints the flags' defaults but the hidden ones'.
+func printShownDefaults(fs *flag.FlagSet) {
+	shown := flag.NewFlagSet(fs.Name(), flag.ContinueOnError)
+	shown.SetOutput(fs.Output())
+	fs.VisitAll(func(f *flag.Flag) {
+		if f.Name != hnsSimLatencyFlag {
+			shown.Var(f.Value, f.Name, f.Usage)
+			shown.Lookup(f.Name).DefValue = f.DefValue
+		}
+	})
+	shown.PrintDefaults()
 }
 
 // restConfig loads the kubeconfig at path, or controller-runtime's default chain when path is empty;

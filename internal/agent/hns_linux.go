@@ -23,6 +23,7 @@ const SimSandboxDir = "hns-sandboxes"
 // simulated reboot removes that file.
 func newHNS(opts HostOptions) (hns.Interface, error) {
 	h, err := hns.NewLinuxSim(hns.LinuxSimOptions{
+		SimOptions:  hns.SimOptions{Latency: opts.HNSSimLatency},
 		HostNetNS:   opts.NetNSPath,
 		HostIPDelay: SimHostIPDelay,
 		SandboxDir:  filepath.Join(opts.StateDir, SimSandboxDir),

@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"fmt"
+	"time"
 
 	ctrl "sigs.k8s.io/controller-runtime"
 
@@ -36,6 +37,9 @@ type HostOptions struct {
 	// StateDir holds the agent's state (IPAM allocations, Pod attachments); empty means
 	// DefaultStateDir.
 	StateDir string
+	// HNSSimLatency, on Linux, is added to every call of the HNS simulator, so that a benchmark
+	// can run with HNS's own latency (hidden flag --hns-sim-latency).
+	HNSSimLatency time.Duration
 }
 
 func (o HostOptions) withDefaults() HostOptions {

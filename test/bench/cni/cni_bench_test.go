@@ -48,7 +48,9 @@ const (
 // TestBenchCNI runs the real winnet-agent binary on a simulated node (real OVS, netlink, API server)
 // and times 200 Pods' CNI ADD and DEL through libcni and the real winnet-cni shim, at concurrency 1
 // and 8, each Pod in its own network namespace; the floor is host-local IPAM alone, called by libcni
-// the same way, at the same concurrency, in the same run.
+// the same way, at the same concurrency, in the same run. For information, it then restarts the agent
+// with simulated HNS latency (--hns-sim-latency) and runs concurrency 8 again; the last line printed
+// is the run at concurrency 8 without latency.
 func TestBenchCNI(t *testing.T) {
 	server, err := framework.StartAPIServer()
 	if err != nil {
@@ -71,7 +73,7 @@ func TestBenchCNI(t *testing.T) {
 	socket, confDir := filepath.Join(dirs, "run", "cni.sock"), filepath.Join(dirs, "net.d")
 	logFile := filepath.Join(framework.RepoRoot(), "bin", "bench-cni-agent.log")
 	metricsAddr := framework.FreeAddress(t)
-	startAgent(t, filepath.Join(binDir, "winnet-agent"), logFile, node,
+	stopAgent := startAgent(t, filepath.Join(binDir, "winnet-agent"), logFile, node,
 		"--kubeconfig", server.KubeconfigPath, "--cni-socket", socket, "--cni-conf-dir", confDir, "--state-dir", filepath.Join(dirs, "state"),
 		"--metrics-bind-address", metricsAddr)
 	list := waitConfList(t, filepath.Join(confDir, cni.ConfListName))
@@ -95,28 +97,53 @@ func TestBenchCNI(t *testing.T) {
 
 	var last string
 	for _, conc := range []int{1, 8} {
-		ipam := ipamRun(t, conc)
-		before, stepsBefore := cpuTimes(), scrapeSteps(t, metricsAddr)
-		retries.Store(0)
-		add := cniRun(t, runtime, list, conc, namespaces, sb)
-		fmt.Printf("bench-cni conc=%d: CPU seconds during the %.1f s of ADD+DEL: %s\n", conc, add.total.Seconds(), cpuTimes().since(before))
-		stepMeans := scrapeSteps(t, metricsAddr).since(stepsBefore)
-		if stepMeans == "" {
-			t.Fatal("the agent's metrics have no winnet_cni_step_duration_seconds for the run")
-		}
-		fmt.Printf("bench-cni conc=%d: agent's mean ms per step (winnet_cni_step_duration_seconds): %s\n", conc, stepMeans)
-		p50, p99, ipamP99 := add.percentile(50), add.percentile(99), ipam.percentile(99)
-		last = fmt.Sprintf("bench-cni adds=%d conc=%d p50_ms=%.1f p99_ms=%.1f ipam_p99_ms=%.1f ratio=%.2f pods_per_s=%.0f vnic_p99_ms=%.1f",
-			pods, conc, ms(p50), ms(p99), ms(ipamP99), float64(p99)/float64(ipamP99), float64(pods)/add.total.Seconds(), ms(add.vnic.percentile(99)))
-		fmt.Printf("bench-cni conc=%d: sandbox start to forwarding (the vNIC appears, the agent binds the port, OVS gives its ofport) p50 %.1f ms p99 %.1f ms\n",
-			conc, ms(add.vnic.percentile(50)), ms(add.vnic.percentile(99)))
-		fmt.Printf("bench-cni conc=%d: ADD p50 %.1f ms p99 %.1f ms max %.1f ms, DEL p50 %.1f ms p99 %.1f ms, %d calls retried after \"try again later\"; host-local ADD p50 %.1f ms p99 %.1f ms\n",
-			conc, ms(p50), ms(p99), ms(add.percentile(100)), ms(add.del.percentile(50)), ms(add.del.percentile(99)), retries.Load(), ms(ipam.percentile(50)), ms(ipamP99))
-		fmt.Println(last)
+		last = benchPass(t, runtime, list, conc, namespaces, sb, metricsAddr, "")
 	}
 	if last == "" {
 		t.Fatal("no run")
 	}
+
+	// For information, the run at concurrency 8 again with simulated HNS latency on every call: the
+	// agent restarts with it, on the same state.
+	stopAgent()
+	if err := os.Remove(filepath.Join(confDir, cni.ConfListName)); err != nil {
+		t.Fatal(err)
+	}
+	startAgent(t, filepath.Join(binDir, "winnet-agent"), filepath.Join(framework.RepoRoot(), "bin", "bench-cni-agent-latency.log"), node,
+		"--kubeconfig", server.KubeconfigPath, "--cni-socket", socket, "--cni-conf-dir", confDir, "--state-dir", filepath.Join(dirs, "state"),
+		"--metrics-bind-address", metricsAddr, "--hns-sim-latency", hnsLatency.String())
+	list = waitConfList(t, filepath.Join(confDir, cni.ConfListName))
+	benchPass(t, runtime, list, 8, namespaces, sb, metricsAddr, "hns_latency="+hnsLatency.String()+" ")
+	// The last line stays the run without latency.
+	fmt.Println(last)
+}
+
+// hnsLatency is the simulated latency of every HNS call in the informational pass.
+const hnsLatency = 20 * time.Millisecond
+
+// benchPass times one run at concurrency conc, prints its lines (each after "bench-cni " and tag)
+// and returns its summary line.
+func benchPass(t *testing.T, runtime *libcni.CNIConfig, list *libcni.NetworkConfigList, conc int, namespaces []string, sb sandboxes, metricsAddr, tag string) string {
+	t.Helper()
+	ipam := ipamRun(t, conc)
+	before, stepsBefore := cpuTimes(), scrapeSteps(t, metricsAddr)
+	retries.Store(0)
+	add := cniRun(t, runtime, list, conc, namespaces, sb)
+	fmt.Printf("bench-cni %sconc=%d: CPU seconds during the %.1f s of ADD+DEL: %s\n", tag, conc, add.total.Seconds(), cpuTimes().since(before))
+	stepMeans := scrapeSteps(t, metricsAddr).since(stepsBefore)
+	if stepMeans == "" {
+		t.Fatal("the agent's metrics have no winnet_cni_step_duration_seconds for the run")
+	}
+	fmt.Printf("bench-cni %sconc=%d: agent's mean ms per step (winnet_cni_step_duration_seconds): %s\n", tag, conc, stepMeans)
+	p50, p99, ipamP99 := add.percentile(50), add.percentile(99), ipam.percentile(99)
+	last := fmt.Sprintf("bench-cni %sadds=%d conc=%d p50_ms=%.1f p99_ms=%.1f ipam_p99_ms=%.1f ratio=%.2f pods_per_s=%.0f vnic_p99_ms=%.1f",
+		tag, pods, conc, ms(p50), ms(p99), ms(ipamP99), float64(p99)/float64(ipamP99), float64(pods)/add.total.Seconds(), ms(add.vnic.percentile(99)))
+	fmt.Printf("bench-cni %sconc=%d: sandbox start to forwarding (the vNIC appears, the agent binds the port, OVS gives its ofport) p50 %.1f ms p99 %.1f ms\n",
+		tag, conc, ms(add.vnic.percentile(50)), ms(add.vnic.percentile(99)))
+	fmt.Printf("bench-cni %sconc=%d: ADD p50 %.1f ms p99 %.1f ms max %.1f ms, DEL p50 %.1f ms p99 %.1f ms, %d calls retried after \"try again later\"; host-local ADD p50 %.1f ms p99 %.1f ms\n",
+		tag, conc, ms(p50), ms(p99), ms(add.percentile(100)), ms(add.del.percentile(50)), ms(add.del.percentile(99)), retries.Load(), ms(ipam.percentile(50)), ms(ipamP99))
+	fmt.Println(last)
+	return last
 }
 
 // latencies are the durations of one run's calls and its wall time.
@@ -331,8 +358,9 @@ func createNode(t *testing.T, c client.Client, node *simnode.Node) {
 	}
 }
 
-// startAgent runs the winnet-agent binary for the node, logging to logFile, until the test ends.
-func startAgent(t *testing.T, bin, logFile string, node *simnode.Node, extra ...string) {
+// startAgent runs the winnet-agent binary for the node, logging to logFile, until the test ends or
+// the returned function stops it.
+func startAgent(t *testing.T, bin, logFile string, node *simnode.Node, extra ...string) (stop func()) {
 	t.Helper()
 	f, err := os.Create(logFile)
 	if err != nil {
@@ -356,16 +384,21 @@ func startAgent(t *testing.T, bin, logFile string, node *simnode.Node, extra ...
 		_ = cmd.Wait()
 		close(exited)
 	}()
-	t.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-exited:
-		case <-time.After(10 * time.Second):
-			_ = cmd.Process.Kill()
-			<-exited
-		}
-		_ = f.Close()
-	})
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			_ = cmd.Process.Signal(syscall.SIGTERM)
+			select {
+			case <-exited:
+			case <-time.After(10 * time.Second):
+				_ = cmd.Process.Kill()
+				<-exited
+			}
+			_ = f.Close()
+		})
+	}
+	t.Cleanup(stop)
+	return stop
 }
 
 // waitConfList waits for the agent to write the conflist (the node network is Ready) and loads it.
