@@ -130,11 +130,19 @@ func (s *State) SetRoutes(r RoutesResult) {
 	s.routes = &r
 	node := s.node
 	s.mu.Unlock()
-	if changed && node != "" {
-		select {
-		case s.reports <- event.GenericEvent{Object: &networkv1alpha1.WindowsNodeNetwork{ObjectMeta: metav1.ObjectMeta{Name: node}}}:
-		default: // a wake-up is pending already
-		}
+	if changed {
+		s.wake(node)
+	}
+}
+
+// wake asks the node network reconciler to write the reports into the node's status.
+func (s *State) wake(node string) {
+	if node == "" {
+		return
+	}
+	select {
+	case s.reports <- event.GenericEvent{Object: &networkv1alpha1.WindowsNodeNetwork{ObjectMeta: metav1.ObjectMeta{Name: node}}}:
+	default: // a wake-up is pending already
 	}
 }
 
@@ -146,11 +154,8 @@ func (s *State) SetServices(r ServicesResult) {
 	s.services = &r
 	node := s.node
 	s.mu.Unlock()
-	if changed && node != "" {
-		select {
-		case s.reports <- event.GenericEvent{Object: &networkv1alpha1.WindowsNodeNetwork{ObjectMeta: metav1.ObjectMeta{Name: node}}}:
-		default: // a wake-up is pending already
-		}
+	if changed {
+		s.wake(node)
 	}
 }
 

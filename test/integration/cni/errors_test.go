@@ -17,6 +17,7 @@ import (
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/winnet-io/winnet/internal/cni"
+	"github.com/winnet-io/winnet/test/framework"
 )
 
 // shimCall is one run of the shim binary as a runtime would make it, with every CNI_* variable and
@@ -45,13 +46,13 @@ func (n *testNode) conf(extra map[string]any) []byte {
 // run executes the shim and returns its CNI error (nil on success).
 func (c shimCall) run(t *testing.T) *cnitypes.Error {
 	t.Helper()
-	env := []string{"CNI_COMMAND=" + c.command, "CNI_PATH=" + buildShim(t)}
+	env := []string{"CNI_COMMAND=" + c.command, "CNI_PATH=" + framework.BuildShim(t)}
 	for k, v := range map[string]string{"CNI_CONTAINERID": c.containerID, "CNI_NETNS": c.netns, "CNI_IFNAME": c.ifName, "CNI_ARGS": c.args} {
 		if v != "" {
 			env = append(env, k+"="+v)
 		}
 	}
-	_, err := (&invoke.RawExec{Stderr: os.Stderr}).ExecPlugin(context.Background(), filepath.Join(buildShim(t), cni.PluginType), c.stdin, env)
+	_, err := (&invoke.RawExec{Stderr: os.Stderr}).ExecPlugin(context.Background(), filepath.Join(framework.BuildShim(t), cni.PluginType), c.stdin, env)
 	if err == nil {
 		return nil
 	}

@@ -9,7 +9,6 @@ import (
 	"net/netip"
 	"net/url"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -49,34 +48,6 @@ const (
 	repair   = 10 * time.Second
 )
 
-// shimDir holds the winnet-cni binary built once for the package's tests.
-var (
-	shimOnce sync.Once
-	shimDir  string
-	shimErr  error
-)
-
-// buildShim builds cmd/winnet-cni into a temporary directory, the CNI plugin path of the tests.
-func buildShim(t *testing.T) string {
-	t.Helper()
-	shimOnce.Do(func() {
-		shimDir, shimErr = os.MkdirTemp("", "winnet-cni-integration-")
-		if shimErr != nil {
-			return
-		}
-		cmd := exec.Command("go", "build", "-o", filepath.Join(shimDir, cni.PluginType), "./cmd/winnet-cni")
-		cmd.Dir = framework.RepoRoot()
-		cmd.Env = append(os.Environ(), "GOTOOLCHAIN=local")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			shimErr = fmt.Errorf("building winnet-cni: %w: %s", err, out)
-		}
-	})
-	if shimErr != nil {
-		t.Fatal(shimErr)
-	}
-	return shimDir
-}
-
 // testNode is a simulated node whose agent serves CNI, with a CNI client set up like a runtime's.
 type testNode struct {
 	*simnode.Node
@@ -109,7 +80,7 @@ func newNode(t *testing.T, name, nodeIP, podCIDR string) *testNode {
 	prefix := netip.MustParsePrefix(podCIDR)
 	return &testNode{
 		Node: node, agent: framework.StartAgent(t, server, node), podCIDR: prefix, gateway: prefix.Addr().Next(),
-		cni: libcni.NewCNIConfigWithCacheDir([]string{buildShim(t)}, t.TempDir(), nil),
+		cni: libcni.NewCNIConfigWithCacheDir([]string{framework.BuildShim(t)}, t.TempDir(), nil),
 	}
 }
 

@@ -9,7 +9,6 @@ import (
 	"net"
 	"net/netip"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -41,33 +40,6 @@ func TestMain(m *testing.M) {
 
 const converge = 30 * time.Second
 
-var (
-	shimOnce sync.Once
-	shimDir  string
-	shimErr  error
-)
-
-// buildShim builds cmd/winnet-cni once, the CNI plugin path of the tests.
-func buildShim(t *testing.T) string {
-	t.Helper()
-	shimOnce.Do(func() {
-		shimDir, shimErr = os.MkdirTemp("", "winnet-cni-services-")
-		if shimErr != nil {
-			return
-		}
-		cmd := exec.Command("go", "build", "-o", filepath.Join(shimDir, cni.PluginType), "./cmd/winnet-cni")
-		cmd.Dir = framework.RepoRoot()
-		cmd.Env = append(os.Environ(), "GOTOOLCHAIN=local")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			shimErr = fmt.Errorf("building winnet-cni: %w: %s", err, out)
-		}
-	})
-	if shimErr != nil {
-		t.Fatal(shimErr)
-	}
-	return shimDir
-}
-
 // testNode is a simulated node with its agent and a CNI client set up like a runtime's.
 type testNode struct {
 	*simnode.Node
@@ -88,7 +60,7 @@ func startNode(t *testing.T, u *simnode.Underlay, name, nodeIP, podCIDR string) 
 	g.Expect(server.Client.Create(ctx, k)).To(Succeed())
 	t.Cleanup(func() { _ = server.Client.Delete(context.Background(), k) })
 	n := &testNode{Node: node, agent: framework.StartAgent(t, server, node), podCIDR: netip.MustParsePrefix(podCIDR),
-		cni: libcni.NewCNIConfigWithCacheDir([]string{buildShim(t)}, t.TempDir(), nil)}
+		cni: libcni.NewCNIConfigWithCacheDir([]string{framework.BuildShim(t)}, t.TempDir(), nil)}
 	wnn := &networkv1alpha1.WindowsNodeNetwork{
 		ObjectMeta: metav1.ObjectMeta{Name: name},
 		Spec: networkv1alpha1.WindowsNodeNetworkSpec{
