@@ -217,7 +217,7 @@ func (c *Cluster) startUnderlay() error {
 	if err := run(ext.NS, []string{"ip", "addr", "add", netip.PrefixFrom(c.ExcludedIP, bits).String(), "dev", hostIfName}); err != nil {
 		return err
 	}
-	if err := disableTxChecksum(ext.NS, hostIfName); err != nil {
+	if err := simnode.DisableTxChecksum(ext.NS, hostIfName); err != nil {
 		return err
 	}
 	c.External = ext

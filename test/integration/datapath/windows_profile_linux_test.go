@@ -11,11 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
-	"unsafe"
 
-	"github.com/containernetworking/plugins/pkg/ns"
 	. "github.com/onsi/gomega"
-	"golang.org/x/sys/unix"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -82,36 +79,6 @@ func converged(t *testing.T, name string) (*simnode.Node, *simnode.Host) {
 		g.Expect(received).To(Equal(sent))
 	}).WithTimeout(10*time.Second).Should(Succeed(), "the external host reaches the node through the bridge")
 	return node, ext
-}
-
-// disableTxChecksum turns transmit checksum offload off on ifName in namespace name (ethtool -K
-// ifName tx off), as the e2e cluster does for its external host: a veth sends only partial TCP
-// checksums to its peer, the node's OVS userspace datapath forwards them as they are, and the node's
-// kernel drops them. Real hosts on a wire send complete checksums.
-func disableTxChecksum(t *testing.T, name, ifName string) {
-	t.Helper()
-	err := ns.WithNetNSPath("/run/netns/"+name, func(ns.NetNS) error {
-		fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
-		if err != nil {
-			return err
-		}
-		defer unix.Close(fd)
-		value := struct{ cmd, data uint32 }{cmd: unix.ETHTOOL_STXCSUM}
-		var req struct {
-			name [unix.IFNAMSIZ]byte
-			data unsafe.Pointer
-			_    [16]byte // the rest of struct ifreq's union
-		}
-		copy(req.name[:unix.IFNAMSIZ-1], ifName)
-		req.data = unsafe.Pointer(&value)
-		if _, _, errno := unix.Syscall(unix.SYS_IOCTL, uintptr(fd), unix.SIOCETHTOOL, uintptr(unsafe.Pointer(&req))); errno != 0 {
-			return errno
-		}
-		return nil
-	})
-	if err != nil {
-		t.Fatalf("turning transmit checksum offload off on %s in %s: %v", ifName, name, err)
-	}
 }
 
 // background runs a python script in namespace ns and returns a function waiting for its output.
@@ -252,7 +219,9 @@ time.sleep(8)
 func TestHostPMTUDiscoveryWithoutConntrack(t *testing.T) {
 	g := NewWithT(t)
 	node, ext := converged(t, "win-pmtu")
-	disableTxChecksum(t, ext.NS, simnode.HostIfName)
+	if err := simnode.DisableTxChecksum(ext.NS, simnode.HostIfName); err != nil {
+		t.Fatal(err)
+	}
 	node.MustExec(t, "ip", "route", "flush", "cache")
 	g.Expect(node.MustExec(t, "ip", "route", "get", externalIP)).NotTo(ContainSubstring("mtu"), "no path MTU is known before")
 

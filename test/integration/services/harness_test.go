@@ -14,13 +14,11 @@ import (
 	"sync"
 	"testing"
 	"time"
-	"unsafe"
 
 	"github.com/containernetworking/cni/libcni"
 	types100 "github.com/containernetworking/cni/pkg/types/100"
 	"github.com/containernetworking/plugins/pkg/ns"
 	. "github.com/onsi/gomega"
-	"golang.org/x/sys/unix"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -162,36 +160,6 @@ func (n *testNode) addPod(t *testing.T, name string) *testPod {
 	}
 	t.Cleanup(func() { _ = hns.StopSandbox(sandboxes, rt.NetNS) })
 	return p
-}
-
-// disableTxChecksum turns transmit checksum offload off on ifName in the namespace (ethtool -K
-// ifName tx off), as the e2e cluster does for its external host: a veth sends only partial TCP
-// checksums to its peer, the node's OVS userspace datapath forwards them as they are, and conntrack
-// finds them invalid. Real hosts on a wire send complete checksums.
-func disableTxChecksum(t *testing.T, nsName, ifName string) {
-	t.Helper()
-	err := inNS(nsName, func() error {
-		fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
-		if err != nil {
-			return err
-		}
-		defer unix.Close(fd)
-		value := struct{ cmd, data uint32 }{cmd: unix.ETHTOOL_STXCSUM}
-		var req struct {
-			name [unix.IFNAMSIZ]byte
-			data unsafe.Pointer
-			_    [16]byte // the rest of struct ifreq's union
-		}
-		copy(req.name[:unix.IFNAMSIZ-1], ifName)
-		req.data = unsafe.Pointer(&value)
-		if _, _, errno := unix.Syscall(unix.SYS_IOCTL, uintptr(fd), unix.SIOCETHTOOL, uintptr(unsafe.Pointer(&req))); errno != 0 {
-			return errno
-		}
-		return nil
-	})
-	if err != nil {
-		t.Fatalf("turning transmit checksum offload off on %s in %s: %v", ifName, nsName, err)
-	}
 }
 
 // inNS runs f on a thread in the network namespace nsName (sockets made there stay there).

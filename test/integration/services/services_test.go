@@ -101,7 +101,9 @@ func TestClusterIPAndNodePort(t *testing.T) {
 	b := startNode(t, u, "svc-b", "192.168.61.12/24", "10.244.62.0/24")
 	a.route(t)
 	b.route(t)
-	disableTxChecksum(t, u.External().NS, simnode.HostIfName)
+	if err := simnode.DisableTxChecksum(u.External().NS, simnode.HostIfName); err != nil {
+		t.Fatal(err)
+	}
 
 	cli := a.addPod(t, "client")
 	local := a.addPod(t, "server-a")

@@ -1,6 +1,6 @@
 //go:build linux
 
-package cluster
+package simnode
 
 import (
 	"fmt"
@@ -10,19 +10,14 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// inNS runs fn in the network namespace named ns.
-func inNS(name string, fn func() error) error {
-	return ns.WithNetNSPath(nsPath(name), func(ns.NetNS) error { return fn() })
-}
-
-// disableTxChecksum turns transmit checksum offload off on an interface of namespace ns (`ethtool -K
+// DisableTxChecksum turns transmit checksum offload off on an interface of the named namespace (`ethtool -K
 // <ifName> tx off`), as the HNS simulator does for Pod interfaces.
 //
 // A veth offloads checksums to its peer: the packets it sends carry only a partial TCP/UDP checksum. A node's
 // OVS userspace datapath reads them from its uplink with a raw socket and forwards them as they are, so the
 // node's kernel drops them for a bad checksum. Real hosts on a wire send complete checksums.
-func disableTxChecksum(ns, ifName string) error {
-	return inNS(ns, func() error { return disableTxChecksumHere(ifName) })
+func DisableTxChecksum(name, ifName string) error {
+	return ns.WithNetNSPath(nsPath(name), func(ns.NetNS) error { return disableTxChecksumHere(ifName) })
 }
 
 func disableTxChecksumHere(ifName string) error {
