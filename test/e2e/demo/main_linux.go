@@ -248,9 +248,12 @@ func tryLines(c *cluster.Cluster, kc string, a *cluster.Node, pods map[string]*c
   ip netns exec %[5]s ping -c 3 %[6]s           # pod-a1 -> pod-b1 over the tunnel
   ip netns exec %[5]s ping -c 3 %[7]s       # pod-a1 -> the external host, SNATed to node-a's IP
   for n in node-a node-b; do kubectl patch wnn $n --type merge -p '{"spec":{"encapsulation":{"tunnelType":"geneve"}}}'; done
+  %[10]s reset --dry-run --netns %[11]s --ovsdb %[12]s --state-dir %[13]s --cni-conf-dir %[14]s
+      # what resetting node-a would remove (without --dry-run, with its agent stopped, it gives the node its network back)
 Namespaces: ip netns list | grep %[8]s    Logs: %[9]s
 Take it down with: make demo-down
-`, kc, c.Kubectl, a.OVS.MgmtSocket(cluster.BridgeName), a.NS, pods["pod-a1"].NS, pods["pod-b1"].IP, c.ExternalIP, prefix, c.RunDir)
+`, kc, c.Kubectl, a.OVS.MgmtSocket(cluster.BridgeName), a.NS, pods["pod-a1"].NS, pods["pod-b1"].IP, c.ExternalIP, prefix, c.RunDir,
+		filepath.Join(c.BinDir, "winnet-agent"), a.NSPath, a.OVS.DBSocket(), a.StateDir, a.CNIConfDir)
 }
 
 func copyFile(from, to string) error {
