@@ -513,7 +513,7 @@ func trappedName(endpointID string) string {
 }
 
 // configureContainerEnd runs inside the target namespace: it names the interface, sets its MAC, address and
-// default route, turns its transmit checksum offload off (see disableTxChecksum) and brings it up. It returns
+// default route, turns its transmit checksum offload off (see DisableTxChecksum) and brings it up. It returns
 // the name the interface has, also on failure.
 func configureContainerEnd(peer string, ep Endpoint) (string, error) {
 	link, err := netlink.LinkByName(peer)
@@ -530,7 +530,7 @@ func configureContainerEnd(peer string, ep Endpoint) (string, error) {
 	if err := netlink.LinkSetHardwareAddr(link, ep.MAC); err != nil {
 		return ifName, fmt.Errorf("setting MAC %s: %w", ep.MAC, err)
 	}
-	if err := disableTxChecksum(ifName); err != nil {
+	if err := DisableTxChecksum(ifName); err != nil {
 		return ifName, err
 	}
 	addr := &netlink.Addr{IPNet: &net.IPNet{

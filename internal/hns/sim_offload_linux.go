@@ -9,14 +9,14 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// disableTxChecksum turns transmit checksum offload off on an interface of the current network namespace
-// (`ethtool -K <ifName> tx off`).
+// DisableTxChecksum turns transmit checksum offload off on an interface of the current network namespace
+// (`ethtool -K <ifName> tx off`). Test harnesses use it for the other veths of a simulated network too.
 //
 // A veth offloads checksums to its peer: the packets it sends carry only a partial TCP/UDP checksum. OVS's
 // userspace datapath reads them from the peer with a raw socket and forwards them as they are, so a kernel
 // receiving them from another port drops them for a bad checksum. A Hyper-V vNIC delivers complete checksums
 // to the switch; turning the offload off makes the simulated endpoint do the same.
-func disableTxChecksum(ifName string) error {
+func DisableTxChecksum(ifName string) error {
 	if _, err := ethtoolValue(ifName, unix.ETHTOOL_STXCSUM, 0); err != nil {
 		return fmt.Errorf("turning transmit checksum offload off on %q: %w", ifName, err)
 	}

@@ -36,14 +36,9 @@ func newGUIDNetNS(t *testing.T) string {
 func TestLinuxSimVNICAppearsWhenSandboxStarts(t *testing.T) {
 	g := NewWithT(t)
 	ctx := context.Background()
-	sandboxes := t.TempDir()
-	s, nodePath := newSimOnNode(t, false, LinuxSimOptions{SandboxDir: sandboxes})
-	n, err := s.CreateTransparentNetwork(ctx, linuxNetworkSpec())
-	g.Expect(err).NotTo(HaveOccurred())
-	podNS := newGUIDNetNS(t)
 	dns := DNS{Search: []string{"default.svc.cluster.local", "svc.cluster.local"}, Servers: []string{"10.96.0.10"}, Options: []string{"ndots:5"}}
-	ep, err := s.CreateEndpoint(ctx, EndpointSpec{Name: "pod-a", NetworkID: n.ID, IP: testIP(10), DNS: dns})
-	g.Expect(err).NotTo(HaveOccurred())
+	sb := newSandboxSim(t, dns)
+	s, nodePath, sandboxes, podNS, n, ep := sb.sim, sb.nodePath, sb.dir, sb.podNS, sb.network, sb.endpoint
 
 	// The namespace ID is a GUID, compared case-insensitively.
 	g.Expect(s.AttachEndpoint(ctx, ep.ID, strings.ToUpper(podNS))).To(Succeed())
@@ -78,13 +73,8 @@ func TestLinuxSimVNICAppearsWhenSandboxStarts(t *testing.T) {
 func TestLinuxSimTrapInternalPortBeforeVNIC(t *testing.T) {
 	g := NewWithT(t)
 	ctx := context.Background()
-	sandboxes := t.TempDir()
-	s, nodePath := newSimOnNode(t, false, LinuxSimOptions{SandboxDir: sandboxes})
-	n, err := s.CreateTransparentNetwork(ctx, linuxNetworkSpec())
-	g.Expect(err).NotTo(HaveOccurred())
-	podNS := newGUIDNetNS(t)
-	ep, err := s.CreateEndpoint(ctx, EndpointSpec{Name: "pod-a", NetworkID: n.ID, IP: testIP(10)})
-	g.Expect(err).NotTo(HaveOccurred())
+	sb := newSandboxSim(t, DNS{})
+	s, nodePath, sandboxes, podNS, ep := sb.sim, sb.nodePath, sb.dir, sb.podNS, sb.endpoint
 	g.Expect(s.AttachEndpoint(ctx, ep.ID, podNS)).To(Succeed())
 	// What OVS's netdev datapath does for an internal port: a tap of the port's name.
 	nodeNS := filepath.Base(nodePath)
@@ -103,4 +93,28 @@ func testIP(n byte) netip.Addr {
 	a := testSubnet.Addr().As4()
 	a[3] = n
 	return netip.AddrFrom4(a)
+}
+
+// sandboxSim is a simulator whose vNICs wait for the sandbox, with a network, a GUID-named Pod namespace and
+// an endpoint "pod-a" (with the DNS settings) not yet attached.
+type sandboxSim struct {
+	sim                  *Sim
+	nodePath, dir, podNS string
+	network              *Network
+	endpoint             *Endpoint
+}
+
+func newSandboxSim(t *testing.T, dns DNS) sandboxSim {
+	t.Helper()
+	g := NewWithT(t)
+	ctx := context.Background()
+	sb := sandboxSim{dir: t.TempDir()}
+	sb.sim, sb.nodePath = newSimOnNode(t, false, LinuxSimOptions{SandboxDir: sb.dir})
+	var err error
+	sb.network, err = sb.sim.CreateTransparentNetwork(ctx, linuxNetworkSpec())
+	g.Expect(err).NotTo(HaveOccurred())
+	sb.podNS = newGUIDNetNS(t)
+	sb.endpoint, err = sb.sim.CreateEndpoint(ctx, EndpointSpec{Name: "pod-a", NetworkID: sb.network.ID, IP: testIP(10), DNS: dns})
+	g.Expect(err).NotTo(HaveOccurred())
+	return sb
 }
