@@ -71,15 +71,7 @@ func TestPipelinePaths(t *testing.T) {
 	n := testNode()
 	o, _ := loadPipeline(t, n)
 	gw := n.GatewayMAC.String()
-	cases := []struct {
-		name string
-		flow string
-		// ctNext is the conntrack state each ct() recirculation sees.
-		ctNext []string
-		// want are regular expressions (most are plain text) the trace must match.
-		want   []string
-		reject []string
-	}{
+	cases := []traceCase{
 		{
 			name:   "Pod to external is SNATed to the node IP and leaves on the gateway",
 			flow:   fmt.Sprintf("in_port=10,tcp,dl_src=%s,dl_dst=%s,nw_src=10.244.1.5,nw_dst=8.8.8.8,nw_ttl=64", pod1.MAC, gw),
@@ -171,6 +163,24 @@ func TestPipelinePaths(t *testing.T) {
 			want: []string{"set_field:aa:bb:cc:dd:ee:ff->arp_sha", "set_field:10.244.2.1->arp_spa", "IN_PORT"},
 		},
 	}
+	runTraces(t, o, cases)
+}
+
+// traceCase is a packet traced through the installed pipeline with ofproto/trace.
+type traceCase struct {
+	name string
+	flow string
+	// ctNext is the conntrack state each ct() recirculation sees.
+	ctNext []string
+	// want are regular expressions (most are plain text) the trace must match.
+	want []string
+	// reject are texts the trace must not contain.
+	reject []string
+}
+
+// runTraces traces every case through the bridge br-int of o, one subtest each.
+func runTraces(t *testing.T, o *ovstest.OVS, cases []traceCase) {
+	t.Helper()
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			g := NewWithT(t)

@@ -66,13 +66,7 @@ func TestServicePaths(t *testing.T) {
 	o, _ := loadPipeline(t, n)
 	loadServices(t, o, n)
 	gw := n.GatewayMAC.String()
-	cases := []struct {
-		name   string
-		flow   string
-		ctNext []string
-		want   []string
-		reject []string
-	}{
+	cases := []traceCase{
 		{
 			name:   "A Pod's new connection to the ClusterIP is DNATed to the endpoint in zone 65520 and gets the virtual MAC",
 			flow:   fmt.Sprintf("in_port=10,tcp,dl_src=%s,dl_dst=%s,nw_src=10.244.1.5,nw_dst=10.96.0.10,tp_dst=80,nw_ttl=64", pod1.MAC, gw),
@@ -111,21 +105,5 @@ func TestServicePaths(t *testing.T) {
 			want:   []string{`ct\(table=30,zone=65521,nat\)`, `ct\(table=31,zone=65520,nat\)`},
 		},
 	}
-	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			g := NewWithT(t)
-			args := []string{"ofproto/trace", "br-int", tc.flow}
-			for _, s := range tc.ctNext {
-				args = append(args, "--ct-next", s)
-			}
-			out, err := o.Appctl(args...)
-			g.Expect(err).NotTo(HaveOccurred(), out)
-			for _, w := range tc.want {
-				g.Expect(out).To(MatchRegexp(w), "trace:\n%s", out)
-			}
-			for _, r := range tc.reject {
-				g.Expect(out).NotTo(ContainSubstring(r), "trace:\n%s", out)
-			}
-		})
-	}
+	runTraces(t, o, cases)
 }
