@@ -6,6 +6,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"net"
 	"net/netip"
@@ -59,7 +60,7 @@ func linkNames(t *testing.T, path string) []string {
 	t.Helper()
 	var names []string
 	inNetNS(t, path, func() {
-		links, err := netlink.LinkList()
+		links, err := redump(netlink.LinkList)
 		NewWithT(t).Expect(err).NotTo(HaveOccurred())
 		for _, l := range links {
 			names = append(names, l.Attrs().Name)
@@ -332,4 +333,17 @@ func TestLinuxSimConcurrent(t *testing.T) {
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(list).To(BeEmpty())
 	g.Expect(onDisk().Endpoints).To(BeEmpty())
+}
+
+// redump runs a netlink dump again, a few times, when the kernel interrupted it because the table changed
+// meanwhile (links appear and go while the tests look).
+func redump[T any](dump func() (T, error)) (T, error) {
+	v, err := dump()
+	for range 5 {
+		if !errors.Is(err, netlink.ErrDumpInterrupted) {
+			break
+		}
+		v, err = dump()
+	}
+	return v, err
 }

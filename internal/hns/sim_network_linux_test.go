@@ -76,7 +76,7 @@ func inspectLink(t *testing.T, path, name string) linkConfig {
 			return
 		}
 		c.Exists, c.Kind, c.MAC = true, l.Type(), l.Attrs().HardwareAddr.String()
-		addrs, err := netlink.AddrList(l, netlink.FAMILY_V4)
+		addrs, err := redump(func() ([]netlink.Addr, error) { return netlink.AddrList(l, netlink.FAMILY_V4) })
 		NewWithT(t).Expect(err).NotTo(HaveOccurred())
 		for _, a := range addrs {
 			s := a.IPNet.String()
@@ -85,7 +85,7 @@ func inspectLink(t *testing.T, path, name string) linkConfig {
 			}
 			c.Addrs = append(c.Addrs, s)
 		}
-		routes, err := netlink.RouteList(l, netlink.FAMILY_V4)
+		routes, err := redump(func() ([]netlink.Route, error) { return netlink.RouteList(l, netlink.FAMILY_V4) })
 		NewWithT(t).Expect(err).NotTo(HaveOccurred())
 		for _, r := range routes {
 			if r.Protocol == netlink.RouteProtocol(2) { // kernel: derived from an address
