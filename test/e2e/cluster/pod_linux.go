@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/containernetworking/cni/libcni"
+	cnitypes "github.com/containernetworking/cni/pkg/types"
 	types100 "github.com/containernetworking/cni/pkg/types/100"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -156,7 +157,7 @@ func (c *Cluster) DeletePod(ctx context.Context, p *Pod) error {
 	var errs []error
 	if n := c.Node(p.Node); n != nil {
 		if list, err := n.waitConflist(0); err == nil {
-			if err := c.cniConfig(n).DelNetworkList(ctx, list, p.runtimeConf()); err != nil {
+			if err := c.delWithRetry(ctx, n, list, p); err != nil {
 				errs = append(errs, fmt.Errorf("CNI DEL of Pod %s: %w", p.Name, err))
 			}
 		}
@@ -173,6 +174,25 @@ func (c *Cluster) DeletePod(ctx context.Context, p *Pod) error {
 		errs = append(errs, fmt.Errorf("deleting Pod %s: %w", p.Name, err))
 	}
 	return errors.Join(append(errs, c.forgetPod(p))...)
+}
+
+// delRetryTimeout bounds how long DeletePod calls DEL again while the plugin answers "try again later" (a
+// hung HNS endpoint delete), as kubelet keeps tearing a sandbox down until DEL succeeds.
+const delRetryTimeout = 30 * time.Second
+
+// delWithRetry calls CNI DEL until it succeeds, fails otherwise than with ErrTryAgainLater, or
+// delRetryTimeout passed.
+func (c *Cluster) delWithRetry(ctx context.Context, n *Node, list *libcni.NetworkConfigList, p *Pod) error {
+	deadline := time.Now().Add(delRetryTimeout)
+	for {
+		err := c.cniConfig(n).DelNetworkList(ctx, list, p.runtimeConf())
+		var cniErr *cnitypes.Error
+		if err == nil || !errors.As(err, &cniErr) || cniErr.Code != cnitypes.ErrTryAgainLater || time.Now().After(deadline) {
+			return err
+		}
+		c.logf("CNI DEL of Pod %s: %v; calling DEL again, as kubelet does", p.Name, err)
+		time.Sleep(500 * time.Millisecond)
+	}
 }
 
 // forgetPod deletes the Pod's namespace and forgets it.
