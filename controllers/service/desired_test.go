@@ -150,7 +150,9 @@ func TestDesiredPortsNodePortAndProtocols(t *testing.T) {
 func TestGroupIDsReused(t *testing.T) {
 	g := NewWithT(t)
 	r := &Reconciler{groupIDs: map[groupKey]uint32{}}
-	key := func(name string) groupKey { return groupKey{port: portKey{Namespace: "ns", Name: name, Protocol: corev1.ProtocolTCP, Port: 80}} }
+	key := func(name string) groupKey {
+		return groupKey{port: portKey{Namespace: "ns", Name: name, Protocol: corev1.ProtocolTCP, Port: 80}}
+	}
 	g.Expect([]uint32{r.groupID(key("a")), r.groupID(key("b")), r.groupID(key("c")), r.groupID(key("d"))}).To(Equal([]uint32{1, 2, 3, 4}))
 	// b and c are gone from the switch.
 	r.forgetGroups([]openflow.Group{{ID: 1}, {ID: 4}})
