@@ -120,6 +120,7 @@ func StartAgent(t testing.TB, s *APIServer, node *simnode.Node) *Agent {
 	if err != nil {
 		fail("Pod network", err)
 	}
+	nodes.Teardown = a.Pods
 	done := make(chan error, 1)
 	go func() { done <- mgr.Start(ctx) }()
 	a.stop = func() {
