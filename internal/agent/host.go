@@ -94,13 +94,13 @@ func SetupNodeNetwork(ctx context.Context, mgr ctrl.Manager, nodeName string, op
 	if err := services.SetupWithManager(mgr); err != nil {
 		return err
 	}
-	pods, err := SetupPodNetwork(ctx, mgr, PodNetworkOptions{
+	podNet, err := SetupPodNetwork(ctx, mgr, PodNetworkOptions{
 		NodeName: nodeName, Host: podendpoint.Host{HNS: hnsClient, OVSDB: db, Net: netClient}, State: state,
 		CNISocket: opts.CNISocket, CNIConfDir: opts.CNIConfDir, CNIBinDirs: opts.CNIBinDirs, StateDir: opts.StateDir,
 	})
 	if err != nil {
 		return err
 	}
-	nodes.Teardown = pods
-	return nil
+	nodes.Teardown = podNet
+	return SetupNetworkPolicy(mgr, NetworkPolicyOptions{NodeName: nodeName, State: state, Local: podNet.Pods.Store()})
 }

@@ -121,6 +121,9 @@ func StartAgent(t testing.TB, s *APIServer, node *simnode.Node) *Agent {
 		fail("Pod network", err)
 	}
 	nodes.Teardown = a.Pods
+	if err := agent.SetupNetworkPolicy(mgr, agent.NetworkPolicyOptions{NodeName: node.Name, State: state, Local: a.Pods.Pods.Store(), ResyncPeriod: time.Second}); err != nil {
+		fail("NetworkPolicy reconciler", err)
+	}
 	done := make(chan error, 1)
 	go func() { done <- mgr.Start(ctx) }()
 	a.stop = func() {
