@@ -50,8 +50,7 @@ func TestLinuxSimVNICAppearsWhenSandboxStarts(t *testing.T) {
 	// The host end appears first; the container end is named and the resolver written just after.
 	g.Eventually(func() []string { return linkNames(t, filepath.Join(DefaultNetNSDir, podNS)) }).Should(ConsistOf("lo", "eth0"))
 	var resolv []byte
-	g.Eventually(func() error {
-		var err error
+	g.Eventually(func() (err error) {
 		resolv, err = os.ReadFile(filepath.Join(netnsEtcDir, podNS, "resolv.conf"))
 		return err
 	}).Should(Succeed())
