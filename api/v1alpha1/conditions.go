@@ -26,6 +26,9 @@ const (
 	// ServicesReadyCondition: the cluster's Services are realised in OVS (groups, flows, host
 	// routes). It is not part of Ready: a node whose Services lag still networks its Pods.
 	ServicesReadyCondition = "ServicesReady"
+	// PoliciesReadyCondition: the NetworkPolicies selecting the node's Pods are realised in OVS.
+	// It is not part of Ready: a node whose policies lag still networks its Pods.
+	PoliciesReadyCondition = "PoliciesReady"
 )
 
 // Condition types of RemoteSubnetRoute.
@@ -96,6 +99,8 @@ const (
 	EndpointMissingReason = "EndpointMissing"
 	// ServicesFailedReason: the agent could not program the Services into OVS.
 	ServicesFailedReason = "ServicesFailed"
+	// PoliciesFailedReason: the agent could not program the NetworkPolicies into OVS.
+	PoliciesFailedReason = "PoliciesFailed"
 	// PortMissingReason: the OVS port is gone and the agent is recreating it.
 	PortMissingReason = "PortMissing"
 	// WaitingForVNICReason: the endpoint and the Pod's flows are in place; the OVS port waits for

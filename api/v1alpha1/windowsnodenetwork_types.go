@@ -294,6 +294,20 @@ type WindowsNodeNetworkStatus struct {
 	// services counts the Services and endpoints the agent realised in OVS.
 	// +optional
 	Services ServicesStatus `json:"services,omitzero"`
+
+	// networkPolicies counts the NetworkPolicies and rules the agent realised in OVS.
+	// +optional
+	NetworkPolicies NetworkPoliciesStatus `json:"networkPolicies,omitzero"`
+}
+
+// NetworkPoliciesStatus counts what the agent realised of the cluster's NetworkPolicies on this
+// node.
+type NetworkPoliciesStatus struct {
+	// policies is the number of NetworkPolicies that select at least one Pod of this node.
+	Policies int32 `json:"policies"`
+	// rules is the number of rules realised: one per rule and group of Pods that a named port
+	// resolves to the same port numbers; rules whose peers match nothing are not counted.
+	Rules int32 `json:"rules"`
 }
 
 // ServicesStatus counts what the agent realised of the cluster's Services on this node.

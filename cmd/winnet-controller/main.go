@@ -18,13 +18,21 @@ import (
 )
 
 func main() {
+	if handled, err := runUninstallCommand(os.Args[1:]); handled {
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "winnet-controller uninstall:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	opts := controller.Options{}
 	fs := flag.NewFlagSet("winnet-controller", flag.ContinueOnError)
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "Usage: winnet-controller [flags]\n\n"+
 			"The cluster-wide controller of winnet (group network.winnet.io), leader-elected among its\n"+
 			"replicas. From every Node it derives a RemoteSubnetRoute (and, for Windows nodes, a default\n"+
-			"WindowsNodeNetwork), and it reports overlapping routes as conflicts.\n\nFlags:\n")
+			"WindowsNodeNetwork), and it reports overlapping routes as conflicts.\n\n"+
+			"`winnet-controller uninstall --help` describes the uninstall (the Helm chart's pre-delete hook).\n\nFlags:\n")
 		fs.PrintDefaults()
 	}
 	fs.BoolVar(&opts.LeaderElection, "leader-elect", true, "elect a leader among the replicas; only the leader reconciles")

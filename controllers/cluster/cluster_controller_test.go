@@ -8,7 +8,9 @@ import (
 	"time"
 
 	. "github.com/onsi/gomega"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -204,4 +206,27 @@ func conditionOf(route, typ string) func(g Gomega) metav1.ConditionStatus {
 		}
 		return c.Status
 	}
+}
+
+// TestUninstallLeaseStopsDerivation: while the uninstall Lease exists in winnet-controller's
+// namespace ("default" here: no leader election namespace, not in a Pod), a Windows node gets no
+// WindowsNodeNetwork and no RemoteSubnetRoute; once it is gone, the next change of the Node does.
+func TestUninstallLeaseStopsDerivation(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	lease := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: cluster.UninstallLeaseName}}
+	g.Expect(server.Client.Create(ctx, lease)).To(Succeed())
+	t.Cleanup(func() { _ = server.Client.Delete(context.Background(), lease) })
+
+	n := newNode("win-uninstalling", "10.244.77.0/24", "", true)
+	createNode(t, g, n, "192.168.77.2")
+	g.Consistently(func() bool {
+		return apierrors.IsNotFound(server.Client.Get(ctx, client.ObjectKey{Name: n.Name}, &networkv1alpha1.WindowsNodeNetwork{})) &&
+			apierrors.IsNotFound(server.Client.Get(ctx, client.ObjectKey{Name: n.Name}, &networkv1alpha1.RemoteSubnetRoute{}))
+	}).WithTimeout(2*time.Second).Should(BeTrue(), "nothing is derived while winnet is being uninstalled")
+
+	g.Expect(server.Client.Delete(ctx, lease)).To(Succeed())
+	setInternalIP(g, n.Name, "192.168.77.3")
+	g.Eventually(getNodeNetwork(n.Name)).WithTimeout(timeout).Should(HaveField("Spec.NodeIP", networkv1alpha1.IPv4Address("192.168.77.3")))
+	g.Eventually(getRoute(n.Name)).WithTimeout(timeout).Should(HaveField("Spec.NodeIP", networkv1alpha1.IPAddress("192.168.77.3")))
 }

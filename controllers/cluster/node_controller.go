@@ -24,6 +24,11 @@ type NodeReconciler struct {
 	Client   client.Client
 	Recorder events.EventRecorder
 	Defaults NetworkDefaults
+	// Uninstall, when set, stops the reconciler from deriving anything while winnet is being
+	// uninstalled (see UninstallSignal).
+	Uninstall interface {
+		Uninstalling(ctx context.Context) (bool, error)
+	}
 }
 
 // SetupWithManager registers the reconciler; it also reacts to changes of the derived objects so a
@@ -46,6 +51,16 @@ func (r *NodeReconciler) SetupWithManager(mgr ctrl.Manager) error {
 // Reconcile converges the objects derived from one Node.
 func (r *NodeReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	log := ctrl.LoggerFrom(ctx)
+	if r.Uninstall != nil {
+		stop, err := r.Uninstall.Uninstalling(ctx)
+		if err != nil {
+			return ctrl.Result{}, err
+		}
+		if stop {
+			log.V(1).Info("winnet is being uninstalled: deriving nothing from the Node")
+			return ctrl.Result{}, nil
+		}
+	}
 	node := &corev1.Node{}
 	if err := r.Client.Get(ctx, req.NamespacedName, node); err != nil {
 		if !apierrors.IsNotFound(err) {

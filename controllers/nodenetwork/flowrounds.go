@@ -26,6 +26,9 @@ const (
 	// ServiceFlows are the Services' flows and groups, installed by the Service reconciler; it
 	// is an owner only in agents that run it (see AddFlowOwner).
 	ServiceFlows FlowOwner = "Services"
+	// PolicyFlows are the NetworkPolicies' flows, installed by the NetworkPolicy reconciler; it is
+	// an owner only in agents that run it.
+	PolicyFlows FlowOwner = "NetworkPolicies"
 )
 
 // flowOwners must all report on a connection before its previous round is deleted.

@@ -47,6 +47,14 @@ type ServicesResult struct {
 	Err string
 }
 
+// PoliciesResult is what the NetworkPolicy reconciler realised in its last pass: counts, or why it
+// failed.
+type PoliciesResult struct {
+	Policies, Rules int
+	// Err says why the pass failed; empty when it succeeded.
+	Err string
+}
+
 // State shares the realised node network between the node's reconcilers. The node network
 // reconciler is the only writer of the WindowsNodeNetwork's status: the others report through State.
 type State struct {
@@ -54,6 +62,7 @@ type State struct {
 	realized *Realized
 	routes   *RoutesResult
 	services *ServicesResult
+	policies *PoliciesResult
 	// reports wakes the node network reconciler to write a changed RoutesResult into the status.
 	reports chan event.GenericEvent
 	// node is the name reports name.
@@ -166,6 +175,28 @@ func (s *State) servicesResult() (ServicesResult, bool) {
 		return ServicesResult{}, false
 	}
 	return *s.services, true
+}
+
+// SetPolicies records what the NetworkPolicy reconciler realised; a change is written into the
+// node's status at once.
+func (s *State) SetPolicies(r PoliciesResult) {
+	s.mu.Lock()
+	changed := s.policies == nil || *s.policies != r
+	s.policies = &r
+	node := s.node
+	s.mu.Unlock()
+	if changed {
+		s.wake(node)
+	}
+}
+
+func (s *State) policiesResult() (PoliciesResult, bool) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.policies == nil {
+		return PoliciesResult{}, false
+	}
+	return *s.policies, true
 }
 
 // watchReports returns the source of status wake-ups for the node's reconciler.

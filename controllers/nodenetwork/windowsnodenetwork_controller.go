@@ -178,7 +178,8 @@ func (r *Reconciler) patchRoutesStatus(ctx context.Context, reader client.Reader
 		return true, client.IgnoreNotFound(err)
 	}
 	_, servicesReported := r.state().servicesResult()
-	if (!reported && !servicesReported) || !realized || !wnn.DeletionTimestamp.IsZero() || wnn.Status.ObservedGeneration != wnn.Generation {
+	_, policiesReported := r.state().policiesResult()
+	if (!reported && !servicesReported && !policiesReported) || !realized || !wnn.DeletionTimestamp.IsZero() || wnn.Status.ObservedGeneration != wnn.Generation {
 		return false, nil
 	}
 	before := wnn.DeepCopy()
@@ -187,6 +188,9 @@ func (r *Reconciler) patchRoutesStatus(ctx context.Context, reader client.Reader
 	}
 	if services, ok := r.state().servicesResult(); ok {
 		setServicesCondition(wnn, services)
+	}
+	if policies, ok := r.state().policiesResult(); ok {
+		setPoliciesCondition(wnn, policies)
 	}
 	setReadyCondition(wnn)
 	return true, client.IgnoreNotFound(r.Client.Status().Patch(ctx, wnn, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})))
@@ -256,6 +260,9 @@ func (r *Reconciler) converge(ctx context.Context, wnn *networkv1alpha1.WindowsN
 	}
 	if services, ok := r.state().servicesResult(); ok {
 		setServicesCondition(wnn, services)
+	}
+	if policies, ok := r.state().policiesResult(); ok {
+		setPoliciesCondition(wnn, policies)
 	}
 	setComponentConditions(wnn, done, nil)
 	wnn.Status.MTU = int32(s.desired.mtu)
@@ -621,7 +628,7 @@ func (r *Reconciler) ensurePipeline(ctx context.Context, s *state) (outcome, err
 			ctrl.LoggerFrom(ctx).V(1).Info("Synced flows", "category", category, "added", res.Added, "modified", res.Modified, "deleted", res.Deleted)
 		}
 	}
-	for _, category := range []uint8{pipeline.CategoryClassifier, pipeline.CategoryConntrack, pipeline.CategoryForwarding, pipeline.CategorySNAT, pipeline.CategoryPod, pipeline.CategoryRoute, pipeline.CategoryService} {
+	for _, category := range []uint8{pipeline.CategoryClassifier, pipeline.CategoryConntrack, pipeline.CategoryForwarding, pipeline.CategorySNAT, pipeline.CategoryPod, pipeline.CategoryRoute, pipeline.CategoryService, pipeline.CategoryPolicy} {
 		total += len(flows.Installed(category))
 	}
 	s.wnn.Status.FlowCount = int32(total)

@@ -127,6 +127,19 @@ func setServicesCondition(w *networkv1alpha1.WindowsNodeNetwork, r ServicesResul
 	meta.SetStatusCondition(&w.Status.Conditions, c)
 }
 
+// setPoliciesCondition reports what the NetworkPolicy reconciler realised.
+func setPoliciesCondition(w *networkv1alpha1.WindowsNodeNetwork, r PoliciesResult) {
+	w.Status.NetworkPolicies = networkv1alpha1.NetworkPoliciesStatus{Policies: int32(r.Policies), Rules: int32(r.Rules)}
+	c := metav1.Condition{Type: networkv1alpha1.PoliciesReadyCondition, ObservedGeneration: w.Generation}
+	if r.Err == "" {
+		c.Status, c.Reason = metav1.ConditionTrue, networkv1alpha1.ReadyReason
+		c.Message = fmt.Sprintf("%d NetworkPolicies (%d rules) realised in OVS", r.Policies, r.Rules)
+	} else {
+		c.Status, c.Reason, c.Message = metav1.ConditionFalse, networkv1alpha1.PoliciesFailedReason, r.Err
+	}
+	meta.SetStatusCondition(&w.Status.Conditions, c)
+}
+
 // setInvalidSpec marks every component False because the spec cannot be realised.
 func setInvalidSpec(w *networkv1alpha1.WindowsNodeNetwork, reason string, err error) {
 	for _, typ := range components {

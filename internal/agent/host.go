@@ -89,9 +89,12 @@ func SetupNodeNetwork(ctx context.Context, mgr ctrl.Manager, nodeName string, op
 	if err := services.SetupWithManager(mgr); err != nil {
 		return err
 	}
-	_, err = SetupPodNetwork(ctx, mgr, PodNetworkOptions{
+	podNet, err := SetupPodNetwork(ctx, mgr, PodNetworkOptions{
 		NodeName: nodeName, Host: podendpoint.Host{HNS: hnsClient, OVSDB: db, Net: netClient}, State: state,
 		CNISocket: opts.CNISocket, CNIConfDir: opts.CNIConfDir, StateDir: opts.StateDir,
 	})
-	return err
+	if err != nil {
+		return err
+	}
+	return SetupNetworkPolicy(mgr, NetworkPolicyOptions{NodeName: nodeName, State: state, Local: podNet.Pods.Store()})
 }

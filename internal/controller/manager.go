@@ -2,6 +2,8 @@ package controller
 
 import (
 	"fmt"
+	"os"
+	"strings"
 	"time"
 
 	"k8s.io/client-go/rest"
@@ -28,9 +30,30 @@ type Options struct {
 	MetricsBindAddress string
 	// HealthProbeBindAddress is the address of /healthz and /readyz ("0" disables it).
 	HealthProbeBindAddress string
+	// Namespace is winnet-controller's namespace, where `winnet-controller uninstall` creates the
+	// Lease that stops it (cluster.UninstallLeaseName); empty means LeaderElectionNamespace, then
+	// the Pod's namespace, then "default".
+	Namespace string
 	// Defaults are written into every WindowsNodeNetwork derived from a Node.
 	Defaults cluster.NetworkDefaults
 }
+
+// namespace is the namespace winnet-controller runs in (see Options.Namespace).
+func (o Options) namespace() string {
+	if o.Namespace != "" {
+		return o.Namespace
+	}
+	if o.LeaderElectionNamespace != "" {
+		return o.LeaderElectionNamespace
+	}
+	if b, err := os.ReadFile(inClusterNamespaceFile); err == nil && strings.TrimSpace(string(b)) != "" {
+		return strings.TrimSpace(string(b))
+	}
+	return "default"
+}
+
+// inClusterNamespaceFile holds the namespace of the Pod's ServiceAccount.
+const inClusterNamespaceFile = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
 
 // NewManager returns winnet-controller's manager with its reconcilers registered.
 func NewManager(cfg *rest.Config, opts Options) (manager.Manager, error) {
@@ -53,7 +76,8 @@ func NewManager(cfg *rest.Config, opts Options) (manager.Manager, error) {
 	if err != nil {
 		return nil, fmt.Errorf("creating the controller manager: %w", err)
 	}
-	nodes := &cluster.NodeReconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("winnet-controller"), Defaults: opts.Defaults}
+	nodes := &cluster.NodeReconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("winnet-controller"), Defaults: opts.Defaults,
+		Uninstall: cluster.UninstallSignal{Reader: mgr.GetAPIReader(), Namespace: opts.namespace()}}
 	if err := nodes.SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("setting up the node reconciler: %w", err)
 	}

@@ -3,6 +3,7 @@ package pipeline
 import (
 	"net"
 	"net/netip"
+	"slices"
 
 	"github.com/winnet-io/winnet/internal/ovs/openflow"
 )
@@ -124,15 +125,31 @@ func (n Node) conntrackFlows() []openflow.Flow {
 		flow(ConntrackStateTable, priorityLow, match(openflow.IPv4(), regMatch(PktSourceField, FromUplink)), openflow.Output(openflow.PortLocal)),
 		flow(ConntrackStateTable, prioritySkip, match(openflow.IPv4(), openflow.CTState(openflow.CTTrk|openflow.CTInv, 0)), openflow.Drop()),
 		flow(ConntrackStateTable, priorityMiss, nil, openflow.GotoTable(DNATTable)),
-		flow(DNATTable, priorityMiss, nil, openflow.GotoTable(L3ForwardingTable)),
+		flow(DNATTable, priorityMiss, nil, openflow.GotoTable(EgressRuleTable)),
 	)
 }
 
 // forwardingFlows are the L3/L2 base: the local Pod CIDR and the node are reached by MAC; the
-// gateway's MAC leads to the gateway; a packet whose port is known is output there.
+// gateway's MAC leads to the gateway; a packet whose port is known is output there. The policy
+// tables are walked through: only new connections are evaluated (the NetworkPolicy flows of
+// CategoryPolicy), established and related packets skip the rules, and what no policy isolates
+// passes.
 func (n Node) forwardingFlows() []openflow.Flow {
-	commit := ConntrackCommitTable
-	return []openflow.Flow{
+	ingress := IngressRuleTable
+	skip := func(rules, next uint8) []openflow.Flow {
+		return []openflow.Flow{
+			flow(rules, priorityHigh, match(openflow.IPv4(), openflow.CTState(openflow.CTTrk|openflow.CTEst, openflow.CTNew)), openflow.GotoTable(next)),
+			flow(rules, priorityHigh, match(openflow.IPv4(), openflow.CTState(openflow.CTTrk|openflow.CTRel, openflow.CTNew)), openflow.GotoTable(next)),
+		}
+	}
+	out := slices.Concat(skip(EgressRuleTable, EgressMetricTable), skip(IngressRuleTable, IngressMetricTable))
+	return append(out,
+		flow(EgressRuleTable, priorityMiss, nil, openflow.GotoTable(EgressDefaultTable)),
+		flow(EgressDefaultTable, priorityMiss, nil, openflow.GotoTable(EgressMetricTable)),
+		flow(EgressMetricTable, priorityMiss, nil, openflow.GotoTable(L3ForwardingTable)),
+		flow(IngressRuleTable, priorityMiss, nil, openflow.GotoTable(IngressDefaultTable)),
+		flow(IngressDefaultTable, priorityMiss, nil, openflow.GotoTable(IngressMetricTable)),
+		flow(IngressMetricTable, priorityMiss, nil, openflow.GotoTable(ConntrackCommitTable)),
 		// Packets routed to this node's gateway (from a remote node, through the tunnel) carry the
 		// global virtual MAC; they get the gateway's.
 		flow(L3ForwardingTable, priorityNormal, match(openflow.IPv4(), openflow.EthDst(GlobalVirtualMAC), openflow.NwDst(netip.PrefixFrom(n.GatewayIP, 32))),
@@ -142,14 +159,14 @@ func (n Node) forwardingFlows() []openflow.Flow {
 			openflow.GotoTable(L2ForwardingCalcTable)),
 		flow(L3ForwardingTable, priorityMiss, nil, openflow.GotoTable(L2ForwardingCalcTable)),
 		flow(L2ForwardingCalcTable, priorityNormal, match(openflow.EthDst(n.GatewayMAC)),
-			loadReg(TargetOFPortField, n.GatewayOFPort), loadReg(OFPortFoundField, 1), openflow.GotoTable(commit)),
-		flow(L2ForwardingCalcTable, priorityMiss, nil, openflow.GotoTable(commit)),
+			loadReg(TargetOFPortField, n.GatewayOFPort), loadReg(OFPortFoundField, 1), openflow.GotoTable(ingress)),
+		flow(L2ForwardingCalcTable, priorityMiss, nil, openflow.GotoTable(ingress)),
 		flow(ConntrackCommitTable, priorityLow, match(openflow.IPv4(), openflow.CTState(openflow.CTNew|openflow.CTTrk, 0)),
 			openflow.CT(openflow.CTAction{Commit: true, Table: ptr(L2ForwardingOutTable), Zone: ConntrackZone})),
 		flow(ConntrackCommitTable, priorityMiss, nil, openflow.GotoTable(L2ForwardingOutTable)),
 		flow(L2ForwardingOutTable, priorityLow, match(regMatch(OFPortFoundField, 1)), openflow.OutputReg(TargetOFPortField.Reg, TargetOFPortField.Start, TargetOFPortField.End)),
 		flow(L2ForwardingOutTable, priorityMiss, nil, openflow.Drop()),
-	}
+	)
 }
 
 // snatFlows implement SNAT of Pod-to-external traffic to the node IP, as the Antrea Windows design

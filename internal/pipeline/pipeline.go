@@ -32,11 +32,29 @@ const (
 	// EndpointDNATTable receives the connections a DNATTable group DNATed: they get the global
 	// virtual MAC (L3Forwarding delivers them like routed packets) and go on to L3Forwarding.
 	EndpointDNATTable uint8 = 45
+	// EgressRuleTable evaluates the egress rules of NetworkPolicies on new connections, after
+	// Service DNAT (it sees the endpoint, not the ClusterIP): one conjunction per rule, whose
+	// clauses are the source Pods' ports, the destinations and the destination ports; a
+	// completed conjunction (conj_id) allows. Established and related packets, traffic from a
+	// Pod to its own node and to itself skip the evaluation.
+	EgressRuleTable uint8 = 50
+	// EgressDefaultTable drops what no egress rule allowed from Pods isolated for egress.
+	EgressDefaultTable uint8 = 60
+	// EgressMetricTable is where packets go once egress policy let them through.
+	EgressMetricTable uint8 = 61
 	// L3ForwardingTable routes: local Pods, remote subnets (tunnel or routed), and marks
 	// Pod-to-external traffic for SNAT.
 	L3ForwardingTable uint8 = 70
 	// L2ForwardingCalcTable maps the destination MAC to the output port in TargetOFPortField.
 	L2ForwardingCalcTable uint8 = 80
+	// IngressRuleTable evaluates the ingress rules of NetworkPolicies on new connections, once
+	// the output port is known: one conjunction per rule, whose clauses are the sources, the
+	// target Pods' ports (TargetOFPortField) and the destination ports.
+	IngressRuleTable uint8 = 90
+	// IngressDefaultTable drops what no ingress rule allowed to Pods isolated for ingress.
+	IngressDefaultTable uint8 = 100
+	// IngressMetricTable is where packets go once ingress policy let them through.
+	IngressMetricTable uint8 = 101
 	// ConntrackCommitTable commits new connections, SNATing those marked for it. It is also the
 	// Services' SNAT stage: L3Forwarding's flows go straight to L2ForwardingCalc or here, so a
 	// Service SNAT table between them would never be reached; the Service SNAT flows (in
@@ -55,8 +73,14 @@ var TableNames = map[uint8]string{
 	ConntrackStateTable:   "ConntrackState",
 	DNATTable:             "DNAT",
 	EndpointDNATTable:     "EndpointDNAT",
+	EgressRuleTable:       "EgressRule",
+	EgressDefaultTable:    "EgressDefaultRule",
+	EgressMetricTable:     "EgressMetric",
 	L3ForwardingTable:     "L3Forwarding",
 	L2ForwardingCalcTable: "L2ForwardingCalc",
+	IngressRuleTable:      "IngressRule",
+	IngressDefaultTable:   "IngressDefaultRule",
+	IngressMetricTable:    "IngressMetric",
 	ConntrackCommitTable:  "ConntrackCommit",
 	L2ForwardingOutTable:  "L2ForwardingOut",
 }
@@ -104,6 +128,9 @@ const (
 	CategoryRoute uint8 = 6
 	// CategoryService holds the flows of every Service, and the Services' base flows (object 0).
 	CategoryService uint8 = 7
+	// CategoryPolicy holds the flows of every NetworkPolicy rule, the default-deny flows of
+	// isolated Pods and the policy exemptions (own node, self).
+	CategoryPolicy uint8 = 8
 )
 
 // BaseCategories are the categories of Node.Features, in install order.

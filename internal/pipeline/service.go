@@ -39,7 +39,7 @@ const bucketWeight = 100
 //     un-DNATs them;
 //   - Service connections get the global virtual MAC once DNATed (EndpointDNAT) and when
 //     established, so that L3Forwarding delivers them to local Pods (and the gateway) as it does
-//     routed packets;
+//     routed packets; egress policy sees them DNATed, with the endpoint as destination;
 //   - replies of NodePort connections from the uplink leave on the uplink with the MACs the
 //     request came with, kept in ct_label (the host never sees them: it would drop a packet from
 //     its own address);
@@ -58,7 +58,7 @@ func (n Node) ServiceBaseFlows() []openflow.Flow {
 		flow(ConntrackStateTable, priorityTop, match(openflow.IPv4(), openflow.CTState(openflow.CTRpl|openflow.CTTrk, openflow.CTNew), openflow.CTMark(ServiceExternalCTMark, ServiceExternalCTMark)),
 			openflow.MoveBits(label, 0, openflow.FieldEthDst, 0, 48), openflow.MoveBits(label, 48, openflow.FieldEthSrc, 0, 48),
 			openflow.Output(n.UplinkOFPort)),
-		flow(EndpointDNATTable, priorityMiss, nil, openflow.SetEthDst(GlobalVirtualMAC), openflow.GotoTable(L3ForwardingTable)),
+		flow(EndpointDNATTable, priorityMiss, nil, openflow.SetEthDst(GlobalVirtualMAC), openflow.GotoTable(EgressRuleTable)),
 		flow(ConntrackStateTable, priorityNormal, match(openflow.IPv4(), openflow.CTState(openflow.CTTrk, openflow.CTNew), openflow.CTMark(ServiceCTMark, ServiceCTMark)),
 			openflow.SetEthDst(GlobalVirtualMAC), openflow.GotoTable(DNATTable)),
 		flow(ConntrackCommitTable, priorityTop, match(openflow.IPv4(), openflow.CTState(openflow.CTNew|openflow.CTTrk, 0), regMatch(ServiceSNATField, 1)),

@@ -167,6 +167,7 @@ func TestBuildersPassWindowsProfile(t *testing.T) {
 				}
 				d.Flows = append(d.Flows, n.RouteFlows(r)...)
 			}
+			d.Flows = append(d.Flows, n.PolicyFlows(testPolicy())...)
 			g.Expect(CheckWindows(d)).To(BeEmpty())
 		})
 	}

@@ -120,6 +120,9 @@ func StartAgent(t testing.TB, s *APIServer, node *simnode.Node) *Agent {
 	if err != nil {
 		fail("Pod network", err)
 	}
+	if err := agent.SetupNetworkPolicy(mgr, agent.NetworkPolicyOptions{NodeName: node.Name, State: state, Local: a.Pods.Pods.Store(), ResyncPeriod: time.Second}); err != nil {
+		fail("NetworkPolicy reconciler", err)
+	}
 	done := make(chan error, 1)
 	go func() { done <- mgr.Start(ctx) }()
 	a.stop = func() {

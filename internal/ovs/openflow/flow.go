@@ -188,7 +188,8 @@ type matchKind int
 
 // The order OVS's match_format prints fields in.
 const (
-	kindCTState matchKind = iota
+	kindConjID matchKind = iota // conj_id, printed before the conntrack fields
+	kindCTState
 	kindCTZone
 	kindCTMark
 	kindEthType
@@ -488,7 +489,12 @@ func (m MatchField) text(arp bool) string {
 	case kindICMPType:
 		return fmt.Sprintf("icmp_type=%d", m.value)
 	case kindTpDst:
+		if m.mask != 0 {
+			return fmt.Sprintf("tp_dst=%#x/%#x", m.value, m.mask)
+		}
 		return fmt.Sprintf("tp_dst=%d", m.value)
+	case kindConjID:
+		return fmt.Sprintf("conj_id=%d", m.value)
 	case kindPktMark:
 		return "pkt_mark=" + hex(m.value)
 	}
@@ -562,6 +568,8 @@ func (m MatchField) oxm(arp bool) (*openflow15.MatchField, error) {
 		return f, nil
 	case kindTpDst:
 		return m.tpDstOXM()
+	case kindConjID:
+		return openflow15.NewConjIDMatchField(uint32(m.value)), nil
 	case kindPktMark:
 		f, _ := openflow15.FindFieldHeaderByName("NXM_NX_PKT_MARK", false)
 		f.Value = &openflow15.Uint32Message{Data: uint32(m.value)}

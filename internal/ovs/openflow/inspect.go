@@ -21,6 +21,7 @@ const (
 	KindMeter
 	KindCheckPktLarger
 	KindLearn
+	KindConjunction
 )
 
 // ActionInfo describes one action.
@@ -72,6 +73,8 @@ func Inspect(a Action) ActionInfo {
 		return ActionInfo{Kind: KindMeter, Port: a.id}
 	case checkPktLargerAction:
 		return ActionInfo{Kind: KindCheckPktLarger, Field: nxmRegName(a.reg)}
+	case conjunctionAction:
+		return ActionInfo{Kind: KindConjunction, Port: a.id}
 	case learnAction:
 		s := a.LearnSpec
 		return ActionInfo{Kind: KindLearn, Learn: &s}

@@ -70,10 +70,16 @@ func (m MatchField) tpDstOXM() (*openflow15.MatchField, error) {
 	if _, err := tpDstField(uint8(m.reg)); err != nil {
 		return nil, err
 	}
+	f := openflow15.NewUdpDstField(uint16(m.value))
 	if uint8(m.reg) == ProtoTCP {
-		return openflow15.NewTcpDstField(uint16(m.value)), nil
+		f = openflow15.NewTcpDstField(uint16(m.value))
 	}
-	return openflow15.NewUdpDstField(uint16(m.value)), nil
+	if m.mask != 0 {
+		f.HasMask = true
+		f.Mask = openflow15.NewPortField(uint16(m.mask))
+		f.Length *= 2
+	}
+	return f, nil
 }
 
 // natDst encodes nat(dst=addr:port).

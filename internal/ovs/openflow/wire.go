@@ -148,7 +148,13 @@ func (m *MatchField) appendOXM(b []byte, arp bool) ([]byte, error) {
 		if err != nil {
 			return nil, err
 		}
+		if m.mask != 0 {
+			b = binary.BigEndian.AppendUint16(oxmHeader(b, basic, field, 2, true), uint16(m.value))
+			return binary.BigEndian.AppendUint16(b, uint16(m.mask)), nil
+		}
 		return binary.BigEndian.AppendUint16(oxmHeader(b, basic, field, 2, false), uint16(m.value)), nil
+	case kindConjID:
+		return appendOXM32(b, nxm, openflow15.NXM_NX_CONJ_ID, uint32(m.value), 0, false), nil
 	}
 	return nil, fmt.Errorf("unknown match field kind %d", m.kind)
 }

@@ -59,6 +59,11 @@ func (p *Pod) Exec(args ...string) (string, error) { return simnode.Exec(p.NS, a
 // node's agent wrote, waiting up to confTimeout for that configuration (the agent writes it once the node
 // network is Ready).
 func (c *Cluster) AddPod(ctx context.Context, node *Node, name string, confTimeout time.Duration) (*Pod, error) {
+	return c.AddPodWith(ctx, node, name, nil, confTimeout)
+}
+
+// AddPodWith is AddPod with the Pod object changed by mutate (labels, container ports) before it is created.
+func (c *Cluster) AddPodWith(ctx context.Context, node *Node, name string, mutate func(*corev1.Pod), confTimeout time.Duration) (*Pod, error) {
 	id := make([]byte, 16)
 	_, _ = rand.Read(id)
 	p := &Pod{Name: name, Node: node.Name, NS: c.Prefix + "-" + node.Name + "-" + name, ContainerID: hex.EncodeToString(id)}
@@ -77,6 +82,9 @@ func (c *Cluster) AddPod(ctx context.Context, node *Node, name string, confTimeo
 			NodeName:   node.Name,
 			Containers: []corev1.Container{{Name: "app", Image: "registry.k8s.io/pause:3.10"}},
 		},
+	}
+	if mutate != nil {
+		mutate(obj)
 	}
 	if err := c.Client.Create(ctx, obj); err != nil {
 		return p, fmt.Errorf("creating Pod %s: %w", name, err)

@@ -8,7 +8,6 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -35,43 +34,10 @@ func TestMain(m *testing.M) {
 	framework.Main(m, "reset integration tests", &server, framework.MainOptions{})
 }
 
-// snapshot is what the node shows of its network: uplink0's IPv4 addresses, the routes, the links
-// and the OVS bridges.
-type snapshot struct {
-	uplinkAddrs, routes, links, bridges string
-}
-
-func takeSnapshot(g Gomega, n *simnode.Node) snapshot {
-	run := func(args ...string) string {
-		out, err := n.Exec(args...)
-		g.Expect(err).NotTo(HaveOccurred(), "%v", args)
-		return out
-	}
-	links := []string{}
-	for _, l := range strings.Split(strings.TrimSpace(run("ip", "-o", "link", "show")), "\n") {
-		if f := strings.Fields(l); len(f) > 1 {
-			// ovs-netdev is the userspace datapath's own device, which ovs-vswitchd creates with
-			// the first netdev bridge and keeps: Open vSwitch's, not winnet's.
-			if name := strings.TrimSuffix(strings.SplitN(f[1], "@", 2)[0], ":"); name != "ovs-netdev" {
-				links = append(links, name)
-			}
-		}
-	}
-	addrs := []string{}
-	for _, l := range strings.Split(run("ip", "-4", "-o", "addr", "show", "dev", simnode.UplinkName), "\n") {
-		if f := strings.Fields(l); len(f) > 3 {
-			addrs = append(addrs, f[3]) // inet <address/len>
-		}
-	}
-	// The routes as destination, gateway, device and source: the HNS simulator gives the routes
-	// back with protocol "static" where the node had them from "boot" (ip's default, not shown).
-	routes := regexp.MustCompile(` proto (static|boot)`).ReplaceAllString(run("ip", "route"), "")
-	return snapshot{
-		uplinkAddrs: strings.Join(addrs, " "),
-		routes:      routes,
-		links:       strings.Join(links, " "),
-		bridges:     run("ovs-vsctl", "--db=unix:"+n.OVS.DBSocket(), "list-br"),
-	}
+func takeSnapshot(g Gomega, n *simnode.Node) simnode.Snapshot {
+	s, err := n.Snapshot()
+	g.Expect(err).NotTo(HaveOccurred())
+	return s
 }
 
 // TestResetGivesTheNodeItsNetworkBack converges a node network, stops the agent without deleting
@@ -87,8 +53,8 @@ func TestResetGivesTheNodeItsNetworkBack(t *testing.T) {
 	t.Cleanup(func() { _ = server.Client.Delete(context.Background(), k) })
 
 	before := takeSnapshot(g, n)
-	g.Expect(before.uplinkAddrs).To(ContainSubstring("192.168.10.21/24"))
-	g.Expect(before.bridges).To(BeEmpty())
+	g.Expect(before.UplinkAddrs).To(ContainSubstring("192.168.10.21/24"))
+	g.Expect(before.Bridges).To(BeEmpty())
 
 	a := framework.StartAgent(t, server, n)
 	wnn := &networkv1alpha1.WindowsNodeNetwork{
@@ -133,8 +99,8 @@ func TestResetGivesTheNodeItsNetworkBack(t *testing.T) {
 	host := agent.ResetHost{OVSDB: db, HNS: a.HNS, Net: a.Net}
 	opts := agent.ResetOptions{StateDir: a.StateDir, CNIConfDir: a.CNIConfDir}
 	converged := takeSnapshot(g, n)
-	g.Expect(converged.bridges).To(ContainSubstring("br-int"))
-	g.Expect(converged.uplinkAddrs).NotTo(ContainSubstring("192.168.10.21"))
+	g.Expect(converged.Bridges).To(ContainSubstring("br-int"))
+	g.Expect(converged.UplinkAddrs).NotTo(ContainSubstring("192.168.10.21"))
 
 	t.Run("a dry run lists the steps and changes nothing", func(t *testing.T) {
 		g := NewWithT(t)

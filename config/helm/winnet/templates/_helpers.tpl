@@ -54,3 +54,10 @@ app.kubernetes.io/component: {{ .component }}
 winnet-agent-config
 {{- end -}}
 
+
+{{/* Annotations of the uninstall hook's objects; pass the hook weight ("-10" before the Job's "0"). */}}
+{{- define "winnet.uninstallHook" -}}
+helm.sh/hook: pre-delete
+helm.sh/hook-weight: {{ . | quote }}
+helm.sh/hook-delete-policy: before-hook-creation,hook-succeeded
+{{- end -}}

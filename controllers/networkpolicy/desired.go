@@ -1,0 +1,495 @@
+package networkpolicy
+
+import (
+	"fmt"
+	"net/netip"
+	"slices"
+	"strconv"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/intstr"
+
+	"github.com/winnet-io/winnet/internal/ovs/openflow"
+	"github.com/winnet-io/winnet/internal/pipeline"
+)
+
+// PodInfo is what policy needs of a Pod anywhere in the cluster.
+type PodInfo struct {
+	Namespace, Name string
+	Labels          map[string]string
+	// IPs are the Pod's IPv4 addresses (status.podIPs, or the local attachment's).
+	IPs []netip.Addr
+	// Ports are the Pod's named container ports.
+	Ports []NamedPort
+}
+
+// NamedPort is a named container port.
+type NamedPort struct {
+	Name     string
+	Protocol corev1.Protocol
+	Port     uint16
+}
+
+// LocalPod is a Pod attached on this node.
+type LocalPod struct {
+	Key types.NamespacedName
+	Pod pipeline.Pod
+}
+
+// Inputs are the facts the desired policy is computed from.
+type Inputs struct {
+	Policies []networkingv1.NetworkPolicy
+	// Namespaces maps every namespace to its labels.
+	Namespaces map[string]map[string]string
+	// Pods are every Pod of the cluster with an address; Local the ones attached on this node.
+	Pods  []PodInfo
+	Local []LocalPod
+}
+
+// Desired is the node's policy: the pipeline's input, what it counts, and what cannot be realised.
+type Desired struct {
+	Policy pipeline.Policy
+	// Policies counts the policies that select at least one local Pod; Rules the conjunctions.
+	Policies, Rules int
+	// Unsupported lists, per policy, the parts winnet cannot realise (SCTP ports).
+	Unsupported map[types.NamespacedName][]string
+}
+
+// RuleKey identifies one conjunction across passes, so that its id (and flows) stay the same while
+// the rule does: the policy, the direction and rule index, and the port set of a group of
+// targets or peers that a named port split the rule into.
+type RuleKey struct {
+	Policy    types.UID
+	Direction pipeline.PolicyDirection
+	Index     int
+	Ports     string
+}
+
+// IDs allocates conjunction ids.
+type IDs interface {
+	ID(RuleKey) uint32
+}
+
+// compiledPorts is a rule's port set for one group of Pods: any port, or the listed ones (which
+// may be none: named ports that do not resolve match nothing).
+type compiledPorts struct {
+	any   bool
+	ports []pipeline.PolicyPort
+}
+
+func (c compiledPorts) key() string {
+	if c.any {
+		return "any"
+	}
+	var b strings.Builder
+	for _, p := range c.ports {
+		fmt.Fprintf(&b, "%d/%d-%d,", p.Protocol, p.Port, p.EndPort)
+	}
+	return b.String()
+}
+
+// Compute is the node's desired NetworkPolicy, a pure function of its inputs: every local Pod a
+// policy selects is isolated in the policy's directions, and each rule becomes one conjunction per
+// distinct port set (named ports resolve per Pod: the target Pods for ingress, the destination
+// Pods for egress, as the Kubernetes specification says).
+func Compute(in Inputs, ids IDs) Desired {
+	d := Desired{Unsupported: map[types.NamespacedName][]string{}}
+	podInfo := map[types.NamespacedName]*PodInfo{}
+	for i := range in.Pods {
+		p := &in.Pods[i]
+		podInfo[types.NamespacedName{Namespace: p.Namespace, Name: p.Name}] = p
+	}
+	ingressIsolated, egressIsolated := map[uint32]pipeline.Pod{}, map[uint32]pipeline.Pod{}
+	for i := range in.Policies {
+		np := &in.Policies[i]
+		key := types.NamespacedName{Namespace: np.Namespace, Name: np.Name}
+		sel, err := metav1.LabelSelectorAsSelector(&np.Spec.PodSelector)
+		if err != nil {
+			continue // the API server validates selectors
+		}
+		var targets []localTarget
+		for _, lp := range in.Local {
+			info := podInfo[lp.Key]
+			if lp.Key.Namespace != np.Namespace || info == nil || !sel.Matches(labels.Set(info.Labels)) {
+				continue
+			}
+			targets = append(targets, localTarget{pod: lp.Pod, info: info})
+		}
+		ingress, egress := policyTypes(np)
+		d.Unsupported[key] = unsupported(np)
+		if len(d.Unsupported[key]) == 0 {
+			delete(d.Unsupported, key)
+		}
+		if len(targets) == 0 {
+			continue
+		}
+		d.Policies++
+		if ingress {
+			for _, t := range targets {
+				ingressIsolated[t.pod.OFPort] = t.pod
+			}
+			for ri, rule := range np.Spec.Ingress {
+				d.Policy.Rules = append(d.Policy.Rules, ingressRules(np, ri, rule, targets, in, ids)...)
+			}
+		}
+		if egress {
+			for _, t := range targets {
+				egressIsolated[t.pod.OFPort] = t.pod
+			}
+			for ri, rule := range np.Spec.Egress {
+				d.Policy.Rules = append(d.Policy.Rules, egressRules(np, ri, rule, targets, in, ids)...)
+			}
+		}
+	}
+	d.Policy.IngressIsolated = sortedPods(ingressIsolated)
+	d.Policy.EgressIsolated = sortedPods(egressIsolated)
+	// A rule whose peers resolve to nothing allows nothing: it has no flows and does not count.
+	d.Policy.Rules = slices.DeleteFunc(d.Policy.Rules, func(r pipeline.PolicyRule) bool { return !r.AnyPeer && len(r.Peers) == 0 })
+	slices.SortFunc(d.Policy.Rules, func(a, b pipeline.PolicyRule) int { return int(a.ID) - int(b.ID) })
+	d.Rules = len(d.Policy.Rules)
+	return d
+}
+
+type localTarget struct {
+	pod  pipeline.Pod
+	info *PodInfo
+}
+
+// policyTypes are the policy's directions, defaulted as the API server defaults them: Ingress, and
+// Egress when the policy has egress rules.
+func policyTypes(np *networkingv1.NetworkPolicy) (ingress, egress bool) {
+	if len(np.Spec.PolicyTypes) == 0 {
+		return true, len(np.Spec.Egress) > 0
+	}
+	return slices.Contains(np.Spec.PolicyTypes, networkingv1.PolicyTypeIngress), slices.Contains(np.Spec.PolicyTypes, networkingv1.PolicyTypeEgress)
+}
+
+// unsupported lists the ports of the policy that the Windows datapath cannot realise: SCTP, which
+// Windows conntrack drops (see pipeline's Windows profile). Such ports allow nothing.
+func unsupported(np *networkingv1.NetworkPolicy) []string {
+	var out []string
+	add := func(dir string, i int, ports []networkingv1.NetworkPolicyPort) {
+		for _, p := range ports {
+			if p.Protocol != nil && *p.Protocol == corev1.ProtocolSCTP {
+				port := "all ports"
+				if p.Port != nil {
+					port = "port " + p.Port.String()
+				}
+				out = append(out, fmt.Sprintf("%s rule %d: SCTP %s", dir, i+1, port))
+			}
+		}
+	}
+	for i, r := range np.Spec.Ingress {
+		add("ingress", i, r.Ports)
+	}
+	for i, r := range np.Spec.Egress {
+		add("egress", i, r.Ports)
+	}
+	return out
+}
+
+// ingressRules compiles one ingress rule: the peers are sources; named ports resolve on the
+// target Pods, so targets with different resolutions get different conjunctions.
+func ingressRules(np *networkingv1.NetworkPolicy, index int, rule networkingv1.NetworkPolicyIngressRule, targets []localTarget, in Inputs, ids IDs) []pipeline.PolicyRule {
+	anyPeer := len(rule.From) == 0
+	peers := resolvePeers(np.Namespace, rule.From, in)
+	groups := map[string]*pipeline.PolicyRule{}
+	var order []string
+	for _, t := range targets {
+		ports := resolvePorts(rule.Ports, t.info)
+		if !ports.any && len(ports.ports) == 0 {
+			continue
+		}
+		k := ports.key()
+		r, ok := groups[k]
+		if !ok {
+			r = &pipeline.PolicyRule{
+				ID: ids.ID(RuleKey{Policy: np.UID, Direction: pipeline.PolicyIngress, Index: index, Ports: k}), Direction: pipeline.PolicyIngress,
+				AnyPeer: anyPeer, Peers: peers.prefixes(), Ports: ports.ports,
+			}
+			groups[k] = r
+			order = append(order, k)
+		}
+		r.Pods = append(r.Pods, t.pod)
+	}
+	var out []pipeline.PolicyRule
+	for _, k := range order {
+		out = append(out, *groups[k])
+	}
+	return out
+}
+
+// egressRules compiles one egress rule: the peers are destinations; named ports resolve on the
+// destination Pods, so destinations with different resolutions get different conjunctions, and
+// ipBlock peers (no Pod, no name) get the numbered ports only.
+func egressRules(np *networkingv1.NetworkPolicy, index int, rule networkingv1.NetworkPolicyEgressRule, targets []localTarget, in Inputs, ids IDs) []pipeline.PolicyRule {
+	var pods []pipeline.Pod
+	for _, t := range targets {
+		pods = append(pods, t.pod)
+	}
+	type group struct {
+		ports   compiledPorts
+		anyPeer bool
+		peers   []netip.Prefix
+	}
+	groups := map[string]*group{}
+	var order []string
+	add := func(ports compiledPorts, any bool, peers ...netip.Prefix) {
+		if !ports.any && len(ports.ports) == 0 {
+			return
+		}
+		k := ports.key()
+		g, ok := groups[k]
+		if !ok {
+			g = &group{ports: ports}
+			groups[k] = g
+			order = append(order, k)
+		}
+		g.anyPeer = g.anyPeer || any
+		g.peers = append(g.peers, peers...)
+	}
+	named := hasNamedPort(rule.Ports)
+	peers := resolvePeers(np.Namespace, rule.To, in)
+	if !named {
+		add(resolvePorts(rule.Ports, nil), len(rule.To) == 0, peers.prefixes()...)
+	} else {
+		if len(rule.To) == 0 {
+			// Any destination: the numbered ports to anyone, the named ones to each Pod that has them.
+			add(resolvePorts(rule.Ports, nil), true)
+			for i := range in.Pods {
+				p := &in.Pods[i]
+				add(resolvePorts(rule.Ports, p), false, hostPrefixes(p.IPs)...)
+			}
+		} else {
+			add(resolvePorts(rule.Ports, nil), false, peers.blocks...)
+			for _, p := range peers.pods {
+				add(resolvePorts(rule.Ports, p), false, hostPrefixes(p.IPs)...)
+			}
+		}
+	}
+	var out []pipeline.PolicyRule
+	for _, k := range order {
+		g := groups[k]
+		out = append(out, pipeline.PolicyRule{
+			ID: ids.ID(RuleKey{Policy: np.UID, Direction: pipeline.PolicyEgress, Index: index, Ports: k}), Direction: pipeline.PolicyEgress,
+			Pods: pods, AnyPeer: g.anyPeer, Peers: uniquePrefixes(g.peers), Ports: g.ports.ports,
+		})
+	}
+	return out
+}
+
+func hasNamedPort(ports []networkingv1.NetworkPolicyPort) bool {
+	return slices.ContainsFunc(ports, func(p networkingv1.NetworkPolicyPort) bool {
+		return p.Port != nil && p.Port.Type == intstr.String
+	})
+}
+
+// resolvePorts is a rule's port set for pod (nil: no Pod, named ports match nothing). SCTP ports
+// are left out (see unsupported).
+func resolvePorts(ports []networkingv1.NetworkPolicyPort, pod *PodInfo) compiledPorts {
+	if len(ports) == 0 {
+		return compiledPorts{any: true}
+	}
+	var out []pipeline.PolicyPort
+	for _, p := range ports {
+		proto := corev1.ProtocolTCP
+		if p.Protocol != nil {
+			proto = *p.Protocol
+		}
+		ofProto, ok := protocols[proto]
+		if !ok {
+			continue
+		}
+		switch {
+		case p.Port == nil:
+			out = append(out, pipeline.PolicyPort{Protocol: ofProto})
+		case p.Port.Type == intstr.Int:
+			pp := pipeline.PolicyPort{Protocol: ofProto, Port: uint16(p.Port.IntVal)}
+			if p.EndPort != nil && *p.EndPort > p.Port.IntVal {
+				pp.EndPort = uint16(*p.EndPort)
+			}
+			out = append(out, pp)
+		case pod != nil:
+			for _, np := range pod.Ports {
+				if np.Name == p.Port.StrVal && np.Protocol == proto {
+					out = append(out, pipeline.PolicyPort{Protocol: ofProto, Port: np.Port})
+				}
+			}
+		}
+	}
+	slices.SortFunc(out, func(a, b pipeline.PolicyPort) int {
+		return strings.Compare(portSortKey(a), portSortKey(b))
+	})
+	return compiledPorts{ports: slices.Compact(out)}
+}
+
+func portSortKey(p pipeline.PolicyPort) string {
+	return fmt.Sprintf("%03d/%05d-%05d", p.Protocol, p.Port, p.EndPort)
+}
+
+var protocols = map[corev1.Protocol]uint8{corev1.ProtocolTCP: openflow.ProtoTCP, corev1.ProtocolUDP: openflow.ProtoUDP}
+
+// resolvedPeers are a rule's peers: the Pods its selectors match and its ipBlocks' prefixes.
+type resolvedPeers struct {
+	pods   []*PodInfo
+	blocks []netip.Prefix
+}
+
+func (r resolvedPeers) prefixes() []netip.Prefix {
+	out := slices.Clone(r.blocks)
+	for _, p := range r.pods {
+		out = append(out, hostPrefixes(p.IPs)...)
+	}
+	return uniquePrefixes(out)
+}
+
+// resolvePeers resolves a rule's peers in the policy's namespace ns: a podSelector alone selects
+// Pods of ns, a namespaceSelector alone every Pod of the namespaces it selects, both together the
+// Pods the podSelector selects in those namespaces; an ipBlock is its CIDR minus its exceptions.
+func resolvePeers(ns string, peers []networkingv1.NetworkPolicyPeer, in Inputs) resolvedPeers {
+	var out resolvedPeers
+	seen := map[*PodInfo]bool{}
+	for _, peer := range peers {
+		if peer.IPBlock != nil {
+			out.blocks = append(out.blocks, ipBlockPrefixes(peer.IPBlock)...)
+			continue
+		}
+		podSel, nsSel := labels.Everything(), labels.Nothing()
+		if peer.PodSelector != nil {
+			s, err := metav1.LabelSelectorAsSelector(peer.PodSelector)
+			if err != nil {
+				continue
+			}
+			podSel = s
+		}
+		if peer.NamespaceSelector != nil {
+			s, err := metav1.LabelSelectorAsSelector(peer.NamespaceSelector)
+			if err != nil {
+				continue
+			}
+			nsSel = s
+		}
+		for i := range in.Pods {
+			p := &in.Pods[i]
+			inNS := p.Namespace == ns
+			if peer.NamespaceSelector != nil {
+				nsLabels, ok := in.Namespaces[p.Namespace]
+				inNS = ok && nsSel.Matches(labels.Set(nsLabels))
+			}
+			if inNS && podSel.Matches(labels.Set(p.Labels)) && !seen[p] {
+				seen[p] = true
+				out.pods = append(out.pods, p)
+			}
+		}
+	}
+	return out
+}
+
+// ipBlockPrefixes is an ipBlock's CIDR minus its exceptions, as the fewest prefixes (IPv4 only:
+// the pipeline is IPv4 for now).
+func ipBlockPrefixes(b *networkingv1.IPBlock) []netip.Prefix {
+	cidr, err := netip.ParsePrefix(b.CIDR)
+	if err != nil || !cidr.Addr().Is4() {
+		return nil
+	}
+	out := []netip.Prefix{cidr.Masked()}
+	for _, e := range b.Except {
+		ex, err := netip.ParsePrefix(e)
+		if err != nil || !ex.Addr().Is4() {
+			continue
+		}
+		var next []netip.Prefix
+		for _, p := range out {
+			next = append(next, subtract(p, ex.Masked())...)
+		}
+		out = next
+	}
+	return out
+}
+
+// subtract returns p without ex, as prefixes.
+func subtract(p, ex netip.Prefix) []netip.Prefix {
+	if !p.Overlaps(ex) {
+		return []netip.Prefix{p}
+	}
+	if ex.Bits() <= p.Bits() {
+		return nil // ex covers p
+	}
+	// Split p in halves and keep the half without ex whole.
+	lo := netip.PrefixFrom(p.Addr(), p.Bits()+1)
+	hiAddr := p.Addr().As4()
+	bit := p.Bits()
+	hiAddr[bit/8] |= 0x80 >> (bit % 8)
+	hi := netip.PrefixFrom(netip.AddrFrom4(hiAddr), p.Bits()+1)
+	return append(subtract(lo, ex), subtract(hi, ex)...)
+}
+
+func hostPrefixes(ips []netip.Addr) []netip.Prefix {
+	var out []netip.Prefix
+	for _, ip := range ips {
+		if ip.Is4() {
+			out = append(out, netip.PrefixFrom(ip, 32))
+		}
+	}
+	return out
+}
+
+func uniquePrefixes(ps []netip.Prefix) []netip.Prefix {
+	slices.SortFunc(ps, func(a, b netip.Prefix) int {
+		if c := a.Addr().Compare(b.Addr()); c != 0 {
+			return c
+		}
+		return a.Bits() - b.Bits()
+	})
+	return slices.Compact(ps)
+}
+
+func sortedPods(m map[uint32]pipeline.Pod) []pipeline.Pod {
+	var out []pipeline.Pod
+	for _, p := range m {
+		out = append(out, p)
+	}
+	slices.SortFunc(out, func(a, b pipeline.Pod) int { return int(a.OFPort) - int(b.OFPort) })
+	return out
+}
+
+// podInfo extracts what policy needs of a Pod; ok is false for Pods that take no part (host
+// network, finished, or without an IPv4 address).
+func podInfo(p *corev1.Pod) (PodInfo, bool) {
+	if p.Spec.HostNetwork || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
+		return PodInfo{}, false
+	}
+	info := PodInfo{Namespace: p.Namespace, Name: p.Name, Labels: p.Labels}
+	for _, ip := range p.Status.PodIPs {
+		if a, err := netip.ParseAddr(ip.IP); err == nil && a.Is4() {
+			info.IPs = append(info.IPs, a)
+		}
+	}
+	for _, c := range p.Spec.Containers {
+		for _, cp := range c.Ports {
+			if cp.Name == "" {
+				continue
+			}
+			proto := cp.Protocol
+			if proto == "" {
+				proto = corev1.ProtocolTCP
+			}
+			info.Ports = append(info.Ports, NamedPort{Name: cp.Name, Protocol: proto, Port: uint16(cp.ContainerPort)})
+		}
+	}
+	return info, true
+}
+
+// ruleKeyString renders a RuleKey for logs.
+func (k RuleKey) String() string {
+	dir := "ingress"
+	if k.Direction == pipeline.PolicyEgress {
+		dir = "egress"
+	}
+	return string(k.Policy) + "/" + dir + "/" + strconv.Itoa(k.Index) + "/" + k.Ports
+}

@@ -1,0 +1,247 @@
+package networkpolicy
+
+import (
+	"net/netip"
+	"testing"
+
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/utils/ptr"
+
+	"github.com/winnet-io/winnet/internal/ovs/openflow"
+	"github.com/winnet-io/winnet/internal/pipeline"
+)
+
+// The cluster of these tests: namespaces x (team=a) and y (team=b); on this node x/web (port 10)
+// and x/db (port 11); on another node x/client and y/client.
+func testInputs(policies ...networkingv1.NetworkPolicy) Inputs {
+	addr := netip.MustParseAddr
+	return Inputs{
+		Policies:   policies,
+		Namespaces: map[string]map[string]string{"x": {"team": "a"}, "y": {"team": "b"}},
+		Pods: []PodInfo{
+			{Namespace: "x", Name: "web", Labels: map[string]string{"app": "web"}, IPs: []netip.Addr{addr("10.244.1.5")},
+				Ports: []NamedPort{{Name: "http", Protocol: corev1.ProtocolTCP, Port: 8080}}},
+			{Namespace: "x", Name: "db", Labels: map[string]string{"app": "db"}, IPs: []netip.Addr{addr("10.244.1.6")},
+				Ports: []NamedPort{{Name: "http", Protocol: corev1.ProtocolTCP, Port: 9090}, {Name: "sql", Protocol: corev1.ProtocolTCP, Port: 5432}}},
+			{Namespace: "x", Name: "client", Labels: map[string]string{"app": "client"}, IPs: []netip.Addr{addr("10.244.2.5")}},
+			{Namespace: "y", Name: "client", Labels: map[string]string{"app": "client"}, IPs: []netip.Addr{addr("10.244.2.6")},
+				Ports: []NamedPort{{Name: "http", Protocol: corev1.ProtocolTCP, Port: 7070}}},
+		},
+		Local: []LocalPod{
+			{Key: types.NamespacedName{Namespace: "x", Name: "web"}, Pod: pipeline.Pod{OFPort: 10, IP: addr("10.244.1.5")}},
+			{Key: types.NamespacedName{Namespace: "x", Name: "db"}, Pod: pipeline.Pod{OFPort: 11, IP: addr("10.244.1.6")}},
+		},
+	}
+}
+
+func policy(name string, selector map[string]string, spec networkingv1.NetworkPolicySpec) networkingv1.NetworkPolicy {
+	spec.PodSelector = metav1.LabelSelector{MatchLabels: selector}
+	return networkingv1.NetworkPolicy{ObjectMeta: metav1.ObjectMeta{Namespace: "x", Name: name, UID: types.UID(name)}, Spec: spec}
+}
+
+func sel(l map[string]string) *metav1.LabelSelector { return &metav1.LabelSelector{MatchLabels: l} }
+
+func tcp(p int) networkingv1.NetworkPolicyPort {
+	return networkingv1.NetworkPolicyPort{Protocol: ptr.To(corev1.ProtocolTCP), Port: ptr.To(intstr.FromInt32(int32(p)))}
+}
+
+func named(n string) networkingv1.NetworkPolicyPort {
+	return networkingv1.NetworkPolicyPort{Port: ptr.To(intstr.FromString(n))}
+}
+
+func prefixes(ss ...string) []netip.Prefix {
+	var out []netip.Prefix
+	for _, s := range ss {
+		out = append(out, netip.MustParsePrefix(s))
+	}
+	return out
+}
+
+// ruleView is a compiled rule without its id.
+type ruleView struct {
+	Dir     pipeline.PolicyDirection
+	Pods    []uint32
+	AnyPeer bool
+	Peers   []netip.Prefix
+	Ports   []pipeline.PolicyPort
+}
+
+func view(rules []pipeline.PolicyRule) []ruleView {
+	var out []ruleView
+	for _, r := range rules {
+		v := ruleView{Dir: r.Direction, AnyPeer: r.AnyPeer, Peers: r.Peers, Ports: r.Ports}
+		for _, p := range r.Pods {
+			v.Pods = append(v.Pods, p.OFPort)
+		}
+		out = append(out, v)
+	}
+	return out
+}
+
+func ofports(pods []pipeline.Pod) []uint32 {
+	var out []uint32
+	for _, p := range pods {
+		out = append(out, p.OFPort)
+	}
+	return out
+}
+
+func TestCompute(t *testing.T) {
+	in, eg := pipeline.PolicyIngress, pipeline.PolicyEgress
+	tcpPort := func(p, end uint16) pipeline.PolicyPort {
+		return pipeline.PolicyPort{Protocol: openflow.ProtoTCP, Port: p, EndPort: end}
+	}
+	cases := []struct {
+		name                    string
+		policy                  networkingv1.NetworkPolicy
+		want                    []ruleView
+		ingressPods, egressPods []uint32
+		unsupported             []string
+	}{
+		{
+			name:        "deny all ingress: isolation, no rule",
+			policy:      policy("deny", nil, networkingv1.NetworkPolicySpec{PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress}}),
+			ingressPods: []uint32{10, 11},
+		},
+		{
+			name: "podSelector peer in the policy's namespace, numbered port",
+			policy: policy("web", map[string]string{"app": "web"}, networkingv1.NetworkPolicySpec{Ingress: []networkingv1.NetworkPolicyIngressRule{{
+				From: []networkingv1.NetworkPolicyPeer{{PodSelector: sel(map[string]string{"app": "client"})}}, Ports: []networkingv1.NetworkPolicyPort{tcp(80)},
+			}}}),
+			want:        []ruleView{{Dir: in, Pods: []uint32{10}, Peers: prefixes("10.244.2.5/32"), Ports: []pipeline.PolicyPort{tcpPort(80, 0)}}},
+			ingressPods: []uint32{10},
+		},
+		{
+			name: "namespaceSelector alone: every Pod of the selected namespaces",
+			policy: policy("ns", map[string]string{"app": "web"}, networkingv1.NetworkPolicySpec{Ingress: []networkingv1.NetworkPolicyIngressRule{{
+				From: []networkingv1.NetworkPolicyPeer{{NamespaceSelector: sel(map[string]string{"team": "b"})}},
+			}}}),
+			want:        []ruleView{{Dir: in, Pods: []uint32{10}, Peers: prefixes("10.244.2.6/32")}},
+			ingressPods: []uint32{10},
+		},
+		{
+			name: "namespaceSelector and podSelector together: the selected Pods of the selected namespaces",
+			policy: policy("both", map[string]string{"app": "web"}, networkingv1.NetworkPolicySpec{Ingress: []networkingv1.NetworkPolicyIngressRule{{
+				From: []networkingv1.NetworkPolicyPeer{{NamespaceSelector: sel(nil), PodSelector: sel(map[string]string{"app": "client"})}},
+			}}}),
+			want:        []ruleView{{Dir: in, Pods: []uint32{10}, Peers: prefixes("10.244.2.5/32", "10.244.2.6/32")}},
+			ingressPods: []uint32{10},
+		},
+		{
+			name: "ipBlock with except, endPort range",
+			policy: policy("cidr", map[string]string{"app": "db"}, networkingv1.NetworkPolicySpec{Ingress: []networkingv1.NetworkPolicyIngressRule{{
+				From:  []networkingv1.NetworkPolicyPeer{{IPBlock: &networkingv1.IPBlock{CIDR: "10.0.0.0/16", Except: []string{"10.0.1.0/24"}}}},
+				Ports: []networkingv1.NetworkPolicyPort{{Port: ptr.To(intstr.FromInt32(80)), EndPort: ptr.To(int32(85))}},
+			}}}),
+			want: []ruleView{{Dir: in, Pods: []uint32{11},
+				Peers: prefixes("10.0.0.0/24", "10.0.2.0/23", "10.0.4.0/22", "10.0.8.0/21", "10.0.16.0/20", "10.0.32.0/19", "10.0.64.0/18", "10.0.128.0/17"),
+				Ports: []pipeline.PolicyPort{tcpPort(80, 85)}}},
+			ingressPods: []uint32{11},
+		},
+		{
+			name: "a named ingress port resolves per target Pod: one rule per port number",
+			policy: policy("named", nil, networkingv1.NetworkPolicySpec{Ingress: []networkingv1.NetworkPolicyIngressRule{{
+				Ports: []networkingv1.NetworkPolicyPort{named("http")},
+			}}}),
+			want: []ruleView{
+				{Dir: in, Pods: []uint32{10}, AnyPeer: true, Ports: []pipeline.PolicyPort{tcpPort(8080, 0)}},
+				{Dir: in, Pods: []uint32{11}, AnyPeer: true, Ports: []pipeline.PolicyPort{tcpPort(9090, 0)}},
+			},
+			ingressPods: []uint32{10, 11},
+		},
+		{
+			name: "a named egress port resolves per destination Pod; a Pod without the name gets nothing",
+			policy: policy("egress", map[string]string{"app": "web"}, networkingv1.NetworkPolicySpec{
+				PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeEgress},
+				Egress: []networkingv1.NetworkPolicyEgressRule{{
+					To:    []networkingv1.NetworkPolicyPeer{{NamespaceSelector: sel(nil), PodSelector: sel(map[string]string{"app": "client"})}, {PodSelector: sel(map[string]string{"app": "db"})}},
+					Ports: []networkingv1.NetworkPolicyPort{named("http")},
+				}},
+			}),
+			want: []ruleView{
+				{Dir: eg, Pods: []uint32{10}, Peers: prefixes("10.244.2.6/32"), Ports: []pipeline.PolicyPort{tcpPort(7070, 0)}},
+				{Dir: eg, Pods: []uint32{10}, Peers: prefixes("10.244.1.6/32"), Ports: []pipeline.PolicyPort{tcpPort(9090, 0)}},
+			},
+			egressPods: []uint32{10},
+		},
+		{
+			name: "policyTypes left empty: Ingress, and Egress since the policy has egress rules",
+			policy: policy("default-types", map[string]string{"app": "db"}, networkingv1.NetworkPolicySpec{
+				Egress: []networkingv1.NetworkPolicyEgressRule{{To: []networkingv1.NetworkPolicyPeer{{IPBlock: &networkingv1.IPBlock{CIDR: "8.8.8.8/32"}}}}},
+			}),
+			want:        []ruleView{{Dir: eg, Pods: []uint32{11}, Peers: prefixes("8.8.8.8/32")}},
+			ingressPods: []uint32{11}, egressPods: []uint32{11},
+		},
+		{
+			name: "SCTP ports are reported and allow nothing; the TCP port of the same rule stays",
+			policy: policy("sctp", map[string]string{"app": "db"}, networkingv1.NetworkPolicySpec{Ingress: []networkingv1.NetworkPolicyIngressRule{{
+				Ports: []networkingv1.NetworkPolicyPort{{Protocol: ptr.To(corev1.ProtocolSCTP), Port: ptr.To(intstr.FromInt32(9))}, tcp(5432)},
+			}}}),
+			want:        []ruleView{{Dir: in, Pods: []uint32{11}, AnyPeer: true, Ports: []pipeline.PolicyPort{tcpPort(5432, 0)}}},
+			ingressPods: []uint32{11},
+			unsupported: []string{"ingress rule 1: SCTP port 9"},
+		},
+		{
+			name: "peers that match no Pod: the rule allows nothing and has no flows",
+			policy: policy("nobody", map[string]string{"app": "db"}, networkingv1.NetworkPolicySpec{Ingress: []networkingv1.NetworkPolicyIngressRule{{
+				From: []networkingv1.NetworkPolicyPeer{{PodSelector: sel(map[string]string{"app": "nobody"})}},
+			}}}),
+			ingressPods: []uint32{11},
+		},
+		{
+			name:   "a policy selecting no local Pod isolates nothing here",
+			policy: policy("elsewhere", map[string]string{"app": "client"}, networkingv1.NetworkPolicySpec{}),
+		},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			g := NewWithT(t)
+			d := Compute(testInputs(tc.policy), &conjIDs{})
+			g.Expect(view(d.Policy.Rules)).To(Equal(tc.want))
+			g.Expect(ofports(d.Policy.IngressIsolated)).To(Equal(tc.ingressPods))
+			g.Expect(ofports(d.Policy.EgressIsolated)).To(Equal(tc.egressPods))
+			g.Expect(d.Unsupported[types.NamespacedName{Namespace: "x", Name: tc.policy.Name}]).To(Equal(tc.unsupported))
+			g.Expect(d.Rules).To(Equal(len(tc.want)))
+		})
+	}
+}
+
+// TestComputeKeepsIDs: a change of one rule's peers keeps every rule's conjunction id, so that only
+// the flows of the dimension that changed are rewritten.
+func TestComputeKeepsIDs(t *testing.T) {
+	g := NewWithT(t)
+	np := policy("web", map[string]string{"app": "web"}, networkingv1.NetworkPolicySpec{Ingress: []networkingv1.NetworkPolicyIngressRule{
+		{From: []networkingv1.NetworkPolicyPeer{{PodSelector: sel(map[string]string{"app": "client"})}}},
+		{Ports: []networkingv1.NetworkPolicyPort{tcp(443)}},
+	}})
+	ids := &conjIDs{}
+	in := testInputs(np)
+	before := Compute(in, ids)
+	ids.keepOnly(before.Policy.Rules)
+	in.Pods[2].Labels = map[string]string{"app": "other"}
+	in.Pods[3].Namespace = "x"
+	after := Compute(in, ids)
+	g.Expect(after.Policy.Rules).To(HaveLen(2))
+	g.Expect(after.Policy.Rules[0].ID).To(Equal(before.Policy.Rules[0].ID))
+	g.Expect(after.Policy.Rules[0].Peers).To(Equal(prefixes("10.244.2.6/32")))
+	g.Expect(after.Policy.Rules[1].ID).To(Equal(before.Policy.Rules[1].ID))
+}
+
+func TestTrimmedPodInfo(t *testing.T) {
+	g := NewWithT(t)
+	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "x", Name: "a", Labels: map[string]string{"k": "v"}},
+		Spec:   corev1.PodSpec{Containers: []corev1.Container{{Ports: []corev1.ContainerPort{{Name: "dns", ContainerPort: 53, Protocol: corev1.ProtocolUDP}, {ContainerPort: 1}}}}},
+		Status: corev1.PodStatus{Phase: corev1.PodRunning, PodIPs: []corev1.PodIP{{IP: "10.244.1.9"}, {IP: "fd00::9"}}}}
+	info, ok := podInfo(p)
+	g.Expect(ok).To(BeTrue())
+	g.Expect(info.IPs).To(Equal([]netip.Addr{netip.MustParseAddr("10.244.1.9")}))
+	g.Expect(info.Ports).To(Equal([]NamedPort{{Name: "dns", Protocol: corev1.ProtocolUDP, Port: 53}}))
+	p.Spec.HostNetwork = true
+	_, ok = podInfo(p)
+	g.Expect(ok).To(BeFalse(), "host-network Pods are not policy peers")
+}

@@ -1,0 +1,46 @@
+package networkpolicy
+
+import (
+	"net"
+
+	networkv1alpha1 "github.com/winnet-io/winnet/api/v1alpha1"
+	"github.com/winnet-io/winnet/internal/pipeline"
+)
+
+// podendpointObject is the type the reconciler watches for the node's Pod attachments.
+var podendpointObject = networkv1alpha1.PodEndpoint{}
+
+// conjIDs gives every rule (RuleKey) a conjunction id that stays the same while the rule exists,
+// so that a change elsewhere does not rewrite its flows. Ids are not reused while the agent runs.
+type conjIDs struct {
+	ids  map[RuleKey]uint32
+	next uint32
+}
+
+// ID returns the rule's id, allocating one the first time.
+func (c *conjIDs) ID(k RuleKey) uint32 {
+	if c.ids == nil {
+		c.ids = map[RuleKey]uint32{}
+	}
+	if id, ok := c.ids[k]; ok {
+		return id
+	}
+	c.next++
+	c.ids[k] = c.next
+	return c.next
+}
+
+// keepOnly forgets the ids of rules no longer realised.
+func (c *conjIDs) keepOnly(rules []pipeline.PolicyRule) {
+	keep := map[uint32]bool{}
+	for _, r := range rules {
+		keep[r.ID] = true
+	}
+	for k, id := range c.ids {
+		if !keep[id] {
+			delete(c.ids, k)
+		}
+	}
+}
+
+func parseMAC(s string) (net.HardwareAddr, error) { return net.ParseMAC(s) }

@@ -1,0 +1,217 @@
+package pipeline
+
+import (
+	"cmp"
+	"net/netip"
+	"slices"
+
+	"github.com/winnet-io/winnet/internal/ovs/openflow"
+)
+
+// PolicyDirection is the direction of a NetworkPolicy rule.
+type PolicyDirection int
+
+// Policy directions.
+const (
+	PolicyIngress PolicyDirection = iota
+	PolicyEgress
+)
+
+// PolicyPort is one port of a rule: Protocol (openflow.ProtoTCP or ProtoUDP) and the destination
+// ports Port..EndPort. Port 0 is every port of Protocol; EndPort 0 is Port alone.
+type PolicyPort struct {
+	Protocol      uint8
+	Port, EndPort uint16
+}
+
+// PolicyRule is one allow rule of a NetworkPolicy as the pipeline realises it: a conjunction of
+// three clauses, so that it costs the sum of its dimensions in flows, not their product.
+type PolicyRule struct {
+	// ID is the rule's conjunction id, unique among the node's rules of both directions and not 0.
+	ID        uint32
+	Direction PolicyDirection
+	// Pods are the local Pods the rule applies to: the sources of an egress rule, the targets of
+	// an ingress rule.
+	Pods []Pod
+	// AnyPeer allows every peer; otherwise Peers are the addresses allowed on the other side
+	// (destinations of egress, sources of ingress).
+	AnyPeer bool
+	Peers   []netip.Prefix
+	// Ports are the destination ports allowed; none allows every port of every protocol.
+	Ports []PolicyPort
+}
+
+// Policy is everything NetworkPolicy asks of the node: the allow rules and the Pods isolated in
+// each direction (a Pod is isolated in a direction when a policy of that direction selects it).
+type Policy struct {
+	Rules                           []PolicyRule
+	IngressIsolated, EgressIsolated []Pod
+}
+
+// PolicyFlows are the flows of the node's NetworkPolicy (CategoryPolicy), with the exemptions the
+// Kubernetes specification makes: traffic between a Pod and its own node, and from a Pod to
+// itself, is never blocked. The node is recognised by the port its traffic enters on (the gateway
+// or the bridge's LOCAL port) as well as by its address, so that nothing that reaches the node
+// from elsewhere (a NodePort client from the uplink, a node masquerading for another node through
+// the tunnel) passes as the node (Antrea issue 280).
+//
+// A rule's clauses are: for egress the source Pods' ports (in_port), the destinations (nw_dst) and
+// the ports; for ingress the sources (nw_src), the target Pods' ports (TargetOFPortField) and the
+// ports. An absent dimension (any peer, any port) is one flow matching all IP. Flows with the same
+// match are shared between rules, one conjunction() action each, so that a change of one rule's
+// dimension changes only that dimension's flows.
+func (n Node) PolicyFlows(p Policy) []openflow.Flow {
+	fromLocalPod := regMatch(PktSourceField, FromLocalPod)
+	out := []openflow.Flow{
+		flow(EgressRuleTable, priorityHigh, match(openflow.IPv4(), fromLocalPod, hostPrefix(n.GatewayIP, openflow.NwDst)), openflow.GotoTable(EgressMetricTable)),
+		flow(EgressRuleTable, priorityHigh, match(openflow.IPv4(), fromLocalPod, hostPrefix(n.NodeIP, openflow.NwDst)), openflow.GotoTable(EgressMetricTable)),
+		flow(IngressRuleTable, priorityHigh, match(openflow.IPv4(), regMatch(PktSourceField, FromGateway), hostPrefix(n.GatewayIP, openflow.NwSrc)),
+			openflow.GotoTable(IngressMetricTable)),
+		flow(IngressRuleTable, priorityHigh, match(openflow.IPv4(), regMatch(PktSourceField, FromLocal), hostPrefix(n.NodeIP, openflow.NwSrc)),
+			openflow.GotoTable(IngressMetricTable)),
+	}
+	for _, pod := range p.EgressIsolated {
+		out = append(out,
+			flow(EgressRuleTable, priorityHigh, match(openflow.IPv4(), openflow.InPort(pod.OFPort), hostPrefix(pod.IP, openflow.NwDst)), openflow.GotoTable(EgressMetricTable)),
+			flow(EgressDefaultTable, priorityNormal, match(openflow.IPv4(), openflow.InPort(pod.OFPort)), openflow.Drop()))
+	}
+	for _, pod := range p.IngressIsolated {
+		target := regMatch(TargetOFPortField, pod.OFPort)
+		out = append(out,
+			flow(IngressRuleTable, priorityHigh, match(openflow.IPv4(), target, hostPrefix(pod.IP, openflow.NwSrc)), openflow.GotoTable(IngressMetricTable)),
+			flow(IngressDefaultTable, priorityNormal, match(openflow.IPv4(), target), openflow.Drop()))
+	}
+	return append(dedup(out), conjunctionFlows(p.Rules)...)
+}
+
+// conjunctionFlows are the rules' clause flows, shared between rules where their match is equal,
+// and one conj_id flow per rule. A rule with an empty dimension (no Pods, no peers) matches
+// nothing and has no flows.
+func conjunctionFlows(rules []PolicyRule) []openflow.Flow {
+	type clause struct {
+		flow    openflow.Flow
+		actions []openflow.Action
+		order   []uint64
+	}
+	clauses := map[string]*clause{}
+	var keys []string
+	add := func(table uint8, m []openflow.MatchField, id uint32, k uint8) {
+		f := flow(table, priorityNormal, m)
+		key := f.String()
+		c, ok := clauses[key]
+		if !ok {
+			c = &clause{flow: f}
+			clauses[key] = c
+			keys = append(keys, key)
+		}
+		c.actions = append(c.actions, openflow.Conjunction(id, k, 3))
+		c.order = append(c.order, uint64(id)<<8|uint64(k))
+	}
+	var out []openflow.Flow
+	for _, r := range rules {
+		if len(r.Pods) == 0 || (!r.AnyPeer && len(r.Peers) == 0) {
+			continue
+		}
+		table, metric := IngressRuleTable, IngressMetricTable
+		pods, peers := uint8(2), uint8(1)
+		peerField := openflow.NwSrc
+		if r.Direction == PolicyEgress {
+			table, metric = EgressRuleTable, EgressMetricTable
+			pods, peers = 1, 2
+			peerField = openflow.NwDst
+		}
+		for _, pod := range r.Pods {
+			m := match(openflow.IPv4(), regMatch(TargetOFPortField, pod.OFPort))
+			if r.Direction == PolicyEgress {
+				m = match(openflow.IPv4(), openflow.InPort(pod.OFPort))
+			}
+			add(table, m, r.ID, pods)
+		}
+		if r.AnyPeer {
+			add(table, match(openflow.IPv4()), r.ID, peers)
+		}
+		for _, peer := range r.Peers {
+			add(table, match(openflow.IPv4(), peerField(peer)), r.ID, peers)
+		}
+		if len(r.Ports) == 0 {
+			add(table, match(openflow.IPv4()), r.ID, 3)
+		}
+		for _, pp := range r.Ports {
+			for _, m := range portMatches(pp) {
+				add(table, m, r.ID, 3)
+			}
+		}
+		out = append(out, flow(table, priorityLow, match(openflow.ConjID(r.ID), openflow.IPv4()), openflow.GotoTable(metric)))
+	}
+	for _, key := range keys {
+		c := clauses[key]
+		idx := make([]int, len(c.actions))
+		for i := range idx {
+			idx[i] = i
+		}
+		slices.SortFunc(idx, func(a, b int) int { return cmp.Compare(c.order[a], c.order[b]) })
+		f := c.flow
+		for i, j := range idx {
+			if i > 0 && c.order[j] == c.order[idx[i-1]] {
+				continue // the same Pod or peer listed twice in one rule
+			}
+			f.Actions = append(f.Actions, c.actions[j])
+		}
+		out = append(out, f)
+	}
+	return out
+}
+
+// portMatches are the matches of a port range: one value/mask match per aligned block of ports
+// (80-85 is 0x50/0xfffc and 0x54/0xfffe), as Antrea's portsToBitRanges does.
+func portMatches(pp PolicyPort) [][]openflow.MatchField {
+	base := match(openflow.IPv4(), openflow.IPProto(pp.Protocol))
+	if pp.Port == 0 {
+		return [][]openflow.MatchField{base}
+	}
+	var out [][]openflow.MatchField
+	for _, b := range PortRange(pp.Port, pp.EndPort) {
+		out = append(out, append(slices.Clone(base), openflow.TpDstMasked(pp.Protocol, b.Value, b.Mask)))
+	}
+	return out
+}
+
+// PortBlock is an aligned block of ports: the ports p with p&Mask == Value.
+type PortBlock struct{ Value, Mask uint16 }
+
+// PortRange splits start..end (end 0 or below start: start alone) into aligned blocks, the fewest
+// value/mask matches that cover exactly the range.
+func PortRange(start, end uint16) []PortBlock {
+	if end < start {
+		end = start
+	}
+	var out []PortBlock
+	lo, hi := uint32(start), uint32(end)
+	for lo <= hi {
+		size := uint32(1)
+		// Grow the block while lo stays aligned to it and it stays inside the range.
+		for lo&(size*2-1) == 0 && lo+size*2-1 <= hi && size < 1<<16 {
+			size *= 2
+		}
+		out = append(out, PortBlock{Value: uint16(lo), Mask: uint16(^(size - 1))})
+		lo += size
+	}
+	return out
+}
+
+// dedup drops repeated flows (a Pod listed twice), keeping the first.
+func dedup(flows []openflow.Flow) []openflow.Flow {
+	seen := map[string]bool{}
+	out := flows[:0]
+	for _, f := range flows {
+		if k := f.String(); !seen[k] {
+			seen[k] = true
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+func hostPrefix(ip netip.Addr, field func(netip.Prefix) openflow.MatchField) openflow.MatchField {
+	return field(netip.PrefixFrom(ip, ip.BitLen()))
+}

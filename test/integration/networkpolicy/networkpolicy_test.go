@@ -1,0 +1,272 @@
+//go:build linux
+
+package networkpolicy_test
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"strings"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
+
+	networkv1alpha1 "github.com/winnet-io/winnet/api/v1alpha1"
+	"github.com/winnet-io/winnet/controllers/networkpolicy"
+	"github.com/winnet-io/winnet/test/simnode"
+)
+
+const (
+	otherPort = 9090 // served by web over TCP and UDP, allowed by no rule once web is isolated
+	echoPort  = 7070 // web's echo server, inside the endPort range 7000-7100
+)
+
+// expectAllowed waits until a new connection from the namespace to addr is answered by want.
+func expectAllowed(t *testing.T, nsName, network string, addr netip.AddrPort, want string) {
+	t.Helper()
+	NewWithT(t).Eventually(func() error {
+		answer, err := ask(nsName, network, addr)
+		if err != nil {
+			return err
+		}
+		if !strings.HasPrefix(answer, want+" ") {
+			return fmt.Errorf("answered by %q, want %s", answer, want)
+		}
+		return nil
+	}).WithTimeout(converge).WithPolling(200*time.Millisecond).Should(Succeed(), "%s %s -> %s", network, nsName, addr)
+}
+
+// expectRefused waits until new connections from the namespace to addr get no answer, then checks
+// that the next one gets none either.
+func expectRefused(t *testing.T, nsName, network string, addr netip.AddrPort) {
+	t.Helper()
+	g := NewWithT(t)
+	g.Eventually(func() error {
+		_, err := ask(nsName, network, addr)
+		return err
+	}).WithTimeout(converge).WithPolling(200*time.Millisecond).Should(HaveOccurred(), "%s %s -> %s is refused", network, nsName, addr)
+	_, err := ask(nsName, network, addr)
+	g.Expect(err).To(HaveOccurred(), "%s %s -> %s stays refused", network, nsName, addr)
+}
+
+func setLabels(t *testing.T, obj client.Object, labels map[string]string) {
+	t.Helper()
+	g := NewWithT(t)
+	ctx := context.Background()
+	g.Expect(server.Client.Get(ctx, client.ObjectKeyFromObject(obj), obj)).To(Succeed())
+	before := obj.DeepCopyObject().(client.Object)
+	obj.SetLabels(labels)
+	g.Expect(server.Client.Patch(ctx, obj, client.MergeFrom(before))).To(Succeed())
+}
+
+func createPolicy(t *testing.T, np *networkingv1.NetworkPolicy) {
+	t.Helper()
+	NewWithT(t).Expect(server.Client.Create(context.Background(), np)).To(Succeed())
+	t.Cleanup(func() { _ = server.Client.Delete(context.Background(), np) })
+}
+
+func TestNetworkPolicy(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	u := simnode.NewUnderlay(t, netip.MustParsePrefix("192.168.63.0/24"))
+	a := startNode(t, u, "np-a", "192.168.63.11/24", "10.244.63.0/24")
+	b := startNode(t, u, "np-b", "192.168.63.12/24", "10.244.64.0/24")
+	a.route(t)
+	b.route(t)
+
+	nsX := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "np-x", Labels: map[string]string{"team": "x"}}}
+	nsY := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "np-y", Labels: map[string]string{"team": "y"}}}
+	for _, ns := range []*corev1.Namespace{nsX, nsY} {
+		g.Expect(server.Client.Create(ctx, ns)).To(Succeed())
+		t.Cleanup(func() { _ = server.Client.Delete(context.Background(), ns) })
+	}
+	web := a.addPod(t, "np-x", "web", map[string]string{"app": "web"})
+	clientA := a.addPod(t, "np-x", "client-a", map[string]string{"app": "client"})
+	clientB := b.addPod(t, "np-y", "client-b", map[string]string{"app": "client"})
+	serve(t, web.ns, "web", httpPort)
+	serve(t, web.ns, "web", otherPort)
+	serveEcho(t, web.ns, echoPort)
+	serve(t, clientB.ns, "client-b", httpPort)
+	webHTTP, webOther, webEcho := netip.AddrPortFrom(web.ip, httpPort), netip.AddrPortFrom(web.ip, otherPort), netip.AddrPortFrom(web.ip, echoPort)
+
+	// Without a policy everything is allowed.
+	expectAllowed(t, clientB.ns, "tcp4", webHTTP, "web")
+	expectAllowed(t, clientA.ns, "tcp4", webOther, "web")
+	expectAllowed(t, clientA.ns, "tcp4", netip.AddrPortFrom(clientB.ip, httpPort), "client-b")
+	// Two connections established before the policy: one the policy still allows (client-a to the
+	// echo port, inside the endPort range), one it no longer allows (client-b to the echo port).
+	stillAllowed := dial(t, clientA.ns, webEcho)
+	noLongerAllowed := dial(t, clientB.ns, webEcho)
+	g.Expect(echo(stillAllowed)).To(Succeed())
+	g.Expect(echo(noLongerAllowed)).To(Succeed())
+
+	// web admits client Pods of team=y namespaces on its port named "http", and client Pods of its
+	// own namespace on 7000-7100.
+	webPolicy := &networkingv1.NetworkPolicy{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "np-x", Name: "web"},
+		Spec: networkingv1.NetworkPolicySpec{
+			PodSelector: metav1.LabelSelector{MatchLabels: map[string]string{"app": "web"}},
+			Ingress: []networkingv1.NetworkPolicyIngressRule{
+				{
+					From: []networkingv1.NetworkPolicyPeer{{
+						NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"team": "y"}},
+						PodSelector:       &metav1.LabelSelector{MatchLabels: map[string]string{"app": "client"}},
+					}},
+					Ports: []networkingv1.NetworkPolicyPort{{Port: ptr.To(intstr.FromString("http"))}},
+				},
+				{
+					From:  []networkingv1.NetworkPolicyPeer{{PodSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "client"}}}},
+					Ports: []networkingv1.NetworkPolicyPort{{Protocol: ptr.To(corev1.ProtocolTCP), Port: ptr.To(intstr.FromInt32(7000)), EndPort: ptr.To(int32(7100))}},
+				},
+			},
+		},
+	}
+	createPolicy(t, webPolicy)
+
+	cases := []struct {
+		name string
+		run  func(t *testing.T)
+	}{
+		{"a named port resolved on the target Pod admits a Pod of a selected namespace", func(t *testing.T) {
+			expectAllowed(t, clientB.ns, "tcp4", webHTTP, "web")
+		}},
+		{"other ports of the isolated Pod are refused, TCP and UDP", func(t *testing.T) {
+			expectRefused(t, clientB.ns, "tcp4", webOther)
+			expectRefused(t, clientB.ns, "udp4", webOther)
+		}},
+		{"a Pod of an unselected namespace is refused the named port", func(t *testing.T) {
+			expectRefused(t, clientA.ns, "tcp4", webHTTP)
+		}},
+		{"an endPort range admits a port inside it", func(t *testing.T) {
+			c := dial(t, clientA.ns, webEcho)
+			NewWithT(t).Expect(echo(c)).To(Succeed())
+		}},
+		{"an established connection the policy still allows survives it", func(t *testing.T) {
+			NewWithT(t).Expect(echo(stillAllowed)).To(Succeed())
+		}},
+		{"an established connection the policy no longer allows goes on, and new ones are refused", func(t *testing.T) {
+			NewWithT(t).Expect(echo(noLongerAllowed)).To(Succeed(), "only new connections are evaluated")
+			expectRefused(t, clientB.ns, "tcp4", webEcho)
+		}},
+		{"the node reaches its isolated Pod", func(t *testing.T) {
+			expectAllowed(t, a.NS, "tcp4", webOther, "web")
+		}},
+		{"a namespace relabelled out of the selector loses access, and regains it relabelled back", func(t *testing.T) {
+			setLabels(t, nsY, map[string]string{"team": "z"})
+			expectRefused(t, clientB.ns, "tcp4", webHTTP)
+			setLabels(t, nsY, map[string]string{"team": "y"})
+			expectAllowed(t, clientB.ns, "tcp4", webHTTP, "web")
+		}},
+		{"a remote Pod relabelled out of the selector loses access, and regains it relabelled back", func(t *testing.T) {
+			pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "np-y", Name: "client-b"}}
+			setLabels(t, pod, map[string]string{"app": "other"})
+			expectRefused(t, clientB.ns, "tcp4", webHTTP)
+			setLabels(t, pod, map[string]string{"app": "client"})
+			expectAllowed(t, clientB.ns, "tcp4", webHTTP, "web")
+		}},
+		{"the isolated Pod relabelled out of the policy is open again, and isolated relabelled back", func(t *testing.T) {
+			pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "np-x", Name: "web"}}
+			setLabels(t, pod, map[string]string{"app": "web-unprotected"})
+			expectAllowed(t, clientA.ns, "tcp4", webOther, "web")
+			setLabels(t, pod, map[string]string{"app": "web"})
+			expectRefused(t, clientA.ns, "tcp4", webOther)
+		}},
+		{"egress to an ipBlock with an exception: the exception is refused, the rest allowed", func(t *testing.T) {
+			createPolicy(t, &networkingv1.NetworkPolicy{
+				ObjectMeta: metav1.ObjectMeta{Namespace: "np-x", Name: "client-egress"},
+				Spec: networkingv1.NetworkPolicySpec{
+					PodSelector: metav1.LabelSelector{MatchLabels: map[string]string{"app": "client"}},
+					PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeEgress},
+					Egress: []networkingv1.NetworkPolicyEgressRule{{To: []networkingv1.NetworkPolicyPeer{{
+						IPBlock: &networkingv1.IPBlock{CIDR: "10.244.0.0/16", Except: []string{web.ip.String() + "/32"}},
+					}}}},
+				},
+			})
+			expectRefused(t, clientA.ns, "tcp4", webEcho)
+			expectAllowed(t, clientA.ns, "tcp4", netip.AddrPortFrom(clientB.ip, httpPort), "client-b")
+		}},
+		{"PoliciesReady and the counts are on the WindowsNodeNetwork", func(t *testing.T) {
+			NewWithT(t).Eventually(func(g Gomega) {
+				w := &networkv1alpha1.WindowsNodeNetwork{}
+				g.Expect(server.Client.Get(ctx, client.ObjectKey{Name: a.Name}, w)).To(Succeed())
+				c := meta.FindStatusCondition(w.Status.Conditions, networkv1alpha1.PoliciesReadyCondition)
+				g.Expect(c).NotTo(BeNil())
+				g.Expect(c.Status).To(Equal(metav1.ConditionTrue))
+				g.Expect(w.Status.NetworkPolicies).To(Equal(networkv1alpha1.NetworkPoliciesStatus{Policies: 2, Rules: 3}))
+			}).WithTimeout(converge).Should(Succeed())
+		}},
+		{"the realisation latency is measured", func(t *testing.T) {
+			g := NewWithT(t)
+			families, err := ctrlmetrics.Registry.Gather()
+			g.Expect(err).NotTo(HaveOccurred())
+			var passes uint64
+			for _, f := range families {
+				if f.GetName() == "winnet_networkpolicy_realisation_latency_seconds" {
+					for _, m := range f.GetMetric() {
+						passes += m.GetHistogram().GetSampleCount()
+					}
+				}
+			}
+			g.Expect(passes).To(BeNumerically(">", 0))
+		}},
+		{"policies are enforced again after ovs-vswitchd is killed and restarted", func(t *testing.T) {
+			g := NewWithT(t)
+			g.Expect(a.OVS.KillVswitchd()).To(Succeed())
+			g.Expect(a.OVS.StartVswitchd()).To(Succeed())
+			expectAllowed(t, clientB.ns, "tcp4", webHTTP, "web")
+			expectRefused(t, clientB.ns, "tcp4", webOther)
+		}},
+		{"an SCTP port gets a Warning Event on the policy", func(t *testing.T) {
+			createPolicy(t, &networkingv1.NetworkPolicy{
+				ObjectMeta: metav1.ObjectMeta{Namespace: "np-x", Name: "sctp"},
+				Spec: networkingv1.NetworkPolicySpec{
+					PodSelector: metav1.LabelSelector{MatchLabels: map[string]string{"app": "web"}},
+					Ingress: []networkingv1.NetworkPolicyIngressRule{{Ports: []networkingv1.NetworkPolicyPort{
+						{Protocol: ptr.To(corev1.ProtocolSCTP), Port: ptr.To(intstr.FromInt32(9))}}}},
+				},
+			})
+			NewWithT(t).Eventually(func(g Gomega) {
+				list := &eventsv1.EventList{}
+				g.Expect(server.Client.List(ctx, list, client.InNamespace("np-x"))).To(Succeed())
+				var reasons []string
+				for _, e := range list.Items {
+					if e.Regarding.Name == "sctp" && e.Type == corev1.EventTypeWarning {
+						reasons = append(reasons, e.Reason)
+					}
+				}
+				g.Expect(reasons).To(ContainElement(networkpolicy.UnsupportedProtocolReason))
+			}).WithTimeout(converge).Should(Succeed())
+		}},
+		{"deleting the policies opens everything again and leaves no policy flow", func(t *testing.T) {
+			g := NewWithT(t)
+			list := &networkingv1.NetworkPolicyList{}
+			g.Expect(server.Client.List(ctx, list, client.InNamespace("np-x"))).To(Succeed())
+			for i := range list.Items {
+				g.Expect(server.Client.Delete(ctx, &list.Items[i])).To(Succeed())
+			}
+			expectAllowed(t, clientA.ns, "tcp4", webOther, "web")
+			g.Expect(echo(dial(t, clientB.ns, webEcho))).To(Succeed())
+			flows, err := a.OVS.DumpFlows("br-int", "-O", "OpenFlow15")
+			g.Expect(err).NotTo(HaveOccurred())
+			for _, f := range flows {
+				g.Expect(f).NotTo(ContainSubstring("conjunction("), "a rule's flow is left: %s", f)
+				g.Expect(f).NotTo(MatchRegexp(`table=(60|100), .* actions=drop`), "an isolation flow is left: %s", f)
+			}
+		}},
+	}
+	for _, tc := range cases {
+		if !t.Run(tc.name, tc.run) {
+			return // later cases build on the state of earlier ones
+		}
+	}
+}
