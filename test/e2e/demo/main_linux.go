@@ -233,6 +233,11 @@ func build(ctx context.Context, c *cluster.Cluster, dir string) (string, error) 
 	var s strings.Builder
 	fmt.Fprintf(&s, "\n$ kubectl get winnet -A -o wide\n%s\n", get)
 	fmt.Fprintf(&s, "Connectivity (ICMP: replies/requests; TCP: the source address the destination saw):\n%s\n", cluster.FormatTable(results))
+	policy, err := policyDemo(ctx, c, pods)
+	if err != nil {
+		return "", err
+	}
+	fmt.Fprintf(&s, "%s  kubectl describe networkpolicy %s   # the policy; kubectl describe wnn node-b shows PoliciesReady\n\n", policy, policyName)
 	fmt.Fprint(&s, tryLines(c, kc, a, pods))
 	return s.String(), nil
 }
