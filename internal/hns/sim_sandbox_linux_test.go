@@ -47,12 +47,13 @@ func TestLinuxSimVNICAppearsWhenSandboxStarts(t *testing.T) {
 
 	g.Expect(StartSandbox(sandboxes, podNS)).To(Succeed())
 	g.Eventually(func() []string { return hostLinks(t, nodePath) }).Should(ConsistOf("lo", "pod-a"))
-	// The host end appears first; the container end is named and configured, and the resolver
-	// configuration written, right after.
+	// The host end appears first; the container end is named and the resolver written just after.
 	g.Eventually(func() []string { return linkNames(t, filepath.Join(DefaultNetNSDir, podNS)) }).Should(ConsistOf("lo", "eth0"))
-	g.Eventually(filepath.Join(netnsEtcDir, podNS, "resolv.conf")).Should(BeAnExistingFile())
-	resolv, err := os.ReadFile(filepath.Join(netnsEtcDir, podNS, "resolv.conf"))
-	g.Expect(err).NotTo(HaveOccurred())
+	var resolv []byte
+	g.Eventually(func() (err error) {
+		resolv, err = os.ReadFile(filepath.Join(netnsEtcDir, podNS, "resolv.conf"))
+		return err
+	}).Should(Succeed())
 	g.Expect(string(resolv)).To(Equal("search default.svc.cluster.local svc.cluster.local\nnameserver 10.96.0.10\noptions ndots:5\n"))
 	out, err := exec.Command("ip", "netns", "exec", podNS, "cat", "/etc/resolv.conf").CombinedOutput()
 	g.Expect(err).NotTo(HaveOccurred(), "%s", out)
