@@ -2,7 +2,10 @@
 # Installs everything `make test` needs on a fresh Debian 12 machine, idempotently:
 #   - Debian packages: Open vSwitch (userspace datapath), CNI plugins (host-local IPAM), iproute2, ping,
 #     python3 (raw packets)
-#   - kube-apiserver and etcd built from the Go module proxy into bin/k8s/<version>/ (cached by version)
+#   - kube-apiserver, kube-controller-manager, kubectl and etcd built from the Go module proxy into
+#     bin/k8s/<version>/ (cached by version)
+#   - CoreDNS (a main with the plugins the e2e cluster's kube-dns uses) built from the Go module proxy
+#     into bin/coredns-<version>/ (the e2e cluster and the demo run it as kube-system/kube-dns)
 #   - helm built from the Go module proxy (the tool in go.mod) into bin/helm-<version>/ (chart tests)
 # Run as root. Safe to run again: every step checks before it acts.
 set -euo pipefail
@@ -12,6 +15,7 @@ KUBE_VERSION=${KUBE_VERSION:-v1.37.0}
 STAGING_VERSION=${STAGING_VERSION:-v0.37.0}
 ETCD_VERSION=${ETCD_VERSION:-v3.6.16}
 HELM_VERSION=${HELM_VERSION:-v3.22.0}
+COREDNS_VERSION=${COREDNS_VERSION:-v1.15.0}
 ASSETS="$ROOT/bin/k8s/$KUBE_VERSION-etcd-$ETCD_VERSION"
 export GOTOOLCHAIN=local
 export GOFLAGS=-mod=mod
@@ -47,11 +51,14 @@ build_in_module() {
 	mv "$out.tmp" "$out"
 }
 
-# build_kube KUBE_VERSION builds kube-apiserver and kubectl from k8s.io/kubernetes in one throwaway
-# module, so the second binary reuses the first one's compiled packages.
+# KUBE_BINARIES are built from k8s.io/kubernetes in one throwaway module, so that each binary reuses
+# the packages the others compiled (kube-controller-manager: EndpointSlices, ServiceAccount tokens and
+# node lifecycle in the e2e cluster).
+KUBE_BINARIES=(kube-apiserver kubectl kube-controller-manager)
+
 build_kube() {
 	local missing=()
-	for b in kube-apiserver kubectl; do [ -x "$ASSETS/$b" ] || missing+=("$b"); done
+	for b in "${KUBE_BINARIES[@]}"; do [ -x "$ASSETS/$b" ] || missing+=("$b"); done
 	[ ${#missing[@]} -eq 0 ] && return
 	log "building ${missing[*]} $KUBE_VERSION from the Go module proxy (several minutes, once)"
 	local mod="$ROOT/bin/.build/kubernetes-$KUBE_VERSION"
@@ -66,7 +73,11 @@ build_kube() {
 		echo ")"
 	} >"$mod/go.mod"
 	[ -f "$mod/go.sum" ] || : >"$mod/go.sum"
-	printf '//go:build tools\n\npackage tools\n\nimport (\n\t_ "k8s.io/kubernetes/cmd/kube-apiserver"\n\t_ "k8s.io/kubernetes/cmd/kubectl"\n)\n' >"$mod/tools.go"
+	{
+		printf '//go:build tools\n\npackage tools\n\nimport (\n'
+		for b in "${KUBE_BINARIES[@]}"; do printf '\t_ "k8s.io/kubernetes/cmd/%s"\n' "$b"; done
+		printf ')\n'
+	} >"$mod/tools.go"
 	local minor=${KUBE_VERSION#v1.}; minor=${minor%%.*}
 	local ldflags="-s -w -X k8s.io/component-base/version.gitVersion=$KUBE_VERSION -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=$minor"
 	ldflags+=" -X k8s.io/client-go/pkg/version.gitVersion=$KUBE_VERSION -X k8s.io/client-go/pkg/version.gitMajor=1 -X k8s.io/client-go/pkg/version.gitMinor=$minor"
@@ -109,13 +120,42 @@ build_helm() {
 	mv "$out.tmp" "$out"
 }
 
+# build_coredns builds CoreDNS with only the plugins the e2e cluster's Corefile uses: a main that
+# imports coremain and sets the directive list, as CoreDNS documents for custom builds (plugin.cfg
+# order), instead of the full binary with every cloud provider's plugin.
+COREDNS_PLUGINS=(ready health errors log cache kubernetes loop forward)
+
+build_coredns() {
+	local out="$ROOT/bin/coredns-$COREDNS_VERSION/coredns"
+	[ -x "$out" ] && return
+	log "building coredns $COREDNS_VERSION from the Go module proxy (a minute or two, once)"
+	mkdir -p "$(dirname "$out")"
+	local mod="$ROOT/bin/.build/coredns-$COREDNS_VERSION"
+	mkdir -p "$mod"
+	printf 'module winnet.local/build/coredns\n\ngo 1.26\n\nrequire github.com/coredns/coredns %s\n' "$COREDNS_VERSION" >"$mod/go.mod"
+	[ -f "$mod/go.sum" ] || : >"$mod/go.sum"
+	{
+		printf '// Command coredns is CoreDNS with the plugins winnet'"'"'s e2e cluster uses.\npackage main\n\nimport (\n'
+		printf '\t"github.com/coredns/coredns/core/dnsserver"\n\t"github.com/coredns/coredns/coremain"\n\n'
+		for p in "${COREDNS_PLUGINS[@]}"; do printf '\t_ "github.com/coredns/coredns/plugin/%s"\n' "$p"; done
+		printf ')\n\nfunc init() {\n\tdnsserver.Directives = []string{\n'
+		for p in "${COREDNS_PLUGINS[@]}"; do printf '\t\t"%s",\n' "$p"; done
+		printf '\t}\n}\n\nfunc main() { coremain.Run() }\n'
+	} >"$mod/main.go"
+	(cd "$mod" && go mod tidy >/dev/null)
+	build_in_module "$mod" "$out" . "-s -w -X github.com/coredns/coredns/coremain.GitCommit=$COREDNS_VERSION"
+}
+
 install_debian_packages
 mkdir -p "$ASSETS"
 build_etcd
 build_kube
 build_helm
+build_coredns
 "$ROOT/bin/helm-$HELM_VERSION/helm" version --short >/dev/null
 "$ASSETS/kube-apiserver" --version >/dev/null
 "$ASSETS/etcd" --version >/dev/null
 "$ASSETS/kubectl" version --client >/dev/null
+"$ASSETS/kube-controller-manager" --version >/dev/null
+"$ROOT/bin/coredns-$COREDNS_VERSION/coredns" -plugins >/dev/null
 echo "$ASSETS"

@@ -14,12 +14,23 @@ import (
 const netnsEtcDir = "/etc/netns"
 
 // resolvConfPath is the resolver configuration of the named namespace at nsPath; empty for a namespace that
-// has no name under the simulator's namespace directory.
+// has no name under the simulator's namespace directory. /var/run is a link to /run: both name the same
+// directory.
 func (b *vethBackend) resolvConfPath(nsPath string) string {
-	if filepath.Dir(nsPath) != filepath.Clean(b.netnsDir) {
-		return ""
+	if sameDir(filepath.Dir(nsPath), b.netnsDir) {
+		return filepath.Join(netnsEtcDir, filepath.Base(nsPath), "resolv.conf")
 	}
-	return filepath.Join(netnsEtcDir, filepath.Base(nsPath), "resolv.conf")
+	return ""
+}
+
+// sameDir reports whether a and b are the same directory, following links.
+func sameDir(a, b string) bool {
+	if filepath.Clean(a) == filepath.Clean(b) {
+		return true
+	}
+	ra, errA := filepath.EvalSymlinks(a)
+	rb, errB := filepath.EvalSymlinks(b)
+	return errA == nil && errB == nil && ra == rb
 }
 
 // writeResolvConf makes the endpoint's DNS settings the resolver configuration of its namespace, as HNS

@@ -48,8 +48,12 @@ func TestLinuxSimVNICAppearsWhenSandboxStarts(t *testing.T) {
 	g.Expect(StartSandbox(sandboxes, podNS)).To(Succeed())
 	g.Eventually(func() []string { return hostLinks(t, nodePath) }).Should(ConsistOf("lo", "pod-a"))
 	g.Expect(linkNames(t, filepath.Join(DefaultNetNSDir, podNS))).To(ConsistOf("lo", "eth0"))
-	resolv, err := os.ReadFile(filepath.Join(netnsEtcDir, podNS, "resolv.conf"))
-	g.Expect(err).NotTo(HaveOccurred())
+	// The simulator writes the resolver configuration once the vNIC is configured, just after it shows.
+	var resolv []byte
+	g.Eventually(func() (err error) {
+		resolv, err = os.ReadFile(filepath.Join(netnsEtcDir, podNS, "resolv.conf"))
+		return err
+	}).Should(Succeed())
 	g.Expect(string(resolv)).To(Equal("search default.svc.cluster.local svc.cluster.local\nnameserver 10.96.0.10\noptions ndots:5\n"))
 	out, err := exec.Command("ip", "netns", "exec", podNS, "cat", "/etc/resolv.conf").CombinedOutput()
 	g.Expect(err).NotTo(HaveOccurred(), "%s", out)

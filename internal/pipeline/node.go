@@ -177,11 +177,15 @@ func (n Node) forwardingFlows() []openflow.Flow {
 // snatFlows implement SNAT of Pod-to-external traffic to the node IP, as the Antrea Windows design
 // specifies: L3Forwarding marks it (reg0[17]) unless the destination is in NoSNAT; ConntrackCommit
 // commits it with nat(src=NodeIP) and ct_mark 0x40; L2ForwardingOut sends it out on the gateway, from
-// where the host forwards it to the bridge interface and the uplink.
+// where the host forwards it to the bridge interface and the uplink. Traffic L3Forwarding sends to
+// the host this way gets the gateway's MAC: a Pod addresses its own packets to it already, but a
+// Service connection DNATed to an endpoint outside the cluster (the API server behind the kubernetes
+// Service) carries the global virtual MAC, and the host's stack drops frames that are not addressed
+// to it.
 func (n Node) snatFlows() []openflow.Flow {
 	out := []openflow.Flow{
 		flow(L3ForwardingTable, prioritySNAT, match(openflow.IPv4(), regMatch(PktSourceField, FromLocalPod)),
-			loadReg(SNATRequiredField, 1), openflow.GotoTable(L2ForwardingCalcTable)),
+			loadReg(SNATRequiredField, 1), openflow.SetEthDst(n.GatewayMAC), openflow.GotoTable(L2ForwardingCalcTable)),
 		flow(ConntrackCommitTable, priorityNormal, match(openflow.IPv4(), openflow.CTState(openflow.CTNew|openflow.CTTrk, 0), regMatch(SNATRequiredField, 1)),
 			openflow.CT(openflow.CTAction{Commit: true, Table: ptr(L2ForwardingOutTable), Zone: ConntrackZone, SNAT: n.NodeIP,
 				Exec: []openflow.Action{openflow.SetCTMark(SNATCTMark, 0xffffffff)}})),
@@ -192,7 +196,7 @@ func (n Node) snatFlows() []openflow.Flow {
 			continue
 		}
 		out = append(out, flow(L3ForwardingTable, prioritySkip, match(openflow.IPv4(), regMatch(PktSourceField, FromLocalPod), openflow.NwDst(p)),
-			openflow.GotoTable(L2ForwardingCalcTable)))
+			openflow.SetEthDst(n.GatewayMAC), openflow.GotoTable(L2ForwardingCalcTable)))
 	}
 	return out
 }

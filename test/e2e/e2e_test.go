@@ -24,7 +24,7 @@ import (
 )
 
 // One cluster for the whole package: three nodes (node-a, node-b, node-c) with two Pods on node-a and one on
-// each other node when the agents serve CNI. Every test leaves the cluster as it found it.
+// each other node when the agents serve CNI, and CoreDNS as kube-dns on node-a. Every test leaves the cluster as it found it.
 var (
 	c    *cluster.Cluster
 	pods = map[string]*cluster.Pod{}
@@ -97,7 +97,9 @@ func setUp(ctx context.Context) error {
 		}
 		pods[ps[0]] = p
 	}
-	return nil
+	// The cluster DNS, on node-a (no test reboots it or deletes its network).
+	_, err := c.StartDNS(ctx, node("node-a"), readyTimeout)
+	return err
 }
 
 func node(name string) *cluster.Node { return c.Node(name) }

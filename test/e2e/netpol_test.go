@@ -52,9 +52,9 @@ func TestNetworkPolicy(t *testing.T) {
 	}
 	g := NewWithT(t)
 	ctx := context.Background()
-	web, err := c.AddPodWith(ctx, node("node-a"), "web", func(p *corev1.Pod) {
-		p.Labels = map[string]string{"app": "web"}
-		p.Spec.Containers[0].Ports = []corev1.ContainerPort{{Name: "http", ContainerPort: npHTTPPort, Protocol: corev1.ProtocolTCP}}
+	web, err := c.AddPodWith(ctx, node("node-a"), "web", cluster.PodOptions{
+		Labels: map[string]string{"app": "web"},
+		Ports:  []corev1.ContainerPort{{Name: "http", ContainerPort: npHTTPPort, Protocol: corev1.ProtocolTCP}},
 	}, readyTimeout)
 	g.Expect(err).NotTo(HaveOccurred())
 	t.Cleanup(func() { _ = c.DeletePod(context.Background(), web) })

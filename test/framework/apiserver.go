@@ -57,16 +57,29 @@ type APIServer struct {
 // StartAPIServer starts kube-apiserver and etcd, installs config/crd/bases and returns a client.
 // Call Stop when done.
 func StartAPIServer() (*APIServer, error) {
-	return startAPIServer(filepath.Join(RepoRoot(), "config", "crd", "bases"))
+	return startAPIServer(APIServerOptions{}, filepath.Join(RepoRoot(), "config", "crd", "bases"))
 }
 
 // StartAPIServerWithoutCRDs starts kube-apiserver and etcd without winnet's CRDs, for a test that
 // installs them itself (the Helm chart). Call Stop when done.
 func StartAPIServerWithoutCRDs() (*APIServer, error) {
-	return startAPIServer()
+	return startAPIServer(APIServerOptions{})
 }
 
-func startAPIServer(crdDirs ...string) (*APIServer, error) {
+// APIServerOptions change how the API server starts.
+type APIServerOptions struct {
+	// Args are kube-apiserver flags (name without dashes -> value) set over envtest's defaults, such as
+	// "advertise-address" and "service-cluster-ip-range" for a cluster whose Pods reach the API server.
+	Args map[string]string
+}
+
+// StartAPIServerWith starts kube-apiserver with the options and etcd, installs config/crd/bases and
+// returns a client. Call Stop when done.
+func StartAPIServerWith(opts APIServerOptions) (*APIServer, error) {
+	return startAPIServer(opts, filepath.Join(RepoRoot(), "config", "crd", "bases"))
+}
+
+func startAPIServer(opts APIServerOptions, crdDirs ...string) (*APIServer, error) {
 	assets, err := AssetsDir()
 	if err != nil {
 		return nil, err
@@ -75,6 +88,9 @@ func startAPIServer(crdDirs ...string) (*APIServer, error) {
 		BinaryAssetsDirectory: assets,
 		CRDDirectoryPaths:     crdDirs,
 		ErrorIfCRDPathMissing: true,
+	}
+	for name, value := range opts.Args {
+		env.ControlPlane.GetAPIServer().Configure().Set(name, value)
 	}
 	cfg, err := env.Start()
 	if err != nil {

@@ -8,6 +8,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"net"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -20,6 +21,7 @@ import (
 	"syscall"
 	"time"
 
+	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/winnet-io/winnet/internal/ovs/ovstest"
@@ -57,8 +59,9 @@ type Cluster struct {
 	Prefix string
 	RunDir string
 	BinDir string
-	// Client is a client of the API server with winnet's types.
+	// Client is a client of the API server with winnet's types; Config is its configuration.
 	Client client.Client
+	Config *rest.Config
 	// Kubeconfig is an admin kubeconfig for kubectl (RunDir/kubeconfig).
 	Kubeconfig string
 	// Kubectl is the kubectl built with the API server.
@@ -74,12 +77,22 @@ type Cluster struct {
 	External   *Host
 	ExternalIP netip.Addr
 	ExcludedIP netip.Addr
+	// APIHost is the API server's host on the underlay (the second address): the kubernetes Service's
+	// endpoint is APIHost's address and APIServerPort.
+	APIHost       *Host
+	APIServerPort int
+	// CAFile holds the cluster's CA certificate (the API server's serving certificate is signed by it).
+	CAFile string
 
-	opts       Options
-	reg        *registry
-	api        *framework.APIServer
-	controller *process
-	agentFlags map[string]bool
+	opts              Options
+	reg               *registry
+	api               *framework.APIServer
+	relay             net.Listener
+	controller        *process
+	controllerManager *process
+	stopLeases        chan struct{}
+	dns               *process
+	agentFlags        map[string]bool
 
 	mu    sync.Mutex
 	nodes map[string]*Node
@@ -87,8 +100,9 @@ type Cluster struct {
 	ports int
 }
 
-// Start builds the cluster's shared parts: the run directory, the underlay with the external host, the API
-// server with winnet's CRDs and winnet-controller. Leftovers of dead earlier runs under RunRoot are removed
+// Start builds the cluster's shared parts: the run directory, the underlay with the external host and the API
+// server's host, the API server with winnet's CRDs, kube-controller-manager and winnet-controller; it keeps
+// the Nodes' Leases renewed from then on, as kubelet does. Leftovers of dead earlier runs under RunRoot are removed
 // first. On error everything built so far is torn down.
 func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 	if err := checkPrerequisites(); err != nil {
@@ -109,9 +123,20 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 	if err := c.startUnderlay(); err != nil {
 		return c, fmt.Errorf("building the underlay: %w", err)
 	}
+	if err := c.startAPIHost(); err != nil {
+		return c, fmt.Errorf("plugging the API server's host into the underlay: %w", err)
+	}
 	if err := c.startAPIServer(); err != nil {
 		return c, err
 	}
+	if err := c.startAPIRelay(); err != nil {
+		return c, err
+	}
+	if err := c.startControllerManager(); err != nil {
+		return c, err
+	}
+	c.stopLeases = make(chan struct{})
+	go c.renewLeases(c.stopLeases)
 	if err := c.startController(); err != nil {
 		return c, err
 	}
@@ -226,11 +251,11 @@ func (c *Cluster) startUnderlay() error {
 
 func (c *Cluster) startAPIServer() error {
 	c.logf("Starting kube-apiserver and etcd")
-	api, err := framework.StartAPIServer()
+	api, err := framework.StartAPIServerWith(framework.APIServerOptions{Args: c.apiServerArgs()})
 	if err != nil {
 		return fmt.Errorf("starting the API server: %w", err)
 	}
-	c.api, c.Client, c.Kubectl = api, api.Client, api.Kubectl
+	c.api, c.Client, c.Config, c.Kubectl = api, api.Client, api.Config, api.Kubectl
 	for pid, name := range childPids("etcd", "kube-apiserver") {
 		if err := c.reg.recordPid(pid, name); err != nil {
 			return err
@@ -249,6 +274,10 @@ func (c *Cluster) startAPIServer() error {
 	c.Kubeconfig = filepath.Join(c.RunDir, "kubeconfig")
 	if err := os.WriteFile(c.Kubeconfig, kubeconfig, 0o600); err != nil {
 		return fmt.Errorf("writing the kubeconfig: %w", err)
+	}
+	c.CAFile = filepath.Join(c.RunDir, "ca.crt")
+	if err := os.WriteFile(c.CAFile, api.Config.CAData, 0o644); err != nil {
+		return fmt.Errorf("writing the cluster's CA certificate: %w", err)
 	}
 	return nil
 }
@@ -315,8 +344,10 @@ func (c *Cluster) Nodes() []*Node {
 // LogTails returns the last lines of the logs of winnet-controller and every agent, for a failed test.
 func (c *Cluster) LogTails(lines int) string {
 	var b strings.Builder
-	if c.controller != nil {
-		fmt.Fprintf(&b, "--- winnet-controller:\n%s\n", c.controller.logTail(lines))
+	for _, p := range []*process{c.controller, c.controllerManager, c.dns} {
+		if p != nil {
+			fmt.Fprintf(&b, "--- %s:\n%s\n", p.name, p.logTail(lines))
+		}
 	}
 	for _, n := range c.Nodes() {
 		if n.agent != nil {
@@ -336,6 +367,7 @@ func (c *Cluster) Close() error {
 	if c.controller != nil {
 		errs = append(errs, c.controller.stop(syscall.SIGTERM, 10*time.Second))
 	}
+	errs = append(errs, c.stopControlPlaneExtras())
 	if c.api != nil {
 		errs = append(errs, c.api.Stop())
 	}

@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -74,7 +75,9 @@ func deleteNS(ns string) error {
 	if err != nil {
 		return fmt.Errorf("deleting namespace %s: %w: %s", ns, err, out)
 	}
-	return nil
+	// The namespace's own /etc files (the resolv.conf the HNS simulator wrote for a Pod's DNS settings), which
+	// `ip netns del` leaves behind.
+	return os.RemoveAll(filepath.Join("/etc/netns", ns))
 }
 
 // macFor derives a stable, locally administered MAC from an IPv4 address: 02:5e:a.b.c.d.

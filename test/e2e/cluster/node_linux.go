@@ -13,6 +13,7 @@ import (
 	"syscall"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -103,7 +104,8 @@ func (c *Cluster) AddNode(ctx context.Context, spec NodeSpec) (*Node, error) {
 	return n, nil
 }
 
-// build creates the namespace, the uplink and Open vSwitch, and routes the Pod CIDR from the external host.
+// build creates the namespace, the uplink and Open vSwitch, and routes the Pod CIDR from the external host and
+// the API server's host.
 func (n *Node) build() error {
 	for _, d := range []string{n.StateDir, n.CNIConfDir} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
@@ -125,7 +127,12 @@ func (n *Node) build() error {
 	if err := c.reg.recordDir(o.Dir); err != nil {
 		return err
 	}
-	return run(c.External.NS, []string{"ip", "route", "replace", n.PodCIDR.String(), "via", n.IP.String()})
+	for _, h := range []*Host{c.External, c.APIHost} {
+		if err := run(h.NS, []string{"ip", "route", "replace", n.PodCIDR.String(), "via", n.IP.String()}); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // CreateNetwork creates the node's WindowsNodeNetwork: its Pod CIDR and node IP, the userspace datapath, the
@@ -138,6 +145,7 @@ func (c *Cluster) CreateNetwork(ctx context.Context, n *Node) error {
 			NodeIP:       networkv1alpha1.IPv4Address(n.IP.String()),
 			Bridge:       networkv1alpha1.BridgeSpec{DatapathType: networkv1alpha1.DatapathTypeNetdev},
 			ClusterCIDRs: []networkv1alpha1.CIDR{networkv1alpha1.CIDR(c.ClusterCIDR.String())},
+			ServiceCIDRs: []networkv1alpha1.CIDR{networkv1alpha1.CIDR(ServiceCIDR.String())},
 			SNAT: networkv1alpha1.SNATSpec{
 				ExcludeCIDRs: []networkv1alpha1.CIDR{networkv1alpha1.CIDR(netip.PrefixFrom(c.ExcludedIP, 32).String())},
 			},
@@ -152,18 +160,33 @@ func (c *Cluster) CreateNetwork(ctx context.Context, n *Node) error {
 	return nil
 }
 
-// createNode creates the Node object with the node's Pod CIDR and InternalIP.
+// createNode creates the Node object with the node's Pod CIDR, and writes its status as kubelet does when it
+// registers: the InternalIP and a Ready condition, with the node's Lease (renewed from then on).
 func (c *Cluster) createNode(ctx context.Context, n *Node) error {
 	node := &corev1.Node{
-		ObjectMeta: metav1.ObjectMeta{Name: n.Name},
+		ObjectMeta: metav1.ObjectMeta{Name: n.Name, Labels: map[string]string{corev1.LabelHostname: n.Name}},
 		Spec:       corev1.NodeSpec{PodCIDR: n.PodCIDR.String(), PodCIDRs: []string{n.PodCIDR.String()}},
 	}
 	if err := c.Client.Create(ctx, node); err != nil {
 		return fmt.Errorf("creating Node %s: %w", n.Name, err)
 	}
-	node.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: n.IP.String()}}
-	if err := c.Client.Status().Update(ctx, node); err != nil {
-		return fmt.Errorf("setting the InternalIP of Node %s: %w", n.Name, err)
+	// kube-controller-manager's node lifecycle writes the Node too (taints): retry on conflicts.
+	for {
+		node.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: n.IP.String()}, {Type: corev1.NodeHostName, Address: n.Name}}
+		node.Status.Conditions = []corev1.NodeCondition{nodeReady(metav1.Now())}
+		err := c.Client.Status().Update(ctx, node)
+		if err == nil {
+			break
+		}
+		if !apierrors.IsConflict(err) {
+			return fmt.Errorf("writing the status of Node %s: %w", n.Name, err)
+		}
+		if err := c.Client.Get(ctx, client.ObjectKey{Name: n.Name}, node); err != nil {
+			return fmt.Errorf("getting Node %s: %w", n.Name, err)
+		}
+	}
+	if err := c.renewLease(ctx, n.Name); err != nil {
+		return fmt.Errorf("creating the Lease of Node %s: %w", n.Name, err)
 	}
 	return nil
 }
@@ -332,7 +355,14 @@ func (c *Cluster) RemoveNode(ctx context.Context, name string) error {
 	delete(c.nodes, name)
 	c.mu.Unlock()
 	err := n.stop()
-	return errors.Join(err, run(c.External.NS, []string{"ip", "route", "del", n.PodCIDR.String()}))
+	lease := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: corev1.NamespaceNodeLease, Name: name}}
+	if lerr := c.Client.Delete(ctx, lease); lerr != nil && !apierrors.IsNotFound(lerr) {
+		err = errors.Join(err, fmt.Errorf("deleting the Lease of Node %s: %w", name, lerr))
+	}
+	for _, h := range []*Host{c.External, c.APIHost} {
+		err = errors.Join(err, run(h.NS, []string{"ip", "route", "del", n.PodCIDR.String()}))
+	}
+	return err
 }
 
 // DeleteNetwork deletes the node's WindowsNodeNetwork and waits until its agent has released it (the finalizer

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/containernetworking/cni/libcni"
+	cnitypes "github.com/containernetworking/cni/pkg/types"
 	types100 "github.com/containernetworking/cni/pkg/types/100"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -41,6 +42,7 @@ var cniPluginDirs = []string{"/opt/cni/bin", "/usr/lib/cni"}
 // with a Pod object bound to its node.
 type Pod struct {
 	Name        string
+	Namespace   string
 	Node        string
 	NS          string
 	NSPath      string
@@ -49,24 +51,49 @@ type Pod struct {
 	// Result is the CNI result of ADD.
 	Result *types100.Result
 
-	uid string
+	uid       string
+	dnsPolicy corev1.DNSPolicy
 }
 
 // Exec runs a command inside the Pod's namespace.
 func (p *Pod) Exec(args ...string) (string, error) { return simnode.Exec(p.NS, args...) }
 
-// AddPod creates a Pod object on the node, its network namespace, and calls CNI ADD with the configuration the
-// node's agent wrote, waiting up to confTimeout for that configuration (the agent writes it once the node
-// network is Ready).
-func (c *Cluster) AddPod(ctx context.Context, node *Node, name string, confTimeout time.Duration) (*Pod, error) {
-	return c.AddPodWith(ctx, node, name, nil, confTimeout)
+// PodOptions shape the Pod object AddPodWith creates and what the runtime passes to CNI.
+type PodOptions struct {
+	// Namespace of the Pod; empty is PodNamespace. Pod names are unique across namespaces in the harness.
+	Namespace string
+	// Labels of the Pod, for the selectors of Services.
+	Labels map[string]string
+	// Ports are the container's ports; a Service's named targetPort resolves through their names.
+	Ports []corev1.ContainerPort
+	// DNSPolicy is the Pod's dnsPolicy: ClusterFirst (empty) has the runtime give CNI the cluster DNS
+	// (runtimeConfig.dns: kube-dns's ClusterIP, the search list of the Pod's namespace, ndots:5), as kubelet
+	// does; Default gives none (the node's resolver, as CoreDNS's own Pod has).
+	DNSPolicy corev1.DNSPolicy
+	// NotReady leaves the Pod's Ready condition False (a readiness probe that has not passed yet): Services
+	// do not send it traffic until SetPodReady.
+	NotReady bool
 }
 
-// AddPodWith is AddPod with the Pod object changed by mutate (labels, container ports) before it is created.
-func (c *Cluster) AddPodWith(ctx context.Context, node *Node, name string, mutate func(*corev1.Pod), confTimeout time.Duration) (*Pod, error) {
+// AddPod creates a Pod object in PodNamespace on the node, its network namespace, and calls CNI ADD with the
+// configuration the node's agent wrote, waiting up to confTimeout for that configuration (the agent writes it
+// once the node network is Ready). Then it writes the Pod's status (running, its IP, Ready) as kubelet does.
+func (c *Cluster) AddPod(ctx context.Context, node *Node, name string, confTimeout time.Duration) (*Pod, error) {
+	return c.AddPodWith(ctx, node, name, PodOptions{}, confTimeout)
+}
+
+// AddPodWith is AddPod with options.
+func (c *Cluster) AddPodWith(ctx context.Context, node *Node, name string, opts PodOptions, confTimeout time.Duration) (*Pod, error) {
 	id := make([]byte, 16)
 	_, _ = rand.Read(id)
-	p := &Pod{Name: name, Node: node.Name, NS: c.Prefix + "-" + node.Name + "-" + name, ContainerID: hex.EncodeToString(id)}
+	if opts.Namespace == "" {
+		opts.Namespace = PodNamespace
+	}
+	if opts.DNSPolicy == "" {
+		opts.DNSPolicy = corev1.DNSClusterFirst
+	}
+	p := &Pod{Name: name, Namespace: opts.Namespace, Node: node.Name, NS: c.Prefix + "-" + node.Name + "-" + name,
+		ContainerID: hex.EncodeToString(id), dnsPolicy: opts.DNSPolicy}
 	p.NSPath = nsPath(p.NS)
 	c.mu.Lock()
 	if _, ok := c.pods[name]; ok {
@@ -77,14 +104,12 @@ func (c *Cluster) AddPodWith(ctx context.Context, node *Node, name string, mutat
 	c.mu.Unlock()
 
 	obj := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: PodNamespace},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: opts.Namespace, Labels: opts.Labels},
 		Spec: corev1.PodSpec{
 			NodeName:   node.Name,
-			Containers: []corev1.Container{{Name: "app", Image: "registry.k8s.io/pause:3.10"}},
+			DNSPolicy:  opts.DNSPolicy,
+			Containers: []corev1.Container{{Name: "app", Image: "registry.k8s.io/pause:3.10", Ports: opts.Ports}},
 		},
-	}
-	if mutate != nil {
-		mutate(obj)
 	}
 	if err := c.Client.Create(ctx, obj); err != nil {
 		return p, fmt.Errorf("creating Pod %s: %w", name, err)
@@ -120,6 +145,9 @@ func (c *Cluster) AddPodWith(ctx context.Context, node *Node, name string, mutat
 	if err := c.waitPodForwarding(ctx, p, confTimeout); err != nil {
 		return p, err
 	}
+	if err := c.SetPodReady(ctx, p, !opts.NotReady); err != nil {
+		return p, err
+	}
 	c.logf("Pod %s on %s has IP %s", name, node.Name, ip)
 	return p, nil
 }
@@ -129,7 +157,7 @@ func (c *Cluster) DeletePod(ctx context.Context, p *Pod) error {
 	var errs []error
 	if n := c.Node(p.Node); n != nil {
 		if list, err := n.waitConflist(0); err == nil {
-			if err := c.cniConfig(n).DelNetworkList(ctx, list, p.runtimeConf()); err != nil {
+			if err := c.delWithRetry(ctx, n, list, p); err != nil {
 				errs = append(errs, fmt.Errorf("CNI DEL of Pod %s: %w", p.Name, err))
 			}
 		}
@@ -140,12 +168,31 @@ func (c *Cluster) DeletePod(ctx context.Context, p *Pod) error {
 		}
 	}
 	// No kubelet confirms a graceful deletion here: delete at once.
-	err := c.Client.Delete(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: p.Name, Namespace: PodNamespace}},
+	err := c.Client.Delete(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: p.Name, Namespace: p.Namespace}},
 		client.GracePeriodSeconds(0))
 	if err != nil && !apierrors.IsNotFound(err) {
 		errs = append(errs, fmt.Errorf("deleting Pod %s: %w", p.Name, err))
 	}
 	return errors.Join(append(errs, c.forgetPod(p))...)
+}
+
+// delRetryTimeout bounds how long DeletePod calls DEL again while the plugin answers "try again later" (a
+// hung HNS endpoint delete), as kubelet keeps tearing a sandbox down until DEL succeeds.
+const delRetryTimeout = 30 * time.Second
+
+// delWithRetry calls CNI DEL until it succeeds, fails otherwise than with ErrTryAgainLater, or
+// delRetryTimeout passed.
+func (c *Cluster) delWithRetry(ctx context.Context, n *Node, list *libcni.NetworkConfigList, p *Pod) error {
+	deadline := time.Now().Add(delRetryTimeout)
+	for {
+		err := c.cniConfig(n).DelNetworkList(ctx, list, p.runtimeConf())
+		var cniErr *cnitypes.Error
+		if err == nil || !errors.As(err, &cniErr) || cniErr.Code != cnitypes.ErrTryAgainLater || time.Now().After(deadline) {
+			return err
+		}
+		c.logf("CNI DEL of Pod %s: %v; calling DEL again, as kubelet does", p.Name, err)
+		time.Sleep(500 * time.Millisecond)
+	}
 }
 
 // forgetPod deletes the Pod's namespace and forgets it.
@@ -168,15 +215,25 @@ func (c *Cluster) podsOf(node string) []*Pod {
 	return pods
 }
 
-// runtimeConf is what containerd passes for the Pod's sandbox.
+// runtimeConf is what containerd passes for the Pod's sandbox: with dnsPolicy ClusterFirst, the DNS settings
+// kubelet gives the sandbox (the "dns" capability of the conflist).
 func (p *Pod) runtimeConf() *libcni.RuntimeConf {
+	var caps map[string]any
+	if p.dnsPolicy == corev1.DNSClusterFirst {
+		caps = map[string]any{"dns": map[string]any{
+			"servers":  []string{DNSServiceIP.String()},
+			"searches": []string{p.Namespace + ".svc." + ClusterDomain, "svc." + ClusterDomain, ClusterDomain},
+			"options":  []string{"ndots:5"},
+		}}
+	}
 	return &libcni.RuntimeConf{
-		ContainerID: p.ContainerID,
-		NetNS:       p.NSPath,
-		IfName:      podIfName,
+		ContainerID:    p.ContainerID,
+		NetNS:          p.NSPath,
+		IfName:         podIfName,
+		CapabilityArgs: caps,
 		Args: [][2]string{
 			{"IgnoreUnknown", "1"},
-			{"K8S_POD_NAMESPACE", PodNamespace},
+			{"K8S_POD_NAMESPACE", p.Namespace},
 			{"K8S_POD_NAME", p.Name},
 			{"K8S_POD_INFRA_CONTAINER_ID", p.ContainerID},
 			{"K8S_POD_UID", p.uid},
@@ -208,7 +265,7 @@ func (c *Cluster) waitPodForwarding(ctx context.Context, p *Pod, timeout time.Du
 	deadline := time.Now().Add(timeout)
 	for {
 		pep := &networkv1alpha1.PodEndpoint{}
-		err := c.Client.Get(ctx, client.ObjectKey{Namespace: PodNamespace, Name: p.Name}, pep)
+		err := c.Client.Get(ctx, client.ObjectKey{Namespace: p.Namespace, Name: p.Name}, pep)
 		if err == nil {
 			if cond := meta.FindStatusCondition(pep.Status.Conditions, networkv1alpha1.ReadyCondition); cond != nil &&
 				cond.Status == metav1.ConditionTrue && pep.Spec.SandboxID == p.ContainerID {

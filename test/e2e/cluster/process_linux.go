@@ -85,7 +85,15 @@ func (p *process) start(r *registry, detached bool) error {
 		_ = cmd.Wait()
 		close(done)
 	}(p.done)
-	return r.recordPid(cmd.Process.Pid, filepath.Base(p.args[0]))
+	return r.recordPid(cmd.Process.Pid, programName(p.args))
+}
+
+// programName is the name of the program the command runs: the one `ip netns exec NS` execs, else args[0].
+func programName(args []string) string {
+	if len(args) > 4 && filepath.Base(args[0]) == "ip" && args[1] == "netns" && args[2] == "exec" {
+		return filepath.Base(args[4])
+	}
+	return filepath.Base(args[0])
 }
 
 // running reports whether the process has not exited.
