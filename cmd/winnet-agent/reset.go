@@ -24,8 +24,9 @@ func runResetCommand(args []string) (handled bool, err error) {
 			"Gives this node its network back without the API server: deletes the OVS bridges winnet owns,\n"+
 			"releases the uplink adapter, deletes the HNS network (HNS gives the adapter its IP configuration\n"+
 			"back), checks the adapter holds its recorded address again (re-applying the record if not), and\n"+
-			"removes the adapter record, the CNI conflist and the agent's state (ipam/, pods/). Stop the agent\n"+
-			"first. Running it again is a no-op.\n\nFlags:\n")
+			"removes the adapter record, the CNI conflist and the agent's state (ipam/, pods/). While Pod\n"+
+			"sandboxes are left the conflist stays: the CNI shim then answers their DEL without the agent and\n"+
+			"removes it with the last. Stop the agent first. Running it again is a no-op.\n\nFlags:\n")
 		fs.PrintDefaults()
 	}
 	hostOpts := agent.HostOptions{}

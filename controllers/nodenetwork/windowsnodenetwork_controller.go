@@ -46,12 +46,21 @@ type Reconciler struct {
 	ResyncPeriod time.Duration
 	// State is shared with the reconcilers built on the node network; nil gets a private one.
 	State *State
+	// Teardown, when set, is told once the node network is gone, before the finalizer goes.
+	Teardown TeardownListener
 
 	flows     flowConn
 	adapters  adapterRecords
 	stateOnce sync.Once
 	// apiReader reads past the cache, when a routes report finds the cached object stale.
 	apiReader client.Reader
+}
+
+// TeardownListener is told when the agent has removed the node network because its
+// WindowsNodeNetwork was deleted (the agent's Pod network retires the node's CNI configuration).
+// An error keeps the finalizer and the deletion is retried.
+type TeardownListener interface {
+	NodeNetworkRemoved(ctx context.Context) error
 }
 
 func (r *Reconciler) state() *State {

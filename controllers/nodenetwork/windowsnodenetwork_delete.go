@@ -24,7 +24,8 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, wnn *networkv1alpha1.W
 	if !controllerutil.ContainsFinalizer(wnn, Finalizer) {
 		return nil
 	}
-	r.state() // the adapter records' directory
+	// The node network is going: nothing built on it (Pod ADDs, the conflist) may use it any more.
+	r.state().setRealized(nil)
 	log := ctrl.LoggerFrom(ctx)
 	bridge := string(wnn.Spec.Bridge.Name)
 	uplink, err := r.uplinkForTeardown(ctx, wnn)
@@ -58,6 +59,11 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, wnn *networkv1alpha1.W
 		}
 		if err := r.adapters.delete(uplink.Name); err != nil {
 			return err
+		}
+	}
+	if r.Teardown != nil {
+		if err := r.Teardown.NodeNetworkRemoved(ctx); err != nil {
+			return fmt.Errorf("retiring the node's CNI configuration: %w", err)
 		}
 	}
 	r.Recorder.Eventf(wnn, nil, corev1.EventTypeNormal, networkv1alpha1.DeletingReason, "Delete",

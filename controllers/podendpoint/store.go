@@ -203,8 +203,13 @@ func (s *Store) path(sandboxID string) string {
 }
 
 // writeFileAtomic writes data to a temporary file beside path and renames it over path, so that a
-// crash leaves the old record or the new one.
+// crash leaves the old record or the new one. The directory is made again if it is gone: a
+// retired node's last CNI DEL removes the agent's state (cni.Retire), and the node network may
+// come back while the agent runs.
 func writeFileAtomic(path string, data []byte) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return err
+	}
 	tmp, err := os.CreateTemp(filepath.Dir(path), ".tmp-*")
 	if err != nil {
 		return err

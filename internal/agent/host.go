@@ -101,5 +101,6 @@ func SetupNodeNetwork(ctx context.Context, mgr ctrl.Manager, nodeName string, op
 	if err != nil {
 		return err
 	}
+	nodes.Teardown = podNet
 	return SetupNetworkPolicy(mgr, NetworkPolicyOptions{NodeName: nodeName, State: state, Local: podNet.Pods.Store()})
 }

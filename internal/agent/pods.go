@@ -40,6 +40,33 @@ type PodNetworkOptions struct {
 type PodNetwork struct {
 	Pods *podendpoint.Pods
 	IPAM *ipam.HostLocal
+
+	stateDir, confList string
+}
+
+var _ nodenetwork.TeardownListener = (*PodNetwork)(nil)
+
+// NodeNetworkRemoved retires the node's CNI configuration (cni.Retire) once its node network is
+// gone: the sandboxes the agent attached are recorded for the shim, which answers their DEL without
+// the agent and removes the conflist with the last one; with none, the conflist goes now.
+func (p *PodNetwork) NodeNetworkRemoved(ctx context.Context) error {
+	var sandboxes []string
+	for _, a := range p.Pods.Store().List() {
+		sandboxes = append(sandboxes, a.SandboxID)
+	}
+	// The conflist first, then the agent's Pod state: nothing on the node needs it any more.
+	remove := []string{p.confList, filepath.Join(p.stateDir, "ipam"), filepath.Join(p.stateDir, "pods")}
+	finished, err := cni.Retire(p.stateDir, cni.Retirement{Remove: remove, By: "winnet-agent: WindowsNodeNetwork deleted", Time: time.Now()}, sandboxes)
+	if err != nil {
+		return err
+	}
+	log := ctrl.LoggerFrom(ctx)
+	if finished {
+		log.Info("Removed the CNI conflist: no sandbox is left", "file", p.confList)
+	} else {
+		log.Info("Kept the CNI conflist until the runtime deleted the sandboxes left; the shim answers their DEL", "sandboxes", len(sandboxes))
+	}
+	return nil
 }
 
 // SetupPodNetwork opens the CNI socket and registers, with the manager, the CNI server, the
@@ -75,12 +102,12 @@ func SetupPodNetwork(ctx context.Context, mgr ctrl.Manager, opts PodNetworkOptio
 		return nil, fmt.Errorf("adding the CNI server: %w", err)
 	}
 	conflist := manager.RunnableFunc(func(ctx context.Context) error {
-		return writeConfListWhenReady(ctx, pods, opts.State, opts.CNIConfDir, opts.CNISocket)
+		return writeConfListWhenReady(ctx, pods, opts.State, opts.CNIConfDir, opts.CNISocket, opts.StateDir)
 	})
 	if err := mgr.Add(conflist); err != nil {
 		return nil, fmt.Errorf("adding the conflist writer: %w", err)
 	}
-	return &PodNetwork{Pods: pods, IPAM: hostLocal}, nil
+	return &PodNetwork{Pods: pods, IPAM: hostLocal, stateDir: opts.StateDir, confList: filepath.Join(opts.CNIConfDir, cni.ConfListName)}, nil
 }
 
 // cniServer serves the shim on the agent's socket for as long as the manager runs.
@@ -100,13 +127,18 @@ func (cniServer) NeedLeaderElection() bool { return false }
 
 // writeConfListWhenReady writes the conflist once the node network is Ready, so that the runtime
 // schedules no Pod before, and checks it again whenever the node network changes.
-func writeConfListWhenReady(ctx context.Context, pods *podendpoint.Pods, state *nodenetwork.State, dir, socket string) error {
+func writeConfListWhenReady(ctx context.Context, pods *podendpoint.Pods, state *nodenetwork.State, dir, socket, stateDir string) error {
 	log := ctrl.Log.WithName("cni-conflist")
 	changes := state.Subscribe()
 	for {
 		wait := 200 * time.Millisecond // until Ready, and after a failed write
 		if pods.Ready(ctx) {
-			written, err := cni.WriteConfList(dir, socket)
+			// A node network Ready again after a teardown: the agent answers DEL again.
+			err := cni.Unretire(stateDir)
+			written := false
+			if err == nil {
+				written, err = cni.WriteConfList(dir, socket, stateDir)
+			}
 			switch {
 			case err != nil:
 				log.Error(err, "Writing the CNI conflist failed; retrying")

@@ -10,8 +10,10 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"time"
 
 	"github.com/winnet-io/winnet/controllers/nodenetwork"
+	"github.com/winnet-io/winnet/controllers/podendpoint"
 	"github.com/winnet-io/winnet/internal/cni"
 	"github.com/winnet-io/winnet/internal/hns"
 	"github.com/winnet-io/winnet/internal/hostnet"
@@ -255,12 +257,17 @@ func (r *resetter) run(ctx context.Context) error {
 			}
 		}
 	}
-	// (5) The conflist and the agent's state.
-	for _, path := range []string{
-		filepath.Join(r.opts.CNIConfDir, cni.ConfListName),
-		filepath.Join(r.opts.StateDir, "ipam"),
-		filepath.Join(r.opts.StateDir, "pods"),
-	} {
+	// (5) The conflist, unless sandboxes are left (the shim removes it with the last one), and the
+	// agent's state.
+	removals := []string{filepath.Join(r.opts.StateDir, "ipam"), filepath.Join(r.opts.StateDir, "pods")}
+	keep, err := r.retireCNI(ctx)
+	if err != nil {
+		return err
+	}
+	if !keep {
+		removals = append([]string{filepath.Join(r.opts.CNIConfDir, cni.ConfListName)}, removals...)
+	}
+	for _, path := range removals {
 		if _, err := os.Lstat(path); errors.Is(err, fs.ErrNotExist) {
 			continue
 		} else if err != nil {
@@ -274,6 +281,47 @@ func (r *resetter) run(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// retireCNI records the sandboxes the agent attached, when any are left, for the shim, which then
+// answers their DEL without the agent and removes the conflist with the last one (cni.Retire). It
+// reports whether the conflist stays: sandboxes are left, or a retirement already waits for them.
+func (r *resetter) retireCNI(_ context.Context) (bool, error) {
+	sandboxes, err := attachedSandboxes(filepath.Join(r.opts.StateDir, "pods"))
+	if err != nil {
+		return false, err
+	}
+	_, retired, err := cni.ReadRetirement(r.opts.StateDir)
+	if err != nil {
+		return false, err
+	}
+	if len(sandboxes) == 0 {
+		return retired, nil
+	}
+	confList := filepath.Join(r.opts.CNIConfDir, cni.ConfListName)
+	r.stepAs("kept", "would keep", "%s while %d sandboxes are left: the shim answers their DEL and removes it with the last", confList, len(sandboxes))
+	if r.opts.DryRun {
+		return true, nil
+	}
+	_, err = cni.Retire(r.opts.StateDir, cni.Retirement{Remove: []string{confList}, By: "winnet-agent reset", Time: time.Now()}, sandboxes)
+	return true, err
+}
+
+// attachedSandboxes returns the sandbox IDs of the attachments the agent recorded in dir (its
+// podendpoint.Store); none when dir does not exist.
+func attachedSandboxes(dir string) ([]string, error) {
+	if _, err := os.Stat(dir); errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	store, err := podendpoint.OpenStore(dir)
+	if err != nil {
+		return nil, err
+	}
+	var ids []string
+	for _, a := range store.List() {
+		ids = append(ids, a.SandboxID)
+	}
+	return ids, nil
 }
 
 // verifyAdapter waits, bounded, for the adapter to hold the recorded IPv4 address again and

@@ -22,15 +22,18 @@ const (
 )
 
 // ConfList returns the network configuration list the container runtime reads: one plugin, the
-// shim, told where the agent listens and asking the runtime for the Pod's DNS settings (the "dns"
-// capability: runtimeConfig.dns).
-func ConfList(agentSocket string) []byte {
+// shim, told where the agent listens and where its state directory is (for DEL on a retired node,
+// see Retire), and asking the runtime for the Pod's DNS settings (the "dns" capability:
+// runtimeConfig.dns).
+func ConfList(agentSocket, stateDir string) []byte {
+	plugin := map[string]any{"type": PluginType, "agentSocket": agentSocket, "capabilities": map[string]bool{"dns": true}}
+	if stateDir != "" {
+		plugin["stateDir"] = stateDir
+	}
 	conf := map[string]any{
 		"cniVersion": ConfListVersion,
 		"name":       NetworkName,
-		"plugins": []any{map[string]any{
-			"type": PluginType, "agentSocket": agentSocket, "capabilities": map[string]bool{"dns": true},
-		}},
+		"plugins":    []any{plugin},
 	}
 	b, err := json.MarshalIndent(conf, "", "  ")
 	if err != nil {
@@ -39,11 +42,11 @@ func ConfList(agentSocket string) []byte {
 	return append(b, '\n')
 }
 
-// WriteConfList writes ConfList(agentSocket) to dir/ConfListName unless the file already holds it,
+// WriteConfList writes ConfList(agentSocket, stateDir) to dir/ConfListName unless the file already holds it,
 // atomically: a runtime reading the directory sees the old file or the new one, never a part. It
 // reports whether it wrote.
-func WriteConfList(dir, agentSocket string) (bool, error) {
-	want := ConfList(agentSocket)
+func WriteConfList(dir, agentSocket, stateDir string) (bool, error) {
+	want := ConfList(agentSocket, stateDir)
 	path := filepath.Join(dir, ConfListName)
 	if have, err := os.ReadFile(path); err == nil && bytes.Equal(have, want) {
 		return false, nil

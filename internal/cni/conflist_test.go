@@ -11,19 +11,19 @@ import (
 func TestWriteConfList(t *testing.T) {
 	g := NewWithT(t)
 	dir := filepath.Join(t.TempDir(), "net.d")
-	written, err := WriteConfList(dir, "/run/winnet/cni.sock")
+	written, err := WriteConfList(dir, "/run/winnet/cni.sock", "/var/lib/winnet")
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(written).To(BeTrue())
 	b, err := os.ReadFile(filepath.Join(dir, ConfListName))
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(b).To(MatchJSON(`{"cniVersion":"1.1.0","name":"winnet","plugins":[
-		{"type":"winnet-cni","agentSocket":"/run/winnet/cni.sock","capabilities":{"dns":true}}]}`))
+		{"type":"winnet-cni","agentSocket":"/run/winnet/cni.sock","stateDir":"/var/lib/winnet","capabilities":{"dns":true}}]}`))
 
-	written, err = WriteConfList(dir, "/run/winnet/cni.sock")
+	written, err = WriteConfList(dir, "/run/winnet/cni.sock", "/var/lib/winnet")
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(written).To(BeFalse(), "an unchanged conflist is not rewritten")
 
-	written, err = WriteConfList(dir, "/run/other.sock")
+	written, err = WriteConfList(dir, "/run/other.sock", "/var/lib/winnet")
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(written).To(BeTrue())
 	entries, err := os.ReadDir(dir)

@@ -28,6 +28,8 @@ type ShimNetConf struct {
 	CNIVersion string `json:"cniVersion"`
 	// AgentSocket overrides the agent's unix socket (Linux) or named pipe (Windows) path.
 	AgentSocket string `json:"agentSocket,omitempty"`
+	// StateDir is the agent's state directory, where a retired node's record is (see Retire).
+	StateDir string `json:"stateDir,omitempty"`
 }
 
 // ShimOptions configures a Shim.
@@ -79,10 +81,19 @@ func (s *Shim) Funcs(ctx context.Context) skel.CNIFuncs {
 //   - the agent reports a CNI error: that error, unchanged.
 //
 // For ADD the agent's result is converted to the configuration's cniVersion and printed to Stdout.
+// DEL on a retired node (the node network is gone for good, see Retire) is answered from the
+// node's state directory without the agent: an unreachable agent is then gone, not restarting.
 func (s *Shim) Run(ctx context.Context, cmd Command, args *skel.CmdArgs) error {
 	var conf ShimNetConf
 	if err := json.Unmarshal(args.StdinData, &conf); err != nil {
 		return types.NewError(types.ErrDecodingFailure, fmt.Sprintf("decoding network configuration: %v", err), "")
+	}
+	if cmd == CommandDel && conf.StateDir != "" {
+		if handled, err := DelRetired(conf.StateDir, args.ContainerID); err != nil {
+			return types.NewError(types.ErrIOFailure, "deleting a sandbox of a node winnet left", err.Error())
+		} else if handled {
+			return nil
+		}
 	}
 	client := NewClient(ClientOptions{
 		Address:        s.address(conf),

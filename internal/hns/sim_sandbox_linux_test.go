@@ -47,8 +47,8 @@ func TestLinuxSimVNICAppearsWhenSandboxStarts(t *testing.T) {
 
 	g.Expect(StartSandbox(sandboxes, podNS)).To(Succeed())
 	g.Eventually(func() []string { return hostLinks(t, nodePath) }).Should(ConsistOf("lo", "pod-a"))
-	g.Expect(linkNames(t, filepath.Join(DefaultNetNSDir, podNS))).To(ConsistOf("lo", "eth0"))
-	// The simulator writes the resolver configuration once the vNIC is configured, just after it shows.
+	// The host end appears first; the container end is named and the resolver written just after.
+	g.Eventually(func() []string { return linkNames(t, filepath.Join(DefaultNetNSDir, podNS)) }).Should(ConsistOf("lo", "eth0"))
 	var resolv []byte
 	g.Eventually(func() (err error) {
 		resolv, err = os.ReadFile(filepath.Join(netnsEtcDir, podNS, "resolv.conf"))

@@ -120,6 +120,7 @@ func StartAgent(t testing.TB, s *APIServer, node *simnode.Node) *Agent {
 	if err != nil {
 		fail("Pod network", err)
 	}
+	nodes.Teardown = a.Pods
 	if err := agent.SetupNetworkPolicy(mgr, agent.NetworkPolicyOptions{NodeName: node.Name, State: state, Local: a.Pods.Pods.Store(), ResyncPeriod: time.Second}); err != nil {
 		fail("NetworkPolicy reconciler", err)
 	}

@@ -9,8 +9,11 @@ import (
 	"net/http"
 	"net/netip"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"regexp"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/containernetworking/plugins/pkg/ns"
@@ -243,4 +246,54 @@ func LookupIn(ctx context.Context, nsPath string, server netip.Addr, name string
 		ips[i] = ips[i].Unmap()
 	}
 	return ips, nil
+}
+
+// kubernetesDefault is run by python3 inside a Pod's namespace (`ip netns exec`, which makes the resolv.conf
+// the HNS simulator wrote from the Pod's DNS settings the Pod's /etc/resolv.conf): it resolves
+// kubernetes.default through the system resolver (search list, ndots), connects to port 443 of the address,
+// checks the API server's certificate against the cluster's CA (under APIServerName) and asks for /version.
+const kubernetesDefault = `
+import socket, ssl, sys
+ca, server_name = sys.argv[1], sys.argv[2]
+addr = socket.getaddrinfo("kubernetes.default", 443, socket.AF_INET, socket.SOCK_STREAM)[0][4]
+print(addr[0])
+ctx = ssl.create_default_context(cafile=ca)
+with socket.create_connection(addr, timeout=5) as s, ctx.wrap_socket(s, server_hostname=server_name) as t:
+    t.sendall(b"GET /version HTTP/1.1\r\nHost: kubernetes.default\r\nConnection: close\r\n\r\n")
+    data = b""
+    while True:
+        chunk = t.recv(65536)
+        if not chunk:
+            break
+        data += chunk
+print(data.decode())
+`
+
+// KubernetesDefaultAnswer is what a Pod got from https://kubernetes.default/version.
+type KubernetesDefaultAnswer struct {
+	// Resolved is the address kubernetes.default resolved to.
+	Resolved netip.Addr
+	// Status is the HTTP status line, GitVersion the API server's version from the body.
+	Status, GitVersion string
+}
+
+var gitVersionRE = regexp.MustCompile(`"gitVersion":\s*"([^"]*)"`)
+
+// KubernetesDefault asks https://kubernetes.default/version from inside the Pod, resolving the name through
+// the Pod's own resolver configuration.
+func (c *Cluster) KubernetesDefault(p *Pod) (KubernetesDefaultAnswer, error) {
+	var a KubernetesDefaultAnswer
+	out, err := exec.Command("ip", "netns", "exec", p.NS, "/usr/bin/python3", "-c", kubernetesDefault, c.CAFile, APIServerName).CombinedOutput()
+	if err != nil {
+		return a, fmt.Errorf("https://kubernetes.default/version from %s: %w: %s", p.Name, err, out)
+	}
+	resolved, response, _ := strings.Cut(string(out), "\n")
+	if a.Resolved, err = netip.ParseAddr(resolved); err != nil {
+		return a, fmt.Errorf("https://kubernetes.default/version from %s: %w: %s", p.Name, err, out)
+	}
+	a.Status, _, _ = strings.Cut(response, "\r\n")
+	if m := gitVersionRE.FindStringSubmatch(response); m != nil {
+		a.GitVersion = m[1]
+	}
+	return a, nil
 }

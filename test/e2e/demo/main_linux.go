@@ -25,20 +25,22 @@ import (
 
 // Files in the demo directory.
 const (
-	pidFile    = "demo.pid"   // the serving process
-	readyFile  = "ready"      // written once the cluster is up: its content is printed by up
-	logFile    = "demo.log"   // the serving process's output
-	runSubdir  = "run"        // the cluster's run directory
-	kubeconfig = "kubeconfig" // an admin kubeconfig for kubectl
-	prefix     = "wndemo"     // the prefix of the demo's namespaces
+	pidFile    = "demo.pid"         // the serving process
+	readyFile  = "ready"            // written once the cluster is up: its content is printed by up
+	logFile    = "demo.log"         // the serving process's output
+	runSubdir  = "run"              // the cluster's run directory
+	kubeconfig = "kubeconfig"       // an admin kubeconfig for kubectl
+	addedFile  = "add-endpoint.out" // what serve reports after adding an endpoint Pod (add-endpoint)
+	prefix     = "wndemo"           // the prefix of the demo's namespaces
 )
 
-const usage = `Usage: winnet-demo up|down|serve --dir DIR
+const usage = `Usage: winnet-demo up|down|serve|add-endpoint --dir DIR
 
   up     take down a demo still running from DIR, start a new one in the background, wait until it
          is up and print what it shows and what to try
   down   stop the demo running from DIR and remove everything it created
   serve  (run by up, detached) build the cluster, write DIR/ready, keep it running until SIGTERM
+  add-endpoint  have the running demo add an endpoint Pod to the Service web and print what changed
 `
 
 func main() {
@@ -58,6 +60,8 @@ func main() {
 			err = down(abs)
 		case "serve":
 			err = serve(abs)
+		case "add-endpoint":
+			err = addEndpoint(abs)
 		default:
 			fmt.Fprint(os.Stderr, usage)
 			os.Exit(2)
@@ -173,7 +177,7 @@ func serve(dir string) error {
 			fmt.Println("Tearing down:", err)
 		}
 	}()
-	status, err := build(ctx, c, dir)
+	status, services, pods, err := build(ctx, c, dir)
 	if err != nil {
 		return fmt.Errorf("%w\n%s", err, c.LogTails(30))
 	}
@@ -181,39 +185,87 @@ func serve(dir string) error {
 		return err
 	}
 	fmt.Print(status)
-	<-ctx.Done()
-	return nil
+	// add-endpoint asks with SIGUSR1.
+	usr1 := make(chan os.Signal, 1)
+	signal.Notify(usr1, syscall.SIGUSR1)
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-usr1:
+			report, err := services.addEndpoint(ctx, pods)
+			if err != nil {
+				report = "adding an endpoint Pod failed: " + err.Error() + "\n"
+			}
+			fmt.Print(report)
+			tmp := filepath.Join(dir, addedFile+".tmp")
+			if err := os.WriteFile(tmp, []byte(report), 0o644); err != nil {
+				return err
+			}
+			if err := os.Rename(tmp, filepath.Join(dir, addedFile)); err != nil {
+				return err
+			}
+		}
+	}
 }
 
-// build adds the nodes and Pods, probes the data plane and returns what up prints.
-func build(ctx context.Context, c *cluster.Cluster, dir string) (string, error) {
+// addEndpoint signals the running demo to add an endpoint Pod to the Service web and prints its report.
+func addEndpoint(dir string) error {
+	b, err := os.ReadFile(filepath.Join(dir, pidFile))
+	if err != nil {
+		return fmt.Errorf("no demo runs from %s: %w", dir, err)
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil || !isDemo(pid) {
+		return fmt.Errorf("no demo runs from %s (pid file %q)", dir, strings.TrimSpace(string(b)))
+	}
+	out := filepath.Join(dir, addedFile)
+	if err := removeIfExists(out); err != nil {
+		return err
+	}
+	fmt.Println("Adding an endpoint Pod to the Service web (the demo's log:", filepath.Join(dir, logFile)+")")
+	if err := syscall.Kill(pid, syscall.SIGUSR1); err != nil {
+		return err
+	}
+	for deadline := time.Now().Add(2 * time.Minute); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
+		if report, err := os.ReadFile(out); err == nil {
+			fmt.Print(string(report))
+			return nil
+		}
+	}
+	return fmt.Errorf("the demo did not report within 2 minutes; see %s", filepath.Join(dir, logFile))
+}
+
+// build adds the nodes and Pods, the cluster DNS and a Service, probes the data plane and returns what up
+// prints.
+func build(ctx context.Context, c *cluster.Cluster, dir string) (string, *servicesDemo, map[string]*cluster.Pod, error) {
 	specs := []cluster.NodeSpec{
 		{Name: "node-a", IP: netip.MustParseAddr("192.168.77.11"), PodCIDR: netip.MustParsePrefix("10.244.1.0/24")},
 		{Name: "node-b", IP: netip.MustParseAddr("192.168.77.12"), PodCIDR: netip.MustParsePrefix("10.244.2.0/24")},
 	}
 	for _, s := range specs {
 		if _, err := c.AddNode(ctx, s); err != nil {
-			return "", err
+			return "", nil, nil, err
 		}
 	}
 	if err := c.WaitReady(ctx, time.Minute); err != nil {
-		return "", err
+		return "", nil, nil, err
 	}
 	if !c.ServesCNI() {
-		return "", errors.New("this winnet-agent has no CNI server (--cni-socket): rebuild with 'make build'")
+		return "", nil, nil, errors.New("this winnet-agent has no CNI server (--cni-socket): rebuild with 'make build'")
 	}
 	a, b := c.Node("node-a"), c.Node("node-b")
 	pods := map[string]*cluster.Pod{}
 	for _, p := range [][2]string{{"pod-a1", "node-a"}, {"pod-a2", "node-a"}, {"pod-b1", "node-b"}, {"pod-b2", "node-b"}} {
 		pod, err := c.AddPod(ctx, c.Node(p[1]), p[0], time.Minute)
 		if err != nil {
-			return "", err
+			return "", nil, nil, err
 		}
 		pods[p[0]] = pod
 	}
 	kc := filepath.Join(dir, kubeconfig)
 	if err := copyFile(c.Kubeconfig, kc); err != nil {
-		return "", err
+		return "", nil, nil, err
 	}
 	a1, a2, b1, b2 := pods["pod-a1"].Place(), pods["pod-a2"].Place(), pods["pod-b1"].Place(), pods["pod-b2"].Place()
 	results := c.Probe(ctx, []cluster.Check{
@@ -228,18 +280,24 @@ func build(ctx context.Context, c *cluster.Cluster, dir string) (string, error) 
 	}, 5)
 	get, err := exec.CommandContext(ctx, c.Kubectl, "--kubeconfig", kc, "get", "winnet", "-A", "-o", "wide").CombinedOutput()
 	if err != nil {
-		return "", fmt.Errorf("kubectl get winnet: %w: %s", err, get)
+		return "", nil, nil, fmt.Errorf("kubectl get winnet: %w: %s", err, get)
 	}
 	var s strings.Builder
 	fmt.Fprintf(&s, "\n$ kubectl get winnet -A -o wide\n%s\n", get)
 	fmt.Fprintf(&s, "Connectivity (ICMP: replies/requests; TCP: the source address the destination saw):\n%s\n", cluster.FormatTable(results))
 	policy, err := policyDemo(ctx, c, pods)
 	if err != nil {
-		return "", err
+		return "", nil, nil, err
 	}
 	fmt.Fprintf(&s, "%s  kubectl describe networkpolicy %s   # the policy; kubectl describe wnn node-b shows PoliciesReady\n\n", policy, policyName)
+	services, err := startServices(ctx, c)
+	if err != nil {
+		return "", nil, nil, err
+	}
+	fmt.Fprintf(&s, "Services (CoreDNS as kube-dns on %s; Service %s with endpoints web-a on node-a and web-b on node-b, each answering with its name):\n%s\n",
+		cluster.DNSServiceIP, serviceName, services.table(ctx, pods))
 	fmt.Fprint(&s, tryLines(c, kc, a, pods))
-	return s.String(), nil
+	return s.String(), services, pods, nil
 }
 
 // tryLines tells the user what to do with the running demo.
@@ -252,13 +310,27 @@ func tryLines(c *cluster.Cluster, kc string, a *cluster.Node, pods map[string]*c
   ip netns exec %[4]s ip route                   # node-a's host routes
   ip netns exec %[5]s ping -c 3 %[6]s           # pod-a1 -> pod-b1 over the tunnel
   ip netns exec %[5]s ping -c 3 %[7]s       # pod-a1 -> the external host, SNATed to node-a's IP
+  kubectl get svc,endpointslices -A; kubectl describe wnn node-a   # Services, their endpoints, ServicesReady
+  ip netns exec %[5]s getent hosts web.default.svc.cluster.local   # pod-a1 resolves through CoreDNS
+  ovs-ofctl -O OpenFlow15 dump-groups unix:%[3]s   # one select group per Service port, one bucket per endpoint
+  %[15]s add-endpoint --dir %[16]s
+      # adds an endpoint Pod (web-c on node-b): prints the EndpointSlices, node-a's groups and where new connections go, before and after
   for n in node-a node-b; do kubectl patch wnn $n --type merge -p '{"spec":{"encapsulation":{"tunnelType":"geneve"}}}'; done
   %[10]s reset --dry-run --netns %[11]s --ovsdb %[12]s --state-dir %[13]s --cni-conf-dir %[14]s
       # what resetting node-a would remove (without --dry-run, with its agent stopped, it gives the node its network back)
 Namespaces: ip netns list | grep %[8]s    Logs: %[9]s
 Take it down with: make demo-down
 `, kc, c.Kubectl, a.OVS.MgmtSocket(cluster.BridgeName), a.NS, pods["pod-a1"].NS, pods["pod-b1"].IP, c.ExternalIP, prefix, c.RunDir,
-		filepath.Join(c.BinDir, "winnet-agent"), a.NSPath, a.OVS.DBSocket(), a.StateDir, a.CNIConfDir)
+		filepath.Join(c.BinDir, "winnet-agent"), a.NSPath, a.OVS.DBSocket(), a.StateDir, a.CNIConfDir, self(), filepath.Dir(kc))
+}
+
+// self is the path of this program, for the commands the demo prints.
+func self() string {
+	p, err := os.Executable()
+	if err != nil {
+		return "winnet-demo"
+	}
+	return p
 }
 
 func copyFile(from, to string) error {

@@ -6,7 +6,6 @@ import (
 	"bytes"
 	"context"
 	"net/netip"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -40,8 +39,10 @@ func takeSnapshot(g Gomega, n *simnode.Node) simnode.Snapshot {
 	return s
 }
 
-// TestResetGivesTheNodeItsNetworkBack converges a node network, stops the agent without deleting
-// the WindowsNodeNetwork, and resets the node offline: a dry run first, then the reset, then again.
+// TestResetGivesTheNodeItsNetworkBack converges a node network, runs a Pod on it, stops the agent
+// without deleting the WindowsNodeNetwork and stops the API server, and resets the node offline: a
+// dry run first, then the reset, then again; then the runtime deletes the leftover Pod through
+// containerd's go-cni and the shim with no agent, and the node is as it was before winnet.
 func TestResetGivesTheNodeItsNetworkBack(t *testing.T) {
 	g := NewWithT(t)
 	ctx := context.Background()
@@ -80,7 +81,19 @@ func TestResetGivesTheNodeItsNetworkBack(t *testing.T) {
 	}).WithTimeout(30 * time.Second).Should(Succeed())
 	g.Expect(record).To(BeAnExistingFile())
 
-	// The agent goes away; its WindowsNodeNetwork and the node network stay.
+	// A Pod runs on the node.
+	runtime := framework.NewRuntime(t, a.CNIConfDir)
+	pod := framework.RuntimePod{Namespace: "default", Name: "leftover", Sandbox: "leftover-sandbox" + strings.Repeat("0", 48),
+		Netns: "/run/netns/" + n.NS + "-leftover"}
+	_, err := simnode.Exec("", "ip", "netns", "add", filepath.Base(pod.Netns))
+	g.Expect(err).NotTo(HaveOccurred())
+	t.Cleanup(func() { _, _ = simnode.Exec("", "ip", "netns", "del", filepath.Base(pod.Netns)) })
+	g.Expect(runtime.Setup(ctx, pod)).To(Succeed())
+	g.Expect(hns.StartSandbox(a.SandboxDir, pod.Netns)).To(Succeed())
+	t.Cleanup(func() { _ = hns.StopSandbox(a.SandboxDir, pod.Netns) })
+
+	// The agent goes away; its WindowsNodeNetwork and the node network stay. Then the API server
+	// stops: the reset needs neither.
 	a.Stop()
 	g.Expect(server.Client.Get(ctx, client.ObjectKey{Name: name}, &networkv1alpha1.WindowsNodeNetwork{})).To(Succeed())
 	t.Cleanup(func() {
@@ -93,6 +106,7 @@ func TestResetGivesTheNodeItsNetworkBack(t *testing.T) {
 			_ = server.Client.Delete(context.Background(), w)
 		}
 	})
+	g.Expect(server.Env.ControlPlane.APIServer.Stop()).To(Succeed())
 	db, err := ovsdb.New(ctx, ovsdb.Options{Address: n.OVS.DBSocket()})
 	g.Expect(err).NotTo(HaveOccurred())
 	t.Cleanup(db.Close)
@@ -115,8 +129,9 @@ func TestResetGivesTheNodeItsNetworkBack(t *testing.T) {
 			HavePrefix("would remove: HNS network winnet "),
 			"would check: adapter uplink0 gets 192.168.10.21 back, re-applying its recorded IP configuration if not",
 			"would remove: adapter record "+record,
-			"would remove: "+conflist,
+			"would keep: "+conflist+" while 1 sandboxes are left: the shim answers their DEL and removes it with the last",
 		))
+		g.Expect(steps).NotTo(ContainElement("would remove: " + conflist))
 		g.Expect(out.String()).To(Equal(strings.Join(steps, "\n") + "\n"))
 		g.Expect(takeSnapshot(g, n)).To(Equal(converged))
 		_, err = a.HNS.GetNetworkByName(ctx, agent.DefaultHNSNetwork)
@@ -137,7 +152,7 @@ func TestResetGivesTheNodeItsNetworkBack(t *testing.T) {
 			"released: adapter uplink0 from the virtual switch",
 			HavePrefix("removed: HNS network winnet "),
 			"removed: adapter record "+record,
-			"removed: "+conflist,
+			"kept: "+conflist+" while 1 sandboxes are left: the shim answers their DEL and removes it with the last",
 			"removed: "+filepath.Join(a.StateDir, "pods"),
 		))
 		g.Expect(out.String()).To(Equal(strings.Join(steps, "\n") + "\n"))
@@ -150,7 +165,7 @@ func TestResetGivesTheNodeItsNetworkBack(t *testing.T) {
 			g.Expect(err).To(HaveOccurred(), "link %s is gone", link)
 		}
 		g.Expect(record).NotTo(BeAnExistingFile())
-		g.Expect(conflist).NotTo(BeAnExistingFile())
+		g.Expect(conflist).To(BeAnExistingFile(), "a sandbox is left: without the conflist containerd would fail its DEL")
 		g.Expect(filepath.Join(a.StateDir, "pods")).NotTo(BeADirectory())
 		g.Expect(filepath.Join(a.StateDir, "ipam")).NotTo(BeADirectory())
 		g.Expect(n.MustExec(t, "ip", "route", "show", "default")).To(ContainSubstring("via 192.168.10.1 dev uplink0"))
@@ -166,8 +181,20 @@ func TestResetGivesTheNodeItsNetworkBack(t *testing.T) {
 		g.Expect(steps).To(BeEmpty())
 		g.Expect(out.String()).To(HavePrefix("nothing to remove"))
 		g.Expect(takeSnapshot(g, n)).To(Equal(before))
-		entries, err := os.ReadDir(a.StateDir)
+		g.Expect(conflist).To(BeAnExistingFile())
+	})
+
+	t.Run("DEL of the leftover Pod succeeds with no agent and takes the conflist", func(t *testing.T) {
+		g := NewWithT(t)
+		g.Expect(hns.StopSandbox(a.SandboxDir, pod.Netns)).To(Succeed())
+		g.Expect(runtime.Remove(ctx, pod)).To(Succeed())
+		g.Expect(conflist).NotTo(BeAnExistingFile())
+		files, err := simnode.Files(a.StateDir, a.CNIConfDir)
 		g.Expect(err).NotTo(HaveOccurred())
-		g.Expect(entries).To(BeEmpty(), "the agent's state directory holds nothing of winnet")
+		g.Expect(files).To(BeEmpty(), "the node holds no file of winnet's")
+		g.Expect(takeSnapshot(g, n)).To(Equal(before))
+		steps, err := agent.Reset(ctx, host, opts)
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(steps).To(BeEmpty(), "nothing is left to reset")
 	})
 }

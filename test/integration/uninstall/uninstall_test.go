@@ -14,7 +14,6 @@ import (
 	"testing"
 	"time"
 
-	gocni "github.com/containerd/go-cni"
 	. "github.com/onsi/gomega"
 	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
@@ -29,6 +28,7 @@ import (
 
 	networkv1alpha1 "github.com/winnet-io/winnet/api/v1alpha1"
 	"github.com/winnet-io/winnet/controllers/cluster"
+	"github.com/winnet-io/winnet/internal/cni"
 	"github.com/winnet-io/winnet/internal/controller"
 	"github.com/winnet-io/winnet/internal/hns"
 	winnetscheme "github.com/winnet-io/winnet/internal/scheme"
@@ -52,55 +52,12 @@ type node struct {
 	*simnode.Node
 	agent  *framework.Agent
 	before simnode.Snapshot
-	cni    *runtime
+	cni    *framework.Runtime
 	pods   []*pod
 }
 
-// runtime calls CNI as containerd does, through go-cni, reloading the configuration directory
-// before every call as containerd does on every change of it: with no configuration left, go-cni
-// fails every call before any plugin runs.
-type runtime struct {
-	cni gocni.CNI
-}
-
-func newRuntime(t *testing.T, confDir string) *runtime {
-	t.Helper()
-	// On Windows containerd needs one network (no loopback), as here.
-	c, err := gocni.New(gocni.WithPluginDir([]string{framework.BuildShim(t)}), gocni.WithPluginConfDir(confDir),
-		gocni.WithMinNetworkCount(1), gocni.WithInterfacePrefix("eth"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &runtime{cni: c}
-}
-
-func (r *runtime) reload() error { return r.cni.Load(gocni.WithDefaultConf) }
-
 // pod is a Pod on a node: its object, sandbox ID and network namespace.
-type pod struct {
-	name, sandbox, netns string
-	uid                  string
-}
-
-func (r *runtime) labels(p *pod) map[string]string {
-	return map[string]string{"IgnoreUnknown": "1", "K8S_POD_NAMESPACE": "default", "K8S_POD_NAME": p.name,
-		"K8S_POD_INFRA_CONTAINER_ID": p.sandbox, "K8S_POD_UID": p.uid}
-}
-
-func (r *runtime) setup(ctx context.Context, p *pod) error {
-	if err := r.reload(); err != nil {
-		return err
-	}
-	_, err := r.cni.Setup(ctx, p.sandbox, p.netns, gocni.WithLabels(r.labels(p)))
-	return err
-}
-
-func (r *runtime) remove(ctx context.Context, p *pod) error {
-	if err := r.reload(); err != nil {
-		return err
-	}
-	return r.cni.Remove(ctx, p.sandbox, p.netns, gocni.WithLabels(r.labels(p)))
-}
+type pod = framework.RuntimePod
 
 // startNode builds a simulated Windows node (its Node object carrying a flannel annotation, as
 // winnet's interop would publish), takes its snapshot, starts its agent, converges its node network
@@ -123,7 +80,7 @@ func startNode(t *testing.T, underlay *simnode.Underlay, name string, ip netip.P
 	g.Expect(n.before.Bridges).To(BeEmpty())
 
 	n.agent = framework.StartAgent(t, server, n.Node)
-	n.cni = newRuntime(t, n.agent.CNIConfDir)
+	n.cni = framework.NewRuntime(t, n.agent.CNIConfDir)
 	wnn := &networkv1alpha1.WindowsNodeNetwork{
 		ObjectMeta: metav1.ObjectMeta{Name: name},
 		Spec: networkv1alpha1.WindowsNodeNetworkSpec{
@@ -134,24 +91,24 @@ func startNode(t *testing.T, underlay *simnode.Underlay, name string, ip netip.P
 		},
 	}
 	g.Expect(server.Client.Create(ctx, wnn)).To(Succeed())
-	g.Eventually(n.cni.reload).WithTimeout(converge).Should(Succeed(), "the agent writes the conflist once the node network is Ready")
+	g.Eventually(n.cni.Reload).WithTimeout(converge).Should(Succeed(), "the agent writes the conflist once the node network is Ready")
 	for i := range 2 {
-		p := &pod{name: fmt.Sprintf("%s-pod%d", name, i), sandbox: fmt.Sprintf("%s-sandbox%d%s", name, i, strings.Repeat("0", 48))}
-		p.netns = "/run/netns/" + n.NS + fmt.Sprintf("-p%d", i)
-		_, err := simnode.Exec("", "ip", "netns", "add", filepath.Base(p.netns))
+		p := &pod{Namespace: "default", Name: fmt.Sprintf("%s-pod%d", name, i), Sandbox: fmt.Sprintf("%s-sandbox%d%s", name, i, strings.Repeat("0", 48))}
+		p.Netns = "/run/netns/" + n.NS + fmt.Sprintf("-p%d", i)
+		_, err := simnode.Exec("", "ip", "netns", "add", filepath.Base(p.Netns))
 		g.Expect(err).NotTo(HaveOccurred())
-		t.Cleanup(func() { _, _ = simnode.Exec("", "ip", "netns", "del", filepath.Base(p.netns)) })
+		t.Cleanup(func() { _, _ = simnode.Exec("", "ip", "netns", "del", filepath.Base(p.Netns)) })
 		obj := &corev1.Pod{
-			ObjectMeta: metav1.ObjectMeta{Name: p.name, Namespace: "default"},
+			ObjectMeta: metav1.ObjectMeta{Name: p.Name, Namespace: "default"},
 			Spec:       corev1.PodSpec{NodeName: name, Containers: []corev1.Container{{Name: "c", Image: "pause"}}},
 		}
 		g.Expect(server.Client.Create(ctx, obj)).To(Succeed())
 		t.Cleanup(func() { _ = server.Client.Delete(context.Background(), obj, client.GracePeriodSeconds(0)) })
-		p.uid = string(obj.UID)
-		g.Expect(n.cni.setup(ctx, p)).To(Succeed())
+		p.UID = string(obj.UID)
+		g.Expect(n.cni.Setup(ctx, *p)).To(Succeed())
 		// containerd starts the sandbox once ADD returned: the endpoint's vNIC appears.
-		g.Expect(hns.StartSandbox(n.agent.SandboxDir, p.netns)).To(Succeed())
-		t.Cleanup(func() { _ = hns.StopSandbox(n.agent.SandboxDir, p.netns) })
+		g.Expect(hns.StartSandbox(n.agent.SandboxDir, p.Netns)).To(Succeed())
+		t.Cleanup(func() { _ = hns.StopSandbox(n.agent.SandboxDir, p.Netns) })
 		n.pods = append(n.pods, p)
 	}
 	g.Eventually(func(g Gomega) {
@@ -161,7 +118,7 @@ func startNode(t *testing.T, underlay *simnode.Underlay, name string, ip netip.P
 		for _, p := range peps.Items {
 			names = append(names, p.Name)
 		}
-		g.Expect(names).To(ContainElements(n.pods[0].name, n.pods[1].name))
+		g.Expect(names).To(ContainElements(n.pods[0].Name, n.pods[1].Name))
 	}).WithTimeout(converge).Should(Succeed(), "the agent records the Pods' PodEndpoints")
 	return n
 }
@@ -352,6 +309,29 @@ func TestHelmUninstallLeavesNoTrace(t *testing.T) {
 			g.Expect(after).To(Equal(n.before), "node %s", n.Name)
 			_, err = n.agent.HNS.GetNetworkByName(ctx, "winnet")
 			g.Expect(err).To(MatchError(hns.ErrNotFound))
+			g.Expect(filepath.Join(n.agent.CNIConfDir, cni.ConfListName)).To(BeAnExistingFile(),
+				"node %s keeps its conflist while sandboxes are left: without it containerd fails their DEL", n.Name)
+		}
+	})
+
+	t.Run("the runtime deletes the Pods through the shim with no agent; the last one takes the conflist and the state", func(t *testing.T) {
+		g := NewWithT(t)
+		for _, n := range nodes {
+			confList := filepath.Join(n.agent.CNIConfDir, cni.ConfListName)
+			for i, p := range n.pods {
+				g.Expect(hns.StopSandbox(n.agent.SandboxDir, p.Netns)).To(Succeed())
+				g.Expect(n.cni.Remove(ctx, *p)).To(Succeed(), "DEL of %s with no agent", p.Name)
+				if i < len(n.pods)-1 {
+					g.Expect(confList).To(BeAnExistingFile(), "a sandbox is left on %s", n.Name)
+				}
+			}
+			g.Expect(n.cni.Reload()).To(MatchError(ContainSubstring("no network config found")), "the runtime has no winnet network on %s any more", n.Name)
+			files, err := simnode.Files(n.agent.StateDir, n.agent.CNIConfDir)
+			g.Expect(err).NotTo(HaveOccurred())
+			g.Expect(files).To(BeEmpty(), "node %s holds no file of winnet's", n.Name)
+			after, err := n.Snapshot()
+			g.Expect(err).NotTo(HaveOccurred())
+			g.Expect(after).To(Equal(n.before), "node %s is as it was before winnet", n.Name)
 		}
 	})
 }

@@ -1,0 +1,92 @@
+package cni
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/containernetworking/cni/pkg/skel"
+	"github.com/containernetworking/cni/pkg/types"
+	. "github.com/onsi/gomega"
+)
+
+// TestRetiredNodeAnswersDELWithoutTheAgent: on a retired node the shim answers DEL from the state
+// directory, with no agent listening; the conflist stays until the last sandbox is deleted. On a
+// node that is not retired, an unreachable agent is restarting: DEL is try-again-later.
+func TestRetiredNodeAnswersDELWithoutTheAgent(t *testing.T) {
+	g := NewWithT(t)
+	dir := t.TempDir()
+	stateDir, confDir := filepath.Join(dir, "state"), filepath.Join(dir, "net.d")
+	_, err := WriteConfList(confDir, filepath.Join(dir, "no-agent.sock"), stateDir)
+	g.Expect(err).NotTo(HaveOccurred())
+	confList := filepath.Join(confDir, ConfListName)
+	stdin, err := os.ReadFile(confList)
+	g.Expect(err).NotTo(HaveOccurred())
+	// The runtime passes the plugin's entry of the conflist, with the list's name and version.
+	var list struct {
+		Plugins []map[string]any `json:"plugins"`
+	}
+	g.Expect(json.Unmarshal(stdin, &list)).To(Succeed())
+	plugin := list.Plugins[0]
+	plugin["cniVersion"], plugin["name"] = ConfListVersion, NetworkName
+	conf, err := json.Marshal(plugin)
+	g.Expect(err).NotTo(HaveOccurred())
+	shim := NewShim(ShimOptions{})
+	del := func(id string) error {
+		return shim.Run(context.Background(), CommandDel, &skel.CmdArgs{ContainerID: id, Netns: "/run/netns/x", IfName: "eth0", StdinData: conf})
+	}
+
+	err = del("sandbox-a")
+	g.Expect(err).To(HaveField("Code", uint(types.ErrTryAgainLater)), "not retired: the agent is restarting")
+	g.Expect(confList).To(BeAnExistingFile())
+
+	finished, err := Retire(stateDir, Retirement{Remove: []string{confList}, By: "test"}, []string{"sandbox-a", "sandbox-b"})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(finished).To(BeFalse())
+	g.Expect(RetiredSandboxes(stateDir)).To(Equal(2))
+
+	g.Expect(del("sandbox-a")).To(Succeed())
+	g.Expect(del("sandbox-a")).To(Succeed(), "a repeated DEL succeeds")
+	g.Expect(del("workload-container")).To(Succeed(), "a container winnet never attached")
+	g.Expect(confList).To(BeAnExistingFile(), "a sandbox is left: the runtime still needs the conflist")
+	g.Expect(RetiredSandboxes(stateDir)).To(Equal(1))
+
+	g.Expect(del("sandbox-b")).To(Succeed())
+	g.Expect(confList).NotTo(BeAnExistingFile(), "the conflist goes with the last sandbox")
+	entries, err := os.ReadDir(stateDir)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(entries).To(BeEmpty(), "the retirement goes with the last sandbox")
+}
+
+func TestRetireWithoutSandboxesRemovesTheConfList(t *testing.T) {
+	g := NewWithT(t)
+	dir := t.TempDir()
+	_, err := WriteConfList(dir, "/run/winnet/cni.sock", filepath.Join(dir, "state"))
+	g.Expect(err).NotTo(HaveOccurred())
+	finished, err := Retire(filepath.Join(dir, "state"), Retirement{Remove: []string{filepath.Join(dir, ConfListName)}}, nil)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(finished).To(BeTrue())
+	g.Expect(filepath.Join(dir, ConfListName)).NotTo(BeAnExistingFile())
+	_, retired, err := ReadRetirement(filepath.Join(dir, "state"))
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(retired).To(BeFalse())
+}
+
+func TestUnretire(t *testing.T) {
+	g := NewWithT(t)
+	stateDir := t.TempDir()
+	_, err := Retire(stateDir, Retirement{Remove: []string{"/nonexistent/10-winnet.conflist"}}, []string{"s"})
+	g.Expect(err).NotTo(HaveOccurred())
+	_, retired, err := ReadRetirement(stateDir)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(retired).To(BeTrue())
+	g.Expect(Unretire(stateDir)).To(Succeed())
+	_, retired, err = ReadRetirement(stateDir)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(retired).To(BeFalse())
+	handled, err := DelRetired(stateDir, "s")
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(handled).To(BeFalse(), "the agent answers again")
+}
