@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"net/url"
 	"os"
-	"path/filepath"
 	"runtime"
 	"strings"
 
@@ -45,7 +44,7 @@ func main() {
 			"The per-node agent of winnet: it converges this node's network (HNS network, OVS bridge,\n"+
 			"uplink, gateway, tunnel, OpenFlow pipeline) toward its WindowsNodeNetwork\n"+
 			"(group network.winnet.io) and reports it in the object's status. It serves the winnet-cni\n"+
-			"shim: Pod addresses from host-local IPAM, one HNS endpoint and OVS port per Pod, PodEndpoints.\n\nFlags:\n")
+			"shim: Pod addresses from host-local's allocator, one HNS endpoint and OVS port per Pod, PodEndpoints.\n\nFlags:\n")
 		printShownDefaults(fs)
 	}
 	fs.StringVar(&opts.NodeName, "node-name", os.Getenv("NODE_NAME"), "name of the Node this agent runs on (default $NODE_NAME)")
@@ -58,8 +57,10 @@ func main() {
 	fs.StringVar(&hostOpts.NetNSPath, "netns", "", "Linux only: manage this network namespace instead of the agent's own (simulated nodes)")
 	fs.StringVar(&hostOpts.CNISocket, "cni-socket", cni.DefaultAddress, "unix socket (Linux) or named pipe (Windows) on which the agent serves the winnet-cni shim")
 	fs.StringVar(&hostOpts.CNIConfDir, "cni-conf-dir", agent.DefaultCNIConfDir, "directory the agent writes "+cni.ConfListName+" into once the node network is Ready")
-	cniBinDirs := fs.String("cni-bin-dir", strings.Join(agent.DefaultCNIBinDirs, string(os.PathListSeparator)),
-		"directories searched for the host-local IPAM plugin, separated by "+string(os.PathListSeparator))
+	// The agent allocates Pod addresses with host-local's code in-process (internal/cni/ipam); the
+	// flag stays accepted so that existing configurations (the Helm chart's) keep starting.
+	_ = fs.String("cni-bin-dir", strings.Join(agent.DefaultCNIBinDirs, string(os.PathListSeparator)),
+		"unused: the agent allocates Pod addresses with host-local's allocator and on-disk format in-process (accepted for existing configurations)")
 	fs.StringVar(&hostOpts.StateDir, "state-dir", agent.DefaultStateDir, "directory of the agent's state: IPAM allocations (ipam/), Pod attachments (pods/)")
 	if runtime.GOOS == "linux" {
 		fs.DurationVar(&hostOpts.HNSSimLatency, hnsSimLatencyFlag, 0, "Linux only: latency added to every call of the HNS simulator (benchmarks)")
@@ -74,7 +75,6 @@ func main() {
 		}
 		os.Exit(2)
 	}
-	hostOpts.CNIBinDirs = filepath.SplitList(*cniBinDirs)
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zopts)))
 	log := ctrl.Log.WithName("winnet-agent")
 

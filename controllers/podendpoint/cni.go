@@ -204,7 +204,7 @@ func (p *Pods) releaseUnattached(ctx context.Context, c *call) error {
 	}
 	for _, al := range allocs {
 		if al.ContainerID == c.sandbox && al.IfName == c.req.IfName {
-			return p.opts.Host.IPAM.Release(ctx, ipam.Request{ContainerID: c.sandbox, IfName: c.req.IfName, Netns: c.req.Netns})
+			return p.opts.Host.IPAM.Release(ctx, ipam.Request{ContainerID: c.sandbox, IfName: c.req.IfName})
 		}
 	}
 	return nil

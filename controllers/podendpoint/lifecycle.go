@@ -59,7 +59,7 @@ type podStep struct {
 // podSteps is a Pod's attachment, in the order ADD makes it.
 var podSteps = []podStep{
 	{
-		// An address from host-local IPAM. It goes back last: HNS may refuse an address an
+		// An address from host-local's allocator, in the agent. It goes back last: HNS may refuse an address an
 		// endpoint still has.
 		name: "address", addStep: "ipam", delStep: "ipam",
 		do: doAddress, undo: undoAddress, check: checkAddress, orphans: orphanedAddresses,
@@ -286,12 +286,12 @@ func (p *Pods) removeOrphans(ctx context.Context, n node) error {
 // The address step.
 
 func ipamRequest(a *Attachment) ipam.Request {
-	return ipam.Request{ContainerID: a.SandboxID, IfName: a.IfName, Netns: a.Netns, Subnet: a.IP.Masked()}
+	return ipam.Request{ContainerID: a.SandboxID, IfName: a.IfName, Subnet: a.IP.Masked()}
 }
 
 func doAddress(ctx context.Context, r *podRun) error {
 	ip, err := r.p.opts.Host.IPAM.Allocate(ctx, ipam.Request{
-		ContainerID: r.a.SandboxID, IfName: r.a.IfName, Netns: r.a.Netns, Subnet: r.n.realized.Node.PodCIDR, Gateway: r.a.Gateway,
+		ContainerID: r.a.SandboxID, IfName: r.a.IfName, Subnet: r.n.realized.Node.PodCIDR, Gateway: r.a.Gateway,
 	})
 	if err != nil {
 		return err

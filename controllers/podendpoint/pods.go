@@ -90,6 +90,8 @@ type Pods struct {
 	vnicMu      sync.Mutex
 	vnicWaiters map[string]context.CancelFunc
 	baseCtx     context.Context
+	// links wakes the vNIC waiters when the host's links change.
+	links linkWatch
 }
 
 // verification is when an attachment was last made or repaired, and on which bridge connection.

@@ -3,6 +3,7 @@ package podendpoint
 import (
 	"context"
 	"errors"
+	"sync"
 	"time"
 
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -17,15 +18,19 @@ import (
 // the vNIC exists makes OVS create a vNIC of its own, which never carries the Pod's traffic; Antrea
 // PRs 1781 and 5947) with the Pod's flows already installed for the requested ofport, records the
 // attachment as waiting for its vNIC, and returns (the steps of lifecycle.go). A waiter per
-// attachment, started by the vNIC step, then watches for the vNIC; once it exists the port is bound (type internal on Windows), gets its ofport and forwards.
+// attachment, started by the vNIC step, then watches for the vNIC; once it exists the port is bound (type internal
+// on Windows), gets its ofport and forwards.
 // Drift repair, CHECK and GC know the waiting state and leave such a Pod alone; a vNIC that never
 // appears is reported on the PodEndpoint and cleaned up by DEL.
 
 // DefaultVNICTimeout bounds how long the agent waits for a Pod's vNIC after ADD, as Antrea does.
 const DefaultVNICTimeout = 60 * time.Second
 
-// vnicPoll is how often a waiter looks for its vNIC, and vnicLatePoll how often once the wait
-// timed out.
+// A waiter looks for its vNIC whenever a link of the host is added or changes, woken by one watch
+// of the host's links that all waiters share (hostnet.Interface.WatchLinks: rtnetlink on Linux).
+// Where the platform has no such watch (Windows, where Antrea's agent polls for the vNIC too) or it
+// cannot start, a waiter looks every vnicPoll. vnicPoll is also how soon a failed bind is tried
+// again, and vnicLatePoll how often a waiter polls once its wait timed out.
 const (
 	vnicPoll     = 5 * time.Millisecond
 	vnicLatePoll = time.Second
@@ -52,13 +57,17 @@ func (p *Pods) waitVNIC(a *Attachment) {
 	go p.runVNICWaiter(ctx, a.SandboxID, a.EndpointName, since)
 }
 
-// stopVNICWaiter stops the attachment's waiter, if one runs.
+// stopVNICWaiter stops the attachment's waiter, if one runs, and the watch of the host's links
+// with the last waiter.
 func (p *Pods) stopVNICWaiter(sandbox string) {
 	p.vnicMu.Lock()
 	defer p.vnicMu.Unlock()
 	if cancel, ok := p.vnicWaiters[sandbox]; ok {
 		cancel()
 		delete(p.vnicWaiters, sandbox)
+	}
+	if len(p.vnicWaiters) == 0 {
+		p.links.stop() // the next waiter starts it again
 	}
 }
 
@@ -67,34 +76,117 @@ func (p *Pods) runVNICWaiter(ctx context.Context, sandbox, port string, since ti
 	log := ctrl.LoggerFrom(ctx).WithValues("sandbox", sandbox, "port", port)
 	ctx = ctrl.LoggerInto(ctx, log)
 	deadline := since.Add(p.opts.VNICTimeout)
-	poll, missing := vnicPoll, false
+	missing := false
 	for {
+		changed, watching := p.links.next(ctx, p.opts.Host.Net) // before the look, so a change after it is not missed
+		retry := false
 		_, err := p.opts.Host.Net.LinkByName(ctx, vnicName(port))
 		switch {
 		case err == nil:
-			appeared := time.Now()
-			if err := p.bindVNIC(ctx, sandbox, appeared); err != nil {
+			if err := p.bindVNIC(ctx, sandbox, time.Now()); err != nil {
 				if ctx.Err() != nil {
 					return
 				}
 				log.Error(err, "Binding the Pod's vNIC to its OVS port failed; retrying")
+				retry = true
 				break
 			}
 			return
 		case !errors.Is(err, hostnet.ErrNotFound):
 			log.Error(err, "Looking for the Pod's vNIC failed; retrying")
+			retry = true
 		}
 		if !missing && time.Now().After(deadline) {
-			// Reported once; a vNIC that comes late is still bound, looked for less often.
+			// Reported once; a vNIC that comes late is still bound.
 			p.markVNICMissing(ctx, sandbox)
-			poll, missing = vnicLatePoll, true
+			missing = true
 		}
+		wait := vnicPoll
+		switch {
+		case retry:
+		case missing:
+			wait = vnicLatePoll
+		case watching:
+			wait = time.Until(deadline) // the watch wakes the waiter before, when the vNIC appears
+		}
+		timer := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():
+			timer.Stop()
 			return
-		case <-time.After(poll):
+		case <-changed:
+		case <-timer.C:
 		}
+		timer.Stop()
 	}
+}
+
+// linkWatch shares one watch of the host's links among the vNIC waiters.
+type linkWatch struct {
+	mu sync.Mutex
+	// started records that a watch was started; running that it runs; cancel ends it. changed is
+	// closed, and replaced, on every change the watch reports and when it ends.
+	started, running bool
+	cancel           context.CancelFunc
+	changed          chan struct{}
+}
+
+// next returns a channel that is closed at the next change of the host's links, and whether a
+// watch reports them; it starts the watch on first use, and again after it ended.
+func (w *linkWatch) next(ctx context.Context, h hostnet.Interface) (<-chan struct{}, bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.changed == nil {
+		w.changed = make(chan struct{})
+	}
+	if !w.started {
+		w.started = true
+		wctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+		updates, err := h.WatchLinks(wctx)
+		if err != nil {
+			cancel()
+			if !errors.Is(err, errors.ErrUnsupported) {
+				ctrl.LoggerFrom(ctx).Error(err, "Watching the host's links failed; waiting for Pods' vNICs by polling")
+			}
+			return w.changed, false
+		}
+		w.running, w.cancel = true, cancel
+		go w.relay(updates)
+	}
+	return w.changed, w.running
+}
+
+// relay wakes the waiters on every update until the watch ends; then they look once more, and the
+// next of them starts a new watch.
+func (w *linkWatch) relay(updates <-chan struct{}) {
+	for range updates {
+		w.wake()
+	}
+	w.mu.Lock()
+	w.started, w.running = false, false
+	if w.cancel != nil {
+		w.cancel()
+		w.cancel = nil
+	}
+	w.mu.Unlock()
+	w.wake()
+}
+
+// stop ends the watch, when no waiter needs it.
+func (w *linkWatch) stop() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.cancel != nil {
+		w.cancel()
+		w.cancel = nil
+	}
+}
+
+func (w *linkWatch) wake() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	close(w.changed)
+	w.changed = make(chan struct{})
 }
 
 // bindVNIC binds the vNIC that appeared to the attachment's port: it becomes a switch port, the

@@ -32,8 +32,6 @@ type HostOptions struct {
 	CNISocket string
 	// CNIConfDir receives the conflist; empty means DefaultCNIConfDir.
 	CNIConfDir string
-	// CNIBinDirs are searched for the host-local IPAM plugin; empty means DefaultCNIBinDirs.
-	CNIBinDirs []string
 	// StateDir holds the agent's state (IPAM allocations, Pod attachments); empty means
 	// DefaultStateDir.
 	StateDir string
@@ -48,9 +46,6 @@ func (o HostOptions) withDefaults() HostOptions {
 	}
 	if o.CNIConfDir == "" {
 		o.CNIConfDir = DefaultCNIConfDir
-	}
-	if len(o.CNIBinDirs) == 0 {
-		o.CNIBinDirs = DefaultCNIBinDirs
 	}
 	if o.StateDir == "" {
 		o.StateDir = DefaultStateDir
@@ -96,7 +91,7 @@ func SetupNodeNetwork(ctx context.Context, mgr ctrl.Manager, nodeName string, op
 	}
 	podNet, err := SetupPodNetwork(ctx, mgr, PodNetworkOptions{
 		NodeName: nodeName, Host: podendpoint.Host{HNS: hnsClient, OVSDB: db, Net: netClient}, State: state,
-		CNISocket: opts.CNISocket, CNIConfDir: opts.CNIConfDir, CNIBinDirs: opts.CNIBinDirs, StateDir: opts.StateDir,
+		CNISocket: opts.CNISocket, CNIConfDir: opts.CNIConfDir, StateDir: opts.StateDir,
 	})
 	if err != nil {
 		return err

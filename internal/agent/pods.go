@@ -19,7 +19,7 @@ import (
 // PodNetworkOptions configure the agent's Pod networking: its CNI server, IPAM and PodEndpoints.
 type PodNetworkOptions struct {
 	NodeName string
-	// Host is the node's host plumbing; Host.IPAM is filled in from PluginDirs and StateDir.
+	// Host is the node's host plumbing; Host.IPAM is filled in from StateDir.
 	Host podendpoint.Host
 	// State is the node network reconciler's realised state.
 	State *nodenetwork.State
@@ -27,8 +27,6 @@ type PodNetworkOptions struct {
 	CNISocket string
 	// CNIConfDir receives the conflist once the node network is Ready.
 	CNIConfDir string
-	// CNIBinDirs are searched for the host-local IPAM plugin.
-	CNIBinDirs []string
 	// StateDir holds IPAM allocations (ipam/) and the Pods' attachments (pods/).
 	StateDir string
 	// ResyncPeriod and NotReadyWait tune the reconciler and ADD, VNICTimeout how long a Pod's port
@@ -72,7 +70,7 @@ func (p *PodNetwork) NodeNetworkRemoved(ctx context.Context) error {
 // SetupPodNetwork opens the CNI socket and registers, with the manager, the CNI server, the
 // conflist writer, the start-up pass over Pod attachments and the PodEndpoint reconciler.
 func SetupPodNetwork(ctx context.Context, mgr ctrl.Manager, opts PodNetworkOptions) (*PodNetwork, error) {
-	hostLocal, err := ipam.New(ipam.Options{PluginDirs: opts.CNIBinDirs, DataDir: filepath.Join(opts.StateDir, "ipam")})
+	hostLocal, err := ipam.New(ipam.Options{DataDir: filepath.Join(opts.StateDir, "ipam")})
 	if err != nil {
 		return nil, err
 	}

@@ -260,6 +260,12 @@ type Interface interface {
 	// port, without waiting: on Linux its chain is deleted in the background, together with the
 	// other released chains, in one transaction. SetSwitchPort(on) for the name cancels it.
 	ReleaseSwitchPort(ctx context.Context, name string) error
+	// WatchLinks reports changes of the host's links until ctx ends: the channel it returns
+	// receives a value when a link is added, changes or goes (several changes may give one
+	// value; look again at what you wait for), and is closed when the watch ends — ctx ended or
+	// the platform's notifications failed (watch again). On Linux it is rtnetlink's link group; on
+	// Windows it fails with errors.ErrUnsupported, and callers poll.
+	WatchLinks(ctx context.Context) (<-chan struct{}, error)
 	// Routes returns the unicast routes of the main table that were configured rather than
 	// derived by the system from an address: on Linux routes of protocol "kernel" are left out,
 	// on Windows routes of origin well-known or protocol local, and loopback routes. Multipath

@@ -78,3 +78,7 @@ func (unsupportedHost) ReadIPConfig(context.Context, int) (IPConfig, error) {
 }
 
 func (unsupportedHost) ApplyIPConfig(context.Context, int, IPConfig) error { return errUnsupported() }
+
+func (unsupportedHost) WatchLinks(context.Context) (<-chan struct{}, error) {
+	return nil, errUnsupported()
+}

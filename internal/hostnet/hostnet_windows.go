@@ -779,3 +779,10 @@ func neighborMAC(row *mibIPNetRow2) net.HardwareAddr {
 	n := min(int(row.PhysicalAddressLength), len(row.PhysicalAddress))
 	return slices.Clone(net.HardwareAddr(row.PhysicalAddress[:n]))
 }
+
+// WatchLinks is not available on Windows: the agent polls for a Pod's vNIC there, as Antrea's agent
+// does (it looks the adapter up until it appears). NotifyIpInterfaceChange reports IP interfaces of
+// the host's compartment, and nothing here proves that a container's vNIC raises one.
+func (h *ipHelper) WatchLinks(context.Context) (<-chan struct{}, error) {
+	return nil, fmt.Errorf("watching links on Windows: %w", errors.ErrUnsupported)
+}

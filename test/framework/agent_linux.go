@@ -114,7 +114,7 @@ func StartAgent(t testing.TB, s *APIServer, node *simnode.Node) *Agent {
 		SandboxDir: sandboxes}
 	a.Pods, err = agent.SetupPodNetwork(ctx, mgr, agent.PodNetworkOptions{
 		NodeName: node.Name, Host: podendpoint.Host{HNS: sim, OVSDB: db, Net: net}, State: state,
-		CNISocket: a.CNISocket, CNIConfDir: a.CNIConfDir, CNIBinDirs: agent.DefaultCNIBinDirs, StateDir: a.StateDir,
+		CNISocket: a.CNISocket, CNIConfDir: a.CNIConfDir, StateDir: a.StateDir,
 		ResyncPeriod: testPodResync, NotReadyWait: testPodNotReadyWait, VNICTimeout: TestVNICTimeout,
 	})
 	if err != nil {

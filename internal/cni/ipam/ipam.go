@@ -1,47 +1,52 @@
-// Package ipam gives Pods their addresses by delegating to the real host-local CNI plugin, as a
-// CNI runtime would. It is the agent's side only: the CNI shim does not link it (nor the CNI
-// library's plugin invocation and its tracing dependencies), which keeps the shim that kubelet
-// runs for every call small and quick to start.
+// Package ipam gives Pods their addresses with host-local's own allocator and on-disk store,
+// run inside the agent instead of as a plugin process per call. It is the agent's side only: the
+// CNI shim does not link it, which keeps the shim that kubelet runs for every call small and quick
+// to start.
 package ipam
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
+	"net"
 	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
 
-	"github.com/containernetworking/cni/pkg/invoke"
 	"github.com/containernetworking/cni/pkg/types"
-	types100 "github.com/containernetworking/cni/pkg/types/100"
+	"github.com/containernetworking/plugins/plugins/ipam/host-local/backend/disk"
 )
 
-// Plugin is the CNI IPAM plugin the agent delegates Pod addresses to.
+// Plugin is the CNI IPAM plugin whose allocator and on-disk format the agent uses.
 const Plugin = "host-local"
 
-// ipamNetwork names host-local's directory of allocations under the data directory.
+// ipamNetwork names host-local's directory of allocations under the data directory, as the
+// network name "winnet" does when host-local runs as a plugin.
 const ipamNetwork = "winnet"
-
-// ipamCNIVersion is the CNI version the agent speaks to the IPAM plugin.
-const ipamCNIVersion = "1.0.0"
 
 // Options configure HostLocal.
 type Options struct {
-	// PluginDirs are searched, in order, for the host-local binary.
-	PluginDirs []string
-	// DataDir is host-local's data directory: it keeps one file per allocated address there.
+	// DataDir is host-local's data directory: it keeps one file per allocated address in
+	// DataDir/winnet.
 	DataDir string
 }
 
-// HostLocal allocates Pod addresses from the node's Pod CIDR by running the real host-local plugin, as a
-// CNI runtime would: one allocation per container ID and interface name, the gateway (the first
-// address of the Pod CIDR) never handed out, allocations kept on disk across agent restarts.
+// HostLocal allocates Pod addresses from the node's Pod CIDR as host-local does, in the agent
+// rather than by running the plugin once per call: host-local's disk store itself
+// (github.com/containernetworking/plugins, plugins/ipam/host-local/backend/disk) and its
+// allocator's order (backend/allocator, restated in allocate below: round robin after the last
+// reserved address, the gateway — the first address of the Pod CIDR — never handed out). The files
+// are host-local's: DataDir/winnet/<ip> holding "<container ID>\r\n<ifname>", last_reserved_ip.0,
+// and the lock file host-local holds (flock; LockFileEx on Windows) around every change. A
+// host-local process working on the same directory (an agent of an earlier version, a CNI DEL
+// without the agent, an operator) and this allocator exclude each other and read each other's
+// allocations.
+//
+// Every call opens the store anew, as host-local does: the lock is then taken on a descriptor of its
+// own, which excludes the agent's other calls as it excludes other processes.
 type HostLocal struct {
-	plugin  string
 	dataDir string
 }
 
@@ -52,28 +57,18 @@ type Allocation struct {
 	IfName      string
 }
 
-// New finds the host-local binary in opts.PluginDirs.
+// New returns the allocator of opts.DataDir.
 func New(opts Options) (*HostLocal, error) {
 	if opts.DataDir == "" {
 		return nil, errors.New("IPAM needs a data directory")
 	}
-	plugin, err := invoke.FindInPath(Plugin, opts.PluginDirs)
-	if err != nil {
-		return nil, fmt.Errorf("finding the %s IPAM plugin in %v (install the CNI plugins, e.g. Debian's containernetworking-plugins, or pass --cni-bin-dir): %w",
-			Plugin, opts.PluginDirs, err)
-	}
-	return &HostLocal{plugin: plugin, dataDir: opts.DataDir}, nil
+	return &HostLocal{dataDir: opts.DataDir}, nil
 }
-
-// Plugin returns the path of the host-local binary in use.
-func (i *HostLocal) Plugin() string { return i.plugin }
 
 // Request identifies one allocation: the container it is for and the Pod CIDR it comes from.
 type Request struct {
 	ContainerID string
 	IfName      string
-	// Netns is passed to the plugin as CNI_NETNS (host-local does not enter it).
-	Netns string
 	// Subnet is the node's Pod CIDR.
 	Subnet netip.Prefix
 	// Gateway is never allocated; invalid means the first address of Subnet.
@@ -81,60 +76,57 @@ type Request struct {
 }
 
 // Allocate returns an address for the container from the Pod CIDR, with the Pod CIDR's prefix
-// length. An allocation host-local still holds for the same container and interface (an ADD that
-// failed half-way in a previous agent) is released and made again. The error of a failed
-// allocation is a *types.Error carrying host-local's code and message.
-func (i *HostLocal) Allocate(ctx context.Context, req Request) (netip.Prefix, error) {
-	addr, err := i.allocate(ctx, req)
-	if err != nil && strings.Contains(err.Error(), "duplicate allocation") {
-		if rerr := i.Release(ctx, req); rerr != nil {
-			return netip.Prefix{}, errors.Join(err, rerr)
-		}
-		addr, err = i.allocate(ctx, req)
-	}
-	return addr, err
-}
-
-func (i *HostLocal) allocate(ctx context.Context, req Request) (netip.Prefix, error) {
-	conf, err := i.netConf(req.Subnet, req.Gateway)
+// length. An allocation still held for the same container and interface (an ADD that failed
+// half-way in a previous agent) is released and made again. The error of a failed allocation is a
+// *types.Error.
+func (i *HostLocal) Allocate(_ context.Context, req Request) (netip.Prefix, error) {
+	r, err := rangeOf(req.Subnet, req.Gateway)
 	if err != nil {
 		return netip.Prefix{}, err
 	}
-	res, err := invoke.ExecPluginWithResult(ctx, i.plugin, conf, i.args("ADD", req), nil)
+	store, err := i.open()
 	if err != nil {
-		return netip.Prefix{}, pluginError(err, "allocating an address from %s for container %s", req.Subnet, req.ContainerID)
+		return netip.Prefix{}, err
 	}
-	cur, err := types100.NewResultFromResult(res)
+	defer store.Close()
+	if err := store.Lock(); err != nil {
+		return netip.Prefix{}, hostLocalError(err, "locking the IPAM store")
+	}
+	defer func() { _ = store.Unlock() }()
+	ip, err := r.allocate(store, req.ContainerID, req.IfName)
 	if err != nil {
-		return netip.Prefix{}, fmt.Errorf("reading the result of %s: %w", Plugin, err)
+		return netip.Prefix{}, hostLocalError(err, "allocating an address from %s for container %s", req.Subnet, req.ContainerID)
 	}
-	for _, ip := range cur.IPs {
-		if a, ok := netip.AddrFromSlice(ip.Address.IP); ok && req.Subnet.Contains(a.Unmap()) {
-			return netip.PrefixFrom(a.Unmap(), req.Subnet.Bits()), nil
-		}
-	}
-	return netip.Prefix{}, fmt.Errorf("%s returned no address in %s: %v", Plugin, req.Subnet, cur.IPs)
+	return netip.PrefixFrom(ip, req.Subnet.Bits()), nil
 }
 
-// releaseRange stands in for the Pod CIDR when a release does not know it: host-local releases by
-// container ID and interface name, and only needs a valid range.
-var releaseRange = netip.MustParsePrefix("169.254.0.0/16")
-
 // Release gives back the container's address; releasing an address that is not allocated succeeds.
-// req.Subnet may be left empty.
-func (i *HostLocal) Release(ctx context.Context, req Request) error {
-	subnet := req.Subnet
-	if !subnet.IsValid() {
-		subnet = releaseRange
-	}
-	conf, err := i.netConf(subnet, netip.Addr{})
+// It needs no Pod CIDR: host-local releases by container ID and interface name.
+func (i *HostLocal) Release(_ context.Context, req Request) error {
+	store, err := i.open()
 	if err != nil {
 		return err
 	}
-	if err := invoke.ExecPluginWithoutResult(ctx, i.plugin, conf, i.args("DEL", req), nil); err != nil {
-		return pluginError(err, "releasing the address of container %s", req.ContainerID)
+	defer store.Close()
+	if err := store.Lock(); err != nil {
+		return hostLocalError(err, "locking the IPAM store")
+	}
+	defer func() { _ = store.Unlock() }()
+	if err := store.ReleaseByID(req.ContainerID, req.IfName); err != nil {
+		return hostLocalError(err, "releasing the address of container %s", req.ContainerID)
 	}
 	return nil
+}
+
+// open opens host-local's store of the network (creating its directory and lock file if needed),
+// as host-local does on every call, so that a directory removed meanwhile (winnet-agent reset) is
+// made again with its lock.
+func (i *HostLocal) open() (*disk.Store, error) {
+	store, err := disk.New(ipamNetwork, i.dataDir)
+	if err != nil {
+		return nil, types.NewError(types.ErrIOFailure, fmt.Sprintf("opening the IPAM store in %s: %v", filepath.Join(i.dataDir, ipamNetwork), err), "")
+	}
+	return store, nil
 }
 
 // Allocations lists the addresses host-local has handed out, read from its data directory.
@@ -149,7 +141,8 @@ func (i *HostLocal) Allocations() ([]Allocation, error) {
 	}
 	var out []Allocation
 	for _, e := range entries {
-		ip, err := netip.ParseAddr(e.Name())
+		// On Windows host-local writes an IPv6 address's colons as underscores.
+		ip, err := netip.ParseAddr(strings.ReplaceAll(e.Name(), "_", ":"))
 		if err != nil || e.IsDir() {
 			continue // host-local's lock and last-reserved files
 		}
@@ -160,60 +153,97 @@ func (i *HostLocal) Allocations() ([]Allocation, error) {
 		if err != nil {
 			return nil, fmt.Errorf("reading IPAM allocation %s: %w", e.Name(), err)
 		}
-		id, ifName, _ := strings.Cut(string(b), "\r\n")
+		id, ifName, _ := strings.Cut(string(b), disk.LineBreak)
 		out = append(out, Allocation{IP: ip, ContainerID: strings.TrimSpace(id), IfName: strings.TrimSpace(ifName)})
 	}
 	return out, nil
 }
 
-// netConf is the network configuration host-local gets: one range, the Pod CIDR, whose gateway it
-// never allocates.
-func (i *HostLocal) netConf(subnet netip.Prefix, gateway netip.Addr) ([]byte, error) {
+// ipRange is host-local's range for a configuration whose only range is the Pod CIDR (its
+// allocator.Range after Canonicalize): from the first address after the network address to the
+// last before the broadcast address, the gateway excluded.
+type ipRange struct {
+	subnet     netip.Prefix
+	start, end netip.Addr
+	gateway    netip.Addr
+}
+
+// rangeID is host-local's index of the configuration's only range: last_reserved_ip.0.
+const rangeID = "0"
+
+func rangeOf(subnet netip.Prefix, gateway netip.Addr) (ipRange, error) {
 	if !subnet.IsValid() || !subnet.Addr().Is4() {
-		return nil, fmt.Errorf("IPAM needs an IPv4 Pod CIDR, got %q", subnet)
+		return ipRange{}, types.NewError(types.ErrInvalidNetworkConfig, fmt.Sprintf("IPAM needs an IPv4 Pod CIDR, got %q", subnet), "")
+	}
+	if subnet.Bits() > 30 {
+		return ipRange{}, types.NewError(types.ErrInvalidNetworkConfig, fmt.Sprintf("the Pod CIDR %s is too small to allocate from", subnet), "")
 	}
 	subnet = subnet.Masked()
 	if !gateway.IsValid() {
 		gateway = subnet.Addr().Next()
 	}
 	if !subnet.Contains(gateway) {
-		return nil, fmt.Errorf("gateway %s is outside the Pod CIDR %s", gateway, subnet)
+		return ipRange{}, types.NewError(types.ErrInvalidNetworkConfig, fmt.Sprintf("gateway %s is outside the Pod CIDR %s", gateway, subnet), "")
 	}
-	conf := map[string]any{
-		"cniVersion": ipamCNIVersion,
-		"name":       ipamNetwork,
-		"ipam": map[string]any{
-			"type":    Plugin,
-			"dataDir": i.dataDir,
-			"ranges": [][]map[string]string{{{
-				"subnet":  subnet.String(),
-				"gateway": gateway.String(),
-			}}},
-		},
+	last := subnet.Addr().As4()
+	for b := subnet.Bits(); b < 32; b++ {
+		last[b/8] |= 0x80 >> (b % 8)
 	}
-	b, err := json.Marshal(conf)
-	if err != nil {
-		return nil, fmt.Errorf("encoding the IPAM configuration: %w", err)
-	}
-	return b, nil
+	return ipRange{subnet: subnet, start: subnet.Addr().Next(), end: netip.AddrFrom4(last).Prev(), gateway: gateway}, nil
 }
 
-func (i *HostLocal) args(command string, req Request) *invoke.Args {
-	return &invoke.Args{
-		Command:     command,
-		ContainerID: req.ContainerID,
-		NetNS:       req.Netns,
-		IfName:      req.IfName,
-		Path:        filepath.Dir(i.plugin),
+func (r ipRange) contains(a netip.Addr) bool {
+	return a.IsValid() && r.start.Compare(a) <= 0 && a.Compare(r.end) <= 0
+}
+
+// allocate is host-local's allocator.IPAllocator.Get without a requested address, on its store
+// locked by the caller: a container and interface hold one address of the range (an earlier one is
+// released first, where host-local refuses a duplicate allocation: the agent makes an allocation
+// only for a new attachment); then round robin, from the address after the last one reserved (or
+// the start of the range) to the end, around from the start, the gateway skipped, each address
+// tried once; the first one free is reserved.
+func (r ipRange) allocate(store *disk.Store, id, ifName string) (netip.Addr, error) {
+	for _, held := range store.GetByID(id, ifName) {
+		if a, ok := netip.AddrFromSlice(held); ok && r.contains(a.Unmap()) {
+			if err := store.ReleaseByID(id, ifName); err != nil {
+				return netip.Addr{}, fmt.Errorf("releasing %s, held by the same container: %w", a.Unmap(), err)
+			}
+			break
+		}
+	}
+	next := r.start
+	if last, err := store.LastReservedIP(rangeID); err == nil {
+		// An unreadable or foreign last address only loses the round robin once, as in host-local.
+		if a, ok := netip.AddrFromSlice(last); ok && r.contains(a.Unmap()) {
+			next = r.after(a.Unmap())
+		}
+	}
+	for first := next; ; {
+		if next != r.gateway {
+			reserved, err := store.Reserve(id, ifName, net.IP(next.AsSlice()), rangeID)
+			if err != nil {
+				return netip.Addr{}, err
+			}
+			if reserved {
+				return next, nil
+			}
+		}
+		if next = r.after(next); next == first {
+			return netip.Addr{}, fmt.Errorf("no IP addresses available in range set: %s-%s", r.start, r.end)
+		}
 	}
 }
 
-// pluginError keeps the plugin's CNI error code and prefixes its message with what was being done.
-func pluginError(err error, format string, args ...any) error {
-	what := fmt.Sprintf(format, args...)
-	var cniErr *types.Error
-	if errors.As(err, &cniErr) {
-		return types.NewError(cniErr.Code, fmt.Sprintf("%s: %s: %s", what, Plugin, cniErr.Msg), cniErr.Details)
+// after is the address that follows a in the range, the start after the end.
+func (r ipRange) after(a netip.Addr) netip.Addr {
+	if a == r.end {
+		return r.start
 	}
-	return types.NewError(types.ErrInternal, fmt.Sprintf("%s: running %s: %v", what, Plugin, err), "")
+	return a.Next()
+}
+
+// hostLocalError is a failure of host-local's allocator as host-local reports it (CNI code 999,
+// as its plugin does), its message prefixed with what was being done.
+func hostLocalError(err error, format string, args ...any) error {
+	return types.NewError(types.ErrInternal, fmt.Sprintf("%s: %s: %v", fmt.Sprintf(format, args...), Plugin, err), "")
 }

@@ -140,8 +140,9 @@ func benchPass(t *testing.T, runtime *libcni.CNIConfig, list *libcni.NetworkConf
 		tag, pods, conc, ms(p50), ms(p99), ms(ipamP99), float64(p99)/float64(ipamP99), float64(pods)/add.total.Seconds(), ms(add.vnic.percentile(99)))
 	fmt.Printf("bench-cni %sconc=%d: sandbox start to forwarding (the vNIC appears, the agent binds the port, OVS gives its ofport) p50 %.1f ms p99 %.1f ms\n",
 		tag, conc, ms(add.vnic.percentile(50)), ms(add.vnic.percentile(99)))
-	fmt.Printf("bench-cni %sconc=%d: ADD p50 %.1f ms p99 %.1f ms max %.1f ms, DEL p50 %.1f ms p99 %.1f ms, %d calls retried after \"try again later\"; host-local ADD p50 %.1f ms p99 %.1f ms\n",
-		tag, conc, ms(p50), ms(p99), ms(add.percentile(100)), ms(add.del.percentile(50)), ms(add.del.percentile(99)), retries.Load(), ms(ipam.percentile(50)), ms(ipamP99))
+	fmt.Printf("bench-cni %sconc=%d: ADD p50 %.1f ms p99 %.1f ms max %.1f ms, DEL p50 %.1f ms p99 %.1f ms, %d calls retried after \"try again later\"; host-local ADD p50 %.1f ms p99 %.1f ms, DEL p50 %.1f ms, ADD+DEL alone %.0f pods/s\n",
+		tag, conc, ms(p50), ms(p99), ms(add.percentile(100)), ms(add.del.percentile(50)), ms(add.del.percentile(99)), retries.Load(), ms(ipam.percentile(50)), ms(ipamP99),
+		ms(ipam.del.percentile(50)), float64(pods)/ipam.total.Seconds())
 	fmt.Println(last)
 	return last
 }

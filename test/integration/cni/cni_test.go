@@ -301,7 +301,7 @@ func TestPodNetwork(t *testing.T) {
 		g.Expect(err).NotTo(HaveOccurred())
 		n.OVS.MustVsctl(t, "add-port", "br-int", "winnet-0badf00d", "--", "set", "interface", "winnet-0badf00d", "type=internal",
 			"--", "set", "port", "winnet-0badf00d", "external_ids:winnet-owner=winnet")
-		_, err = n.agent.Pods.IPAM.Allocate(ctx, ipam.Request{ContainerID: "orphan", IfName: "eth0", Netns: "/run/netns/none", Subnet: n.podCIDR})
+		_, err = n.agent.Pods.IPAM.Allocate(ctx, ipam.Request{ContainerID: "orphan", IfName: "eth0", Subnet: n.podCIDR})
 		g.Expect(err).NotTo(HaveOccurred())
 		g.Expect(n.leftovers(g)).To(ContainElements("HNS endpoint winnet-deadbeef", "OVS port winnet-0badf00d", ContainSubstring("for orphan")))
 		g.Expect(n.cni.GCNetworkList(ctx, n.list, &libcni.GCArgs{ValidAttachments: valid})).To(Succeed())
