@@ -101,8 +101,11 @@ type Bridge struct {
 	connMu    sync.Mutex
 	sw        *ofctrl.OFSwitch
 	connected chan struct{} // closed while connected
-	everConn  bool
-	connErr   chan error
+	// down is closed when the connection in sw goes (one per connection): a request waiting for a
+	// reply on it stops waiting then, instead of until its timeout while it holds mu.
+	down     chan struct{}
+	everConn bool
+	connErr  chan error
 
 	// previous is the round the bridge recorded before Connect advanced it (0: none); set once.
 	previous uint16
@@ -139,6 +142,9 @@ type Bridge struct {
 }
 
 var errNotConnected = errors.New("not connected to the switch")
+
+// errDisconnected ends a request whose connection to the switch went before its reply came.
+var errDisconnected = errors.New("the switch disconnected before it replied")
 
 // Connect opens the OpenFlow connection, loads and advances the round, and
 // waits for the switch. It reconnects forever afterwards; after every
@@ -278,13 +284,14 @@ func (b *Bridge) waitConnected(ctx context.Context) error {
 	}
 }
 
-func (b *Bridge) currentSwitch() (*ofctrl.OFSwitch, error) {
+// currentSwitch returns the connected switch and a channel closed when that connection goes.
+func (b *Bridge) currentSwitch() (*ofctrl.OFSwitch, <-chan struct{}, error) {
 	b.connMu.Lock()
 	defer b.connMu.Unlock()
 	if b.sw == nil {
-		return nil, errNotConnected
+		return nil, nil, errNotConnected
 	}
-	return b.sw, nil
+	return b.sw, b.down, nil
 }
 
 // switchUp is called by ofctrl when the handshake completed.
@@ -293,6 +300,7 @@ func (b *Bridge) switchUp(sw *ofctrl.OFSwitch) {
 	reconnect := b.everConn
 	b.everConn = true
 	b.sw = sw
+	b.down = make(chan struct{})
 	b.connMu.Unlock()
 	if !reconnect {
 		b.markConnected()
@@ -324,6 +332,10 @@ func (b *Bridge) switchDown() {
 	b.connMu.Lock()
 	defer b.connMu.Unlock()
 	b.sw = nil
+	if b.down != nil {
+		close(b.down)
+		b.down = nil
+	}
 	select {
 	case <-b.connected:
 		b.connected = make(chan struct{})

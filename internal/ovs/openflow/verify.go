@@ -51,7 +51,7 @@ func (b *Bridge) dumpTable(ctx context.Context, table uint8) ([]*openflow15.Flow
 
 // flowStats requests the flows of one table, following multipart replies.
 func (b *Bridge) flowStats(ctx context.Context, table uint8, cookie, cookieMask uint64) ([]*openflow15.FlowDesc, error) {
-	sw, err := b.currentSwitch()
+	sw, down, err := b.currentSwitch()
 	if err != nil {
 		return nil, err
 	}
@@ -93,6 +93,10 @@ func (b *Bridge) flowStats(ctx context.Context, table uint8, cookie, cookieMask 
 			}
 		case <-ctx.Done():
 			return nil, fmt.Errorf("dumping table %d: %w", table, ctx.Err())
+		case <-down:
+			// The switch went (ovs-vswitchd restarted): no reply will come on this connection, and
+			// the replay on the next one waits for mu, which our caller holds.
+			return nil, fmt.Errorf("dumping table %d: %w", table, errDisconnected)
 		case <-timeout.C:
 			return nil, fmt.Errorf("dumping table %d: no complete reply", table)
 		}

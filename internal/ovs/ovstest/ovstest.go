@@ -438,3 +438,14 @@ func schemaPath() (string, error) {
 	}
 	return "", errors.New("vswitch.ovsschema not found")
 }
+
+// SignalVswitchd sends sig to ovs-vswitchd: SIGSTOP freezes it with its connections open (a request
+// sent then gets no reply), SIGCONT resumes it.
+func (o *OVS) SignalVswitchd(sig syscall.Signal) error {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.vsCmd == nil || o.vsCmd.Process == nil {
+		return fmt.Errorf("ovs-vswitchd is not running")
+	}
+	return o.vsCmd.Process.Signal(sig)
+}
