@@ -485,7 +485,7 @@ func podInfo(p *corev1.Pod) (PodInfo, bool) {
 	return info, true
 }
 
-// ruleKeyString renders a RuleKey for logs.
+// String renders a RuleKey for logs.
 func (k RuleKey) String() string {
 	dir := "ingress"
 	if k.Direction == pipeline.PolicyEgress {

@@ -245,3 +245,41 @@ func TestTrimmedPodInfo(t *testing.T) {
 	_, ok = podInfo(p)
 	g.Expect(ok).To(BeFalse(), "host-network Pods are not policy peers")
 }
+
+// TestPeerChangeRewritesOneDimension: a Pod that starts matching a rule's peers adds exactly one
+// flow (its address in the rule's peer clause); nothing else of the node's policy flows changes.
+func TestPeerChangeRewritesOneDimension(t *testing.T) {
+	g := NewWithT(t)
+	np := policy("web", map[string]string{"app": "web"}, networkingv1.NetworkPolicySpec{Ingress: []networkingv1.NetworkPolicyIngressRule{{
+		From:  []networkingv1.NetworkPolicyPeer{{NamespaceSelector: sel(nil), PodSelector: sel(map[string]string{"app": "client"})}},
+		Ports: []networkingv1.NetworkPolicyPort{tcp(80), tcp(443)},
+	}}})
+	node := pipeline.Node{NodeIP: netip.MustParseAddr("192.168.10.11"), GatewayIP: netip.MustParseAddr("10.244.1.1")}
+	ids := &conjIDs{}
+	in := testInputs(np)
+	in.Pods[3].Labels = map[string]string{"app": "other"}
+	before := flowSet(node.PolicyFlows(Compute(in, ids).Policy))
+	in.Pods[3].Labels = map[string]string{"app": "client"}
+	after := flowSet(node.PolicyFlows(Compute(in, ids).Policy))
+	var added, removed []string
+	for f := range after {
+		if !before[f] {
+			added = append(added, f)
+		}
+	}
+	for f := range before {
+		if !after[f] {
+			removed = append(removed, f)
+		}
+	}
+	g.Expect(removed).To(BeEmpty())
+	g.Expect(added).To(ConsistOf(MatchRegexp(`^table=90, priority=200,ip,nw_src=10\.244\.2\.6 actions=conjunction\(\d+,1/3\)$`)))
+}
+
+func flowSet(flows []openflow.Flow) map[string]bool {
+	out := map[string]bool{}
+	for _, f := range flows {
+		out[f.String()] = true
+	}
+	return out
+}

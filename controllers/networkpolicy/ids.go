@@ -1,14 +1,8 @@
 package networkpolicy
 
 import (
-	"net"
-
-	networkv1alpha1 "github.com/winnet-io/winnet/api/v1alpha1"
 	"github.com/winnet-io/winnet/internal/pipeline"
 )
-
-// podendpointObject is the type the reconciler watches for the node's Pod attachments.
-var podendpointObject = networkv1alpha1.PodEndpoint{}
 
 // conjIDs gives every rule (RuleKey) a conjunction id that stays the same while the rule exists,
 // so that a change elsewhere does not rewrite its flows. Ids are not reused while the agent runs.
@@ -42,5 +36,3 @@ func (c *conjIDs) keepOnly(rules []pipeline.PolicyRule) {
 		}
 	}
 }
-
-func parseMAC(s string) (net.HardwareAddr, error) { return net.ParseMAC(s) }

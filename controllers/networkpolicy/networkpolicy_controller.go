@@ -3,6 +3,7 @@ package networkpolicy
 import (
 	"context"
 	"fmt"
+	"net"
 	"net/netip"
 	"strings"
 	"sync"
@@ -20,6 +21,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
+	networkv1alpha1 "github.com/winnet-io/winnet/api/v1alpha1"
 	"github.com/winnet-io/winnet/controllers/nodenetwork"
 	"github.com/winnet-io/winnet/controllers/podendpoint"
 	"github.com/winnet-io/winnet/internal/pipeline"
@@ -98,7 +100,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Named("networkpolicy").
 		Watches(&networkingv1.NetworkPolicy{}, all).
 		Watches(&corev1.Namespace{}, all).
-		Watches(&podendpointObject, all).
+		Watches(&networkv1alpha1.PodEndpoint{}, all).
 		WatchesRawSource(source.Kind(r.PodSource, &corev1.Pod{}, handler.TypedEnqueueRequestsFromMapFunc(func(context.Context, *corev1.Pod) []reconcile.Request {
 			r.markChanged()
 			return []reconcile.Request{allPolicies}
@@ -197,7 +199,7 @@ func (r *Reconciler) inputs(ctx context.Context) (Inputs, error) {
 			continue
 		}
 		key := types.NamespacedName{Namespace: a.PodNamespace, Name: a.PodName}
-		mac, err := parseMAC(a.MAC)
+		mac, err := net.ParseMAC(a.MAC)
 		if err != nil {
 			continue
 		}

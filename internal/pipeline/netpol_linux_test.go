@@ -93,7 +93,7 @@ func TestPolicyPaths(t *testing.T) {
 		{
 			name: "Replies and established packets skip egress policy",
 			flow: fromPod2("tcp", "8.8.8.8", ",tp_dst=443"), ctNext: []string{"trk,est"},
-			want:   []string{`50\. ct_state=-new\+est\+trk,ip, priority 210`},
+			want:   []string{`50\. ct_state=-new\+est\+trk,ct_mark=0/0x10,ip, priority 210`},
 			reject: notDenied,
 		},
 		{
@@ -116,7 +116,7 @@ func TestPolicyPaths(t *testing.T) {
 		{
 			name: "An established connection survives: ingress evaluates only new connections",
 			flow: fromTunnel("tcp", "10.244.2.7", ",tp_dst=86"), ctNext: []string{"trk,est", "trk,est"},
-			want:   []string{`90\. ct_state=-new\+est\+trk,ip, priority 210`, "-> output port is 10"},
+			want:   []string{`90\. ct_state=-new\+est\+trk,ct_mark=0/0x10,ip, priority 210`, "-> output port is 10"},
 			reject: notDenied,
 		},
 		{
@@ -152,4 +152,47 @@ func TestPolicyPaths(t *testing.T) {
 		},
 	}
 	runTraces(t, o, cases)
+}
+
+// TestPolicyEstablishedServiceConnections walks established packets of Service connections through
+// the egress tables, with their conntrack state and mark as Windows would give them. Windows reports
+// every later UDP packet of a committed connection as established, and a Service connection is
+// committed by its DNAT before policy refuses it: only a connection policy admitted (and marked so
+// at ConntrackCommit) may skip the rules. The userspace datapath keeps such packets +new, so a test-
+// only flow starts the trace at EgressRule with the state given (real packets never reach table 0
+// tracked).
+func TestPolicyEstablishedServiceConnections(t *testing.T) {
+	n := testNode()
+	o, _ := loadPipeline(t, n)
+	loadPolicy(t, o, n)
+	file := filepath.Join(t.TempDir(), "start")
+	if err := os.WriteFile(file, []byte("priority=250,ct_state=+trk,in_port=11 actions=goto_table:50\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	o.MustOfctl(t, "-O", "OpenFlow15", "add-flows", "br-int", file)
+	packet := func(state, mark string) string {
+		return fmt.Sprintf("in_port=11,ct_state=%s,ct_mark=%s,udp,dl_src=%s,dl_dst=%s,nw_src=10.244.1.6,nw_dst=8.8.8.8,udp_dst=53,nw_ttl=64",
+			state, mark, pod2.MAC, n.GatewayMAC)
+	}
+	denied := `60\. ip,in_port=11, priority 200\n\s+drop`
+	cases := []traceCase{
+		{name: "an established Service connection policy never admitted is evaluated, and refused",
+			flow: packet("est|trk", "0x10"), want: []string{denied}},
+		{name: "an established Service connection policy admitted skips the rules",
+			flow: packet("est|trk", "0x110"), want: []string{`50\. ct_state=-new\+est\+trk,ct_mark=0x100/0x100,ip, priority 210`}, reject: []string{"60. ip,in_port=11"}},
+		{name: "an established connection that is no Service's skips the rules",
+			flow: packet("est|trk", "0"), want: []string{`50\. ct_state=-new\+est\+trk,ct_mark=0/0x10,ip, priority 210`}, reject: []string{"60. ip,in_port=11"}},
+		{name: "a reply skips the rules",
+			flow: packet("est|rpl|trk", "0x10"), want: []string{`50\. ct_state=-new\+rpl\+trk,ip, priority 210`}, reject: []string{"60. ip,in_port=11"}},
+	}
+	runTraces(t, o, cases)
+}
+
+// TestServiceConnectionsAreAdmittedAtCommit: a Service connection that reaches ConntrackCommit is
+// committed again in its zone with PolicyAdmittedCTMark, new or not (not yet admitted).
+func TestServiceConnectionsAreAdmittedAtCommit(t *testing.T) {
+	g := NewWithT(t)
+	got := strs(testNode().ServiceBaseFlows())
+	g.Expect(got).To(ContainElement(
+		"table=105, priority=210,ct_state=-rpl+trk,ct_mark=0x10/0x110,ip actions=ct(commit,table=110,zone=65520,exec(set_field:0x100/0x100->ct_mark))"))
 }

@@ -136,11 +136,16 @@ func (n Node) conntrackFlows() []openflow.Flow {
 // passes.
 func (n Node) forwardingFlows() []openflow.Flow {
 	ingress := IngressRuleTable
+	// Replies skip policy; so do other established and related packets, except those of Service
+	// connections policy has not admitted (PolicyAdmittedCTMark).
 	skip := func(rules, next uint8) []openflow.Flow {
-		return []openflow.Flow{
-			flow(rules, priorityHigh, match(openflow.IPv4(), openflow.CTState(openflow.CTTrk|openflow.CTEst, openflow.CTNew)), openflow.GotoTable(next)),
-			flow(rules, priorityHigh, match(openflow.IPv4(), openflow.CTState(openflow.CTTrk|openflow.CTRel, openflow.CTNew)), openflow.GotoTable(next)),
+		var out []openflow.Flow
+		for _, state := range []uint32{openflow.CTEst, openflow.CTRel} {
+			out = append(out,
+				flow(rules, priorityHigh, match(openflow.IPv4(), openflow.CTState(openflow.CTTrk|state, openflow.CTNew), openflow.CTMark(0, ServiceCTMark)), openflow.GotoTable(next)),
+				flow(rules, priorityHigh, match(openflow.IPv4(), openflow.CTState(openflow.CTTrk|state, openflow.CTNew), openflow.CTMark(PolicyAdmittedCTMark, PolicyAdmittedCTMark)), openflow.GotoTable(next)))
 		}
+		return append(out, flow(rules, priorityHigh, match(openflow.IPv4(), openflow.CTState(openflow.CTTrk|openflow.CTRpl, openflow.CTNew)), openflow.GotoTable(next)))
 	}
 	out := slices.Concat(skip(EgressRuleTable, EgressMetricTable), skip(IngressRuleTable, IngressMetricTable))
 	return append(out,

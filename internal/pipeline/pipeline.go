@@ -159,6 +159,15 @@ const (
 	ServiceExternalCTMark uint32 = 0x80
 )
 
+// PolicyAdmittedCTMark marks a Service connection that NetworkPolicy let through, set when it
+// reaches ConntrackCommit. A Service connection is committed by its DNAT, before policy sees it, so
+// a connection policy refuses exists in conntrack all the same; on Windows its next packets are
+// established (+est-new: datapath-windows/ovsext Conntrack-other.c OvsConntrackUpdateOtherEntry
+// returns CT_UPDATE_VALID for every later UDP packet), and skipping policy for them would let the
+// refused connection through. Established Service connections skip policy only with this mark
+// (the userspace datapath keeps them +new until a reply, so the tests' datapath cannot show it).
+const PolicyAdmittedCTMark uint32 = 0x100
+
 // ServiceSNATZone is the conntrack zone of Service SNAT: NAT is fixed at a connection's first
 // commit, which for a Service connection is the DNAT in ConntrackZone, so the SNAT that follows
 // needs a zone of its own.

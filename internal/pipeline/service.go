@@ -44,7 +44,9 @@ const bucketWeight = 100
 //     request came with, kept in ct_label (the host never sees them: it would drop a packet from
 //     its own address);
 //   - Service connections are committed already (by the DNAT), the ones marked for it are SNATed
-//     to the gateway IP in ServiceSNATZone, in both directions' request side;
+//     to the gateway IP in ServiceSNATZone, in both directions' request side; the others are
+//     marked PolicyAdmittedCTMark once they got through NetworkPolicy (committed again in the
+//     same zone after the DNAT, as Antrea's rule tables do);
 //   - ARP for ServiceNextHop, the next hop of the host's ClusterIP routes, is answered.
 func (n Node) ServiceBaseFlows() []openflow.Flow {
 	var out []openflow.Flow
@@ -65,8 +67,9 @@ func (n Node) ServiceBaseFlows() []openflow.Flow {
 			openflow.CT(openflow.CTAction{Commit: true, Table: ptr(L2ForwardingOutTable), Zone: ServiceSNATZone, SNAT: n.GatewayIP})),
 		flow(ConntrackCommitTable, priorityTop, match(openflow.IPv4(), openflow.CTState(openflow.CTTrk, openflow.CTNew|openflow.CTRpl), openflow.CTMark(ServiceSNATCTMark, ServiceSNATCTMark)),
 			openflow.CT(openflow.CTAction{Table: ptr(L2ForwardingOutTable), Zone: ServiceSNATZone, NAT: true})),
-		flow(ConntrackCommitTable, priorityHigh, match(openflow.IPv4(), openflow.CTState(openflow.CTNew|openflow.CTTrk, 0), openflow.CTMark(ServiceCTMark, ServiceCTMark)),
-			openflow.GotoTable(L2ForwardingOutTable)),
+		flow(ConntrackCommitTable, priorityHigh, match(openflow.IPv4(), openflow.CTState(openflow.CTTrk, openflow.CTRpl), openflow.CTMark(ServiceCTMark, ServiceCTMark|PolicyAdmittedCTMark)),
+			openflow.CT(openflow.CTAction{Commit: true, Table: ptr(L2ForwardingOutTable), Zone: ConntrackZone,
+				Exec: []openflow.Action{openflow.SetCTMark(PolicyAdmittedCTMark, PolicyAdmittedCTMark)}})),
 		flow(ARPResponderTable, priorityNormal, match(openflow.ARP(), openflow.ARPTPA(ServiceNextHop), openflow.ARPOp(1)),
 			openflow.Move(openflow.FieldEthSrc, openflow.FieldEthDst), openflow.SetEthSrc(GlobalVirtualMAC), openflow.SetARPOp(2),
 			openflow.Move(openflow.FieldARPSha, openflow.FieldARPTha), openflow.SetARPSha(GlobalVirtualMAC),

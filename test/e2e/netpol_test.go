@@ -62,10 +62,8 @@ func TestNetworkPolicy(t *testing.T) {
 	for name, p := range pods {
 		all[name] = p
 	}
-	// kubelet writes each Pod's addresses into its status: policy matches remote Pods by them.
-	for _, p := range all {
-		writePodIP(t, p)
-	}
+	// The harness writes each Pod's addresses into its status as kubelet does: policy matches remote
+	// Pods by them.
 	for _, port := range []int{npHTTPPort, npOtherPort} {
 		s, err := cluster.ServeEcho(web.NSPath, port)
 		g.Expect(err).NotTo(HaveOccurred())
@@ -229,18 +227,6 @@ func expectConnection(t *testing.T, from, to *cluster.Pod, port int, allowed boo
 	}
 	g.Eventually(try).WithTimeout(converge).WithPolling(200*time.Millisecond).Should(HaveOccurred(), what+" is refused")
 	g.Expect(try()).To(HaveOccurred(), what+" stays refused")
-}
-
-// writePodIP writes the Pod's address into its status, as kubelet does.
-func writePodIP(t *testing.T, p *cluster.Pod) {
-	t.Helper()
-	g := NewWithT(t)
-	obj := &corev1.Pod{}
-	g.Expect(c.Client.Get(context.Background(), client.ObjectKey{Namespace: cluster.PodNamespace, Name: p.Name}, obj)).To(Succeed())
-	obj.Status.Phase = corev1.PodRunning
-	obj.Status.PodIP = p.IP.String()
-	obj.Status.PodIPs = []corev1.PodIP{{IP: p.IP.String()}}
-	g.Expect(c.Client.Status().Update(context.Background(), obj)).To(Succeed())
 }
 
 func setPodLabels(t *testing.T, name string, labels map[string]string) {

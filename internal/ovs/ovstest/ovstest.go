@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -404,9 +405,16 @@ func waitFor(timeout time.Duration, done chan struct{}, ready func() bool) error
 	}
 }
 
+// socketReady reports whether a daemon accepts connections on the unix socket at path. The file
+// alone is not enough: it exists from bind(), before listen(), and a client connecting in between
+// is refused (ovs-vsctl init failed so under load).
 func socketReady(path string) bool {
-	fi, err := os.Stat(path)
-	return err == nil && fi.Mode()&os.ModeSocket != 0
+	c, err := net.DialTimeout("unix", path, 100*time.Millisecond)
+	if err != nil {
+		return false
+	}
+	_ = c.Close()
+	return true
 }
 
 func lookPath(name string) (string, error) {

@@ -18,26 +18,20 @@ import (
 // policyName is the demo's NetworkPolicy: it isolates pod-b2 and admits only pod-a1.
 const policyName = "isolate-pod-b2"
 
-// policyDemo labels the Pods (pod-b2 app=isolated, pod-a1 role=trusted), writes their addresses
-// into their status as kubelet would, creates a NetworkPolicy isolating pod-b2 for ingress except
+// policyDemo labels the Pods (pod-b2 app=isolated, pod-a1 role=trusted; the harness wrote their
+// addresses into their status as kubelet does), creates a NetworkPolicy isolating pod-b2 for ingress except
 // from pod-a1, and returns a table of new TCP connections to pod-b2 measured with real packets.
 func policyDemo(ctx context.Context, c *cluster.Cluster, pods map[string]*cluster.Pod) (string, error) {
 	labels := map[string]map[string]string{"pod-b2": {"app": "isolated"}, "pod-a1": {"role": "trusted"}}
-	for name, p := range pods {
+	for name, l := range labels {
 		obj := &corev1.Pod{}
-		if err := c.Client.Get(ctx, client.ObjectKey{Namespace: cluster.PodNamespace, Name: name}, obj); err != nil {
+		if err := c.Client.Get(ctx, client.ObjectKey{Namespace: pods[name].Namespace, Name: name}, obj); err != nil {
 			return "", err
 		}
-		obj.Status.Phase, obj.Status.PodIP, obj.Status.PodIPs = corev1.PodRunning, p.IP.String(), []corev1.PodIP{{IP: p.IP.String()}}
-		if err := c.Client.Status().Update(ctx, obj); err != nil {
-			return "", fmt.Errorf("writing the status of Pod %s: %w", name, err)
-		}
-		if l, ok := labels[name]; ok {
-			before := obj.DeepCopy()
-			obj.Labels = l
-			if err := c.Client.Patch(ctx, obj, client.MergeFrom(before)); err != nil {
-				return "", fmt.Errorf("labelling Pod %s: %w", name, err)
-			}
+		before := obj.DeepCopy()
+		obj.Labels = l
+		if err := c.Client.Patch(ctx, obj, client.MergeFrom(before)); err != nil {
+			return "", fmt.Errorf("labelling Pod %s: %w", name, err)
 		}
 	}
 	np := &networkingv1.NetworkPolicy{

@@ -5,6 +5,7 @@ package networkpolicy_test
 import (
 	"context"
 	"fmt"
+	"net"
 	"net/netip"
 	"strings"
 	"testing"
@@ -12,6 +13,7 @@ import (
 
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	eventsv1 "k8s.io/api/events/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -73,6 +75,35 @@ func createPolicy(t *testing.T, np *networkingv1.NetworkPolicy) {
 	t.Helper()
 	NewWithT(t).Expect(server.Client.Create(context.Background(), np)).To(Succeed())
 	t.Cleanup(func() { _ = server.Client.Delete(context.Background(), np) })
+}
+
+// clusterIPService creates a ClusterIP Service with a TCP and a UDP port 80 to the Pod's port and,
+// as the EndpointSlice controller would, its EndpointSlice; it returns the ClusterIP.
+func clusterIPService(t *testing.T, name string, p *testPod, port int32) netip.Addr {
+	t.Helper()
+	g := NewWithT(t)
+	ctx := context.Background()
+	svc := &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Namespace: p.namespace, Name: name},
+		Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{
+			{Name: "tcp", Protocol: corev1.ProtocolTCP, Port: 80, TargetPort: intstr.FromInt32(port)},
+			{Name: "udp", Protocol: corev1.ProtocolUDP, Port: 80, TargetPort: intstr.FromInt32(port)},
+		}},
+	}
+	g.Expect(server.Client.Create(ctx, svc)).To(Succeed())
+	t.Cleanup(func() { _ = server.Client.Delete(context.Background(), svc) })
+	slice := &discoveryv1.EndpointSlice{
+		ObjectMeta:  metav1.ObjectMeta{Namespace: p.namespace, Name: name + "-1", Labels: map[string]string{discoveryv1.LabelServiceName: name}},
+		AddressType: discoveryv1.AddressTypeIPv4,
+		Ports: []discoveryv1.EndpointPort{
+			{Name: ptr.To("tcp"), Protocol: ptr.To(corev1.ProtocolTCP), Port: ptr.To(port)},
+			{Name: ptr.To("udp"), Protocol: ptr.To(corev1.ProtocolUDP), Port: ptr.To(port)},
+		},
+		Endpoints: []discoveryv1.Endpoint{{Addresses: []string{p.ip.String()}, Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true)}}},
+	}
+	g.Expect(server.Client.Create(ctx, slice)).To(Succeed())
+	t.Cleanup(func() { _ = server.Client.Delete(context.Background(), slice) })
+	return netip.MustParseAddr(svc.Spec.ClusterIP)
 }
 
 func TestNetworkPolicy(t *testing.T) {
@@ -143,6 +174,43 @@ func TestNetworkPolicy(t *testing.T) {
 		{"other ports of the isolated Pod are refused, TCP and UDP", func(t *testing.T) {
 			expectRefused(t, clientB.ns, "tcp4", webOther)
 			expectRefused(t, clientB.ns, "udp4", webOther)
+		}},
+		{"a connection to a Service whose endpoint refuses it is refused on every packet, not only the first", func(t *testing.T) {
+			g := NewWithT(t)
+			vip := clusterIPService(t, "web-other", web, otherPort)
+			// The node (always allowed) reaches the endpoint through the Service: it is realised.
+			expectAllowed(t, a.NS, "udp4", netip.AddrPortFrom(vip, 80), "web")
+			expectAllowed(t, a.NS, "tcp4", netip.AddrPortFrom(vip, 80), "web")
+			// Connections policy let through are marked admitted (ct_mark 0x100) besides DNATed (0x10).
+			ct, err := a.OVS.Appctl("dpctl/dump-conntrack")
+			g.Expect(err).NotTo(HaveOccurred())
+			g.Expect(ct).To(MatchRegexp(fmt.Sprintf(`tcp,orig=\([^)]*dst=%s,[^)]*dport=80\),reply=\(src=%s,[^)]*\),[^\n]*mark=272`, vip, web.ip)), "conntrack:\n%s", ct)
+			// The Service's DNAT commits the connection before policy refuses it: later packets of
+			// the same connection must not pass as established. One UDP socket sends several
+			// datagrams; a TCP connect retransmits its SYN.
+			var conn net.Conn
+			g.Expect(inNS(clientA.ns, func() error {
+				var err error
+				conn, err = net.Dial("udp4", netip.AddrPortFrom(vip, 80).String())
+				return err
+			})).To(Succeed())
+			defer conn.Close()
+			buf := make([]byte, 100)
+			for i := 0; i < 5; i++ {
+				_, err := conn.Write([]byte("hello"))
+				g.Expect(err).NotTo(HaveOccurred())
+				_ = conn.SetReadDeadline(time.Now().Add(500 * time.Millisecond))
+				n, err := conn.Read(buf)
+				g.Expect(err).To(HaveOccurred(), "datagram %d of a refused connection was answered: %q", i+1, buf[:n])
+			}
+			err = inNS(clientA.ns, func() error {
+				c, err := net.DialTimeout("tcp4", netip.AddrPortFrom(vip, 80).String(), 4*time.Second)
+				if err == nil {
+					c.Close()
+				}
+				return err
+			})
+			g.Expect(err).To(HaveOccurred(), "a retransmitted SYN of a refused connection passed")
 		}},
 		{"a Pod of an unselected namespace is refused the named port", func(t *testing.T) {
 			expectRefused(t, clientA.ns, "tcp4", webHTTP)
