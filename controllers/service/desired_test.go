@@ -144,3 +144,20 @@ func TestDesiredPortsNodePortAndProtocols(t *testing.T) {
 	g.Expect(d.ports[0].clusterIP).To(Equal(netip.MustParseAddr("10.96.0.10")))
 	g.Expect(d.ports[0].endpoints).To(BeEmpty())
 }
+
+// TestGroupIDsReused: the id of a Service port's group whose Service is gone is given to the next new
+// one (lowest first), so ids stay few however many Services come and go; live groups keep theirs.
+func TestGroupIDsReused(t *testing.T) {
+	g := NewWithT(t)
+	r := &Reconciler{groupIDs: map[groupKey]uint32{}}
+	key := func(name string) groupKey {
+		return groupKey{port: portKey{Namespace: "ns", Name: name, Protocol: corev1.ProtocolTCP, Port: 80}}
+	}
+	g.Expect([]uint32{r.groupID(key("a")), r.groupID(key("b")), r.groupID(key("c")), r.groupID(key("d"))}).To(Equal([]uint32{1, 2, 3, 4}))
+	// b and c are gone from the switch.
+	r.forgetGroups([]openflow.Group{{ID: 1}, {ID: 4}})
+	g.Expect(r.groupID(key("a"))).To(Equal(uint32(1)), "a live group keeps its id")
+	g.Expect(r.groupID(key("e"))).To(Equal(uint32(2)), "the lowest freed id first")
+	g.Expect(r.groupID(key("f"))).To(Equal(uint32(3)))
+	g.Expect(r.groupID(key("g"))).To(Equal(uint32(5)), "then new ids")
+}

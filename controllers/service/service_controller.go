@@ -55,9 +55,11 @@ type Reconciler struct {
 	// ResyncPeriod is the drift check period; zero means DefaultResyncPeriod.
 	ResyncPeriod time.Duration
 
-	// groupIDs holds the group of each Service port (and kind); nextGroup is the next free id.
-	groupIDs  map[groupKey]uint32
-	nextGroup uint32
+	// groupIDs holds the group of each Service port (and kind); nextGroup is the highest id
+	// allocated, freeGroups the ids below it whose groups are gone (lowest first), given out again.
+	groupIDs   map[groupKey]uint32
+	nextGroup  uint32
+	freeGroups []uint32
 	// bridge and groups are the connection the groups were last synced on, and those groups.
 	bridge *openflow.Bridge
 	groups []openflow.Group
@@ -277,12 +279,20 @@ func (r *Reconciler) groupID(k groupKey) uint32 {
 	if id, ok := r.groupIDs[k]; ok {
 		return id
 	}
-	r.nextGroup++
-	r.groupIDs[k] = r.nextGroup
-	return r.nextGroup
+	var id uint32
+	if len(r.freeGroups) > 0 {
+		id, r.freeGroups = r.freeGroups[0], r.freeGroups[1:]
+	} else {
+		r.nextGroup++
+		id = r.nextGroup
+	}
+	r.groupIDs[k] = id
+	return id
 }
 
-// forgetGroups drops the ids of groups that are gone. Ids are not reused.
+// forgetGroups frees the ids of groups that are gone, for groupID to give out again: it runs once
+// the switch no longer has those groups and no flow refers to them, so a reused id never meets a
+// stale flow. Ids stay few and low however many Services come and go.
 func (r *Reconciler) forgetGroups(installed []openflow.Group) {
 	keep := map[uint32]bool{}
 	for _, g := range installed {
@@ -291,8 +301,10 @@ func (r *Reconciler) forgetGroups(installed []openflow.Group) {
 	for k, id := range r.groupIDs {
 		if !keep[id] {
 			delete(r.groupIDs, k)
+			r.freeGroups = append(r.freeGroups, id)
 		}
 	}
+	slices.Sort(r.freeGroups)
 }
 
 // warnUnsupported emits one Warning Event per Service version for ports that cannot be realised.
