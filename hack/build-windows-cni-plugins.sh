@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Builds the CNI plugins winnet-agent delegates to on Windows nodes — host-local (IPAM) — from the Go
+# Builds the CNI plugins shipped for Windows nodes — host-local (IPAM; winnet-agent runs host-local's allocator
+# in-process on the same on-disk format, the plugin is shipped for tools that use it) — from the Go
 # module proxy into bin/windows/, beside winnet-cni.exe, for the Windows image (Dockerfile.windows).
 # Linux nodes and the tests use Debian's containernetworking-plugins instead. Cached by version.
 set -euo pipefail
