@@ -13,6 +13,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	networkv1alpha1 "github.com/winnet-io/winnet/api/v1alpha1"
@@ -58,11 +59,17 @@ func createNode(t *testing.T, g Gomega, n *node) {
 	})).To(Succeed())
 }
 
+// setInternalIP and updateWNN read, change and write again on a conflict, as any client does: the
+// agents write the same objects (status, finalizers) while the test runs.
 func setInternalIP(g Gomega, name, ip string) {
-	k := &corev1.Node{}
-	g.Expect(server.Client.Get(context.Background(), client.ObjectKey{Name: name}, k)).To(Succeed())
-	k.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: ip}}
-	g.Expect(server.Client.Status().Update(context.Background(), k)).To(Succeed())
+	g.Expect(retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		k := &corev1.Node{}
+		if err := server.Client.Get(context.Background(), client.ObjectKey{Name: name}, k); err != nil {
+			return err
+		}
+		k.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: ip}}
+		return server.Client.Status().Update(context.Background(), k)
+	})).To(Succeed())
 }
 
 func routesReady(name string, installed int32) func(Gomega) {
@@ -91,10 +98,14 @@ func (n *node) flows(g Gomega) string {
 }
 
 func updateWNN(g Gomega, name string, mutate func(*networkv1alpha1.WindowsNodeNetwork)) {
-	w := &networkv1alpha1.WindowsNodeNetwork{}
-	g.Expect(server.Client.Get(context.Background(), client.ObjectKey{Name: name}, w)).To(Succeed())
-	mutate(w)
-	g.Expect(server.Client.Update(context.Background(), w)).To(Succeed())
+	g.Expect(retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		w := &networkv1alpha1.WindowsNodeNetwork{}
+		if err := server.Client.Get(context.Background(), client.ObjectKey{Name: name}, w); err != nil {
+			return err
+		}
+		mutate(w)
+		return server.Client.Update(context.Background(), w)
+	})).To(Succeed())
 }
 
 func TestTwoNodes(t *testing.T) {

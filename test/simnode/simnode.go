@@ -271,6 +271,26 @@ func Exec(ns string, args ...string) (string, error) {
 	return string(out), nil
 }
 
+// Output runs `ip netns exec <ns> args...` and returns its standard output alone: what a caller
+// parses or compares, without the warnings a tool prints on standard error (ip prints "Peer netns
+// reference is invalid" for a veth whose peer's namespace is going away, for example).
+func Output(ns string, args ...string) (string, error) {
+	if len(args) == 0 {
+		return "", errors.New("simnode: Output without a command")
+	}
+	if ns != "" {
+		args = append([]string{"ip", "netns", "exec", ns}, args...)
+	}
+	var stderr strings.Builder
+	cmd := exec.Command(args[0], args[1:]...)
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return string(out), fmt.Errorf("%s: %w: %s", strings.Join(args, " "), err, strings.TrimSpace(stderr.String()))
+	}
+	return string(out), nil
+}
+
 var pingStats = regexp.MustCompile(`(\d+) packets transmitted, (\d+) (?:packets )?received`)
 
 // Ping sends count echo requests from namespace ns to dst (`ping -c count -i 0.2 -W 1`) and returns how

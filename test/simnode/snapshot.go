@@ -26,7 +26,7 @@ var routeProto = regexp.MustCompile(` proto (static|boot)`)
 func (n *Node) Snapshot() (Snapshot, error) {
 	var firstErr error
 	run := func(args ...string) string {
-		out, err := n.Exec(args...)
+		out, err := Output(n.NS, args...) // standard output only: ip's warnings are not the node's state
 		if err != nil && firstErr == nil {
 			firstErr = fmt.Errorf("%v: %w", args, err)
 		}
