@@ -27,6 +27,11 @@ type Realized struct {
 	VNI  uint32
 	// NodeSubnet is the node IP with the prefix length of its subnet, for Hybrid mode.
 	NodeSubnet netip.Prefix
+	// BridgeAddresses are the addresses the bridge interface (the management vNIC, which took the
+	// uplink's addresses) held when the node network was last converged, sorted, link-local ones
+	// included: the node IP and any other address the host has there. An address added or removed
+	// there is seen at the next converge, which wakes the subscribers.
+	BridgeAddresses []netip.Prefix
 	// UplinkMAC is the source MAC of packets routed out of the uplink.
 	UplinkMAC net.HardwareAddr
 	// BridgeLinkIndex and GatewayLinkIndex are the host interfaces of the bridge and the gateway.

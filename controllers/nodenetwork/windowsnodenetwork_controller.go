@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"slices"
 	"sync"
 	"time"
 
@@ -223,8 +224,11 @@ type state struct {
 	network *hns.Network
 	// nodeSubnet is the node IP with its prefix length, as the bridge interface holds it.
 	nodeSubnet netip.Prefix
-	flows      *openflow.Bridge
-	node       pipeline.Node
+	// bridgeAddresses are all the addresses the bridge interface holds (see
+	// Realized.BridgeAddresses).
+	bridgeAddresses []netip.Prefix
+	flows           *openflow.Bridge
+	node            pipeline.Node
 }
 
 // converge observes the host, computes the desired node network and converges each component in
@@ -261,7 +265,7 @@ func (r *Reconciler) converge(ctx context.Context, wnn *networkv1alpha1.WindowsN
 	}
 	r.state().setRealized(&Realized{
 		Flows: s.flows, Node: s.node, Mode: wnn.Spec.Encapsulation.Mode, VNI: s.desired.vni, NodeSubnet: s.nodeSubnet,
-		UplinkMAC: s.facts.uplinkMAC, BridgeLinkIndex: s.bridge.Index, GatewayLinkIndex: s.gateway.Index,
+		BridgeAddresses: s.bridgeAddresses, UplinkMAC: s.facts.uplinkMAC, BridgeLinkIndex: s.bridge.Index, GatewayLinkIndex: s.gateway.Index,
 	})
 	r.state().FlowsSynced(ctx, NodeNetworkFlows, s.flows)
 	if routes, ok := r.state().routesResult(); ok {
@@ -526,6 +530,10 @@ func (r *Reconciler) ensureBridge(ctx context.Context, s *state) (outcome, error
 			return outcome{}, failed(networkv1alpha1.HostAddressMoveFailedReason, fmt.Errorf("node IP %s is not on %s", d.nodeIP, d.bridge.Name))
 		}
 	}
+	if s.bridgeAddresses, err = r.Host.Net.Addresses(ctx, s.bridge.Index); err != nil {
+		return outcome{}, failed(networkv1alpha1.HostAddressMoveFailedReason, fmt.Errorf("reading the addresses of %s: %w", d.bridge.Name, err))
+	}
+	slices.SortFunc(s.bridgeAddresses, netip.Prefix.Compare)
 	return outcome{networkv1alpha1.ReadyReason, fmt.Sprintf("Bridge %s is the management vNIC and holds the node IP %s", d.bridge.Name, d.nodeIP)}, nil
 }
 

@@ -269,9 +269,22 @@ func (r *Reconciler) syncHostRoutes(ctx context.Context, rz nodenetwork.Realized
 	return nil
 }
 
-// nodeIPs are the node's addresses NodePorts are served on.
+// nodeIPs are the node's addresses NodePorts are served on: the node IP, then every other IPv4
+// address the bridge interface holds (kube-proxy's default, every node address), except
+// link-local ones (169.254.0.0/16, the system's own per link) and addresses in the Pod subnet (the
+// gateway's). The set follows the bridge interface's addresses as the node network last saw them:
+// an address added or removed there changes the realised node network, which wakes the reconciler.
 func nodeIPs(rz nodenetwork.Realized) []netip.Addr {
-	return []netip.Addr{rz.Node.NodeIP}
+	ips := []netip.Addr{rz.Node.NodeIP}
+	for _, p := range rz.BridgeAddresses {
+		ip := p.Addr().Unmap()
+		if !ip.Is4() || ip.IsLinkLocalUnicast() || ip.IsLoopback() || ip.IsMulticast() || ip.IsUnspecified() ||
+			ip == rz.Node.GatewayIP || rz.Node.PodCIDR.Contains(ip) || slices.Contains(ips, ip) {
+			continue
+		}
+		ips = append(ips, ip)
+	}
+	return ips
 }
 
 // groupID returns the group of a Service port, allocating one the first time.

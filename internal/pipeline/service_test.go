@@ -150,6 +150,8 @@ func TestServiceFlowsPassWindowsProfile(t *testing.T) {
 	for _, proto := range []uint8{openflow.ProtoTCP, openflow.ProtoUDP} {
 		sp := testServicePort(n, proto)
 		sp.ClusterGroup, sp.ExternalGroup = uint32(proto)*10, uint32(proto)*10+1
+		// A NodePort is served on every address of the node's interface, not only the node IP.
+		sp.NodeIPs = append(sp.NodeIPs, netip.MustParseAddr("192.168.10.21"))
 		groups, flows := n.ServiceFlows(sp)
 		d.Groups = append(d.Groups, groups...)
 		d.Flows = append(d.Flows, flows...)

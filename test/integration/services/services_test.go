@@ -190,6 +190,49 @@ func TestClusterIPAndNodePort(t *testing.T) {
 		expectAnswer(t, u.External().NS, "tcp4", netip.AddrPortFrom(a.NodeIP.Addr(), uint16(svcRemote.Spec.Ports[0].NodePort)), "server-b")
 	})
 
+	t.Run("a NodePort is answered on every address of the node's interface, until it is removed", func(t *testing.T) {
+		g := NewWithT(t)
+		// A second address on the bridge interface (the management vNIC that took the uplink's
+		// addresses), as an administrator or DHCP would add it.
+		second := netip.MustParseAddr("192.168.61.21")
+		a.MustExec(t, "ip", "addr", "add", second.String()+"/24", "dev", "br-int")
+		t.Cleanup(func() { _, _ = a.Exec("ip", "addr", "del", second.String()+"/24", "dev", "br-int") })
+		for idx, network := range []string{"tcp4", "udp4"} {
+			from := expectAnswer(t, u.External().NS, network, netip.AddrPortFrom(second, uint16(svcLocal.Spec.Ports[idx].NodePort)), "server-a")
+			g.Expect(from).To(Equal(u.ExternalIP.String()), "no SNAT for a local endpoint")
+			from = expectAnswer(t, u.External().NS, network, netip.AddrPortFrom(second, uint16(svcRemote.Spec.Ports[idx].NodePort)), "server-b")
+			g.Expect(from).To(Equal(a.podCIDR.Addr().Next().String()), "SNATed to the node's gateway")
+		}
+		nodePortFlows := func(g Gomega) []string {
+			flows, err := a.OVS.DumpFlows("br-int", "-O", "OpenFlow15")
+			g.Expect(err).NotTo(HaveOccurred())
+			var out []string
+			for _, f := range flows {
+				if strings.Contains(f, "nw_dst="+second.String()+",") {
+					out = append(out, f)
+				}
+			}
+			return out
+		}
+		g.Expect(nodePortFlows(g)).NotTo(BeEmpty())
+		for _, f := range nodePortFlows(g) {
+			g.Expect(f).NotTo(ContainSubstring("169.254."), "no NodePort on a link-local address")
+		}
+
+		// The address goes; the external host still sends to the node's MAC (a permanent
+		// neighbour entry, as a stale ARP cache would), so only the flows decide.
+		a.MustExec(t, "ip", "addr", "del", second.String()+"/24", "dev", "br-int")
+		u.External().MustExec(t, "ip", "neigh", "replace", second.String(), "lladdr", a.UplinkMAC.String(), "dev", simnode.HostIfName, "nud", "permanent")
+		t.Cleanup(func() { _, _ = u.External().Exec("ip", "neigh", "del", second.String(), "dev", simnode.HostIfName) })
+		g.Eventually(nodePortFlows).WithTimeout(converge).Should(BeEmpty(), "the NodePort flows of the removed address go")
+		g.Consistently(func() error {
+			_, err := ask(u.External().NS, "tcp4", netip.AddrPortFrom(second, uint16(svcLocal.Spec.Ports[0].NodePort)))
+			return err
+		}).WithTimeout(3*time.Second).WithPolling(500*time.Millisecond).Should(HaveOccurred(), "the removed address no longer answers the NodePort")
+		// The node IP still does.
+		expectAnswer(t, u.External().NS, "tcp4", netip.AddrPortFrom(a.NodeIP.Addr(), uint16(svcLocal.Spec.Ports[0].NodePort)), "server-a")
+	})
+
 	t.Run("SCTP is refused with a Warning Event", func(t *testing.T) {
 		g := NewWithT(t)
 		sctp := &corev1.Service{
