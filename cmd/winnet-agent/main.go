@@ -61,6 +61,7 @@ func main() {
 	// flag stays accepted so that existing configurations (the Helm chart's) keep starting.
 	_ = fs.String("cni-bin-dir", strings.Join(agent.DefaultCNIBinDirs, string(os.PathListSeparator)),
 		"unused: the agent allocates Pod addresses with host-local's allocator and on-disk format in-process (accepted for existing configurations)")
+	fs.StringVar(&hostOpts.CNIShimPath, "cni-shim-path", "", "the "+cni.PluginType+" binary winnet installed (the Helm chart sets <cni.binDir>/"+cni.PluginType+".exe): when the node network is torn down it goes with the node's last Pod sandbox (default: leave the shim alone)")
 	fs.StringVar(&hostOpts.StateDir, "state-dir", agent.DefaultStateDir, "directory of the agent's state: IPAM allocations (ipam/), Pod attachments (pods/)")
 	if runtime.GOOS == "linux" {
 		fs.DurationVar(&hostOpts.HNSSimLatency, hnsSimLatencyFlag, 0, "Linux only: latency added to every call of the HNS simulator (benchmarks)")

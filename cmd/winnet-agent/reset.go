@@ -24,9 +24,10 @@ func runResetCommand(args []string) (handled bool, err error) {
 			"Gives this node its network back without the API server: deletes the OVS bridges winnet owns,\n"+
 			"releases the uplink adapter, deletes the HNS network (HNS gives the adapter its IP configuration\n"+
 			"back), checks the adapter holds its recorded address again (re-applying the record if not), and\n"+
-			"removes the adapter record, the CNI conflist and the agent's state (ipam/, pods/). While Pod\n"+
-			"sandboxes are left the conflist stays: the CNI shim then answers their DEL without the agent and\n"+
-			"removes it with the last. Stop the agent first. Running it again is a no-op.\n\nFlags:\n")
+			"removes the adapter record, the CNI conflist, the agent's state (ipam/, pods/) and, with\n"+
+			"--cni-shim-path, the shim winnet installed. While Pod sandboxes are left the conflist and the shim\n"+
+			"stay: the shim then answers their DEL without the agent and removes both with the last. Stop the\n"+
+			"agent first. Running it again is a no-op.\n\nFlags:\n")
 		fs.PrintDefaults()
 	}
 	hostOpts := agent.HostOptions{}
@@ -37,6 +38,7 @@ func runResetCommand(args []string) (handled bool, err error) {
 	fs.StringVar(&hostOpts.NetNSPath, "netns", "", "Linux only: reset this network namespace instead of the command's own (simulated nodes)")
 	fs.StringVar(&hostOpts.CNIConfDir, "cni-conf-dir", agent.DefaultCNIConfDir, "directory the agent wrote "+cni.ConfListName+" into")
 	fs.StringVar(&hostOpts.StateDir, "state-dir", agent.DefaultStateDir, "the agent's state directory")
+	fs.StringVar(&opts.CNIShimPath, "cni-shim-path", "", "the "+cni.PluginType+" binary winnet installed (the agent's --cni-shim-path): removed with the conflist, or with the last sandbox when some are left (default: leave the shim alone)")
 	if err := fs.Parse(args[1:]); err != nil {
 		if err == flag.ErrHelp {
 			return true, nil

@@ -35,6 +35,10 @@ type HostOptions struct {
 	// StateDir holds the agent's state (IPAM allocations, Pod attachments); empty means
 	// DefaultStateDir.
 	StateDir string
+	// CNIShimPath is the winnet-cni binary winnet installed (the Helm chart's install-cni copy),
+	// removed with the node's last sandbox when the node network is torn down (cni.Retirement.Shim);
+	// empty leaves the shim alone.
+	CNIShimPath string
 	// HNSSimLatency, on Linux, is added to every call of the HNS simulator, so that a benchmark
 	// can run with HNS's own latency (hidden flag --hns-sim-latency).
 	HNSSimLatency time.Duration
@@ -91,7 +95,7 @@ func SetupNodeNetwork(ctx context.Context, mgr ctrl.Manager, nodeName string, op
 	}
 	podNet, err := SetupPodNetwork(ctx, mgr, PodNetworkOptions{
 		NodeName: nodeName, Host: podendpoint.Host{HNS: hnsClient, OVSDB: db, Net: netClient}, State: state,
-		CNISocket: opts.CNISocket, CNIConfDir: opts.CNIConfDir, StateDir: opts.StateDir,
+		CNISocket: opts.CNISocket, CNIConfDir: opts.CNIConfDir, StateDir: opts.StateDir, CNIShimPath: opts.CNIShimPath,
 	})
 	if err != nil {
 		return err

@@ -29,6 +29,9 @@ type PodNetworkOptions struct {
 	CNIConfDir string
 	// StateDir holds IPAM allocations (ipam/) and the Pods' attachments (pods/).
 	StateDir string
+	// CNIShimPath is the shim binary winnet installed, removed with the node's last sandbox once the
+	// node network is gone; empty leaves the shim alone.
+	CNIShimPath string
 	// ResyncPeriod and NotReadyWait tune the reconciler and ADD, VNICTimeout how long a Pod's port
 	// waits for its vNIC after ADD; zero means the defaults.
 	ResyncPeriod, NotReadyWait, VNICTimeout time.Duration
@@ -39,14 +42,15 @@ type PodNetwork struct {
 	Pods *podendpoint.Pods
 	IPAM *ipam.HostLocal
 
-	stateDir, confList string
+	stateDir, confList, shim string
 }
 
 var _ nodenetwork.TeardownListener = (*PodNetwork)(nil)
 
 // NodeNetworkRemoved retires the node's CNI configuration (cni.Retire) once its node network is
 // gone: the sandboxes the agent attached are recorded for the shim, which answers their DEL without
-// the agent and removes the conflist with the last one; with none, the conflist goes now.
+// the agent and removes the conflist (and the shim winnet installed) with the last one; with none,
+// they go now.
 func (p *PodNetwork) NodeNetworkRemoved(ctx context.Context) error {
 	var sandboxes []string
 	for _, a := range p.Pods.Store().List() {
@@ -54,13 +58,13 @@ func (p *PodNetwork) NodeNetworkRemoved(ctx context.Context) error {
 	}
 	// The conflist first, then the agent's Pod state: nothing on the node needs it any more.
 	remove := []string{p.confList, filepath.Join(p.stateDir, "ipam"), filepath.Join(p.stateDir, "pods")}
-	finished, err := cni.Retire(p.stateDir, cni.Retirement{Remove: remove, By: "winnet-agent: WindowsNodeNetwork deleted", Time: time.Now()}, sandboxes)
+	finished, err := cni.Retire(p.stateDir, cni.Retirement{Remove: remove, Shim: p.shim, By: "winnet-agent: WindowsNodeNetwork deleted", Time: time.Now()}, sandboxes)
 	if err != nil {
 		return err
 	}
 	log := ctrl.LoggerFrom(ctx)
 	if finished {
-		log.Info("Removed the CNI conflist: no sandbox is left", "file", p.confList)
+		log.Info("Removed the CNI conflist and the installed shim: no sandbox is left", "file", p.confList, "shim", p.shim)
 	} else {
 		log.Info("Kept the CNI conflist until the runtime deleted the sandboxes left; the shim answers their DEL", "sandboxes", len(sandboxes))
 	}
@@ -70,6 +74,9 @@ func (p *PodNetwork) NodeNetworkRemoved(ctx context.Context) error {
 // SetupPodNetwork opens the CNI socket and registers, with the manager, the CNI server, the
 // conflist writer, the start-up pass over Pod attachments and the PodEndpoint reconciler.
 func SetupPodNetwork(ctx context.Context, mgr ctrl.Manager, opts PodNetworkOptions) (*PodNetwork, error) {
+	if err := cni.ValidateShimPath(opts.CNIShimPath); err != nil {
+		return nil, err
+	}
 	hostLocal, err := ipam.New(ipam.Options{DataDir: filepath.Join(opts.StateDir, "ipam")})
 	if err != nil {
 		return nil, err
@@ -105,7 +112,8 @@ func SetupPodNetwork(ctx context.Context, mgr ctrl.Manager, opts PodNetworkOptio
 	if err := mgr.Add(conflist); err != nil {
 		return nil, fmt.Errorf("adding the conflist writer: %w", err)
 	}
-	return &PodNetwork{Pods: pods, IPAM: hostLocal, stateDir: opts.StateDir, confList: filepath.Join(opts.CNIConfDir, cni.ConfListName)}, nil
+	return &PodNetwork{Pods: pods, IPAM: hostLocal, stateDir: opts.StateDir, confList: filepath.Join(opts.CNIConfDir, cni.ConfListName),
+		shim: opts.CNIShimPath}, nil
 }
 
 // cniServer serves the shim on the agent's socket for as long as the manager runs.

@@ -54,6 +54,9 @@ type ResetOptions struct {
 	StateDir string
 	// CNIConfDir is where the agent wrote its conflist; empty means DefaultCNIConfDir.
 	CNIConfDir string
+	// CNIShimPath is the shim binary winnet installed (the agent's --cni-shim-path): removed with the
+	// conflist, or with the last sandbox when some are left; empty leaves the shim alone.
+	CNIShimPath string
 	// DryRun lists what Reset would do and changes nothing.
 	DryRun bool
 	// Out receives one line per thing removed (or, with DryRun, to remove); nil discards them.
@@ -267,6 +270,13 @@ func (r *resetter) run(ctx context.Context) error {
 	if !keep {
 		removals = append([]string{filepath.Join(r.opts.CNIConfDir, cni.ConfListName)}, removals...)
 	}
+	if err := cni.ValidateShimPath(r.opts.CNIShimPath); err != nil {
+		return err
+	}
+	shim := !keep && r.opts.CNIShimPath != ""
+	if shim {
+		removals = append(removals, r.opts.CNIShimPath)
+	}
 	for _, path := range removals {
 		if _, err := os.Lstat(path); errors.Is(err, fs.ErrNotExist) {
 			continue
@@ -274,10 +284,15 @@ func (r *resetter) run(ctx context.Context) error {
 			return fmt.Errorf("reading %s: %w", path, err)
 		}
 		r.step("%s", path)
-		if !r.opts.DryRun {
-			if err := os.RemoveAll(path); err != nil {
-				return fmt.Errorf("removing %s: %w", path, err)
+		if r.opts.DryRun {
+			continue
+		}
+		if shim && path == r.opts.CNIShimPath {
+			if err := cni.RemoveShim(path); err != nil {
+				return err
 			}
+		} else if err := os.RemoveAll(path); err != nil {
+			return fmt.Errorf("removing %s: %w", path, err)
 		}
 	}
 	return nil
@@ -300,10 +315,13 @@ func (r *resetter) retireCNI(_ context.Context) (bool, error) {
 	}
 	confList := filepath.Join(r.opts.CNIConfDir, cni.ConfListName)
 	r.stepAs("kept", "would keep", "%s while %d sandboxes are left: the shim answers their DEL and removes it with the last", confList, len(sandboxes))
+	if r.opts.CNIShimPath != "" {
+		r.stepAs("kept", "would keep", "%s while %d sandboxes are left: it answers their DEL and removes itself with the last", r.opts.CNIShimPath, len(sandboxes))
+	}
 	if r.opts.DryRun {
 		return true, nil
 	}
-	_, err = cni.Retire(r.opts.StateDir, cni.Retirement{Remove: []string{confList}, By: "winnet-agent reset", Time: time.Now()}, sandboxes)
+	_, err = cni.Retire(r.opts.StateDir, cni.Retirement{Remove: []string{confList}, Shim: r.opts.CNIShimPath, By: "winnet-agent reset", Time: time.Now()}, sandboxes)
 	return true, err
 }
 

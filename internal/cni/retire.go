@@ -25,7 +25,8 @@ import (
 // The conflist stays (without it containerd fails every DEL before running any plugin), and so does
 // the shim. The shim reads "stateDir" from the conflist; when RetiredFile exists it answers DEL
 // itself, without the agent: it forgets the sandbox and, with the last one, removes the conflist, the
-// rest of the agent's state and RetiredDir. Without RetiredFile an unreachable agent is restarting, and the shim answers
+// rest of the agent's state, the shim binary winnet installed (Retirement.Shim, only when the
+// agent's configuration names it) and RetiredDir. Without RetiredFile an unreachable agent is restarting, and the shim answers
 // try-again-later as before. An agent that makes the node network Ready again removes RetiredDir
 // (Unretire) before it writes the conflist.
 const (
@@ -42,6 +43,10 @@ type Retirement struct {
 	// Remove are the files and directories the shim removes with the node's last sandbox: the
 	// conflist first, then what is left of the agent's state (IPAM allocations, attachments).
 	Remove []string `json:"remove"`
+	// Shim is the shim binary winnet installed (the agent's --cni-shim-path), removed with the
+	// node's last sandbox after Remove; empty leaves the shim where it is (installed by someone
+	// else). Only a file named like the shim (PluginType, with ".exe" on Windows) is removed.
+	Shim string `json:"shim,omitempty"`
 	// By says what retired the node, for a person reading the file.
 	By string `json:"by"`
 	// Time is when.
@@ -49,11 +54,14 @@ type Retirement struct {
 }
 
 // Retire retires the node: with sandboxes left, it records them and the Retirement in stateDir
-// and keeps the conflist; with none, it removes what r.Remove names now and returns true
+// and keeps the conflist; with none, it removes what r.Remove and r.Shim name now and returns true
 // (finished). It is idempotent: retiring a retired node again records the sandboxes given as well.
 func Retire(stateDir string, r Retirement, sandboxes []string) (finished bool, err error) {
+	if err := ValidateShimPath(r.Shim); err != nil {
+		return false, err
+	}
 	if len(sandboxes) == 0 {
-		return true, finishRetirement(stateDir, r.Remove)
+		return true, finishRetirement(stateDir, r)
 	}
 	dir := filepath.Join(stateDir, RetiredDir, retiredSandboxes)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
@@ -122,18 +130,54 @@ func DelRetired(stateDir, containerID string) (handled bool, err error) {
 	if left > 0 {
 		return true, nil
 	}
-	return true, finishRetirement(stateDir, r.Remove)
+	return true, finishRetirement(stateDir, r)
 }
 
-// finishRetirement removes the conflist and the rest of the agent's state, then the retirement:
-// the node holds nothing of winnet's any more.
-func finishRetirement(stateDir string, remove []string) error {
-	for _, path := range remove {
+// finishRetirement removes the conflist and the rest of the agent's state, then the shim winnet
+// installed, then the retirement: the node holds nothing of winnet's any more. When a removal
+// fails the retirement stays, so the next DEL (the runtime retries) finishes it.
+func finishRetirement(stateDir string, r Retirement) error {
+	for _, path := range r.Remove {
 		if err := os.RemoveAll(path); err != nil {
 			return fmt.Errorf("removing %s: %w", path, err)
 		}
 	}
+	if r.Shim != "" {
+		if err := RemoveShim(r.Shim); err != nil {
+			return err
+		}
+	}
 	return Unretire(stateDir)
+}
+
+// RemoveShim removes the shim binary at path, which may be running (this very process, answering
+// the last DEL): on Linux a running executable is unlinked; on Windows, where it cannot be deleted
+// while it runs, it is renamed aside in its directory (path + ".removed-<pid>", a name the runtime
+// never looks up) and that name is deleted at the next reboot (removeshim_windows.go). It refuses a
+// path that is not absolute or not named like the shim, and removing a missing shim succeeds.
+func RemoveShim(path string) error {
+	if err := ValidateShimPath(path); err != nil {
+		return err
+	}
+	if err := removeShim(path); err != nil {
+		return fmt.Errorf("removing the CNI shim %s: %w", path, err)
+	}
+	return nil
+}
+
+// ValidateShimPath accepts an empty path (no shim to remove) or an absolute path to a file named
+// PluginType or PluginType.exe: nothing else is ever removed as the shim.
+func ValidateShimPath(path string) error {
+	if path == "" {
+		return nil
+	}
+	if !filepath.IsAbs(path) {
+		return fmt.Errorf("the CNI shim path %q is not absolute", path)
+	}
+	if base := filepath.Base(path); base != PluginType && base != PluginType+".exe" {
+		return fmt.Errorf("the CNI shim path %q does not name %s or %s.exe", path, PluginType, PluginType)
+	}
+	return nil
 }
 
 // sandboxKey names a sandbox's file: the hex SHA-256 of its ID, a valid file name whatever the ID.

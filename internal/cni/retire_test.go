@@ -60,6 +60,83 @@ func TestRetiredNodeAnswersDELWithoutTheAgent(t *testing.T) {
 	g.Expect(entries).To(BeEmpty(), "the retirement goes with the last sandbox")
 }
 
+// TestTheLastSandboxTakesTheInstalledShim: the shim binary named by the Retirement (the agent's
+// --cni-shim-path) goes with the last sandbox, after the conflist; another copy of the shim (one the
+// agent's configuration does not name) stays, and so does the shim when the Retirement names none.
+func TestTheLastSandboxTakesTheInstalledShim(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		named      bool
+		wantRemove bool
+	}{
+		{name: "the agent names the installed shim", named: true, wantRemove: true},
+		{name: "the agent names no shim", named: false, wantRemove: false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g := NewWithT(t)
+			dir := t.TempDir()
+			stateDir, confList := filepath.Join(dir, "state"), filepath.Join(dir, ConfListName)
+			installed, other := filepath.Join(dir, "bin", PluginType), filepath.Join(dir, "other", PluginType)
+			for _, p := range []string{installed, other, confList} {
+				g.Expect(os.MkdirAll(filepath.Dir(p), 0o755)).To(Succeed())
+				g.Expect(os.WriteFile(p, []byte("binary"), 0o755)).To(Succeed())
+			}
+			r := Retirement{Remove: []string{confList}, By: "test"}
+			if tc.named {
+				r.Shim = installed
+			}
+			_, err := Retire(stateDir, r, []string{"sandbox-a", "sandbox-b"})
+			g.Expect(err).NotTo(HaveOccurred())
+
+			g.Expect(DelRetired(stateDir, "sandbox-a")).To(BeTrue())
+			g.Expect(installed).To(BeAnExistingFile(), "a sandbox is left: the runtime still runs the shim for its DEL")
+			g.Expect(DelRetired(stateDir, "sandbox-b")).To(BeTrue())
+			g.Expect(confList).NotTo(BeAnExistingFile())
+			if tc.wantRemove {
+				g.Expect(installed).NotTo(BeAnExistingFile(), "the installed shim goes with the last sandbox")
+				g.Expect(filepath.Join(dir, "bin")).To(BeADirectory(), "only the shim goes, not its directory")
+			} else {
+				g.Expect(installed).To(BeAnExistingFile(), "no shim named: it stays")
+			}
+			g.Expect(other).To(BeAnExistingFile(), "a shim the agent did not name stays")
+			_, retired, err := ReadRetirement(stateDir)
+			g.Expect(err).NotTo(HaveOccurred())
+			g.Expect(retired).To(BeFalse())
+		})
+	}
+}
+
+func TestRetireWithoutSandboxesRemovesTheShim(t *testing.T) {
+	g := NewWithT(t)
+	dir := t.TempDir()
+	shim := filepath.Join(dir, PluginType)
+	g.Expect(os.WriteFile(shim, []byte("binary"), 0o755)).To(Succeed())
+	finished, err := Retire(filepath.Join(dir, "state"), Retirement{Shim: shim}, nil)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(finished).To(BeTrue())
+	g.Expect(shim).NotTo(BeAnExistingFile())
+	finished, err = Retire(filepath.Join(dir, "state"), Retirement{Shim: shim}, nil)
+	g.Expect(err).NotTo(HaveOccurred(), "a shim already gone")
+	g.Expect(finished).To(BeTrue())
+}
+
+// TestRetireRefusesAPathNotNamedLikeTheShim: the retirement never removes, as the shim, a file
+// that is not named like it, nor a relative path.
+func TestRetireRefusesAPathNotNamedLikeTheShim(t *testing.T) {
+	g := NewWithT(t)
+	dir := t.TempDir()
+	victim := filepath.Join(dir, "host-local")
+	g.Expect(os.WriteFile(victim, []byte("binary"), 0o755)).To(Succeed())
+	for _, shim := range []string{victim, PluginType, dir} {
+		_, err := Retire(filepath.Join(dir, "state"), Retirement{Shim: shim}, nil)
+		g.Expect(err).To(MatchError(ContainSubstring("CNI shim path")), shim)
+		_, err = Retire(filepath.Join(dir, "state"), Retirement{Shim: shim}, []string{"s"})
+		g.Expect(err).To(MatchError(ContainSubstring("CNI shim path")), shim)
+	}
+	g.Expect(victim).To(BeAnExistingFile())
+	g.Expect(dir).To(BeADirectory())
+}
+
 func TestRetireWithoutSandboxesRemovesTheConfList(t *testing.T) {
 	g := NewWithT(t)
 	dir := t.TempDir()

@@ -61,10 +61,23 @@ const (
 	testPodNotReadyWait = time.Second
 )
 
+// AgentOptions configure an agent started by StartAgentWith.
+type AgentOptions struct {
+	// CNIShimPath is the agent's --cni-shim-path: the shim copy (InstallShim) it removes with the
+	// node's last sandbox once the node network is gone; empty leaves the shim alone.
+	CNIShimPath string
+}
+
 // StartAgent starts the agent of node (named like the simulated node) against the API server. At
 // cleanup it deletes the node's WindowsNodeNetwork while the agent still runs, so the host is
 // restored through the finalizer, then stops it.
 func StartAgent(t testing.TB, s *APIServer, node *simnode.Node) *Agent {
+	t.Helper()
+	return StartAgentWith(t, s, node, AgentOptions{})
+}
+
+// StartAgentWith is StartAgent with options.
+func StartAgentWith(t testing.TB, s *APIServer, node *simnode.Node, opts AgentOptions) *Agent {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	fail := func(what string, err error) {
@@ -114,7 +127,7 @@ func StartAgent(t testing.TB, s *APIServer, node *simnode.Node) *Agent {
 		SandboxDir: sandboxes}
 	a.Pods, err = agent.SetupPodNetwork(ctx, mgr, agent.PodNetworkOptions{
 		NodeName: node.Name, Host: podendpoint.Host{HNS: sim, OVSDB: db, Net: net}, State: state,
-		CNISocket: a.CNISocket, CNIConfDir: a.CNIConfDir, StateDir: a.StateDir,
+		CNISocket: a.CNISocket, CNIConfDir: a.CNIConfDir, StateDir: a.StateDir, CNIShimPath: opts.CNIShimPath,
 		ResyncPeriod: testPodResync, NotReadyWait: testPodNotReadyWait, VNICTimeout: TestVNICTimeout,
 	})
 	if err != nil {

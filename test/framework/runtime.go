@@ -25,7 +25,14 @@ type RuntimePod struct {
 // Windows it needs one network and no loopback.
 func NewRuntime(t testing.TB, confDir string) *Runtime {
 	t.Helper()
-	c, err := gocni.New(gocni.WithPluginDir([]string{BuildShim(t)}), gocni.WithPluginConfDir(confDir),
+	return NewRuntimeWithBinDir(t, confDir, BuildShim(t))
+}
+
+// NewRuntimeWithBinDir is NewRuntime running the plugins of binDir, such as the shim InstallShim
+// installed.
+func NewRuntimeWithBinDir(t testing.TB, confDir, binDir string) *Runtime {
+	t.Helper()
+	c, err := gocni.New(gocni.WithPluginDir([]string{binDir}), gocni.WithPluginConfDir(confDir),
 		gocni.WithMinNetworkCount(1), gocni.WithInterfacePrefix("eth"))
 	if err != nil {
 		t.Fatal(err)

@@ -81,7 +81,7 @@ func TestTemplateWorkloads(t *testing.T) {
 	g.Expect(agent.Env).To(ContainElement(And(
 		HaveField("Name", "NODE_NAME"),
 		HaveField("ValueFrom.FieldRef.FieldPath", "spec.nodeName"))))
-	for _, flag := range []string{"--ovsdb=", "--ovs-rundir=", "--metrics-bind-address=", "--health-probe-bind-address=", "--zap-log-level=", "--cni-bin-dir=", "--cni-conf-dir="} {
+	for _, flag := range []string{"--ovsdb=", "--ovs-rundir=", "--metrics-bind-address=", "--health-probe-bind-address=", "--zap-log-level=", "--cni-bin-dir=", "--cni-conf-dir=", "--cni-shim-path="} {
 		g.Expect(agent.Args).To(ContainElement(HavePrefix(flag)))
 	}
 
@@ -89,6 +89,7 @@ func TestTemplateWorkloads(t *testing.T) {
 	find(t, objs, "ConfigMap", "winnet-agent-config", cm)
 	g.Expect(cm.Data).To(HaveKeyWithValue("cni-bin-dir", `C:\opt\cni\bin`))
 	g.Expect(cm.Data).To(HaveKeyWithValue("cni-conf-dir", `C:\etc\cni\net.d`))
+	g.Expect(cm.Data).To(HaveKeyWithValue("cni-shim-path", `C:\opt\cni\bin\winnet-cni.exe`), "the agent removes the shim install-cni installed")
 	// The agent writes the conflist itself once the node network is Ready: the chart installs none.
 	for key := range cm.Data {
 		g.Expect(key).NotTo(HaveSuffix(".conflist"))
@@ -135,6 +136,14 @@ func TestTemplateWorkloads(t *testing.T) {
 	cm = &corev1.ConfigMap{}
 	find(t, objs, "ConfigMap", "winnet-agent-config", cm)
 	g.Expect(cm.Data).To(HaveKeyWithValue("cni-conf-dir", `D:\cni\conf`))
+	g.Expect(cm.Data).To(HaveKeyWithValue("cni-shim-path", `D:\cni\bin\winnet-cni.exe`))
+
+	// Without cni.install winnet installed no shim: the agent is given none to remove.
+	noInstall, err := renderChart(t, writeValues(t, "cni: {install: false}"))
+	g.Expect(err).NotTo(HaveOccurred())
+	cm = &corev1.ConfigMap{}
+	find(t, splitManifest(t, noInstall), "ConfigMap", "winnet-agent-config", cm)
+	g.Expect(cm.Data).To(HaveKeyWithValue("cni-shim-path", ""))
 	g.Expect(agent.Env).NotTo(ContainElement(HaveField("Name", "WINNET_APISERVER")), "by default the start script uses KUBERNETES_SERVICE_HOST")
 
 	// With agent.apiServer the start script writes the agent's kubeconfig for that server, not for the

@@ -57,7 +57,8 @@ func TestResetGivesTheNodeItsNetworkBack(t *testing.T) {
 	g.Expect(before.UplinkAddrs).To(ContainSubstring("192.168.10.21/24"))
 	g.Expect(before.Bridges).To(BeEmpty())
 
-	a := framework.StartAgent(t, server, n)
+	shim := framework.InstallShim(t)
+	a := framework.StartAgentWith(t, server, n, framework.AgentOptions{CNIShimPath: shim})
 	wnn := &networkv1alpha1.WindowsNodeNetwork{
 		ObjectMeta: metav1.ObjectMeta{Name: name},
 		Spec: networkv1alpha1.WindowsNodeNetworkSpec{
@@ -82,7 +83,7 @@ func TestResetGivesTheNodeItsNetworkBack(t *testing.T) {
 	g.Expect(record).To(BeAnExistingFile())
 
 	// A Pod runs on the node.
-	runtime := framework.NewRuntime(t, a.CNIConfDir)
+	runtime := framework.NewRuntimeWithBinDir(t, a.CNIConfDir, filepath.Dir(shim))
 	pod := framework.RuntimePod{Namespace: "default", Name: "leftover", Sandbox: "leftover-sandbox" + strings.Repeat("0", 48),
 		Netns: "/run/netns/" + n.NS + "-leftover"}
 	_, err := simnode.Exec("", "ip", "netns", "add", filepath.Base(pod.Netns))
@@ -111,7 +112,7 @@ func TestResetGivesTheNodeItsNetworkBack(t *testing.T) {
 	g.Expect(err).NotTo(HaveOccurred())
 	t.Cleanup(db.Close)
 	host := agent.ResetHost{OVSDB: db, HNS: a.HNS, Net: a.Net}
-	opts := agent.ResetOptions{StateDir: a.StateDir, CNIConfDir: a.CNIConfDir}
+	opts := agent.ResetOptions{StateDir: a.StateDir, CNIConfDir: a.CNIConfDir, CNIShimPath: shim}
 	converged := takeSnapshot(g, n)
 	g.Expect(converged.Bridges).To(ContainSubstring("br-int"))
 	g.Expect(converged.UplinkAddrs).NotTo(ContainSubstring("192.168.10.21"))
@@ -130,6 +131,7 @@ func TestResetGivesTheNodeItsNetworkBack(t *testing.T) {
 			"would check: adapter uplink0 gets 192.168.10.21 back, re-applying its recorded IP configuration if not",
 			"would remove: adapter record "+record,
 			"would keep: "+conflist+" while 1 sandboxes are left: the shim answers their DEL and removes it with the last",
+			"would keep: "+shim+" while 1 sandboxes are left: it answers their DEL and removes itself with the last",
 		))
 		g.Expect(steps).NotTo(ContainElement("would remove: " + conflist))
 		g.Expect(out.String()).To(Equal(strings.Join(steps, "\n") + "\n"))
@@ -153,6 +155,7 @@ func TestResetGivesTheNodeItsNetworkBack(t *testing.T) {
 			HavePrefix("removed: HNS network winnet "),
 			"removed: adapter record "+record,
 			"kept: "+conflist+" while 1 sandboxes are left: the shim answers their DEL and removes it with the last",
+			"kept: "+shim+" while 1 sandboxes are left: it answers their DEL and removes itself with the last",
 			"removed: "+filepath.Join(a.StateDir, "pods"),
 		))
 		g.Expect(out.String()).To(Equal(strings.Join(steps, "\n") + "\n"))
@@ -166,6 +169,7 @@ func TestResetGivesTheNodeItsNetworkBack(t *testing.T) {
 		}
 		g.Expect(record).NotTo(BeAnExistingFile())
 		g.Expect(conflist).To(BeAnExistingFile(), "a sandbox is left: without the conflist containerd would fail its DEL")
+		g.Expect(shim).To(BeAnExistingFile(), "a sandbox is left: its DEL runs the shim")
 		g.Expect(filepath.Join(a.StateDir, "pods")).NotTo(BeADirectory())
 		g.Expect(filepath.Join(a.StateDir, "ipam")).NotTo(BeADirectory())
 		g.Expect(n.MustExec(t, "ip", "route", "show", "default")).To(ContainSubstring("via 192.168.10.1 dev uplink0"))
@@ -184,12 +188,14 @@ func TestResetGivesTheNodeItsNetworkBack(t *testing.T) {
 		g.Expect(conflist).To(BeAnExistingFile())
 	})
 
-	t.Run("DEL of the leftover Pod succeeds with no agent and takes the conflist", func(t *testing.T) {
+	t.Run("DEL of the leftover Pod succeeds with no agent and takes the conflist and the installed shim", func(t *testing.T) {
 		g := NewWithT(t)
 		g.Expect(hns.StopSandbox(a.SandboxDir, pod.Netns)).To(Succeed())
 		g.Expect(runtime.Remove(ctx, pod)).To(Succeed())
 		g.Expect(conflist).NotTo(BeAnExistingFile())
-		files, err := simnode.Files(a.StateDir, a.CNIConfDir)
+		g.Expect(shim).NotTo(BeAnExistingFile(), "the shim winnet installed goes with the last sandbox")
+		g.Expect(filepath.Join(framework.BuildShim(t), cni.PluginType)).To(BeAnExistingFile(), "the build output the other tests run is not the agent's to remove")
+		files, err := simnode.Files(a.StateDir, a.CNIConfDir, filepath.Dir(shim))
 		g.Expect(err).NotTo(HaveOccurred())
 		g.Expect(files).To(BeEmpty(), "the node holds no file of winnet's")
 		g.Expect(takeSnapshot(g, n)).To(Equal(before))

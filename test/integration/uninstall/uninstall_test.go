@@ -54,6 +54,8 @@ type node struct {
 	before simnode.Snapshot
 	cni    *framework.Runtime
 	pods   []*pod
+	// shim is the shim installed in the node's CNI bin directory, named in its agent's configuration.
+	shim string
 }
 
 // pod is a Pod on a node: its object, sandbox ID and network namespace.
@@ -79,8 +81,9 @@ func startNode(t *testing.T, underlay *simnode.Underlay, name string, ip netip.P
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(n.before.Bridges).To(BeEmpty())
 
-	n.agent = framework.StartAgent(t, server, n.Node)
-	n.cni = framework.NewRuntime(t, n.agent.CNIConfDir)
+	n.shim = framework.InstallShim(t)
+	n.agent = framework.StartAgentWith(t, server, n.Node, framework.AgentOptions{CNIShimPath: n.shim})
+	n.cni = framework.NewRuntimeWithBinDir(t, n.agent.CNIConfDir, filepath.Dir(n.shim))
 	wnn := &networkv1alpha1.WindowsNodeNetwork{
 		ObjectMeta: metav1.ObjectMeta{Name: name},
 		Spec: networkv1alpha1.WindowsNodeNetworkSpec{
@@ -314,8 +317,9 @@ func TestHelmUninstallLeavesNoTrace(t *testing.T) {
 		}
 	})
 
-	t.Run("the runtime deletes the Pods through the shim with no agent; the last one takes the conflist and the state", func(t *testing.T) {
+	t.Run("the runtime deletes the Pods through the shim with no agent; the last one takes the conflist, the state and the installed shim", func(t *testing.T) {
 		g := NewWithT(t)
+		built := filepath.Join(framework.BuildShim(t), cni.PluginType)
 		for _, n := range nodes {
 			confList := filepath.Join(n.agent.CNIConfDir, cni.ConfListName)
 			for i, p := range n.pods {
@@ -323,10 +327,13 @@ func TestHelmUninstallLeavesNoTrace(t *testing.T) {
 				g.Expect(n.cni.Remove(ctx, *p)).To(Succeed(), "DEL of %s with no agent", p.Name)
 				if i < len(n.pods)-1 {
 					g.Expect(confList).To(BeAnExistingFile(), "a sandbox is left on %s", n.Name)
+					g.Expect(n.shim).To(BeAnExistingFile(), "a sandbox is left on %s: its DEL runs the shim", n.Name)
 				}
 			}
+			g.Expect(n.shim).NotTo(BeAnExistingFile(), "the shim winnet installed on %s goes with its last sandbox", n.Name)
+			g.Expect(built).To(BeAnExistingFile(), "the build output the other tests run is not the agent's to remove")
 			g.Expect(n.cni.Reload()).To(MatchError(ContainSubstring("no network config found")), "the runtime has no winnet network on %s any more", n.Name)
-			files, err := simnode.Files(n.agent.StateDir, n.agent.CNIConfDir)
+			files, err := simnode.Files(n.agent.StateDir, n.agent.CNIConfDir, filepath.Dir(n.shim))
 			g.Expect(err).NotTo(HaveOccurred())
 			g.Expect(files).To(BeEmpty(), "node %s holds no file of winnet's", n.Name)
 			after, err := n.Snapshot()

@@ -23,6 +23,7 @@ foreach ($name in 'winnet-cni.exe', 'host-local.exe') {
         Move-Item -Force -Path $target -Destination "$target.old-$([DateTime]::UtcNow.Ticks)"
     }
     Move-Item -Force -Path "$target.new" -Destination $target
-    Get-ChildItem -Path "$target.old-*" -ErrorAction SilentlyContinue | Remove-Item -Force -ErrorAction SilentlyContinue
+    # Old copies, and those the agent or the shim renamed aside when it removed a running shim.
+    Get-ChildItem -Path "$target.old-*", "$target.removed-*" -ErrorAction SilentlyContinue | Remove-Item -Force -ErrorAction SilentlyContinue
     Write-Output "install-cni: installed $target"
 }
