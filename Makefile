@@ -58,9 +58,8 @@ helm-lint: test-deps ## Lint the Helm chart with the helm that test-deps builds 
 ##@ Build
 
 .PHONY: build
-build: ## Build the three binaries for linux and windows into bin/ (and host-local.exe for the Windows image).
+build: ## Build the three binaries for linux and windows into bin/ (bin/windows/ is what the Windows image ships).
 	$(foreach os,$(PLATFORMS),GOOS=$(os) $(GO) build -o $(BIN)/$(os)/ ./cmd/... &&) true
-	hack/build-windows-cni-plugins.sh
 
 ##@ Test
 

@@ -81,9 +81,18 @@ func TestTemplateWorkloads(t *testing.T) {
 	g.Expect(agent.Env).To(ContainElement(And(
 		HaveField("Name", "NODE_NAME"),
 		HaveField("ValueFrom.FieldRef.FieldPath", "spec.nodeName"))))
-	for _, flag := range []string{"--ovsdb=", "--ovs-rundir=", "--metrics-bind-address=", "--health-probe-bind-address=", "--zap-log-level=", "--cni-bin-dir=", "--cni-conf-dir=", "--cni-shim-path="} {
+	for _, flag := range []string{"--ovsdb=", "--ovs-rundir=", "--metrics-bind-address=", "--health-probe-bind-address=", "--zap-log-level=", "--cni-conf-dir=", "--cni-shim-path="} {
 		g.Expect(agent.Args).To(ContainElement(HavePrefix(flag)))
 	}
+	g.Expect(agent.Args).NotTo(ContainElement(HavePrefix("--cni-bin-dir")), "the agent runs no CNI plugin")
+	g.Expect(pod.InitContainers[0].Env).To(ContainElement(HaveField("Name", "WINNET_CNI_BIN_DIR")), "install-cni copies the shim there")
+	// The image ships, and install-cni installs, the shim alone: no IPAM plugin.
+	installCNI, err := os.ReadFile(filepath.Join(chartDir(), "..", "image", "windows", "install-cni.ps1"))
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(string(installCNI)).To(ContainSubstring("foreach ($name in @('winnet-cni.exe'))"))
+	dockerfile, err := os.ReadFile(filepath.Join(framework.RepoRoot(), "Dockerfile.windows"))
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(string(dockerfile)).To(And(ContainSubstring("bin/windows/winnet-cni.exe"), Not(ContainSubstring("host-local"))))
 
 	cm := &corev1.ConfigMap{}
 	find(t, objs, "ConfigMap", "winnet-agent-config", cm)
