@@ -25,6 +25,7 @@ import (
 
 	networkv1alpha1 "github.com/winnet-io/winnet/api/v1alpha1"
 	"github.com/winnet-io/winnet/controllers/networkpolicy"
+	"github.com/winnet-io/winnet/test/framework"
 	"github.com/winnet-io/winnet/test/simnode"
 )
 
@@ -37,7 +38,7 @@ const (
 func expectAllowed(t *testing.T, nsName, network string, addr netip.AddrPort, want string) {
 	t.Helper()
 	NewWithT(t).Eventually(func() error {
-		answer, err := ask(nsName, network, addr)
+		answer, err := framework.Ask(nsName, network, addr)
 		if err != nil {
 			return err
 		}
@@ -54,10 +55,10 @@ func expectRefused(t *testing.T, nsName, network string, addr netip.AddrPort) {
 	t.Helper()
 	g := NewWithT(t)
 	g.Eventually(func() error {
-		_, err := ask(nsName, network, addr)
+		_, err := framework.Ask(nsName, network, addr)
 		return err
 	}).WithTimeout(converge).WithPolling(200*time.Millisecond).Should(HaveOccurred(), "%s %s -> %s is refused", network, nsName, addr)
-	_, err := ask(nsName, network, addr)
+	_, err := framework.Ask(nsName, network, addr)
 	g.Expect(err).To(HaveOccurred(), "%s %s -> %s stays refused", network, nsName, addr)
 }
 
@@ -79,12 +80,12 @@ func createPolicy(t *testing.T, np *networkingv1.NetworkPolicy) {
 
 // clusterIPService creates a ClusterIP Service with a TCP and a UDP port 80 to the Pod's port and,
 // as the EndpointSlice controller would, its EndpointSlice; it returns the ClusterIP.
-func clusterIPService(t *testing.T, name string, p *testPod, port int32) netip.Addr {
+func clusterIPService(t *testing.T, name string, p *framework.TestPod, port int32) netip.Addr {
 	t.Helper()
 	g := NewWithT(t)
 	ctx := context.Background()
 	svc := &corev1.Service{
-		ObjectMeta: metav1.ObjectMeta{Namespace: p.namespace, Name: name},
+		ObjectMeta: metav1.ObjectMeta{Namespace: p.Namespace, Name: name},
 		Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{
 			{Name: "tcp", Protocol: corev1.ProtocolTCP, Port: 80, TargetPort: intstr.FromInt32(port)},
 			{Name: "udp", Protocol: corev1.ProtocolUDP, Port: 80, TargetPort: intstr.FromInt32(port)},
@@ -93,13 +94,13 @@ func clusterIPService(t *testing.T, name string, p *testPod, port int32) netip.A
 	g.Expect(server.Client.Create(ctx, svc)).To(Succeed())
 	t.Cleanup(func() { _ = server.Client.Delete(context.Background(), svc) })
 	slice := &discoveryv1.EndpointSlice{
-		ObjectMeta:  metav1.ObjectMeta{Namespace: p.namespace, Name: name + "-1", Labels: map[string]string{discoveryv1.LabelServiceName: name}},
+		ObjectMeta:  metav1.ObjectMeta{Namespace: p.Namespace, Name: name + "-1", Labels: map[string]string{discoveryv1.LabelServiceName: name}},
 		AddressType: discoveryv1.AddressTypeIPv4,
 		Ports: []discoveryv1.EndpointPort{
 			{Name: ptr.To("tcp"), Protocol: ptr.To(corev1.ProtocolTCP), Port: ptr.To(port)},
 			{Name: ptr.To("udp"), Protocol: ptr.To(corev1.ProtocolUDP), Port: ptr.To(port)},
 		},
-		Endpoints: []discoveryv1.Endpoint{{Addresses: []string{p.ip.String()}, Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true)}}},
+		Endpoints: []discoveryv1.Endpoint{{Addresses: []string{p.IP.String()}, Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true)}}},
 	}
 	g.Expect(server.Client.Create(ctx, slice)).To(Succeed())
 	t.Cleanup(func() { _ = server.Client.Delete(context.Background(), slice) })
@@ -110,10 +111,10 @@ func TestNetworkPolicy(t *testing.T) {
 	g := NewWithT(t)
 	ctx := context.Background()
 	u := simnode.NewUnderlay(t, netip.MustParsePrefix("192.168.63.0/24"))
-	a := startNode(t, u, "np-a", "192.168.63.11/24", "10.244.63.0/24")
-	b := startNode(t, u, "np-b", "192.168.63.12/24", "10.244.64.0/24")
-	a.route(t)
-	b.route(t)
+	a := framework.StartPodNode(t, server, u, "np-a", "192.168.63.11/24", "10.244.63.0/24", converge)
+	b := framework.StartPodNode(t, server, u, "np-b", "192.168.63.12/24", "10.244.64.0/24", converge)
+	a.Route(t)
+	b.Route(t)
 
 	nsX := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "np-x", Labels: map[string]string{"team": "x"}}}
 	nsY := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "np-y", Labels: map[string]string{"team": "y"}}}
@@ -121,23 +122,23 @@ func TestNetworkPolicy(t *testing.T) {
 		g.Expect(server.Client.Create(ctx, ns)).To(Succeed())
 		t.Cleanup(func() { _ = server.Client.Delete(context.Background(), ns) })
 	}
-	web := a.addPod(t, "np-x", "web", map[string]string{"app": "web"})
-	clientA := a.addPod(t, "np-x", "client-a", map[string]string{"app": "client"})
-	clientB := b.addPod(t, "np-y", "client-b", map[string]string{"app": "client"})
-	serve(t, web.ns, "web", httpPort)
-	serve(t, web.ns, "web", otherPort)
-	serveEcho(t, web.ns, echoPort)
-	serve(t, clientB.ns, "client-b", httpPort)
-	webHTTP, webOther, webEcho := netip.AddrPortFrom(web.ip, httpPort), netip.AddrPortFrom(web.ip, otherPort), netip.AddrPortFrom(web.ip, echoPort)
+	web := a.AddPod(t, "web", framework.TestPodOptions{Namespace: "np-x", Labels: map[string]string{"app": "web"}, Ports: httpPorts})
+	clientA := a.AddPod(t, "client-a", framework.TestPodOptions{Namespace: "np-x", Labels: map[string]string{"app": "client"}, Ports: httpPorts})
+	clientB := b.AddPod(t, "client-b", framework.TestPodOptions{Namespace: "np-y", Labels: map[string]string{"app": "client"}, Ports: httpPorts})
+	framework.Serve(t, web.NS, "web", httpPort)
+	framework.Serve(t, web.NS, "web", otherPort)
+	serveEcho(t, web.NS, echoPort)
+	framework.Serve(t, clientB.NS, "client-b", httpPort)
+	webHTTP, webOther, webEcho := netip.AddrPortFrom(web.IP, httpPort), netip.AddrPortFrom(web.IP, otherPort), netip.AddrPortFrom(web.IP, echoPort)
 
 	// Without a policy everything is allowed.
-	expectAllowed(t, clientB.ns, "tcp4", webHTTP, "web")
-	expectAllowed(t, clientA.ns, "tcp4", webOther, "web")
-	expectAllowed(t, clientA.ns, "tcp4", netip.AddrPortFrom(clientB.ip, httpPort), "client-b")
+	expectAllowed(t, clientB.NS, "tcp4", webHTTP, "web")
+	expectAllowed(t, clientA.NS, "tcp4", webOther, "web")
+	expectAllowed(t, clientA.NS, "tcp4", netip.AddrPortFrom(clientB.IP, httpPort), "client-b")
 	// Two connections established before the policy: one the policy still allows (client-a to the
 	// echo port, inside the endPort range), one it no longer allows (client-b to the echo port).
-	stillAllowed := dial(t, clientA.ns, webEcho)
-	noLongerAllowed := dial(t, clientB.ns, webEcho)
+	stillAllowed := dial(t, clientA.NS, webEcho)
+	noLongerAllowed := dial(t, clientB.NS, webEcho)
 	g.Expect(echo(stillAllowed)).To(Succeed())
 	g.Expect(echo(noLongerAllowed)).To(Succeed())
 
@@ -169,11 +170,11 @@ func TestNetworkPolicy(t *testing.T) {
 		run  func(t *testing.T)
 	}{
 		{"a named port resolved on the target Pod admits a Pod of a selected namespace", func(t *testing.T) {
-			expectAllowed(t, clientB.ns, "tcp4", webHTTP, "web")
+			expectAllowed(t, clientB.NS, "tcp4", webHTTP, "web")
 		}},
 		{"other ports of the isolated Pod are refused, TCP and UDP", func(t *testing.T) {
-			expectRefused(t, clientB.ns, "tcp4", webOther)
-			expectRefused(t, clientB.ns, "udp4", webOther)
+			expectRefused(t, clientB.NS, "tcp4", webOther)
+			expectRefused(t, clientB.NS, "udp4", webOther)
 		}},
 		{"a connection to a Service whose endpoint refuses it is refused on every packet, not only the first", func(t *testing.T) {
 			g := NewWithT(t)
@@ -184,12 +185,12 @@ func TestNetworkPolicy(t *testing.T) {
 			// Connections policy let through are marked admitted (ct_mark 0x100) besides DNATed (0x10).
 			ct, err := a.OVS.Appctl("dpctl/dump-conntrack")
 			g.Expect(err).NotTo(HaveOccurred())
-			g.Expect(ct).To(MatchRegexp(fmt.Sprintf(`tcp,orig=\([^)]*dst=%s,[^)]*dport=80\),reply=\(src=%s,[^)]*\),[^\n]*mark=272`, vip, web.ip)), "conntrack:\n%s", ct)
+			g.Expect(ct).To(MatchRegexp(fmt.Sprintf(`tcp,orig=\([^)]*dst=%s,[^)]*dport=80\),reply=\(src=%s,[^)]*\),[^\n]*mark=272`, vip, web.IP)), "conntrack:\n%s", ct)
 			// The Service's DNAT commits the connection before policy refuses it: later packets of
 			// the same connection must not pass as established. One UDP socket sends several
 			// datagrams; a TCP connect retransmits its SYN.
 			var conn net.Conn
-			g.Expect(inNS(clientA.ns, func() error {
+			g.Expect(framework.InNS(clientA.NS, func() error {
 				var err error
 				conn, err = net.Dial("udp4", netip.AddrPortFrom(vip, 80).String())
 				return err
@@ -203,7 +204,7 @@ func TestNetworkPolicy(t *testing.T) {
 				n, err := conn.Read(buf)
 				g.Expect(err).To(HaveOccurred(), "datagram %d of a refused connection was answered: %q", i+1, buf[:n])
 			}
-			err = inNS(clientA.ns, func() error {
+			err = framework.InNS(clientA.NS, func() error {
 				c, err := net.DialTimeout("tcp4", netip.AddrPortFrom(vip, 80).String(), 4*time.Second)
 				if err == nil {
 					c.Close()
@@ -213,10 +214,10 @@ func TestNetworkPolicy(t *testing.T) {
 			g.Expect(err).To(HaveOccurred(), "a retransmitted SYN of a refused connection passed")
 		}},
 		{"a Pod of an unselected namespace is refused the named port", func(t *testing.T) {
-			expectRefused(t, clientA.ns, "tcp4", webHTTP)
+			expectRefused(t, clientA.NS, "tcp4", webHTTP)
 		}},
 		{"an endPort range admits a port inside it", func(t *testing.T) {
-			c := dial(t, clientA.ns, webEcho)
+			c := dial(t, clientA.NS, webEcho)
 			NewWithT(t).Expect(echo(c)).To(Succeed())
 		}},
 		{"an established connection the policy still allows survives it", func(t *testing.T) {
@@ -224,30 +225,30 @@ func TestNetworkPolicy(t *testing.T) {
 		}},
 		{"an established connection the policy no longer allows goes on, and new ones are refused", func(t *testing.T) {
 			NewWithT(t).Expect(echo(noLongerAllowed)).To(Succeed(), "only new connections are evaluated")
-			expectRefused(t, clientB.ns, "tcp4", webEcho)
+			expectRefused(t, clientB.NS, "tcp4", webEcho)
 		}},
 		{"the node reaches its isolated Pod", func(t *testing.T) {
 			expectAllowed(t, a.NS, "tcp4", webOther, "web")
 		}},
 		{"a namespace relabelled out of the selector loses access, and regains it relabelled back", func(t *testing.T) {
 			setLabels(t, nsY, map[string]string{"team": "z"})
-			expectRefused(t, clientB.ns, "tcp4", webHTTP)
+			expectRefused(t, clientB.NS, "tcp4", webHTTP)
 			setLabels(t, nsY, map[string]string{"team": "y"})
-			expectAllowed(t, clientB.ns, "tcp4", webHTTP, "web")
+			expectAllowed(t, clientB.NS, "tcp4", webHTTP, "web")
 		}},
 		{"a remote Pod relabelled out of the selector loses access, and regains it relabelled back", func(t *testing.T) {
 			pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "np-y", Name: "client-b"}}
 			setLabels(t, pod, map[string]string{"app": "other"})
-			expectRefused(t, clientB.ns, "tcp4", webHTTP)
+			expectRefused(t, clientB.NS, "tcp4", webHTTP)
 			setLabels(t, pod, map[string]string{"app": "client"})
-			expectAllowed(t, clientB.ns, "tcp4", webHTTP, "web")
+			expectAllowed(t, clientB.NS, "tcp4", webHTTP, "web")
 		}},
 		{"the isolated Pod relabelled out of the policy is open again, and isolated relabelled back", func(t *testing.T) {
 			pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "np-x", Name: "web"}}
 			setLabels(t, pod, map[string]string{"app": "web-unprotected"})
-			expectAllowed(t, clientA.ns, "tcp4", webOther, "web")
+			expectAllowed(t, clientA.NS, "tcp4", webOther, "web")
 			setLabels(t, pod, map[string]string{"app": "web"})
-			expectRefused(t, clientA.ns, "tcp4", webOther)
+			expectRefused(t, clientA.NS, "tcp4", webOther)
 		}},
 		{"egress to an ipBlock with an exception: the exception is refused, the rest allowed", func(t *testing.T) {
 			createPolicy(t, &networkingv1.NetworkPolicy{
@@ -256,12 +257,12 @@ func TestNetworkPolicy(t *testing.T) {
 					PodSelector: metav1.LabelSelector{MatchLabels: map[string]string{"app": "client"}},
 					PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeEgress},
 					Egress: []networkingv1.NetworkPolicyEgressRule{{To: []networkingv1.NetworkPolicyPeer{{
-						IPBlock: &networkingv1.IPBlock{CIDR: "10.244.0.0/16", Except: []string{web.ip.String() + "/32"}},
+						IPBlock: &networkingv1.IPBlock{CIDR: "10.244.0.0/16", Except: []string{web.IP.String() + "/32"}},
 					}}}},
 				},
 			})
-			expectRefused(t, clientA.ns, "tcp4", webEcho)
-			expectAllowed(t, clientA.ns, "tcp4", netip.AddrPortFrom(clientB.ip, httpPort), "client-b")
+			expectRefused(t, clientA.NS, "tcp4", webEcho)
+			expectAllowed(t, clientA.NS, "tcp4", netip.AddrPortFrom(clientB.IP, httpPort), "client-b")
 		}},
 		{"PoliciesReady and the counts are on the WindowsNodeNetwork", func(t *testing.T) {
 			NewWithT(t).Eventually(func(g Gomega) {
@@ -291,8 +292,8 @@ func TestNetworkPolicy(t *testing.T) {
 			g := NewWithT(t)
 			g.Expect(a.OVS.KillVswitchd()).To(Succeed())
 			g.Expect(a.OVS.StartVswitchd()).To(Succeed())
-			expectAllowed(t, clientB.ns, "tcp4", webHTTP, "web")
-			expectRefused(t, clientB.ns, "tcp4", webOther)
+			expectAllowed(t, clientB.NS, "tcp4", webHTTP, "web")
+			expectRefused(t, clientB.NS, "tcp4", webOther)
 		}},
 		{"an SCTP port gets a Warning Event on the policy", func(t *testing.T) {
 			createPolicy(t, &networkingv1.NetworkPolicy{
@@ -322,8 +323,8 @@ func TestNetworkPolicy(t *testing.T) {
 			for i := range list.Items {
 				g.Expect(server.Client.Delete(ctx, &list.Items[i])).To(Succeed())
 			}
-			expectAllowed(t, clientA.ns, "tcp4", webOther, "web")
-			g.Expect(echo(dial(t, clientB.ns, webEcho))).To(Succeed())
+			expectAllowed(t, clientA.NS, "tcp4", webOther, "web")
+			g.Expect(echo(dial(t, clientB.NS, webEcho))).To(Succeed())
 			flows, err := a.OVS.DumpFlows("br-int", "-O", "OpenFlow15")
 			g.Expect(err).NotTo(HaveOccurred())
 			for _, f := range flows {

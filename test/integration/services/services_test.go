@@ -23,6 +23,7 @@ import (
 
 	networkv1alpha1 "github.com/winnet-io/winnet/api/v1alpha1"
 	"github.com/winnet-io/winnet/controllers/service"
+	"github.com/winnet-io/winnet/test/framework"
 	"github.com/winnet-io/winnet/test/simnode"
 )
 
@@ -31,7 +32,7 @@ const serverPort = 8080
 // nodePortService creates a NodePort Service with a TCP and a UDP port (80 -> the named target
 // port "web") and, as the EndpointSlice controller would, its EndpointSlice with the endpoints
 // given (Pod and node). It returns the Service as the API server allocated it.
-func nodePortService(t *testing.T, name string, endpoints map[*testPod]string) *corev1.Service {
+func nodePortService(t *testing.T, name string, endpoints map[*framework.TestPod]string) *corev1.Service {
 	t.Helper()
 	g := NewWithT(t)
 	ctx := context.Background()
@@ -53,7 +54,7 @@ func nodePortService(t *testing.T, name string, endpoints map[*testPod]string) *
 		},
 	}
 	for p, node := range endpoints {
-		slice.Endpoints = append(slice.Endpoints, discoveryv1.Endpoint{Addresses: []string{p.ip.String()}, NodeName: ptr.To(node),
+		slice.Endpoints = append(slice.Endpoints, discoveryv1.Endpoint{Addresses: []string{p.IP.String()}, NodeName: ptr.To(node),
 			Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true)}})
 	}
 	g.Expect(server.Client.Create(ctx, slice)).To(Succeed())
@@ -72,7 +73,7 @@ func expectAnswer(t *testing.T, nsName, network string, addr netip.AddrPort, wan
 	var answer string
 	NewWithT(t).Eventually(func() error {
 		var err error
-		answer, err = ask(nsName, network, addr)
+		answer, err = framework.Ask(nsName, network, addr)
 		if err != nil {
 			return err
 		}
@@ -97,24 +98,24 @@ func TestClusterIPAndNodePort(t *testing.T) {
 	g := NewWithT(t)
 	ctx := context.Background()
 	u := simnode.NewUnderlay(t, netip.MustParsePrefix("192.168.61.0/24"))
-	a := startNode(t, u, "svc-a", "192.168.61.11/24", "10.244.61.0/24")
-	b := startNode(t, u, "svc-b", "192.168.61.12/24", "10.244.62.0/24")
-	a.route(t)
-	b.route(t)
+	a := framework.StartPodNode(t, server, u, "svc-a", "192.168.61.11/24", "10.244.61.0/24", converge)
+	b := framework.StartPodNode(t, server, u, "svc-b", "192.168.61.12/24", "10.244.62.0/24", converge)
+	a.Route(t)
+	b.Route(t)
 	if err := simnode.DisableTxChecksum(u.External().NS, simnode.HostIfName); err != nil {
 		t.Fatal(err)
 	}
 
-	cli := a.addPod(t, "client")
-	local := a.addPod(t, "server-a")
-	remote := b.addPod(t, "server-b")
-	serve(t, local.ns, "server-a", serverPort)
-	serve(t, remote.ns, "server-b", serverPort)
+	cli := a.AddPod(t, "client", framework.TestPodOptions{})
+	local := a.AddPod(t, "server-a", framework.TestPodOptions{})
+	remote := b.AddPod(t, "server-b", framework.TestPodOptions{})
+	framework.Serve(t, local.NS, "server-a", serverPort)
+	framework.Serve(t, remote.NS, "server-b", serverPort)
 	// Pod to Pod across nodes first: the data path the Services build on.
-	expectAnswer(t, cli.ns, "tcp4", netip.AddrPortFrom(remote.ip, serverPort), "server-b")
+	expectAnswer(t, cli.NS, "tcp4", netip.AddrPortFrom(remote.IP, serverPort), "server-b")
 
-	svcLocal := nodePortService(t, "web-local", map[*testPod]string{local: a.Name})
-	svcRemote := nodePortService(t, "web-remote", map[*testPod]string{remote: b.Name})
+	svcLocal := nodePortService(t, "web-local", map[*framework.TestPod]string{local: a.Name})
+	svcRemote := nodePortService(t, "web-remote", map[*framework.TestPod]string{remote: b.Name})
 
 	for _, network := range []string{"tcp4", "udp4"} {
 		idx := 0
@@ -122,12 +123,12 @@ func TestClusterIPAndNodePort(t *testing.T) {
 			idx = 1
 		}
 		t.Run("Pod to ClusterIP, endpoint on the same node, "+network, func(t *testing.T) {
-			from := expectAnswer(t, cli.ns, network, addrPort(svcLocal.Spec.ClusterIP, 80), "server-a")
-			NewWithT(t).Expect(from).To(Equal(cli.ip.String()), "the endpoint sees the Pod's own address")
+			from := expectAnswer(t, cli.NS, network, addrPort(svcLocal.Spec.ClusterIP, 80), "server-a")
+			NewWithT(t).Expect(from).To(Equal(cli.IP.String()), "the endpoint sees the Pod's own address")
 		})
 		t.Run("Pod to ClusterIP, endpoint on another node, "+network, func(t *testing.T) {
-			from := expectAnswer(t, cli.ns, network, addrPort(svcRemote.Spec.ClusterIP, 80), "server-b")
-			NewWithT(t).Expect(from).To(Equal(cli.ip.String()), "the endpoint sees the Pod's own address")
+			from := expectAnswer(t, cli.NS, network, addrPort(svcRemote.Spec.ClusterIP, 80), "server-b")
+			NewWithT(t).Expect(from).To(Equal(cli.IP.String()), "the endpoint sees the Pod's own address")
 		})
 		t.Run("external host to NodePort, endpoint on that node, "+network, func(t *testing.T) {
 			from := expectAnswer(t, u.External().NS, network, netip.AddrPortFrom(a.NodeIP.Addr(), uint16(svcLocal.Spec.Ports[idx].NodePort)), "server-a")
@@ -135,14 +136,14 @@ func TestClusterIPAndNodePort(t *testing.T) {
 		})
 		t.Run("external host to NodePort, endpoint on another node, "+network, func(t *testing.T) {
 			from := expectAnswer(t, u.External().NS, network, netip.AddrPortFrom(a.NodeIP.Addr(), uint16(svcRemote.Spec.Ports[idx].NodePort)), "server-b")
-			NewWithT(t).Expect(from).To(Equal(a.podCIDR.Addr().Next().String()), "SNATed to the node's gateway so that the reply comes back through it")
+			NewWithT(t).Expect(from).To(Equal(a.PodCIDR.Addr().Next().String()), "SNATed to the node's gateway so that the reply comes back through it")
 		})
 		t.Run("the node itself to ClusterIP, endpoint on the same node and on another, "+network, func(t *testing.T) {
 			expectAnswer(t, a.NS, network, addrPort(svcLocal.Spec.ClusterIP, 80), "server-a")
 			expectAnswer(t, a.NS, network, addrPort(svcRemote.Spec.ClusterIP, 80), "server-b")
 		})
 		t.Run("Pod to NodePort on its node, "+network, func(t *testing.T) {
-			expectAnswer(t, cli.ns, network, netip.AddrPortFrom(a.NodeIP.Addr(), uint16(svcRemote.Spec.Ports[idx].NodePort)), "server-b")
+			expectAnswer(t, cli.NS, network, netip.AddrPortFrom(a.NodeIP.Addr(), uint16(svcRemote.Spec.Ports[idx].NodePort)), "server-b")
 		})
 	}
 
@@ -186,7 +187,7 @@ func TestClusterIPAndNodePort(t *testing.T) {
 		g := NewWithT(t)
 		g.Expect(a.OVS.KillVswitchd()).To(Succeed())
 		g.Expect(a.OVS.StartVswitchd()).To(Succeed())
-		expectAnswer(t, cli.ns, "tcp4", addrPort(svcRemote.Spec.ClusterIP, 80), "server-b")
+		expectAnswer(t, cli.NS, "tcp4", addrPort(svcRemote.Spec.ClusterIP, 80), "server-b")
 		expectAnswer(t, u.External().NS, "tcp4", netip.AddrPortFrom(a.NodeIP.Addr(), uint16(svcRemote.Spec.Ports[0].NodePort)), "server-b")
 	})
 
@@ -201,7 +202,7 @@ func TestClusterIPAndNodePort(t *testing.T) {
 			from := expectAnswer(t, u.External().NS, network, netip.AddrPortFrom(second, uint16(svcLocal.Spec.Ports[idx].NodePort)), "server-a")
 			g.Expect(from).To(Equal(u.ExternalIP.String()), "no SNAT for a local endpoint")
 			from = expectAnswer(t, u.External().NS, network, netip.AddrPortFrom(second, uint16(svcRemote.Spec.Ports[idx].NodePort)), "server-b")
-			g.Expect(from).To(Equal(a.podCIDR.Addr().Next().String()), "SNATed to the node's gateway")
+			g.Expect(from).To(Equal(a.PodCIDR.Addr().Next().String()), "SNATed to the node's gateway")
 		}
 		nodePortFlows := func(g Gomega) []string {
 			flows, err := a.OVS.DumpFlows("br-int", "-O", "OpenFlow15")
@@ -226,7 +227,7 @@ func TestClusterIPAndNodePort(t *testing.T) {
 		t.Cleanup(func() { _, _ = u.External().Exec("ip", "neigh", "del", second.String(), "dev", simnode.HostIfName) })
 		g.Eventually(nodePortFlows).WithTimeout(converge).Should(BeEmpty(), "the NodePort flows of the removed address go")
 		g.Consistently(func() error {
-			_, err := ask(u.External().NS, "tcp4", netip.AddrPortFrom(second, uint16(svcLocal.Spec.Ports[0].NodePort)))
+			_, err := framework.Ask(u.External().NS, "tcp4", netip.AddrPortFrom(second, uint16(svcLocal.Spec.Ports[0].NodePort)))
 			return err
 		}).WithTimeout(3*time.Second).WithPolling(500*time.Millisecond).Should(HaveOccurred(), "the removed address no longer answers the NodePort")
 		// The node IP still does.
@@ -261,13 +262,13 @@ func TestClusterIPAndNodePort(t *testing.T) {
 		ours := func(groups []string) []string {
 			var out []string
 			for _, gr := range groups {
-				if strings.Contains(gr, "dst="+local.ip.String()+":") || strings.Contains(gr, "dst="+remote.ip.String()+":") {
+				if strings.Contains(gr, "dst="+local.IP.String()+":") || strings.Contains(gr, "dst="+remote.IP.String()+":") {
 					out = append(out, gr)
 				}
 			}
 			return out
 		}
-		for _, n := range []*testNode{a, b} {
+		for _, n := range []*framework.PodNode{a, b} {
 			groups, err := n.OVS.DumpGroups("br-int")
 			g.Expect(err).NotTo(HaveOccurred())
 			g.Expect(ours(groups)).To(HaveLen(8), "the two Services' groups on %s: TCP and UDP, cluster and external", n.Name)
@@ -275,7 +276,7 @@ func TestClusterIPAndNodePort(t *testing.T) {
 		for _, s := range []*corev1.Service{svcLocal, svcRemote} {
 			g.Expect(server.Client.Delete(ctx, s)).To(Succeed())
 		}
-		for _, n := range []*testNode{a, b} {
+		for _, n := range []*framework.PodNode{a, b} {
 			g.Eventually(func(g Gomega) {
 				groups, err := n.OVS.DumpGroups("br-int")
 				g.Expect(err).NotTo(HaveOccurred())
@@ -299,7 +300,7 @@ func TestClusterIPAndNodePort(t *testing.T) {
 				g.Expect(routes).NotTo(ContainSubstring(s.Spec.ClusterIP+" "), "the host route of the deleted Service")
 			}
 		}).WithTimeout(converge).Should(Succeed())
-		_, err := ask(cli.ns, "tcp4", addrPort(svcLocal.Spec.ClusterIP, 80))
+		_, err := framework.Ask(cli.NS, "tcp4", addrPort(svcLocal.Spec.ClusterIP, 80))
 		g.Expect(err).To(HaveOccurred(), "the deleted ClusterIP no longer answers")
 	})
 	_ = g

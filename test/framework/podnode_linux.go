@@ -1,0 +1,257 @@
+package framework
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/containernetworking/cni/libcni"
+	types100 "github.com/containernetworking/cni/pkg/types/100"
+	"github.com/containernetworking/plugins/pkg/ns"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	networkv1alpha1 "github.com/winnet-io/winnet/api/v1alpha1"
+	"github.com/winnet-io/winnet/internal/cni"
+	"github.com/winnet-io/winnet/internal/hns"
+	"github.com/winnet-io/winnet/test/simnode"
+)
+
+// PodNode is a simulated node whose network is Ready: its agent runs, its Node and WindowsNodeNetwork
+// exist, and a CNI client is set up like a runtime's to attach Pods. The integration tests that need
+// Pods on converged nodes (Services, NetworkPolicy) share it.
+type PodNode struct {
+	*simnode.Node
+	Agent   *Agent
+	PodCIDR netip.Prefix
+
+	server *APIServer
+	cni    *libcni.CNIConfig
+	list   *libcni.NetworkConfigList
+}
+
+// StartPodNode adds a node to the underlay, runs its agent, creates its Node and WindowsNodeNetwork
+// and waits (up to timeout) for the conflist the agent writes once the node network is Ready.
+func StartPodNode(t *testing.T, s *APIServer, u *simnode.Underlay, name, nodeIP, podCIDR string, timeout time.Duration) *PodNode {
+	t.Helper()
+	ctx := context.Background()
+	node := u.AddNode(t, name, netip.MustParsePrefix(nodeIP), simnode.NodeOptions{StartOVS: true})
+	k := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: corev1.NodeSpec{PodCIDR: podCIDR, PodCIDRs: []string{podCIDR}}}
+	if err := s.Client.Create(ctx, k); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Client.Delete(context.Background(), k) })
+	n := &PodNode{Node: node, Agent: StartAgent(t, s, node), PodCIDR: netip.MustParsePrefix(podCIDR), server: s,
+		cni: libcni.NewCNIConfigWithCacheDir([]string{BuildShim(t)}, t.TempDir(), nil)}
+	wnn := &networkv1alpha1.WindowsNodeNetwork{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: networkv1alpha1.WindowsNodeNetworkSpec{
+			PodCIDRs:     []networkv1alpha1.CIDR{networkv1alpha1.CIDR(podCIDR)},
+			NodeIP:       networkv1alpha1.IPv4Address(node.NodeIP.Addr().String()),
+			Bridge:       networkv1alpha1.BridgeSpec{DatapathType: networkv1alpha1.DatapathTypeNetdev},
+			ClusterCIDRs: []networkv1alpha1.CIDR{"10.244.0.0/16"},
+		},
+	}
+	if err := s.Client.Create(ctx, wnn); err != nil {
+		t.Fatal(err)
+	}
+	confFile := filepath.Join(n.Agent.CNIConfDir, cni.ConfListName)
+	for deadline := time.Now().Add(timeout); ; time.Sleep(50 * time.Millisecond) {
+		if _, err := os.Stat(confFile); err == nil {
+			break
+		} else if time.Now().After(deadline) {
+			t.Fatalf("the agent of %s wrote no conflist within %v (it does once the node network is Ready): %v", name, timeout, err)
+		}
+	}
+	list, err := libcni.ConfListFromFile(confFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.list = list
+	return n
+}
+
+// Route creates the RemoteSubnetRoute to the node's Pod subnet, Accepted (winnet-controller's job;
+// it does not run in these tests).
+func (n *PodNode) Route(t *testing.T) {
+	t.Helper()
+	r := &networkv1alpha1.RemoteSubnetRoute{
+		ObjectMeta: metav1.ObjectMeta{Name: n.Name},
+		Spec: networkv1alpha1.RemoteSubnetRouteSpec{NodeName: n.Name, PodCIDRs: []networkv1alpha1.CIDR{networkv1alpha1.CIDR(n.PodCIDR.String())},
+			NodeIP: networkv1alpha1.IPAddress(n.NodeIP.Addr().String()), Mode: networkv1alpha1.RouteModeTunnel},
+	}
+	if err := n.server.Client.Create(context.Background(), r); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = n.server.Client.Delete(context.Background(), r) })
+	r.Status.ObservedGeneration = r.Generation
+	r.Status.Conditions = []metav1.Condition{{Type: networkv1alpha1.AcceptedCondition, Status: metav1.ConditionTrue,
+		Reason: "Accepted", Message: "accepted by the test", LastTransitionTime: metav1.Now()}}
+	if err := n.server.Client.Status().Update(context.Background(), r); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestPod is a Pod attached through CNI ADD: its name, namespace, network namespace and address.
+type TestPod struct {
+	Name, Namespace, NS string
+	IP                  netip.Addr
+}
+
+// TestPodOptions are a TestPod's namespace (default "default"), labels and container ports.
+type TestPodOptions struct {
+	Namespace string
+	Labels    map[string]string
+	Ports     []corev1.ContainerPort
+}
+
+var podSeq struct {
+	sync.Mutex
+	n int
+}
+
+// AddPod creates a Pod object and its network namespace on the node, calls ADD as containerd does,
+// starts the sandbox as the runtime does once ADD returned, and writes the Pod's address into its
+// status as kubelet does.
+func (n *PodNode) AddPod(t *testing.T, name string, opts TestPodOptions) *TestPod {
+	t.Helper()
+	ctx := context.Background()
+	if opts.Namespace == "" {
+		opts.Namespace = "default"
+	}
+	podSeq.Lock()
+	podSeq.n++
+	seq := podSeq.n
+	podSeq.Unlock()
+	p := &TestPod{Name: name, Namespace: opts.Namespace, NS: fmt.Sprintf("%s-s%d", n.NS, seq)}
+	if _, err := simnode.Exec("", "ip", "netns", "add", p.NS); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _, _ = simnode.Exec("", "ip", "netns", "del", p.NS) })
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: opts.Namespace, Labels: opts.Labels},
+		Spec:       corev1.PodSpec{NodeName: n.Name, Containers: []corev1.Container{{Name: "c", Image: "pause", Ports: opts.Ports}}},
+	}
+	if err := n.server.Client.Create(ctx, pod); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = n.server.Client.Delete(context.Background(), pod, client.GracePeriodSeconds(0)) })
+	sandbox := fmt.Sprintf("sandbox%06d%s", seq, strings.Repeat("0", 51))
+	rt := &libcni.RuntimeConf{
+		ContainerID: sandbox, NetNS: "/run/netns/" + p.NS, IfName: "eth0",
+		Args: [][2]string{{"IgnoreUnknown", "1"}, {"K8S_POD_NAMESPACE", opts.Namespace}, {"K8S_POD_NAME", name},
+			{"K8S_POD_INFRA_CONTAINER_ID", sandbox}, {"K8S_POD_UID", string(pod.UID)}},
+	}
+	res, err := n.cni.AddNetworkList(ctx, n.list, rt)
+	if err != nil {
+		t.Fatalf("ADD of %s: %v", name, err)
+	}
+	t.Cleanup(func() { _ = n.cni.DelNetworkList(context.Background(), n.list, rt) })
+	cur, err := types100.NewResultFromResult(res)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ip, ok := netip.AddrFromSlice(cur.IPs[0].Address.IP.To4())
+	if !ok {
+		t.Fatalf("ADD of %s gave no IPv4 address: %v", name, cur.IPs)
+	}
+	p.IP = ip
+	// The runtime starts the sandbox after ADD; where the simulated HNS is told so (when it waits for
+	// it) is the agent's hns-sandboxes directory, beside its state directory.
+	sandboxes := filepath.Join(filepath.Dir(n.Agent.StateDir), "hns-sandboxes")
+	if err := hns.StartSandbox(sandboxes, rt.NetNS); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = hns.StopSandbox(sandboxes, rt.NetNS) })
+	pod.Status.Phase = corev1.PodRunning
+	pod.Status.PodIPs = []corev1.PodIP{{IP: ip.String()}}
+	pod.Status.PodIP = ip.String()
+	if err := n.server.Client.Status().Update(ctx, pod); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// InNS runs f on a thread in the network namespace nsName (sockets made there stay there).
+func InNS(nsName string, f func() error) error {
+	netns, err := ns.GetNS("/run/netns/" + nsName)
+	if err != nil {
+		return err
+	}
+	defer netns.Close()
+	return netns.Do(func(ns.NetNS) error { return f() })
+}
+
+// Serve runs a TCP and a UDP server on port in the namespace; both answer "<name> <client address>".
+func Serve(t *testing.T, nsName, name string, port int) {
+	t.Helper()
+	var tl net.Listener
+	var ul net.PacketConn
+	err := InNS(nsName, func() error {
+		var err error
+		if tl, err = net.Listen("tcp4", fmt.Sprintf(":%d", port)); err != nil {
+			return err
+		}
+		ul, err = net.ListenPacket("udp4", fmt.Sprintf(":%d", port))
+		return err
+	})
+	if err != nil {
+		t.Fatalf("serving in %s: %v", nsName, err)
+	}
+	t.Cleanup(func() { tl.Close(); ul.Close() })
+	go func() {
+		for {
+			c, err := tl.Accept()
+			if err != nil {
+				return
+			}
+			_, _ = fmt.Fprintf(c, "%s %s", name, c.RemoteAddr())
+			c.Close()
+		}
+	}()
+	go func() {
+		buf := make([]byte, 1500)
+		for {
+			_, from, err := ul.ReadFrom(buf)
+			if err != nil {
+				return
+			}
+			_, _ = ul.WriteTo([]byte(fmt.Sprintf("%s %s", name, from)), from)
+		}
+	}()
+}
+
+// Ask connects from the namespace to addr over network ("tcp4" or "udp4") and returns the answer
+// of a Serve server.
+func Ask(nsName, network string, addr netip.AddrPort) (string, error) {
+	var c net.Conn
+	err := InNS(nsName, func() error {
+		var err error
+		c, err = net.DialTimeout(network, addr.String(), time.Second)
+		return err
+	})
+	if err != nil {
+		return "", err
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(time.Second))
+	if network == "udp4" {
+		if _, err := c.Write([]byte("hello")); err != nil {
+			return "", err
+		}
+		buf := make([]byte, 1500)
+		n, err := c.Read(buf)
+		return string(buf[:n]), err
+	}
+	b, err := io.ReadAll(c)
+	return string(b), err
+}
