@@ -5,11 +5,14 @@
 package framework
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 
+	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
@@ -122,4 +125,20 @@ func (s *APIServer) Stop() error {
 		_ = os.Remove(s.KubeconfigPath)
 	}
 	return s.Env.Stop()
+}
+
+// WarningReasons lists the reasons of the Warning Events in namespace about the object named name:
+// what a reconciler that cannot realise an object tells its user.
+func (s *APIServer) WarningReasons(ctx context.Context, namespace, name string) ([]string, error) {
+	list := &eventsv1.EventList{}
+	if err := s.Client.List(ctx, list, client.InNamespace(namespace)); err != nil {
+		return nil, err
+	}
+	var reasons []string
+	for _, e := range list.Items {
+		if e.Regarding.Name == name && e.Type == corev1.EventTypeWarning {
+			reasons = append(reasons, e.Reason)
+		}
+	}
+	return reasons, nil
 }

@@ -14,7 +14,6 @@ import (
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
-	eventsv1 "k8s.io/api/events/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -305,15 +304,7 @@ func TestNetworkPolicy(t *testing.T) {
 				},
 			})
 			NewWithT(t).Eventually(func(g Gomega) {
-				list := &eventsv1.EventList{}
-				g.Expect(server.Client.List(ctx, list, client.InNamespace("np-x"))).To(Succeed())
-				var reasons []string
-				for _, e := range list.Items {
-					if e.Regarding.Name == "sctp" && e.Type == corev1.EventTypeWarning {
-						reasons = append(reasons, e.Reason)
-					}
-				}
-				g.Expect(reasons).To(ContainElement(networkpolicy.UnsupportedProtocolReason))
+				g.Expect(server.WarningReasons(ctx, "np-x", "sctp")).To(ContainElement(networkpolicy.UnsupportedProtocolReason))
 			}).WithTimeout(converge).Should(Succeed())
 		}},
 		{"deleting the policies opens everything again and leaves no policy flow", func(t *testing.T) {

@@ -13,7 +13,6 @@ import (
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
-	eventsv1 "k8s.io/api/events/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
@@ -243,15 +242,7 @@ func TestClusterIPAndNodePort(t *testing.T) {
 		g.Expect(server.Client.Create(ctx, sctp)).To(Succeed())
 		t.Cleanup(func() { _ = server.Client.Delete(context.Background(), sctp) })
 		g.Eventually(func(g Gomega) {
-			list := &eventsv1.EventList{}
-			g.Expect(server.Client.List(ctx, list, client.InNamespace("default"))).To(Succeed())
-			var reasons []string
-			for _, e := range list.Items {
-				if e.Regarding.Name == "sctp" && e.Type == corev1.EventTypeWarning {
-					reasons = append(reasons, e.Reason)
-				}
-			}
-			g.Expect(reasons).To(ContainElement(service.UnsupportedProtocolReason))
+			g.Expect(server.WarningReasons(ctx, "default", "sctp")).To(ContainElement(service.UnsupportedProtocolReason))
 		}).WithTimeout(converge).Should(Succeed())
 	})
 
