@@ -136,11 +136,8 @@ func parseCall(req cni.Request) (*call, error) {
 		return nil, err
 	}
 	c := &call{req: req, conf: conf}
-	if req.ContainerID == "" {
-		return nil, missingEnv("CNI_CONTAINERID")
-	}
-	if err := utils.ValidateContainerID(req.ContainerID); err != nil {
-		return nil, types.NewError(types.ErrInvalidEnvironmentVariables, "CNI_CONTAINERID: "+err.Msg, err.Details)
+	if err := cni.ValidateContainerID("CNI_CONTAINERID", req.ContainerID); err != nil {
+		return nil, err
 	}
 	if req.IfName == "" {
 		return nil, missingEnv("CNI_IFNAME")
@@ -160,8 +157,8 @@ func parseCall(req cni.Request) (*call, error) {
 		c.args.InfraContainerID = id
 	}
 	if id := c.args.InfraContainerID; id != "" {
-		if err := utils.ValidateContainerID(id); err != nil {
-			return nil, types.NewError(types.ErrInvalidEnvironmentVariables, "K8S_POD_INFRA_CONTAINER_ID: "+err.Msg, err.Details)
+		if err := cni.ValidateContainerID("K8S_POD_INFRA_CONTAINER_ID", id); err != nil {
+			return nil, err
 		}
 		c.sandbox = id
 	}

@@ -26,8 +26,15 @@ import (
 // network configuration exactly as the container runtime passed it on the shim's stdin (including the
 // runtime-injected prevResult, runtimeConfig and, for GC, cni.dev/valid-attachments).
 
-// MaxMessageSize is the largest frame body, in bytes, that either side sends or accepts.
-const MaxMessageSize = 1 << 20 // 1 MiB
+// MaxConfigSize is the largest network configuration, in bytes, winnet accepts on the shim's stdin.
+// Neither the CNI spec nor containerd bounds it; a larger one is refused by the shim (and the agent)
+// with ErrInvalidNetworkConfig naming this limit, never forwarded to fail on the way.
+const MaxConfigSize = 4 << 20 // 4 MiB
+
+// MaxMessageSize is the largest frame body, in bytes, that either side sends or accepts. A request
+// carries the configuration in base64 (4/3 of MaxConfigSize) and the CNI_* variables, which the
+// operating system bounds (128 KiB per variable on Linux, a 32 Ki-character environment on Windows).
+const MaxMessageSize = 8 << 20 // 8 MiB
 
 // frameHeaderSize is the size of the big-endian length prefix of every frame.
 const frameHeaderSize = 4
@@ -80,6 +87,12 @@ type Request struct {
 	// StdinData is the network configuration exactly as received on stdin (base64 on the wire, as
 	// encoding/json encodes byte slices, so that it arrives byte for byte).
 	StdinData []byte `json:"stdinData"`
+}
+
+// ConfigTooLarge returns the CNI error for a network configuration of n bytes, larger than MaxConfigSize.
+func ConfigTooLarge(n int) *types.Error {
+	return types.NewError(types.ErrInvalidNetworkConfig,
+		fmt.Sprintf("the network configuration is %d bytes, more than winnet's limit of %d bytes (%d MiB)", n, MaxConfigSize, MaxConfigSize>>20), "")
 }
 
 // Validate checks the fields every request must carry.

@@ -137,7 +137,7 @@ func TestReadRequestRejects(t *testing.T) {
 			// Only the header is present: reading the body would fail with io.ErrUnexpectedEOF.
 			input:   frame(MaxMessageSize+1, nil),
 			wantIs:  []error{ErrMessageTooLarge, ErrProtocol},
-			wantMsg: "message larger than 1048576 bytes",
+			wantMsg: "message larger than 8388608 bytes",
 		},
 		{
 			name:    "maximum uint32 length",
@@ -275,7 +275,7 @@ func TestReadResponseRejectsMalformed(t *testing.T) {
 		wantErr error
 		wantMsg string
 	}{
-		{name: "oversized", input: frame(2*MaxMessageSize, nil), wantErr: ErrMessageTooLarge, wantMsg: "2097152 bytes"},
+		{name: "oversized", input: frame(2*MaxMessageSize, nil), wantErr: ErrMessageTooLarge, wantMsg: "16777216 bytes"},
 		{name: "malformed JSON", input: framed([]byte(`{"err`)), wantErr: ErrProtocol, wantMsg: "decoding message"},
 		{name: "error of the wrong shape", input: framed([]byte(`{"error":"boom!"}`)), wantErr: ErrProtocol, wantMsg: "cannot unmarshal string"},
 	}

@@ -120,6 +120,10 @@ func serveConn(ctx context.Context, conn net.Conn, h Handler, opts ServeOptions,
 		return
 	}
 
+	if len(req.StdinData) > MaxConfigSize {
+		writeResponse(conn, Response{Error: ConfigTooLarge(len(req.StdinData))}, opts, log)
+		return
+	}
 	reqLog := log.WithValues("command", req.Command, "containerID", req.ContainerID, "ifName", req.IfName)
 	hctx, cancel := context.WithTimeout(logr.NewContext(ctx, reqLog), opts.HandleTimeout)
 	resp := callHandler(hctx, h, req)

@@ -1,6 +1,7 @@
 package cni
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -179,7 +180,7 @@ func TestServeRejectsMalformedRequests(t *testing.T) {
 		wantDetail string
 	}{
 		{name: "malformed JSON", raw: framed([]byte(`{"command":"ADD",`)), wantDetail: "decoding message: unexpected end of JSON input"},
-		{name: "oversized", raw: frame(MaxMessageSize+1, nil), wantDetail: "message larger than 1048576 bytes"},
+		{name: "oversized", raw: frame(MaxMessageSize+1, nil), wantDetail: "message larger than 8388608 bytes"},
 		{name: "unknown command", raw: framed([]byte(`{"command":"FLY","stdinData":"e30="}`)), wantDetail: `unknown command "FLY"`},
 	}
 	for _, tt := range tests {
@@ -396,4 +397,21 @@ func TestNewClientDefaults(t *testing.T) {
 	g.Expect(c.Address()).To(Equal(DefaultAddress))
 	g.Expect(c.dialTimeout).To(Equal(DefaultDialTimeout))
 	g.Expect(c.requestTimeout).To(Equal(DefaultRequestTimeout))
+}
+
+// TestServeRefusesConfigurationOverTheLimit: a request whose configuration exceeds MaxConfigSize (from a
+// client other than the shim, which refuses it itself) is answered with code 7 naming the limit, and the
+// handler never sees it.
+func TestServeRefusesConfigurationOverTheLimit(t *testing.T) {
+	g := NewWithT(t)
+	rec := &recorder{}
+	address := startServer(t, rec, ServeOptions{})
+	conf := append([]byte(`{"cniVersion":"1.1.0","name":"n","x":"`), bytes.Repeat([]byte("x"), MaxConfigSize)...)
+	conf = append(conf, `"}`...)
+	resp, err := NewClient(ClientOptions{Address: address}).Do(context.Background(), Request{Command: CommandAdd, ContainerID: "c", StdinData: conf})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(resp.Error).NotTo(BeNil())
+	g.Expect(resp.Error.Code).To(BeEquivalentTo(types.ErrInvalidNetworkConfig))
+	g.Expect(resp.Error.Msg).To(ContainSubstring("limit of 4194304 bytes"))
+	g.Expect(rec.Requests()).To(BeEmpty())
 }

@@ -75,6 +75,8 @@ func (s *Shim) Funcs(ctx context.Context) skel.CNIFuncs {
 }
 
 // Run forwards one CNI command to the agent. Every error it returns is a *types.Error:
+//   - the configuration is larger than MaxConfigSize: ErrInvalidNetworkConfig naming the limit;
+//   - the container ID is too long or a reserved name (ValidateContainerID): ErrInvalidEnvironmentVariables;
 //   - the configuration cannot be decoded: ErrDecodingFailure, before contacting the agent;
 //   - the agent cannot be reached or does not answer in time: ErrTryAgainLater, naming the address;
 //   - the agent's answer violates the protocol or ADD yields no valid result: ErrInternal;
@@ -84,6 +86,14 @@ func (s *Shim) Funcs(ctx context.Context) skel.CNIFuncs {
 // DEL on a retired node (the node network is gone for good, see Retire) is answered from the
 // node's state directory without the agent: an unreachable agent is then gone, not restarting.
 func (s *Shim) Run(ctx context.Context, cmd Command, args *skel.CmdArgs) error {
+	if len(args.StdinData) > MaxConfigSize {
+		return ConfigTooLarge(len(args.StdinData))
+	}
+	if cmd == CommandAdd || cmd == CommandDel || cmd == CommandCheck {
+		if err := ValidateContainerID("CNI_CONTAINERID", args.ContainerID); err != nil {
+			return err
+		}
+	}
 	var conf ShimNetConf
 	if err := json.Unmarshal(args.StdinData, &conf); err != nil {
 		return types.NewError(types.ErrDecodingFailure, fmt.Sprintf("decoding network configuration: %v", err), "")
@@ -110,6 +120,9 @@ func (s *Shim) Run(ctx context.Context, cmd Command, args *skel.CmdArgs) error {
 		StdinData:   args.StdinData,
 	})
 	switch {
+	case errors.Is(err, ErrMessageTooLarge):
+		return types.NewError(types.ErrInvalidNetworkConfig,
+			fmt.Sprintf("the request for the winnet agent is larger than the protocol's limit of %d bytes", MaxMessageSize), err.Error())
 	case errors.Is(err, ErrAgentUnreachable):
 		return types.NewError(types.ErrTryAgainLater,
 			fmt.Sprintf("winnet agent is not reachable at %q; is winnet-agent running on this node?", client.Address()), err.Error())
