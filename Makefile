@@ -71,6 +71,15 @@ test-deps: ## Install the test dependencies (Debian packages, kube-apiserver and
 test: test-deps verify vet build ## Run unit, API (real kube-apiserver) and OVS (real Open vSwitch) tests; needs root.
 	$(GO) test $(GO_TEST_FLAGS) ./...
 
+CHAOS_ROUNDS ?= 200
+
+.PHONY: test-chaos
+test-chaos: test-deps build ## Kill winnet-agent, ovs-vswitchd and ovsdb-server (SIGKILL) at random moments while Pods are ADDed/DELed at concurrency 8, CHAOS_ROUNDS rounds (200); prints the leak table (needs root).
+	@mkdir -p bin
+	WINNET_CHAOS_ROUNDS=$(CHAOS_ROUNDS) $(GO) test -count=1 -timeout 180m -run '^TestChaos$$' -v ./test/chaos/ > bin/test-chaos.log 2>&1 || { grep -E '^round |chaos_test.go' bin/test-chaos.log | tail -40; tail -5 bin/test-chaos.log; exit 1; }
+	@sed -n 's/^chaos-table //p' bin/test-chaos.log
+	@grep '^test-chaos ' bin/test-chaos.log
+
 .PHONY: bench-routes
 bench-routes: test-deps ## Benchmark remote routes at 1,000/5,000/10,000 nodes against ovs-ofctl (needs root).
 	$(GO) test -tags bench -count=1 -timeout 30m -run '^TestBenchRoutes$$' -v ./test/bench/routes/ > bin/bench-routes.log 2>&1 || { tail -50 bin/bench-routes.log; exit 1; }

@@ -84,8 +84,26 @@ func (c *Cluster) AddPod(ctx context.Context, node *Node, name string, confTimeo
 
 // AddPodWith is AddPod with options.
 func (c *Cluster) AddPodWith(ctx context.Context, node *Node, name string, opts PodOptions, confTimeout time.Duration) (*Pod, error) {
-	id := make([]byte, 16)
-	_, _ = rand.Read(id)
+	p, err := c.NewPod(ctx, node, name, opts)
+	if err != nil {
+		return p, err
+	}
+	if err := c.CNIAdd(ctx, p, confTimeout); err != nil {
+		return p, err
+	}
+	if err := c.WaitPodForwarding(ctx, p, confTimeout); err != nil {
+		return p, err
+	}
+	if err := c.SetPodReady(ctx, p, !opts.NotReady); err != nil {
+		return p, err
+	}
+	c.logf("Pod %s on %s has IP %s", name, node.Name, p.IP)
+	return p, nil
+}
+
+// NewPod creates the Pod object on the node and its network namespace, as kubelet and the runtime do
+// before they call CNI; CNIAdd attaches it.
+func (c *Cluster) NewPod(ctx context.Context, node *Node, name string, opts PodOptions) (*Pod, error) {
 	if opts.Namespace == "" {
 		opts.Namespace = PodNamespace
 	}
@@ -93,7 +111,8 @@ func (c *Cluster) AddPodWith(ctx context.Context, node *Node, name string, opts 
 		opts.DNSPolicy = corev1.DNSClusterFirst
 	}
 	p := &Pod{Name: name, Namespace: opts.Namespace, Node: node.Name, NS: c.Prefix + "-" + node.Name + "-" + name,
-		ContainerID: hex.EncodeToString(id), dnsPolicy: opts.DNSPolicy}
+		dnsPolicy: opts.DNSPolicy}
+	p.NewSandbox()
 	p.NSPath = nsPath(p.NS)
 	c.mu.Lock()
 	if _, ok := c.pods[name]; ok {
@@ -115,41 +134,61 @@ func (c *Cluster) AddPodWith(ctx context.Context, node *Node, name string, opts 
 		return p, fmt.Errorf("creating Pod %s: %w", name, err)
 	}
 	p.uid = string(obj.UID)
-	if err := addNS(p.NS); err != nil {
-		return p, err
+	return p, addNS(p.NS)
+}
+
+// NewSandbox gives the Pod a new sandbox (container ID), as kubelet does after a sandbox whose ADD failed
+// was torn down.
+func (p *Pod) NewSandbox() {
+	id := make([]byte, 16)
+	_, _ = rand.Read(id)
+	p.ContainerID = hex.EncodeToString(id)
+}
+
+// CNIAdd calls CNI ADD for the Pod's sandbox with the configuration the node's agent wrote (waiting up to
+// confTimeout for it), records the Pod's IP and starts the sandbox, as containerd does once ADD returned:
+// only then does the endpoint's vNIC appear, and the agent binds it to the Pod's port.
+func (c *Cluster) CNIAdd(ctx context.Context, p *Pod, confTimeout time.Duration) error {
+	node := c.Node(p.Node)
+	if node == nil {
+		return fmt.Errorf("no node %s for Pod %s", p.Node, p.Name)
 	}
 	list, err := node.waitConflist(confTimeout)
 	if err != nil {
-		return p, err
+		return err
 	}
 	res, err := c.cniConfig(node).AddNetworkList(ctx, list, p.runtimeConf())
 	if err != nil {
-		return p, fmt.Errorf("CNI ADD of Pod %s on %s: %w", name, node.Name, err)
+		return fmt.Errorf("CNI ADD of Pod %s on %s: %w", p.Name, node.Name, err)
 	}
 	if p.Result, err = types100.NewResultFromResult(res); err != nil {
-		return p, fmt.Errorf("converting the CNI result of Pod %s: %w", name, err)
+		return fmt.Errorf("converting the CNI result of Pod %s: %w", p.Name, err)
 	}
 	if len(p.Result.IPs) == 0 {
-		return p, fmt.Errorf("the CNI result of Pod %s has no IP: %+v", name, p.Result)
+		return fmt.Errorf("the CNI result of Pod %s has no IP: %+v", p.Name, p.Result)
 	}
 	ip, ok := netip.AddrFromSlice(p.Result.IPs[0].Address.IP.To4())
 	if !ok {
-		return p, fmt.Errorf("the CNI result of Pod %s has no IPv4 address: %v", name, p.Result.IPs[0].Address)
+		return fmt.Errorf("the CNI result of Pod %s has no IPv4 address: %v", p.Name, p.Result.IPs[0].Address)
 	}
 	p.IP = ip
-	// containerd starts the sandbox once ADD returned: only then does the endpoint's vNIC appear, and the
-	// agent binds it to the Pod's port. The Pod's PodEndpoint is Ready once its port forwards.
-	if err := hns.StartSandbox(node.SandboxDir(), p.NSPath); err != nil {
-		return p, err
+	return hns.StartSandbox(node.SandboxDir(), p.NSPath)
+}
+
+// CNIDel calls CNI DEL once for the Pod's sandbox and stops the sandbox; the Pod stays (DeletePod removes it).
+func (c *Cluster) CNIDel(ctx context.Context, p *Pod) error {
+	n := c.Node(p.Node)
+	if n == nil {
+		return fmt.Errorf("no node %s for Pod %s", p.Node, p.Name)
 	}
-	if err := c.waitPodForwarding(ctx, p, confTimeout); err != nil {
-		return p, err
+	list, err := n.waitConflist(0)
+	if err != nil {
+		return err
 	}
-	if err := c.SetPodReady(ctx, p, !opts.NotReady); err != nil {
-		return p, err
+	if err := c.cniConfig(n).DelNetworkList(ctx, list, p.runtimeConf()); err != nil {
+		return fmt.Errorf("CNI DEL of Pod %s: %w", p.Name, err)
 	}
-	c.logf("Pod %s on %s has IP %s", name, node.Name, ip)
-	return p, nil
+	return hns.StopSandbox(n.SandboxDir(), p.NSPath)
 }
 
 // DeletePod calls CNI DEL, deletes the Pod object and the namespace.
@@ -260,8 +299,9 @@ func (n *Node) waitConflist(timeout time.Duration) (*libcni.NetworkConfigList, e
 	return list, err
 }
 
-// waitPodForwarding waits until the Pod's PodEndpoint is Ready: its port is bound to the vNIC and forwards.
-func (c *Cluster) waitPodForwarding(ctx context.Context, p *Pod, timeout time.Duration) error {
+// WaitPodForwarding waits until the Pod's PodEndpoint is Ready for its sandbox: its port is bound to the vNIC
+// and forwards.
+func (c *Cluster) WaitPodForwarding(ctx context.Context, p *Pod, timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
 	for {
 		pep := &networkv1alpha1.PodEndpoint{}
