@@ -30,6 +30,7 @@ import (
 	"github.com/winnet-io/winnet/internal/ovs/openflow"
 	"github.com/winnet-io/winnet/internal/pipeline"
 	"github.com/winnet-io/winnet/test/e2e/cluster"
+	"github.com/winnet-io/winnet/test/framework"
 )
 
 // RoundsEnv sets the number of rounds; `make test-chaos` runs 200, `make test` the default. FaultsEnv, for
@@ -107,7 +108,15 @@ func TestChaos(t *testing.T) {
 	}
 	ctx := context.Background()
 	start := time.Now()
+	// A copy of the binaries: a long run must not see a `make build` of the same tree replace them.
+	binDir := t.TempDir()
+	for _, b := range []string{"winnet-agent", "winnet-controller", "winnet-cni"} {
+		if err := copyFile(filepath.Join(framework.RepoRoot(), "bin", "linux", b), filepath.Join(binDir, b)); err != nil {
+			t.Fatalf("%v; run 'make build'", err)
+		}
+	}
 	c, err := cluster.Start(ctx, cluster.Options{
+		BinDir:       binDir,
 		UnderlayCIDR: netip.MustParsePrefix("192.168.79.0/24"),
 		Logf:         func(f string, a ...any) { t.Logf(f, a...) },
 	})
@@ -552,6 +561,14 @@ func (ch *chaos) count(ctx context.Context, t *testing.T, live []*cluster.Pod) c
 		slices.Sort(res.missing[k])
 	}
 	return res
+}
+
+func copyFile(src, dst string) error {
+	b, err := os.ReadFile(src)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(dst, b, 0o755)
 }
 
 var cookieRE = regexp.MustCompile(`cookie=0x([0-9a-f]+)`)
