@@ -6,6 +6,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"fmt"
 	"net/netip"
 	"testing"
 	"time"
@@ -33,6 +34,14 @@ func twoHosts(t *testing.T) (a, b Place) {
 		g.Expect(run(p.NS, []string{"ip", "addr", "add", p.IP.String() + "/30", "dev", "eth0"},
 			[]string{"ip", "link", "set", "eth0", "up"})).To(Succeed())
 	}
+	// The kernel passes a veth's carrier on with a delay of up to a second (linkwatch), longer under load:
+	// the path must work before a test measures it.
+	g.Expect(waitFor(10*time.Second, 50*time.Millisecond, func() error {
+		if _, received, err := Ping(a, b.IP, 1); err != nil || received != 1 {
+			return fmt.Errorf("%s does not reach %s yet (%v)", a, b, err)
+		}
+		return nil
+	})).To(Succeed())
 	return a, b
 }
 
