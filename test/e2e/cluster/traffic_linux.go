@@ -233,12 +233,17 @@ func probe(ctx context.Context, ch Check, serverErr error) Attempt {
 	return a
 }
 
+// pingWait is how long Ping waits for a reply before it counts the request as lost: long enough that a reply
+// delayed by a loaded machine (userspace OVS shares the CPUs with everything else) is not taken for a loss,
+// which is what the connectivity rows count. Ping returns as soon as every reply came.
+const pingWait = 3 * time.Second
+
 var pingStats = regexp.MustCompile(`(\d+) packets transmitted, (\d+) (?:packets )?received`)
 
-// Ping sends count echo requests from a place to dst, 0.1 s apart, each waiting at most 1 s, and returns how
-// many were sent and answered. Loss is not an error; a ping that cannot run is.
+// Ping sends count echo requests from a place to dst, 0.1 s apart, and returns how many were sent and answered
+// within pingWait. Loss is not an error; a ping that cannot run is.
 func Ping(from Place, dst netip.Addr, count int) (sent, received int, err error) {
-	args := []string{"ip", "netns", "exec", from.NS, "ping", "-n", "-q", "-c", strconv.Itoa(count), "-i", "0.1", "-W", "1"}
+	args := []string{"ip", "netns", "exec", from.NS, "ping", "-n", "-q", "-c", strconv.Itoa(count), "-i", "0.1", "-W", strconv.Itoa(int(pingWait.Seconds()))}
 	if from.BindSource {
 		args = append(args, "-I", from.IP.String())
 	}
