@@ -241,9 +241,12 @@ const pingWait = 3 * time.Second
 var pingStats = regexp.MustCompile(`(\d+) packets transmitted, (\d+) (?:packets )?received`)
 
 // Ping sends count echo requests from a place to dst, 0.1 s apart, and returns how many were sent and answered
-// within pingWait. Loss is not an error; a ping that cannot run is.
+// within about pingWait of the last one. Loss is not an error; a ping that cannot run is.
 func Ping(from Place, dst netip.Addr, count int) (sent, received int, err error) {
-	args := []string{"ip", "netns", "exec", from.NS, "ping", "-n", "-q", "-c", strconv.Itoa(count), "-i", "0.1", "-W", strconv.Itoa(int(pingWait.Seconds()))}
+	// -w: ping waits until every request is answered or the deadline passes; without it, once a reply came,
+	// ping waits only twice the longest round trip after the last request, and a reply delayed by load is lost.
+	deadline := int(pingWait.Seconds()) + (count+9)/10
+	args := []string{"ip", "netns", "exec", from.NS, "ping", "-n", "-q", "-c", strconv.Itoa(count), "-i", "0.1", "-w", strconv.Itoa(deadline)}
 	if from.BindSource {
 		args = append(args, "-I", from.IP.String())
 	}
