@@ -9,10 +9,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
-	"os/exec"
-	"regexp"
 	"sort"
-	"strconv"
 	"strings"
 	"sync"
 	"text/tabwriter"
@@ -238,26 +235,22 @@ func probe(ctx context.Context, ch Check, serverErr error) Attempt {
 // which is what the connectivity rows count. Ping returns as soon as every reply came.
 const pingWait = 3 * time.Second
 
-var pingStats = regexp.MustCompile(`(\d+) packets transmitted, (\d+) (?:packets )?received`)
-
-// Ping sends count echo requests from a place to dst, 0.1 s apart, and returns how many were sent and answered
-// within about pingWait of the last one. Loss is not an error; a ping that cannot run is.
+// Ping sends count echo requests from a place to dst, 0.1 s apart, and returns how many were sent and how many
+// were answered within pingWait of the last one (it returns as soon as all were). Loss is not an error; a
+// ping that cannot run is.
 func Ping(from Place, dst netip.Addr, count int) (sent, received int, err error) {
-	// -w: ping waits until every request is answered or the deadline passes; without it, once a reply came,
-	// ping waits only twice the longest round trip after the last request, and a reply delayed by load is lost.
-	deadline := int(pingWait.Seconds()) + (count+9)/10
-	args := []string{"ip", "netns", "exec", from.NS, "ping", "-n", "-q", "-c", strconv.Itoa(count), "-i", "0.1", "-w", strconv.Itoa(deadline)}
-	if from.BindSource {
-		args = append(args, "-I", from.IP.String())
+	s, err := startPinger(from, dst, 100*time.Millisecond, count)
+	if err != nil {
+		return 0, 0, fmt.Errorf("ping %s from %s: %w", dst, from, err)
 	}
-	out, err := exec.Command(args[0], append(args[1:], dst.String())...).CombinedOutput()
-	m := pingStats.FindStringSubmatch(string(out))
-	if m == nil {
-		return 0, 0, fmt.Errorf("ping %s from %s: %v: %s", dst, from, err, strings.TrimSpace(string(out)))
+	s.sending.Wait()
+	deadline := time.Now().Add(pingWait)
+	for s.answered() < count && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
 	}
-	sent, _ = strconv.Atoi(m[1])
-	received, _ = strconv.Atoi(m[2])
-	return sent, received, nil
+	_ = s.conn.Close()
+	<-s.receiving
+	return count, s.answered(), nil
 }
 
 // EchoServer answers every TCP connection with the source address it sees and closes it. It listens inside a
@@ -344,6 +337,7 @@ type SteadyPing struct {
 	dst      netip.Addr
 	id       int
 	interval time.Duration
+	limit    int // requests to send; 0: until Stop
 	start    time.Time
 
 	mu      sync.Mutex
@@ -362,6 +356,11 @@ const replyWait = time.Second
 
 // StartSteadyPing starts pinging dst from a place every interval (at least 10 ms).
 func StartSteadyPing(from Place, dst netip.Addr, interval time.Duration) (*SteadyPing, error) {
+	return startPinger(from, dst, max(interval, 10*time.Millisecond), 0)
+}
+
+// startPinger sends an echo request every interval, limit of them (0: until Stop).
+func startPinger(from Place, dst netip.Addr, interval time.Duration, limit int) (*SteadyPing, error) {
 	bind := "0.0.0.0"
 	if from.BindSource {
 		bind = from.IP.String()
@@ -377,7 +376,7 @@ func StartSteadyPing(from Place, dst netip.Addr, interval time.Duration) (*Stead
 	}
 	idb := make([]byte, 2)
 	_, _ = cryptorand.Read(idb)
-	s := &SteadyPing{conn: conn, dst: dst, id: int(idb[0])<<8 | int(idb[1]), interval: max(interval, 10*time.Millisecond),
+	s := &SteadyPing{conn: conn, dst: dst, id: int(idb[0])<<8 | int(idb[1]), interval: interval, limit: limit,
 		start: time.Now(), stopSending: make(chan struct{}), receiving: make(chan struct{})}
 	go s.receive()
 	s.sending.Add(1)
@@ -405,12 +404,28 @@ func (s *SteadyPing) send() {
 			}
 			s.mu.Unlock()
 		}
+		if s.limit > 0 && seq+1 >= s.limit {
+			return
+		}
 		select {
 		case <-s.stopSending:
 			return
 		case <-t.C:
 		}
 	}
+}
+
+// answered counts the requests answered so far.
+func (s *SteadyPing) answered() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for _, r := range s.replied {
+		if !r.IsZero() {
+			n++
+		}
+	}
+	return n
 }
 
 func (s *SteadyPing) receive() {
