@@ -110,9 +110,9 @@ func (c *Client) tableChanged(table string) <-chan struct{} {
 	return ch
 }
 
-// interfaceChanged returns a channel that is closed at the next Interface row the monitor adds or
-// changes.
-func (c *Client) interfaceChanged() <-chan struct{} { return c.tableChanged(vswitchd.InterfaceTable) }
+// InterfaceChanged returns a channel that is closed at the next Interface row the monitor adds,
+// changes or deletes: a caller waiting for an interface's state looks again then, not in a loop.
+func (c *Client) InterfaceChanged() <-chan struct{} { return c.tableChanged(vswitchd.InterfaceTable) }
 
 // anyTable names, for tableChanged, a change to any table.
 const anyTable = ""

@@ -392,7 +392,7 @@ func (c *Client) WaitOFPort(ctx context.Context, name string) (int32, error) {
 	ticker := time.NewTicker(10 * time.Millisecond)
 	defer ticker.Stop()
 	for {
-		changed := c.interfaceChanged() // before the look, so a change after it is not missed
+		changed := c.InterfaceChanged() // before the look, so a change after it is not missed
 		i := &vswitchd.Interface{Name: name}
 		err := c.ovs.Get(ctx, i)
 		switch {
