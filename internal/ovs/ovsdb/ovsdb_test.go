@@ -323,7 +323,7 @@ func TestConcurrentPortChangesShareATransaction(t *testing.T) {
 	for _, err := range run(ports("grp", 8)) {
 		g.Expect(err).NotTo(HaveOccurred())
 	}
-	g.Expect(c.Transactions() - before).To(Equal(uint64(1)), "8 queued port changes, one transaction")
+	g.Expect(c.Transactions()-before).To(Equal(uint64(1)), "8 queued port changes, one transaction")
 	g.Expect(owned()).To(ContainElements("grp0", "grp1", "grp2", "grp3", "grp4", "grp5", "grp6", "grp7"))
 
 	// ofport_request is at most 65279: ovsdb-server refuses the whole transaction.
@@ -360,7 +360,7 @@ func TestEnsurePortAppliedWaitsForVswitchd(t *testing.T) {
 	before := c.Transactions()
 	_, err := c.EnsurePortApplied(wctx, "br-int", spec)
 	g.Expect(err).To(MatchError(context.DeadlineExceeded), "a frozen ovs-vswitchd applies nothing")
-	g.Expect(c.Transactions() - before).To(Equal(uint64(1)), "the port and next_cfg in one transaction")
+	g.Expect(c.Transactions()-before).To(Equal(uint64(1)), "the port and next_cfg in one transaction")
 
 	g.Expect(o.SignalVswitchd(syscall.SIGCONT)).To(Succeed())
 	resumed = true
