@@ -185,6 +185,9 @@ func TestChaos(t *testing.T) {
 				t.Errorf("round %d (%s killed): missing %s: %s", r, f.name, k, what)
 			}
 		}
+		if res.unreachable > 0 {
+			t.Errorf("round %d (%s killed): %d live Pods not reachable from node-b within %v", r, f.name, res.unreachable, settleTimeout)
+		}
 		for _, e := range res.errs {
 			t.Errorf("round %d (%s killed): %v", r, f.name, e)
 		}
@@ -431,7 +434,7 @@ func (ch *chaos) deletePod(ctx context.Context, p *cluster.Pod) (int, error) {
 	return retries, ch.c.DeletePod(ctx, p)
 }
 
-// unreachable counts the live Pods the observer on node-b cannot ping before the deadline.
+// unreachable counts the live Pods the observer on node-b cannot ping before the deadline, and logs them.
 func (ch *chaos) unreachable(live []*cluster.Pod, deadline time.Time) int {
 	var wg sync.WaitGroup
 	var mu sync.Mutex
@@ -448,6 +451,7 @@ func (ch *chaos) unreachable(live []*cluster.Pod, deadline time.Time) int {
 					mu.Lock()
 					n++
 					mu.Unlock()
+					fmt.Printf("unreachable: Pod %s (%s, sandbox %s, port %s)\n", p.Name, p.IP, p.ContainerID, podendpoint.EndpointName(p.ContainerID))
 					return
 				}
 				time.Sleep(200 * time.Millisecond)
