@@ -87,6 +87,13 @@ func (n Node) PolicyFlows(p Policy) []openflow.Flow {
 // conjunctionFlows are the rules' clause flows, shared between rules where their match is equal,
 // and one conj_id flow per rule. A rule with an empty dimension (no Pods, no peers) matches
 // nothing and has no flows.
+//
+// A dimension that matches every IP packet (any peer, a 0.0.0.0/0 peer, any port) is no clause at
+// all, as in Antrea's calculateClauses: its flow would be the same flow as the other such dimension
+// of the rule, and OVS never completes a conjunction from two clauses of one flow (cyclonus's
+// "allow all" cases found that: the rule allowed nothing). The remaining clauses are numbered in
+// order; a rule left with only its Pods allows them everything, with one flow per Pod
+// (priorityAllowAll) instead of a conjunction, which needs two clauses.
 func conjunctionFlows(rules []PolicyRule) []openflow.Flow {
 	type clause struct {
 		flow    openflow.Flow
@@ -95,7 +102,7 @@ func conjunctionFlows(rules []PolicyRule) []openflow.Flow {
 	}
 	clauses := map[string]*clause{}
 	var keys []string
-	add := func(table uint8, m []openflow.MatchField, id uint32, k uint8) {
+	add := func(table uint8, m []openflow.MatchField, id uint32, k, n uint8) {
 		f := flow(table, priorityNormal, m)
 		key := f.String()
 		c, ok := clauses[key]
@@ -104,41 +111,62 @@ func conjunctionFlows(rules []PolicyRule) []openflow.Flow {
 			clauses[key] = c
 			keys = append(keys, key)
 		}
-		c.actions = append(c.actions, openflow.Conjunction(id, k, 3))
+		c.actions = append(c.actions, openflow.Conjunction(id, k, n))
 		c.order = append(c.order, uint64(id)<<8|uint64(k))
 	}
 	var out []openflow.Flow
+	allowed := map[string]bool{}
 	for _, r := range rules {
 		if len(r.Pods) == 0 || (!r.AnyPeer && len(r.Peers) == 0) {
 			continue
 		}
 		table, metric := IngressRuleTable, IngressMetricTable
-		pods, peers := uint8(2), uint8(1)
 		peerField := openflow.NwSrc
 		if r.Direction == PolicyEgress {
 			table, metric = EgressRuleTable, EgressMetricTable
-			pods, peers = 1, 2
 			peerField = openflow.NwDst
 		}
-		for _, pod := range r.Pods {
-			m := match(openflow.IPv4(), regMatch(TargetOFPortField, pod.OFPort))
+		podMatch := func(pod Pod) []openflow.MatchField {
 			if r.Direction == PolicyEgress {
-				m = match(openflow.IPv4(), openflow.InPort(pod.OFPort))
+				return match(openflow.IPv4(), openflow.InPort(pod.OFPort))
 			}
-			add(table, m, r.ID, pods)
+			return match(openflow.IPv4(), regMatch(TargetOFPortField, pod.OFPort))
 		}
-		if r.AnyPeer {
-			add(table, match(openflow.IPv4()), r.ID, peers)
+		anyPeer := r.AnyPeer || slices.ContainsFunc(r.Peers, func(p netip.Prefix) bool { return p.Bits() == 0 })
+		anyPort := len(r.Ports) == 0
+		if anyPeer && anyPort {
+			for _, pod := range r.Pods {
+				f := flow(table, priorityAllowAll, podMatch(pod), openflow.GotoTable(metric))
+				if k := f.String(); !allowed[k] {
+					allowed[k] = true
+					out = append(out, f)
+				}
+			}
+			continue
 		}
-		for _, peer := range r.Peers {
-			add(table, match(openflow.IPv4(), peerField(peer)), r.ID, peers)
+		// Clause numbers: egress Pods, peers, ports; ingress peers, Pods, ports; absent ones skipped.
+		n := uint8(3)
+		if anyPeer || anyPort {
+			n = 2
 		}
-		if len(r.Ports) == 0 {
-			add(table, match(openflow.IPv4()), r.ID, 3)
+		pods, peers, ports := uint8(1), uint8(2), n
+		if r.Direction == PolicyIngress {
+			pods, peers = 2, 1
+			if anyPeer {
+				pods = 1
+			}
+		}
+		for _, pod := range r.Pods {
+			add(table, podMatch(pod), r.ID, pods, n)
+		}
+		if !anyPeer {
+			for _, peer := range r.Peers {
+				add(table, match(openflow.IPv4(), peerField(peer)), r.ID, peers, n)
+			}
 		}
 		for _, pp := range r.Ports {
 			for _, m := range portMatches(pp) {
-				add(table, m, r.ID, 3)
+				add(table, m, r.ID, ports, n)
 			}
 		}
 		out = append(out, flow(table, priorityLow, match(openflow.ConjID(r.ID), openflow.IPv4()), openflow.GotoTable(metric)))
