@@ -61,6 +61,8 @@ type cluster struct {
 	sentinels  []*framework.TestPod
 	syncStep   int
 	placed     int
+	// reprobed counts the cells probed a second time because the first probe disagreed.
+	reprobed int
 }
 
 func podKey(ns, name string) string { return ns + "/" + name }
