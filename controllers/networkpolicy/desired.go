@@ -241,20 +241,21 @@ func ingressRules(np *networkingv1.NetworkPolicy, index int, rule networkingv1.N
 	var order []string
 	named := hasNamedPort(rule.Ports)
 	numbered := resolvePorts(rule.Ports, nil)
+	numberedKey := numbered.key()
 	for _, t := range targets {
-		ports := numbered
+		ports, k := numbered, numberedKey
 		if named {
 			ports = resolvePorts(rule.Ports, t.info)
+			k = ports.key()
 		}
 		if !ports.any && len(ports.ports) == 0 {
 			continue
 		}
-		k := ports.key()
 		r, ok := groups[k]
 		if !ok {
 			r = &pipeline.PolicyRule{
 				ID: ids.ID(RuleKey{Policy: np.UID, Direction: pipeline.PolicyIngress, Index: index, Ports: k}), Direction: pipeline.PolicyIngress,
-				AnyPeer: anyPeer, Peers: peers.all, Ports: ports.ports,
+				AnyPeer: anyPeer, Peers: peers.all, Ports: ports.ports, Pods: make([]pipeline.Pod, 0, len(targets)),
 			}
 			groups[k] = r
 			order = append(order, k)
