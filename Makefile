@@ -106,6 +106,13 @@ bench-netpol: test-deps ## Benchmark NetworkPolicy realisation: 5,000 ipBlock ru
 	$(GO) test -tags bench -count=1 -timeout 30m -run '^TestBenchNetpol$$' -v ./test/bench/netpol/ > bin/bench-netpol.log 2>&1 || { tail -50 bin/bench-netpol.log; exit 1; }
 	@grep '^bench-netpol ' bin/bench-netpol.log
 
+.PHONY: bench-services
+bench-services: ## Benchmark Services (10,000 x 5 endpoints; cold, one endpoint added, churn) against kube-proxy's nftables mode, which it builds (needs root).
+	hack/setup-test-deps.sh kube-proxy
+	@mkdir -p bin
+	$(GO) test -tags bench -count=1 -timeout 60m -run '^TestBenchServices$$' -v ./test/bench/services/ > bin/bench-services.log 2>&1 || { tail -50 bin/bench-services.log; exit 1; }
+	@grep '^bench-services ' bin/bench-services.log
+
 .PHONY: bench-ovs
 bench-ovs: test-deps ## Benchmark flow installation against ovs-ofctl --bundle (needs root).
 	@mkdir -p bin
