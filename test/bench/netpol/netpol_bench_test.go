@@ -85,6 +85,7 @@ func TestBenchNetpol(t *testing.T) {
 		node.AddPod(t, fmt.Sprintf("perf-%d", i), framework.TestPodOptions{Namespace: "perf", Labels: map[string]string{"app": "perf"}})
 	}
 	np, last := cidrPolicy()
+	time.Sleep(2 * time.Second) // let the passes that followed the Pods' attachment end
 	seen := monitorFlow(t, ctx, node.Node, fmt.Sprintf("table=%d,ip,nw_src=%s", pipeline.IngressRuleTable, last))
 	start := time.Now()
 	mustCreate(t, c, np)
