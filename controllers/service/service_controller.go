@@ -3,6 +3,7 @@ package service
 import (
 	"context"
 	"fmt"
+	"maps"
 	"net/netip"
 	"reflect"
 	"slices"
@@ -247,6 +248,7 @@ func (r *Reconciler) desired(ctx context.Context, rz nodenetwork.Realized, servi
 	}
 	r.realisedOn, r.realisedIPs = rz, ips
 	realised := make(map[types.NamespacedName]*realisedService, len(services))
+	hairpin := map[netip.Addr]bool{}
 	for i := range services {
 		svc := &services[i]
 		name := types.NamespacedName{Namespace: svc.Namespace, Name: svc.Name}
@@ -266,10 +268,20 @@ func (r *Reconciler) desired(ctx context.Context, rz nodenetwork.Realized, servi
 		if rs.clusterIP.IsValid() {
 			clusterIPs = append(clusterIPs, rs.clusterIP)
 		}
+		for _, p := range rs.d.ports {
+			for _, ep := range p.endpoints {
+				if ep.local {
+					hairpin[ep.addr.Addr()] = true
+				}
+			}
+		}
 		groups = append(groups, rs.groups...)
 		flows = append(flows, rs.flows...)
 	}
 	r.realised = realised
+	for _, ip := range slices.SortedFunc(maps.Keys(hairpin), netip.Addr.Compare) {
+		flows = append(flows, rz.Node.HairpinFlows(ip)...)
+	}
 	return groups, flows, clusterIPs, c
 }
 
@@ -288,10 +300,14 @@ func (r *Reconciler) realiseService(ctx context.Context, svc *corev1.Service, ep
 		rs.counts.endpoints += len(p.endpoints)
 		sp := pipeline.ServicePort{
 			ClusterIP: p.clusterIP, Protocol: p.protocol, Port: uint16(p.key.Port), NodePort: p.nodePort,
+			ExternalIPs: p.externalIPs, LoadBalancerIPs: p.loadBalancerIPs, SourceRanges: p.sourceRanges,
+			InternalLocal: p.internalLocal, ExternalLocal: p.externalLocal, AffinityTimeout: p.affinityTimeout,
 			ClusterGroup: r.groupID(groupKey{port: p.key}),
 		}
 		if p.nodePort != 0 {
 			sp.NodeIPs = ips
+		}
+		if p.nodePort != 0 || len(p.externalIPs) > 0 || len(p.loadBalancerIPs) > 0 {
 			sp.ExternalGroup = r.groupID(groupKey{port: p.key, external: true})
 		}
 		for _, ep := range p.endpoints {
