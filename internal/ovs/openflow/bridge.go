@@ -142,6 +142,9 @@ type Bridge struct {
 	// back (see monitor.go).
 	repairs  repairQueue
 	repaired atomic.Uint64
+	// ownRemovals holds the deletions the bridge sent whose removal reports are still expected, with
+	// when each expectation expires; guarded by mu.
+	ownRemovals map[flowID][]time.Time
 
 	replays  chan struct{}
 	closed   chan struct{}
@@ -719,6 +722,7 @@ func (b *Bridge) apply(c flowChange) {
 	}
 	if c.next == nil {
 		delete(b.flows, c.prev.key)
+		b.expectRemoval(c.prev)
 		return
 	}
 	if c.prev != nil {

@@ -36,6 +36,10 @@ const (
 	// flowRemovedByDelete is ofp_flow_removed_reason OFPRR_DELETE: a flow_mod deleted the flow.
 	// Timeouts (our learned flows) and group or meter deletions are not drift the cache can undo.
 	flowRemovedByDelete = 2
+	// ownRemovalExpiry is how long the bridge expects the switch to report a deletion it sent: a
+	// report that never comes (the flow was gone already) must not excuse a later removal by
+	// someone else.
+	ownRemovalExpiry = 10 * time.Second
 )
 
 // errMonitorUnsupported ends monitoring: the switch refused the monitor request.
@@ -53,7 +57,7 @@ type flowID struct {
 // repairQueue collects what the monitor heard until the repair runs.
 type repairQueue struct {
 	mu      sync.Mutex
-	removed map[flowID]bool
+	removed map[flowID]int
 	// full asks for a comparison of every table: events may have been missed (the monitor was
 	// not connected, or the switch paused it).
 	full bool
@@ -63,9 +67,9 @@ type repairQueue struct {
 func (q *repairQueue) add(id flowID) {
 	q.mu.Lock()
 	if q.removed == nil {
-		q.removed = map[flowID]bool{}
+		q.removed = map[flowID]int{}
 	}
-	q.removed[id] = true
+	q.removed[id]++
 	q.mu.Unlock()
 	q.notify()
 }
@@ -84,7 +88,7 @@ func (q *repairQueue) notify() {
 	}
 }
 
-func (q *repairQueue) take() (map[flowID]bool, bool) {
+func (q *repairQueue) take() (map[flowID]int, bool) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	removed, full := q.removed, q.full
@@ -257,10 +261,56 @@ func (b *Bridge) repairFlows() {
 	}
 }
 
-// repair reinstalls, in one bundle, the cached flows of the removed identities, or every cached
-// flow the switch lacks when full. Removals of flows no longer in the cache (our own deletions,
-// earlier rounds) need nothing.
-func (b *Bridge) repair(removed map[flowID]bool, full bool) error {
+// expectRemoval records a deletion the bridge sent, whose report by the monitor is not drift. The
+// caller holds b.mu.
+func (b *Bridge) expectRemoval(c *cached) {
+	if b.opts.NoFlowMonitor {
+		return
+	}
+	if b.ownRemovals == nil {
+		b.ownRemovals = map[flowID][]time.Time{}
+	}
+	id := flowID{c.flow.Table, c.flow.Priority, c.flow.Cookie}
+	b.ownRemovals[id] = append(b.ownRemovals[id], time.Now().Add(ownRemovalExpiry))
+}
+
+// othersRemovals returns the identities of which the monitor reported more removals than the
+// bridge sent, and forgets the expectations it matched or that expired. The caller holds b.mu.
+func (b *Bridge) othersRemovals(removed map[flowID]int) map[flowID]bool {
+	now := time.Now()
+	for id, expiries := range b.ownRemovals {
+		live := expiries[:0]
+		for _, e := range expiries {
+			if e.After(now) {
+				live = append(live, e)
+			}
+		}
+		if len(live) == 0 {
+			delete(b.ownRemovals, id)
+		} else {
+			b.ownRemovals[id] = live
+		}
+	}
+	others := map[flowID]bool{}
+	for id, n := range removed {
+		own := min(n, len(b.ownRemovals[id]))
+		if own > 0 {
+			b.ownRemovals[id] = b.ownRemovals[id][own:]
+			if len(b.ownRemovals[id]) == 0 {
+				delete(b.ownRemovals, id)
+			}
+		}
+		if n > own {
+			others[id] = true
+		}
+	}
+	return others
+}
+
+// repair reinstalls, in one bundle, the cached flows of the identities someone else removed, or
+// every cached flow the switch lacks when full. Removals the bridge sent itself, and of flows no
+// longer in the cache (earlier rounds), need nothing.
+func (b *Bridge) repair(removed map[flowID]int, full bool) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if err := b.waitConnected(ctx); err != nil {
@@ -269,15 +319,16 @@ func (b *Bridge) repair(removed map[flowID]bool, full bool) error {
 	start := time.Now()
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	others := b.othersRemovals(removed)
 	var missing []*cached
 	if full {
 		var err error
 		if _, missing, err = b.compare(ctx); err != nil {
 			return err
 		}
-	} else {
+	} else if len(others) > 0 {
 		for _, c := range b.flows {
-			if removed[flowID{c.flow.Table, c.flow.Priority, c.flow.Cookie}] {
+			if others[flowID{c.flow.Table, c.flow.Priority, c.flow.Cookie}] {
 				missing = append(missing, c)
 			}
 		}
