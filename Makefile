@@ -9,6 +9,9 @@ BIN := $(CURDIR)/bin
 CONTROLLER_GEN := $(GO) tool controller-gen
 PLATFORMS := linux windows
 GO_TEST_FLAGS ?= -count=1 -timeout 20m
+# NETPOL_MODULE is the test-only Go module that judges NetworkPolicy with cyclonus; `go test ./...`
+# does not enter it, so test, vet and conformance-netpol call it themselves.
+NETPOL_MODULE := test/netpol
 
 ##@ General
 
@@ -48,8 +51,8 @@ verify: ## Regenerate code and manifests and fail if anything changed; check gof
 	hack/verify-generated.sh
 
 .PHONY: vet
-vet: ## go vet for linux and windows.
-	$(foreach os,$(PLATFORMS),GOOS=$(os) $(GO) vet ./... &&) true
+vet: ## go vet for linux and windows (the test-only module test/netpol too).
+	$(foreach os,$(PLATFORMS),GOOS=$(os) $(GO) vet ./... && (cd $(NETPOL_MODULE) && GOOS=$(os) $(GO) vet ./...) &&) true
 
 .PHONY: helm-lint
 helm-lint: test-deps ## Lint the Helm chart with the helm that test-deps builds into bin/.
@@ -68,8 +71,23 @@ test-deps: ## Install the test dependencies (Debian packages, kube-apiserver and
 	hack/setup-test-deps.sh
 
 .PHONY: test
-test: test-deps verify vet build ## Run unit, API (real kube-apiserver) and OVS (real Open vSwitch) tests; needs root.
+test: test-deps verify vet build ## Run unit, API (real kube-apiserver) and OVS (real Open vSwitch) tests, and a sample of the cyclonus NetworkPolicy cases; needs root.
 	$(GO) test $(GO_TEST_FLAGS) ./...
+	@$(MAKE) --no-print-directory conformance-netpol-sample
+
+.PHONY: conformance-netpol-sample
+conformance-netpol-sample: ## The fixed sample of cyclonus NetworkPolicy cases that make test runs (needs root).
+	@mkdir -p bin
+	cd $(NETPOL_MODULE) && $(GO) test $(GO_TEST_FLAGS) -v . > $(BIN)/conformance-netpol-sample.log 2>&1 || { grep -E '^(case |conformance-netpol|    [a-z_]+\.go:[0-9]+: )' $(BIN)/conformance-netpol-sample.log | tail -60; echo "make test: the cyclonus sample failed; full log in bin/conformance-netpol-sample.log"; exit 1; }
+	@grep '^conformance-netpol ' $(BIN)/conformance-netpol-sample.log
+	@grep -q '^conformance-netpol cases=[1-9]' $(BIN)/conformance-netpol-sample.log || { echo "make test: the cyclonus sample ran no case"; exit 1; }
+
+.PHONY: conformance-netpol
+conformance-netpol: test-deps ## Play every non-SCTP cyclonus NetworkPolicy case (216) on two simulated nodes with real packets (needs root; about 30 min).
+	@mkdir -p bin
+	cd $(NETPOL_MODULE) && $(GO) test -count=1 -timeout 90m -run '^TestConformance$$' -v . -args -netpol.all > $(BIN)/conformance-netpol.log 2>&1 || { grep -E '^(case |conformance-netpol|    [a-z_]+\.go:[0-9]+: )' $(BIN)/conformance-netpol.log | grep -v ' 0 disagree' | tail -80; exit 1; }
+	@grep -E '^conformance-netpol ' $(BIN)/conformance-netpol.log
+	@grep -q '^conformance-netpol cases=[1-9]' $(BIN)/conformance-netpol.log || { echo "conformance-netpol ran no case"; exit 1; }
 
 .PHONY: bench-routes
 bench-routes: test-deps ## Benchmark remote routes at 1,000/5,000/10,000 nodes against ovs-ofctl (needs root).
@@ -81,6 +99,12 @@ bench-cni: test-deps ## Benchmark 200 Pods' CNI ADD+DEL at concurrency 1 and 8 a
 	@mkdir -p bin
 	$(GO) test -tags bench -count=1 -timeout 20m -run '^TestBenchCNI$$' -v ./test/bench/cni/ > bin/bench-cni.log 2>&1 || { tail -50 bin/bench-cni.log; exit 1; }
 	@grep '^bench-cni ' bin/bench-cni.log
+
+.PHONY: bench-netpol
+bench-netpol: test-deps ## Benchmark NetworkPolicy realisation: 5,000 ipBlock rules against ovs-ofctl, 1,000 policies on 200 Pods, one added address (needs root).
+	@mkdir -p bin
+	$(GO) test -tags bench -count=1 -timeout 30m -run '^TestBenchNetpol$$' -v ./test/bench/netpol/ > bin/bench-netpol.log 2>&1 || { tail -50 bin/bench-netpol.log; exit 1; }
+	@grep '^bench-netpol ' bin/bench-netpol.log
 
 .PHONY: bench-services
 bench-services: ## Benchmark Services (10,000 x 5 endpoints; cold, one endpoint added, churn) against kube-proxy's nftables mode, which it builds (needs root).

@@ -27,4 +27,10 @@ if [ -n "$unformatted" ]; then
 	echo "$unformatted" >&2
 	exit 1
 fi
+# The test-only module test/netpol (cyclonus) must list exactly what it needs, so that it builds from
+# the Go module proxy on a fresh machine.
+if ! (cd test/netpol && go mod tidy -diff >/dev/null); then
+	echo "verify: test/netpol/go.mod or go.sum is not tidy: run 'cd test/netpol && go mod tidy'" >&2
+	exit 1
+fi
 echo "verify: generated files and formatting are up to date"

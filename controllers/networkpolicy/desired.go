@@ -1,6 +1,7 @@
 package networkpolicy
 
 import (
+	"encoding/json"
 	"fmt"
 	"net/netip"
 	"slices"
@@ -105,21 +106,11 @@ func Compute(in Inputs, ids IDs) Desired {
 		podInfo[types.NamespacedName{Namespace: p.Namespace, Name: p.Name}] = p
 	}
 	ingressIsolated, egressIsolated := map[uint32]pipeline.Pod{}, map[uint32]pipeline.Pod{}
+	m := &memo{in: in, podInfo: podInfo, targets: map[string][]localTarget{}, peers: map[string]*resolvedPeers{}}
 	for i := range in.Policies {
 		np := &in.Policies[i]
 		key := types.NamespacedName{Namespace: np.Namespace, Name: np.Name}
-		sel, err := metav1.LabelSelectorAsSelector(&np.Spec.PodSelector)
-		if err != nil {
-			continue // the API server validates selectors
-		}
-		var targets []localTarget
-		for _, lp := range in.Local {
-			info := podInfo[lp.Key]
-			if lp.Key.Namespace != np.Namespace || info == nil || !sel.Matches(labels.Set(info.Labels)) {
-				continue
-			}
-			targets = append(targets, localTarget{pod: lp.Pod, info: info})
-		}
+		targets := m.selectTargets(np.Namespace, &np.Spec.PodSelector)
 		ingress, egress := policyTypes(np)
 		d.Unsupported[key] = unsupported(np)
 		if len(d.Unsupported[key]) == 0 {
@@ -134,7 +125,7 @@ func Compute(in Inputs, ids IDs) Desired {
 				ingressIsolated[t.pod.OFPort] = t.pod
 			}
 			for ri, rule := range np.Spec.Ingress {
-				d.Policy.Rules = append(d.Policy.Rules, ingressRules(np, ri, rule, targets, in, ids)...)
+				d.Policy.Rules = append(d.Policy.Rules, ingressRules(np, ri, rule, targets, m, ids)...)
 			}
 		}
 		if egress {
@@ -142,7 +133,7 @@ func Compute(in Inputs, ids IDs) Desired {
 				egressIsolated[t.pod.OFPort] = t.pod
 			}
 			for ri, rule := range np.Spec.Egress {
-				d.Policy.Rules = append(d.Policy.Rules, egressRules(np, ri, rule, targets, in, ids)...)
+				d.Policy.Rules = append(d.Policy.Rules, egressRules(np, ri, rule, targets, m, ids)...)
 			}
 		}
 	}
@@ -158,6 +149,54 @@ func Compute(in Inputs, ids IDs) Desired {
 type localTarget struct {
 	pod  pipeline.Pod
 	info *PodInfo
+}
+
+// memo remembers, for one Compute, what many policies ask alike: the local Pods a podSelector
+// selects in a namespace, and what a list of peers resolves to. A thousand policies with the same
+// peers then cost one resolution over the cluster's Pods, not a thousand. What it returns is shared
+// and must not be changed.
+type memo struct {
+	in      Inputs
+	podInfo map[types.NamespacedName]*PodInfo
+	targets map[string][]localTarget
+	peers   map[string]*resolvedPeers
+}
+
+// specKey identifies a selector or a list of peers in namespace ns by its content.
+func specKey(ns string, spec any) string {
+	b, _ := json.Marshal(spec)
+	return ns + "\x00" + string(b)
+}
+
+// selectTargets returns the local Pods of namespace ns that selector selects.
+func (m *memo) selectTargets(ns string, selector *metav1.LabelSelector) []localTarget {
+	k := specKey(ns, selector)
+	if t, ok := m.targets[k]; ok {
+		return t
+	}
+	var targets []localTarget
+	if sel, err := metav1.LabelSelectorAsSelector(selector); err == nil { // the API server validates selectors
+		for _, lp := range m.in.Local {
+			info := m.podInfo[lp.Key]
+			if lp.Key.Namespace == ns && info != nil && sel.Matches(labels.Set(info.Labels)) {
+				targets = append(targets, localTarget{pod: lp.Pod, info: info})
+			}
+		}
+	}
+	m.targets[k] = targets
+	return targets
+}
+
+// resolvePeers is resolvePeers, once per namespace and list of peers.
+func (m *memo) resolvePeers(ns string, peers []networkingv1.NetworkPolicyPeer) *resolvedPeers {
+	k := specKey(ns, peers)
+	if r, ok := m.peers[k]; ok {
+		return r
+	}
+	r := resolvePeers(ns, peers, m.in)
+	r.all = r.prefixes()
+	m.peers[k] = &r
+	return &r
 }
 
 // policyTypes are the policy's directions, defaulted as the API server defaults them: Ingress, and
@@ -195,22 +234,28 @@ func unsupported(np *networkingv1.NetworkPolicy) []string {
 
 // ingressRules compiles one ingress rule: the peers are sources; named ports resolve on the
 // target Pods, so targets with different resolutions get different conjunctions.
-func ingressRules(np *networkingv1.NetworkPolicy, index int, rule networkingv1.NetworkPolicyIngressRule, targets []localTarget, in Inputs, ids IDs) []pipeline.PolicyRule {
+func ingressRules(np *networkingv1.NetworkPolicy, index int, rule networkingv1.NetworkPolicyIngressRule, targets []localTarget, m *memo, ids IDs) []pipeline.PolicyRule {
 	anyPeer := len(rule.From) == 0
-	peers := resolvePeers(np.Namespace, rule.From, in)
+	peers := m.resolvePeers(np.Namespace, rule.From)
 	groups := map[string]*pipeline.PolicyRule{}
 	var order []string
+	named := hasNamedPort(rule.Ports)
+	numbered := resolvePorts(rule.Ports, nil)
+	numberedKey := numbered.key()
 	for _, t := range targets {
-		ports := resolvePorts(rule.Ports, t.info)
+		ports, k := numbered, numberedKey
+		if named {
+			ports = resolvePorts(rule.Ports, t.info)
+			k = ports.key()
+		}
 		if !ports.any && len(ports.ports) == 0 {
 			continue
 		}
-		k := ports.key()
 		r, ok := groups[k]
 		if !ok {
 			r = &pipeline.PolicyRule{
 				ID: ids.ID(RuleKey{Policy: np.UID, Direction: pipeline.PolicyIngress, Index: index, Ports: k}), Direction: pipeline.PolicyIngress,
-				AnyPeer: anyPeer, Peers: peers.prefixes(), Ports: ports.ports,
+				AnyPeer: anyPeer, Peers: peers.all, Ports: ports.ports, Pods: make([]pipeline.Pod, 0, len(targets)),
 			}
 			groups[k] = r
 			order = append(order, k)
@@ -227,7 +272,8 @@ func ingressRules(np *networkingv1.NetworkPolicy, index int, rule networkingv1.N
 // egressRules compiles one egress rule: the peers are destinations; named ports resolve on the
 // destination Pods, so destinations with different resolutions get different conjunctions, and
 // ipBlock peers (no Pod, no name) get the numbered ports only.
-func egressRules(np *networkingv1.NetworkPolicy, index int, rule networkingv1.NetworkPolicyEgressRule, targets []localTarget, in Inputs, ids IDs) []pipeline.PolicyRule {
+func egressRules(np *networkingv1.NetworkPolicy, index int, rule networkingv1.NetworkPolicyEgressRule, targets []localTarget, m *memo, ids IDs) []pipeline.PolicyRule {
+	in := m.in
 	var pods []pipeline.Pod
 	for _, t := range targets {
 		pods = append(pods, t.pod)
@@ -254,9 +300,9 @@ func egressRules(np *networkingv1.NetworkPolicy, index int, rule networkingv1.Ne
 		g.peers = append(g.peers, peers...)
 	}
 	named := hasNamedPort(rule.Ports)
-	peers := resolvePeers(np.Namespace, rule.To, in)
+	peers := m.resolvePeers(np.Namespace, rule.To)
 	if !named {
-		add(resolvePorts(rule.Ports, nil), len(rule.To) == 0, peers.prefixes()...)
+		add(resolvePorts(rule.Ports, nil), len(rule.To) == 0, peers.all...)
 	} else {
 		if len(rule.To) == 0 {
 			// Any destination: the numbered ports to anyone, the named ones to each Pod that has them.
@@ -338,6 +384,8 @@ var protocols = map[corev1.Protocol]uint8{corev1.ProtocolTCP: openflow.ProtoTCP,
 type resolvedPeers struct {
 	pods   []*PodInfo
 	blocks []netip.Prefix
+	// all is prefixes(), once (memo.resolvePeers).
+	all []netip.Prefix
 }
 
 func (r resolvedPeers) prefixes() []netip.Prefix {

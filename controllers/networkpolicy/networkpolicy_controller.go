@@ -172,16 +172,18 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ ctrl.Request) (_ ctrl.Resu
 	return ctrl.Result{RequeueAfter: resync}, nil
 }
 
-// inputs reads the facts Compute needs.
+// inputs reads the facts Compute needs. The objects are the caches' own, not copies (a pass over
+// a thousand policies and Pods would spend most of its time copying them): nothing here or in
+// Compute changes them.
 func (r *Reconciler) inputs(ctx context.Context) (Inputs, error) {
 	var in Inputs
 	policies := &networkingv1.NetworkPolicyList{}
-	if err := r.Client.List(ctx, policies); err != nil {
+	if err := r.Client.List(ctx, policies, client.UnsafeDisableDeepCopy); err != nil {
 		return in, fmt.Errorf("listing NetworkPolicies: %w", err)
 	}
 	in.Policies = policies.Items
 	namespaces := &corev1.NamespaceList{}
-	if err := r.Client.List(ctx, namespaces); err != nil {
+	if err := r.Client.List(ctx, namespaces, client.UnsafeDisableDeepCopy); err != nil {
 		return in, fmt.Errorf("listing Namespaces: %w", err)
 	}
 	in.Namespaces = map[string]map[string]string{}
@@ -189,7 +191,7 @@ func (r *Reconciler) inputs(ctx context.Context) (Inputs, error) {
 		in.Namespaces[ns.Name] = ns.Labels
 	}
 	pods := &corev1.PodList{}
-	if err := r.Pods.List(ctx, pods); err != nil {
+	if err := r.Pods.List(ctx, pods, client.UnsafeDisableDeepCopy); err != nil {
 		return in, fmt.Errorf("listing Pods: %w", err)
 	}
 	// A local Pod's address is known from its attachment before kubelet writes it to the status.

@@ -2,6 +2,8 @@ package pipeline
 
 import (
 	"cmp"
+	"encoding/binary"
+	"hash/maphash"
 	"net/netip"
 	"slices"
 
@@ -87,58 +89,106 @@ func (n Node) PolicyFlows(p Policy) []openflow.Flow {
 // conjunctionFlows are the rules' clause flows, shared between rules where their match is equal,
 // and one conj_id flow per rule. A rule with an empty dimension (no Pods, no peers) matches
 // nothing and has no flows.
+//
+// A dimension that matches every IP packet (any peer, a 0.0.0.0/0 peer, any port) is no clause at
+// all, as in Antrea's calculateClauses: its flow would be the same flow as the other such dimension
+// of the rule, and OVS never completes a conjunction from two clauses of one flow (cyclonus's
+// "allow all" cases found that: the rule allowed nothing). The remaining clauses are numbered in
+// order; a rule left with only its Pods allows them everything, with one flow per Pod
+// (priorityAllowAll) instead of a conjunction, which needs two clauses.
 func conjunctionFlows(rules []PolicyRule) []openflow.Flow {
+	rules = mergeRules(rules)
 	type clause struct {
 		flow    openflow.Flow
 		actions []openflow.Action
 		order   []uint64
 	}
-	clauses := map[string]*clause{}
-	var keys []string
-	add := func(table uint8, m []openflow.MatchField, id uint32, k uint8) {
-		f := flow(table, priorityNormal, m)
-		key := f.String()
+	// A clause flow is known by its table and what it matches (a Pod, a peer prefix, a port
+	// block), which is cheaper to compare than its text: a node's policy can have a million adds.
+	type clauseKey struct {
+		table, kind uint8
+		value       uint64
+	}
+	const podClause, peerClause, portClause = 1, 2, 3
+	clauses := map[clauseKey]*clause{}
+	var keys []clauseKey
+	add := func(table uint8, kind uint8, value uint64, m func() []openflow.MatchField, id uint32, k, n uint8) {
+		key := clauseKey{table: table, kind: kind, value: value}
 		c, ok := clauses[key]
 		if !ok {
-			c = &clause{flow: f}
+			c = &clause{flow: flow(table, priorityNormal, m())}
 			clauses[key] = c
 			keys = append(keys, key)
 		}
-		c.actions = append(c.actions, openflow.Conjunction(id, k, 3))
+		c.actions = append(c.actions, openflow.Conjunction(id, k, n))
 		c.order = append(c.order, uint64(id)<<8|uint64(k))
 	}
 	var out []openflow.Flow
+	allowed := map[string]bool{}
 	for _, r := range rules {
 		if len(r.Pods) == 0 || (!r.AnyPeer && len(r.Peers) == 0) {
 			continue
 		}
 		table, metric := IngressRuleTable, IngressMetricTable
-		pods, peers := uint8(2), uint8(1)
 		peerField := openflow.NwSrc
 		if r.Direction == PolicyEgress {
 			table, metric = EgressRuleTable, EgressMetricTable
-			pods, peers = 1, 2
 			peerField = openflow.NwDst
 		}
-		for _, pod := range r.Pods {
-			m := match(openflow.IPv4(), regMatch(TargetOFPortField, pod.OFPort))
+		podMatch := func(pod Pod) []openflow.MatchField {
 			if r.Direction == PolicyEgress {
-				m = match(openflow.IPv4(), openflow.InPort(pod.OFPort))
+				return match(openflow.IPv4(), openflow.InPort(pod.OFPort))
 			}
-			add(table, m, r.ID, pods)
+			return match(openflow.IPv4(), regMatch(TargetOFPortField, pod.OFPort))
 		}
-		if r.AnyPeer {
-			add(table, match(openflow.IPv4()), r.ID, peers)
+		anyPeer := r.AnyPeer || slices.ContainsFunc(r.Peers, func(p netip.Prefix) bool { return p.Bits() == 0 })
+		anyPort := len(r.Ports) == 0
+		if anyPeer && anyPort {
+			for _, pod := range r.Pods {
+				f := flow(table, priorityAllowAll, podMatch(pod), openflow.GotoTable(metric))
+				if k := f.String(); !allowed[k] {
+					allowed[k] = true
+					out = append(out, f)
+				}
+			}
+			continue
 		}
-		for _, peer := range r.Peers {
-			add(table, match(openflow.IPv4(), peerField(peer)), r.ID, peers)
+		// Clause numbers: egress Pods, peers, ports; ingress peers, Pods, ports; absent ones skipped.
+		n := uint8(3)
+		if anyPeer || anyPort {
+			n = 2
 		}
-		if len(r.Ports) == 0 {
-			add(table, match(openflow.IPv4()), r.ID, 3)
+		pods, peers, ports := uint8(1), uint8(2), n
+		if r.Direction == PolicyIngress {
+			pods, peers = 2, 1
+			if anyPeer {
+				pods = 1
+			}
+		}
+		for _, pod := range r.Pods {
+			add(table, podClause, uint64(pod.OFPort), func() []openflow.MatchField { return podMatch(pod) }, r.ID, pods, n)
+		}
+		if !anyPeer {
+			for _, peer := range r.Peers {
+				peer = peer.Masked()
+				a := peer.Addr().As4()
+				value := uint64(a[0])<<32 | uint64(a[1])<<24 | uint64(a[2])<<16 | uint64(a[3])<<8 | uint64(peer.Bits())
+				add(table, peerClause, value, func() []openflow.MatchField { return match(openflow.IPv4(), peerField(peer)) }, r.ID, peers, n)
+			}
 		}
 		for _, pp := range r.Ports {
-			for _, m := range portMatches(pp) {
-				add(table, m, r.ID, 3)
+			base := func() []openflow.MatchField { return match(openflow.IPv4(), openflow.IPProto(pp.Protocol)) }
+			if pp.Port == 0 {
+				add(table, portClause, uint64(pp.Protocol)<<40, base, r.ID, ports, n)
+				continue
+			}
+			// One value/mask match per aligned block of the range (80-85 is 0x50/0xfffc and
+			// 0x54/0xfffe), as Antrea's portsToBitRanges does.
+			for _, b := range PortRange(pp.Port, pp.EndPort) {
+				value := uint64(pp.Protocol)<<40 | 1<<32 | uint64(b.Value)<<16 | uint64(b.Mask)
+				add(table, portClause, value, func() []openflow.MatchField {
+					return append(base(), openflow.TpDstMasked(pp.Protocol, b.Value, b.Mask))
+				}, r.ID, ports, n)
 			}
 		}
 		out = append(out, flow(table, priorityLow, match(openflow.ConjID(r.ID), openflow.IPv4()), openflow.GotoTable(metric)))
@@ -162,18 +212,112 @@ func conjunctionFlows(rules []PolicyRule) []openflow.Flow {
 	return out
 }
 
-// portMatches are the matches of a port range: one value/mask match per aligned block of ports
-// (80-85 is 0x50/0xfffc and 0x54/0xfffe), as Antrea's portsToBitRanges does.
-func portMatches(pp PolicyPort) [][]openflow.MatchField {
-	base := match(openflow.IPv4(), openflow.IPProto(pp.Protocol))
-	if pp.Port == 0 {
-		return [][]openflow.MatchField{base}
+// mergeRules merges the rules that allow the same peers on the same ports in the same direction
+// into one, over the union of their Pods, with the lowest of their ids (rules allow, so a packet
+// one of them allows is allowed by the merged rule and no other). A thousand policies that admit the
+// same peers to different selections of Pods then cost one conjunction whose peer flows carry one
+// conjunction action each, not a thousand. Rules are grouped by a hash of what they allow and
+// compared in full within a group.
+func mergeRules(rules []PolicyRule) []PolicyRule {
+	seed := maphash.MakeSeed()
+	// Rules of many policies with the same peers share one slice (the compiler resolves each list
+	// of peers once): hash it once.
+	type slice struct {
+		first *netip.Prefix
+		n     int
 	}
-	var out [][]openflow.MatchField
-	for _, b := range PortRange(pp.Port, pp.EndPort) {
-		out = append(out, append(slices.Clone(base), openflow.TpDstMasked(pp.Protocol, b.Value, b.Mask)))
+	peerHashes := map[slice]uint64{}
+	byHash := map[uint64][]int{}
+	var out []PolicyRule
+	var pods []map[uint32]bool
+	for _, r := range rules {
+		var ph uint64
+		if len(r.Peers) > 0 {
+			k := slice{&r.Peers[0], len(r.Peers)}
+			var ok bool
+			if ph, ok = peerHashes[k]; !ok {
+				ph = peersHash(seed, r.Peers)
+				peerHashes[k] = ph
+			}
+		}
+		h := ruleHash(seed, r, ph)
+		merged := false
+		for _, i := range byHash[h] {
+			o := &out[i]
+			if o.Direction != r.Direction || o.AnyPeer != r.AnyPeer || !samePeers(o.Peers, r.Peers) || !slices.Equal(o.Ports, r.Ports) {
+				continue
+			}
+			if r.ID < o.ID {
+				o.ID = r.ID
+			}
+			for _, p := range r.Pods {
+				if !pods[i][p.OFPort] {
+					pods[i][p.OFPort] = true
+					o.Pods = append(o.Pods, p)
+				}
+			}
+			merged = true
+			break
+		}
+		if merged {
+			continue
+		}
+		seen := map[uint32]bool{}
+		var own []Pod
+		for _, p := range r.Pods {
+			if !seen[p.OFPort] {
+				seen[p.OFPort] = true
+				own = append(own, p)
+			}
+		}
+		r.Pods = own
+		byHash[h] = append(byHash[h], len(out))
+		out = append(out, r)
+		pods = append(pods, seen)
 	}
 	return out
+}
+
+// ruleHash hashes what a rule allows (direction, peers by their hash ph, ports), not to whom (its
+// Pods).
+func ruleHash(seed maphash.Seed, r PolicyRule, ph uint64) uint64 {
+	var h maphash.Hash
+	h.SetSeed(seed)
+	var b [8]byte
+	b[0], b[1] = byte(r.Direction), 0
+	if r.AnyPeer {
+		b[1] = 1
+	}
+	_, _ = h.Write(b[:2])
+	binary.LittleEndian.PutUint64(b[:], ph)
+	_, _ = h.Write(b[:])
+	for _, p := range r.Ports {
+		b[0], b[1], b[2], b[3], b[4] = p.Protocol, byte(p.Port>>8), byte(p.Port), byte(p.EndPort>>8), byte(p.EndPort)
+		_, _ = h.Write(b[:5])
+	}
+	return h.Sum64()
+}
+
+// samePeers compares two lists of peers, at once when they are the same slice.
+func samePeers(a, b []netip.Prefix) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	if len(a) == 0 || &a[0] == &b[0] {
+		return true
+	}
+	return slices.Equal(a, b)
+}
+
+func peersHash(seed maphash.Seed, peers []netip.Prefix) uint64 {
+	var h maphash.Hash
+	h.SetSeed(seed)
+	for _, p := range peers {
+		a := p.Addr().As16()
+		_, _ = h.Write(a[:])
+		_ = h.WriteByte(byte(p.Bits()))
+	}
+	return h.Sum64()
 }
 
 // PortBlock is an aligned block of ports: the ports p with p&Mask == Value.

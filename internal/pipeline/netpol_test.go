@@ -2,6 +2,7 @@ package pipeline
 
 import (
 	"net/netip"
+	"slices"
 	"strings"
 	"testing"
 
@@ -68,6 +69,8 @@ func TestPolicyRuleIsAConjunction(t *testing.T) {
 		{ID: 5, Direction: PolicyEgress, Pods: []Pod{npPod1, npPod2}, Peers: []netip.Prefix{netip.MustParsePrefix("10.244.2.0/24"), netip.MustParsePrefix("10.0.0.7/32")},
 			Ports: []PolicyPort{{Protocol: openflow.ProtoTCP, Port: 80, EndPort: 85}, {Protocol: openflow.ProtoUDP, Port: 53}}},
 		{ID: 6, Direction: PolicyIngress, Pods: []Pod{npPod2}, AnyPeer: true},
+		{ID: 7, Direction: PolicyIngress, Pods: []Pod{npPod1}, AnyPeer: true, Ports: []PolicyPort{{Protocol: openflow.ProtoUDP, Port: 53}}},
+		{ID: 8, Direction: PolicyEgress, Pods: []Pod{npPod1}, Peers: []netip.Prefix{netip.MustParsePrefix("0.0.0.0/0")}},
 	}}
 	got := conjunctionFlows(p.Rules)
 	g.Expect(policyStrs(got)).To(ConsistOf(
@@ -79,9 +82,15 @@ func TestPolicyRuleIsAConjunction(t *testing.T) {
 		"table=50, priority=200,tcp,tp_dst=0x54/0xfffe actions=conjunction(5,3/3)",
 		"table=50, priority=200,udp,tp_dst=53 actions=conjunction(5,3/3)",
 		"table=50, priority=190,conj_id=5,ip actions=goto_table:61",
-		"table=90, priority=200,ip actions=conjunction(6,1/3),conjunction(6,3/3)",
-		"table=90, priority=200,ip,reg1=0xb actions=conjunction(6,2/3)",
-		"table=90, priority=190,conj_id=6,ip actions=goto_table:101",
+		// Any peer on any port: no conjunction (OVS needs two clauses, and never completes one
+		// from two clauses of one flow), the Pod is allowed directly.
+		"table=90, priority=205,ip,reg1=0xb actions=goto_table:101",
+		// Any peer: two clauses, the Pods and the ports.
+		"table=90, priority=200,ip,reg1=0xa actions=conjunction(7,1/2)",
+		"table=90, priority=200,udp,tp_dst=53 actions=conjunction(7,2/2)",
+		"table=90, priority=190,conj_id=7,ip actions=goto_table:101",
+		// 0.0.0.0/0 is any peer.
+		"table=50, priority=205,ip,in_port=10 actions=goto_table:61",
 	))
 }
 
@@ -95,10 +104,10 @@ func TestPolicyFlowsAreShared(t *testing.T) {
 		{ID: 2, Direction: PolicyIngress, Pods: []Pod{npPod2}, Peers: peer, Ports: []PolicyPort{{Protocol: openflow.ProtoTCP}}},
 		{ID: 4, Direction: PolicyIngress, Pods: []Pod{npPod2}},
 	}))
-	g.Expect(got).To(ContainElement("table=90, priority=200,ip,nw_src=10.244.2.9 actions=conjunction(2,1/3),conjunction(3,1/3)"))
+	g.Expect(got).To(ContainElement("table=90, priority=200,ip,nw_src=10.244.2.9 actions=conjunction(2,1/3),conjunction(3,1/2)"))
 	g.Expect(got).To(ContainElement("table=90, priority=200,tcp actions=conjunction(2,3/3)"))
 	g.Expect(strings.Join(got, "\n")).NotTo(ContainSubstring("(4,"))
-	g.Expect(got).To(HaveLen(7))
+	g.Expect(got).To(HaveLen(6))
 }
 
 // TestPolicyIsolationAndExemptions pins the default-deny flows of isolated Pods and the flows that
@@ -134,4 +143,31 @@ func testPolicy() Policy {
 			{ID: 4, Direction: PolicyEgress, Pods: []Pod{npPod2}, Peers: []netip.Prefix{netip.MustParsePrefix("192.168.10.0/24")}},
 		},
 	}
+}
+
+// TestPolicyRulesAllowingTheSameAreMerged: rules that allow the same peers on the same ports in
+// the same direction are one conjunction over the union of their Pods, with the lowest id; a rule
+// that differs in any of these stays apart.
+func TestPolicyRulesAllowingTheSameAreMerged(t *testing.T) {
+	g := NewWithT(t)
+	peers := []netip.Prefix{netip.MustParsePrefix("10.244.2.9/32"), netip.MustParsePrefix("10.244.3.0/24")}
+	tcp80 := []PolicyPort{{Protocol: openflow.ProtoTCP, Port: 80}}
+	got := policyStrs(conjunctionFlows([]PolicyRule{
+		{ID: 7, Direction: PolicyIngress, Pods: []Pod{npPod1}, Peers: peers, Ports: tcp80},
+		{ID: 4, Direction: PolicyIngress, Pods: []Pod{npPod2, npPod1}, Peers: slices.Clone(peers), Ports: tcp80},
+		{ID: 9, Direction: PolicyEgress, Pods: []Pod{npPod1}, Peers: peers, Ports: tcp80},
+	}))
+	g.Expect(got).To(ConsistOf(
+		"table=90, priority=200,ip,nw_src=10.244.2.9 actions=conjunction(4,1/3)",
+		"table=90, priority=200,ip,nw_src=10.244.3.0/24 actions=conjunction(4,1/3)",
+		"table=90, priority=200,ip,reg1=0xa actions=conjunction(4,2/3)",
+		"table=90, priority=200,ip,reg1=0xb actions=conjunction(4,2/3)",
+		"table=90, priority=200,tcp,tp_dst=80 actions=conjunction(4,3/3)",
+		"table=90, priority=190,conj_id=4,ip actions=goto_table:101",
+		"table=50, priority=200,ip,in_port=10 actions=conjunction(9,1/3)",
+		"table=50, priority=200,ip,nw_dst=10.244.2.9 actions=conjunction(9,2/3)",
+		"table=50, priority=200,ip,nw_dst=10.244.3.0/24 actions=conjunction(9,2/3)",
+		"table=50, priority=200,tcp,tp_dst=80 actions=conjunction(9,3/3)",
+		"table=50, priority=190,conj_id=9,ip actions=goto_table:61",
+	))
 }

@@ -186,13 +186,16 @@ var ServiceNextHop = netip.MustParseAddr("169.254.0.253")
 
 // Priorities used across tables.
 const (
-	priorityTop    uint16 = 220
-	priorityHigh   uint16 = 210
-	priorityNormal uint16 = 200
-	priorityLow    uint16 = 190
-	prioritySkip   uint16 = 180
-	prioritySNAT   uint16 = 10
-	priorityMiss   uint16 = 0
+	priorityTop  uint16 = 220
+	priorityHigh uint16 = 210
+	// priorityAllowAll: a NetworkPolicy rule with one dimension only (its Pods: any peer, any
+	// port) allows them directly, above the clause flows of conjunctions (OVS needs two clauses).
+	priorityAllowAll uint16 = 205
+	priorityNormal   uint16 = 200
+	priorityLow      uint16 = 190
+	prioritySkip     uint16 = 180
+	prioritySNAT     uint16 = 10
+	priorityMiss     uint16 = 0
 )
 
 func mustMAC(s string) net.HardwareAddr {

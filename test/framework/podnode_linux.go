@@ -111,6 +111,10 @@ func (n *PodNode) Route(t *testing.T) {
 type TestPod struct {
 	Name, Namespace, NS string
 	IP                  netip.Addr
+
+	// rt and sandboxes are what DeletePod needs to delete it as the runtime does.
+	rt        *libcni.RuntimeConf
+	sandboxes string
 }
 
 // TestPodOptions are a TestPod's namespace (default "default"), labels and container ports.
@@ -178,6 +182,7 @@ func (n *PodNode) AddPod(t *testing.T, name string, opts TestPodOptions) *TestPo
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = hns.StopSandbox(sandboxes, rt.NetNS) })
+	p.rt, p.sandboxes = rt, sandboxes
 	pod.Status.Phase = corev1.PodRunning
 	pod.Status.PodIPs = []corev1.PodIP{{IP: ip.String()}}
 	pod.Status.PodIP = ip.String()
@@ -185,6 +190,24 @@ func (n *PodNode) AddPod(t *testing.T, name string, opts TestPodOptions) *TestPo
 		t.Fatal(err)
 	}
 	return p
+}
+
+// DeletePod deletes a Pod AddPod attached before the test ends, as kubelet and the runtime do: CNI
+// DEL, the sandbox stopped, the Pod object and its network namespace deleted. (AddPod's cleanup,
+// which does the same at the end of the test, then finds nothing left.)
+func (n *PodNode) DeletePod(ctx context.Context, p *TestPod) error {
+	if err := n.cni.DelNetworkList(ctx, n.list, p.rt); err != nil {
+		return fmt.Errorf("DEL of %s/%s: %w", p.Namespace, p.Name, err)
+	}
+	if err := hns.StopSandbox(p.sandboxes, p.rt.NetNS); err != nil {
+		return err
+	}
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: p.Name, Namespace: p.Namespace}}
+	if err := n.server.Client.Delete(ctx, pod, client.GracePeriodSeconds(0)); client.IgnoreNotFound(err) != nil {
+		return err
+	}
+	_, err := simnode.Exec("", "ip", "netns", "del", p.NS)
+	return err
 }
 
 // InNS runs f on a thread in the network namespace nsName (sockets made there stay there).

@@ -1,0 +1,398 @@
+//go:build linux && bench
+
+package netpol
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"math/rand"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime/pprof"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/zap/zapcore"
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+
+	networkv1alpha1 "github.com/winnet-io/winnet/api/v1alpha1"
+	"github.com/winnet-io/winnet/internal/ovs/openflow"
+	"github.com/winnet-io/winnet/internal/pipeline"
+	"github.com/winnet-io/winnet/test/framework"
+	"github.com/winnet-io/winnet/test/simnode"
+)
+
+// The scales of the issue (#21): one policy of cidrRules ipBlock peers; policies policies on a node
+// with localPods Pods, each selecting selected of them and allowing remotePods remote Pods.
+const (
+	cidrRules     = 5000
+	policies      = 1000
+	namespaces    = 50
+	localPods     = 200
+	selected      = 100
+	remotePods    = 1000
+	podSets       = 20 // distinct selections of `selected` local Pods, overlapping
+	workers       = 16 // concurrent API writers when creating objects in bulk
+	benchNode     = "bnp-a"
+	joinerAddress = "10.245.200.1" // the remote Pod whose address joins the selected set
+)
+
+// TestBenchNetpol runs winnet-agent (in this process) on a simulated node with real OVS against
+// a real API server and measures, from the objects written to the API server to the flows in the
+// switch: one policy with 5,000 ipBlock rules (against ovs-ofctl --bundle add-flows of the same
+// flows), 1,000 policies, and one address added to the peers of all of them.
+func TestBenchNetpol(t *testing.T) {
+	ctx := context.Background()
+	logFile := filepath.Join(framework.RepoRoot(), "bin", "bench-netpol-agent.log")
+	lf, err := os.Create(logFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lf.Close()
+	ctrl.SetLogger(zap.New(zap.WriteTo(lf), zap.Level(zapcore.InfoLevel), func(o *zap.Options) {
+		o.TimeEncoder = zapcore.RFC3339NanoTimeEncoder
+	}))
+	server, err := framework.StartAPIServer()
+	if err != nil {
+		t.Fatalf("bench-netpol needs a real kube-apiserver: %v", err)
+	}
+	defer func() { _ = server.Stop() }()
+	c := server.Client
+	u := simnode.NewUnderlay(t, netip.MustParsePrefix("192.168.46.0/24"))
+	node := framework.StartPodNode(t, server, u, benchNode, "192.168.46.11/24", "10.244.46.0/24", time.Minute)
+
+	mustCreate(t, c, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "perf"}})
+	mustCreate(t, c, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "bench"}})
+	for i := range namespaces {
+		mustCreate(t, c, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: remoteNamespace(i), Labels: map[string]string{"bench": "remote"}}})
+	}
+
+	// (a) One policy, one ingress rule, 5,000 ipBlock /32 peers, selecting two local Pods.
+	for i := range 2 {
+		node.AddPod(t, fmt.Sprintf("perf-%d", i), framework.TestPodOptions{Namespace: "perf", Labels: map[string]string{"app": "perf"}})
+	}
+	np, last := cidrPolicy()
+	time.Sleep(2 * time.Second) // let the passes that followed the Pods' attachment end
+	seen := monitorFlow(t, ctx, node.Node, fmt.Sprintf("table=%d,ip,nw_src=%s", pipeline.IngressRuleTable, last))
+	start := time.Now()
+	mustCreate(t, c, np)
+	at, ok := <-seen
+	if !ok {
+		t.Fatal("the flows of the 5,000-rule policy did not appear")
+	}
+	ours := at.Sub(start)
+	flowFile := filepath.Join(t.TempDir(), "policy.flows")
+	n := dumpPolicyFlows(t, node.Node, flowFile)
+	ofctl := ofctlReference(t, node.Node, flowFile)
+	fmt.Printf("bench-netpol cidr_rules=%d: flows present %d ms after the policy's creation; ovs-ofctl --bundle add-flows of the same %d flows: %d ms\n",
+		cidrRules, ours.Milliseconds(), n, ofctl.Milliseconds())
+	if err := c.Delete(ctx, np); err != nil {
+		t.Fatal(err)
+	}
+
+	// (b) 1,000 policies over 200 local Pods (each selecting 100), allowing 1,000 remote Pods.
+	rnd := rand.New(rand.NewSource(21))
+	member := make([][]bool, podSets)
+	for s := range member {
+		member[s] = make([]bool, localPods)
+		for _, j := range rnd.Perm(localPods)[:selected] {
+			member[s][j] = true
+		}
+	}
+	addStart := time.Now()
+	for j := range localPods {
+		labels := map[string]string{}
+		for s := range podSets {
+			if member[s][j] {
+				labels[fmt.Sprintf("set%d", s)] = "in"
+			}
+		}
+		node.AddPod(t, fmt.Sprintf("local-%03d", j), framework.TestPodOptions{Namespace: "bench", Labels: labels})
+	}
+	fmt.Printf("bench-netpol: %d local Pods attached through CNI in %v\n", localPods, time.Since(addStart).Round(time.Millisecond))
+	parallel(t, remotePods+1, func(i int) error {
+		ns, name, role, ip := remoteNamespace(i), fmt.Sprintf("remote-%04d", i), "peer", fmt.Sprintf("10.245.%d.%d", i/250, 1+i%250)
+		if i == remotePods {
+			name, role, ip = "joiner", "idle", joinerAddress
+		}
+		return createRemotePod(ctx, c, ns, name, role, ip)
+	})
+
+	var profile func()
+	if os.Getenv("BENCH_NETPOL_PROFILE") != "" {
+		f, err := os.Create(filepath.Join(framework.RepoRoot(), "bin", "bench-netpol.cpu.pprof"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			t.Fatal(err)
+		}
+		profile = func() { pprof.StopCPUProfile(); _ = f.Close() }
+	}
+	// The last policy has a port of its own: its flow appears when it is realised, and with it every
+	// policy created before it (the agent's cache sees them in order).
+	lastSeen := monitorFlow(t, ctx, node.Node, fmt.Sprintf("table=%d,tcp,tp_dst=9999", pipeline.IngressRuleTable))
+	start = time.Now()
+	parallel(t, policies-1, func(i int) error { return c.Create(ctx, benchPolicy(i, 8000+i%10)) })
+	mustCreate(t, c, benchPolicy(policies-1, 9999))
+	created := time.Since(start)
+	at, ok = <-lastSeen
+	if !ok {
+		t.Fatal("the flows of the 1,000 policies did not appear")
+	}
+	policiesTime := at.Sub(start)
+	wnn := &networkv1alpha1.WindowsNodeNetwork{}
+	if err := c.Get(ctx, client.ObjectKey{Name: benchNode}, wnn); err != nil {
+		t.Fatal(err)
+	}
+	policyFlows := dumpPolicyFlows(t, node.Node, filepath.Join(t.TempDir(), "policies.flows"))
+	fmt.Printf("bench-netpol policies=%d: flows present %d ms after the first policy's creation (creating them took %d ms); %d policy flows\n",
+		policies, policiesTime.Milliseconds(), created.Milliseconds(), policyFlows)
+
+	// One address added to the selected peers of every policy: the joiner gets the peers' label.
+	time.Sleep(2 * time.Second) // let the passes that followed the creations end
+	joined := monitorFlow(t, ctx, node.Node, fmt.Sprintf("table=%d,ip,nw_src=%s", pipeline.IngressRuleTable, joinerAddress))
+	joiner := &corev1.Pod{}
+	if err := c.Get(ctx, client.ObjectKey{Namespace: remoteNamespace(remotePods), Name: "joiner"}, joiner); err != nil {
+		t.Fatal(err)
+	}
+	before := joiner.DeepCopy()
+	joiner.Labels = map[string]string{"role": "peer"}
+	start = time.Now()
+	if err := c.Patch(ctx, joiner, client.MergeFrom(before)); err != nil {
+		t.Fatal(err)
+	}
+	at, ok = <-joined
+	if !ok {
+		t.Fatal("the added address's flow did not appear")
+	}
+	incr := at.Sub(start)
+	if profile != nil {
+		profile()
+	}
+	mods := syncedMods(t, logFile, start)
+	fmt.Printf("bench-netpol added one address to the peers of %d policies: flow present %.1f ms after the label change, %d flow mods in the agent's pass\n",
+		policies, ms(incr), mods)
+	fmt.Printf("bench-netpol load average at the end: %s (the numbers are only comparable on a quiet machine)\n", loadAverage())
+	fmt.Printf("bench-netpol cidr_rules=%d ours_ms=%d ofctl_ms=%d ratio=%.2f policies=%d policies_ms=%d incr_ms=%.1f incr_msgs=%d\n",
+		cidrRules, ours.Milliseconds(), ofctl.Milliseconds(), float64(ours)/float64(ofctl), policies, policiesTime.Milliseconds(), ms(incr), mods)
+}
+
+func remoteNamespace(i int) string { return fmt.Sprintf("remote-%02d", i%namespaces) }
+
+// cidrPolicy is Antrea's RealizeNetworkPolicy shape: one ingress rule from cidrRules distinct
+// random /32 ipBlocks, selecting the Pods app=perf. It returns the policy and its last address.
+func cidrPolicy() (*networkingv1.NetworkPolicy, string) {
+	rnd := rand.New(rand.NewSource(5000))
+	seen := map[string]bool{}
+	var peers []networkingv1.NetworkPolicyPeer
+	var last string
+	for len(peers) < cidrRules {
+		ip := fmt.Sprintf("%d.%d.%d.%d", 1+rnd.Intn(223), rnd.Intn(256), rnd.Intn(256), 1+rnd.Intn(254))
+		if seen[ip] || strings.HasPrefix(ip, "10.") || strings.HasPrefix(ip, "127.") {
+			continue
+		}
+		seen[ip] = true
+		last = ip
+		peers = append(peers, networkingv1.NetworkPolicyPeer{IPBlock: &networkingv1.IPBlock{CIDR: ip + "/32"}})
+	}
+	return &networkingv1.NetworkPolicy{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "perf", Name: "cidrs"},
+		Spec: networkingv1.NetworkPolicySpec{
+			PodSelector: metav1.LabelSelector{MatchLabels: map[string]string{"app": "perf"}},
+			PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress},
+			Ingress:     []networkingv1.NetworkPolicyIngressRule{{From: peers}},
+		},
+	}, last
+}
+
+// benchPolicy is the i-th of the 1,000: it selects the local Pods of set i%podSets and admits the
+// remote Pods labelled role=peer on TCP port.
+func benchPolicy(i, port int) *networkingv1.NetworkPolicy {
+	return &networkingv1.NetworkPolicy{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "bench", Name: fmt.Sprintf("p-%04d", i)},
+		Spec: networkingv1.NetworkPolicySpec{
+			PodSelector: metav1.LabelSelector{MatchLabels: map[string]string{fmt.Sprintf("set%d", i%podSets): "in"}},
+			PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress},
+			Ingress: []networkingv1.NetworkPolicyIngressRule{{
+				From: []networkingv1.NetworkPolicyPeer{{
+					NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"bench": "remote"}},
+					PodSelector:       &metav1.LabelSelector{MatchLabels: map[string]string{"role": "peer"}},
+				}},
+				Ports: []networkingv1.NetworkPolicyPort{{Protocol: ptr.To(corev1.ProtocolTCP), Port: ptr.To(intstr.FromInt32(int32(port)))}},
+			}},
+		},
+	}
+}
+
+// createRemotePod writes a Pod of another node with its address, as the scheduler and kubelet would.
+func createRemotePod(ctx context.Context, c client.Client, ns, name, role, ip string) error {
+	p := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: map[string]string{"role": role}},
+		Spec:       corev1.PodSpec{NodeName: "bnp-remote", Containers: []corev1.Container{{Name: "c", Image: "pause"}}},
+	}
+	if err := c.Create(ctx, p); err != nil {
+		return err
+	}
+	p.Status.Phase = corev1.PodRunning
+	p.Status.PodIP = ip
+	p.Status.PodIPs = []corev1.PodIP{{IP: ip}}
+	return c.Status().Update(ctx, p)
+}
+
+func mustCreate(t *testing.T, c client.Client, obj client.Object) {
+	t.Helper()
+	if err := c.Create(context.Background(), obj); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// parallel runs f(0..n-1) on `workers` goroutines and fails on the first error.
+func parallel(t *testing.T, n int, f func(int) error) {
+	t.Helper()
+	work := make(chan int)
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var firstErr error
+	for range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range work {
+				if err := f(i); err != nil {
+					mu.Lock()
+					firstErr = err
+					mu.Unlock()
+				}
+			}
+		}()
+	}
+	for i := range n {
+		work <- i
+	}
+	close(work)
+	wg.Wait()
+	if firstErr != nil {
+		t.Fatal(firstErr)
+	}
+}
+
+// dumpPolicyFlows writes the node's NetworkPolicy flows (the policy cookie category) to file in
+// add-flows syntax and returns their number.
+func dumpPolicyFlows(t *testing.T, node *simnode.Node, file string) int {
+	t.Helper()
+	mask := uint64(0xff) << 40
+	spec := fmt.Sprintf("cookie=%#x/%#x", openflow.MakeCookie(0, pipeline.CategoryPolicy, 0), mask)
+	lines, err := node.OVS.DumpFlows(networkv1alpha1.DefaultBridgeName, "-O", "OpenFlow15", "--no-names", spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(file, []byte(strings.Join(lines, "\n")+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return len(lines)
+}
+
+// ofctlReference installs the same flows with ovs-ofctl --bundle add-flows on a fresh bridge.
+func ofctlReference(t *testing.T, node *simnode.Node, file string) time.Duration {
+	t.Helper()
+	node.OVS.MustVsctl(t, "--may-exist", "add-br", "br-ref", "--", "set", "bridge", "br-ref", "datapath_type=netdev", "protocols=OpenFlow15")
+	node.OVS.MustOfctl(t, "-O", "OpenFlow15", "del-flows", "br-ref")
+	start := time.Now()
+	node.OVS.MustOfctl(t, "-O", "OpenFlow15", "--bundle", "add-flows", "br-ref", file)
+	return time.Since(start)
+}
+
+// monitorFlow runs an OpenFlow flow monitor (ovs-ofctl monitor, one connection kept open) for
+// flows matching spec and sends the time the first one is added. The monitor is registered with
+// the switch when it returns. The agent sends each pass in one bundle, so the first flow of a pass
+// seen means the whole pass is in the switch.
+func monitorFlow(t *testing.T, ctx context.Context, node *simnode.Node, spec string) <-chan time.Time {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
+	cmd := exec.CommandContext(ctx, "ovs-ofctl", "-O", "OpenFlow15", "monitor", "unix:"+node.OVS.MgmtSocket(networkv1alpha1.DefaultBridgeName), "watch:"+spec)
+	cmd.Env = append(os.Environ(), "OVS_RUNDIR="+node.OVS.Dir) // for its control socket
+	// It prints the monitor's reply on stdout but the updates on stderr (unbuffered): read both.
+	out, w, err := os.Pipe()
+	if err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	cmd.Stdout, cmd.Stderr = w, w
+	err = cmd.Start()
+	_ = w.Close()
+	if err != nil {
+		cancel()
+		t.Fatalf("starting ovs-ofctl monitor: %v", err)
+	}
+	t.Cleanup(func() { cancel(); _ = out.Close() })
+	lines := bufio.NewScanner(out)
+	if !lines.Scan() || !strings.Contains(lines.Text(), "reply") {
+		t.Fatalf("ovs-ofctl monitor: unexpected first line %q (%v)", lines.Text(), lines.Err())
+	}
+	seen := make(chan time.Time, 1)
+	go func() {
+		defer close(seen)
+		defer func() { _ = cmd.Wait() }()
+		for lines.Scan() {
+			if strings.Contains(lines.Text(), "event=ADDED") {
+				seen <- time.Now()
+				_ = cmd.Process.Kill()
+				return
+			}
+		}
+	}()
+	return seen
+}
+
+// syncedMods returns the flow mods of the agent's first NetworkPolicy pass that changed the
+// switch after since (its "Synced NetworkPolicy flows" log entry).
+func syncedMods(t *testing.T, logFile string, since time.Time) int {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		f, err := os.Open(logFile)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sc := bufio.NewScanner(f)
+		sc.Buffer(make([]byte, 1<<20), 1<<20)
+		for sc.Scan() {
+			var entry struct {
+				TS       time.Time `json:"ts"`
+				Msg      string    `json:"msg"`
+				FlowMods int       `json:"flowMods"`
+			}
+			if json.Unmarshal(sc.Bytes(), &entry) == nil && entry.Msg == "Synced NetworkPolicy flows" && entry.TS.After(since) {
+				f.Close()
+				return entry.FlowMods
+			}
+		}
+		f.Close()
+	}
+	t.Fatal("the agent logged no NetworkPolicy pass after the change")
+	return 0
+}
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+// loadAverage is /proc/loadavg's first three fields.
+func loadAverage() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "unknown"
+	}
+	return strings.Join(strings.Fields(string(b))[:3], " ")
+}
