@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"net/netip"
 	"slices"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -51,6 +52,55 @@ type desiredPort struct {
 	protocol  uint8
 	nodePort  uint16
 	endpoints []endpoint
+	// addresses: the external IPs, load balancer IPs and source ranges of the Service.
+	externalIPs, loadBalancerIPs []netip.Addr
+	sourceRanges                 []netip.Prefix
+	// internalLocal and externalLocal are the traffic policies Local.
+	internalLocal, externalLocal bool
+	// affinityTimeout is the ClientIP session affinity timeout in seconds, 0 for none.
+	affinityTimeout uint16
+}
+
+// MaxAffinityTimeout is the longest session affinity winnet realises: a learned flow's
+// hard_timeout is 16 bits in OpenFlow, so longer timeouts (the API allows up to 86400 s) are cut
+// to 65535 s (18 h 12 min).
+const MaxAffinityTimeout = 65535
+
+// serviceAddresses are what every port of a Service shares: external IPs, load balancer IPs
+// (those of ingress entries with ipMode Proxy are the load balancer's own and not served, as
+// kube-proxy does), source ranges, traffic policies and session affinity.
+func serviceAddresses(svc *corev1.Service) desiredPort {
+	var p desiredPort
+	for _, s := range svc.Spec.ExternalIPs {
+		if a, err := netip.ParseAddr(s); err == nil && a.Is4() {
+			p.externalIPs = append(p.externalIPs, a)
+		}
+	}
+	if svc.Spec.Type == corev1.ServiceTypeLoadBalancer {
+		for _, in := range svc.Status.LoadBalancer.Ingress {
+			if in.IPMode != nil && *in.IPMode == corev1.LoadBalancerIPModeProxy {
+				continue
+			}
+			if a, err := netip.ParseAddr(in.IP); err == nil && a.Is4() {
+				p.loadBalancerIPs = append(p.loadBalancerIPs, a)
+			}
+		}
+		for _, s := range svc.Spec.LoadBalancerSourceRanges {
+			if r, err := netip.ParsePrefix(strings.TrimSpace(s)); err == nil && r.Addr().Is4() {
+				p.sourceRanges = append(p.sourceRanges, r.Masked())
+			}
+		}
+	}
+	p.internalLocal = svc.Spec.InternalTrafficPolicy != nil && *svc.Spec.InternalTrafficPolicy == corev1.ServiceInternalTrafficPolicyLocal
+	p.externalLocal = svc.Spec.ExternalTrafficPolicy == corev1.ServiceExternalTrafficPolicyLocal
+	if svc.Spec.SessionAffinity == corev1.ServiceAffinityClientIP {
+		timeout := int32(corev1.DefaultClientIPServiceAffinitySeconds)
+		if c := svc.Spec.SessionAffinityConfig; c != nil && c.ClientIP != nil && c.ClientIP.TimeoutSeconds != nil {
+			timeout = *c.ClientIP.TimeoutSeconds
+		}
+		p.affinityTimeout = uint16(min(max(timeout, 1), MaxAffinityTimeout))
+	}
+	return p
 }
 
 // endpoint is one endpoint of a Service port.
@@ -93,10 +143,9 @@ func desiredPorts(svc *corev1.Service, slices_ []discoveryv1.EndpointSlice, node
 			out.unsupported = append(out.unsupported, portName(sp))
 			continue
 		}
-		p := desiredPort{
-			key:       portKey{Namespace: svc.Namespace, Name: svc.Name, PortName: sp.Name, Protocol: cmp.Or(sp.Protocol, corev1.ProtocolTCP), Port: sp.Port},
-			clusterIP: clusterIP, protocol: proto,
-		}
+		p := serviceAddresses(svc)
+		p.key = portKey{Namespace: svc.Namespace, Name: svc.Name, PortName: sp.Name, Protocol: cmp.Or(sp.Protocol, corev1.ProtocolTCP), Port: sp.Port}
+		p.clusterIP, p.protocol = clusterIP, proto
 		if svc.Spec.Type == corev1.ServiceTypeNodePort || svc.Spec.Type == corev1.ServiceTypeLoadBalancer {
 			p.nodePort = uint16(sp.NodePort)
 		}

@@ -161,3 +161,61 @@ func TestGroupIDsReused(t *testing.T) {
 	g.Expect(r.groupID(key("f"))).To(Equal(uint32(3)))
 	g.Expect(r.groupID(key("g"))).To(Equal(uint32(5)), "then new ids")
 }
+
+// TestServiceAddresses: external IPs, load balancer ingress IPs (not those with ipMode Proxy, and only
+// for type LoadBalancer), source ranges, traffic policies and session affinity (the default timeout,
+// and a timeout above OpenFlow's 16-bit hard_timeout cut to 65535 s) as every port of the Service gets
+// them.
+func TestServiceAddresses(t *testing.T) {
+	cases := []struct {
+		name string
+		svc  *corev1.Service
+		want desiredPort
+	}{
+		{name: "plain ClusterIP", svc: svc(nil), want: desiredPort{}},
+		{
+			name: "LoadBalancer with external IPs, ingress IPs (one in ipMode Proxy), source ranges and traffic policies Local",
+			svc: svc(func(s *corev1.Service) {
+				s.Spec.Type = corev1.ServiceTypeLoadBalancer
+				s.Spec.ExternalIPs = []string{"192.168.1.10", "fd00::10"}
+				s.Spec.LoadBalancerSourceRanges = []string{"10.0.0.0/8", " 192.168.1.7/32 "}
+				s.Spec.ExternalTrafficPolicy = corev1.ServiceExternalTrafficPolicyLocal
+				s.Spec.InternalTrafficPolicy = ptr.To(corev1.ServiceInternalTrafficPolicyLocal)
+				s.Status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{
+					{IP: "192.168.1.20"}, {IP: "192.168.1.21", IPMode: ptr.To(corev1.LoadBalancerIPModeProxy)}, {Hostname: "lb.example"},
+				}
+			}),
+			want: desiredPort{
+				externalIPs:     []netip.Addr{netip.MustParseAddr("192.168.1.10")},
+				loadBalancerIPs: []netip.Addr{netip.MustParseAddr("192.168.1.20")},
+				sourceRanges:    []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8"), netip.MustParsePrefix("192.168.1.7/32")},
+				internalLocal:   true, externalLocal: true,
+			},
+		},
+		{
+			name: "ingress IPs of a Service that is not a LoadBalancer are ignored",
+			svc: svc(func(s *corev1.Service) {
+				s.Status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{{IP: "192.168.1.20"}}
+			}),
+			want: desiredPort{},
+		},
+		{
+			name: "session affinity ClientIP with the default timeout",
+			svc:  svc(func(s *corev1.Service) { s.Spec.SessionAffinity = corev1.ServiceAffinityClientIP }),
+			want: desiredPort{affinityTimeout: 10800},
+		},
+		{
+			name: "session affinity ClientIP with the API's maximum, cut to OpenFlow's",
+			svc: svc(func(s *corev1.Service) {
+				s.Spec.SessionAffinity = corev1.ServiceAffinityClientIP
+				s.Spec.SessionAffinityConfig = &corev1.SessionAffinityConfig{ClientIP: &corev1.ClientIPConfig{TimeoutSeconds: ptr.To[int32](86400)}}
+			}),
+			want: desiredPort{affinityTimeout: MaxAffinityTimeout},
+		},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			NewWithT(t).Expect(serviceAddresses(tc.svc)).To(Equal(tc.want))
+		})
+	}
+}

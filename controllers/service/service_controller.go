@@ -3,6 +3,7 @@ package service
 import (
 	"context"
 	"fmt"
+	"maps"
 	"net/netip"
 	"slices"
 	"strings"
@@ -193,6 +194,7 @@ func (r *Reconciler) desired(ctx context.Context, rz nodenetwork.Realized, servi
 	if r.groupIDs == nil {
 		r.groupIDs, r.warned = map[groupKey]uint32{}, map[types.UID]string{}
 	}
+	hairpin := map[netip.Addr]bool{}
 	for i := range services {
 		svc := &services[i]
 		d := desiredPorts(svc, bySvc[types.NamespacedName{Namespace: svc.Namespace, Name: svc.Name}], r.NodeName)
@@ -211,19 +213,29 @@ func (r *Reconciler) desired(ctx context.Context, rz nodenetwork.Realized, servi
 			c.endpoints += len(p.endpoints)
 			sp := pipeline.ServicePort{
 				ClusterIP: p.clusterIP, Protocol: p.protocol, Port: uint16(p.key.Port), NodePort: p.nodePort,
+				ExternalIPs: p.externalIPs, LoadBalancerIPs: p.loadBalancerIPs, SourceRanges: p.sourceRanges,
+				InternalLocal: p.internalLocal, ExternalLocal: p.externalLocal, AffinityTimeout: p.affinityTimeout,
 				ClusterGroup: r.groupID(groupKey{port: p.key}),
 			}
 			if p.nodePort != 0 {
 				sp.NodeIPs = nodeIPs(rz)
+			}
+			if p.nodePort != 0 || len(p.externalIPs) > 0 || len(p.loadBalancerIPs) > 0 {
 				sp.ExternalGroup = r.groupID(groupKey{port: p.key, external: true})
 			}
 			for _, ep := range p.endpoints {
 				sp.Endpoints = append(sp.Endpoints, pipeline.Endpoint{Addr: ep.addr, Local: ep.local})
+				if ep.local {
+					hairpin[ep.addr.Addr()] = true
+				}
 			}
 			g, f := rz.Node.ServiceFlows(sp)
 			groups = append(groups, g...)
 			flows = append(flows, f...)
 		}
+	}
+	for _, ip := range slices.SortedFunc(maps.Keys(hairpin), netip.Addr.Compare) {
+		flows = append(flows, rz.Node.HairpinFlows(ip)...)
 	}
 	return groups, flows, clusterIPs, c
 }

@@ -29,6 +29,19 @@ const (
 	// DNATTable load-balances new connections to a Service (ClusterIP, NodePort): a select group
 	// per Service port whose buckets commit ct(nat(dst=endpoint)) in ConntrackZone.
 	DNATTable uint8 = 40
+	// AffinityTable holds the flows learned by the buckets of Service ports with session affinity
+	// ClientIP: one per (client, Service address, port), loading the endpoint chosen for that client
+	// into AffinityEndpointIPField and AffinityEndpointField, for hard_timeout = timeoutSeconds.
+	// DNATTable resubmits new connections of such ports here, then goes to AffinityDNATTable.
+	AffinityTable uint8 = 42
+	// AffinityDNATTable DNATs a new connection to the endpoint AffinityTable remembered for its
+	// client (one flow per Service port and endpoint), or sends it to the port's select group,
+	// whose buckets learn the choice through AffinityLearnTable.
+	AffinityDNATTable uint8 = 43
+	// AffinityLearnTable learns a Service port's choice of endpoint into AffinityTable: the port's
+	// buckets load the endpoint into registers and resubmit here (OVS does not run a learn action
+	// placed in a group bucket itself: it is skipped silently, on every datapath).
+	AffinityLearnTable uint8 = 44
 	// EndpointDNATTable receives the connections a DNATTable group DNATed: they get the global
 	// virtual MAC (L3Forwarding delivers them like routed packets) and go on to L3Forwarding.
 	EndpointDNATTable uint8 = 45
@@ -72,6 +85,9 @@ var TableNames = map[uint8]string{
 	ConntrackTable:        "Conntrack",
 	ConntrackStateTable:   "ConntrackState",
 	DNATTable:             "DNAT",
+	AffinityTable:         "SessionAffinity",
+	AffinityDNATTable:     "AffinityDNAT",
+	AffinityLearnTable:    "AffinityLearn",
 	EndpointDNATTable:     "EndpointDNAT",
 	EgressRuleTable:       "EgressRule",
 	EgressDefaultTable:    "EgressDefaultRule",
@@ -98,13 +114,26 @@ type RegField struct {
 //	reg0[17]     SNATRequiredField: Pod-to-external traffic, SNATed in ConntrackCommit
 //	reg0[18]     ServiceSNATField: a new NodePort connection from the uplink to an endpoint on
 //	             another node, SNATed to the gateway IP in ServiceSNATZone (ConntrackCommit)
+//	reg0[19]     HairpinField: a packet of a Pod's connection to itself through a Service, output
+//	             on the port it came in on (OVS never outputs to in_port otherwise)
 //	reg1[0..31]  TargetOFPortField: the output port
+//	reg3[0..31]  AffinityEndpointIPField: the endpoint a learned session-affinity flow chose
+//	reg4[0..31]  AffinityEndpointField: its port (bits 0..15) and the Service port's cluster group
+//	             (bits 16..31, never 0), so that a choice learned for one Service port is used
+//	             by that port only (AffinityPortField)
+//	reg5[0..31]  AffinityTimeoutField: the timeout the learned flow was learned with, so that a
+//	             choice learned under another timeout is not used (and is learned again)
 var (
-	PktSourceField    = RegField{Reg: 0, Start: 0, End: 15}
-	OFPortFoundField  = RegField{Reg: 0, Start: 16, End: 16}
-	SNATRequiredField = RegField{Reg: 0, Start: 17, End: 17}
-	ServiceSNATField  = RegField{Reg: 0, Start: 18, End: 18}
-	TargetOFPortField = RegField{Reg: 1, Start: 0, End: 31}
+	PktSourceField          = RegField{Reg: 0, Start: 0, End: 15}
+	OFPortFoundField        = RegField{Reg: 0, Start: 16, End: 16}
+	SNATRequiredField       = RegField{Reg: 0, Start: 17, End: 17}
+	ServiceSNATField        = RegField{Reg: 0, Start: 18, End: 18}
+	HairpinField            = RegField{Reg: 0, Start: 19, End: 19}
+	TargetOFPortField       = RegField{Reg: 1, Start: 0, End: 31}
+	AffinityEndpointIPField = RegField{Reg: 3, Start: 0, End: 31}
+	AffinityEndpointField   = RegField{Reg: 4, Start: 0, End: 31}
+	AffinityPortField       = RegField{Reg: 4, Start: 16, End: 31}
+	AffinityTimeoutField    = RegField{Reg: 5, Start: 0, End: 31}
 )
 
 // Values of PktSourceField.
@@ -131,6 +160,11 @@ const (
 	// CategoryPolicy holds the flows of every NetworkPolicy rule, the default-deny flows of
 	// isolated Pods and the policy exemptions (own node, self).
 	CategoryPolicy uint8 = 8
+	// CategoryAffinityLearned is the cookie category of the flows session affinity learns into
+	// AffinityTable (never synced: ovs-vswitchd adds them); the object part holds the Service
+	// port's cluster group and the timeout, so that a learning flow that changes (or goes) takes
+	// the flows it learned with it (learn's delete_learned).
+	CategoryAffinityLearned uint8 = 9
 )
 
 // BaseCategories are the categories of Node.Features, in install order.
@@ -159,6 +193,10 @@ const (
 	ServiceExternalCTMark uint32 = 0x80
 )
 
+// HairpinCTMark marks, in ServiceSNATZone, a Pod's connection to itself through a Service: SNATed
+// to the gateway IP so that the Pod answers through OVS, and output on the port it came from.
+const HairpinCTMark uint32 = 0x200
+
 // PolicyAdmittedCTMark marks a Service connection that NetworkPolicy let through, set when it
 // reaches ConntrackCommit. A Service connection is committed by its DNAT, before policy sees it, so
 // a connection policy refuses exists in conntrack all the same; on Windows its next packets are
@@ -186,8 +224,13 @@ var ServiceNextHop = netip.MustParseAddr("169.254.0.253")
 
 // Priorities used across tables.
 const (
-	priorityTop  uint16 = 220
-	priorityHigh uint16 = 210
+	// priorityHairpin and the affinity hits are above every other flow of their tables; a hit for
+	// a client from the uplink is above one for any client.
+	priorityHairpin             uint16 = 230
+	priorityAffinityHit         uint16 = 230
+	priorityAffinityHitExternal uint16 = 231
+	priorityTop                 uint16 = 220
+	priorityHigh                uint16 = 210
 	// priorityAllowAll: a NetworkPolicy rule with one dimension only (its Pods: any peer, any
 	// port) allows them directly, above the clause flows of conjunctions (OVS needs two clauses).
 	priorityAllowAll uint16 = 205

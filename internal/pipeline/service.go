@@ -17,11 +17,49 @@ type ServicePort struct {
 	NodePort uint16
 	// NodeIPs are the addresses of this node the NodePort is served on.
 	NodeIPs []netip.Addr
-	// ClusterGroup is the select group for Pods and the host; ExternalGroup (used when NodePort is
-	// set) the one for clients that came in on the uplink.
+	// ExternalIPs (spec.externalIPs) and LoadBalancerIPs (status.loadBalancer.ingress[].ip) are
+	// served on Port like the ClusterIP, to clients from outside as well.
+	ExternalIPs, LoadBalancerIPs []netip.Addr
+	// SourceRanges, when not empty, are the only clients LoadBalancerIPs answer
+	// (loadBalancerSourceRanges); connections from elsewhere are dropped, as kube-proxy does.
+	SourceRanges []netip.Prefix
+	// ClusterGroup is the select group for Pods and the host; ExternalGroup (used when the port
+	// has a NodePort, external IPs or load balancer IPs) the one for clients that came in on the
+	// uplink.
 	ClusterGroup, ExternalGroup uint32
 	// Endpoints are the endpoints new connections are balanced over; none drops them.
 	Endpoints []Endpoint
+	// InternalLocal (internalTrafficPolicy Local) balances connections from Pods and the host over
+	// local endpoints only; ExternalLocal (externalTrafficPolicy Local) those of clients from
+	// outside, which then keep their source address. With no local endpoint they are dropped.
+	InternalLocal, ExternalLocal bool
+	// AffinityTimeout, when not 0, is the session affinity ClientIP timeout in seconds: a client's
+	// new connections go to the endpoint its first one was balanced to, until the timeout after
+	// that choice (the learned flow's hard_timeout; OpenFlow caps it at 65535 s).
+	AffinityTimeout uint16
+}
+
+// hasExternal tells whether the port is reached from outside the cluster too.
+func (sp ServicePort) hasExternal() bool {
+	return sp.NodePort != 0 || len(sp.ExternalIPs) > 0 || len(sp.LoadBalancerIPs) > 0
+}
+
+// endpoints are the endpoints of the cluster group (external false) or of the external one.
+func (sp ServicePort) endpoints(external bool) []Endpoint {
+	local := sp.InternalLocal
+	if external {
+		local = sp.ExternalLocal
+	}
+	if !local {
+		return sp.Endpoints
+	}
+	var out []Endpoint
+	for _, ep := range sp.Endpoints {
+		if ep.Local {
+			out = append(out, ep)
+		}
+	}
+	return out
 }
 
 // Endpoint is one endpoint of a Service port: the address and the (resolved) target port.
@@ -47,7 +85,8 @@ const bucketWeight = 100
 //     to the gateway IP in ServiceSNATZone, in both directions' request side; the others are
 //     marked PolicyAdmittedCTMark once they got through NetworkPolicy (committed again in the
 //     same zone after the DNAT, as Antrea's rule tables do);
-//   - ARP for ServiceNextHop, the next hop of the host's ClusterIP routes, is answered.
+//   - ARP for ServiceNextHop, the next hop of the host's ClusterIP routes, is answered;
+//   - hairpin connections (HairpinFlows) are output on the port they came in on.
 func (n Node) ServiceBaseFlows() []openflow.Flow {
 	var out []openflow.Flow
 	gw := openflow.NwDst(netip.PrefixFrom(n.GatewayIP, 32))
@@ -55,6 +94,12 @@ func (n Node) ServiceBaseFlows() []openflow.Flow {
 		out = append(out, flow(ConntrackTable, priorityHigh, match(openflow.IPv4(), openflow.IPProto(proto), openflow.CTState(0, openflow.CTTrk), gw),
 			openflow.CT(openflow.CTAction{Table: ptr(ConntrackTable), Zone: ServiceSNATZone, NAT: true})))
 	}
+	// A reply un-SNATed from a hairpin connection (HairpinFlows) is output on the port it came in on.
+	out = append(out,
+		flow(ConntrackTable, priorityTop, match(openflow.IPv4(), openflow.CTState(openflow.CTTrk, 0), openflow.CTMark(HairpinCTMark, HairpinCTMark)),
+			loadReg(HairpinField, 1), openflow.CT(openflow.CTAction{Table: ptr(ConntrackStateTable), Zone: ConntrackZone, NAT: true})),
+		flow(L2ForwardingOutTable, priorityHigh, match(regMatch(HairpinField, 1)), openflow.Output(openflow.PortInPort)),
+	)
 	label := openflow.FieldCTLabel
 	out = append(out,
 		flow(ConntrackStateTable, priorityTop, match(openflow.IPv4(), openflow.CTState(openflow.CTRpl|openflow.CTTrk, openflow.CTNew), openflow.CTMark(ServiceExternalCTMark, ServiceExternalCTMark)),
@@ -80,68 +125,235 @@ func (n Node) ServiceBaseFlows() []openflow.Flow {
 }
 
 // ServiceFlows are the groups and flows of one Service port. New connections to the ClusterIP, or
-// to a NodePort from a Pod or the host, go to ClusterGroup; new connections to a NodePort from the
-// uplink go to ExternalGroup, whose buckets also remember the client's MACs and, for endpoints on
-// other nodes, have the connection SNATed (externalTrafficPolicy Cluster) so that replies come
-// back through this node. Groups must be installed before the flows.
+// to another address of the port from a Pod or the host, go to ClusterGroup; new connections from
+// the uplink to a NodePort, an external IP or a load balancer IP go to ExternalGroup, whose
+// buckets also remember the client's MACs and, for endpoints on other nodes, have the connection
+// SNATed (externalTrafficPolicy Cluster) so that replies come back through this node. Groups must
+// be installed before the flows. Flows shared by Service ports (HairpinFlows) are not included.
 func (n Node) ServiceFlows(sp ServicePort) ([]openflow.Group, []openflow.Flow) {
 	if sp.Protocol != openflow.ProtoTCP && sp.Protocol != openflow.ProtoUDP {
 		return nil, nil
 	}
-	proto := openflow.IPProto(sp.Protocol)
-	isNew := openflow.CTState(openflow.CTNew|openflow.CTTrk, 0)
-	groups := []openflow.Group{n.serviceGroup(sp.ClusterGroup, sp.Endpoints, false)}
-	var flows []openflow.Flow
-	if sp.ClusterIP.Is4() {
-		flows = append(flows, flow(DNATTable, priorityNormal,
-			match(openflow.IPv4(), proto, isNew, openflow.NwDst(netip.PrefixFrom(sp.ClusterIP, 32)), openflow.TpDst(sp.Protocol, sp.Port)),
-			openflow.ToGroup(sp.ClusterGroup)))
+	groups := []openflow.Group{n.serviceGroup(sp, false)}
+	if sp.hasExternal() {
+		groups = append(groups, n.serviceGroup(sp, true))
 	}
-	if sp.NodePort != 0 {
-		groups = append(groups, n.serviceGroup(sp.ExternalGroup, sp.Endpoints, true))
-		fromUplink := regMatch(PktSourceField, FromUplink)
-		for _, ip := range sp.NodeIPs {
-			if !ip.Is4() {
-				continue
-			}
-			dst := openflow.NwDst(netip.PrefixFrom(ip, 32))
-			port := openflow.TpDst(sp.Protocol, sp.NodePort)
-			flows = append(flows,
-				flow(ConntrackStateTable, priorityNormal, match(openflow.IPv4(), proto, isNew, fromUplink, dst, port), openflow.GotoTable(DNATTable)),
-				flow(DNATTable, priorityHigh, match(openflow.IPv4(), proto, isNew, fromUplink, dst, port),
-					openflow.ToGroup(sp.ExternalGroup)),
-				flow(DNATTable, priorityNormal, match(openflow.IPv4(), proto, isNew, dst, port),
-					openflow.ToGroup(sp.ClusterGroup)),
-			)
+	var flows []openflow.Flow
+	for _, t := range sp.targets() {
+		if t.fromUplink {
+			// Host traffic from the uplink goes to the host unless a Service address claims it.
+			flows = append(flows, flow(ConntrackStateTable, priorityNormal, t.match, openflow.GotoTable(DNATTable)))
+			continue
 		}
+		switch {
+		case t.drop:
+			flows = append(flows, flow(DNATTable, t.priority, t.match, openflow.Drop()))
+		case sp.AffinityTimeout != 0:
+			flows = append(flows,
+				flow(DNATTable, t.priority, t.match, openflow.Resubmit(AffinityTable), openflow.GotoTable(AffinityDNATTable)),
+				flow(AffinityDNATTable, t.priority, t.match, openflow.ToGroup(t.group)))
+		default:
+			flows = append(flows, flow(DNATTable, t.priority, t.match, openflow.ToGroup(t.group)))
+		}
+	}
+	if sp.AffinityTimeout != 0 {
+		flows = append(flows, n.affinityHitFlows(sp)...)
+		flows = append(flows, sp.affinityLearnFlow())
 	}
 	return groups, flows
 }
 
-// serviceGroup is the select group of a Service port: one bucket per endpoint, each committing
-// the connection DNATed to its endpoint and going on to EndpointDNAT. The MACs the packet came
-// with are still its own there, for ct_label.
-func (n Node) serviceGroup(id uint32, endpoints []Endpoint, external bool) openflow.Group {
-	g := openflow.Group{ID: id}
-	for _, ep := range endpoints {
+// affinityLearnFlow learns the endpoint a bucket of the port chose (in the affinity registers) for
+// the client, the address it reached and the port, for AffinityTimeout seconds from now. Learning
+// again for a client that has a learned flow only changes its actions, not its timeout, so the
+// learned flows carry the port and the timeout in their cookie and go with the learning flow
+// (delete_learned) when the port goes or its timeout changes.
+func (sp ServicePort) affinityLearnFlow() openflow.Flow {
+	dst := openflow.FieldTCPDst
+	if sp.Protocol == openflow.ProtoUDP {
+		dst = openflow.FieldUDPDst
+	}
+	var loads []openflow.LearnLoad
+	for _, f := range []RegField{AffinityEndpointIPField, AffinityEndpointField, AffinityTimeoutField} {
+		loads = append(loads, openflow.LearnLoad{Src: openflow.FieldReg(f.Reg), Dst: openflow.FieldReg(f.Reg)})
+	}
+	return flow(AffinityLearnTable, priorityNormal, match(openflow.IPv4(), openflow.IPProto(sp.Protocol), regMatch(AffinityPortField, sp.ClusterGroup)),
+		openflow.Learn(openflow.LearnSpec{
+			Table: AffinityTable, Priority: priorityNormal, HardTimeout: sp.AffinityTimeout,
+			Cookie:        openflow.MakeCookie(0, CategoryAffinityLearned, uint64(sp.ClusterGroup)<<16|uint64(sp.AffinityTimeout)),
+			DeleteLearned: true,
+			EthType:       openflow.EthTypeIPv4, IPProto: sp.Protocol,
+			Match: []openflow.Field{openflow.FieldIPSrc, openflow.FieldIPDst, dst},
+			Loads: loads,
+		}))
+}
+
+// target is one way a Service port is reached: new connections matching match go to group, or
+// are dropped; fromUplink targets are the ConntrackState flows that let connections from the
+// uplink reach DNATTable at all.
+type target struct {
+	priority   uint16
+	match      []openflow.MatchField
+	group      uint32
+	drop       bool
+	fromUplink bool
+}
+
+// targets lists how the port is reached: its ClusterIP, its NodePort on every node address, its
+// external IPs and its load balancer IPs (restricted to SourceRanges).
+func (sp ServicePort) targets() []target {
+	proto := openflow.IPProto(sp.Protocol)
+	isNew := openflow.CTState(openflow.CTNew|openflow.CTTrk, 0)
+	uplink := regMatch(PktSourceField, FromUplink)
+	base := func(ip netip.Addr, port uint16, extra ...openflow.MatchField) []openflow.MatchField {
+		return append(match(openflow.IPv4(), proto, isNew, openflow.NwDst(netip.PrefixFrom(ip, 32)), openflow.TpDst(sp.Protocol, port)), extra...)
+	}
+	var out []target
+	if sp.ClusterIP.Is4() {
+		out = append(out, target{priority: priorityNormal, match: base(sp.ClusterIP, sp.Port), group: sp.ClusterGroup})
+	}
+	// external adds the flows of an address reached from outside and from inside alike.
+	external := func(ip netip.Addr, port uint16, ranges []netip.Prefix) {
+		if !ip.Is4() {
+			return
+		}
+		out = append(out, target{priority: priorityNormal, match: base(ip, port, uplink), fromUplink: true})
+		if len(ranges) == 0 {
+			out = append(out,
+				target{priority: priorityHigh, match: base(ip, port, uplink), group: sp.ExternalGroup},
+				target{priority: priorityNormal, match: base(ip, port), group: sp.ClusterGroup})
+			return
+		}
+		for _, r := range ranges {
+			if !r.Addr().Is4() {
+				continue
+			}
+			src := openflow.NwSrc(r)
+			out = append(out,
+				target{priority: priorityTop, match: base(ip, port, uplink, src), group: sp.ExternalGroup},
+				target{priority: priorityHigh, match: base(ip, port, src), group: sp.ClusterGroup})
+		}
+		out = append(out, target{priority: priorityNormal, match: base(ip, port), drop: true})
+	}
+	if sp.NodePort != 0 {
+		for _, ip := range sp.NodeIPs {
+			external(ip, sp.NodePort, nil)
+		}
+	}
+	for _, ip := range sp.ExternalIPs {
+		external(ip, sp.Port, nil)
+	}
+	for _, ip := range sp.LoadBalancerIPs {
+		external(ip, sp.Port, sp.SourceRanges)
+	}
+	return out
+}
+
+// affinityValue is what a learned affinity flow loads into AffinityEndpointField for an endpoint:
+// its port, and the Service port's cluster group, so that only this Service port's flows use it.
+func affinityValue(sp ServicePort, ep Endpoint) uint32 {
+	return sp.ClusterGroup<<16 | uint32(ep.Addr.Port())
+}
+
+// affinityHitFlows DNAT a new connection whose client AffinityTable remembered to the endpoint it
+// remembered, as the bucket of that endpoint would (without learning again: the choice expires
+// hard_timeout after it was made). An endpoint that is gone has no flow, nor has a choice learned
+// under another timeout (session affinity changed), so those clients are balanced again and the
+// new choice is learned, replacing the old one.
+func (n Node) affinityHitFlows(sp ServicePort) []openflow.Flow {
+	var out []openflow.Flow
+	kinds := []bool{false}
+	if sp.hasExternal() {
+		kinds = append(kinds, true)
+	}
+	for _, external := range kinds {
+		prio := priorityAffinityHit
+		if external {
+			prio = priorityAffinityHitExternal
+		}
+		for _, ep := range sp.endpoints(external) {
+			if !ep.Addr.Addr().Is4() {
+				continue
+			}
+			m := match(openflow.IPv4(), openflow.IPProto(sp.Protocol),
+				regMatch(AffinityEndpointIPField, ipValue(ep.Addr.Addr())), regMatch(AffinityEndpointField, affinityValue(sp, ep)),
+				regMatch(AffinityTimeoutField, uint32(sp.AffinityTimeout)))
+			if external {
+				m = append(m, regMatch(PktSourceField, FromUplink))
+			}
+			out = append(out, flow(AffinityDNATTable, prio, m, n.endpointActions(sp, ep, external, false)...))
+		}
+	}
+	return out
+}
+
+// HairpinFlows let a Pod reach itself through a Service (one set per local endpoint address,
+// shared by every Service port): its connection, DNATed back to its own address, is SNATed to the
+// gateway IP in ServiceSNATZone (marked HairpinCTMark there) so that the Pod's answer goes to OVS
+// rather than to itself, and both directions are output on the port they came in on, which OVS
+// does only when told to (output:in_port). Replies are recognised by the mark of the un-SNAT pass
+// (ServiceBaseFlows).
+func (n Node) HairpinFlows(ip netip.Addr) []openflow.Flow {
+	if !ip.Is4() {
+		return nil
+	}
+	self := match(openflow.NwSrc(netip.PrefixFrom(ip, 32)), openflow.NwDst(netip.PrefixFrom(ip, 32)), openflow.CTMark(ServiceCTMark, ServiceCTMark))
+	return []openflow.Flow{
+		flow(ConntrackCommitTable, priorityHairpin, append(match(openflow.IPv4(), openflow.CTState(openflow.CTNew|openflow.CTTrk, 0)), self...),
+			loadReg(HairpinField, 1),
+			openflow.CT(openflow.CTAction{Commit: true, Table: ptr(L2ForwardingOutTable), Zone: ServiceSNATZone, SNAT: n.GatewayIP,
+				Exec: []openflow.Action{openflow.SetCTMark(HairpinCTMark, HairpinCTMark)}})),
+		flow(ConntrackCommitTable, priorityHairpin, append(match(openflow.IPv4(), openflow.CTState(openflow.CTTrk, openflow.CTNew|openflow.CTRpl)), self...),
+			loadReg(HairpinField, 1), openflow.CT(openflow.CTAction{Table: ptr(L2ForwardingOutTable), Zone: ServiceSNATZone, NAT: true})),
+	}
+}
+
+// serviceGroup is the select group of a Service port, cluster or external: one bucket per
+// endpoint, each committing the connection DNATed to its endpoint and going on to EndpointDNAT.
+// The MACs the packet came with are still its own there, for ct_label.
+func (n Node) serviceGroup(sp ServicePort, external bool) openflow.Group {
+	g := openflow.Group{ID: sp.ClusterGroup}
+	if external {
+		g.ID = sp.ExternalGroup
+	}
+	for _, ep := range sp.endpoints(external) {
 		if !ep.Addr.Addr().Is4() {
 			continue
 		}
-		mark := ServiceCTMark
-		var actions []openflow.Action
-		exec := []openflow.Action{}
-		if external {
-			mark |= ServiceExternalCTMark
-			if !ep.Local {
-				mark |= ServiceSNATCTMark
-				actions = append(actions, loadReg(ServiceSNATField, 1))
-			}
-			exec = append(exec, openflow.MoveBits(openflow.FieldEthSrc, 0, openflow.FieldCTLabel, 0, 48),
-				openflow.MoveBits(openflow.FieldEthDst, 0, openflow.FieldCTLabel, 48, 48))
-		}
-		exec = append([]openflow.Action{openflow.SetCTMark(mark, mark)}, exec...)
-		actions = append(actions, openflow.CT(openflow.CTAction{Commit: true, Table: ptr(EndpointDNATTable), Zone: ConntrackZone, DNAT: ep.Addr, Exec: exec}))
-		g.Buckets = append(g.Buckets, openflow.Bucket{Weight: bucketWeight, Actions: actions})
+		g.Buckets = append(g.Buckets, openflow.Bucket{Weight: bucketWeight, Actions: n.endpointActions(sp, ep, external, sp.AffinityTimeout != 0)})
 	}
 	return g
+}
+
+// endpointActions DNAT a new connection to ep: committed in ConntrackZone with the Service marks
+// (and, for clients from outside, their MACs in ct_label and Service SNAT when the endpoint is on
+// another node), after learning the choice for session affinity when learn is set (the endpoint
+// in the affinity registers, learned by AffinityLearnTable).
+func (n Node) endpointActions(sp ServicePort, ep Endpoint, external, learn bool) []openflow.Action {
+	mark := ServiceCTMark
+	var actions []openflow.Action
+	if learn {
+		actions = append(actions,
+			loadReg(AffinityEndpointIPField, ipValue(ep.Addr.Addr())),
+			loadReg(AffinityEndpointField, affinityValue(sp, ep)),
+			loadReg(AffinityTimeoutField, uint32(sp.AffinityTimeout)),
+			openflow.Resubmit(AffinityLearnTable))
+	}
+	exec := []openflow.Action{}
+	if external {
+		mark |= ServiceExternalCTMark
+		if !ep.Local {
+			mark |= ServiceSNATCTMark
+			actions = append(actions, loadReg(ServiceSNATField, 1))
+		}
+		exec = append(exec, openflow.MoveBits(openflow.FieldEthSrc, 0, openflow.FieldCTLabel, 0, 48),
+			openflow.MoveBits(openflow.FieldEthDst, 0, openflow.FieldCTLabel, 48, 48))
+	}
+	exec = append([]openflow.Action{openflow.SetCTMark(mark, mark)}, exec...)
+	return append(actions, openflow.CT(openflow.CTAction{Commit: true, Table: ptr(EndpointDNATTable), Zone: ConntrackZone, DNAT: ep.Addr, Exec: exec}))
+}
+
+func ipValue(ip netip.Addr) uint32 {
+	b := ip.As4()
+	return uint32(b[0])<<24 | uint32(b[1])<<16 | uint32(b[2])<<8 | uint32(b[3])
 }

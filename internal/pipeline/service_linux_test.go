@@ -2,6 +2,7 @@ package pipeline
 
 import (
 	"fmt"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"slices"
@@ -33,10 +34,20 @@ func loadServices(t *testing.T, o *ovstest.OVS, n Node) (groups, flows []string)
 	external.ClusterIP = netipAddr("")
 	external.ClusterGroup, external.ExternalGroup = 3, 4
 	external.Endpoints = []Endpoint{{Addr: netipPort("10.244.2.7:8080")}}
+	// Session affinity ClientIP, an external IP and a load balancer IP with a source range, on
+	// another port.
+	affinity := testServicePort(n, openflow.ProtoUDP)
+	affinity.ClusterIP, affinity.NodePort = netipAddr("10.96.0.11"), 0
+	affinity.ClusterGroup, affinity.ExternalGroup = 5, 6
+	affinity.AffinityTimeout = 10
+	affinity.ExternalIPs = []netip.Addr{netipAddr("192.168.10.100")}
+	affinity.LoadBalancerIPs = []netip.Addr{netipAddr("192.168.10.200")}
+	affinity.SourceRanges = []netip.Prefix{netip.MustParsePrefix("192.168.10.0/24")}
 	gs1, fs1 := n.ServiceFlows(cluster)
 	gs2, fs2 := n.ServiceFlows(external)
-	groups = groupStrs(slices.Concat(gs1, gs2))
-	flows = strs(slices.Concat(n.ServiceBaseFlows(), fs1, fs2))
+	gs3, fs3 := n.ServiceFlows(affinity)
+	groups = groupStrs(slices.Concat(gs1, gs2, gs3))
+	flows = strs(slices.Concat(n.ServiceBaseFlows(), fs1, fs2, fs3, n.HairpinFlows(pod2.IP)))
 	o.MustOfctl(t, "-O", "OpenFlow15", "--bundle", "add-groups", "br-int", write("groups", groups))
 	o.MustOfctl(t, "-O", "OpenFlow15", "--bundle", "add-flows", "br-int", write("flows", flows))
 	return groups, flows

@@ -95,6 +95,53 @@ func TestServiceFlows(t *testing.T) {
 			},
 		},
 		{
+			name: "session affinity, an external IP, a load balancer IP admitting one source range, externalTrafficPolicy Local",
+			port: func() ServicePort {
+				sp := testServicePort(n, openflow.ProtoTCP)
+				sp.NodePort = 0
+				sp.AffinityTimeout = 5
+				sp.ExternalIPs = []netip.Addr{netip.MustParseAddr("192.168.10.100")}
+				sp.LoadBalancerIPs = []netip.Addr{netip.MustParseAddr("192.168.10.200")}
+				sp.SourceRanges = []netip.Prefix{netip.MustParsePrefix("192.168.10.254/32")}
+				sp.ExternalLocal = true
+				return sp
+			}(),
+			wantFlows: []string{
+				"table=40, priority=200,ct_state=+new+trk,tcp,nw_dst=10.96.0.10,tp_dst=80 actions=resubmit(,42),goto_table:43",
+				"table=43, priority=200,ct_state=+new+trk,tcp,nw_dst=10.96.0.10,tp_dst=80 actions=group:1",
+				"table=31, priority=200,ct_state=+new+trk,tcp,reg0=0x3/0xffff,nw_dst=192.168.10.100,tp_dst=80 actions=goto_table:40",
+				"table=40, priority=210,ct_state=+new+trk,tcp,reg0=0x3/0xffff,nw_dst=192.168.10.100,tp_dst=80 actions=resubmit(,42),goto_table:43",
+				"table=43, priority=210,ct_state=+new+trk,tcp,reg0=0x3/0xffff,nw_dst=192.168.10.100,tp_dst=80 actions=group:2",
+				"table=40, priority=200,ct_state=+new+trk,tcp,nw_dst=192.168.10.100,tp_dst=80 actions=resubmit(,42),goto_table:43",
+				"table=43, priority=200,ct_state=+new+trk,tcp,nw_dst=192.168.10.100,tp_dst=80 actions=group:1",
+				"table=31, priority=200,ct_state=+new+trk,tcp,reg0=0x3/0xffff,nw_dst=192.168.10.200,tp_dst=80 actions=goto_table:40",
+				"table=40, priority=220,ct_state=+new+trk,tcp,reg0=0x3/0xffff,nw_src=192.168.10.254,nw_dst=192.168.10.200,tp_dst=80 actions=resubmit(,42),goto_table:43",
+				"table=43, priority=220,ct_state=+new+trk,tcp,reg0=0x3/0xffff,nw_src=192.168.10.254,nw_dst=192.168.10.200,tp_dst=80 actions=group:2",
+				"table=40, priority=210,ct_state=+new+trk,tcp,nw_src=192.168.10.254,nw_dst=192.168.10.200,tp_dst=80 actions=resubmit(,42),goto_table:43",
+				"table=43, priority=210,ct_state=+new+trk,tcp,nw_src=192.168.10.254,nw_dst=192.168.10.200,tp_dst=80 actions=group:1",
+				"table=40, priority=200,ct_state=+new+trk,tcp,nw_dst=192.168.10.200,tp_dst=80 actions=drop",
+				"table=43, priority=230,tcp,reg3=0xaf40105,reg4=0x11f90,reg5=0x5 actions=ct(commit,table=45,zone=65520,nat(dst=10.244.1.5:8080),exec(set_field:0x10/0x10->ct_mark))",
+				"table=43, priority=230,tcp,reg3=0xaf40207,reg4=0x11f90,reg5=0x5 actions=ct(commit,table=45,zone=65520,nat(dst=10.244.2.7:8080),exec(set_field:0x10/0x10->ct_mark))",
+				"table=43, priority=231,tcp,reg0=0x3/0xffff,reg3=0xaf40105,reg4=0x11f90,reg5=0x5 actions=ct(commit,table=45,zone=65520,nat(dst=10.244.1.5:8080),exec(set_field:0x90/0x90->ct_mark,move:NXM_OF_ETH_SRC[]->NXM_NX_CT_LABEL[0..47],move:NXM_OF_ETH_DST[]->NXM_NX_CT_LABEL[48..95]))",
+				"table=44, priority=200,tcp,reg4=0x10000/0xffff0000 actions=learn(table=42,hard_timeout=5,priority=200,delete_learned,cookie=0x90000010005,eth_type=0x800,nw_proto=6,NXM_OF_IP_SRC[],NXM_OF_IP_DST[],NXM_OF_TCP_DST[],load:NXM_NX_REG3[]->NXM_NX_REG3[],load:NXM_NX_REG4[]->NXM_NX_REG4[],load:NXM_NX_REG5[]->NXM_NX_REG5[])",
+			},
+			wantGroups: []string{
+				"group_id=1,type=select,bucket=bucket_id:0,weight:100,actions=set_field:0xaf40105->reg3,set_field:0x11f90->reg4,set_field:0x5->reg5,resubmit(,44),ct(commit,table=45,zone=65520,nat(dst=10.244.1.5:8080),exec(set_field:0x10/0x10->ct_mark)),bucket=bucket_id:1,weight:100,actions=set_field:0xaf40207->reg3,set_field:0x11f90->reg4,set_field:0x5->reg5,resubmit(,44),ct(commit,table=45,zone=65520,nat(dst=10.244.2.7:8080),exec(set_field:0x10/0x10->ct_mark))",
+				"group_id=2,type=select,bucket=bucket_id:0,weight:100,actions=set_field:0xaf40105->reg3,set_field:0x11f90->reg4,set_field:0x5->reg5,resubmit(,44),ct(commit,table=45,zone=65520,nat(dst=10.244.1.5:8080),exec(set_field:0x90/0x90->ct_mark,move:NXM_OF_ETH_SRC[]->NXM_NX_CT_LABEL[0..47],move:NXM_OF_ETH_DST[]->NXM_NX_CT_LABEL[48..95]))",
+			},
+		},
+		{
+			name: "internalTrafficPolicy Local: the cluster group holds the local endpoint only",
+			port: ServicePort{ClusterIP: netip.MustParseAddr("10.96.0.10"), Protocol: openflow.ProtoUDP, Port: 53, ClusterGroup: 7, InternalLocal: true,
+				Endpoints: []Endpoint{{Addr: netip.MustParseAddrPort("10.244.1.5:53"), Local: true}, {Addr: netip.MustParseAddrPort("10.244.2.7:53")}}},
+			wantFlows: []string{
+				"table=40, priority=200,ct_state=+new+trk,udp,nw_dst=10.96.0.10,tp_dst=53 actions=group:7",
+			},
+			wantGroups: []string{
+				"group_id=7,type=select,bucket=bucket_id:0,weight:100,actions=ct(commit,table=45,zone=65520,nat(dst=10.244.1.5:53),exec(set_field:0x10/0x10->ct_mark))",
+			},
+		},
+		{
 			name: "SCTP has no flows: Windows conntrack drops it",
 			port: ServicePort{ClusterIP: netip.MustParseAddr("10.96.0.10"), Protocol: 132, Port: 80, ClusterGroup: 6},
 		},
@@ -125,8 +172,20 @@ func TestServiceBaseFlows(t *testing.T) {
 		"table=105, priority=220,ct_state=+new+trk,ip,reg0=0x40000/0x40000 actions=ct(commit,table=110,zone=65521,nat(src=10.244.1.1))",
 		"table=105, priority=220,ct_state=-new-rpl+trk,ct_mark=0x20/0x20,ip actions=ct(table=110,zone=65521,nat)",
 		"table=105, priority=210,ct_state=-rpl+trk,ct_mark=0x10/0x110,ip actions=ct(commit,table=110,zone=65520,exec(set_field:0x100/0x100->ct_mark))",
+		"table=30, priority=220,ct_state=+trk,ct_mark=0x200/0x200,ip actions=set_field:0x80000/0x80000->reg0,ct(table=31,zone=65520,nat)",
+		"table=110, priority=210,reg0=0x80000/0x80000 actions=IN_PORT",
 		"table=20, priority=200,arp,arp_tpa=169.254.0.253,arp_op=1 actions=move:NXM_OF_ETH_SRC[]->NXM_OF_ETH_DST[],set_field:aa:bb:cc:dd:ee:ff->eth_src,"+
 			"set_field:2->arp_op,move:NXM_NX_ARP_SHA[]->NXM_NX_ARP_THA[],set_field:aa:bb:cc:dd:ee:ff->arp_sha,move:NXM_OF_ARP_SPA[]->NXM_OF_ARP_TPA[],set_field:169.254.0.253->arp_spa,IN_PORT",
+	))
+}
+
+// TestHairpinFlows pins a local endpoint's hairpin flows: its connections to itself through a
+// Service are SNATed to the gateway IP in zone 65521, marked 0x200 there, and output on in_port.
+func TestHairpinFlows(t *testing.T) {
+	g := NewWithT(t)
+	g.Expect(strs(testNode().HairpinFlows(netip.MustParseAddr("10.244.1.5")))).To(ConsistOf(
+		"table=105, priority=230,ct_state=+new+trk,ct_mark=0x10/0x10,ip,nw_src=10.244.1.5,nw_dst=10.244.1.5 actions=set_field:0x80000/0x80000->reg0,ct(commit,table=110,zone=65521,nat(src=10.244.1.1),exec(set_field:0x200/0x200->ct_mark))",
+		"table=105, priority=230,ct_state=-new-rpl+trk,ct_mark=0x10/0x10,ip,nw_src=10.244.1.5,nw_dst=10.244.1.5 actions=set_field:0x80000/0x80000->reg0,ct(table=110,zone=65521,nat)",
 	))
 }
 
@@ -134,7 +193,7 @@ func TestServiceBaseFlows(t *testing.T) {
 // Service SNAT has a zone of its own.
 func TestServiceMarksDoNotCollide(t *testing.T) {
 	g := NewWithT(t)
-	for _, m := range []uint32{ServiceCTMark, ServiceSNATCTMark, ServiceExternalCTMark} {
+	for _, m := range []uint32{ServiceCTMark, ServiceSNATCTMark, ServiceExternalCTMark, HairpinCTMark, PolicyAdmittedCTMark} {
 		g.Expect(m & SNATCTMark).To(BeZero())
 	}
 	g.Expect(ServiceSNATZone).NotTo(Equal(ConntrackZone))
@@ -155,8 +214,18 @@ func TestServiceFlowsPassWindowsProfile(t *testing.T) {
 		groups, flows := n.ServiceFlows(sp)
 		d.Groups = append(d.Groups, groups...)
 		d.Flows = append(d.Flows, flows...)
+		// Session affinity, an external IP, a load balancer IP with a source range.
+		sp.ClusterGroup, sp.ExternalGroup = uint32(proto)*10+2, uint32(proto)*10+3
+		sp.AffinityTimeout = 10
+		sp.ExternalIPs = []netip.Addr{netip.MustParseAddr("192.168.10.100")}
+		sp.LoadBalancerIPs = []netip.Addr{netip.MustParseAddr("192.168.10.200")}
+		sp.SourceRanges = []netip.Prefix{netip.MustParsePrefix("192.168.10.0/24")}
+		groups, flows = n.ServiceFlows(sp)
+		d.Groups = append(d.Groups, groups...)
+		d.Flows = append(d.Flows, flows...)
 	}
-	g.Expect(d.Groups).To(HaveLen(4))
+	d.Flows = append(d.Flows, n.HairpinFlows(netip.MustParseAddr("10.244.1.5"))...)
+	g.Expect(d.Groups).To(HaveLen(8))
 	g.Expect(CheckWindows(d)).To(BeEmpty())
 }
 

@@ -208,6 +208,9 @@ func (c *checker) actions(where string, match []openflow.MatchField, actions []o
 			for _, l := range info.Learn.Loads {
 				c.field(where+" learned flow", text, l.Dst.Name())
 			}
+			for _, l := range info.Learn.LoadValues {
+				c.field(where+" learned flow", text, l.Dst.Name())
+			}
 		}
 	}
 }

@@ -180,11 +180,25 @@ func (f Field) Bits() int { return f.bits }
 // LearnLoad copies field Src of the packet into field Dst in the learned flow's actions.
 type LearnLoad struct{ Src, Dst Field }
 
+// nxLearnDeleteLearned is NX_LEARN_F_DELETE_LEARNED.
+const nxLearnDeleteLearned = 1 << 1
+
+// LearnLoadValue loads a constant into the whole field Dst in the learned flow's actions.
+type LearnLoadValue struct {
+	Value uint32
+	Dst   Field
+}
+
 // LearnSpec describes learn(...): a flow added to Table from the packet that runs the action.
 type LearnSpec struct {
 	Table                    uint8
 	Priority                 uint16
 	IdleTimeout, HardTimeout uint16
+	// Cookie is the learned flows' cookie. With DeleteLearned, the flows learned with it are
+	// deleted once no flow holds a learn action with this cookie and table any more (the
+	// learning flow deleted, or modified to learn with another cookie).
+	Cookie        uint64
+	DeleteLearned bool
 	// EthType and IPProto, when not zero, are matched by the learned flow (OVS needs them
 	// before matching on IP or L4 fields).
 	EthType uint16
@@ -193,6 +207,8 @@ type LearnSpec struct {
 	Match []Field
 	// Loads are the learned flow's actions that load this packet's fields.
 	Loads []LearnLoad
+	// LoadValues are the learned flow's actions that load constants (at most 32 bits).
+	LoadValues []LearnLoadValue
 	// Output, when set, makes the learned flow output to the port this packet holds in it.
 	Output *Field
 }
@@ -214,6 +230,12 @@ func (a learnAction) text() string {
 	if a.Priority != 0x8000 {
 		parts = append(parts, fmt.Sprintf("priority=%d", a.Priority))
 	}
+	if a.DeleteLearned {
+		parts = append(parts, "delete_learned")
+	}
+	if a.Cookie != 0 {
+		parts = append(parts, fmt.Sprintf("cookie=%#x", a.Cookie))
+	}
 	if a.EthType != 0 {
 		parts = append(parts, fmt.Sprintf("eth_type=%#x", a.EthType))
 	}
@@ -225,6 +247,9 @@ func (a learnAction) text() string {
 	}
 	for _, l := range a.Loads {
 		parts = append(parts, "load:"+l.Src.name+"[]->"+l.Dst.name+"[]")
+	}
+	for _, l := range a.LoadValues {
+		parts = append(parts, fmt.Sprintf("load:%#x->%s[]", l.Value, l.Dst.name))
 	}
 	if a.Output != nil {
 		parts = append(parts, "output:"+a.Output.name+"[]")
@@ -250,6 +275,10 @@ func (a learnAction) encode() (openflow15.Action, error) {
 	l.Priority = a.Priority
 	l.IdleTimeout = a.IdleTimeout
 	l.HardTimeout = a.HardTimeout
+	l.Cookie = a.Cookie
+	if a.DeleteLearned {
+		l.Flags |= nxLearnDeleteLearned
+	}
 	immediate := func(name string, bits uint16, value uint64) error {
 		dst, err := learnField(Field{name, int(bits)})
 		if err != nil {
@@ -293,6 +322,22 @@ func (a learnAction) encode() (openflow15.Action, error) {
 			return nil, err
 		}
 		l.LearnSpecs = append(l.LearnSpecs, &openflow15.NXLearnSpec{Header: openflow15.NewLearnHeaderLoadFromField(uint16(ld.Src.bits)), SrcField: src, DstField: dst})
+	}
+	for _, lv := range a.LoadValues {
+		if lv.Dst.bits > 32 {
+			return nil, fmt.Errorf("learn load of a constant into %s: only fields of up to 32 bits", lv.Dst.name)
+		}
+		dst, err := learnField(lv.Dst)
+		if err != nil {
+			return nil, err
+		}
+		bits := uint16(lv.Dst.bits)
+		v := make([]byte, 2*((bits+15)/16))
+		for i, value := len(v)-1, lv.Value; i >= 0; i-- {
+			v[i] = byte(value)
+			value >>= 8
+		}
+		l.LearnSpecs = append(l.LearnSpecs, &openflow15.NXLearnSpec{Header: openflow15.NewLearnHeaderLoadFromValue(bits), SrcValue: v, DstField: dst})
 	}
 	if a.Output != nil {
 		src, err := learnField(*a.Output)

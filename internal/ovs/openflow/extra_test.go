@@ -38,6 +38,10 @@ func TestExtraActionsInstallAsRendered(t *testing.T) {
 				Match: []openflow.Field{openflow.FieldIPSrc, openflow.FieldIPDst},
 				Loads: []openflow.LearnLoad{{Src: openflow.FieldReg(2), Dst: openflow.FieldReg(1)}}}),
 			openflow.Learn(openflow.LearnSpec{Table: 41, Priority: 0x8000, Match: []openflow.Field{openflow.FieldEthSrc}, Output: &openflow.FieldInPort}),
+			openflow.Learn(openflow.LearnSpec{Table: 42, Priority: 200, HardTimeout: 10, DeleteLearned: true, Cookie: 0x9000000010005, EthType: openflow.EthTypeIPv4, IPProto: openflow.ProtoTCP,
+				Match:      []openflow.Field{openflow.FieldIPSrc, openflow.FieldIPDst, openflow.FieldTCPDst},
+				LoadValues: []openflow.LearnLoadValue{{Value: 0xa0a0018, Dst: openflow.FieldReg(3)}, {Value: 0x21f90, Dst: openflow.FieldReg(4)}}}),
+			openflow.Resubmit(42),
 			openflow.GotoTable(40)}},
 	}
 	_, err := e.br.Sync(ctx, 3, flows)

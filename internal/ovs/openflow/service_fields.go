@@ -105,3 +105,22 @@ func natDst(ap netip.AddrPort) (*openflow15.NXActionCTNAT, error) {
 // OFPGC_ADD_OR_MOD is OVS's group_mod command that adds a group or replaces it if it exists
 // (OpenFlow 1.5 has no such command; OVS accepts its extension in every version).
 const groupAddOrMod = 0x8000
+
+type resubmitAction struct{ table uint8 }
+
+// Resubmit runs the flows of table on the packet and comes back to the next action (resubmit(,t)):
+// a table of learned flows consulted for what they load into registers.
+func Resubmit(table uint8) Action { return resubmitAction{table} }
+
+func (a resubmitAction) text() string { return fmt.Sprintf("resubmit(,%d)", a.table) }
+func (a resubmitAction) encode() (openflow15.Action, error) {
+	return openflow15.NewNXActionResubmitTableAction(openflow15.OFPP_IN_PORT, a.table), nil
+}
+func (a resubmitAction) appendKey(b []byte) []byte           { return append(b, 'r', a.table) }
+func (a resubmitAction) appendWire(b []byte) ([]byte, error) { return appendEncoded(b, a) }
+
+// Fields for learned flows of Services.
+var (
+	FieldTCPDst = Field{"NXM_OF_TCP_DST", 16}
+	FieldUDPDst = Field{"NXM_OF_UDP_DST", 16}
+)

@@ -168,7 +168,15 @@ func dialFrom(ctx context.Context, from Place, network string, dst netip.AddrPor
 		ctx, cancel := context.WithTimeout(ctx, timeout)
 		defer cancel()
 		var err error
-		conn, err = (&net.Dialer{}).DialContext(ctx, network, dst.String())
+		d := &net.Dialer{}
+		if from.BindSource {
+			if strings.HasPrefix(network, "udp") {
+				d.LocalAddr = &net.UDPAddr{IP: from.IP.AsSlice()}
+			} else {
+				d.LocalAddr = &net.TCPAddr{IP: from.IP.AsSlice()}
+			}
+		}
+		conn, err = d.DialContext(ctx, network, dst.String())
 		return err
 	})
 	if err != nil {

@@ -1,0 +1,259 @@
+//go:build linux
+
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/winnet-io/winnet/test/e2e/cluster"
+)
+
+// The Services 2/2 cases: session affinity, traffic policies, load balancer and external IPs, hairpin.
+
+// newEchoService creates a Service named name selecting app=echo (TCP 80 to the named port "http", UDP 80 to
+// "udp"), changed by edit before it is created.
+func newEchoService(t *testing.T, name string, edit func(*corev1.Service)) *corev1.Service {
+	t.Helper()
+	svc := &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Namespace: cluster.PodNamespace, Name: name},
+		Spec: corev1.ServiceSpec{
+			Selector: map[string]string{"app": "echo"},
+			Ports: []corev1.ServicePort{
+				{Name: "http", Port: 80, Protocol: corev1.ProtocolTCP, TargetPort: intstr.FromString("http")},
+				{Name: "udp", Port: 80, Protocol: corev1.ProtocolUDP, TargetPort: intstr.FromString("udp")},
+			},
+		},
+	}
+	if edit != nil {
+		edit(svc)
+	}
+	NewWithT(t).Expect(c.Client.Create(context.Background(), svc)).To(Succeed())
+	t.Cleanup(func() { _ = c.Client.Delete(context.Background(), svc) })
+	return svc
+}
+
+// updateService applies edit to the Service, retrying on conflicts.
+func updateService(t *testing.T, svc *corev1.Service, edit func(*corev1.Service)) {
+	t.Helper()
+	NewWithT(t).Eventually(func() error {
+		cur := &corev1.Service{}
+		if err := c.Client.Get(context.Background(), client.ObjectKeyFromObject(svc), cur); err != nil {
+			return err
+		}
+		edit(cur)
+		return c.Client.Update(context.Background(), cur)
+	}).WithTimeout(converge).Should(Succeed())
+}
+
+// waitFlows waits until a node's flows contain want (a fragment as ovs-ofctl prints it).
+func waitFlows(t *testing.T, n *cluster.Node, want string) {
+	t.Helper()
+	NewWithT(t).Eventually(func() (string, error) {
+		return n.OVS.Ofctl("-O", "OpenFlow15", "dump-flows", "--no-stats", cluster.BridgeName)
+	}).WithTimeout(converge).Should(ContainSubstring(want), "the flows of %s", n.Name)
+}
+
+// waitLearned waits until the node's session-affinity table holds the choice learned for the client's
+// connections to dst, and ovs-vswitchd revalidated its datapath flows since: connections opened in the few
+// milliseconds before that can still be balanced by a cached datapath flow of the first connection on the
+// userspace datapath (Windows' datapath caches no wildcarded flows and sends every new connection up).
+func waitLearned(t *testing.T, n *cluster.Node, client netip.Addr, dst netip.AddrPort) {
+	t.Helper()
+	g := NewWithT(t)
+	g.Eventually(func() (string, error) {
+		return n.OVS.Ofctl("-O", "OpenFlow15", "dump-flows", "--no-stats", cluster.BridgeName, "table=42")
+	}).WithTimeout(converge).Should(ContainSubstring(fmt.Sprintf("nw_src=%s,nw_dst=%s,tp_dst=%d ", client, dst.Addr(), dst.Port())),
+		"the learned affinity flow on %s", n.Name)
+	_, err := n.OVS.Appctl("revalidator/wait")
+	g.Expect(err).NotTo(HaveOccurred())
+}
+
+// neverAnswers checks that dst does not answer from a place for a few seconds: the connection is dropped.
+func neverAnswers(t *testing.T, from cluster.Place, network string, dst netip.AddrPort) {
+	t.Helper()
+	NewWithT(t).Consistently(func() error {
+		_, err := cluster.AskEcho(context.Background(), from, network, dst, time.Second)
+		return err
+	}).WithTimeout(3*time.Second).WithPolling(500*time.Millisecond).Should(HaveOccurred(), "%s %s from %s", network, dst, from)
+}
+
+// TestServiceSessionAffinity: with sessionAffinity ClientIP a client's new connections all reach the endpoint
+// its first one reached; switching to None balances them again; back to ClientIP with a 2 s timeout the choice
+// sticks and then ends, and another endpoint answers.
+// Upstream: test/e2e/network/service.go "should have session affinity work for service with type clusterIP
+// [LinuxOnly] [Conformance]", "should be able to switch session affinity for service with type clusterIP
+// [LinuxOnly] [Conformance]", "should have session affinity timeout work for service with type clusterIP
+// [LinuxOnly]".
+func TestServiceSessionAffinity(t *testing.T) {
+	g := NewWithT(t)
+	ea := addEchoPod(t, "echo-a", "node-a", 8080)
+	eb := addEchoPod(t, "echo-b", "node-b", 8090)
+	svc := newEchoService(t, "sticky", func(s *corev1.Service) { s.Spec.SessionAffinity = corev1.ServiceAffinityClientIP })
+	waitEndpoints(t, svc, ea, eb)
+	from := pods["pod-c1"]
+	dst := netip.AddrPortFrom(netip.MustParseAddr(svc.Spec.ClusterIP), 80)
+	waitFlows(t, node("node-c"), "learn(table=42,hard_timeout=10800,")
+
+	first, err := cluster.AskEcho(context.Background(), from.Place(), "tcp4", dst, askTimeout)
+	g.Expect(err).NotTo(HaveOccurred())
+	waitLearned(t, node("node-c"), from.IP, dst)
+	for range 20 {
+		a, err := cluster.AskEcho(context.Background(), from.Place(), "tcp4", dst, askTimeout)
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(a.Name).To(Equal(first.Name), "every new connection of the client reaches the endpoint of its first")
+	}
+
+	updateService(t, svc, func(s *corev1.Service) {
+		s.Spec.SessionAffinity = corev1.ServiceAffinityNone
+		s.Spec.SessionAffinityConfig = nil
+	})
+	asks := askUntilAll(t, from.Place(), "tcp4", dst, from.IP, "echo-a", "echo-b")
+	t.Logf("affinity None: both endpoints answered within %d connections", asks)
+
+	updateService(t, svc, func(s *corev1.Service) {
+		s.Spec.SessionAffinity = corev1.ServiceAffinityClientIP
+		s.Spec.SessionAffinityConfig = &corev1.SessionAffinityConfig{ClientIP: &corev1.ClientIPConfig{TimeoutSeconds: ptr.To[int32](2)}}
+	})
+	waitFlows(t, node("node-c"), "learn(table=42,hard_timeout=2,")
+	// The choice sticks: a second connection right after the first reaches the same endpoint. It ends: once
+	// the 2 s are over the client is balanced again, so another endpoint answers sooner or later.
+	start := time.Now()
+	a, err := cluster.AskEcho(context.Background(), from.Place(), "tcp4", dst, askTimeout)
+	g.Expect(err).NotTo(HaveOccurred())
+	waitLearned(t, node("node-c"), from.IP, dst)
+	b, err := cluster.AskEcho(context.Background(), from.Place(), "tcp4", dst, askTimeout)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(b.Name).To(Equal(a.Name), "the second connection reaches the endpoint of the first")
+	g.Eventually(func() (string, error) {
+		n, err := cluster.AskEcho(context.Background(), from.Place(), "tcp4", dst, askTimeout)
+		return n.Name, err
+	}).WithTimeout(converge).WithPolling(250*time.Millisecond).ShouldNot(Equal(a.Name), "affinity ends after its timeout")
+	t.Logf("timeout 2 s: another endpoint answered %v after the first connection", time.Since(start).Round(100*time.Millisecond))
+}
+
+// TestServiceTrafficPolicyLocal: a NodePort Service with externalTrafficPolicy Local answers the external host
+// only on a node with an endpoint, from that endpoint, which sees the client's own address; a node without
+// one drops the connection; Pods reach every endpoint through it still. A Service with internalTrafficPolicy
+// Local sends Pods to the endpoints of their own node only, and drops them on a node with none.
+// Upstream: test/e2e/network/service.go "should only target nodes with endpoints" (ETP Local), "should
+// preserve source pod IP for traffic thru service cluster IP" (client address), "should respect internalTrafficPolicy=Local
+// Pod to Pod" and "should respect internalTrafficPolicy=Local Pod and Node, to Pod"; test/e2e/network/loadbalancer.go
+// "should work for type=NodePort" under ESIPP ("[Feature:ExternalTrafficPolicy]... should work from pods").
+func TestServiceTrafficPolicyLocal(t *testing.T) {
+	ea := addEchoPod(t, "echo-a", "node-a", 8080)
+	eb := addEchoPod(t, "echo-b", "node-b", 8090)
+	etp := newEchoService(t, "etp-local", func(s *corev1.Service) {
+		s.Spec.Type = corev1.ServiceTypeNodePort
+		s.Spec.ExternalTrafficPolicy = corev1.ServiceExternalTrafficPolicyLocal
+	})
+	itp := newEchoService(t, "itp-local", func(s *corev1.Service) {
+		s.Spec.InternalTrafficPolicy = ptr.To(corev1.ServiceInternalTrafficPolicyLocal)
+	})
+	waitEndpoints(t, etp, ea, eb)
+	waitEndpoints(t, itp, ea, eb)
+	nodePort := uint16(etp.Spec.Ports[0].NodePort)
+
+	t.Run("externalTrafficPolicy Local", func(t *testing.T) {
+		askUntilAll(t, c.ExternalPlace(), "tcp4", netip.AddrPortFrom(node("node-a").IP, nodePort), c.ExternalIP, "echo-a")
+		askUntilAll(t, c.ExternalPlace(), "tcp4", netip.AddrPortFrom(node("node-b").IP, nodePort), c.ExternalIP, "echo-b")
+		askOne(t, c.ExternalPlace(), "udp4", netip.AddrPortFrom(node("node-a").IP, uint16(etp.Spec.Ports[1].NodePort)), c.ExternalIP, "echo-a")
+		for range 10 {
+			askOne(t, c.ExternalPlace(), "tcp4", netip.AddrPortFrom(node("node-a").IP, nodePort), c.ExternalIP, "echo-a")
+		}
+		neverAnswers(t, c.ExternalPlace(), "tcp4", netip.AddrPortFrom(node("node-c").IP, nodePort))
+		// Pods short-circuit to every endpoint, on a node without a local one too.
+		askUntilAll(t, pods["pod-c1"].Place(), "tcp4", netip.AddrPortFrom(node("node-c").IP, nodePort), netip.Addr{}, "echo-a", "echo-b")
+		askUntilAll(t, pods["pod-c1"].Place(), "tcp4", netip.AddrPortFrom(netip.MustParseAddr(etp.Spec.ClusterIP), 80), pods["pod-c1"].IP, "echo-a", "echo-b")
+	})
+	t.Run("internalTrafficPolicy Local", func(t *testing.T) {
+		dst := netip.AddrPortFrom(netip.MustParseAddr(itp.Spec.ClusterIP), 80)
+		for range 10 {
+			askOne(t, pods["pod-a1"].Place(), "tcp4", dst, pods["pod-a1"].IP, "echo-a")
+			askOne(t, pods["pod-b1"].Place(), "tcp4", dst, pods["pod-b1"].IP, "echo-b")
+		}
+		neverAnswers(t, pods["pod-c1"].Place(), "tcp4", dst)
+	})
+}
+
+// The load balancer and external IPs of TestServiceLoadBalancerAndExternalIP, on the underlay: the external host
+// routes them to node-a and node-b, as a load balancer (or a router for external IPs) would send their traffic to
+// a node.
+var (
+	loadBalancerIP = netip.MustParseAddr("192.168.77.200")
+	externalIP     = netip.MustParseAddr("192.168.77.201")
+)
+
+// TestServiceLoadBalancerAndExternalIP: a LoadBalancer Service whose status the test writes (as a cloud
+// controller would) answers on its ingress IP the external host's address its loadBalancerSourceRanges admit, and
+// drops the one they do not; its external IP answers the external host too, and Pods reach both.
+// Upstream: test/e2e/network/service.go "should be possible to connect to a service via ExternalIP when the external
+// IP is not assigned to a node"; test/e2e/network/loadbalancer.go "should only allow access from service loadbalancer
+// source ranges [Slow]" (reproduced without a cloud: the ingress IP is routed to a node by the external host).
+func TestServiceLoadBalancerAndExternalIP(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	ea := addEchoPod(t, "echo-a", "node-a", 8080)
+	eb := addEchoPod(t, "echo-b", "node-b", 8090)
+	svc := newEchoService(t, "lb", func(s *corev1.Service) {
+		s.Spec.Type = corev1.ServiceTypeLoadBalancer
+		s.Spec.ExternalIPs = []string{externalIP.String()}
+		s.Spec.LoadBalancerSourceRanges = []string{netip.PrefixFrom(c.ExternalIP, 32).String()}
+	})
+	waitEndpoints(t, svc, ea, eb)
+	g.Eventually(func() error {
+		cur := &corev1.Service{}
+		if err := c.Client.Get(ctx, client.ObjectKeyFromObject(svc), cur); err != nil {
+			return err
+		}
+		cur.Status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{{IP: loadBalancerIP.String(), IPMode: ptr.To(corev1.LoadBalancerIPModeVIP)}}
+		return c.Client.Status().Update(ctx, cur)
+	}).WithTimeout(converge).Should(Succeed())
+	for ip, n := range map[netip.Addr]*cluster.Node{loadBalancerIP: node("node-a"), externalIP: node("node-b")} {
+		_, err := c.External.Exec("ip", "route", "replace", ip.String()+"/32", "via", n.IP.String())
+		g.Expect(err).NotTo(HaveOccurred())
+		t.Cleanup(func() { _, _ = c.External.Exec("ip", "route", "del", ip.String()+"/32") })
+	}
+
+	lb := netip.AddrPortFrom(loadBalancerIP, 80)
+	t.Run("the load balancer IP admits a client in its source ranges", func(t *testing.T) {
+		askUntilAll(t, c.ExternalPlace(), "tcp4", lb, netip.Addr{}, "echo-a", "echo-b")
+		askOne(t, c.ExternalPlace(), "udp4", lb, netip.Addr{}, "echo-a", "echo-b")
+	})
+	t.Run("the load balancer IP drops a client outside its source ranges", func(t *testing.T) {
+		excluded := c.ExcludedPlace()
+		excluded.BindSource = true
+		neverAnswers(t, excluded, "tcp4", lb)
+		neverAnswers(t, excluded, "udp4", lb)
+	})
+	t.Run("the external IP answers the external host and Pods", func(t *testing.T) {
+		askUntilAll(t, c.ExternalPlace(), "tcp4", netip.AddrPortFrom(externalIP, 80), netip.Addr{}, "echo-a", "echo-b")
+		askUntilAll(t, pods["pod-c1"].Place(), "tcp4", netip.AddrPortFrom(externalIP, 80), pods["pod-c1"].IP, "echo-a", "echo-b")
+	})
+}
+
+// TestServiceHairpin: an endpoint Pod reaches itself through its own Service's ClusterIP, over TCP and UDP; it
+// sees the connection come from its node's gateway address (the Service SNAT that brings its answer back through
+// OVS).
+// Upstream: test/e2e/network/service.go "should allow pods to hairpin back to themselves through services".
+func TestServiceHairpin(t *testing.T) {
+	ea := addEchoPod(t, "echo-a", "node-a", 8080)
+	svc := newEchoService(t, "hairpin", nil)
+	waitEndpoints(t, svc, ea)
+	dst := netip.AddrPortFrom(netip.MustParseAddr(svc.Spec.ClusterIP), 80)
+	gw := node("node-a").Gateway
+	askUntilAll(t, ea.pod.Place(), "tcp4", dst, gw, "echo-a")
+	askOne(t, ea.pod.Place(), "udp4", dst, gw, "echo-a")
+	// Its neighbours on the node are not SNATed.
+	askUntilAll(t, pods["pod-a1"].Place(), "tcp4", dst, pods["pod-a1"].IP, "echo-a")
+}
