@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"net/netip"
+	"reflect"
 	"slices"
 	"strings"
 	"time"
@@ -14,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/client-go/util/workqueue"
+	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
@@ -55,6 +57,8 @@ type Reconciler struct {
 	Net hostnet.Interface
 	// ResyncPeriod is the drift check period; zero means DefaultResyncPeriod.
 	ResyncPeriod time.Duration
+	// Clock tells when the host's routes were last read back; nil is the real clock.
+	Clock clock.PassiveClock
 
 	// groupIDs holds the group of each Service port (and kind); nextGroup is the highest id
 	// allocated, freeGroups the ids below it whose groups are gone (lowest first), given out again.
@@ -66,6 +70,16 @@ type Reconciler struct {
 	groups []openflow.Group
 	// warned holds the Services (by UID and resourceVersion) already given a Warning Event.
 	warned map[types.UID]string
+	// realised holds what each Service came to in the last pass, computed on the node network
+	// realisedOn with the NodePort addresses realisedIPs.
+	realised    map[types.NamespacedName]*realisedService
+	realisedOn  nodenetwork.Realized
+	realisedIPs []netip.Addr
+	// routed holds the ClusterIP routes the last pass left on the host through the gateway
+	// routedLink, whose routes were read back at routesChecked; nil: read them back next pass.
+	routed        map[netip.Prefix]bool
+	routedLink    int
+	routesChecked time.Time
 }
 
 // groupKey identifies the group of a Service port: the cluster one, or the external one.
@@ -120,12 +134,14 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ ctrl.Request) (_ ctrl.Resu
 		}
 	}()
 	start := time.Now()
+	// The pass only reads the cached objects: listing them without a deep copy saves copying
+	// every Service and EndpointSlice of the cluster on every pass.
 	services := &corev1.ServiceList{}
-	if err := r.Client.List(ctx, services); err != nil {
+	if err := r.Client.List(ctx, services, client.UnsafeDisableDeepCopy); err != nil {
 		return ctrl.Result{}, fmt.Errorf("listing Services: %w", err)
 	}
 	slicesList := &discoveryv1.EndpointSliceList{}
-	if err := r.Client.List(ctx, slicesList); err != nil {
+	if err := r.Client.List(ctx, slicesList, client.UnsafeDisableDeepCopy); err != nil {
 		return ctrl.Result{}, fmt.Errorf("listing EndpointSlices: %w", err)
 	}
 	bySvc := map[types.NamespacedName][]discoveryv1.EndpointSlice{}
@@ -146,12 +162,17 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ ctrl.Request) (_ ctrl.Resu
 	}
 	// New and changed groups, keeping the old ones that flows may still refer to.
 	union := slices.Clone(groups)
+	desiredIDs := make(map[uint32]bool, len(groups))
+	for _, g := range groups {
+		desiredIDs[g.ID] = true
+	}
 	for _, g := range r.groups {
-		if !slices.ContainsFunc(groups, func(d openflow.Group) bool { return d.ID == g.ID }) {
+		if !desiredIDs[g.ID] {
 			union = append(union, g)
 		}
 	}
-	if _, err := rz.Flows.SyncGroups(ctx, union); err != nil {
+	added, err := rz.Flows.SyncGroups(ctx, union)
+	if err != nil {
 		return ctrl.Result{}, fmt.Errorf("installing Service groups: %w", err)
 	}
 	r.groups = union
@@ -166,26 +187,53 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ ctrl.Request) (_ ctrl.Resu
 	r.groups = groups
 	r.forgetGroups(groups)
 	r.State.FlowsSynced(ctx, nodenetwork.ServiceFlows, rz.Flows)
-	if err := r.syncHostRoutes(ctx, rz, clusterIPs); err != nil {
-		return ctrl.Result{}, err
-	}
 	resync := r.ResyncPeriod
 	if resync == 0 {
 		resync = DefaultResyncPeriod
 	}
-	observePass(counts, synced.Mods() > 0 || gs.Mods() > 0, time.Since(start))
+	if err := r.syncHostRoutes(ctx, rz, clusterIPs, resync); err != nil {
+		return ctrl.Result{}, err
+	}
+	changed := synced.Mods() > 0 || added.Mods() > 0 || gs.Mods() > 0
+	observePass(counts, changed, time.Since(start))
 	r.State.SetServices(nodenetwork.ServicesResult{Services: counts.services, Ports: counts.ports, Endpoints: counts.endpoints})
-	if synced.Mods() > 0 || gs.Mods() > 0 {
+	if changed {
 		log.Info("Synced Service flows", "services", counts.services, "ports", counts.ports, "endpoints", counts.endpoints,
-			"flowMods", synced.Mods(), "groups", len(groups), "took", time.Since(start))
+			"flowMods", synced.Mods(), "groupMods", added.Mods()+gs.Mods(), "groups", len(groups), "took", time.Since(start))
 	}
 	return ctrl.Result{RequeueAfter: resync}, nil
 }
 
 type counts struct{ services, ports, endpoints int }
 
+// realisedService is what one Service came to in the last pass that computed it, and from what:
+// a later pass whose inputs are the same reuses it instead of computing it again, so that one
+// endpoint changing among 10,000 Services costs that Service's computation, not 10,000.
+type realisedService struct {
+	// inputs identifies the Service and EndpointSlice versions it was computed from.
+	inputs    string
+	d         desiredService
+	groups    []openflow.Group
+	flows     []openflow.Flow
+	clusterIP netip.Addr
+	counts    counts
+}
+
+// serviceInputs identifies the versions of a Service and of its EndpointSlices.
+func serviceInputs(svc *corev1.Service, eps []discoveryv1.EndpointSlice) string {
+	versions := make([]string, 0, 1+len(eps))
+	versions = append(versions, string(svc.UID)+"/"+svc.ResourceVersion)
+	for i := range eps {
+		versions = append(versions, string(eps[i].UID)+"/"+eps[i].ResourceVersion)
+	}
+	slices.Sort(versions[1:]) // the cache lists slices in no particular order
+	return strings.Join(versions, ",")
+}
+
 // desired computes the groups and flows of every Service, emitting a Warning Event for ports that
-// cannot be realised.
+// cannot be realised. A Service whose inputs did not change since the last pass, on the same node
+// network, reuses what that pass computed (same groups and flows, so the switch is sent nothing
+// for it).
 func (r *Reconciler) desired(ctx context.Context, rz nodenetwork.Realized, services []corev1.Service, bySvc map[types.NamespacedName][]discoveryv1.EndpointSlice) ([]openflow.Group, []openflow.Flow, []netip.Addr, counts) {
 	var c counts
 	var clusterIPs []netip.Addr
@@ -194,67 +242,132 @@ func (r *Reconciler) desired(ctx context.Context, rz nodenetwork.Realized, servi
 	if r.groupIDs == nil {
 		r.groupIDs, r.warned = map[groupKey]uint32{}, map[types.UID]string{}
 	}
+	ips := nodeIPs(rz)
+	if rz.Flows != r.realisedOn.Flows || !reflect.DeepEqual(rz.Node, r.realisedOn.Node) || !slices.Equal(ips, r.realisedIPs) {
+		r.realised = nil // computed for another node network
+	}
+	r.realisedOn, r.realisedIPs = rz, ips
+	realised := make(map[types.NamespacedName]*realisedService, len(services))
 	hairpin := map[netip.Addr]bool{}
 	for i := range services {
 		svc := &services[i]
-		d := desiredPorts(svc, bySvc[types.NamespacedName{Namespace: svc.Namespace, Name: svc.Name}], r.NodeName)
-		if len(d.unsupported) > 0 {
-			r.warnUnsupported(ctx, svc, d.unsupported)
+		name := types.NamespacedName{Namespace: svc.Namespace, Name: svc.Name}
+		inputs := serviceInputs(svc, bySvc[name])
+		rs := r.realised[name]
+		if rs == nil || rs.inputs != inputs {
+			rs = r.realiseService(ctx, svc, bySvc[name], rz, ips)
+			rs.inputs = inputs
 		}
-		if len(d.ports) == 0 {
+		realised[name] = rs
+		if len(rs.d.ports) == 0 {
 			continue
 		}
 		c.services++
-		if ip := d.ports[0].clusterIP; ip.IsValid() {
-			clusterIPs = append(clusterIPs, ip)
+		c.ports += rs.counts.ports
+		c.endpoints += rs.counts.endpoints
+		if rs.clusterIP.IsValid() {
+			clusterIPs = append(clusterIPs, rs.clusterIP)
 		}
-		for _, p := range d.ports {
-			c.ports++
-			c.endpoints += len(p.endpoints)
-			sp := pipeline.ServicePort{
-				ClusterIP: p.clusterIP, Protocol: p.protocol, Port: uint16(p.key.Port), NodePort: p.nodePort,
-				ExternalIPs: p.externalIPs, LoadBalancerIPs: p.loadBalancerIPs, SourceRanges: p.sourceRanges,
-				InternalLocal: p.internalLocal, ExternalLocal: p.externalLocal, AffinityTimeout: p.affinityTimeout,
-				ClusterGroup: r.groupID(groupKey{port: p.key}),
-			}
-			if p.nodePort != 0 {
-				sp.NodeIPs = nodeIPs(rz)
-			}
-			if p.nodePort != 0 || len(p.externalIPs) > 0 || len(p.loadBalancerIPs) > 0 {
-				sp.ExternalGroup = r.groupID(groupKey{port: p.key, external: true})
-			}
+		for _, p := range rs.d.ports {
 			for _, ep := range p.endpoints {
-				sp.Endpoints = append(sp.Endpoints, pipeline.Endpoint{Addr: ep.addr, Local: ep.local})
 				if ep.local {
 					hairpin[ep.addr.Addr()] = true
 				}
 			}
-			g, f := rz.Node.ServiceFlows(sp)
-			groups = append(groups, g...)
-			flows = append(flows, f...)
 		}
+		groups = append(groups, rs.groups...)
+		flows = append(flows, rs.flows...)
 	}
+	r.realised = realised
 	for _, ip := range slices.SortedFunc(maps.Keys(hairpin), netip.Addr.Compare) {
 		flows = append(flows, rz.Node.HairpinFlows(ip)...)
 	}
 	return groups, flows, clusterIPs, c
 }
 
+// realiseService computes the groups and flows of one Service.
+func (r *Reconciler) realiseService(ctx context.Context, svc *corev1.Service, eps []discoveryv1.EndpointSlice, rz nodenetwork.Realized, ips []netip.Addr) *realisedService {
+	rs := &realisedService{d: desiredPorts(svc, eps, r.NodeName)}
+	if len(rs.d.unsupported) > 0 {
+		r.warnUnsupported(ctx, svc, rs.d.unsupported)
+	}
+	if len(rs.d.ports) == 0 {
+		return rs
+	}
+	rs.clusterIP = rs.d.ports[0].clusterIP
+	for _, p := range rs.d.ports {
+		rs.counts.ports++
+		rs.counts.endpoints += len(p.endpoints)
+		sp := pipeline.ServicePort{
+			ClusterIP: p.clusterIP, Protocol: p.protocol, Port: uint16(p.key.Port), NodePort: p.nodePort,
+			ExternalIPs: p.externalIPs, LoadBalancerIPs: p.loadBalancerIPs, SourceRanges: p.sourceRanges,
+			InternalLocal: p.internalLocal, ExternalLocal: p.externalLocal, AffinityTimeout: p.affinityTimeout,
+			ClusterGroup: r.groupID(groupKey{port: p.key}),
+		}
+		if p.nodePort != 0 {
+			sp.NodeIPs = ips
+		}
+		if p.nodePort != 0 || len(p.externalIPs) > 0 || len(p.loadBalancerIPs) > 0 {
+			sp.ExternalGroup = r.groupID(groupKey{port: p.key, external: true})
+		}
+		for _, ep := range p.endpoints {
+			sp.Endpoints = append(sp.Endpoints, pipeline.Endpoint{Addr: ep.addr, Local: ep.local})
+		}
+		g, f := rz.Node.ServiceFlows(sp)
+		rs.groups = append(rs.groups, g...)
+		rs.flows = append(rs.flows, f...)
+	}
+	return rs
+}
+
 // syncHostRoutes routes every ClusterIP from the host into the gateway, through
 // pipeline.ServiceNextHop (the pipeline answers its ARP), so that kubelet and host processes reach
 // Services; routes through that next hop that no Service wants are deleted. The next hop is the
 // routes' mark: they are not winnet's owned routes, which the remote route reconciler owns.
-func (r *Reconciler) syncHostRoutes(ctx context.Context, rz nodenetwork.Realized, clusterIPs []netip.Addr) error {
+//
+// The host's routes are read back once per resync period (and after a failure), which repairs
+// drift; in between, a pass changes only the routes its Services changed since the last one, so
+// that one endpoint changing among 10,000 Services does not cost a listing of 10,000 routes.
+func (r *Reconciler) syncHostRoutes(ctx context.Context, rz nodenetwork.Realized, clusterIPs []netip.Addr, resync time.Duration) (retErr error) {
 	if r.Net == nil {
+		return nil
+	}
+	want := make(map[netip.Prefix]bool, len(clusterIPs))
+	for _, ip := range clusterIPs {
+		want[netip.PrefixFrom(ip, 32)] = true
+	}
+	route := func(dst netip.Prefix) hostnet.Route {
+		return hostnet.Route{Dst: dst, Gateway: pipeline.ServiceNextHop, LinkIndex: rz.GatewayLinkIndex, OnLink: true}
+	}
+	now := r.clock().Now()
+	defer func() {
+		if retErr != nil {
+			r.routed = nil // read the host's routes back next time
+		}
+	}()
+	if r.routed != nil && r.routedLink == rz.GatewayLinkIndex && now.Sub(r.routesChecked) < resync {
+		var missing []hostnet.Route
+		for dst := range want {
+			if !r.routed[dst] {
+				missing = append(missing, route(dst))
+			}
+		}
+		for dst := range r.routed {
+			if !want[dst] {
+				if err := r.Net.DeleteRoute(ctx, route(dst)); err != nil {
+					return fmt.Errorf("removing the host route to %s: %w", dst, err)
+				}
+			}
+		}
+		if err := r.Net.EnsureRoutes(ctx, missing); err != nil {
+			return fmt.Errorf("routing ClusterIPs from the host: %w", err)
+		}
+		r.routed = want
 		return nil
 	}
 	existing, err := r.Net.Routes(ctx, hostnet.RouteFilter{LinkIndex: rz.GatewayLinkIndex})
 	if err != nil {
 		return fmt.Errorf("listing the host's ClusterIP routes: %w", err)
-	}
-	want := map[netip.Prefix]bool{}
-	for _, ip := range clusterIPs {
-		want[netip.PrefixFrom(ip, 32)] = true
 	}
 	have := map[netip.Prefix]bool{}
 	for _, e := range existing {
@@ -272,13 +385,21 @@ func (r *Reconciler) syncHostRoutes(ctx context.Context, rz nodenetwork.Realized
 	var missing []hostnet.Route
 	for dst := range want {
 		if !have[dst] {
-			missing = append(missing, hostnet.Route{Dst: dst, Gateway: pipeline.ServiceNextHop, LinkIndex: rz.GatewayLinkIndex, OnLink: true})
+			missing = append(missing, route(dst))
 		}
 	}
 	if err := r.Net.EnsureRoutes(ctx, missing); err != nil {
 		return fmt.Errorf("routing ClusterIPs from the host: %w", err)
 	}
+	r.routed, r.routedLink, r.routesChecked = want, rz.GatewayLinkIndex, now
 	return nil
+}
+
+func (r *Reconciler) clock() clock.PassiveClock {
+	if r.Clock == nil {
+		return clock.RealClock{}
+	}
+	return r.Clock
 }
 
 // nodeIPs are the node's addresses NodePorts are served on: the node IP, then every other IPv4

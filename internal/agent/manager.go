@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -66,6 +67,10 @@ func NewManager(cfg *rest.Config, opts Options) (manager.Manager, error) {
 				&corev1.Node{}:                        {Field: byName},
 				&networkv1alpha1.PodEndpoint{}:        {Field: onNode},
 				&corev1.Pod{}:                         {Field: onNode},
+				// Every Service and EndpointSlice of the cluster (10,000 Services hold 50,000 or
+				// more endpoints): kept without what no reconciler reads.
+				&corev1.Service{}:            {Transform: cache.TransformStripManagedFields()},
+				&discoveryv1.EndpointSlice{}: {Transform: trimEndpointSlice},
 			},
 		},
 	})
@@ -79,4 +84,18 @@ func NewManager(cfg *rest.Config, opts Options) (manager.Manager, error) {
 		return nil, fmt.Errorf("adding the readiness check: %w", err)
 	}
 	return mgr, nil
+}
+
+// trimEndpointSlice drops of an EndpointSlice what the Services reconciler does not read: its
+// managed fields and each endpoint's reference to its Pod and hostname.
+func trimEndpointSlice(obj any) (any, error) {
+	s, ok := obj.(*discoveryv1.EndpointSlice)
+	if !ok {
+		return obj, nil
+	}
+	s.ManagedFields = nil
+	for i := range s.Endpoints {
+		s.Endpoints[i].TargetRef, s.Endpoints[i].Hostname = nil, nil
+	}
+	return s, nil
 }

@@ -90,9 +90,12 @@ type cached struct {
 // flowSet holds installed flows by key.
 type flowSet map[string]*cached
 
+// groupState is an installed group: key is its appendKey, seen the last SyncGroups pass that
+// desired it.
 type groupState struct {
 	group Group
-	text  string
+	key   string
+	seen  uint64
 }
 
 // Bridge is the OpenFlow connection to one bridge, with the installed-flow cache.
@@ -126,6 +129,9 @@ type Bridge struct {
 	// synced by object have it.
 	byObject map[uint8]map[uint64]flowSet
 	groups   map[uint32]*groupState
+	// groupPass numbers SyncGroups passes for groupState.seen; groupKeyBuf is reused for keys.
+	groupPass   uint64
+	groupKeyBuf []byte
 	// lastOrder holds each category's flows in the order its last whole-category Sync desired
 	// them: a Sync that desires the same flows in the same order (desired sets are computed
 	// deterministically) finds each by position rather than by a lookup in the large flows map.

@@ -2,6 +2,7 @@ package openflow
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
 	"strings"
 
@@ -58,45 +59,87 @@ func (g Group) groupMod(command int) (util.Message, error) {
 	return msg, nil
 }
 
+// appendKey appends a compact binary identity of the group: equal keys mean equal String, but
+// building one renders no text (a pass over thousands of unchanged Service groups costs little).
+func (g *Group) appendKey(b []byte) []byte {
+	b = binary.BigEndian.AppendUint32(b, g.ID)
+	for _, bk := range g.Buckets {
+		b = binary.BigEndian.AppendUint16(b, bk.Weight)
+		at := len(b)
+		b = append(b, 0, 0, 0, 0) // the length of the bucket's actions key, set below
+		b = (&Flow{Actions: bk.Actions}).appendActionsKey(b)
+		binary.BigEndian.PutUint32(b[at:], uint32(len(b)-at-4))
+	}
+	return b
+}
+
 // SyncGroups makes the installed groups equal to desired in one bundle. Sync
-// groups before the flows that refer to them.
+// groups before the flows that refer to them. Only new, changed and deleted groups are sent. A
+// group passed again with the very buckets (the same slice) it was installed with costs nothing
+// to compare, any other a key comparison: the bridge keeps the desired groups' buckets, which the
+// caller must not modify afterwards.
 func (b *Bridge) SyncGroups(ctx context.Context, desired []Group) (SyncResult, error) {
 	if err := b.waitConnected(ctx); err != nil {
 		return SyncResult{}, fmt.Errorf("syncing groups on bridge %q: %w", b.opts.Bridge, err)
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	b.groupPass++
+	pass := b.groupPass
 	var res SyncResult
 	var msgs bundleMsgs
-	want := map[uint32]*groupState{}
+	changed := map[uint32]*groupState{} // new and modified groups, recorded once the switch has them
+	kb := b.groupKeyBuf[:0]
+	defer func() { b.groupKeyBuf = kb }()
 	for i := range desired {
 		g := &desired[i]
-		gs := &groupState{group: *g, text: g.String()}
-		if _, dup := want[g.ID]; dup {
+		cur, ok := b.groups[g.ID]
+		if _, dup := changed[g.ID]; dup || ok && cur.seen == pass {
 			return res, fmt.Errorf("syncing groups on bridge %q: duplicate group %d", b.opts.Bridge, g.ID)
 		}
-		want[g.ID] = gs
-		cur, ok := b.groups[g.ID]
-		switch {
-		case !ok:
+		if ok && sameBuckets(cur.group.Buckets, g.Buckets) {
+			cur.seen = pass
+			continue
+		}
+		kb = g.appendKey(kb[:0])
+		if ok && cur.key == string(kb) {
+			cur.group = *g // the next pass may pass these buckets again
+			cur.seen = pass
+			continue
+		}
+		gs := &groupState{group: *g, key: string(kb), seen: pass}
+		changed[g.ID] = gs
+		if !ok {
 			// Add or replace: after a restart of the agent the switch still has the groups the
 			// previous connection installed, which this one does not know.
 			res.Added++
 			msgs = append(msgs, bundleMsg{group: &gs.group, groupCmd: groupAddOrMod})
-		case cur.text != gs.text:
+		} else {
 			res.Modified++
 			msgs = append(msgs, bundleMsg{group: &gs.group, groupCmd: openflow15.OFPGC_MODIFY})
 		}
 	}
-	for id := range b.groups {
-		if _, ok := want[id]; !ok {
+	var deleted []uint32
+	for id, gs := range b.groups {
+		if gs.seen != pass && changed[id] == nil {
 			res.Deleted++
+			deleted = append(deleted, id)
 			msgs = append(msgs, bundleMsg{group: &Group{ID: id}, groupCmd: openflow15.OFPGC_DELETE})
 		}
 	}
 	if err := b.sendBundle(ctx, msgs); err != nil {
 		return SyncResult{}, fmt.Errorf("syncing groups on bridge %q: %w", b.opts.Bridge, err)
 	}
-	b.groups = want
+	for id, gs := range changed {
+		b.groups[id] = gs
+	}
+	for _, id := range deleted {
+		delete(b.groups, id)
+	}
 	return res, nil
+}
+
+// sameBuckets tells whether a and b are the same slice (not merely equal ones).
+func sameBuckets(a, b []Bucket) bool {
+	return len(a) == len(b) && (len(a) == 0 || &a[0] == &b[0])
 }

@@ -36,6 +36,8 @@ type winnetRun struct {
 	vswitchdStart time.Duration
 	pprof         string
 	name          string
+	// coldProfile is closed once the CPU profile of the cold start is saved (profiling only).
+	coldProfile <-chan struct{}
 }
 
 // startWinnet creates a simulated node with its own OVS, its Node and WindowsNodeNetwork, and
@@ -73,7 +75,7 @@ func startWinnet(t *testing.T, s *framework.APIServer, bin string, u *simnode.Un
 		if v, err := strconv.Atoi(os.Getenv("BENCH_SERVICES_PROFILE_SECONDS")); err == nil {
 			seconds = v
 		}
-		go benchutil.FetchProfile(t, r.pprof, fmt.Sprintf("profile?seconds=%d", seconds),
+		r.coldProfile = benchutil.FetchProfile(t, r.pprof, fmt.Sprintf("profile?seconds=%d", seconds),
 			filepath.Join(framework.RepoRoot(), "bin", "bench-services-"+name+"-cold.cpu.pprof"))
 	}
 	return r
@@ -318,6 +320,7 @@ func (r *winnetRun) churn(t *testing.T, ctx context.Context, w *writer, objs *sc
 	l := r.watchSwitch(t)
 	defer l.stop(t)
 	if profile {
+		<-r.coldProfile // one CPU profile at a time
 		go benchutil.FetchProfile(t, r.pprof, fmt.Sprintf("profile?seconds=%d", int(d.Seconds())),
 			filepath.Join(framework.RepoRoot(), "bin", "bench-services-"+r.name+"-churn.cpu.pprof"))
 	}
