@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -16,6 +17,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
@@ -50,8 +52,11 @@ type Reconciler struct {
 	// Teardown, when set, is told once the node network is gone, before the finalizer goes.
 	Teardown TeardownListener
 
-	flows     flowConn
-	adapters  adapterRecords
+	flows    flowConn
+	adapters adapterRecords
+	// watched names the bridge and the ports the last converge realised: the OVSDB rows whose
+	// change wakes the reconciler (see watchHost).
+	watched   atomic.Pointer[[]string]
 	stateOnce sync.Once
 	// apiReader reads past the cache, when a routes report finds the cached object stale.
 	apiReader client.Reader
@@ -93,10 +98,15 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if err := mgr.Add(closeFlows); err != nil {
 		return fmt.Errorf("adding the OpenFlow connection's closer: %w", err)
 	}
+	drift := make(chan event.GenericEvent, 1)
+	if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error { return r.watchHost(ctx, drift) })); err != nil {
+		return fmt.Errorf("adding the host watch: %w", err)
+	}
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("windowsnodenetwork").
 		For(&networkv1alpha1.WindowsNodeNetwork{}).
 		Watches(&corev1.Node{}, ownNode).
+		WatchesRawSource(source.Channel(drift, ownNode)).
 		WatchesRawSource(source.Channel(r.state().watchReports(r.NodeName), handler.EnqueueRequestsFromMapFunc(
 			func(_ context.Context, o client.Object) []reconcile.Request {
 				return []reconcile.Request{routesReport(o.GetName())}
@@ -268,6 +278,15 @@ func (r *Reconciler) converge(ctx context.Context, wnn *networkv1alpha1.WindowsN
 		BridgeAddresses: s.bridgeAddresses, UplinkMAC: s.facts.uplinkMAC, BridgeLinkIndex: s.bridge.Index, GatewayLinkIndex: s.gateway.Index,
 	})
 	r.state().FlowsSynced(ctx, NodeNetworkFlows, s.flows)
+	watched := []string{s.desired.bridge.Name}
+	for name := range s.ofports {
+		watched = append(watched, name)
+	}
+	if s.desired.tunnel == nil {
+		// NoEncap: a tunnel port someone adds is removed.
+		watched = append(watched, networkv1alpha1.DefaultTunnelPortName)
+	}
+	r.watched.Store(&watched)
 	if routes, ok := r.state().routesResult(); ok {
 		setRoutesCondition(wnn, routes)
 	}

@@ -5,9 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/netip"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	networkv1alpha1 "github.com/winnet-io/winnet/api/v1alpha1"
 	"github.com/winnet-io/winnet/internal/cni/ipam"
@@ -292,6 +295,7 @@ func ipamRequest(a *Attachment) ipam.Request {
 func doAddress(ctx context.Context, r *podRun) error {
 	ip, err := r.p.opts.Host.IPAM.Allocate(ctx, ipam.Request{
 		ContainerID: r.a.SandboxID, IfName: r.a.IfName, Subnet: r.n.realized.Node.PodCIDR, Gateway: r.a.Gateway,
+		Preferred: r.p.previousAddress(ctx, r.a),
 	})
 	if err != nil {
 		return err
@@ -634,4 +638,30 @@ func repairVNIC(_ context.Context, r *podRun) ([]string, error) {
 		r.p.markVerified(r.a.SandboxID, r.n.realized.Flows)
 	}
 	return nil, nil
+}
+
+// previousAddress is the IPv4 address the Pod's status gives it, when the Pod had a sandbox before
+// this one (kubelet makes a Pod's sandbox again when it dies, or after a reboot): the new sandbox
+// keeps it if it is free. Every node matches the Pod by that address (NetworkPolicy peers,
+// Service endpoints), and until kubelet writes the new one — not before the API server answers —
+// a new address would be matched as nobody's, and the old one as the Pod's. Read from the cache:
+// ADD never waits for the API server. Invalid when the cache has no such Pod, or a Pod of another
+// UID (a Pod of the same name made again is a new Pod).
+func (p *Pods) previousAddress(ctx context.Context, a *Attachment) netip.Addr {
+	if p.opts.Reader == nil || a.PodName == "" {
+		return netip.Addr{}
+	}
+	pod := &corev1.Pod{}
+	if err := p.opts.Reader.Get(ctx, client.ObjectKey{Namespace: a.PodNamespace, Name: a.PodName}, pod); err != nil {
+		return netip.Addr{}
+	}
+	if a.PodUID != "" && string(pod.UID) != a.PodUID {
+		return netip.Addr{}
+	}
+	for _, ip := range pod.Status.PodIPs {
+		if addr, err := netip.ParseAddr(ip.IP); err == nil && addr.Is4() {
+			return addr
+		}
+	}
+	return netip.Addr{}
 }

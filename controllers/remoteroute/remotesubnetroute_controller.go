@@ -15,7 +15,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/source"
@@ -102,8 +104,24 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	one := handler.TypedEnqueueRequestsFromMapFunc(func(_ context.Context, o *networkv1alpha1.RemoteSubnetRoute) []reconcile.Request {
 		return []reconcile.Request{{NamespacedName: types.NamespacedName{Name: o.Name}}}
 	})
+	// A route removed from the host (by someone else, or with an address) wakes a full pass at once;
+	// the periodic pass stays as a safety net.
+	drift := make(chan event.GenericEvent, 1)
+	follow := manager.RunnableFunc(func(ctx context.Context) error {
+		nodenetwork.FollowAddresses(ctx, r.Net, func() {
+			select {
+			case drift <- event.GenericEvent{Object: &networkv1alpha1.RemoteSubnetRoute{}}:
+			default: // a wake-up is pending already
+			}
+		})
+		return nil
+	})
+	if err := mgr.Add(follow); err != nil {
+		return fmt.Errorf("adding the route watch: %w", err)
+	}
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("remotesubnetroute").
+		WatchesRawSource(source.Channel(drift, all)).
 		WatchesRawSource(source.Kind(routes, &networkv1alpha1.RemoteSubnetRoute{}, one)).
 		// Spec changes only: the node network's status changes with every route reported.
 		Watches(&networkv1alpha1.WindowsNodeNetwork{}, all, builder.WithPredicates(predicate.GenerationChangedPredicate{})).

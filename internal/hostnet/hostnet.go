@@ -266,6 +266,12 @@ type Interface interface {
 	// the platform's notifications failed (watch again). On Linux it is rtnetlink's link group; on
 	// Windows it fails with errors.ErrUnsupported, and callers poll.
 	WatchLinks(ctx context.Context) (<-chan struct{}, error)
+	// WatchAddresses reports drift of the host's addresses and routes until ctx ends, as WatchLinks
+	// reports links: a value when a unicast address is added to or removed from a link, or a route
+	// is removed (routes added are left out: winnet adds thousands, and a route someone added does
+	// not take one of winnet's away). On Linux it is rtnetlink's address and route groups, on
+	// Windows NotifyUnicastIpAddressChange and NotifyRouteChange2.
+	WatchAddresses(ctx context.Context) (<-chan struct{}, error)
 	// Routes returns the unicast routes of the main table that were configured rather than
 	// derived by the system from an address: on Linux routes of protocol "kernel" are left out,
 	// on Windows routes of origin well-known or protocol local, and loopback routes. Multipath

@@ -82,3 +82,7 @@ func (unsupportedHost) ApplyIPConfig(context.Context, int, IPConfig) error { ret
 func (unsupportedHost) WatchLinks(context.Context) (<-chan struct{}, error) {
 	return nil, errUnsupported()
 }
+
+func (unsupportedHost) WatchAddresses(context.Context) (<-chan struct{}, error) {
+	return nil, errUnsupported()
+}

@@ -6,6 +6,7 @@ import (
 
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
 )
 
 // WatchLinks subscribes to rtnetlink's link group (RTNLGRP_LINK) in the host's network namespace:
@@ -37,6 +38,69 @@ func (h *netlinkHost) WatchLinks(ctx context.Context) (<-chan struct{}, error) {
 			select {
 			case changed <- struct{}{}:
 			default: // a value is pending: the watcher looks again anyway
+			}
+		}
+	}()
+	return changed, nil
+}
+
+// WatchAddresses subscribes to rtnetlink's IPv4 and IPv6 address groups and route groups in the
+// host's network namespace: every RTM_NEWADDR and RTM_DELADDR, and every RTM_DELROUTE, gives a
+// value.
+func (h *netlinkHost) WatchAddresses(ctx context.Context) (<-chan struct{}, error) {
+	var ns *netns.NsHandle
+	if h.opts.NetNSPath != "" {
+		target, err := netns.GetFromPath(h.opts.NetNSPath)
+		if err != nil {
+			return nil, fmt.Errorf("watching addresses and routes: opening network namespace %s: %w", h.opts.NetNSPath, err)
+		}
+		// The subscriptions' sockets are opened in the namespace before the calls return.
+		defer target.Close()
+		ns = &target
+	}
+	done := make(chan struct{})
+	stop := context.AfterFunc(ctx, func() { close(done) })
+	addrs := make(chan netlink.AddrUpdate, 64)
+	if err := netlink.AddrSubscribeWithOptions(addrs, done, netlink.AddrSubscribeOptions{Namespace: ns}); err != nil {
+		stop()
+		return nil, fmt.Errorf("watching addresses: subscribing to rtnetlink: %w", err)
+	}
+	routes := make(chan netlink.RouteUpdate, 64)
+	if err := netlink.RouteSubscribeWithOptions(routes, done, netlink.RouteSubscribeOptions{Namespace: ns}); err != nil {
+		if stop() {
+			close(done)
+		}
+		return nil, fmt.Errorf("watching routes: subscribing to rtnetlink: %w", err)
+	}
+	changed := make(chan struct{}, 1)
+	signal := func() {
+		select {
+		case changed <- struct{}{}:
+		default: // a value is pending: the watcher looks again anyway
+		}
+	}
+	go func() {
+		defer close(changed)
+		defer func() {
+			if stop() {
+				close(done) // one subscription failed: end the other
+			}
+		}()
+		// Each channel is closed once its socket is closed (ctx ended) or failed.
+		for {
+			select {
+			case _, ok := <-addrs:
+				if !ok {
+					return
+				}
+				signal()
+			case u, ok := <-routes:
+				if !ok {
+					return
+				}
+				if u.Type == unix.RTM_DELROUTE {
+					signal()
+				}
 			}
 		}
 	}()

@@ -66,6 +66,9 @@ type AgentOptions struct {
 	// CNIShimPath is the agent's --cni-shim-path: the shim copy (InstallShim) it removes with the
 	// node's last sandbox once the node network is gone; empty leaves the shim alone.
 	CNIShimPath string
+	// ResyncPeriod, when set, is the period of every reconciler's drift check instead of a second
+	// (testPodResync for the Pods): a test of drift repaired from events sets it to many minutes.
+	ResyncPeriod time.Duration
 }
 
 // StartAgent starts the agent of node (named like the simulated node) against the API server. At
@@ -83,6 +86,10 @@ func StartAgentWith(t testing.TB, s *APIServer, node *simnode.Node, opts AgentOp
 	fail := func(what string, err error) {
 		cancel()
 		t.Fatalf("starting the agent of %s: %s: %v", node.Name, what, err)
+	}
+	resync, podResync := time.Second, testPodResync
+	if opts.ResyncPeriod != 0 {
+		resync, podResync = opts.ResyncPeriod, opts.ResyncPeriod
 	}
 	dir := t.TempDir()
 	sandboxes := filepath.Join(dir, agent.SimSandboxDir)
@@ -109,16 +116,16 @@ func StartAgentWith(t testing.TB, s *APIServer, node *simnode.Node, opts AgentOp
 		Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("winnet-agent"), NodeName: node.Name, State: state,
 		Host: nodenetwork.Host{HNS: sim, OVSDB: db, Net: net, OpenFlowAddress: node.OVS.MgmtSocket,
 			StateDir: filepath.Join(dir, "state")},
-		ResyncPeriod: time.Second,
+		ResyncPeriod: resync,
 	}
 	if err := nodes.SetupWithManager(mgr); err != nil {
 		fail("node network reconciler", err)
 	}
-	routes := &remoteroute.Reconciler{Client: mgr.GetClient(), NodeName: node.Name, Net: net, State: state, ResyncPeriod: time.Second}
+	routes := &remoteroute.Reconciler{Client: mgr.GetClient(), NodeName: node.Name, Net: net, State: state, ResyncPeriod: resync}
 	if err := routes.SetupWithManager(mgr); err != nil {
 		fail("remote route reconciler", err)
 	}
-	services := &service.Reconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("winnet-agent"), NodeName: node.Name, State: state, Net: net, ResyncPeriod: time.Second}
+	services := &service.Reconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("winnet-agent"), NodeName: node.Name, State: state, Net: net, ResyncPeriod: resync}
 	if err := services.SetupWithManager(mgr); err != nil {
 		fail("Service reconciler", err)
 	}
@@ -128,13 +135,13 @@ func StartAgentWith(t testing.TB, s *APIServer, node *simnode.Node, opts AgentOp
 	a.Pods, err = agent.SetupPodNetwork(ctx, mgr, agent.PodNetworkOptions{
 		NodeName: node.Name, Host: podendpoint.Host{HNS: sim, OVSDB: db, Net: net}, State: state,
 		CNISocket: a.CNISocket, CNIConfDir: a.CNIConfDir, StateDir: a.StateDir, CNIShimPath: opts.CNIShimPath,
-		ResyncPeriod: testPodResync, NotReadyWait: testPodNotReadyWait, VNICTimeout: TestVNICTimeout,
+		ResyncPeriod: podResync, NotReadyWait: testPodNotReadyWait, VNICTimeout: TestVNICTimeout,
 	})
 	if err != nil {
 		fail("Pod network", err)
 	}
 	nodes.Teardown = a.Pods
-	if err := agent.SetupNetworkPolicy(mgr, agent.NetworkPolicyOptions{NodeName: node.Name, State: state, Local: a.Pods.Pods.Store(), ResyncPeriod: time.Second}); err != nil {
+	if err := agent.SetupNetworkPolicy(mgr, agent.NetworkPolicyOptions{NodeName: node.Name, State: state, Local: a.Pods.Pods.Store(), ResyncPeriod: resync}); err != nil {
 		fail("NetworkPolicy reconciler", err)
 	}
 	done := make(chan error, 1)

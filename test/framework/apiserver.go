@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
@@ -82,6 +83,9 @@ func StartAPIServerWith(opts APIServerOptions) (*APIServer, error) {
 	return startAPIServer(opts, filepath.Join(RepoRoot(), "config", "crd", "bases"))
 }
 
+// apiServerStartTimeout bounds the start of kube-apiserver and etcd.
+const apiServerStartTimeout = 90 * time.Second
+
 func startAPIServer(opts APIServerOptions, crdDirs ...string) (*APIServer, error) {
 	assets, err := AssetsDir()
 	if err != nil {
@@ -91,6 +95,9 @@ func startAPIServer(opts APIServerOptions, crdDirs ...string) (*APIServer, error
 		BinaryAssetsDirectory: assets,
 		CRDDirectoryPaths:     crdDirs,
 		ErrorIfCRDPathMissing: true,
+		// envtest's default of 20 s is too short when several suites start their API servers at
+		// once on a loaded 2-core machine ("timeout waiting for process kube-apiserver to start").
+		ControlPlaneStartTimeout: apiServerStartTimeout,
 	}
 	for name, value := range opts.Args {
 		env.ControlPlane.GetAPIServer().Configure().Set(name, value)

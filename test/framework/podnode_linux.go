@@ -43,6 +43,12 @@ type PodNode struct {
 // and waits (up to timeout) for the conflist the agent writes once the node network is Ready.
 func StartPodNode(t *testing.T, s *APIServer, u *simnode.Underlay, name, nodeIP, podCIDR string, timeout time.Duration) *PodNode {
 	t.Helper()
+	return StartPodNodeWith(t, s, u, name, nodeIP, podCIDR, timeout, AgentOptions{})
+}
+
+// StartPodNodeWith is StartPodNode with the agent's options.
+func StartPodNodeWith(t *testing.T, s *APIServer, u *simnode.Underlay, name, nodeIP, podCIDR string, timeout time.Duration, opts AgentOptions) *PodNode {
+	t.Helper()
 	ctx := context.Background()
 	node := u.AddNode(t, name, netip.MustParsePrefix(nodeIP), simnode.NodeOptions{StartOVS: true})
 	k := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: corev1.NodeSpec{PodCIDR: podCIDR, PodCIDRs: []string{podCIDR}}}
@@ -50,7 +56,7 @@ func StartPodNode(t *testing.T, s *APIServer, u *simnode.Underlay, name, nodeIP,
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = s.Client.Delete(context.Background(), k) })
-	n := &PodNode{Node: node, Agent: StartAgent(t, s, node), PodCIDR: netip.MustParsePrefix(podCIDR), server: s,
+	n := &PodNode{Node: node, Agent: StartAgentWith(t, s, node, opts), PodCIDR: netip.MustParsePrefix(podCIDR), server: s,
 		cni: libcni.NewCNIConfigWithCacheDir([]string{BuildShim(t)}, t.TempDir(), nil)}
 	wnn := &networkv1alpha1.WindowsNodeNetwork{
 		ObjectMeta: metav1.ObjectMeta{Name: name},

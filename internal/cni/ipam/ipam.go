@@ -73,6 +73,10 @@ type Request struct {
 	Subnet netip.Prefix
 	// Gateway is never allocated; invalid means the first address of Subnet.
 	Gateway netip.Addr
+	// Preferred, when valid, is tried first: the address the Pod had before its sandbox was made
+	// again. It is taken only if it is in the range and free; otherwise the allocation goes on as
+	// host-local's does.
+	Preferred netip.Addr
 }
 
 // Allocate returns an address for the container from the Pod CIDR, with the Pod CIDR's prefix
@@ -93,7 +97,7 @@ func (i *HostLocal) Allocate(_ context.Context, req Request) (netip.Prefix, erro
 		return netip.Prefix{}, hostLocalError(err, "locking the IPAM store")
 	}
 	defer func() { _ = store.Unlock() }()
-	ip, err := r.allocate(store, req.ContainerID, req.IfName)
+	ip, err := r.allocate(store, req.ContainerID, req.IfName, req.Preferred)
 	if err != nil {
 		return netip.Prefix{}, hostLocalError(err, "allocating an address from %s for container %s", req.Subnet, req.ContainerID)
 	}
@@ -201,14 +205,24 @@ func (r ipRange) contains(a netip.Addr) bool {
 // released first, where host-local refuses a duplicate allocation: the agent makes an allocation
 // only for a new attachment); then round robin, from the address after the last one reserved (or
 // the start of the range) to the end, around from the start, the gateway skipped, each address
-// tried once; the first one free is reserved.
-func (r ipRange) allocate(store *disk.Store, id, ifName string) (netip.Addr, error) {
+// tried once; the first one free is reserved. A preferred address in the range is tried before
+// them.
+func (r ipRange) allocate(store *disk.Store, id, ifName string, preferred netip.Addr) (netip.Addr, error) {
 	for _, held := range store.GetByID(id, ifName) {
 		if a, ok := netip.AddrFromSlice(held); ok && r.contains(a.Unmap()) {
 			if err := store.ReleaseByID(id, ifName); err != nil {
 				return netip.Addr{}, fmt.Errorf("releasing %s, held by the same container: %w", a.Unmap(), err)
 			}
 			break
+		}
+	}
+	if preferred.IsValid() && r.contains(preferred.Unmap()) && preferred.Unmap() != r.gateway {
+		reserved, err := store.Reserve(id, ifName, net.IP(preferred.Unmap().AsSlice()), rangeID)
+		if err != nil {
+			return netip.Addr{}, err
+		}
+		if reserved {
+			return preferred.Unmap(), nil
 		}
 	}
 	next := r.start

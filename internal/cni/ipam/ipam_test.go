@@ -108,3 +108,34 @@ func TestIPAMRejectsBadInput(t *testing.T) {
 	_, err = New(Options{})
 	g.Expect(err).To(MatchError(ContainSubstring("data directory")))
 }
+
+// TestIPAMGivesThePreferredAddressWhenFree: a sandbox made again for a Pod gets the Pod's address
+// back when it is free; when another container holds it, or it is outside the range or the
+// gateway, the allocation goes on as host-local's.
+func TestIPAMGivesThePreferredAddressWhenFree(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	ipam := newTestIPAM(t)
+	subnet := netip.MustParsePrefix("10.244.7.0/28")
+	req := func(id, preferred string) Request {
+		r := Request{ContainerID: id, IfName: "eth0", Subnet: subnet}
+		if preferred != "" {
+			r.Preferred = netip.MustParseAddr(preferred)
+		}
+		return r
+	}
+	for _, id := range []string{"a", "b", "c"} { // .2, .3, .4
+		_, err := ipam.Allocate(ctx, req(id, ""))
+		g.Expect(err).NotTo(HaveOccurred())
+	}
+	g.Expect(ipam.Release(ctx, req("b", ""))).To(Succeed())
+	p, err := ipam.Allocate(ctx, req("b2", "10.244.7.3"))
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(p).To(Equal(netip.MustParsePrefix("10.244.7.3/28")), "the freed address, not the next in turn (.5)")
+
+	for _, preferred := range []string{"10.244.7.2", "10.244.8.2", "10.244.7.1"} { // held, outside, the gateway
+		p, err := ipam.Allocate(ctx, req("x-"+preferred, preferred))
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(p.Addr()).NotTo(Equal(netip.MustParseAddr(preferred)), preferred)
+	}
+}

@@ -67,6 +67,9 @@ type Options struct {
 	OnReplay func(round uint16)
 	// Logger overrides the logger of the context given to Connect.
 	Logger *logr.Logger
+	// NoFlowMonitor turns off the flow monitor that puts back, at once, flows someone else
+	// deleted from the switch (see monitor.go): drift is then found by Verify only.
+	NoFlowMonitor bool
 }
 
 // cached is an installed flow.
@@ -141,6 +144,14 @@ type Bridge struct {
 	statsMu sync.Mutex
 	stats   map[uint32]chan *openflow15.MultipartReply
 
+	// repairs collects the flow monitor's reports for repairFlows; repaired counts the flows put
+	// back (see monitor.go).
+	repairs  repairQueue
+	repaired atomic.Uint64
+	// ownRemovals holds the deletions the bridge sent whose removal reports are still expected, with
+	// when each expectation expires; guarded by mu.
+	ownRemovals map[flowID][]time.Time
+
 	replays  chan struct{}
 	closed   chan struct{}
 	closeOne sync.Once
@@ -186,6 +197,7 @@ func Connect(ctx context.Context, opts Options) (*Bridge, error) {
 		stats:      map[uint32]chan *openflow15.MultipartReply{},
 		replays:    make(chan struct{}, 1),
 		closed:     make(chan struct{}),
+		repairs:    repairQueue{wake: make(chan struct{}, 1)},
 	}
 	previous, round, err := b.nextRound(ctx)
 	if err != nil {
@@ -206,6 +218,11 @@ func Connect(ctx context.Context, opts Options) (*Bridge, error) {
 	if err := b.waitConnected(cctx); err != nil {
 		b.Close()
 		return nil, fmt.Errorf("connecting to bridge %q at %q: %w", opts.Bridge, opts.Address, err)
+	}
+	if !opts.NoFlowMonitor {
+		b.wg.Add(2)
+		go b.watchFlows()
+		go b.repairFlows()
 	}
 	return b, nil
 }
@@ -711,6 +728,7 @@ func (b *Bridge) apply(c flowChange) {
 	}
 	if c.next == nil {
 		delete(b.flows, c.prev.key)
+		b.expectRemoval(c.prev)
 		return
 	}
 	if c.prev != nil {

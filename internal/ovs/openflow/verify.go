@@ -117,19 +117,23 @@ func (b *Bridge) Verify(ctx context.Context) ([]Difference, error) {
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	type id struct {
-		priority uint16
-		cookie   uint64
-	}
-	byTable := map[uint8]map[id][]*cached{}
+	diffs, _, err := b.compare(ctx)
+	return diffs, err
+}
+
+// compare implements Verify; it also returns the cached flows of the identities the switch has
+// fewer of than the cache (all of them: which one of several flows with the same cookie is missing
+// is not known from the counts). The caller holds b.mu.
+func (b *Bridge) compare(ctx context.Context) ([]Difference, []*cached, error) {
+	byTable := map[uint8]map[flowID][]*cached{}
 	categories := map[uint8]bool{}
 	for _, c := range b.flows {
 		t := byTable[c.flow.Table]
 		if t == nil {
-			t = map[id][]*cached{}
+			t = map[flowID][]*cached{}
 			byTable[c.flow.Table] = t
 		}
-		k := id{c.flow.Priority, c.flow.Cookie}
+		k := flowID{c.flow.Table, c.flow.Priority, c.flow.Cookie}
 		t[k] = append(t[k], c)
 		categories[c.category] = true
 	}
@@ -139,14 +143,15 @@ func (b *Bridge) Verify(ctx context.Context) ([]Difference, error) {
 	}
 	slices.Sort(tables)
 	var diffs []Difference
+	var missing []*cached
 	for _, table := range tables {
 		got, err := b.dumpTable(ctx, table)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
-		count := map[id]int{}
+		count := map[flowID]int{}
 		for _, fd := range got {
-			k := id{fd.Priority, fd.Cookie}
+			k := flowID{table, fd.Priority, fd.Cookie}
 			count[k]++
 			if count[k] > len(byTable[table][k]) && fd.Cookie != 0 && categories[CookieCategory(fd.Cookie)] {
 				diffs = append(diffs, Difference{Kind: Unexpected, Flow: fmt.Sprintf("cookie=%#x, table=%d, priority=%d", fd.Cookie, table, fd.Priority)})
@@ -157,6 +162,7 @@ func (b *Bridge) Verify(ctx context.Context) ([]Difference, error) {
 				// Which of several flows with the same cookie is missing is
 				// not known from the counts; report the candidates. Only
 				// these are rendered.
+				missing = append(missing, want...)
 				texts := make([]string, len(want))
 				for i, c := range want {
 					texts[i] = c.flow.String()
@@ -169,5 +175,5 @@ func (b *Bridge) Verify(ctx context.Context) ([]Difference, error) {
 		}
 	}
 	slices.SortFunc(diffs, func(a, b Difference) int { return strings.Compare(string(a.Kind)+a.Flow, string(b.Kind)+b.Flow) })
-	return diffs, nil
+	return diffs, missing, nil
 }

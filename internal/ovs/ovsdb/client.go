@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -95,6 +96,59 @@ type Client struct {
 	// for the next one (portcommit.go).
 	portMu    sync.Mutex
 	portQueue groupcommit.Queue[*portReq]
+
+	// watchersMu guards watchers (see WatchRows).
+	watchersMu sync.Mutex
+	watchers   map[*rowWatcher]struct{}
+}
+
+// rowWatcher is one WatchRows subscription.
+type rowWatcher struct {
+	names func() []string
+	ch    chan struct{}
+}
+
+// WatchRows reports, until ctx ends, changes to the bridges, ports and interfaces named by names
+// (asked again at every change, so the set may change): the channel receives a value when such
+// a row is deleted or updated by anyone, winnet included (several changes may give one value).
+// Rows added are left out. It costs no request: the client's monitor already brings every change
+// of these tables.
+func (c *Client) WatchRows(ctx context.Context, names func() []string) <-chan struct{} {
+	w := &rowWatcher{names: names, ch: make(chan struct{}, 1)}
+	c.watchersMu.Lock()
+	c.watchers[w] = struct{}{}
+	c.watchersMu.Unlock()
+	context.AfterFunc(ctx, func() {
+		c.watchersMu.Lock()
+		delete(c.watchers, w)
+		c.watchersMu.Unlock()
+	})
+	return w.ch
+}
+
+// rowChanged tells the watchers of the row's name that it was updated or deleted.
+func (c *Client) rowChanged(m model.Model) {
+	var name string
+	switch row := m.(type) {
+	case *vswitchd.Bridge:
+		name = row.Name
+	case *vswitchd.Port:
+		name = row.Name
+	case *vswitchd.Interface:
+		name = row.Name
+	default:
+		return
+	}
+	c.watchersMu.Lock()
+	defer c.watchersMu.Unlock()
+	for w := range c.watchers {
+		if slices.Contains(w.names(), name) {
+			select {
+			case w.ch <- struct{}{}:
+			default: // a value is pending
+			}
+		}
+	}
 }
 
 // tableChanged returns a channel that is closed at the next row of the table the monitor adds or
@@ -172,7 +226,8 @@ func New(ctx context.Context, opts Options) (*Client, error) {
 		closeFn()
 		return nil, fmt.Errorf("creating OVSDB client for %q: %w", opts.Address, err)
 	}
-	c := &Client{ovs: ovs, owner: opts.Owner, log: log, closeFn: closeFn, changed: map[string]chan struct{}{}, timeout: opts.Timeout}
+	c := &Client{ovs: ovs, owner: opts.Owner, log: log, closeFn: closeFn, changed: map[string]chan struct{}{}, timeout: opts.Timeout,
+		watchers: map[*rowWatcher]struct{}{}}
 
 	log.V(1).Info("Connecting to OVSDB", "address", opts.Address)
 	cctx, cancel := context.WithTimeout(ctx, opts.Timeout)
@@ -182,9 +237,15 @@ func New(ctx context.Context, opts Options) (*Client, error) {
 		return nil, fmt.Errorf("connecting to OVSDB at %q: %w", opts.Address, err)
 	}
 	ovs.Cache().AddEventHandler(&cache.EventHandlerFuncs{
-		AddFunc:    func(table string, _ model.Model) { c.notifyChanged(table) },
-		UpdateFunc: func(table string, _, _ model.Model) { c.notifyChanged(table) },
-		DeleteFunc: func(table string, _ model.Model) { c.notifyChanged(table) },
+		AddFunc: func(table string, _ model.Model) { c.notifyChanged(table) },
+		UpdateFunc: func(table string, _, m model.Model) {
+			c.notifyChanged(table)
+			c.rowChanged(m)
+		},
+		DeleteFunc: func(table string, m model.Model) {
+			c.notifyChanged(table)
+			c.rowChanged(m)
+		},
 	})
 	ovsRow, br, port, iface := &vswitchd.OpenvSwitch{}, &vswitchd.Bridge{}, &vswitchd.Port{}, &vswitchd.Interface{}
 	mon := ovs.NewMonitor(

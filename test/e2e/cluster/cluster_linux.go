@@ -131,6 +131,9 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 	if err := c.startAPIRelay(); err != nil {
 		return c, err
 	}
+	if err := c.installAgentCredentials(ctx); err != nil {
+		return c, err
+	}
 	if err := c.startControllerManager(); err != nil {
 		return c, err
 	}

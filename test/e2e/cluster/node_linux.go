@@ -194,7 +194,7 @@ func (c *Cluster) createNode(ctx context.Context, n *Node) error {
 // agentArgs is the agent's command line.
 func (n *Node) agentArgs() []string {
 	args := []string{
-		filepath.Join(n.c.BinDir, "winnet-agent"), "--node-name", n.Name, "--kubeconfig", n.c.Kubeconfig,
+		filepath.Join(n.c.BinDir, "winnet-agent"), "--node-name", n.Name, "--kubeconfig", n.AgentKubeconfig(),
 		"--ovsdb", n.OVS.DBSocket(), "--ovs-rundir", n.OVS.Dir, "--netns", n.NSPath,
 		"--health-probe-bind-address", "0", "--metrics-bind-address", "0",
 		"--state-dir", n.StateDir, "--cni-socket", n.CNISocket, "--cni-conf-dir", n.CNIConfDir,
@@ -202,8 +202,14 @@ func (n *Node) agentArgs() []string {
 	return args
 }
 
-// StartAgent starts the node's winnet-agent process.
+// StartAgent starts the node's winnet-agent process, with winnet-agent's credentials (a token bound to the
+// node's Node object, see writeAgentKubeconfig).
 func (n *Node) StartAgent() error {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := n.writeAgentKubeconfig(ctx); err != nil {
+		return err
+	}
 	p, err := n.c.reg.startProcess("winnet-agent "+n.Name, filepath.Join(n.Dir, "winnet-agent.log"), false, n.agentArgs()...)
 	if err != nil {
 		return err
@@ -347,19 +353,21 @@ func (c *Cluster) WaitReady(ctx context.Context, timeout time.Duration) error {
 	})
 }
 
-// RemoveNode deletes a node the way it leaves a cluster: its Node object goes (winnet-controller deletes its
-// route, every other agent removes it), its WindowsNodeNetwork is deleted and its agent restores the host,
-// then the agent, Open vSwitch and namespace go.
+// RemoveNode deletes a node the way an operator takes it out of a winnet cluster: its WindowsNodeNetwork is
+// deleted and its agent gives the host its network back, then its Node object goes (winnet-controller deletes
+// its route, every other agent removes it), then the agent, Open vSwitch and namespace go. The network goes
+// first because the agent's credentials go with the Node: its token is bound to it, as a DaemonSet Pod's is
+// bound to the Pod on it, and the API server refuses a token whose Node is gone.
 func (c *Cluster) RemoveNode(ctx context.Context, name string) error {
 	n := c.Node(name)
 	if n == nil {
 		return fmt.Errorf("no node %s", name)
 	}
-	if err := c.Client.Delete(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}}); err != nil && !apierrors.IsNotFound(err) {
-		return fmt.Errorf("deleting Node %s: %w", name, err)
-	}
 	if err := c.DeleteNetwork(ctx, name, 30*time.Second); err != nil {
 		return err
+	}
+	if err := c.Client.Delete(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}}); err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("deleting Node %s: %w", name, err)
 	}
 	c.mu.Lock()
 	delete(c.nodes, name)
