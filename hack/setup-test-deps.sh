@@ -9,6 +9,8 @@
 #   - flanneld built from the Go module proxy into bin/flannel-<version>/ (the e2e cluster's Linux
 #     flannel node runs it; the Pods there use Debian's bridge and host-local CNI plugins)
 #   - helm built from the Go module proxy (the tool in go.mod) into bin/helm-<version>/ (chart tests)
+#   - with the argument `kube-proxy` (make bench-services only): also Debian's nftables (nft) and
+#     kube-proxy, built like kube-apiserver into bin/k8s/<version>/
 # Run as root. Safe to run again: every step checks before it acts.
 set -euo pipefail
 
@@ -22,6 +24,13 @@ FLANNEL_VERSION=${FLANNEL_VERSION:-v0.28.10}
 ASSETS="$ROOT/bin/k8s/$KUBE_VERSION-etcd-$ETCD_VERSION"
 export GOTOOLCHAIN=local
 export GOFLAGS=-mod=mod
+WITH_KUBE_PROXY=0
+for arg in "$@"; do
+	case $arg in
+	kube-proxy) WITH_KUBE_PROXY=1 ;;
+	*) echo "usage: $0 [kube-proxy]" >&2; exit 2 ;;
+	esac
+done
 
 log() { echo "setup-test-deps: $*" >&2; }
 
@@ -37,6 +46,8 @@ install_debian_packages() {
 	# needs gcc (its udp backend is cgo).
 	command -v iptables >/dev/null || need+=(iptables)
 	[ -x "$ROOT/bin/flannel-$FLANNEL_VERSION/flanneld" ] || command -v gcc >/dev/null || need+=(gcc)
+	# kube-proxy's nftables mode and the benchmark reading its rules (make bench-services).
+	[ "$WITH_KUBE_PROXY" = 1 ] && ! command -v nft >/dev/null && need+=(nftables)
 	if [ ${#need[@]} -eq 0 ]; then return; fi
 	if [ "$(id -u)" != 0 ]; then
 		log "missing Debian packages ${need[*]} and not root: run 'sudo $0' once"
@@ -61,7 +72,10 @@ build_in_module() {
 # KUBE_BINARIES are built from k8s.io/kubernetes in one throwaway module, so that each binary reuses
 # the packages the others compiled (kube-controller-manager: EndpointSlices, ServiceAccount tokens and
 # node lifecycle in the e2e cluster).
+# kube-proxy (nftables mode, the reference of make bench-services) only when asked for: make test
+# does not run it.
 KUBE_BINARIES=(kube-apiserver kubectl kube-controller-manager)
+[ "$WITH_KUBE_PROXY" = 1 ] && KUBE_BINARIES+=(kube-proxy)
 
 build_kube() {
 	local missing=()
@@ -188,6 +202,7 @@ build_flanneld
 "$ASSETS/etcd" --version >/dev/null
 "$ASSETS/kubectl" version --client >/dev/null
 "$ASSETS/kube-controller-manager" --version >/dev/null
+if [ "$WITH_KUBE_PROXY" = 1 ]; then "$ASSETS/kube-proxy" --version >/dev/null; nft --version >/dev/null; fi
 "$ROOT/bin/coredns-$COREDNS_VERSION/coredns" -plugins >/dev/null
 "$ROOT/bin/flannel-$FLANNEL_VERSION/flanneld" --version >/dev/null 2>&1
 echo "$ASSETS"

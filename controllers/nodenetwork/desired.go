@@ -56,7 +56,7 @@ type desired struct {
 	// vtepMAC is the node's VTEP MAC (vtep.MAC); set by the reconciler, which knows the node's name.
 	vtepMAC net.HardwareAddr
 	snat    bool
-	noSNAT []netip.Prefix
+	noSNAT  []netip.Prefix
 }
 
 // invalidSpecError is a spec that cannot be realised on this host; the agent reports it and waits

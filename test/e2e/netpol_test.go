@@ -47,9 +47,6 @@ type npProbe struct {
 // Each case changes something (the policy, a label) and probes new connections; two connections
 // opened before the policy check that established connections are never cut.
 func TestNetworkPolicy(t *testing.T) {
-	if !c.ServesCNI() {
-		t.Fatal("NetworkPolicy needs Pods: this winnet-agent has no CNI server")
-	}
 	g := NewWithT(t)
 	ctx := context.Background()
 	web, err := c.AddPodWith(ctx, node("node-a"), "web", cluster.PodOptions{

@@ -210,11 +210,47 @@ func (o *OVS) StartVswitchd() error {
 	return nil
 }
 
-// KillVswitchd kills ovs-vswitchd with SIGKILL and waits for it to exit.
+// KillVswitchd kills ovs-vswitchd with SIGKILL and waits for it to exit. It fails unless ovs-vswitchd was
+// running and died of the signal, so that a test injecting the fault knows it happened.
 func (o *OVS) KillVswitchd() error {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	return stopDaemon(o.vsCmd, o.vsDone, syscall.SIGKILL)
+	return killDaemon("ovs-vswitchd", o.vsCmd, o.vsDone)
+}
+
+// KillOVSDB kills ovsdb-server with SIGKILL (a crash: no clean close of the database or its clients) and waits
+// for it to exit; it fails unless ovsdb-server was running and died of the signal. StartOVSDB starts it again
+// on the same database.
+func (o *OVS) KillOVSDB() error {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return killDaemon("ovsdb-server", o.dbCmd, o.dbDone)
+}
+
+// VswitchdPid and OVSDBPid return the pids of the running daemons, 0 for one that is not running.
+func (o *OVS) VswitchdPid() int {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return runningPid(o.vsCmd, o.vsDone)
+}
+
+// OVSDBPid: see VswitchdPid.
+func (o *OVS) OVSDBPid() int {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return runningPid(o.dbCmd, o.dbDone)
+}
+
+func runningPid(cmd *exec.Cmd, done chan struct{}) int {
+	if cmd == nil || cmd.Process == nil {
+		return 0
+	}
+	select {
+	case <-done:
+		return 0
+	default:
+		return cmd.Process.Pid
+	}
 }
 
 // RestartVswitchd kills ovs-vswitchd with SIGKILL and starts it again.
@@ -385,6 +421,22 @@ func stopDaemon(cmd *exec.Cmd, done chan struct{}, sig syscall.Signal) error {
 		<-done
 		return fmt.Errorf("pid %d did not exit after %v", cmd.Process.Pid, sig)
 	}
+}
+
+// killDaemon kills a running daemon with SIGKILL and checks that it died of it.
+func killDaemon(name string, cmd *exec.Cmd, done chan struct{}) error {
+	pid := runningPid(cmd, done)
+	if pid == 0 {
+		return fmt.Errorf("%s is not running: nothing to kill", name)
+	}
+	if err := stopDaemon(cmd, done, syscall.SIGKILL); err != nil {
+		return fmt.Errorf("killing %s: %w", name, err)
+	}
+	ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus)
+	if !ok || !ws.Signaled() || ws.Signal() != syscall.SIGKILL {
+		return fmt.Errorf("%s (pid %d) ended with %v, not by SIGKILL", name, pid, cmd.ProcessState)
+	}
+	return nil
 }
 
 func waitFor(timeout time.Duration, done chan struct{}, ready func() bool) error {

@@ -94,7 +94,6 @@ type Cluster struct {
 	controllerManager *process
 	stopLeases        chan struct{}
 	dns               *process
-	agentFlags        map[string]bool
 
 	mu           sync.Mutex
 	nodes        map[string]*Node
@@ -145,7 +144,7 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 	if err := c.startController(); err != nil {
 		return c, err
 	}
-	if err := c.detectAgentFlags(); err != nil {
+	if err := c.checkAgentFlags(); err != nil {
 		return c, err
 	}
 	return c, nil
@@ -313,31 +312,27 @@ func (c *Cluster) RestartController(args ...string) error {
 	return c.startController()
 }
 
-// agentCNIFlags are the agent flags for the CNI server and per-node state (see the contract with the CNI
-// server); older agents without them run the node network only.
-var agentCNIFlags = []string{"state-dir", "cni-socket", "cni-conf-dir"}
+// agentFlagsNeeded are the agent flags the harness passes for the CNI server and per-node state (see the
+// contract with the CNI server): an agent without one of them cannot run the tests' Pods, so Start fails.
+var agentFlagsNeeded = []string{"state-dir", "cni-socket", "cni-conf-dir"}
 
-// detectAgentFlags reads which of agentCNIFlags the agent binary has from its usage.
-func (c *Cluster) detectAgentFlags() error {
+// checkAgentFlags fails unless the agent binary has every flag of agentFlagsNeeded in its usage.
+func (c *Cluster) checkAgentFlags() error {
 	out, err := exec.Command(filepath.Join(c.BinDir, "winnet-agent"), "--help").CombinedOutput()
 	if err != nil {
 		return fmt.Errorf("winnet-agent --help: %w: %s", err, out)
 	}
-	c.agentFlags = map[string]bool{}
-	for _, f := range agentCNIFlags {
-		c.agentFlags[f] = strings.Contains(string(out), "-"+f+" ")
-	}
-	return nil
-}
-
-// ServesCNI reports whether the agents serve CNI (the agent binary has the CNI server's flags).
-func (c *Cluster) ServesCNI() bool {
-	for _, f := range agentCNIFlags {
-		if !c.agentFlags[f] {
-			return false
+	var missing []string
+	for _, f := range agentFlagsNeeded {
+		if !strings.Contains(string(out), "-"+f+" ") {
+			missing = append(missing, "--"+f)
 		}
 	}
-	return true
+	if len(missing) > 0 {
+		return fmt.Errorf("%s has no %s flag: the harness needs them for Pods; run 'make build'",
+			filepath.Join(c.BinDir, "winnet-agent"), strings.Join(missing, ", "))
+	}
+	return nil
 }
 
 // Node returns the node of this name, nil when there is none.

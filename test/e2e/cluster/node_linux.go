@@ -197,11 +197,7 @@ func (n *Node) agentArgs() []string {
 		filepath.Join(n.c.BinDir, "winnet-agent"), "--node-name", n.Name, "--kubeconfig", n.c.Kubeconfig,
 		"--ovsdb", n.OVS.DBSocket(), "--ovs-rundir", n.OVS.Dir, "--netns", n.NSPath,
 		"--health-probe-bind-address", "0", "--metrics-bind-address", "0",
-	}
-	for flag, value := range map[string]string{"state-dir": n.StateDir, "cni-socket": n.CNISocket, "cni-conf-dir": n.CNIConfDir} {
-		if n.c.agentFlags[flag] {
-			args = append(args, "--"+flag, value)
-		}
+		"--state-dir", n.StateDir, "--cni-socket", n.CNISocket, "--cni-conf-dir", n.CNIConfDir,
 	}
 	return args
 }
@@ -222,6 +218,20 @@ func (n *Node) StopAgent(sig syscall.Signal) error {
 		return nil
 	}
 	return n.agent.stop(sig, 30*time.Second)
+}
+
+// KillAgent stops the running agent with sig — SIGKILL as a crash does, SIGTERM as a service manager does — and
+// checks that it happened: it fails when the agent was not running, did not exit, or did not die of SIGKILL.
+// It returns how the agent ended.
+func (n *Node) KillAgent(sig syscall.Signal) (string, error) {
+	if n.agent == nil {
+		return "", fmt.Errorf("the agent of %s was never started", n.Name)
+	}
+	pid, err := n.agent.kill(sig, 30*time.Second)
+	if err != nil {
+		return "", fmt.Errorf("stopping the agent of %s with %v: %w", n.Name, sig, err)
+	}
+	return fmt.Sprintf("pid %d: %s", pid, n.agent.exitState()), nil
 }
 
 // SandboxDir is where the harness, playing containerd, starts the node's Pod sandboxes after ADD: the HNS
@@ -261,7 +271,7 @@ func (n *Node) Flows() (string, error) {
 // while OVS keeps the bridge and its ports in its database. Then the agent starts again, as it does at boot; it
 // must heal the node without help.
 func (n *Node) Reboot() error {
-	if err := n.StopAgent(syscall.SIGKILL); err != nil {
+	if _, err := n.KillAgent(syscall.SIGKILL); err != nil {
 		return err
 	}
 	sim, err := hns.NewLinuxSim(hns.LinuxSimOptions{HostNetNS: n.NSPath, StateFile: filepath.Join(n.StateDir, HNSStateFile),

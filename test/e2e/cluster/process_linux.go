@@ -135,6 +135,35 @@ func (p *process) stop(sig syscall.Signal, timeout time.Duration) error {
 	}
 }
 
+// kill signals the running process with sig and waits up to timeout for it to exit. Unlike stop, it is for
+// injecting a fault and checks that the fault happened: it fails when the process was not running, did not
+// exit, or (SIGKILL) did not die of the signal. It returns the pid that died.
+func (p *process) kill(sig syscall.Signal, timeout time.Duration) (int, error) {
+	if p.cmd == nil || !p.running() {
+		return 0, fmt.Errorf("%s is not running: nothing to stop", p.name)
+	}
+	pid := p.cmd.Process.Pid
+	if err := p.stop(sig, timeout); err != nil {
+		return pid, err
+	}
+	if processAlive(pid, "") {
+		return pid, fmt.Errorf("%s (pid %d) still runs after %v", p.name, pid, sig)
+	}
+	ws, ok := p.cmd.ProcessState.Sys().(syscall.WaitStatus)
+	if sig == syscall.SIGKILL && (!ok || !ws.Signaled() || ws.Signal() != syscall.SIGKILL) {
+		return pid, fmt.Errorf("%s (pid %d) ended with %v, not by SIGKILL", p.name, pid, p.cmd.ProcessState)
+	}
+	return pid, nil
+}
+
+// exitState describes how the process ended ("exit status 0", "signal: killed"), empty while it runs.
+func (p *process) exitState() string {
+	if p.cmd == nil || p.running() {
+		return ""
+	}
+	return p.cmd.ProcessState.String()
+}
+
 // logTail returns the last n lines of the process's log.
 func (p *process) logTail(n int) string { return tailFile(p.logPath, n) }
 

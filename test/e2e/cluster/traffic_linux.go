@@ -5,7 +5,7 @@ package cluster
 import (
 	"bufio"
 	"context"
-	"errors"
+	cryptorand "crypto/rand"
 	"fmt"
 	"net"
 	"net/netip"
@@ -15,11 +15,12 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"text/tabwriter"
 	"time"
 
 	"github.com/containernetworking/plugins/pkg/ns"
+	"golang.org/x/net/icmp"
+	"golang.org/x/net/ipv4"
 )
 
 // EchoPort is the TCP port of the echo servers the harness runs in every namespace it probes.
@@ -68,9 +69,8 @@ type Check struct {
 	WantSource netip.Addr
 }
 
-// Result is a check's outcome.
-type Result struct {
-	Check
+// Attempt is one try of a check: a few echo requests and one TCP exchange.
+type Attempt struct {
 	// ICMPSent and ICMPReceived count the echo requests and replies.
 	ICMPSent, ICMPReceived int
 	ICMPErr                error
@@ -79,16 +79,37 @@ type Result struct {
 	TCPErr    error
 }
 
-// OK reports whether every echo request was answered and the TCP exchange worked from the wanted source.
+// Result is a check's outcome over every attempt Probe made: a packet lost or a TCP exchange failed in any
+// attempt fails the check.
+type Result struct {
+	Check
+	// Attempts holds every attempt in order.
+	Attempts []Attempt
+	// ICMPSent and ICMPReceived sum the echo requests and replies of every attempt.
+	ICMPSent, ICMPReceived int
+	// ICMPErr is the first attempt's error running ping, if any.
+	ICMPErr error
+	// TCPSource is the source address the echo server saw: a wrong one if any attempt saw one.
+	TCPSource netip.Addr
+	// TCPErr is the first attempt's failed TCP exchange, if any.
+	TCPErr error
+	// TCPOKAttempts counts the attempts whose TCP exchange worked from the wanted source.
+	TCPOKAttempts int
+}
+
+// OK reports whether every echo request of every attempt was answered and every TCP exchange worked from
+// the wanted source.
 func (r Result) OK() bool { return r.ICMPOK() && r.TCPOK() }
 
-// ICMPOK reports whether every echo request was answered.
+// ICMPOK reports whether every echo request of every attempt was answered.
 func (r Result) ICMPOK() bool {
 	return r.ICMPErr == nil && r.ICMPSent > 0 && r.ICMPReceived == r.ICMPSent
 }
 
-// TCPOK reports whether the TCP exchange worked and the destination saw the wanted source.
-func (r Result) TCPOK() bool { return r.TCPErr == nil && r.TCPSource == r.wantSource() }
+// TCPOK reports whether every TCP exchange worked and the destination saw the wanted source.
+func (r Result) TCPOK() bool {
+	return r.TCPErr == nil && len(r.Attempts) > 0 && r.TCPOKAttempts == len(r.Attempts)
+}
 
 func (r Result) wantSource() netip.Addr {
 	if r.WantSource.IsValid() {
@@ -97,10 +118,88 @@ func (r Result) wantSource() netip.Addr {
 	return r.From.IP
 }
 
-// Probe runs the checks concurrently (ping and a TCP exchange each, retried until both pass or attempts are
-// used up) and returns their results in order. Echo servers are started in the destination namespaces as needed
-// and stopped at the end.
+// add records an attempt in the result's totals.
+func (r *Result) add(a Attempt) {
+	r.Attempts = append(r.Attempts, a)
+	r.ICMPSent += a.ICMPSent
+	r.ICMPReceived += a.ICMPReceived
+	if r.ICMPErr == nil && a.ICMPErr != nil {
+		r.ICMPErr = fmt.Errorf("attempt %d: %w", len(r.Attempts), a.ICMPErr)
+	}
+	if r.TCPErr == nil && a.TCPErr != nil {
+		r.TCPErr = fmt.Errorf("attempt %d: %w", len(r.Attempts), a.TCPErr)
+	}
+	if a.TCPErr == nil && a.TCPSource == r.wantSource() {
+		r.TCPOKAttempts++
+	}
+	if a.TCPErr == nil && (!r.TCPSource.IsValid() || a.TCPSource != r.wantSource()) {
+		r.TCPSource = a.TCPSource
+	}
+}
+
+// Probe runs the checks concurrently, each attempts times (ping and a TCP exchange per attempt), and returns
+// their results in order. Every attempt counts: a check passes only if all of them did, so intermittent loss
+// shows. Echo servers are started in the destination namespaces as needed and stopped at the end. After a
+// change that takes time to converge, wait with WaitReachable first.
 func (c *Cluster) Probe(ctx context.Context, checks []Check, attempts int) []Result {
+	servers, errs := serveEchoes(checks)
+	defer closeEchoes(servers)
+	results := make([]Result, len(checks))
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 8)
+	for i, ch := range checks {
+		results[i].Check = ch
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			for a := 0; a < max(attempts, 1); a++ {
+				results[i].add(probe(ctx, ch, errs[ch.To.NS]))
+			}
+		}()
+	}
+	wg.Wait()
+	return results
+}
+
+// WaitReachable waits until every check has passed one attempt, after a change the data plane takes time to
+// converge on (a new encapsulation, a node rebooted, a network recreated: the first packets to a new tunnel
+// peer are dropped while ovs-vswitchd resolves the peer's MAC), and returns how long that took and how many
+// attempts failed meanwhile, for the test to report. It only waits: measure with Probe afterwards, where
+// every attempt counts.
+func (c *Cluster) WaitReachable(ctx context.Context, checks []Check, timeout time.Duration) (time.Duration, int, error) {
+	start := time.Now()
+	servers, errs := serveEchoes(checks)
+	defer closeEchoes(servers)
+	pending, failed := checks, 0
+	for {
+		var still []Check
+		var last Attempt
+		for _, ch := range pending {
+			var r Result
+			r.Check = ch
+			r.add(probe(ctx, ch, errs[ch.To.NS]))
+			if !r.OK() {
+				still, last = append(still, ch), r.Attempts[0]
+			}
+		}
+		failed += len(still)
+		if len(still) == 0 {
+			return time.Since(start), failed, nil
+		}
+		if time.Since(start) > timeout {
+			return time.Since(start), failed, fmt.Errorf("%s -> %s over %s not reachable within %v (ICMP %d/%d %v; TCP source %v, %v)",
+				still[0].From, still[0].To, still[0].Path, timeout, last.ICMPReceived, last.ICMPSent, last.ICMPErr, last.TCPSource, last.TCPErr)
+		}
+		pending = still
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// serveEchoes starts an echo server in every destination namespace of the checks; errs holds the namespaces
+// where none could start.
+func serveEchoes(checks []Check) (map[string]*EchoServer, map[string]error) {
 	servers := map[string]*EchoServer{}
 	errs := map[string]error{}
 	for _, ch := range checks {
@@ -114,42 +213,24 @@ func (c *Cluster) Probe(ctx context.Context, checks []Check, attempts int) []Res
 		}
 		servers[ch.To.NS] = s
 	}
-	defer func() {
-		for _, s := range servers {
-			s.Close()
-		}
-	}()
-	results := make([]Result, len(checks))
-	var wg sync.WaitGroup
-	sem := make(chan struct{}, 8)
-	for i, ch := range checks {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			sem <- struct{}{}
-			defer func() { <-sem }()
-			for a := 0; a < max(attempts, 1); a++ {
-				results[i] = probe(ctx, ch, errs[ch.To.NS])
-				if results[i].OK() {
-					return
-				}
-				time.Sleep(300 * time.Millisecond)
-			}
-		}()
-	}
-	wg.Wait()
-	return results
+	return servers, errs
 }
 
-func probe(ctx context.Context, ch Check, serverErr error) Result {
-	r := Result{Check: ch}
-	r.ICMPSent, r.ICMPReceived, r.ICMPErr = Ping(ch.From, ch.To.IP, 2)
-	if serverErr != nil {
-		r.TCPErr = serverErr
-		return r
+func closeEchoes(servers map[string]*EchoServer) {
+	for _, s := range servers {
+		s.Close()
 	}
-	r.TCPSource, r.TCPErr = DialEcho(ctx, ch.From, netip.AddrPortFrom(ch.To.IP, EchoPort), 2*time.Second)
-	return r
+}
+
+func probe(ctx context.Context, ch Check, serverErr error) Attempt {
+	var a Attempt
+	a.ICMPSent, a.ICMPReceived, a.ICMPErr = Ping(ch.From, ch.To.IP, 2)
+	if serverErr != nil {
+		a.TCPErr = serverErr
+		return a
+	}
+	a.TCPSource, a.TCPErr = DialEcho(ctx, ch.From, netip.AddrPortFrom(ch.To.IP, EchoPort), 2*time.Second)
+	return a
 }
 
 var pingStats = regexp.MustCompile(`(\d+) packets transmitted, (\d+) (?:packets )?received`)
@@ -246,48 +327,127 @@ func DialEcho(ctx context.Context, from Place, dst netip.AddrPort, timeout time.
 	return seen, nil
 }
 
-// SteadyPing is a ping running in the background, one echo request every interval, for counting the packets
-// a disruption loses and how long it lasts.
+// SteadyPing sends one ICMP echo request every interval from a place in the background, for counting the
+// packets a disruption loses and how long it lasts. It is a pinger of its own (a raw socket in the place's
+// namespace) rather than ping(8), so that it knows when each request was sent: every request counts, those of
+// an outage that lasts until Stop too.
 type SteadyPing struct {
-	cmd      *exec.Cmd
-	out      strings.Builder
-	done     chan struct{}
+	conn     *icmp.PacketConn
+	dst      netip.Addr
+	id       int
 	interval time.Duration
+	start    time.Time
+
+	mu      sync.Mutex
+	sent    []time.Time // sent[i]: when request i (icmp_seq i mod 2^16) left
+	replied []time.Time // replied[i]: when its reply came, zero while none did
+	sendErr error       // the first request the kernel refused (a missing route): counted as lost
+
+	stopSending chan struct{}
+	sending     sync.WaitGroup
+	receiving   chan struct{}
 }
+
+// replyWait is how long Stop waits for the replies to the last requests: a reply later than that counts as a
+// loss, as for ping -W 1.
+const replyWait = time.Second
 
 // StartSteadyPing starts pinging dst from a place every interval (at least 10 ms).
 func StartSteadyPing(from Place, dst netip.Addr, interval time.Duration) (*SteadyPing, error) {
-	interval = max(interval, 10*time.Millisecond)
-	args := []string{"netns", "exec", from.NS, "ping", "-n", "-D", "-O", "-W", "1",
-		"-i", strconv.FormatFloat(interval.Seconds(), 'f', 3, 64)}
+	bind := "0.0.0.0"
 	if from.BindSource {
-		args = append(args, "-I", from.IP.String())
+		bind = from.IP.String()
 	}
-	s := &SteadyPing{cmd: exec.Command("ip", append(args, dst.String())...), done: make(chan struct{}), interval: interval}
-	s.cmd.Stdout, s.cmd.Stderr = &s.out, &s.out
-	s.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := s.cmd.Start(); err != nil {
-		return nil, fmt.Errorf("starting ping: %w", err)
+	var conn *icmp.PacketConn
+	err := ns.WithNetNSPath(nsPath(from.NS), func(ns.NetNS) error {
+		var err error
+		conn, err = icmp.ListenPacket("ip4:icmp", bind) // the socket stays in this namespace
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("opening an ICMP socket in %s: %w", from.NS, err)
 	}
-	go func() {
-		_ = s.cmd.Wait()
-		close(s.done)
-	}()
+	idb := make([]byte, 2)
+	_, _ = cryptorand.Read(idb)
+	s := &SteadyPing{conn: conn, dst: dst, id: int(idb[0])<<8 | int(idb[1]), interval: max(interval, 10*time.Millisecond),
+		start: time.Now(), stopSending: make(chan struct{}), receiving: make(chan struct{})}
+	go s.receive()
+	s.sending.Add(1)
+	go s.send()
 	return s, nil
 }
 
-// PingStats summarise a steady ping.
+func (s *SteadyPing) send() {
+	defer s.sending.Done()
+	t := time.NewTicker(s.interval)
+	defer t.Stop()
+	payload := make([]byte, 56)
+	for {
+		s.mu.Lock()
+		seq := len(s.sent)
+		s.sent = append(s.sent, time.Now())
+		s.replied = append(s.replied, time.Time{})
+		s.mu.Unlock()
+		msg := icmp.Message{Type: ipv4.ICMPTypeEcho, Body: &icmp.Echo{ID: s.id, Seq: seq & 0xffff, Data: payload}}
+		b, _ := msg.Marshal(nil)
+		if _, err := s.conn.WriteTo(b, &net.IPAddr{IP: net.IP(s.dst.AsSlice())}); err != nil {
+			s.mu.Lock()
+			if s.sendErr == nil {
+				s.sendErr = err
+			}
+			s.mu.Unlock()
+		}
+		select {
+		case <-s.stopSending:
+			return
+		case <-t.C:
+		}
+	}
+}
+
+func (s *SteadyPing) receive() {
+	defer close(s.receiving)
+	buf := make([]byte, 1500)
+	for {
+		n, peer, err := s.conn.ReadFrom(buf)
+		if err != nil {
+			return // closed by Stop
+		}
+		now := time.Now()
+		m, err := icmp.ParseMessage(1, buf[:n])
+		if err != nil || m.Type != ipv4.ICMPTypeEchoReply {
+			continue
+		}
+		echo, ok := m.Body.(*icmp.Echo)
+		ip, _ := peer.(*net.IPAddr)
+		if !ok || echo.ID != s.id || ip == nil || !ip.IP.Equal(net.IP(s.dst.AsSlice())) {
+			continue
+		}
+		s.mu.Lock()
+		// The latest request with this sequence number (they wrap after 65,536 requests).
+		for i := len(s.sent) - 1; i >= 0; i-- {
+			if i&0xffff == echo.Seq {
+				if s.replied[i].IsZero() {
+					s.replied[i] = now
+				}
+				break
+			}
+		}
+		s.mu.Unlock()
+	}
+}
+
+// PingStats summarise a steady ping over its whole window, from its start to Stop.
 type PingStats struct {
+	// Sent counts every request; Received those answered within replyWait of Stop.
 	Sent, Received int
-	// LongestGap is the longest time without a reply (between two replies, or from the last one to Stop) less
-	// one interval: how long the path was down.
+	// LongestGap is the longest time without a reply in the window (from the start to the first reply,
+	// between two replies, from the last reply to Stop) less one interval: how long the path was down.
 	LongestGap time.Duration
+	// SendErr is the first request the kernel refused to send (counted as lost).
+	SendErr error
 
 	replies []time.Time
-	// unanswered counts the echo requests without a reply up to the last one answered: requests sent
-	// after it were still in flight when ping was stopped (it exits on SIGINT without waiting for them),
-	// unless the path went down, which LongestGap shows.
-	unanswered int
 }
 
 // FirstReplyAfter returns how long after t the first reply arrived, and false when none did.
@@ -300,59 +460,39 @@ func (s PingStats) FirstReplyAfter(t time.Time) (time.Duration, bool) {
 	return 0, false
 }
 
-// Lost is the number of echo requests without a reply, not counting those still in flight at the end.
-func (s PingStats) Lost() int { return s.unanswered }
+// Lost is the number of requests without a reply: every request sent before Stop had at least replyWait for
+// its reply, so an outage lasting until Stop counts in full.
+func (s PingStats) Lost() int { return s.Sent - s.Received }
 
 func (s PingStats) String() string {
 	return fmt.Sprintf("%d sent, %d lost, longest gap %v", s.Sent, s.Lost(), s.LongestGap.Round(time.Millisecond))
 }
 
-var replyLine = regexp.MustCompile(`^\[(\d+\.\d+)\] \d+ bytes from .*icmp_seq=(\d+)`)
-
-// Stop stops the ping after waiting one more second for replies still in flight, and summarises it.
+// Stop stops sending, waits replyWait for the replies to the last requests and summarises the whole window.
+// It fails only when no request was answered at all.
 func (s *SteadyPing) Stop() (PingStats, error) {
+	close(s.stopSending)
+	s.sending.Wait()
 	stopped := time.Now()
-	time.Sleep(time.Second)
-	_ = s.cmd.Process.Signal(syscall.SIGINT)
-	select {
-	case <-s.done:
-	case <-time.After(5 * time.Second):
-		_ = s.cmd.Process.Kill()
-		<-s.done
-	}
-	out := s.out.String()
-	m := pingStats.FindStringSubmatch(out)
-	if m == nil {
-		return PingStats{}, fmt.Errorf("ping printed no statistics: %s", out)
-	}
-	var st PingStats
-	st.Sent, _ = strconv.Atoi(m[1])
-	st.Received, _ = strconv.Atoi(m[2])
-	var stamps []float64
-	seen := map[int]bool{}
-	lastSeq := 0
-	for _, line := range strings.Split(out, "\n") {
-		if r := replyLine.FindStringSubmatch(line); r != nil {
-			seq, _ := strconv.Atoi(r[2])
-			if seen[seq] { // a duplicate reply
-				continue
-			}
-			seen[seq] = true
-			lastSeq = max(lastSeq, seq)
-			ts, _ := strconv.ParseFloat(r[1], 64)
-			stamps = append(stamps, ts)
+	time.Sleep(replyWait)
+	_ = s.conn.Close()
+	<-s.receiving
+
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := PingStats{Sent: len(s.sent), SendErr: s.sendErr}
+	for i, r := range s.replied {
+		if !r.IsZero() && r.Sub(s.sent[i]) <= replyWait {
+			st.Received++
+			st.replies = append(st.replies, r)
 		}
 	}
-	if len(stamps) == 0 {
-		return st, errors.New("no reply at all")
+	if st.Received == 0 {
+		return st, fmt.Errorf("no reply at all from %s (%d requests; send error: %v)", s.dst, st.Sent, s.sendErr)
 	}
-	st.unanswered = lastSeq - len(seen) // icmp_seq counts from 1
-	sort.Float64s(stamps)
-	for _, ts := range stamps {
-		st.replies = append(st.replies, time.Unix(0, int64(ts*float64(time.Second))))
-	}
-	last := st.replies[0]
-	for _, r := range append(st.replies[1:], stopped) {
+	sort.Slice(st.replies, func(i, j int) bool { return st.replies[i].Before(st.replies[j]) })
+	last := s.start
+	for _, r := range append(st.replies, stopped) {
 		st.LongestGap = max(st.LongestGap, r.Sub(last)-s.interval)
 		last = r
 	}
@@ -370,20 +510,23 @@ func FormatTable(results []Result) string {
 			icmp += " FAIL"
 		}
 		tcp, seen := "ok", r.TCPSource.String()
-		if r.TCPErr != nil {
-			tcp, seen = "FAIL", "-"
-		} else if !r.TCPOK() {
-			tcp = "FAIL"
+		if !r.TCPOK() {
+			tcp = fmt.Sprintf("%d/%d FAIL", r.TCPOKAttempts, len(r.Attempts))
+		}
+		if !r.TCPSource.IsValid() {
+			seen = "-"
 		}
 		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", r.From, r.To, r.Path, icmp, tcp, seen, r.wantSource())
 	}
 	_ = w.Flush()
 	for _, r := range results {
-		if r.ICMPErr != nil {
-			fmt.Fprintf(&b, "  %s -> %s: %v\n", r.From.Label, r.To.Label, r.ICMPErr)
-		}
-		if r.TCPErr != nil {
-			fmt.Fprintf(&b, "  %s -> %s: %v\n", r.From.Label, r.To.Label, r.TCPErr)
+		for i, a := range r.Attempts {
+			if a.ICMPErr != nil || a.ICMPReceived != a.ICMPSent {
+				fmt.Fprintf(&b, "  %s -> %s, attempt %d of %d: ICMP %d/%d %v\n", r.From.Label, r.To.Label, i+1, len(r.Attempts), a.ICMPReceived, a.ICMPSent, a.ICMPErr)
+			}
+			if a.TCPErr != nil || a.TCPSource != r.wantSource() {
+				fmt.Fprintf(&b, "  %s -> %s, attempt %d of %d: TCP source %v: %v\n", r.From.Label, r.To.Label, i+1, len(r.Attempts), a.TCPSource, a.TCPErr)
+			}
 		}
 	}
 	return b.String()

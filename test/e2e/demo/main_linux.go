@@ -251,9 +251,6 @@ func build(ctx context.Context, c *cluster.Cluster, dir string) (string, *servic
 	if err := c.WaitReady(ctx, time.Minute); err != nil {
 		return "", nil, nil, err
 	}
-	if !c.ServesCNI() {
-		return "", nil, nil, errors.New("this winnet-agent has no CNI server (--cni-socket): rebuild with 'make build'")
-	}
 	a, b := c.Node("node-a"), c.Node("node-b")
 	pods := map[string]*cluster.Pod{}
 	for _, p := range [][2]string{{"pod-a1", "node-a"}, {"pod-a2", "node-a"}, {"pod-b1", "node-b"}, {"pod-b2", "node-b"}} {
@@ -268,7 +265,7 @@ func build(ctx context.Context, c *cluster.Cluster, dir string) (string, *servic
 		return "", nil, nil, err
 	}
 	a1, a2, b1, b2 := pods["pod-a1"].Place(), pods["pod-a2"].Place(), pods["pod-b1"].Place(), pods["pod-b2"].Place()
-	results := c.Probe(ctx, []cluster.Check{
+	checks := []cluster.Check{
 		{From: a1, To: a2, Path: "same node"},
 		{From: a1, To: b1, Path: "vxlan"},
 		{From: b2, To: a2, Path: "vxlan"},
@@ -277,7 +274,11 @@ func build(ctx context.Context, c *cluster.Cluster, dir string) (string, *servic
 		{From: a1, To: c.ExternalPlace(), Path: "external, SNAT", WantSource: a.IP},
 		{From: b1, To: c.ExternalPlace(), Path: "external, SNAT", WantSource: b.IP},
 		{From: b2, To: c.ExcludedPlace(), Path: "external, excluded from SNAT"},
-	}, 5)
+	}
+	if _, _, err := c.WaitReachable(ctx, checks, time.Minute); err != nil {
+		return "", nil, nil, err
+	}
+	results := c.Probe(ctx, checks, 1)
 	get, err := exec.CommandContext(ctx, c.Kubectl, "--kubeconfig", kc, "get", "winnet", "-A", "-o", "wide").CombinedOutput()
 	if err != nil {
 		return "", nil, nil, fmt.Errorf("kubectl get winnet: %w: %s", err, get)
