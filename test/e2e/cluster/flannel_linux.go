@@ -419,3 +419,28 @@ func (n *FlannelNode) stop() error {
 	errs = append(errs, deleteNS(n.NS))
 	return errors.Join(errs...)
 }
+
+// SetFlannelNodeIP moves the flannel node to another underlay address, as a re-addressed host: the new address
+// on eth0 and the old one gone, the default route, the hosts' routes to its Pods, the Node's InternalIP; then
+// flanneld restarts (it reads its public IP from --iface at start) and publishes the new public-ip.
+func (c *Cluster) SetFlannelNodeIP(ctx context.Context, n *FlannelNode, ip netip.Addr, timeout time.Duration) error {
+	bits := c.UnderlayCIDR.Bits()
+	// The old address first: a second address of the same subnet is secondary, and deleting the primary
+	// deletes it too.
+	if err := run(n.NS,
+		[]string{"ip", "addr", "del", netip.PrefixFrom(n.IP, bits).String(), "dev", hostIfName},
+		[]string{"ip", "addr", "add", netip.PrefixFrom(ip, bits).String(), "dev", hostIfName},
+		[]string{"ip", "route", "replace", "default", "via", c.UnderlayGateway.String(), "dev", hostIfName}); err != nil {
+		return err
+	}
+	for _, h := range []*Host{c.External, c.APIHost} {
+		if err := run(h.NS, []string{"ip", "route", "replace", n.PodCIDR.String(), "via", ip.String()}); err != nil {
+			return err
+		}
+	}
+	n.IP = ip
+	if err := c.SetNodeAddress(ctx, n.Name, ip); err != nil {
+		return err
+	}
+	return n.RestartFlanneld(ctx, timeout)
+}

@@ -15,8 +15,11 @@ import (
 
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
@@ -151,14 +154,10 @@ func TestFlannelNodeRunsStockFlanneld(t *testing.T) {
 	for _, p := range lxPods {
 		g.Expect(linuxA.PodCIDR.Contains(p.IP)).To(BeTrue(), "%s has %s", p.Name, p.IP)
 	}
-	results := c.Probe(context.Background(), []cluster.Check{
+	expectAllOK(t, g, []cluster.Check{
 		{From: lxPods["lx-1"].Place(), To: lxPods["lx-2"].Place(), Path: "same flannel node"},
 		{From: lxPods["lx-1"].Place(), To: linuxA.Host(), Path: "Pod to its node", WantSource: lxPods["lx-1"].IP},
 	}, 5)
-	t.Logf("\n%s", cluster.FormatTable(results))
-	for _, r := range results {
-		g.Expect(r.OK()).To(BeTrue(), "%s -> %s: %+v", r.From, r.To, r)
-	}
 }
 
 // vtepMAC returns the VTEP MAC the winnet node reports in its status.
@@ -247,7 +246,17 @@ func matrixChecks() []cluster.Check {
 
 func expectMatrix(t *testing.T, g Gomega, attempts int) {
 	t.Helper()
-	results := c.Probe(context.Background(), matrixChecks(), attempts)
+	expectAllOK(t, g, matrixChecks(), attempts)
+}
+
+// expectAllOK waits until every check passed once (the first packets to a new tunnel peer are dropped while
+// ovs-vswitchd resolves its MAC), then probes them attempts times, every attempt counting.
+func expectAllOK(t *testing.T, g Gomega, checks []cluster.Check, attempts int) {
+	t.Helper()
+	took, failed, err := c.WaitReachable(context.Background(), checks, timeout)
+	g.Expect(err).NotTo(HaveOccurred())
+	t.Logf("every row reachable after %v (%d tries failed meanwhile)", took.Round(time.Millisecond), failed)
+	results := c.Probe(context.Background(), checks, attempts)
 	t.Logf("\n%s", cluster.FormatTable(results))
 	for _, r := range results {
 		g.Expect(r.OK()).To(BeTrue(), "%s -> %s: %+v", r.From, r.To, r)
@@ -272,9 +281,147 @@ var ttlRE = regexp.MustCompile(`ttl=(\d+)`)
 // and winnet decrements the TTL of what it tunnels (a reply to lx-1 crossed node-a and linux-a: TTL 62).
 func TestFlannelMatrix(t *testing.T) {
 	g := NewWithT(t)
-	expectMatrix(t, g, 10)
+	expectMatrix(t, g, 5)
 	a1, lx1 := pods["pod-a1"], lxPods["lx-1"]
 	// 1450-byte packets: the MTU flannel gives its Pods (uplink - 50) and winnet's Pod MTU.
 	g.Expect(pingTTL(g, a1.NS, lx1.IP, 1422)).To(Equal("63"))
 	g.Expect(pingTTL(g, lx1.NS, a1.IP, 1422)).To(Equal("62"))
+}
+
+// TestDuplicateRouteDoesNotFlap adds a second route for linux-a's Pod CIDR with the wrong VNI, as a person
+// wiring flannel by hand did: the older route (winnet-controller's) keeps its flows, the newer one reports
+// Conflict (Duplicate) and is never installed, and traffic does not lose a packet.
+func TestDuplicateRouteDoesNotFlap(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	manual := &networkv1alpha1.RemoteSubnetRoute{
+		ObjectMeta: metav1.ObjectMeta{Name: "linux-a-manual"},
+		Spec: networkv1alpha1.RemoteSubnetRouteSpec{NodeName: linuxA.Name, NodeIP: networkv1alpha1.IPAddress(linuxA.IP.String()),
+			PodCIDRs: []networkv1alpha1.CIDR{networkv1alpha1.CIDR(linuxA.PodCIDR.String())}, Mode: networkv1alpha1.RouteModeTunnel,
+			VNI: ptr.To(networkv1alpha1.VNI(1))},
+	}
+	g.Expect(c.Client.Create(ctx, manual)).To(Succeed())
+	defer func() { g.Expect(c.Client.Delete(ctx, manual)).To(Succeed()) }()
+	g.Eventually(func(g Gomega) {
+		g.Expect(c.Client.Get(ctx, client.ObjectKeyFromObject(manual), manual)).To(Succeed())
+		cond := meta.FindStatusCondition(manual.Status.Conditions, networkv1alpha1.ConflictCondition)
+		g.Expect(cond).NotTo(BeNil())
+		g.Expect(cond.Status).To(Equal(metav1.ConditionTrue))
+		g.Expect(cond.Reason).To(Equal(networkv1alpha1.DuplicateReason))
+		g.Expect(cond.Message).To(ContainSubstring("RemoteSubnetRoute linux-a"))
+	}).WithTimeout(timeout).Should(Succeed())
+	own := &networkv1alpha1.RemoteSubnetRoute{}
+	g.Expect(c.Client.Get(ctx, client.ObjectKey{Name: linuxA.Name}, own)).To(Succeed())
+	g.Expect(meta.IsStatusConditionTrue(own.Status.Conditions, networkv1alpha1.AcceptedCondition)).To(BeTrue(), "the older route stays accepted")
+
+	// 60 pings over 12 s, across the agents' full passes (every 10 s) that made the flows flap before.
+	b1, lx2 := pods["pod-b1"], lxPods["lx-2"]
+	out, err := simnode.Output(b1.NS, "ping", "-n", "-q", "-c", "60", "-i", "0.2", "-W", "1", lx2.IP.String())
+	g.Expect(err).NotTo(HaveOccurred(), out)
+	g.Expect(out).To(ContainSubstring(" 0% packet loss"))
+	flows, err := c.Node("node-b").Flows()
+	g.Expect(err).NotTo(HaveOccurred())
+	for _, f := range strings.Split(flows, "\n") {
+		if strings.Contains(f, "nw_dst="+linuxA.PodCIDR.String()+" ") {
+			g.Expect(f).To(ContainSubstring("set_field:0x1000->tun_id"), "node-b tunnels to linux-a with flannel's VNI only")
+		}
+	}
+}
+
+// TestWinnetNodeJoinsAndLeaves adds a winnet node while flanneld runs: flanneld learns it from the record
+// winnet-controller publishes and Pods reach each other both ways; the node leaves and flanneld's route to it
+// goes.
+func TestWinnetNodeJoinsAndLeaves(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	spec := cluster.NodeSpec{Name: "node-c", IP: netip.MustParseAddr("192.168.77.13"), PodCIDR: netip.MustParsePrefix("10.244.3.0/24")}
+	n, err := c.AddNode(ctx, spec)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(c.WaitReady(ctx, timeout)).To(Succeed())
+	pc1, err := c.AddPod(ctx, n, "pod-c1", timeout)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Eventually(func(g Gomega) { expectRecord(g, n) }).WithTimeout(timeout).Should(Succeed())
+	g.Eventually(func(g Gomega) {
+		out, err := linuxA.Exec("ip", "route", "show", spec.PodCIDR.String())
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(out).To(ContainSubstring("dev " + cluster.FlannelDevice))
+	}).WithTimeout(timeout).Should(Succeed(), "flanneld routes to the new node")
+	expectAllOK(t, g, []cluster.Check{
+		{From: pc1.Place(), To: lxPods["lx-1"].Place(), Path: "new winnet node -> flannel"},
+		{From: lxPods["lx-1"].Place(), To: pc1.Place(), Path: "flannel -> new winnet node"},
+	}, 5)
+
+	g.Expect(c.RemoveNode(ctx, n.Name)).To(Succeed())
+	g.Eventually(func(g Gomega) {
+		out, err := linuxA.Exec("ip", "route", "show", spec.PodCIDR.String())
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(strings.TrimSpace(out)).To(BeEmpty())
+	}).WithTimeout(timeout).Should(Succeed(), "flanneld removes its route to the node that left")
+	g.Expect(c.WaitReady(ctx, timeout)).To(Succeed())
+}
+
+// TestFlanneldRestart restarts flanneld: it keeps its VTEP MAC (so winnet's route stays right) and the matrix
+// passes again.
+func TestFlanneldRestart(t *testing.T) {
+	g := NewWithT(t)
+	before, err := linuxA.VTEPMAC()
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(linuxA.RestartFlanneld(context.Background(), timeout)).To(Succeed())
+	after, err := linuxA.VTEPMAC()
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(after).To(Equal(before))
+	expectMatrix(t, g, 5)
+}
+
+// TestFlannelPublicIPChange re-addresses linux-a: flanneld publishes the new public-ip, winnet-controller
+// updates linux-a's route and the winnet nodes tunnel to the new address; then it moves back.
+func TestFlannelPublicIPChange(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	for _, ip := range []netip.Addr{netip.MustParseAddr("192.168.77.22"), linuxSpec.IP} {
+		g.Expect(c.SetFlannelNodeIP(ctx, linuxA, ip, timeout)).To(Succeed())
+		g.Eventually(func(g Gomega) {
+			rsr := &networkv1alpha1.RemoteSubnetRoute{}
+			g.Expect(c.Client.Get(ctx, client.ObjectKey{Name: linuxA.Name}, rsr)).To(Succeed())
+			g.Expect(rsr.Spec.NodeIP).To(BeEquivalentTo(ip.String()))
+		}).WithTimeout(timeout).Should(Succeed())
+		g.Expect(c.WaitReady(ctx, timeout)).To(Succeed())
+		g.Eventually(func(g Gomega) {
+			flows, err := c.Node("node-a").Flows()
+			g.Expect(err).NotTo(HaveOccurred())
+			g.Expect(flows).To(ContainSubstring("set_field:" + ip.String() + "->tun_dst"))
+		}).WithTimeout(timeout).Should(Succeed())
+		expectMatrix(t, g, 5)
+	}
+}
+
+// TestInteropOff turns winnet-controller's flannel interop off: the winnet nodes' flannel records and the
+// route to linux-a go; turned on again, both come back and the matrix passes.
+func TestInteropOff(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	g.Expect(c.RestartController()).To(Succeed())
+	c.SetRoutesToFlannelNodes(false)
+	g.Eventually(func(g Gomega) {
+		for _, n := range c.Nodes() {
+			for k := range annotations(g, n.Name) {
+				g.Expect(k).NotTo(HavePrefix(prefix), "%s keeps flannel annotation %s", n.Name, k)
+				g.Expect(k).NotTo(Equal("network.winnet.io/flannel-record"))
+			}
+		}
+		err := c.Client.Get(ctx, client.ObjectKey{Name: linuxA.Name}, &networkv1alpha1.RemoteSubnetRoute{})
+		g.Expect(apierrors.IsNotFound(err)).To(BeTrue(), "the route to linux-a is gone: %v", err)
+	}).WithTimeout(timeout).Should(Succeed())
+	g.Expect(c.WaitReady(ctx, timeout)).To(Succeed())
+	g.Expect(annotations(g, linuxA.Name)).To(HaveKeyWithValue(prefix+"kube-subnet-manager", "true"), "flanneld's own record stays")
+
+	g.Expect(c.RestartController(interopOn...)).To(Succeed())
+	c.SetRoutesToFlannelNodes(true)
+	g.Expect(c.WaitReady(ctx, timeout)).To(Succeed())
+	g.Eventually(func(g Gomega) {
+		for _, n := range c.Nodes() {
+			expectRecord(g, n)
+		}
+	}).WithTimeout(timeout).Should(Succeed())
+	expectMatrix(t, g, 5)
 }
