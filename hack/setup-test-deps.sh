@@ -6,6 +6,8 @@
 #     bin/k8s/<version>/ (cached by version)
 #   - CoreDNS (a main with the plugins the e2e cluster's kube-dns uses) built from the Go module proxy
 #     into bin/coredns-<version>/ (the e2e cluster and the demo run it as kube-system/kube-dns)
+#   - flanneld built from the Go module proxy into bin/flannel-<version>/ (the e2e cluster's Linux
+#     flannel node runs it; the Pods there use Debian's bridge and host-local CNI plugins)
 #   - helm built from the Go module proxy (the tool in go.mod) into bin/helm-<version>/ (chart tests)
 #   - with the argument `kube-proxy` (make bench-services only): also Debian's nftables (nft) and
 #     kube-proxy, built like kube-apiserver into bin/k8s/<version>/
@@ -18,6 +20,7 @@ STAGING_VERSION=${STAGING_VERSION:-v0.37.0}
 ETCD_VERSION=${ETCD_VERSION:-v3.6.16}
 HELM_VERSION=${HELM_VERSION:-v3.22.0}
 COREDNS_VERSION=${COREDNS_VERSION:-v1.15.0}
+FLANNEL_VERSION=${FLANNEL_VERSION:-v0.28.10}
 ASSETS="$ROOT/bin/k8s/$KUBE_VERSION-etcd-$ETCD_VERSION"
 export GOTOOLCHAIN=local
 export GOFLAGS=-mod=mod
@@ -39,6 +42,10 @@ install_debian_packages() {
 	command -v ping >/dev/null || need+=(iputils-ping)
 	# Raw IP, ICMP and GRE/ESP packets in the datapath tests (test/integration/datapath).
 	[ -x /usr/bin/python3 ] || need+=(python3)
+	# flanneld (the e2e cluster's Linux flannel node) runs iptables in its default mode; building it
+	# needs gcc (its udp backend is cgo).
+	command -v iptables >/dev/null || need+=(iptables)
+	[ -x "$ROOT/bin/flannel-$FLANNEL_VERSION/flanneld" ] || command -v gcc >/dev/null || need+=(gcc)
 	# kube-proxy's nftables mode and the benchmark reading its rules (make bench-services).
 	[ "$WITH_KUBE_PROXY" = 1 ] && ! command -v nft >/dev/null && need+=(nftables)
 	if [ ${#need[@]} -eq 0 ]; then return; fi
@@ -160,12 +167,36 @@ build_coredns() {
 	build_in_module "$mod" "$out" . "-s -w -X github.com/coredns/coredns/coremain.GitCommit=$COREDNS_VERSION"
 }
 
+# build_flanneld builds stock flanneld from a copy of its module with one blank import left out:
+# pkg/backend/tencentvpc needs github.com/tencentcloud/tencentcloud-sdk-go/tencentcloud/vpc, which the
+# module proxy here refuses (403), so `go install github.com/flannel-io/flannel@VERSION` cannot work.
+# Every other backend (vxlan among them) is the released code. The udp backend is cgo (CGO_ENABLED=1).
+build_flanneld() {
+	local out="$ROOT/bin/flannel-$FLANNEL_VERSION/flanneld"
+	[ -x "$out" ] && return
+	log "building flanneld $FLANNEL_VERSION from the Go module proxy (about 4 minutes, once)"
+	mkdir -p "$(dirname "$out")"
+	local src
+	src=$(go mod download -json "github.com/flannel-io/flannel@$FLANNEL_VERSION" | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')
+	local mod="$ROOT/bin/.build/flannel-$FLANNEL_VERSION"
+	rm -rf "$mod"
+	mkdir -p "$(dirname "$mod")"
+	cp -r "$src" "$mod"
+	chmod -R u+w "$mod"
+	rm -rf "$mod/pkg/backend/tencentvpc"
+	sed -i '\#_ "github.com/flannel-io/flannel/pkg/backend/tencentvpc"#d' "$mod/main.go"
+	(cd "$mod" && CGO_ENABLED=1 go build -trimpath -o "$out.tmp" \
+		-ldflags "-s -w -X github.com/flannel-io/flannel/pkg/version.Version=$FLANNEL_VERSION" .)
+	mv "$out.tmp" "$out"
+}
+
 install_debian_packages
 mkdir -p "$ASSETS"
 build_etcd
 build_kube
 build_helm
 build_coredns
+build_flanneld
 "$ROOT/bin/helm-$HELM_VERSION/helm" version --short >/dev/null
 "$ASSETS/kube-apiserver" --version >/dev/null
 "$ASSETS/etcd" --version >/dev/null
@@ -173,4 +204,5 @@ build_coredns
 "$ASSETS/kube-controller-manager" --version >/dev/null
 if [ "$WITH_KUBE_PROXY" = 1 ]; then "$ASSETS/kube-proxy" --version >/dev/null; nft --version >/dev/null; fi
 "$ROOT/bin/coredns-$COREDNS_VERSION/coredns" -plugins >/dev/null
+"$ROOT/bin/flannel-$FLANNEL_VERSION/flanneld" --version >/dev/null 2>&1
 echo "$ASSETS"

@@ -35,7 +35,8 @@ const (
 const (
 	// AcceptedCondition: winnet-controller validated the route and agents will install it.
 	AcceptedCondition = "Accepted"
-	// ConflictCondition: the route's CIDRs overlap another route or a node's Pod CIDR; agents skip it.
+	// ConflictCondition: the route's CIDRs overlap another route or a node's Pod CIDR, or repeat a CIDR
+	// of an older route of the same node; agents skip it.
 	ConflictCondition = "Conflict"
 )
 
@@ -91,6 +92,10 @@ const (
 	NoConflictReason = "NoConflict"
 	// OverlapReason: Conflict is True; the message names the overlapping object and CIDRs.
 	OverlapReason = "Overlap"
+	// DuplicateReason: Conflict is True; another route of the same node claims the same CIDR, which
+	// would be the same flow match, and wins: the older route (creationTimestamp, then name) is
+	// installed, the newer one is not.
+	DuplicateReason = "Duplicate"
 )
 
 // Condition reasons of PodEndpoint.

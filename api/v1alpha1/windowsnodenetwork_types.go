@@ -225,6 +225,14 @@ type EncapsulationSpec struct {
 	// +kubebuilder:validation:Maximum=65535
 	Port int32 `json:"port,omitempty"`
 
+	// vtepMAC is the node's VTEP MAC: the inner destination MAC that peers which key their forwarding
+	// by MAC (flannel's Linux nodes) put on traffic to this node's Pods, and the inner source MAC of
+	// what the node sends through the tunnel. The node delivers it to its Pods on the fast path, like
+	// the global virtual MAC. Every node needs its own: flannel keeps one forwarding entry per MAC.
+	// Absent: a locally administered MAC derived from the node's name (stable across restarts).
+	// +optional
+	VTEPMAC MACAddress `json:"vtepMAC,omitempty"`
+
 	// mtu of Pod interfaces and the gateway. Absent: the uplink's MTU less the tunnel overhead
 	// (50 bytes for VXLAN, 58 for Geneve; none in NoEncap mode).
 	// +optional
@@ -355,6 +363,14 @@ type TunnelStatus struct {
 	// ofPort is the OpenFlow port number.
 	// +optional
 	OFPort int32 `json:"ofPort,omitempty"`
+	// vni is the tunnel's own VNI: the one the node sends to winnet peers with and accepts from any
+	// peer (routes with a VNI of their own are accepted from their peer only).
+	// +optional
+	VNI int32 `json:"vni,omitempty"`
+	// vtepMAC is the node's VTEP MAC in use (spec.encapsulation.vtepMAC or the one derived from the
+	// node's name).
+	// +optional
+	VTEPMAC string `json:"vtepMAC,omitempty"`
 }
 
 // RemoteRoutesStatus counts RemoteSubnetRoutes applied to the node.

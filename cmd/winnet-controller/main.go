@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"strconv"
 	"strings"
 
 	"k8s.io/apimachinery/pkg/labels"
@@ -14,6 +15,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
+	"github.com/winnet-io/winnet/controllers/cluster"
 	"github.com/winnet-io/winnet/internal/controller"
 )
 
@@ -25,7 +27,7 @@ func main() {
 		}
 		return
 	}
-	opts := controller.Options{}
+	opts := controller.Options{Flannel: cluster.FlannelInterop{VNI: cluster.DefaultFlannelVNI}}
 	fs := flag.NewFlagSet("winnet-controller", flag.ContinueOnError)
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "Usage: winnet-controller [flags]\n\n"+
@@ -53,6 +55,13 @@ func main() {
 		opts.Defaults.WindowsNodeSelector = sel
 		return err
 	})
+	fs.BoolVar(&opts.Flannel.Enabled, "flannel-interop", false, "join a flannel cluster: publish every winnet node's flannel record (VXLAN lease) on its Node and route to every node whose lease flanneld published (turned off: withdraw both)")
+	fs.Func("flannel-vni", "VNI of the flannel network (flanneld's Backend.VNI) that winnet nodes publish and use with flannel nodes (default 4096)", func(v string) error {
+		n, err := strconv.ParseUint(v, 10, 32)
+		opts.Flannel.VNI = uint32(n)
+		return err
+	})
+	fs.StringVar(&opts.Flannel.AnnotationPrefix, "flannel-annotation-prefix", cluster.DefaultFlannelAnnotationPrefix, "flanneld's --kube-annotation-prefix")
 	kubeconfig := fs.String("kubeconfig", "", "path to a kubeconfig (default: $KUBECONFIG, the in-cluster config, then ~/.kube/config)")
 	zopts := zap.Options{}
 	zopts.BindFlags(fs)

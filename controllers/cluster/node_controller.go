@@ -7,6 +7,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
@@ -24,6 +25,8 @@ type NodeReconciler struct {
 	Client   client.Client
 	Recorder events.EventRecorder
 	Defaults NetworkDefaults
+	// Flannel is the interop with flannel's Linux nodes (off unless Enabled).
+	Flannel FlannelInterop
 	// Uninstall, when set, stops the reconciler from deriving anything while winnet is being
 	// uninstalled (see UninstallSignal).
 	Uninstall interface {
@@ -40,11 +43,16 @@ func (r *NodeReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		}
 		return []reconcile.Request{{NamespacedName: client.ObjectKey{Name: o.GetName()}}}
 	})
+	// Every WindowsNodeNetwork, ours or not, says that winnet runs its node: the node's flannel record
+	// follows it.
+	anyByName := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
+		return []reconcile.Request{{NamespacedName: client.ObjectKey{Name: o.GetName()}}}
+	})
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("node").
 		For(&corev1.Node{}).
 		Watches(&networkv1alpha1.RemoteSubnetRoute{}, byName, builder.OnlyMetadata).
-		Watches(&networkv1alpha1.WindowsNodeNetwork{}, byName, builder.OnlyMetadata).
+		Watches(&networkv1alpha1.WindowsNodeNetwork{}, anyByName).
 		Complete(r)
 }
 
@@ -72,9 +80,19 @@ func (r *NodeReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 		return ctrl.Result{}, r.deleteDerived(ctx, req.Name)
 	}
 
-	route := desiredRoute(node)
+	wnn := &networkv1alpha1.WindowsNodeNetwork{}
+	if err := r.Client.Get(ctx, req.NamespacedName, wnn); apierrors.IsNotFound(err) {
+		wnn = nil
+	} else if err != nil {
+		return ctrl.Result{}, fmt.Errorf("getting WindowsNodeNetwork %s: %w", req.Name, err)
+	}
+	if err := r.reconcileFlannelRecord(ctx, node, wnn); err != nil {
+		return ctrl.Result{}, err
+	}
+
+	route := r.desiredRoute(node, wnn)
 	if route == nil {
-		log.V(1).Info("Node has no Pod CIDRs or InternalIP yet; it has no route")
+		log.V(1).Info("Node has no route (no Pod CIDRs or InternalIP yet, or a flannel node without interop)")
 		if err := r.deleteIfOurs(ctx, &networkv1alpha1.RemoteSubnetRoute{}, node.Name); err != nil {
 			return ctrl.Result{}, err
 		}
@@ -82,15 +100,65 @@ func (r *NodeReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 		return ctrl.Result{}, fmt.Errorf("applying RemoteSubnetRoute %s: %w", node.Name, err)
 	}
 
-	wnn, err := desiredNodeNetwork(node, r.Defaults)
+	derived, err := desiredNodeNetwork(node, r.Defaults)
 	if err != nil {
 		r.Recorder.Eventf(node, nil, corev1.EventTypeWarning, "InvalidNode", "Derive", "Cannot derive a WindowsNodeNetwork: %v", err)
 		return ctrl.Result{}, reconcile.TerminalError(err)
 	}
-	if wnn == nil {
+	if derived == nil {
 		return ctrl.Result{}, nil
 	}
-	return ctrl.Result{}, r.applyNodeNetwork(ctx, node, wnn)
+	return ctrl.Result{}, r.applyNodeNetwork(ctx, node, derived)
+}
+
+// desiredRoute is the node's RemoteSubnetRoute: winnet's own for a node winnet runs or any node without a
+// flannel lease, the flannel route for a node whose lease flanneld published (none when interop is off: a
+// winnet route could not reach it, VNI and MAC would be wrong for flannel's device).
+func (r *NodeReconciler) desiredRoute(node *corev1.Node, wnn *networkv1alpha1.WindowsNodeNetwork) *unstructured.Unstructured {
+	if wnn != nil {
+		return desiredRoute(node)
+	}
+	lease, ok, err := r.Flannel.flanneldLease(node)
+	switch {
+	case !ok:
+		return desiredRoute(node)
+	case !r.Flannel.Enabled:
+		return nil
+	case err != nil:
+		r.Recorder.Eventf(node, nil, corev1.EventTypeWarning, "FlannelLeaseUnusable", "Route",
+			"winnet nodes cannot reach this flannel node: %v", err)
+		return nil
+	}
+	if r.Flannel.VNI < flannelMinWindowsVNI && node.Labels[corev1.LabelOSStable] == "windows" {
+		r.Recorder.Eventf(node, nil, corev1.EventTypeWarning, "FlannelVNIBelow4096", "Route",
+			"This flannel Windows node skips leases with a VNI below %d (HNS refuses them), and winnet publishes VNI %d: "+
+				"it will not reach winnet nodes. Run flannel and winnet-controller with VNI 4096", flannelMinWindowsVNI, r.Flannel.VNI)
+	}
+	return r.Flannel.flannelRoute(node, lease)
+}
+
+// reconcileFlannelRecord publishes, corrects or withdraws the flannel record of a node winnet runs: published
+// while interop is on and the node has a WindowsNodeNetwork, withdrawn (only if winnet wrote it) otherwise.
+func (r *NodeReconciler) reconcileFlannelRecord(ctx context.Context, node *corev1.Node, wnn *networkv1alpha1.WindowsNodeNetwork) error {
+	var want map[string]string
+	if r.Flannel.Enabled && wnn != nil {
+		if want = r.Flannel.flannelRecord(node, wnn); want == nil {
+			return nil // no address or Pod CIDR yet: flanneld could not use a record
+		}
+	}
+	patch := r.Flannel.recordPatch(node, want)
+	if patch == nil {
+		return nil
+	}
+	if want == nil {
+		ctrl.LoggerFrom(ctx).Info("Withdrawing the node's flannel record")
+	} else {
+		ctrl.LoggerFrom(ctx).Info("Publishing the node's flannel record", "record", want)
+	}
+	if err := r.Client.Patch(ctx, node, client.RawPatch(types.MergePatchType, patch)); err != nil {
+		return fmt.Errorf("patching the flannel record of Node %s: %w", node.Name, err)
+	}
+	return nil
 }
 
 // applyNodeNetwork applies the derived fields without forcing: when a user owns one of them (they

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
+	"time"
 )
 
 // Claim is one CIDR claimed by a RemoteSubnetRoute or by a Node's spec.podCIDRs.
@@ -15,6 +16,9 @@ type Claim struct {
 	// manual route). Claims of the same node never conflict: a node's route repeats its Pod CIDRs.
 	Node string
 	CIDR netip.Prefix
+	// Created is the claiming object's creation time: of two routes of one node claiming the same CIDR,
+	// the older wins (see loses).
+	Created time.Time
 }
 
 func (c Claim) String() string { return fmt.Sprintf("%s of %s %s", c.CIDR, c.Kind, c.Name) }
@@ -23,6 +27,11 @@ func (c Claim) String() string { return fmt.Sprintf("%s of %s %s", c.CIDR, c.Kin
 type Overlap struct {
 	CIDR  netip.Prefix
 	Other Claim
+}
+
+// Duplicate reports whether the overlap is a route of the same node claiming the same CIDR (and winning).
+func (o Overlap) Duplicate() bool {
+	return o.Other.Kind == routeKind && o.Other.Node != "" && o.Other.CIDR == o.CIDR
 }
 
 // FindOverlaps returns, for every RemoteSubnetRoute that overlaps another claim of a different node,
@@ -53,8 +62,10 @@ func FindOverlaps(claims []Claim) map[string][]Overlap {
 			open = open[:len(open)-1]
 		}
 		for _, o := range open {
-			if conflicts(c, o) {
+			if loses(c, o) {
 				add(c, o)
+			}
+			if loses(o, c) {
 				add(o, c)
 			}
 		}
@@ -74,6 +85,29 @@ func conflicts(a, b Claim) bool {
 		return false
 	}
 	return a.Kind != nodeKind || b.Kind != nodeKind
+}
+
+// duplicates reports whether a and b are two routes of the same node claiming the same CIDR: they would be
+// one flow match (and one host route), so only one can be installed.
+func duplicates(a, b Claim) bool {
+	return a.Kind == routeKind && b.Kind == routeKind && a.Node != "" && a.Node == b.Node && a.CIDR == b.CIDR
+}
+
+// related reports whether the claims of a and b bear on each other's verdict.
+func related(a, b Claim) bool { return conflicts(a, b) || duplicates(a, b) }
+
+// loses reports whether claim a is refused because of claim b: they conflict, or b is a duplicate of a that
+// wins. Of two duplicates the older route wins, then the one whose name sorts first (the rule Gateway API
+// uses for conflicting routes); the winner keeps its flows, so traffic does not move when a duplicate
+// appears.
+func loses(a, b Claim) bool {
+	if conflicts(a, b) {
+		return true
+	}
+	if !duplicates(a, b) {
+		return false
+	}
+	return cmp.Or(b.Created.Compare(a.Created), cmp.Compare(b.Name, a.Name)) < 0
 }
 
 // compareOverlaps orders a route's overlaps by its CIDR, then by the other claim.

@@ -82,14 +82,15 @@ func (x *claimIndex) remove(c Claim) {
 	}
 }
 
-// conflicting returns the claims in the index that conflict with c (see conflicts), c itself
-// excepted once: an object listing the same CIDR twice conflicts with itself, as in FindOverlaps.
+// conflicting returns the claims in the index related to c (they conflict, or are its duplicates, see
+// related), c itself excepted once: an object listing the same CIDR twice conflicts with itself, as in
+// FindOverlaps.
 func (x *claimIndex) conflicting(c Claim) []Claim {
 	c.CIDR = c.CIDR.Masked()
 	var out []Claim
 	collect := func(others []Claim) {
 		for _, o := range others {
-			if conflicts(c, o) {
+			if related(c, o) {
 				out = append(out, o)
 			}
 		}
@@ -120,7 +121,9 @@ func (x *claimIndex) overlaps(route string) []Overlap {
 	var out []Overlap
 	for _, c := range x.byOwner[owner{routeKind, route}] {
 		for _, o := range x.conflicting(c) {
-			out = append(out, Overlap{CIDR: c.CIDR, Other: o})
+			if loses(c, o) {
+				out = append(out, Overlap{CIDR: c.CIDR, Other: o})
+			}
 		}
 	}
 	slices.SortFunc(out, compareOverlaps)

@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 	"net/netip"
 	"testing"
+	"time"
 
 	. "github.com/onsi/gomega"
 )
@@ -13,11 +14,18 @@ func route(name, node, cidr string) Claim {
 	return Claim{Kind: routeKind, Name: name, Node: node, CIDR: netip.MustParsePrefix(cidr)}
 }
 
+func routeAt(name, node, cidr string, created time.Time) Claim {
+	c := route(name, node, cidr)
+	c.Created = created
+	return c
+}
+
 func node(name, cidr string) Claim {
 	return Claim{Kind: nodeKind, Name: name, Node: name, CIDR: netip.MustParsePrefix(cidr)}
 }
 
 func TestFindOverlaps(t *testing.T) {
+	t1 := time.Date(2026, 11, 25, 7, 0, 0, 0, time.UTC)
 	cases := []struct {
 		name   string
 		claims []Claim
@@ -56,6 +64,24 @@ func TestFindOverlaps(t *testing.T) {
 				"big":   {"10.0.0.0/8 overlaps 10.1.0.0/16 of RemoteSubnetRoute small"},
 				"small": {"10.1.0.0/16 overlaps 10.0.0.0/8 of RemoteSubnetRoute big"},
 			},
+		},
+		{
+			// One flow match, one host route: the older route is installed, the newer one refused, so a
+			// second route never moves traffic (the flows flapped between both before, issue #22).
+			name: "two routes of one node with the same CIDR: the older wins",
+			claims: []Claim{node("linux-a", "10.244.9.0/24"), routeAt("linux-a", "linux-a", "10.244.9.0/24", t1),
+				routeAt("a-manual", "linux-a", "10.244.9.0/24", t1.Add(time.Second))},
+			want: map[string][]string{"a-manual": {"10.244.9.0/24 overlaps 10.244.9.0/24 of RemoteSubnetRoute linux-a"}},
+		},
+		{
+			name:   "two routes of one node with the same CIDR and age: the first name wins",
+			claims: []Claim{routeAt("b", "n", "10.244.9.0/24", t1), routeAt("a", "n", "10.244.9.0/24", t1)},
+			want:   map[string][]string{"b": {"10.244.9.0/24 overlaps 10.244.9.0/24 of RemoteSubnetRoute a"}},
+		},
+		{
+			name:   "routes of one node with nested CIDRs are distinct matches",
+			claims: []Claim{routeAt("b", "n", "10.244.9.0/24", t1), routeAt("a", "n", "10.244.9.0/25", t1)},
+			want:   map[string][]string{},
 		},
 		{
 			name:   "IPv4 and IPv6 never overlap",

@@ -205,7 +205,8 @@ func routeClaims(rt *networkv1alpha1.RemoteSubnetRoute) []Claim {
 	var claims []Claim
 	for _, c := range rt.Spec.PodCIDRs {
 		if p, err := netip.ParsePrefix(string(c)); err == nil {
-			claims = append(claims, Claim{Kind: routeKind, Name: rt.Name, Node: rt.Spec.NodeName, CIDR: p.Masked()})
+			claims = append(claims, Claim{Kind: routeKind, Name: rt.Name, Node: rt.Spec.NodeName, CIDR: p.Masked(),
+				Created: rt.CreationTimestamp.Time})
 		}
 	}
 	return claims

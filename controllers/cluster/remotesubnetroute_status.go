@@ -29,14 +29,26 @@ func setRouteConditions(route *networkv1alpha1.RemoteSubnetRoute, overlaps []Ove
 		return
 	}
 	msg := overlapMessage(overlaps)
+	reason := conflictReason(overlaps)
 	meta.SetStatusCondition(&route.Status.Conditions, metav1.Condition{
 		Type: networkv1alpha1.ConflictCondition, Status: metav1.ConditionTrue, ObservedGeneration: gen,
-		Reason: networkv1alpha1.OverlapReason, Message: msg,
+		Reason: reason, Message: msg,
 	})
 	meta.SetStatusCondition(&route.Status.Conditions, metav1.Condition{
 		Type: networkv1alpha1.AcceptedCondition, Status: metav1.ConditionFalse, ObservedGeneration: gen,
-		Reason: networkv1alpha1.OverlapReason, Message: "Agents skip this route until the overlap is resolved: " + msg,
+		Reason: reason, Message: "Agents skip this route until the overlap is resolved: " + msg,
 	})
+}
+
+// conflictReason is Duplicate when every overlap is an older route of the same node with the same CIDR,
+// Overlap otherwise.
+func conflictReason(overlaps []Overlap) string {
+	for _, o := range overlaps {
+		if !o.Duplicate() {
+			return networkv1alpha1.OverlapReason
+		}
+	}
+	return networkv1alpha1.DuplicateReason
 }
 
 func overlapMessage(overlaps []Overlap) string {
@@ -44,6 +56,11 @@ func overlapMessage(overlaps []Overlap) string {
 	for i, o := range overlaps {
 		if i == maxNamedOverlaps {
 			break
+		}
+		if o.Duplicate() {
+			parts = append(parts, fmt.Sprintf("%s is already routed to node %s by %s, which is older (or of the same age and sorts first) and wins",
+				o.CIDR, o.Other.Node, o.Other))
+			continue
 		}
 		parts = append(parts, fmt.Sprintf("%s overlaps %s", o.CIDR, o.Other))
 	}
@@ -68,5 +85,6 @@ func routeStatusCurrent(route *networkv1alpha1.RemoteSubnetRoute, overlaps []Ove
 	if len(overlaps) == 0 {
 		return conflict.Status == metav1.ConditionFalse && accepted.Status == metav1.ConditionTrue
 	}
-	return conflict.Status == metav1.ConditionTrue && accepted.Status == metav1.ConditionFalse && conflict.Message == overlapMessage(overlaps)
+	return conflict.Status == metav1.ConditionTrue && accepted.Status == metav1.ConditionFalse && conflict.Message == overlapMessage(overlaps) &&
+		conflict.Reason == conflictReason(overlaps)
 }

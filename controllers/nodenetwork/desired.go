@@ -53,8 +53,10 @@ type desired struct {
 	// tunnel is nil in NoEncap mode.
 	tunnel *ovsdb.PortSpec
 	vni    uint32
-	snat   bool
-	noSNAT []netip.Prefix
+	// vtepMAC is the node's VTEP MAC (vtep.MAC); set by the reconciler, which knows the node's name.
+	vtepMAC net.HardwareAddr
+	snat    bool
+	noSNAT  []netip.Prefix
 }
 
 // invalidSpecError is a spec that cannot be realised on this host; the agent reports it and waits
@@ -169,6 +171,7 @@ func (d desired) pipelineNode(gatewayMAC net.HardwareAddr, ofports map[string]in
 	}
 	if d.tunnel != nil {
 		n.TunnelOFPort = uint32(ofports[d.tunnel.Name])
+		n.VNI, n.VTEPMAC = d.vni, d.vtepMAC
 	}
 	return n
 }

@@ -29,6 +29,7 @@ import (
 	"github.com/winnet-io/winnet/internal/ovs/openflow"
 	"github.com/winnet-io/winnet/internal/ovs/ovsdb"
 	"github.com/winnet-io/winnet/internal/pipeline"
+	"github.com/winnet-io/winnet/internal/vtep"
 )
 
 // Finalizer keeps a WindowsNodeNetwork until the agent has given the host its network back.
@@ -255,6 +256,7 @@ func (r *Reconciler) converge(ctx context.Context, wnn *networkv1alpha1.WindowsN
 		r.state().setRealized(nil)
 		return err
 	}
+	s.desired.vtepMAC = vtep.MAC(wnn.Name, wnn.Spec.Encapsulation)
 	steps := []step{
 		{networkv1alpha1.HostSwitchReadyCondition, r.ensureHostSwitch},
 		{networkv1alpha1.BridgeReadyCondition, r.ensureBridge},
@@ -636,8 +638,9 @@ func (r *Reconciler) ensureTunnel(ctx context.Context, s *state) (outcome, error
 		return outcome{}, failed(networkv1alpha1.OVSUnavailableReason, err)
 	}
 	port := int32(tunnelPort(s.wnn.Spec.Encapsulation))
-	s.wnn.Status.Tunnel = &networkv1alpha1.TunnelStatus{Type: s.wnn.Spec.Encapsulation.TunnelType, Port: port, OFPort: ofport}
-	return outcome{networkv1alpha1.ReadyReason, fmt.Sprintf("%s tunnel from %s on UDP %d, VNI %d", d.tunnel.Type, d.nodeIP, port, d.vni)}, nil
+	s.wnn.Status.Tunnel = &networkv1alpha1.TunnelStatus{Type: s.wnn.Spec.Encapsulation.TunnelType, Port: port, OFPort: ofport,
+		VNI: int32(d.vni), VTEPMAC: d.vtepMAC.String()}
+	return outcome{networkv1alpha1.ReadyReason, fmt.Sprintf("%s tunnel from %s on UDP %d, VNI %d, VTEP MAC %s", d.tunnel.Type, d.nodeIP, port, d.vni, d.vtepMAC)}, nil
 }
 
 // ensurePipeline installs the base pipeline, after checking the switch's flows for drift.

@@ -28,6 +28,7 @@ import (
 	"github.com/winnet-io/winnet/internal/hostnet"
 	"github.com/winnet-io/winnet/internal/ovs/ovsdb"
 	"github.com/winnet-io/winnet/internal/pipeline"
+	"github.com/winnet-io/winnet/internal/vtep"
 	"github.com/winnet-io/winnet/test/framework"
 	"github.com/winnet-io/winnet/test/simnode"
 )
@@ -155,7 +156,8 @@ func TestNodeNetworkConvergesAndHeals(t *testing.T) {
 		g.Expect(w.Status.Uplink).To(Equal(&networkv1alpha1.PortStatus{Name: "uplink0", MAC: n.UplinkMAC.String(), OFPort: nodenetwork.UplinkOFPort}))
 		g.Expect(w.Status.Gateway).To(HaveField("IP", "10.244.1.1"))
 		g.Expect(w.Status.Gateway.OFPort).To(Equal(nodenetwork.GatewayOFPort))
-		g.Expect(w.Status.Tunnel).To(Equal(&networkv1alpha1.TunnelStatus{Type: "vxlan", Port: 4789, OFPort: nodenetwork.TunnelOFPort}))
+		g.Expect(w.Status.Tunnel).To(Equal(&networkv1alpha1.TunnelStatus{Type: "vxlan", Port: 4789, OFPort: nodenetwork.TunnelOFPort,
+			VNI: 1, VTEPMAC: vtep.Derived("win-a").String()}))
 		g.Expect(w.Status.MTU).To(Equal(int32(1500 - 50)))
 		g.Expect(w.Status.HNSNetworkID).NotTo(BeEmpty())
 		// The Services' flows come after the node network's: the count includes them at a later resync.
@@ -331,7 +333,8 @@ func TestNodeNetworkConvergesAndHeals(t *testing.T) {
 		g.Eventually(func(g Gomega) {
 			w := get("win-a")(g)
 			g.Expect(w.Status.ObservedGeneration).To(Equal(w.Generation))
-			g.Expect(w.Status.Tunnel).To(Equal(&networkv1alpha1.TunnelStatus{Type: "geneve", Port: 6081, OFPort: nodenetwork.TunnelOFPort}))
+			g.Expect(w.Status.Tunnel).To(Equal(&networkv1alpha1.TunnelStatus{Type: "geneve", Port: 6081, OFPort: nodenetwork.TunnelOFPort,
+				VNI: 4096, VTEPMAC: vtep.Derived("win-a").String()}))
 			g.Expect(w.Status.MTU).To(Equal(int32(1400)))
 		}).WithTimeout(repair).Should(Succeed())
 		g.Expect(n.MustExec(t, "ovs-vsctl", "--db=unix:"+n.OVS.DBSocket(), "get", "interface", "winnet-tun0", "type")).To(ContainSubstring("geneve"))

@@ -1,10 +1,12 @@
 package remoteroute
 
 import (
+	"cmp"
 	"fmt"
 	"net"
 	"net/netip"
 	"slices"
+	"time"
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -26,6 +28,8 @@ type route struct {
 	gatewayIP netip.Addr
 	vni       uint32
 	dstMAC    net.HardwareAddr
+	// created orders routes claiming the same CIDR: the oldest wins (see winner).
+	created time.Time
 }
 
 // skipped is a route this node does not install, with why; it counts as failed when it is an error
@@ -81,11 +85,30 @@ func desiredRoutes(nodeName string, rz nodenetwork.Realized, list []networkv1alp
 					gw = ip
 				}
 			}
-			out = append(out, route{name: rsr.Name, cidr: cidr.Masked(), tunnel: tunnel, nodeIP: nodeIP, gatewayIP: gw, vni: vni, dstMAC: dstMAC})
+			out = append(out, route{name: rsr.Name, cidr: cidr.Masked(), tunnel: tunnel, nodeIP: nodeIP, gatewayIP: gw, vni: vni, dstMAC: dstMAC,
+				created: rsr.CreationTimestamp.Time})
 		}
 	}
-	slices.SortFunc(out, func(a, b route) int { return a.cidr.Addr().Compare(b.cidr.Addr()) })
-	return out, skips
+	// Two routes for the same CIDR would be one flow match and one host route: install only the winner,
+	// whatever winnet-controller's verdict says yet (its Conflict condition follows the same rule).
+	slices.SortFunc(out, func(a, b route) int {
+		return cmp.Or(a.cidr.Addr().Compare(b.cidr.Addr()), cmp.Compare(a.cidr.Bits(), b.cidr.Bits()), winner(a, b))
+	})
+	kept := out[:0]
+	for _, rt := range out {
+		if n := len(kept); n > 0 && kept[n-1].cidr == rt.cidr {
+			skips = append(skips, skipped{name: rt.name, reason: fmt.Sprintf("%s is installed for the older route %s", rt.cidr, kept[n-1].name)})
+			continue
+		}
+		kept = append(kept, rt)
+	}
+	return kept, skips
+}
+
+// winner orders two routes claiming the same CIDR: the older one first, then by name. winnet-controller's
+// Conflict condition (reason Duplicate) documents the same rule.
+func winner(a, b route) int {
+	return cmp.Or(a.created.Compare(b.created), cmp.Compare(a.name, b.name))
 }
 
 // useTunnel resolves a route's mode on this node.

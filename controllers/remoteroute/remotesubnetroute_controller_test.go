@@ -128,7 +128,7 @@ func TestTwoNodes(t *testing.T) {
 		g := NewWithT(t)
 		g.Eventually(gatewayPing(a, b)).WithTimeout(10 * time.Second).Should(Succeed())
 		g.Eventually(gatewayPing(b, a)).WithTimeout(10 * time.Second).Should(Succeed())
-		g.Expect(a.flows(g)).To(ContainSubstring("nw_dst=10.244.2.0/24 actions=set_field:"))
+		g.Expect(a.flows(g)).To(ContainSubstring("nw_dst=10.244.2.0/24 actions=dec_ttl,set_field:"))
 		g.Expect(a.flows(g)).To(ContainSubstring("set_field:192.168.20.12->tun_dst"))
 		g.Expect(a.MustExec(t, "ip", "route", "show", "10.244.2.0/24")).To(ContainSubstring("via 10.244.2.1 dev winnet-gw0"))
 	})

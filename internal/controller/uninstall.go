@@ -308,7 +308,7 @@ func (u *uninstaller) removeFlannelAnnotations(ctx context.Context, nodes []stri
 		before := node.DeepCopy()
 		var removed []string
 		for k := range node.Annotations {
-			if strings.HasPrefix(k, FlannelAnnotationPrefix) {
+			if strings.HasPrefix(k, FlannelAnnotationPrefix) || k == cluster.FlannelRecordAnnotation {
 				delete(node.Annotations, k)
 				removed = append(removed, k)
 			}

@@ -22,6 +22,12 @@ type Node struct {
 	UplinkOFPort uint32
 	// TunnelOFPort is the tunnel port; 0 when the node does not encapsulate (NoEncap).
 	TunnelOFPort uint32
+	// VNI is the tunnel's own VNI: accepted from every peer (a route with a VNI of its own adds that
+	// VNI from its peer only, RouteFlows).
+	VNI uint32
+	// VTEPMAC is the node's VTEP MAC: tunnelled traffic to it is delivered like traffic to the global
+	// virtual MAC, and it is the inner source MAC of what the node encapsulates.
+	VTEPMAC net.HardwareAddr
 	// SNAT turns SNAT of Pod-to-external traffic on.
 	SNAT bool
 	// NoSNAT are the destinations Pods reach with their own address: cluster and Service CIDRs,
@@ -98,8 +104,21 @@ func (n Node) classifierFlows() []openflow.Flow {
 		flow(SpoofGuardTable, priorityMiss, nil, openflow.Drop()),
 	)
 	if n.TunnelOFPort != 0 {
-		out = append(out, flow(ClassifierTable, priorityNormal, match(openflow.InPort(n.TunnelOFPort)),
-			loadReg(PktSourceField, FromTunnel), openflow.GotoTable(ConntrackTable)))
+		out = append(out, n.tunnelAcceptFlows(openflow.TunID(uint64(n.VNI)))...)
+	}
+	return out
+}
+
+// tunnelAcceptFlows accept what arrives on the tunnel port with the VNI (and tunnel source) of m, and
+// nothing else reaches the pipeline from there (the table's miss drops it): a peer that sends with another
+// VNI belongs to another network. Traffic addressed to the node's VTEP MAC (flannel's Linux nodes address
+// each node by its own MAC) gets the global virtual MAC that L3Forwarding delivers on the fast path.
+func (n Node) tunnelAcceptFlows(m ...openflow.MatchField) []openflow.Flow {
+	in := append(match(openflow.InPort(n.TunnelOFPort)), m...)
+	out := []openflow.Flow{flow(ClassifierTable, priorityNormal, in, loadReg(PktSourceField, FromTunnel), openflow.GotoTable(ConntrackTable))}
+	if n.VTEPMAC != nil {
+		out = append(out, flow(ClassifierTable, priorityHigh, append(in, openflow.EthDst(n.VTEPMAC)),
+			openflow.SetEthDst(GlobalVirtualMAC), loadReg(PktSourceField, FromTunnel), openflow.GotoTable(ConntrackTable)))
 	}
 	return out
 }

@@ -19,6 +19,8 @@ func testNode() Node {
 		GatewayOFPort: 2,
 		UplinkOFPort:  3,
 		TunnelOFPort:  1,
+		VNI:           1,
+		VTEPMAC:       mustMAC("0e:5e:00:00:00:0b"),
 		SNAT:          true,
 		NoSNAT:        []netip.Prefix{netip.MustParsePrefix("10.244.0.0/16"), netip.MustParsePrefix("10.96.0.0/12")},
 	}

@@ -35,10 +35,19 @@ func (n Node) RouteFlows(r RemoteRoute) []openflow.Flow {
 				loadReg(TargetOFPortField, n.UplinkOFPort), loadReg(OFPortFoundField, 1), openflow.GotoTable(ConntrackCommitTable)),
 		}
 	}
+	src := n.VTEPMAC
+	if src == nil {
+		src = n.GatewayMAC
+	}
+	// The node routes: the TTL goes down by one (flannel's Linux nodes deliver what they receive as is).
 	out := []openflow.Flow{
 		flow(L3ForwardingTable, priorityNormal, match(openflow.IPv4(), openflow.NwDst(r.CIDR)),
-			openflow.SetEthSrc(n.GatewayMAC), openflow.SetEthDst(r.DstMAC), openflow.SetTunDst(r.NodeIP), openflow.SetTunID(uint64(r.VNI)),
+			openflow.DecTTL(), openflow.SetEthSrc(src), openflow.SetEthDst(r.DstMAC), openflow.SetTunDst(r.NodeIP), openflow.SetTunID(uint64(r.VNI)),
 			loadReg(TargetOFPortField, n.TunnelOFPort), loadReg(OFPortFoundField, 1), openflow.GotoTable(ConntrackCommitTable)),
+	}
+	if r.VNI != n.VNI {
+		// A peer with a VNI of its own (a flannel node) is answered and heard on that VNI.
+		out = append(out, n.tunnelAcceptFlows(openflow.TunID(uint64(r.VNI)), openflow.TunSrc(r.NodeIP))...)
 	}
 	if r.GatewayIP.IsValid() {
 		// Answer the host's ARP for the remote gateway (the next hop of its route to the CIDR).

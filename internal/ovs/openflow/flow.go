@@ -198,6 +198,7 @@ const (
 
 const (
 	kindTunID matchKind = kindReg + 16 + iota
+	kindTunSrc
 	kindTunDst
 	kindInPort
 	kindEthSrc
@@ -344,6 +345,11 @@ func TunDst(ip netip.Addr) MatchField {
 	return MatchField{kind: kindTunDst, prefix: netip.PrefixFrom(ip, ip.BitLen())}
 }
 
+// TunSrc matches the tunnel source address (the peer that encapsulated the packet).
+func TunSrc(ip netip.Addr) MatchField {
+	return MatchField{kind: kindTunSrc, prefix: netip.PrefixFrom(ip, ip.BitLen())}
+}
+
 // TunID matches the tunnel key (VNI).
 func TunID(id uint64) MatchField { return MatchField{kind: kindTunID, value: id} }
 
@@ -464,6 +470,8 @@ func (m MatchField) text(arp bool) string {
 		return fmt.Sprintf("reg%d=%s", m.reg, maskedHex(m.value, m.mask))
 	case kindTunID:
 		return "tun_id=" + hex(m.value)
+	case kindTunSrc:
+		return "tun_src=" + prefixText(m.prefix)
 	case kindTunDst:
 		return "tun_dst=" + prefixText(m.prefix)
 	case kindInPort:
@@ -538,6 +546,8 @@ func (m MatchField) oxm(arp bool) (*openflow15.MatchField, error) {
 		return openflow15.NewRegMatchFieldWithMask(m.reg, uint32(m.value), uint32(m.mask)), nil
 	case kindTunID:
 		return openflow15.NewTunnelIdField(m.value), nil
+	case kindTunSrc:
+		return openflow15.NewTunnelIpv4SrcField(ip, ipMask(m.prefix)), nil
 	case kindTunDst:
 		return openflow15.NewTunnelIpv4DstField(ip, ipMask(m.prefix)), nil
 	case kindInPort:

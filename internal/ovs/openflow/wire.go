@@ -115,6 +115,8 @@ func (m *MatchField) appendOXM(b []byte, arp bool) ([]byte, error) {
 		return appendOXM32(b, nxm, uint8(openflow15.NXM_NX_REG0+m.reg), uint32(m.value), uint32(m.mask), m.mask != 0), nil
 	case kindTunID:
 		return binary.BigEndian.AppendUint64(oxmHeader(b, basic, openflow15.OXM_FIELD_TUNNEL_ID, 8, false), m.value), nil
+	case kindTunSrc:
+		return appendOXMPrefix(b, nxm, openflow15.NXM_NX_TUN_IPV4_SRC, m, true), nil
 	case kindTunDst:
 		return appendOXMPrefix(b, nxm, openflow15.NXM_NX_TUN_IPV4_DST, m, true), nil
 	case kindInPort:

@@ -52,6 +52,8 @@ type Options struct {
 	ClusterCIDR netip.Prefix
 	// Logf receives progress messages; nil discards them.
 	Logf func(format string, args ...any)
+	// ControllerArgs are added to winnet-controller's command line (its flannel interop, say).
+	ControllerArgs []string
 }
 
 // Cluster is a running cluster. Its methods are safe for concurrent use unless they say otherwise.
@@ -93,10 +95,13 @@ type Cluster struct {
 	stopLeases        chan struct{}
 	dns               *process
 
-	mu    sync.Mutex
-	nodes map[string]*Node
-	pods  map[string]*Pod
-	ports int
+	mu           sync.Mutex
+	nodes        map[string]*Node
+	flannelNodes []*FlannelNode
+	// routesToFlannel: winnet-controller writes a route to every flannel node (its flannel interop is on).
+	routesToFlannel bool
+	pods            map[string]*Pod
+	ports           int
 }
 
 // Start builds the cluster's shared parts: the run directory, the underlay with the external host and the API
@@ -285,16 +290,29 @@ func (c *Cluster) startAPIServer() error {
 }
 
 func (c *Cluster) startController() error {
-	c.logf("Starting winnet-controller")
-	p, err := c.reg.startProcess("winnet-controller", filepath.Join(c.RunDir, "winnet-controller.log"), false,
-		filepath.Join(c.BinDir, "winnet-controller"), "--kubeconfig", c.Kubeconfig, "--leader-elect=false",
+	c.logf("Starting winnet-controller %v", c.opts.ControllerArgs)
+	args := []string{filepath.Join(c.BinDir, "winnet-controller"), "--kubeconfig", c.Kubeconfig, "--leader-elect=false",
 		"--health-probe-bind-address", "0", "--metrics-bind-address", "0",
-		"--cluster-cidrs", c.ClusterCIDR.String())
+		"--cluster-cidrs", c.ClusterCIDR.String()}
+	p, err := c.reg.startProcess("winnet-controller", filepath.Join(c.RunDir, "winnet-controller.log"), false,
+		append(args, c.opts.ControllerArgs...)...)
 	if err != nil {
 		return err
 	}
 	c.controller = p
 	return nil
+}
+
+// RestartController stops winnet-controller and starts it again with args added to its command line instead of
+// Options.ControllerArgs.
+func (c *Cluster) RestartController(args ...string) error {
+	if c.controller != nil {
+		if err := c.controller.stop(syscall.SIGTERM, 10*time.Second); err != nil {
+			return err
+		}
+	}
+	c.opts.ControllerArgs = args
+	return c.startController()
 }
 
 // agentFlagsNeeded are the agent flags the harness passes for the CNI server and per-node state (see the
@@ -360,6 +378,9 @@ func (c *Cluster) LogTails(lines int) string {
 func (c *Cluster) Close() error {
 	var errs []error
 	for _, n := range c.Nodes() {
+		errs = append(errs, n.stop())
+	}
+	for _, n := range c.FlannelNodes() {
 		errs = append(errs, n.stop())
 	}
 	if c.controller != nil {

@@ -341,13 +341,20 @@ func (c *Cluster) ready(ctx context.Context, n *Node, routes int32) error {
 	return nil
 }
 
-// WaitReady waits until every node is Ready with a route to every other node.
+// WaitReady waits until every node is Ready with a route to every other node (and to every flannel node, when
+// SetRoutesToFlannelNodes said winnet-controller writes them).
 func (c *Cluster) WaitReady(ctx context.Context, timeout time.Duration) error {
 	nodes := c.Nodes()
+	routes := len(nodes) - 1
+	c.mu.Lock()
+	if c.routesToFlannel {
+		routes += len(c.flannelNodes)
+	}
+	c.mu.Unlock()
 	return waitFor(timeout, 200*time.Millisecond, func() error {
 		var errs []error
 		for _, n := range nodes {
-			errs = append(errs, c.ready(ctx, n, int32(len(nodes)-1)))
+			errs = append(errs, c.ready(ctx, n, int32(routes)))
 		}
 		return errors.Join(errs...)
 	})

@@ -49,8 +49,10 @@ func (r *registry) recordDir(dir string) error { return r.appendLine(dirsFile, d
 
 // process is a daemon the harness started (an agent, winnet-controller), stopped by pid.
 type process struct {
-	name    string
-	args    []string
+	name string
+	args []string
+	// env is added to the harness's environment.
+	env     []string
 	logPath string
 	cmd     *exec.Cmd
 	done    chan struct{}
@@ -63,6 +65,12 @@ func (r *registry) startProcess(name, logPath string, detached bool, args ...str
 	return p, p.start(r, detached)
 }
 
+// startProcessWithEnv is startProcess with variables added to the environment (flanneld's NODE_NAME).
+func (r *registry) startProcessWithEnv(name, logPath string, env []string, args ...string) (*process, error) {
+	p := &process{name: name, args: args, logPath: logPath, env: env}
+	return p, p.start(r, false)
+}
+
 func (p *process) start(r *registry, detached bool) error {
 	log, err := os.OpenFile(p.logPath, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
 	if err != nil {
@@ -70,6 +78,9 @@ func (p *process) start(r *registry, detached bool) error {
 	}
 	cmd := exec.Command(p.args[0], p.args[1:]...)
 	cmd.Stdout, cmd.Stderr = log, log
+	if len(p.env) > 0 {
+		cmd.Env = append(os.Environ(), p.env...)
+	}
 	if detached {
 		cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	} else {
