@@ -138,8 +138,16 @@ func (r *NodeReconciler) desiredRoute(node *corev1.Node, wnn *networkv1alpha1.Wi
 }
 
 // reconcileFlannelRecord publishes, corrects or withdraws the flannel record of a node winnet runs: published
-// while interop is on and the node has a WindowsNodeNetwork, withdrawn (only if winnet wrote it) otherwise.
+// while interop is on and the node has a WindowsNodeNetwork, withdrawn (only if winnet wrote it) when interop
+// is turned off. A node whose network is deleted while interop is on keeps the record it has until its Node
+// goes: flanneld withdraws its route to a node only when it sees the Node deleted with the record still on
+// it (it never acts on a record removed from a live Node), and operators delete a node's network before its
+// Node (the agent's token dies with the Node), so withdrawing the record first would leave flanneld's route
+// to the node's Pod CIDR behind for good.
 func (r *NodeReconciler) reconcileFlannelRecord(ctx context.Context, node *corev1.Node, wnn *networkv1alpha1.WindowsNodeNetwork) error {
+	if r.Flannel.Enabled && wnn == nil {
+		return nil
+	}
 	var want map[string]string
 	if r.Flannel.Enabled && wnn != nil {
 		if want = r.Flannel.flannelRecord(node, wnn); want == nil {
