@@ -4,16 +4,11 @@ package cluster
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
-	"net/netip"
 	"sync"
 	"syscall"
 	"time"
-
-	types100 "github.com/containernetworking/cni/pkg/types/100"
 
 	"github.com/winnet-io/winnet/internal/hns"
 )
@@ -59,33 +54,12 @@ func (c *Cluster) RecreateSandbox(ctx context.Context, p *Pod, timeout time.Dura
 	if err := c.DeleteSandbox(ctx, p); err != nil {
 		return err
 	}
-	id := make([]byte, 16)
-	_, _ = rand.Read(id)
-	p.ContainerID = hex.EncodeToString(id)
+	p.NewSandbox()
 	if err := addNS(p.NS); err != nil {
 		return err
 	}
-	list, err := n.waitConflist(0)
-	if err != nil {
-		return err
-	}
-	res, err := c.cniConfig(n).AddNetworkList(ctx, list, p.runtimeConf())
-	if err != nil {
-		return fmt.Errorf("CNI ADD of Pod %s's new sandbox on %s: %w", p.Name, n.Name, err)
-	}
-	if p.Result, err = types100.NewResultFromResult(res); err != nil {
-		return fmt.Errorf("converting the CNI result of Pod %s: %w", p.Name, err)
-	}
-	if len(p.Result.IPs) == 0 {
-		return fmt.Errorf("the CNI result of Pod %s has no IP: %+v", p.Name, p.Result)
-	}
-	ip, ok := netip.AddrFromSlice(p.Result.IPs[0].Address.IP.To4())
-	if !ok {
-		return fmt.Errorf("the CNI result of Pod %s has no IPv4 address: %v", p.Name, p.Result.IPs[0].Address)
-	}
-	p.IP = ip
-	if err := hns.StartSandbox(n.SandboxDir(), p.NSPath); err != nil {
-		return err
+	if err := c.CNIAdd(ctx, p, 0); err != nil {
+		return fmt.Errorf("the new sandbox of Pod %s: %w", p.Name, err)
 	}
 	return waitFor(timeout, 50*time.Millisecond, func() error {
 		sent, received, err := Ping(p.Place(), n.Gateway, 1)
