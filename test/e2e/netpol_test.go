@@ -258,28 +258,14 @@ func patchLabels(t *testing.T, key client.ObjectKey, obj client.Object, edit fun
 	g.Expect(c.Client.Patch(ctx, obj, client.MergeFrom(before))).To(Succeed())
 }
 
-// serveLines runs a TCP server in the namespace at path that echoes what it reads, for connections
-// kept open across policy changes.
+// serveLines runs cluster.ServeLines in the namespace at path until the test ends.
 func serveLines(t *testing.T, path string, port int) {
 	t.Helper()
-	var l net.Listener
-	if err := ns.WithNetNSPath(path, func(ns.NetNS) error {
-		var err error
-		l, err = net.Listen("tcp4", fmt.Sprintf(":%d", port))
-		return err
-	}); err != nil {
+	s, err := cluster.ServeLines(path, port)
+	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { l.Close() })
-	go func() {
-		for {
-			conn, err := l.Accept()
-			if err != nil {
-				return
-			}
-			go func() { _, _ = io.Copy(conn, conn); conn.Close() }()
-		}
-	}()
+	t.Cleanup(s.Close)
 }
 
 // dialLines opens a connection from the Pod to a serveLines server and checks it echoes.

@@ -7,6 +7,7 @@ import (
 	"context"
 	cryptorand "crypto/rand"
 	"fmt"
+	"io"
 	"net"
 	"net/netip"
 	"sort"
@@ -253,15 +254,33 @@ func Ping(from Place, dst netip.Addr, count int) (sent, received int, err error)
 	return count, s.answered(), nil
 }
 
-// EchoServer answers every TCP connection with the source address it sees and closes it. It listens inside a
-// network namespace: a socket belongs to the namespace it was created in, whichever thread serves it.
+// EchoServer answers every TCP connection with the source address it sees and closes it (ServeEcho), or
+// echoes back what the connection sends until it closes (ServeLines). It listens inside a network namespace:
+// a socket belongs to the namespace it was created in, whichever thread serves it.
 type EchoServer struct {
-	l    net.Listener
-	done chan struct{}
+	l      net.Listener
+	handle func(net.Conn)
+	done   chan struct{}
 }
 
-// ServeEcho starts an echo server on 0.0.0.0:port inside the namespace at path.
+// ServeEcho starts a server on 0.0.0.0:port inside the namespace at path that answers each connection with
+// the client address it sees.
 func ServeEcho(path string, port int) (*EchoServer, error) {
+	return serveIn(path, port, func(conn net.Conn) {
+		_ = conn.SetDeadline(time.Now().Add(5 * time.Second))
+		if ap, err := netip.ParseAddrPort(conn.RemoteAddr().String()); err == nil {
+			_, _ = fmt.Fprintf(conn, "%s\n", ap.Addr().Unmap())
+		}
+	})
+}
+
+// ServeLines starts a server on 0.0.0.0:port inside the namespace at path that echoes back what each
+// connection sends, for connections kept open across changes (policy, an API server outage).
+func ServeLines(path string, port int) (*EchoServer, error) {
+	return serveIn(path, port, func(conn net.Conn) { _, _ = io.Copy(conn, conn) })
+}
+
+func serveIn(path string, port int, handle func(net.Conn)) (*EchoServer, error) {
 	var l net.Listener
 	err := ns.WithNetNSPath(path, func(ns.NetNS) error {
 		var err error
@@ -271,7 +290,7 @@ func ServeEcho(path string, port int) (*EchoServer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("listening on port %d in %s: %w", port, path, err)
 	}
-	s := &EchoServer{l: l, done: make(chan struct{})}
+	s := &EchoServer{l: l, handle: handle, done: make(chan struct{})}
 	go s.serve()
 	return s, nil
 }
@@ -285,10 +304,7 @@ func (s *EchoServer) serve() {
 		}
 		go func() {
 			defer conn.Close()
-			_ = conn.SetDeadline(time.Now().Add(5 * time.Second))
-			if ap, err := netip.ParseAddrPort(conn.RemoteAddr().String()); err == nil {
-				_, _ = fmt.Fprintf(conn, "%s\n", ap.Addr().Unmap())
-			}
+			s.handle(conn)
 		}()
 	}
 }

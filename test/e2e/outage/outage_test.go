@@ -5,7 +5,6 @@ package outage
 import (
 	"context"
 	"fmt"
-	"io"
 	"io/fs"
 	"net"
 	"net/netip"
@@ -262,27 +261,14 @@ func setPodLabels(t *testing.T, name string, labels map[string]string) {
 	g.Expect(c.Client.Patch(ctx, pod, client.MergeFrom(before))).To(Succeed())
 }
 
-// serveLines runs a TCP server in the namespace at path that echoes what it reads.
+// serveLines runs cluster.ServeLines in the namespace at path until the test ends.
 func serveLines(t *testing.T, path string, port int) {
 	t.Helper()
-	var l net.Listener
-	if err := ns.WithNetNSPath(path, func(ns.NetNS) error {
-		var err error
-		l, err = net.Listen("tcp4", fmt.Sprintf(":%d", port))
-		return err
-	}); err != nil {
+	s, err := cluster.ServeLines(path, port)
+	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { l.Close() })
-	go func() {
-		for {
-			conn, err := l.Accept()
-			if err != nil {
-				return
-			}
-			go func() { _, _ = io.Copy(conn, conn); conn.Close() }()
-		}
-	}()
+	t.Cleanup(s.Close)
 }
 
 // expectConnection waits until new TCP connections from one Pod to another's port complete (allowed) or
