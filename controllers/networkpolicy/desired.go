@@ -59,6 +59,10 @@ type Desired struct {
 	Policies, Rules int
 	// Unsupported lists, per policy, the parts winnet cannot realise (SCTP ports).
 	Unsupported map[types.NamespacedName][]string
+	// ids are the conjunction ids of every rule of this pass, merged ones included (conjIDs.keepOnly).
+	ids map[uint32]bool
+	// peers is what the pass resolved, for the incremental compiler (incremental.go).
+	peers *peerIndex
 }
 
 // RuleKey identifies one conjunction across passes, so that its id (and flows) stay the same while
@@ -99,14 +103,21 @@ func (c compiledPorts) key() string {
 // distinct port set (named ports resolve per Pod: the target Pods for ingress, the destination
 // Pods for egress, as the Kubernetes specification says).
 func Compute(in Inputs, ids IDs) Desired {
-	d := Desired{Unsupported: map[types.NamespacedName][]string{}}
+	d := Desired{Unsupported: map[types.NamespacedName][]string{}, ids: map[uint32]bool{}}
 	podInfo := map[types.NamespacedName]*PodInfo{}
 	for i := range in.Pods {
 		p := &in.Pods[i]
 		podInfo[types.NamespacedName{Namespace: p.Namespace, Name: p.Name}] = p
 	}
 	ingressIsolated, egressIsolated := map[uint32]pipeline.Pod{}, map[uint32]pipeline.Pod{}
-	m := &memo{in: in, podInfo: podInfo, targets: map[string][]localTarget{}, peers: map[string]*resolvedPeers{}}
+	m := &memo{in: in, podInfo: podInfo, targets: map[string][]localTarget{}, peers: map[string]*resolvedPeers{},
+		namedEgress: map[string]bool{}, peerSpecs: map[string]peerSpec{}}
+	ruleID := func(k RuleKey) uint32 {
+		id := ids.ID(k)
+		d.ids[id] = true
+		return id
+	}
+	var rules []compiledRule
 	for i := range in.Policies {
 		np := &in.Policies[i]
 		key := types.NamespacedName{Namespace: np.Namespace, Name: np.Name}
@@ -125,7 +136,7 @@ func Compute(in Inputs, ids IDs) Desired {
 				ingressIsolated[t.pod.OFPort] = t.pod
 			}
 			for ri, rule := range np.Spec.Ingress {
-				d.Policy.Rules = append(d.Policy.Rules, ingressRules(np, ri, rule, targets, m, ids)...)
+				rules = append(rules, ingressRules(np, ri, rule, targets, m, ruleID)...)
 			}
 		}
 		if egress {
@@ -133,17 +144,76 @@ func Compute(in Inputs, ids IDs) Desired {
 				egressIsolated[t.pod.OFPort] = t.pod
 			}
 			for ri, rule := range np.Spec.Egress {
-				d.Policy.Rules = append(d.Policy.Rules, egressRules(np, ri, rule, targets, m, ids)...)
+				rules = append(rules, egressRules(np, ri, rule, targets, m, ruleID)...)
 			}
 		}
 	}
+	// A rule whose peers resolve to nothing allows nothing: it has no flows and does not count.
+	rules = slices.DeleteFunc(rules, func(r compiledRule) bool { return !r.AnyPeer && len(r.Peers) == 0 })
+	rules = mergeRules(rules)
+	slices.SortFunc(rules, func(a, b compiledRule) int { return int(a.ID) - int(b.ID) })
 	d.Policy.IngressIsolated = sortedPods(ingressIsolated)
 	d.Policy.EgressIsolated = sortedPods(egressIsolated)
-	// A rule whose peers resolve to nothing allows nothing: it has no flows and does not count.
-	d.Policy.Rules = slices.DeleteFunc(d.Policy.Rules, func(r pipeline.PolicyRule) bool { return !r.AnyPeer && len(r.Peers) == 0 })
-	slices.SortFunc(d.Policy.Rules, func(a, b pipeline.PolicyRule) int { return int(a.ID) - int(b.ID) })
+	d.Policy.Rules = make([]pipeline.PolicyRule, len(rules))
+	for i, r := range rules {
+		d.Policy.Rules[i] = r.PolicyRule
+	}
 	d.Rules = len(d.Policy.Rules)
+	d.peers = newPeerIndex(in, m, rules)
 	return d
+}
+
+// compiledRule is a rule and the peer set its peers are (memo.resolvePeers' key), or "" when they
+// are not one set's addresses (an egress rule with named ports: each group of destinations that
+// resolve the names alike has its own rule).
+type compiledRule struct {
+	pipeline.PolicyRule
+	set string
+}
+
+// mergeRules merges the rules that allow the same peer set on the same ports in the same direction
+// into one, over the union of their Pods, with the lowest of their ids (rules allow, so a packet one
+// of them allows is allowed by the merged rule and no other). A thousand policies that admit the
+// same peers to different selections of Pods then cost one conjunction whose peer flows carry one
+// conjunction action each, not a thousand.
+func mergeRules(rules []compiledRule) []compiledRule {
+	type key struct {
+		dir     pipeline.PolicyDirection
+		set     string
+		anyPeer bool
+		ports   string
+	}
+	byKey := map[key]int{}
+	var out []compiledRule
+	var pods []map[uint32]bool
+	for _, r := range rules {
+		k := key{r.Direction, r.set, r.AnyPeer, compiledPorts{ports: r.Ports}.key()}
+		i, ok := byKey[k]
+		if !ok || r.set == "" {
+			seen := map[uint32]bool{}
+			own := make([]pipeline.Pod, 0, len(r.Pods))
+			for _, p := range r.Pods {
+				if !seen[p.OFPort] {
+					seen[p.OFPort] = true
+					own = append(own, p)
+				}
+			}
+			r.Pods = own
+			byKey[k] = len(out)
+			out = append(out, r)
+			pods = append(pods, seen)
+			continue
+		}
+		o := &out[i]
+		o.ID = min(o.ID, r.ID)
+		for _, p := range r.Pods {
+			if !pods[i][p.OFPort] {
+				pods[i][p.OFPort] = true
+				o.Pods = append(o.Pods, p)
+			}
+		}
+	}
+	return out
 }
 
 type localTarget struct {
@@ -160,6 +230,12 @@ type memo struct {
 	podInfo map[types.NamespacedName]*PodInfo
 	targets map[string][]localTarget
 	peers   map[string]*resolvedPeers
+	// namedEgress holds the peer sets of egress rules with named ports, which resolve the names on
+	// each destination Pod; namedEgressAll is set by such a rule without peers (every Pod).
+	namedEgress    map[string]bool
+	namedEgressAll bool
+	// peerSpecs is what each peer set of peers was resolved from.
+	peerSpecs map[string]peerSpec
 }
 
 // specKey identifies a selector or a list of peers in namespace ns by its content.
@@ -187,16 +263,17 @@ func (m *memo) selectTargets(ns string, selector *metav1.LabelSelector) []localT
 	return targets
 }
 
-// resolvePeers is resolvePeers, once per namespace and list of peers.
-func (m *memo) resolvePeers(ns string, peers []networkingv1.NetworkPolicyPeer) *resolvedPeers {
+// resolvePeers is resolvePeers, once per namespace and list of peers (a peer set, known by key).
+func (m *memo) resolvePeers(ns string, peers []networkingv1.NetworkPolicyPeer) (r *resolvedPeers, key string) {
 	k := specKey(ns, peers)
 	if r, ok := m.peers[k]; ok {
-		return r
+		return r, k
 	}
-	r := resolvePeers(ns, peers, m.in)
-	r.all = r.prefixes()
-	m.peers[k] = &r
-	return &r
+	res := resolvePeers(ns, peers, m.in)
+	res.all = res.prefixes()
+	m.peers[k] = &res
+	m.peerSpecs[k] = peerSpec{ns: ns, peers: peers}
+	return &res, k
 }
 
 // policyTypes are the policy's directions, defaulted as the API server defaults them: Ingress, and
@@ -234,10 +311,10 @@ func unsupported(np *networkingv1.NetworkPolicy) []string {
 
 // ingressRules compiles one ingress rule: the peers are sources; named ports resolve on the
 // target Pods, so targets with different resolutions get different conjunctions.
-func ingressRules(np *networkingv1.NetworkPolicy, index int, rule networkingv1.NetworkPolicyIngressRule, targets []localTarget, m *memo, ids IDs) []pipeline.PolicyRule {
+func ingressRules(np *networkingv1.NetworkPolicy, index int, rule networkingv1.NetworkPolicyIngressRule, targets []localTarget, m *memo, ruleID func(RuleKey) uint32) []compiledRule {
 	anyPeer := len(rule.From) == 0
-	peers := m.resolvePeers(np.Namespace, rule.From)
-	groups := map[string]*pipeline.PolicyRule{}
+	peers, set := m.resolvePeers(np.Namespace, rule.From)
+	groups := map[string]*compiledRule{}
 	var order []string
 	named := hasNamedPort(rule.Ports)
 	numbered := resolvePorts(rule.Ports, nil)
@@ -253,16 +330,16 @@ func ingressRules(np *networkingv1.NetworkPolicy, index int, rule networkingv1.N
 		}
 		r, ok := groups[k]
 		if !ok {
-			r = &pipeline.PolicyRule{
-				ID: ids.ID(RuleKey{Policy: np.UID, Direction: pipeline.PolicyIngress, Index: index, Ports: k}), Direction: pipeline.PolicyIngress,
+			r = &compiledRule{set: set, PolicyRule: pipeline.PolicyRule{
+				ID: ruleID(RuleKey{Policy: np.UID, Direction: pipeline.PolicyIngress, Index: index, Ports: k}), Direction: pipeline.PolicyIngress,
 				AnyPeer: anyPeer, Peers: peers.all, Ports: ports.ports, Pods: make([]pipeline.Pod, 0, len(targets)),
-			}
+			}}
 			groups[k] = r
 			order = append(order, k)
 		}
 		r.Pods = append(r.Pods, t.pod)
 	}
-	var out []pipeline.PolicyRule
+	var out []compiledRule
 	for _, k := range order {
 		out = append(out, *groups[k])
 	}
@@ -272,7 +349,7 @@ func ingressRules(np *networkingv1.NetworkPolicy, index int, rule networkingv1.N
 // egressRules compiles one egress rule: the peers are destinations; named ports resolve on the
 // destination Pods, so destinations with different resolutions get different conjunctions, and
 // ipBlock peers (no Pod, no name) get the numbered ports only.
-func egressRules(np *networkingv1.NetworkPolicy, index int, rule networkingv1.NetworkPolicyEgressRule, targets []localTarget, m *memo, ids IDs) []pipeline.PolicyRule {
+func egressRules(np *networkingv1.NetworkPolicy, index int, rule networkingv1.NetworkPolicyEgressRule, targets []localTarget, m *memo, ruleID func(RuleKey) uint32) []compiledRule {
 	in := m.in
 	var pods []pipeline.Pod
 	for _, t := range targets {
@@ -300,11 +377,16 @@ func egressRules(np *networkingv1.NetworkPolicy, index int, rule networkingv1.Ne
 		g.peers = append(g.peers, peers...)
 	}
 	named := hasNamedPort(rule.Ports)
-	peers := m.resolvePeers(np.Namespace, rule.To)
+	peers, set := m.resolvePeers(np.Namespace, rule.To)
 	if !named {
 		add(resolvePorts(rule.Ports, nil), len(rule.To) == 0, peers.all...)
 	} else {
+		// The rule's groups are not its peer set's addresses: a change of a Pod in the set
+		// needs a full pass (incremental.go).
+		m.namedEgress[set] = true
+		set = ""
 		if len(rule.To) == 0 {
+			m.namedEgressAll = true
 			// Any destination: the numbered ports to anyone, the named ones to each Pod that has them.
 			add(resolvePorts(rule.Ports, nil), true)
 			for i := range in.Pods {
@@ -318,13 +400,13 @@ func egressRules(np *networkingv1.NetworkPolicy, index int, rule networkingv1.Ne
 			}
 		}
 	}
-	var out []pipeline.PolicyRule
+	var out []compiledRule
 	for _, k := range order {
 		g := groups[k]
-		out = append(out, pipeline.PolicyRule{
-			ID: ids.ID(RuleKey{Policy: np.UID, Direction: pipeline.PolicyEgress, Index: index, Ports: k}), Direction: pipeline.PolicyEgress,
+		out = append(out, compiledRule{set: set, PolicyRule: pipeline.PolicyRule{
+			ID: ruleID(RuleKey{Policy: np.UID, Direction: pipeline.PolicyEgress, Index: index, Ports: k}), Direction: pipeline.PolicyEgress,
 			Pods: pods, AnyPeer: g.anyPeer, Peers: uniquePrefixes(g.peers), Ports: g.ports.ports,
-		})
+		}})
 	}
 	return out
 }
@@ -401,41 +483,74 @@ func (r resolvedPeers) prefixes() []netip.Prefix {
 // Pods the podSelector selects in those namespaces; an ipBlock is its CIDR minus its exceptions.
 func resolvePeers(ns string, peers []networkingv1.NetworkPolicyPeer, in Inputs) resolvedPeers {
 	var out resolvedPeers
-	seen := map[*PodInfo]bool{}
 	for _, peer := range peers {
 		if peer.IPBlock != nil {
 			out.blocks = append(out.blocks, ipBlockPrefixes(peer.IPBlock)...)
-			continue
 		}
-		podSel, nsSel := labels.Everything(), labels.Nothing()
-		if peer.PodSelector != nil {
-			s, err := metav1.LabelSelectorAsSelector(peer.PodSelector)
-			if err != nil {
-				continue
-			}
-			podSel = s
-		}
-		if peer.NamespaceSelector != nil {
-			s, err := metav1.LabelSelectorAsSelector(peer.NamespaceSelector)
-			if err != nil {
-				continue
-			}
-			nsSel = s
-		}
+	}
+	seen := map[*PodInfo]bool{}
+	for _, s := range peerSelectors(ns, peers) {
 		for i := range in.Pods {
-			p := &in.Pods[i]
-			inNS := p.Namespace == ns
-			if peer.NamespaceSelector != nil {
-				nsLabels, ok := in.Namespaces[p.Namespace]
-				inNS = ok && nsSel.Matches(labels.Set(nsLabels))
-			}
-			if inNS && podSel.Matches(labels.Set(p.Labels)) && !seen[p] {
+			if p := &in.Pods[i]; !seen[p] && s.matches(p, in.Namespaces) {
 				seen[p] = true
 				out.pods = append(out.pods, p)
 			}
 		}
 	}
 	return out
+}
+
+// peerSelector is a rule's podSelector and namespaceSelector peer, parsed.
+type peerSelector struct {
+	ns  string          // the policy's namespace
+	pod labels.Selector // everything when the peer has no podSelector
+	// namespace selects the namespaces; nil when the peer has no namespaceSelector (ns only).
+	namespace labels.Selector
+}
+
+type peerSelectorList []peerSelector
+
+// peerSelectors parses the selector peers of a rule of a policy in namespace ns; the API server
+// validates selectors, and one it did not is left out (it selects nothing).
+func peerSelectors(ns string, peers []networkingv1.NetworkPolicyPeer) peerSelectorList {
+	var out peerSelectorList
+	for _, peer := range peers {
+		if peer.IPBlock != nil {
+			continue
+		}
+		s := peerSelector{ns: ns, pod: labels.Everything()}
+		if peer.PodSelector != nil {
+			sel, err := metav1.LabelSelectorAsSelector(peer.PodSelector)
+			if err != nil {
+				continue
+			}
+			s.pod = sel
+		}
+		if peer.NamespaceSelector != nil {
+			sel, err := metav1.LabelSelectorAsSelector(peer.NamespaceSelector)
+			if err != nil {
+				continue
+			}
+			s.namespace = sel
+		}
+		out = append(out, s)
+	}
+	return out
+}
+
+// matches tells whether the selector selects Pod p, given every namespace's labels.
+func (s peerSelector) matches(p *PodInfo, namespaces map[string]map[string]string) bool {
+	inNS := p.Namespace == s.ns
+	if s.namespace != nil {
+		nsLabels, ok := namespaces[p.Namespace]
+		inNS = ok && s.namespace.Matches(labels.Set(nsLabels))
+	}
+	return inNS && s.pod.Matches(labels.Set(p.Labels))
+}
+
+// match tells whether one of the selectors selects Pod p.
+func (l peerSelectorList) match(p *PodInfo, namespaces map[string]map[string]string) bool {
+	return slices.ContainsFunc(l, func(s peerSelector) bool { return s.matches(p, namespaces) })
 }
 
 // ipBlockPrefixes is an ipBlock's CIDR minus its exceptions, as the fewest prefixes (IPv4 only:

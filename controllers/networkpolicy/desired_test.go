@@ -222,7 +222,7 @@ func TestComputeKeepsIDs(t *testing.T) {
 	ids := &conjIDs{}
 	in := testInputs(np)
 	before := Compute(in, ids)
-	ids.keepOnly(before.Policy.Rules)
+	ids.keepOnly(before.ids)
 	in.Pods[2].Labels = map[string]string{"app": "other"}
 	in.Pods[3].Namespace = "x"
 	after := Compute(in, ids)
@@ -273,7 +273,7 @@ func TestPeerChangeRewritesOneDimension(t *testing.T) {
 		}
 	}
 	g.Expect(removed).To(BeEmpty())
-	g.Expect(added).To(ConsistOf(MatchRegexp(`^table=90, priority=200,ip,nw_src=10\.244\.2\.6 actions=conjunction\(\d+,1/3\)$`)))
+	g.Expect(added).To(ConsistOf(MatchRegexp(`^cookie=0x[0-9a-f]+, table=90, priority=200,ip,nw_src=10\.244\.2\.6 actions=conjunction\(\d+,1/3\)$`)))
 }
 
 func flowSet(flows []openflow.Flow) map[string]bool {

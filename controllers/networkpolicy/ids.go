@@ -1,9 +1,5 @@
 package networkpolicy
 
-import (
-	"github.com/winnet-io/winnet/internal/pipeline"
-)
-
 // conjIDs gives every rule (RuleKey) a conjunction id that stays the same while the rule exists,
 // so that a change elsewhere does not rewrite its flows. Ids are not reused while the agent runs.
 type conjIDs struct {
@@ -24,12 +20,9 @@ func (c *conjIDs) ID(k RuleKey) uint32 {
 	return c.next
 }
 
-// keepOnly forgets the ids of rules no longer realised.
-func (c *conjIDs) keepOnly(rules []pipeline.PolicyRule) {
-	keep := map[uint32]bool{}
-	for _, r := range rules {
-		keep[r.ID] = true
-	}
+// keepOnly forgets the ids of rules no longer compiled (keep holds those of the last pass, the
+// ids of rules merged into others included).
+func (c *conjIDs) keepOnly(keep map[uint32]bool) {
 	for k, id := range c.ids {
 		if !keep[id] {
 			delete(c.ids, k)

@@ -2,6 +2,7 @@ package networkpolicy
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"net/netip"
@@ -11,6 +12,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/client-go/util/workqueue"
@@ -24,6 +26,7 @@ import (
 	networkv1alpha1 "github.com/winnet-io/winnet/api/v1alpha1"
 	"github.com/winnet-io/winnet/controllers/nodenetwork"
 	"github.com/winnet-io/winnet/controllers/podendpoint"
+	"github.com/winnet-io/winnet/internal/ovs/openflow"
 	"github.com/winnet-io/winnet/internal/pipeline"
 )
 
@@ -39,9 +42,14 @@ const notReadyRetry = 200 * time.Millisecond
 // Windows datapath cannot realise (SCTP).
 const UnsupportedProtocolReason = "UnsupportedProtocol"
 
-// allPolicies is the reconciler's single work item: the node's policy is one desired set of flows,
-// synced as one flow category, so every change is applied as its difference, in one bundle.
-var allPolicies = reconcile.Request{NamespacedName: types.NamespacedName{Name: "networkpolicies"}}
+// allPolicies is the reconciler's work item for the full pass: the node's policy is one desired set
+// of flows, synced as one flow category, so every change is applied as its difference, in one
+// bundle. podChanges is the work item for the Pods queued since (incremental.go), which a full pass
+// covers too.
+var (
+	allPolicies = reconcile.Request{NamespacedName: types.NamespacedName{Name: "networkpolicies"}}
+	podChanges  = reconcile.Request{NamespacedName: types.NamespacedName{Name: "pods"}}
+)
 
 // Attachments lists the Pods attached on this node (podendpoint.Store).
 type Attachments interface {
@@ -67,9 +75,17 @@ type Reconciler struct {
 	ids conjIDs
 	// warned holds the policies (by UID and generation) already given a Warning Event.
 	warned map[types.UID]int64
-	// changedMu guards changedAt, the time of the first change not yet realised.
+	// last is the last full pass's result, and index what it resolved for the Pods' changes that
+	// follow (nil: the next pass is a full one); indexFlows is the bridge it was realised on.
+	last       Desired
+	index      *peerIndex
+	indexFlows *openflow.Bridge
+	// changedMu guards changedAt, the time of the first change not yet realised, needFull (a
+	// change only the full pass covers) and pods (the Pods changed since, for the incremental path).
 	changedMu sync.Mutex
 	changedAt time.Time
+	needFull  bool
+	pods      map[types.NamespacedName]bool
 }
 
 // SetupWithManager registers the reconciler for NetworkPolicies, Namespaces, Pods (of every
@@ -78,7 +94,7 @@ type Reconciler struct {
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	r.State.AddFlowOwner(nodenetwork.PolicyFlows)
 	all := handler.EnqueueRequestsFromMapFunc(func(context.Context, client.Object) []reconcile.Request {
-		r.markChanged()
+		r.markChanged(nil)
 		return []reconcile.Request{allPolicies}
 	})
 	realized := r.State.Subscribe()
@@ -101,39 +117,50 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Watches(&networkingv1.NetworkPolicy{}, all).
 		Watches(&corev1.Namespace{}, all).
 		Watches(&networkv1alpha1.PodEndpoint{}, all).
-		WatchesRawSource(source.Kind(r.PodSource, &corev1.Pod{}, handler.TypedEnqueueRequestsFromMapFunc(func(context.Context, *corev1.Pod) []reconcile.Request {
-			r.markChanged()
-			return []reconcile.Request{allPolicies}
+		WatchesRawSource(source.Kind(r.PodSource, &corev1.Pod{}, handler.TypedEnqueueRequestsFromMapFunc(func(_ context.Context, p *corev1.Pod) []reconcile.Request {
+			r.markChanged(&types.NamespacedName{Namespace: p.Namespace, Name: p.Name})
+			return []reconcile.Request{podChanges}
 		}))).
 		WatchesRawSource(onRealized).
 		Complete(r)
 }
 
-func (r *Reconciler) markChanged() {
+// markChanged records a change: of Pod pod, or (nil) one that only the full pass covers.
+func (r *Reconciler) markChanged(pod *types.NamespacedName) {
 	r.changedMu.Lock()
 	defer r.changedMu.Unlock()
 	if r.changedAt.IsZero() {
 		r.changedAt = time.Now()
 	}
+	if pod == nil {
+		r.needFull = true
+		return
+	}
+	if r.pods == nil {
+		r.pods = map[types.NamespacedName]bool{}
+	}
+	r.pods[*pod] = true
 }
 
-// takeChanged returns the time of the first change not yet realised (now if none) and clears it.
-func (r *Reconciler) takeChanged() time.Time {
+// takeChanged returns and clears what changed since the last pass: the time of the first change
+// not yet realised (now if none), whether a change needs the full pass, and the changed Pods.
+func (r *Reconciler) takeChanged() (at time.Time, full bool, pods map[types.NamespacedName]bool) {
 	r.changedMu.Lock()
 	defer r.changedMu.Unlock()
-	t := r.changedAt
-	r.changedAt = time.Time{}
-	if t.IsZero() {
-		t = time.Now()
+	at, full, pods = r.changedAt, r.needFull, r.pods
+	r.changedAt, r.needFull, r.pods = time.Time{}, false, nil
+	if at.IsZero() {
+		at = time.Now()
 	}
-	return t
+	return at, full, pods
 }
 
-// Reconcile converges the node's policy: it reads every NetworkPolicy, Namespace and Pod, computes
-// the desired flows (Compute) and syncs them as one category, so that only what changed is sent, in
-// one bundle. The outcome is reported to the node network reconciler, which writes it as
-// PoliciesReady.
-func (r *Reconciler) Reconcile(ctx context.Context, _ ctrl.Request) (_ ctrl.Result, retErr error) {
+// Reconcile converges the node's policy. When only Pods changed since the last full pass, it
+// applies their changes alone (applyPods, incremental.go); otherwise, and every ResyncPeriod, it
+// runs the full pass: it reads every NetworkPolicy, Namespace and Pod, computes the desired flows
+// (Compute) and syncs them as one category, so that only what changed is sent, in one bundle. The
+// outcome is reported to the node network reconciler, which writes it as PoliciesReady.
+func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Result, retErr error) {
 	log := ctrl.LoggerFrom(ctx)
 	rz, ok := r.State.Realized()
 	if !ok {
@@ -145,7 +172,23 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ ctrl.Request) (_ ctrl.Resu
 			r.State.SetPolicies(nodenetwork.PoliciesResult{Err: retErr.Error()})
 		}
 	}()
-	changed := r.takeChanged()
+	changed, full, pods := r.takeChanged()
+	if req == podChanges && !full {
+		if len(pods) == 0 {
+			return ctrl.Result{}, nil // a full pass took them
+		}
+		err := r.applyPods(ctx, rz, pods, changed)
+		if err == nil {
+			return ctrl.Result{}, nil
+		}
+		r.index = nil
+		if !errors.Is(err, errFullPass) {
+			r.markChanged(nil)
+			return ctrl.Result{}, err
+		}
+		log.V(1).Info("Pod changes need a full NetworkPolicy pass", "reason", err.Error())
+	}
+	r.index = nil
 	in, err := r.inputs(ctx)
 	if err != nil {
 		return ctrl.Result{}, err
@@ -157,7 +200,8 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ ctrl.Request) (_ ctrl.Resu
 	if err != nil {
 		return ctrl.Result{}, fmt.Errorf("installing NetworkPolicy flows: %w", err)
 	}
-	r.ids.keepOnly(d.Policy.Rules)
+	r.ids.keepOnly(d.ids)
+	r.last, r.index, r.indexFlows = d, d.peers, rz.Flows
 	r.State.FlowsSynced(ctx, nodenetwork.PolicyFlows, rz.Flows)
 	observePass(d, synced.Mods() > 0, time.Since(changed))
 	r.State.SetPolicies(nodenetwork.PoliciesResult{Policies: d.Policies, Rules: d.Rules})
@@ -170,6 +214,51 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ ctrl.Request) (_ ctrl.Resu
 		resync = DefaultResyncPeriod
 	}
 	return ctrl.Result{RequeueAfter: resync}, nil
+}
+
+// applyPods applies the changes of the given Pods to the last full pass's flows: only the peer
+// flows of the addresses that joined or left a peer set, in one bundle (incremental.go). It
+// returns errFullPass when a change needs the full pass.
+func (r *Reconciler) applyPods(ctx context.Context, rz nodenetwork.Realized, pods map[types.NamespacedName]bool, changed time.Time) error {
+	if r.index == nil || r.indexFlows != rz.Flows {
+		return fmt.Errorf("no full pass on this bridge yet: %w", errFullPass)
+	}
+	local := map[types.NamespacedName]bool{}
+	for _, a := range r.Local.List() {
+		local[types.NamespacedName{Namespace: a.PodNamespace, Name: a.PodName}] = true
+	}
+	var clauses []peerClause
+	for key := range pods {
+		if local[key] {
+			return fmt.Errorf("pod %s is attached on this node: %w", key, errFullPass)
+		}
+		var info *PodInfo
+		pod := &corev1.Pod{}
+		err := r.Pods.Get(ctx, key, pod, client.UnsafeDisableDeepCopy)
+		switch {
+		case apierrors.IsNotFound(err):
+		case err != nil:
+			return fmt.Errorf("reading Pod %s: %w", key, err)
+		default:
+			if pi, ok := podInfo(pod); ok {
+				info = &pi
+			}
+		}
+		c, err := r.index.podChanged(key, info)
+		if err != nil {
+			return err
+		}
+		clauses = append(clauses, c...)
+	}
+	synced, err := rz.Flows.SyncObjects(ctx, pipeline.CategoryPolicy, r.index.flows(clauses))
+	if err != nil {
+		return fmt.Errorf("installing NetworkPolicy peer flows: %w", err)
+	}
+	observePass(r.last, synced.Mods() > 0, time.Since(changed))
+	if synced.Mods() > 0 {
+		ctrl.LoggerFrom(ctx).Info("Synced NetworkPolicy flows", "pods", len(pods), "flowMods", synced.Mods(), "latency", time.Since(changed))
+	}
+	return nil
 }
 
 // inputs reads the facts Compute needs. The objects are the caches' own, not copies (a pass over

@@ -17,8 +17,13 @@ type Queue[T any] struct {
 // reports each item's outcome in the item itself (a pointer), which the caller may read after Do.
 // lock serialises commits, and may serialise other work on what they change.
 func (q *Queue[T]) Do(lock sync.Locker, item T, commit func(batch []T)) {
+	q.DoAll(lock, []T{item}, commit)
+}
+
+// DoAll is Do for several items, queued together: they are committed by the same call of commit.
+func (q *Queue[T]) DoAll(lock sync.Locker, items []T, commit func(batch []T)) {
 	q.mu.Lock()
-	q.queued = append(q.queued, item)
+	q.queued = append(q.queued, items...)
 	q.mu.Unlock()
 
 	lock.Lock()

@@ -3,7 +3,6 @@ package pipeline
 import (
 	"cmp"
 	"encoding/binary"
-	"hash/maphash"
 	"net/netip"
 	"slices"
 
@@ -96,20 +95,23 @@ func (n Node) PolicyFlows(p Policy) []openflow.Flow {
 // "allow all" cases found that: the rule allowed nothing). The remaining clauses are numbered in
 // order; a rule left with only its Pods allows them everything, with one flow per Pod
 // (priorityAllowAll) instead of a conjunction, which needs two clauses.
+//
+// A peer clause flow is built by PolicyPeerFlow from the conjunctions of every rule with that peer,
+// so that the incremental compiler, which rebuilds one peer's flow when an address joins or leaves
+// a rule's peers, builds exactly the flow this full pass builds.
 func conjunctionFlows(rules []PolicyRule) []openflow.Flow {
-	rules = mergeRules(rules)
 	type clause struct {
 		flow    openflow.Flow
 		actions []openflow.Action
 		order   []uint64
 	}
-	// A clause flow is known by its table and what it matches (a Pod, a peer prefix, a port
-	// block), which is cheaper to compare than its text: a node's policy can have a million adds.
+	// A clause flow is known by its table and what it matches (a Pod or a port block), which is
+	// cheaper to compare than its text: a node's policy can have a million adds.
 	type clauseKey struct {
 		table, kind uint8
 		value       uint64
 	}
-	const podClause, peerClause, portClause = 1, 2, 3
+	const podClause, portClause = 1, 3
 	clauses := map[clauseKey]*clause{}
 	var keys []clauseKey
 	add := func(table uint8, kind uint8, value uint64, m func() []openflow.MatchField, id uint32, k, n uint8) {
@@ -123,6 +125,12 @@ func conjunctionFlows(rules []PolicyRule) []openflow.Flow {
 		c.actions = append(c.actions, openflow.Conjunction(id, k, n))
 		c.order = append(c.order, uint64(id)<<8|uint64(k))
 	}
+	type peerKey struct {
+		dir  PolicyDirection
+		peer netip.Prefix
+	}
+	peerClauses := map[peerKey][]PeerConjunction{}
+	var peerKeys []peerKey
 	var out []openflow.Flow
 	allowed := map[string]bool{}
 	for _, r := range rules {
@@ -130,10 +138,8 @@ func conjunctionFlows(rules []PolicyRule) []openflow.Flow {
 			continue
 		}
 		table, metric := IngressRuleTable, IngressMetricTable
-		peerField := openflow.NwSrc
 		if r.Direction == PolicyEgress {
 			table, metric = EgressRuleTable, EgressMetricTable
-			peerField = openflow.NwDst
 		}
 		podMatch := func(pod Pod) []openflow.MatchField {
 			if r.Direction == PolicyEgress {
@@ -141,9 +147,8 @@ func conjunctionFlows(rules []PolicyRule) []openflow.Flow {
 			}
 			return match(openflow.IPv4(), regMatch(TargetOFPortField, pod.OFPort))
 		}
-		anyPeer := r.AnyPeer || slices.ContainsFunc(r.Peers, func(p netip.Prefix) bool { return p.Bits() == 0 })
-		anyPort := len(r.Ports) == 0
-		if anyPeer && anyPort {
+		c := r.clauses()
+		if c.n == 0 {
 			for _, pod := range r.Pods {
 				f := flow(table, priorityAllowAll, podMatch(pod), openflow.GotoTable(metric))
 				if k := f.String(); !allowed[k] {
@@ -153,33 +158,23 @@ func conjunctionFlows(rules []PolicyRule) []openflow.Flow {
 			}
 			continue
 		}
-		// Clause numbers: egress Pods, peers, ports; ingress peers, Pods, ports; absent ones skipped.
-		n := uint8(3)
-		if anyPeer || anyPort {
-			n = 2
-		}
-		pods, peers, ports := uint8(1), uint8(2), n
-		if r.Direction == PolicyIngress {
-			pods, peers = 2, 1
-			if anyPeer {
-				pods = 1
-			}
-		}
 		for _, pod := range r.Pods {
-			add(table, podClause, uint64(pod.OFPort), func() []openflow.MatchField { return podMatch(pod) }, r.ID, pods, n)
+			add(table, podClause, uint64(pod.OFPort), func() []openflow.MatchField { return podMatch(pod) }, r.ID, c.pods, c.n)
 		}
-		if !anyPeer {
+		if c.peers != 0 {
+			conj := PeerConjunction{ID: r.ID, K: c.peers, N: c.n}
 			for _, peer := range r.Peers {
-				peer = peer.Masked()
-				a := peer.Addr().As4()
-				value := uint64(a[0])<<32 | uint64(a[1])<<24 | uint64(a[2])<<16 | uint64(a[3])<<8 | uint64(peer.Bits())
-				add(table, peerClause, value, func() []openflow.MatchField { return match(openflow.IPv4(), peerField(peer)) }, r.ID, peers, n)
+				k := peerKey{r.Direction, peer.Masked()}
+				if _, ok := peerClauses[k]; !ok {
+					peerKeys = append(peerKeys, k)
+				}
+				peerClauses[k] = append(peerClauses[k], conj)
 			}
 		}
 		for _, pp := range r.Ports {
 			base := func() []openflow.MatchField { return match(openflow.IPv4(), openflow.IPProto(pp.Protocol)) }
 			if pp.Port == 0 {
-				add(table, portClause, uint64(pp.Protocol)<<40, base, r.ID, ports, n)
+				add(table, portClause, uint64(pp.Protocol)<<40, base, r.ID, c.ports, c.n)
 				continue
 			}
 			// One value/mask match per aligned block of the range (80-85 is 0x50/0xfffc and
@@ -188,7 +183,7 @@ func conjunctionFlows(rules []PolicyRule) []openflow.Flow {
 				value := uint64(pp.Protocol)<<40 | 1<<32 | uint64(b.Value)<<16 | uint64(b.Mask)
 				add(table, portClause, value, func() []openflow.MatchField {
 					return append(base(), openflow.TpDstMasked(pp.Protocol, b.Value, b.Mask))
-				}, r.ID, ports, n)
+				}, r.ID, c.ports, c.n)
 			}
 		}
 		out = append(out, flow(table, priorityLow, match(openflow.ConjID(r.ID), openflow.IPv4()), openflow.GotoTable(metric)))
@@ -203,121 +198,89 @@ func conjunctionFlows(rules []PolicyRule) []openflow.Flow {
 		f := c.flow
 		for i, j := range idx {
 			if i > 0 && c.order[j] == c.order[idx[i-1]] {
-				continue // the same Pod or peer listed twice in one rule
+				continue // the same Pod listed twice in one rule
 			}
 			f.Actions = append(f.Actions, c.actions[j])
 		}
 		out = append(out, f)
 	}
-	return out
-}
-
-// mergeRules merges the rules that allow the same peers on the same ports in the same direction
-// into one, over the union of their Pods, with the lowest of their ids (rules allow, so a packet
-// one of them allows is allowed by the merged rule and no other). A thousand policies that admit the
-// same peers to different selections of Pods then cost one conjunction whose peer flows carry one
-// conjunction action each, not a thousand. Rules are grouped by a hash of what they allow and
-// compared in full within a group.
-func mergeRules(rules []PolicyRule) []PolicyRule {
-	seed := maphash.MakeSeed()
-	// Rules of many policies with the same peers share one slice (the compiler resolves each list
-	// of peers once): hash it once.
-	type slice struct {
-		first *netip.Prefix
-		n     int
-	}
-	peerHashes := map[slice]uint64{}
-	byHash := map[uint64][]int{}
-	var out []PolicyRule
-	var pods []map[uint32]bool
-	for _, r := range rules {
-		var ph uint64
-		if len(r.Peers) > 0 {
-			k := slice{&r.Peers[0], len(r.Peers)}
-			var ok bool
-			if ph, ok = peerHashes[k]; !ok {
-				ph = peersHash(seed, r.Peers)
-				peerHashes[k] = ph
-			}
-		}
-		h := ruleHash(seed, r, ph)
-		merged := false
-		for _, i := range byHash[h] {
-			o := &out[i]
-			if o.Direction != r.Direction || o.AnyPeer != r.AnyPeer || !samePeers(o.Peers, r.Peers) || !slices.Equal(o.Ports, r.Ports) {
-				continue
-			}
-			if r.ID < o.ID {
-				o.ID = r.ID
-			}
-			for _, p := range r.Pods {
-				if !pods[i][p.OFPort] {
-					pods[i][p.OFPort] = true
-					o.Pods = append(o.Pods, p)
-				}
-			}
-			merged = true
-			break
-		}
-		if merged {
-			continue
-		}
-		seen := map[uint32]bool{}
-		var own []Pod
-		for _, p := range r.Pods {
-			if !seen[p.OFPort] {
-				seen[p.OFPort] = true
-				own = append(own, p)
-			}
-		}
-		r.Pods = own
-		byHash[h] = append(byHash[h], len(out))
-		out = append(out, r)
-		pods = append(pods, seen)
+	for _, k := range peerKeys {
+		out = append(out, PolicyPeerFlow(k.dir, k.peer, peerClauses[k]))
 	}
 	return out
 }
 
-// ruleHash hashes what a rule allows (direction, peers by their hash ph, ports), not to whom (its
-// Pods).
-func ruleHash(seed maphash.Seed, r PolicyRule, ph uint64) uint64 {
-	var h maphash.Hash
-	h.SetSeed(seed)
-	var b [8]byte
-	b[0], b[1] = byte(r.Direction), 0
-	if r.AnyPeer {
-		b[1] = 1
+// ruleClauses are the numbers of a rule's clauses (0: no such clause) and how many it has; n is 0
+// for a rule that allows its Pods everything (any peer on any port).
+type ruleClauses struct{ pods, peers, ports, n uint8 }
+
+// clauses numbers the rule's clauses: egress Pods, peers, ports; ingress peers, Pods, ports; the
+// absent ones (any peer, any port) skipped.
+func (r PolicyRule) clauses() ruleClauses {
+	anyPeer := r.AnyPeer || slices.ContainsFunc(r.Peers, func(p netip.Prefix) bool { return p.Bits() == 0 })
+	anyPort := len(r.Ports) == 0
+	switch {
+	case anyPeer && anyPort:
+		return ruleClauses{}
+	case anyPeer:
+		return ruleClauses{pods: 1, ports: 2, n: 2}
+	case anyPort && r.Direction == PolicyIngress:
+		return ruleClauses{peers: 1, pods: 2, n: 2}
+	case anyPort:
+		return ruleClauses{pods: 1, peers: 2, n: 2}
+	case r.Direction == PolicyIngress:
+		return ruleClauses{peers: 1, pods: 2, ports: 3, n: 3}
+	default:
+		return ruleClauses{pods: 1, peers: 2, ports: 3, n: 3}
 	}
-	_, _ = h.Write(b[:2])
-	binary.LittleEndian.PutUint64(b[:], ph)
-	_, _ = h.Write(b[:])
-	for _, p := range r.Ports {
-		b[0], b[1], b[2], b[3], b[4] = p.Protocol, byte(p.Port>>8), byte(p.Port), byte(p.EndPort>>8), byte(p.EndPort)
-		_, _ = h.Write(b[:5])
-	}
-	return h.Sum64()
 }
 
-// samePeers compares two lists of peers, at once when they are the same slice.
-func samePeers(a, b []netip.Prefix) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	if len(a) == 0 || &a[0] == &b[0] {
-		return true
-	}
-	return slices.Equal(a, b)
+// PeerConjunction is one rule's action on a peer clause flow: conjunction(ID, K/N).
+type PeerConjunction struct {
+	ID   uint32
+	K, N uint8
 }
 
-func peersHash(seed maphash.Seed, peers []netip.Prefix) uint64 {
-	var h maphash.Hash
-	h.SetSeed(seed)
-	for _, p := range peers {
-		a := p.Addr().As16()
-		_, _ = h.Write(a[:])
-		_ = h.WriteByte(byte(p.Bits()))
+// PeerClause is the action the rule puts on the flow of each of its peers, and false when the rule
+// has no peer flows (no Pods, no peers, or any peer: no rule of AnyPeer or with a 0.0.0.0/0 peer).
+func (r PolicyRule) PeerClause() (PeerConjunction, bool) {
+	if len(r.Pods) == 0 || r.AnyPeer || len(r.Peers) == 0 {
+		return PeerConjunction{}, false
 	}
-	return h.Sum64()
+	c := r.clauses()
+	if c.peers == 0 {
+		return PeerConjunction{}, false
+	}
+	return PeerConjunction{ID: r.ID, K: c.peers, N: c.n}, true
+}
+
+// PolicyPeerFlow is the flow of one peer clause: IP packets from peer (ingress) or to peer (egress),
+// with the conjunction action of every rule that has the peer (in id order, each once). Its cookie
+// object is the peer's (PolicyPeerObject), so that it can be synced on its own.
+func PolicyPeerFlow(dir PolicyDirection, peer netip.Prefix, conjs []PeerConjunction) openflow.Flow {
+	peer = peer.Masked()
+	table, field := IngressRuleTable, openflow.NwSrc
+	if dir == PolicyEgress {
+		table, field = EgressRuleTable, openflow.NwDst
+	}
+	sorted := slices.Clone(conjs)
+	slices.SortFunc(sorted, func(a, b PeerConjunction) int {
+		return cmp.Or(cmp.Compare(a.ID, b.ID), cmp.Compare(a.K, b.K))
+	})
+	sorted = slices.CompactFunc(sorted, func(a, b PeerConjunction) bool { return a.ID == b.ID && a.K == b.K })
+	f := flow(table, priorityNormal, match(openflow.IPv4(), field(peer)))
+	f.Cookie = PolicyPeerObject(dir, peer)
+	for _, c := range sorted {
+		f.Actions = append(f.Actions, openflow.Conjunction(c.ID, c.K, c.N))
+	}
+	return f
+}
+
+// PolicyPeerObject is the cookie object of a peer clause flow: bit 39 set (no other policy flow has
+// it), the direction in bit 38, the prefix length in bits 32-37, the IPv4 address below.
+func PolicyPeerObject(dir PolicyDirection, peer netip.Prefix) uint64 {
+	a := peer.Masked().Addr().As4()
+	return 1<<39 | uint64(dir)<<38 | uint64(peer.Bits())<<32 | uint64(binary.BigEndian.Uint32(a[:]))
 }
 
 // PortBlock is an aligned block of ports: the ports p with p&Mask == Value.

@@ -460,6 +460,39 @@ func (b *Bridge) SyncObject(ctx context.Context, category uint8, object uint64, 
 	return b.sync(ctx, category, &o, desired)
 }
 
+// SyncObjects is SyncObject for several objects of a category, in one bundle: the flows of each
+// object are made equal to its desired flows (none deletes them), the category's other objects are
+// left alone. The incremental NetworkPolicy compiler sends the peer flows an address changed so.
+func (b *Bridge) SyncObjects(ctx context.Context, category uint8, desired map[uint64][]Flow) (SyncResult, error) {
+	var res SyncResult
+	if len(desired) == 0 {
+		return res, nil
+	}
+	reqs := make([]*syncReq, 0, len(desired))
+	for object, flows := range desired {
+		for i := range flows {
+			if flows[i].Cookie&ObjectMask != object&ObjectMask {
+				return res, fmt.Errorf("syncing object %#x of category %d: flow %q belongs to object %#x", object, category, flows[i].String(), flows[i].Cookie&ObjectMask)
+			}
+		}
+		o := object & ObjectMask
+		reqs = append(reqs, &syncReq{category: category, object: &o, desired: flows})
+	}
+	if err := b.waitConnected(ctx); err != nil {
+		return res, fmt.Errorf("syncing category %d on bridge %q: %w", category, b.opts.Bridge, err)
+	}
+	b.syncs.DoAll(&b.mu, reqs, func(queue []*syncReq) { b.commitSyncs(ctx, queue) })
+	for _, r := range reqs {
+		if r.err != nil {
+			return res, r.err
+		}
+		res.Added += r.res.Added
+		res.Modified += r.res.Modified
+		res.Deleted += r.res.Deleted
+	}
+	return res, nil
+}
+
 // flowChange is one flow_mod of a Sync: an add (no prev), a modification, or a delete (no next).
 type flowChange struct {
 	prev, next *cached
@@ -499,14 +532,17 @@ func (b *Bridge) sync(ctx context.Context, category uint8, object *uint64, desir
 		return SyncResult{}, fmt.Errorf("syncing category %d on bridge %q: %w", category, b.opts.Bridge, err)
 	}
 	req := &syncReq{category: category, object: object, desired: desired}
-	b.syncs.Do(&b.mu, req, func(queue []*syncReq) {
-		for len(queue) > 0 {
-			n := batchLen(queue)
-			b.syncBatch(ctx, queue[:n])
-			queue = queue[n:]
-		}
-	})
+	b.syncs.Do(&b.mu, req, func(queue []*syncReq) { b.commitSyncs(ctx, queue) })
 	return req.res, req.err
+}
+
+// commitSyncs sends the queued requests, as few bundles as batchLen allows; the caller holds b.mu.
+func (b *Bridge) commitSyncs(ctx context.Context, queue []*syncReq) {
+	for len(queue) > 0 {
+		n := batchLen(queue)
+		b.syncBatch(ctx, queue[:n])
+		queue = queue[n:]
+	}
 }
 
 // batchLen is how many of the queued requests can share a bundle: requests for distinct objects;

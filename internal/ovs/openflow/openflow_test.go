@@ -346,6 +346,20 @@ func TestSyncObjectTouchesOneObject(t *testing.T) {
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(res.Mods()).To(Equal(0))
 
+	// Several objects at once, in one bundle: object 1 changes, object 2 goes, object 4 comes.
+	bundles := e.br.Bundles()
+	res, err = e.br.SyncObjects(ctx, 6, map[uint64][]openflow.Flow{
+		1: {route(1, "10.1.0.0/24", 5)}, 2: nil, 4: {route(4, "10.4.0.0/24", 4)},
+	})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(res).To(Equal(openflow.SyncResult{Added: 1, Modified: 1, Deleted: 2}))
+	g.Expect(e.br.Bundles()).To(Equal(bundles+1), "one bundle for every object")
+	g.Expect(dump(t, e.ovs)).To(Equal(rendered(e.br.Installed(6))))
+	g.Expect(e.br.Installed(6)).To(HaveLen(2))
+	res, err = e.br.SyncObjects(ctx, 6, map[uint64][]openflow.Flow{1: {route(1, "10.1.0.0/24", 1)}, 2: {route(2, "10.2.0.0/24", 9), route(2, "10.2.1.0/24", 9)}, 4: nil})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(res).To(Equal(openflow.SyncResult{Added: 2, Modified: 1, Deleted: 1}))
+
 	// Deleted behind our back, restored after Invalidate.
 	e.ovs.MustOfctl(t, "-O", "OpenFlow15", "del-flows", bridge, "table=70,ip,nw_dst=10.1.0.0/24")
 	e.br.Invalidate()
