@@ -47,7 +47,7 @@ type peerIndex struct {
 	local map[types.NamespacedName]bool
 	sets  []*peerSet
 	// clauses holds, for every peer clause flow, the conjunctions of the rules that have its peer.
-	clauses map[peerClause]map[pipeline.PeerConjunction]bool
+	clauses map[peerClause][]pipeline.PeerConjunction
 	// namedEgressAll: an egress rule with named ports and no peers resolves them on every Pod.
 	namedEgressAll bool
 }
@@ -83,7 +83,7 @@ func newPeerIndex(in Inputs, m *memo, rules []compiledRule) *peerIndex {
 	x := &peerIndex{
 		namespaces:     in.Namespaces,
 		local:          map[types.NamespacedName]bool{},
-		clauses:        map[peerClause]map[pipeline.PeerConjunction]bool{},
+		clauses:        map[peerClause][]pipeline.PeerConjunction{},
 		namedEgressAll: m.namedEgressAll,
 	}
 	for _, lp := range in.Local {
@@ -125,17 +125,18 @@ func newPeerIndex(in Inputs, m *memo, rules []compiledRule) *peerIndex {
 }
 
 func (x *peerIndex) addConj(c peerClause, conj pipeline.PeerConjunction) {
-	if x.clauses[c] == nil {
-		x.clauses[c] = map[pipeline.PeerConjunction]bool{}
+	if !slices.Contains(x.clauses[c], conj) {
+		x.clauses[c] = append(x.clauses[c], conj)
 	}
-	x.clauses[c][conj] = true
 }
 
 func (x *peerIndex) removeConj(c peerClause, conj pipeline.PeerConjunction) {
-	delete(x.clauses[c], conj)
-	if len(x.clauses[c]) == 0 {
+	conjs := slices.DeleteFunc(x.clauses[c], func(o pipeline.PeerConjunction) bool { return o == conj })
+	if len(conjs) == 0 {
 		delete(x.clauses, c)
+		return
 	}
+	x.clauses[c] = conjs
 }
 
 // podChanged applies the change of Pod key, now info (nil: gone, or no longer taking part), and
@@ -222,11 +223,7 @@ func (x *peerIndex) flows(clauses []peerClause) map[uint64][]openflow.Flow {
 			out[obj] = nil
 			continue
 		}
-		list := make([]pipeline.PeerConjunction, 0, len(conjs))
-		for conj := range conjs {
-			list = append(list, conj)
-		}
-		out[obj] = []openflow.Flow{pipeline.PolicyPeerFlow(c.dir, c.prefix, list)}
+		out[obj] = []openflow.Flow{pipeline.PolicyPeerFlow(c.dir, c.prefix, conjs)}
 	}
 	return out
 }
