@@ -66,6 +66,8 @@ type Reconciler struct {
 	groups []openflow.Group
 	// warned holds the Services (by UID and resourceVersion) already given a Warning Event.
 	warned map[types.UID]string
+	// rejecter refuses connections to Service ports without endpoints (reject.go).
+	rejecter *rejecter
 }
 
 // groupKey identifies the group of a Service port: the cluster one, or the external one.
@@ -143,6 +145,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ ctrl.Request) (_ ctrl.Resu
 	if r.bridge != rz.Flows {
 		// A new connection knows none of the switch's groups: they are all added (or replaced).
 		r.bridge, r.groups = rz.Flows, nil
+		r.handleRefusals(ctx, rz.Flows)
 	}
 	// New and changed groups, keeping the old ones that flows may still refer to.
 	union := slices.Clone(groups)
@@ -238,6 +241,20 @@ func (r *Reconciler) desired(ctx context.Context, rz nodenetwork.Realized, servi
 		flows = append(flows, rz.Node.HairpinFlows(ip)...)
 	}
 	return groups, flows, clusterIPs, c
+}
+
+// handleRefusals has the bridge's packet-ins answered by the rejecter (reject.go).
+func (r *Reconciler) handleRefusals(ctx context.Context, b *openflow.Bridge) {
+	if r.rejecter == nil {
+		r.rejecter = newRejecter()
+		log := ctrl.LoggerFrom(ctx)
+		r.rejecter.onError = func(err error) {
+			log.V(1).Info("Could not refuse a connection to a Service without endpoints", "error", err.Error())
+		}
+	}
+	rj := *r.rejecter
+	rj.send = b.SendPacketOut
+	b.SetPacketInHandler(rj.handle)
 }
 
 // syncHostRoutes routes every ClusterIP from the host into the gateway, through
