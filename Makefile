@@ -82,6 +82,13 @@ bench-cni: test-deps ## Benchmark 200 Pods' CNI ADD+DEL at concurrency 1 and 8 a
 	$(GO) test -tags bench -count=1 -timeout 20m -run '^TestBenchCNI$$' -v ./test/bench/cni/ > bin/bench-cni.log 2>&1 || { tail -50 bin/bench-cni.log; exit 1; }
 	@grep '^bench-cni ' bin/bench-cni.log
 
+.PHONY: bench-services
+bench-services: ## Benchmark Services (10,000 x 5 endpoints; cold, one endpoint added, churn) against kube-proxy's nftables mode, which it builds (needs root).
+	hack/setup-test-deps.sh kube-proxy
+	@mkdir -p bin
+	$(GO) test -tags bench -count=1 -timeout 60m -run '^TestBenchServices$$' -v ./test/bench/services/ > bin/bench-services.log 2>&1 || { tail -50 bin/bench-services.log; exit 1; }
+	@grep '^bench-services ' bin/bench-services.log
+
 .PHONY: bench-ovs
 bench-ovs: test-deps ## Benchmark flow installation against ovs-ofctl --bundle (needs root).
 	@mkdir -p bin

@@ -7,6 +7,8 @@
 #   - CoreDNS (a main with the plugins the e2e cluster's kube-dns uses) built from the Go module proxy
 #     into bin/coredns-<version>/ (the e2e cluster and the demo run it as kube-system/kube-dns)
 #   - helm built from the Go module proxy (the tool in go.mod) into bin/helm-<version>/ (chart tests)
+#   - with the argument `kube-proxy` (make bench-services only): also Debian's nftables (nft) and
+#     kube-proxy, built like kube-apiserver into bin/k8s/<version>/
 # Run as root. Safe to run again: every step checks before it acts.
 set -euo pipefail
 
@@ -19,6 +21,13 @@ COREDNS_VERSION=${COREDNS_VERSION:-v1.15.0}
 ASSETS="$ROOT/bin/k8s/$KUBE_VERSION-etcd-$ETCD_VERSION"
 export GOTOOLCHAIN=local
 export GOFLAGS=-mod=mod
+WITH_KUBE_PROXY=0
+for arg in "$@"; do
+	case $arg in
+	kube-proxy) WITH_KUBE_PROXY=1 ;;
+	*) echo "usage: $0 [kube-proxy]" >&2; exit 2 ;;
+	esac
+done
 
 log() { echo "setup-test-deps: $*" >&2; }
 
@@ -30,6 +39,8 @@ install_debian_packages() {
 	command -v ping >/dev/null || need+=(iputils-ping)
 	# Raw IP, ICMP and GRE/ESP packets in the datapath tests (test/integration/datapath).
 	[ -x /usr/bin/python3 ] || need+=(python3)
+	# kube-proxy's nftables mode and the benchmark reading its rules (make bench-services).
+	[ "$WITH_KUBE_PROXY" = 1 ] && ! command -v nft >/dev/null && need+=(nftables)
 	if [ ${#need[@]} -eq 0 ]; then return; fi
 	if [ "$(id -u)" != 0 ]; then
 		log "missing Debian packages ${need[*]} and not root: run 'sudo $0' once"
@@ -54,7 +65,10 @@ build_in_module() {
 # KUBE_BINARIES are built from k8s.io/kubernetes in one throwaway module, so that each binary reuses
 # the packages the others compiled (kube-controller-manager: EndpointSlices, ServiceAccount tokens and
 # node lifecycle in the e2e cluster).
+# kube-proxy (nftables mode, the reference of make bench-services) only when asked for: make test
+# does not run it.
 KUBE_BINARIES=(kube-apiserver kubectl kube-controller-manager)
+[ "$WITH_KUBE_PROXY" = 1 ] && KUBE_BINARIES+=(kube-proxy)
 
 build_kube() {
 	local missing=()
@@ -157,5 +171,6 @@ build_coredns
 "$ASSETS/etcd" --version >/dev/null
 "$ASSETS/kubectl" version --client >/dev/null
 "$ASSETS/kube-controller-manager" --version >/dev/null
+if [ "$WITH_KUBE_PROXY" = 1 ]; then "$ASSETS/kube-proxy" --version >/dev/null; nft --version >/dev/null; fi
 "$ROOT/bin/coredns-$COREDNS_VERSION/coredns" -plugins >/dev/null
 echo "$ASSETS"

@@ -522,7 +522,8 @@ func doPort(ctx context.Context, r *podRun) error {
 	if err := r.wait("attach"); err != nil {
 		return err
 	}
-	return r.p.createPort(ctx, r.a, false)
+	_, err := r.p.createPort(ctx, r.a, false)
+	return err
 }
 
 // undoPort starts deleting the port; the flows' undo waits for it.

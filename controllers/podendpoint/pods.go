@@ -307,8 +307,8 @@ func (p *Pods) moveFlows(ctx context.Context, n node, a *Attachment, ofport int3
 // attachment whose vNIC exists: it reports whether the port had to be created or fixed and records
 // the ofport OVS gave.
 func (p *Pods) ensurePort(ctx context.Context, a *Attachment) (bool, error) {
-	before := p.opts.Host.OVSDB.MutatingOperations()
-	if err := p.createPort(ctx, a, true); err != nil {
+	changed, err := p.createPort(ctx, a, true)
+	if err != nil {
 		return false, err
 	}
 	ofport, err := p.waitPort(ctx, a)
@@ -316,13 +316,14 @@ func (p *Pods) ensurePort(ctx context.Context, a *Attachment) (bool, error) {
 		return false, err
 	}
 	a.OFPort = ofport
-	return p.opts.Host.OVSDB.MutatingOperations() != before, nil
+	return changed, nil
 }
 
 // createPort makes the OVS port of the endpoint's name exist, requesting the attachment's ofport:
 // unbound before the endpoint's vNIC exists, bound once it does, when the vNIC becomes a switch
-// port meanwhile.
-func (p *Pods) createPort(ctx context.Context, a *Attachment, bound bool) error {
+// port meanwhile; a bound port is returned once ovs-vswitchd applied it. It reports whether the
+// port had to be created or changed.
+func (p *Pods) createPort(ctx context.Context, a *Attachment, bound bool) (changed bool, err error) {
 	typ := podPortTypeUnbound
 	marked := make(chan error, 1)
 	if bound {
@@ -337,14 +338,21 @@ func (p *Pods) createPort(ctx context.Context, a *Attachment, bound bool) error 
 		// Binding changes the row (as the type does on Windows), so that OVS opens the vNIC now.
 		"winnet-vnic": strconv.FormatBool(bound),
 	}}
-	_, err := p.opts.Host.OVSDB.EnsurePort(ctx, a.Bridge, spec)
+	ensure := p.opts.Host.OVSDB.EnsurePort
+	if bound {
+		// OVS tried to open the interface of an unbound port and recorded the failure: the
+		// write that binds it makes ovs-vswitchd try again, and the ofport or error is the one of
+		// that pass once it reports the write applied.
+		ensure = p.opts.Host.OVSDB.EnsurePortApplied
+	}
+	changed, err = ensure(ctx, a.Bridge, spec)
 	if merr := <-marked; merr != nil {
-		return fmt.Errorf("making %s a switch port: %w", a.EndpointName, merr)
+		return changed, fmt.Errorf("making %s a switch port: %w", a.EndpointName, merr)
 	}
 	if err != nil {
-		return fmt.Errorf("creating OVS port %s: %w", a.EndpointName, err)
+		return changed, fmt.Errorf("creating OVS port %s: %w", a.EndpointName, err)
 	}
-	return nil
+	return changed, nil
 }
 
 // waitPort waits for OVS to attach the port and returns its ofport.

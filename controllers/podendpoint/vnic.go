@@ -206,13 +206,10 @@ func (p *Pods) bindVNIC(ctx context.Context, sandbox string, appeared time.Time)
 	}
 	requested := a.OFPort
 	a.Bridge = n.bridge
-	if err := p.createPort(ctx, a, true); err != nil {
-		return err
-	}
-	// OVS tried to open the port's interface before the vNIC existed and recorded the failure; the
-	// write that bound the port makes it try again: wait for that pass before reading the ofport.
+	// OVS tried to open the port's interface before the vNIC existed and recorded the failure;
+	// the write that binds the port makes it try again, and createPort waits for that pass.
 	wctx, cancel := context.WithTimeout(ctx, portTimeout)
-	err = p.opts.Host.OVSDB.WaitApplied(wctx)
+	_, err = p.createPort(wctx, a, true)
 	cancel()
 	if err != nil {
 		return err

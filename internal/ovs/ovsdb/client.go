@@ -15,6 +15,7 @@ import (
 	"github.com/ovn-kubernetes/libovsdb/model"
 	"github.com/ovn-kubernetes/libovsdb/ovsdb"
 
+	"github.com/winnet-io/winnet/internal/groupcommit"
 	"github.com/winnet-io/winnet/internal/ovs/ovsdb/vswitchd"
 )
 
@@ -42,6 +43,7 @@ type Interface interface {
 	EnsureBridge(ctx context.Context, spec BridgeSpec) (bool, error)
 	DeleteBridge(ctx context.Context, name string) (bool, error)
 	EnsurePort(ctx context.Context, bridge string, spec PortSpec) (bool, error)
+	EnsurePortApplied(ctx context.Context, bridge string, spec PortSpec) (bool, error)
 	DeletePort(ctx context.Context, bridge, name string) (bool, error)
 	ReconcilePorts(ctx context.Context, bridge string, desired []PortSpec) (bool, error)
 	OwnedPorts(ctx context.Context, bridge string) ([]PortInfo, error)
@@ -77,6 +79,8 @@ type Client struct {
 	closeFn func()
 
 	mutations atomic.Uint64
+	// transactions counts the transactions sent.
+	transactions atomic.Uint64
 
 	// changedMu guards changed: per table (and for any table), a channel closed (and replaced)
 	// whenever the monitor brings a row of the table added, changed or deleted, so that WaitOFPort
@@ -84,6 +88,13 @@ type Client struct {
 	// transaction when the monitor brings its own update, instead of at their next poll.
 	changedMu sync.Mutex
 	changed   map[string]chan struct{}
+
+	// timeout bounds a transaction that carries several callers' changes (Options.Timeout).
+	timeout time.Duration
+	// portMu serialises the transactions of port changes; portQueue holds the changes waiting
+	// for the next one (portcommit.go).
+	portMu    sync.Mutex
+	portQueue groupcommit.Queue[*portReq]
 }
 
 // tableChanged returns a channel that is closed at the next row of the table the monitor adds or
@@ -99,9 +110,9 @@ func (c *Client) tableChanged(table string) <-chan struct{} {
 	return ch
 }
 
-// interfaceChanged returns a channel that is closed at the next Interface row the monitor adds or
-// changes.
-func (c *Client) interfaceChanged() <-chan struct{} { return c.tableChanged(vswitchd.InterfaceTable) }
+// InterfaceChanged returns a channel that is closed at the next Interface row the monitor adds,
+// changes or deletes: a caller waiting for an interface's state looks again then, not in a loop.
+func (c *Client) InterfaceChanged() <-chan struct{} { return c.tableChanged(vswitchd.InterfaceTable) }
 
 // anyTable names, for tableChanged, a change to any table.
 const anyTable = ""
@@ -161,7 +172,7 @@ func New(ctx context.Context, opts Options) (*Client, error) {
 		closeFn()
 		return nil, fmt.Errorf("creating OVSDB client for %q: %w", opts.Address, err)
 	}
-	c := &Client{ovs: ovs, owner: opts.Owner, log: log, closeFn: closeFn, changed: map[string]chan struct{}{}}
+	c := &Client{ovs: ovs, owner: opts.Owner, log: log, closeFn: closeFn, changed: map[string]chan struct{}{}, timeout: opts.Timeout}
 
 	log.V(1).Info("Connecting to OVSDB", "address", opts.Address)
 	cctx, cancel := context.WithTimeout(ctx, opts.Timeout)
@@ -243,29 +254,7 @@ func (c *Client) apply(ctx context.Context, what string, plan func(ctx context.C
 	if err := c.transact(ctx, t.ops); err != nil {
 		return false, fmt.Errorf("%s: %w", what, err)
 	}
-	// Our own update arrives through the monitor, usually just after the reply;
-	// wait for it so that the next plan sees it and stays idempotent.
-	deadline := time.Now().Add(convergeTimeout)
-	for {
-		changed := c.tableChanged(anyTable) // before the plan, so an update after it is not missed
-		t2 := &txn{}
-		err := plan(ctx, t2)
-		if err == nil && len(t2.ops) == 0 {
-			return true, nil
-		}
-		if time.Now().After(deadline) {
-			if err == nil {
-				err = fmt.Errorf("cache still differs after transaction (%d operations pending)", len(t2.ops))
-			}
-			return true, fmt.Errorf("%s: %w", what, err)
-		}
-		select {
-		case <-ctx.Done():
-			return true, fmt.Errorf("%s: %w", what, ctx.Err())
-		case <-changed:
-		case <-time.After(5 * time.Millisecond): // in case a reconnect replaces the cache
-		}
-	}
+	return true, c.converge(ctx, what, plan)
 }
 
 func (c *Client) transact(ctx context.Context, ops []ovsdb.Operation) error {
@@ -276,6 +265,13 @@ func (c *Client) transact(ctx context.Context, ops []ovsdb.Operation) error {
 	if _, err := ovsdb.CheckOperationResults(res, ops); err != nil {
 		return fmt.Errorf("transaction failed: %w", err)
 	}
+	c.countMutations(ops)
+	return nil
+}
+
+// countMutations counts the insert, update, mutate and delete operations of a transaction sent.
+func (c *Client) countMutations(ops []ovsdb.Operation) {
+	c.transactions.Add(1)
 	var n uint64
 	for _, op := range ops {
 		if op.Op != ovsdb.OperationWait && op.Op != ovsdb.OperationSelect {
@@ -283,7 +279,6 @@ func (c *Client) transact(ctx context.Context, ops []ovsdb.Operation) error {
 		}
 	}
 	c.mutations.Add(n)
-	return nil
 }
 
 // rootRow returns the single Open_vSwitch row.
@@ -304,50 +299,8 @@ func (c *Client) rootRow(ctx context.Context) (*vswitchd.OpenvSwitch, error) {
 // interface: it cannot mistake an interface of the same name created afterwards for the old one
 // (the userspace datapath would turn the new one down when it closes the old).
 func (c *Client) WaitApplied(ctx context.Context) error {
-	root, err := c.rootRow(ctx)
-	if err != nil {
-		return fmt.Errorf("waiting for ovs-vswitchd: %w", err)
-	}
-	ops, err := c.ovs.Where(root).Mutate(root, model.Mutation{Field: &root.NextCfg, Mutator: ovsdb.MutateOperationAdd, Value: 1})
-	if err != nil {
-		return fmt.Errorf("waiting for ovs-vswitchd: %w", err)
-	}
-	ops = append(ops, ovsdb.Operation{Op: ovsdb.OperationSelect, Table: vswitchd.OpenvSwitchTable, Where: []ovsdb.Condition{}, Columns: []string{"next_cfg"}})
-	res, err := c.ovs.Transact(ctx, ops...)
-	if err == nil {
-		_, err = ovsdb.CheckOperationResults(res, ops)
-	}
-	if err != nil {
-		return fmt.Errorf("waiting for ovs-vswitchd: incrementing next_cfg: %w", err)
-	}
-	c.mutations.Add(1)
-	var want int
-	if rows := res[len(res)-1].Rows; len(rows) == 1 {
-		switch v := rows[0]["next_cfg"].(type) {
-		case float64:
-			want = int(v)
-		case int:
-			want = v
-		}
-	}
-	ticker := time.NewTicker(10 * time.Millisecond) // in case a reconnect replaces the cache
-	defer ticker.Stop()
-	for {
-		changed := c.tableChanged(vswitchd.OpenvSwitchTable)
-		root, err := c.rootRow(ctx)
-		if err != nil {
-			return fmt.Errorf("waiting for ovs-vswitchd: %w", err)
-		}
-		if root.CurCfg >= want {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("waiting for ovs-vswitchd to apply configuration %d (it reports %d): %w", want, root.CurCfg, ctx.Err())
-		case <-changed:
-		case <-ticker.C:
-		}
-	}
+	_, err := c.applyPort(ctx, "waiting for ovs-vswitchd", true, func(context.Context, *txn) error { return nil })
+	return err
 }
 
 // SetFlowRestoreWait sets or clears other_config:flow-restore-wait.

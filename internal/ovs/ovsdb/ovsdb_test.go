@@ -2,8 +2,10 @@ package ovsdb_test
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -279,4 +281,61 @@ func TestTransactionWakesOnItsUpdate(t *testing.T) {
 		// libovsdb runs event handlers after it updates the cache, on their own goroutine.
 		g.Eventually(woken).Should(BeClosed(), "the %s woke the waiters", change.name)
 	}
+}
+
+// TestConcurrentPortChangesShareATransaction checks the group commit of port changes: changes that
+// queue while a transaction is in flight go in the next one, together; when that transaction
+// fails, each change is transacted on its own, so that only the bad one fails.
+func TestConcurrentPortChangesShareATransaction(t *testing.T) {
+	g := NewWithT(t)
+	_, c, ctx := withBridge(t)
+	run := func(specs []ovsdb.PortSpec) []error {
+		release := c.HoldPortCommits()
+		errs := make([]error, len(specs))
+		var wg sync.WaitGroup
+		for i, spec := range specs {
+			wg.Go(func() { _, errs[i] = c.EnsurePort(ctx, "br-int", spec) })
+		}
+		g.Eventually(c.QueuedPortChanges).Should(Equal(len(specs)))
+		release()
+		wg.Wait()
+		return errs
+	}
+	ports := func(prefix string, n int) []ovsdb.PortSpec {
+		var specs []ovsdb.PortSpec
+		for i := range n {
+			specs = append(specs, ovsdb.PortSpec{Name: fmt.Sprintf("%s%d", prefix, i), Type: ovsdb.PortTypeInternal})
+		}
+		return specs
+	}
+	owned := func() []string {
+		infos, err := c.OwnedPorts(ctx, "br-int")
+		g.Expect(err).NotTo(HaveOccurred())
+		var names []string
+		for _, p := range infos {
+			names = append(names, p.Name)
+		}
+		return names
+	}
+
+	before := c.Transactions()
+	for _, err := range run(ports("grp", 8)) {
+		g.Expect(err).NotTo(HaveOccurred())
+	}
+	g.Expect(c.Transactions()-before).To(Equal(uint64(1)), "8 queued port changes, one transaction")
+	g.Expect(owned()).To(ContainElements("grp0", "grp1", "grp2", "grp3", "grp4", "grp5", "grp6", "grp7"))
+
+	// ofport_request is at most 65279: ovsdb-server refuses the whole transaction.
+	specs := ports("mix", 4)
+	specs[2].OFPortRequest = 70000
+	errs := run(specs)
+	for i, err := range errs {
+		if i == 2 {
+			g.Expect(err).To(MatchError(ContainSubstring(`ensuring port "mix2"`)))
+			continue
+		}
+		g.Expect(err).NotTo(HaveOccurred(), "port mix%d does not fail with mix2", i)
+	}
+	g.Expect(owned()).To(ContainElements("mix0", "mix1", "mix3"))
+	g.Expect(owned()).NotTo(ContainElement("mix2"))
 }

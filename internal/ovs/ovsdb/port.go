@@ -258,10 +258,21 @@ func (c *Client) planDeletePort(ctx context.Context, t *txn, br *vswitchd.Bridge
 // EnsurePort creates the port on the bridge or fixes it (type, options,
 // ofport_request, external_ids); a port of that name on another bridge is moved.
 func (c *Client) EnsurePort(ctx context.Context, bridge string, spec PortSpec) (bool, error) {
+	return c.ensurePort(ctx, bridge, spec, false)
+}
+
+// EnsurePortApplied is EnsurePort followed by WaitApplied in one transaction: it returns once
+// ovs-vswitchd has applied the port (and everything committed before), so that the interface's
+// ofport or error is the one ovs-vswitchd gave it after this change.
+func (c *Client) EnsurePortApplied(ctx context.Context, bridge string, spec PortSpec) (bool, error) {
+	return c.ensurePort(ctx, bridge, spec, true)
+}
+
+func (c *Client) ensurePort(ctx context.Context, bridge string, spec PortSpec, applied bool) (bool, error) {
 	if spec.Name == "" {
 		return false, fmt.Errorf("ensuring port on bridge %q: empty name", bridge)
 	}
-	return c.apply(ctx, fmt.Sprintf("ensuring port %q on bridge %q", spec.Name, bridge), func(ctx context.Context, t *txn) error {
+	return c.applyPort(ctx, fmt.Sprintf("ensuring port %q on bridge %q", spec.Name, bridge), applied, func(ctx context.Context, t *txn) error {
 		br, err := c.getBridge(ctx, bridge)
 		if err != nil {
 			return err
@@ -272,7 +283,7 @@ func (c *Client) EnsurePort(ctx context.Context, bridge string, spec PortSpec) (
 
 // DeletePort deletes the port from the bridge; an absent port is a no-op.
 func (c *Client) DeletePort(ctx context.Context, bridge, name string) (bool, error) {
-	return c.apply(ctx, fmt.Sprintf("deleting port %q from bridge %q", name, bridge), func(ctx context.Context, t *txn) error {
+	return c.applyPort(ctx, fmt.Sprintf("deleting port %q from bridge %q", name, bridge), false, func(ctx context.Context, t *txn) error {
 		br, err := c.getBridge(ctx, bridge)
 		if isErrNotFound(err) {
 			return nil
@@ -381,7 +392,7 @@ func (c *Client) WaitOFPort(ctx context.Context, name string) (int32, error) {
 	ticker := time.NewTicker(10 * time.Millisecond)
 	defer ticker.Stop()
 	for {
-		changed := c.interfaceChanged() // before the look, so a change after it is not missed
+		changed := c.InterfaceChanged() // before the look, so a change after it is not missed
 		i := &vswitchd.Interface{Name: name}
 		err := c.ovs.Get(ctx, i)
 		switch {

@@ -7,8 +7,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
-	"net/http"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -17,7 +15,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -33,6 +30,7 @@ import (
 	networkv1alpha1 "github.com/winnet-io/winnet/api/v1alpha1"
 	"github.com/winnet-io/winnet/internal/controller"
 	winnetscheme "github.com/winnet-io/winnet/internal/scheme"
+	"github.com/winnet-io/winnet/test/bench/benchutil"
 	"github.com/winnet-io/winnet/test/framework"
 	"github.com/winnet-io/winnet/test/simnode"
 )
@@ -74,7 +72,11 @@ func TestBenchRoutes(t *testing.T) {
 		t.Fatalf("creating a watching client: %v", err)
 	}
 	profile := os.Getenv("BENCH_ROUTES_PROFILE") != ""
-	bin := buildAgent(t, profile)
+	pprofOverlay := ""
+	if profile {
+		pprofOverlay = filepath.Join(framework.RepoRoot(), "test", "bench", "routes", "testdata", "pprof.go")
+	}
+	bin := benchutil.BuildAgent(t, pprofOverlay)
 	underlay := simnode.NewUnderlay(t, netip.MustParsePrefix("192.168.40.0/24"))
 
 	created := 0
@@ -104,21 +106,25 @@ func TestBenchRoutes(t *testing.T) {
 		if profile {
 			pprofAddr = framework.FreeAddress(t)
 		}
-		vswitchd := vswitchdPID(t, node)
-		vswitchdBefore := cpuTime(t, vswitchd)
-		agent := startAgent(t, bin, server.KubeconfigPath, node, logFile, pprofAddr)
+		vswitchd := benchutil.VswitchdPID(t, node)
+		vswitchdBefore := benchutil.CPUTime(t, vswitchd, false)
+		var env []string
+		if pprofAddr != "" {
+			env = []string{"WINNET_BENCH_PPROF=" + pprofAddr}
+		}
+		agent := benchutil.StartAgent(t, bin, server.KubeconfigPath, node, logFile, env)
 		start := time.Now()
 		var cpuProfile <-chan struct{}
 		if profile { // from the agent's start, through convergence
-			cpuProfile = fetchProfile(t, pprofAddr, fmt.Sprintf("profile?seconds=%d", 2+size/2000), filepath.Join(framework.RepoRoot(), "bin", name+".cpu.pprof"))
+			cpuProfile = benchutil.FetchProfile(t, pprofAddr, fmt.Sprintf("profile?seconds=%d", 2+size/2000), filepath.Join(framework.RepoRoot(), "bin", name+".cpu.pprof"))
 		}
 		waitRoutesReady(t, watcher, agent, name, size)
 		converge := time.Since(start)
-		agentCPU, vswitchdCPU := cpuTime(t, agent.cmd.Process.Pid), cpuTime(t, vswitchd)-vswitchdBefore
-		rss := rssMB(t, agent.cmd.Process.Pid)
+		agentCPU, vswitchdCPU := benchutil.CPUTime(t, agent.Cmd.Process.Pid, false), benchutil.CPUTime(t, vswitchd, false)-vswitchdBefore
+		rss := benchutil.RSSMB(t, agent.Cmd.Process.Pid)
 		if profile {
 			<-cpuProfile
-			<-fetchProfile(t, pprofAddr, "heap", filepath.Join(framework.RepoRoot(), "bin", name+".heap.pprof"))
+			<-benchutil.FetchProfile(t, pprofAddr, "heap", filepath.Join(framework.RepoRoot(), "bin", name+".heap.pprof"))
 		}
 		flowFile := filepath.Join(t.TempDir(), name+".flows")
 		flows := dumpRouteFlows(t, node, flowFile)
@@ -139,7 +145,7 @@ func TestBenchRoutes(t *testing.T) {
 			summary = fmt.Sprintf("bench-routes nodes=%d converge_ms=%d ofctl_ms=%d rss_mb=%d incr_ms=%d incr_mods=%d",
 				size, converge.Milliseconds(), ofctl.Milliseconds(), rss, inc.installed.Milliseconds(), inc.mods)
 		}
-		agent.stop()
+		agent.Stop()
 	}
 	fmt.Println(summary)
 }
@@ -201,113 +207,7 @@ func createOwnNode(t *testing.T, c client.Client, name, ip string) {
 	}
 }
 
-func startAgent(t *testing.T, bin, kubeconfig string, node *simnode.Node, logFile, pprofAddr string) *agentProcess {
-	t.Helper()
-	f, err := os.Create(logFile)
-	if err != nil {
-		t.Fatal(err)
-	}
-	args := []string{"--node-name", node.Name, "--kubeconfig", kubeconfig, "--ovsdb", node.OVS.DBSocket(),
-		"--ovs-rundir", node.OVS.Dir, "--netns", node.NSPath, "--health-probe-bind-address", "0", "--metrics-bind-address", "0",
-		"--zap-time-encoding", "rfc3339nano"}
-	// The agent's CNI socket, conflist and state stay in the test's own directory, away from the host's.
-	state := t.TempDir()
-	args = append(args, "--state-dir", state, "--cni-socket", filepath.Join(state, "cni.sock"), "--cni-conf-dir", filepath.Join(state, "net.d"))
-	if level := os.Getenv("BENCH_AGENT_LOG_LEVEL"); level != "" {
-		args = append(args, "--zap-log-level", level)
-	}
-	cmd := exec.Command(bin, args...)
-	cmd.Stdout, cmd.Stderr = f, f
-	if pprofAddr != "" {
-		cmd.Env = append(os.Environ(), "WINNET_BENCH_PPROF="+pprofAddr)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("starting winnet-agent: %v", err)
-	}
-	exited := make(chan struct{})
-	go func() {
-		_ = cmd.Wait()
-		close(exited)
-	}()
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		<-exited
-		_ = f.Close()
-	})
-	return &agentProcess{cmd: cmd, exited: exited, log: logFile}
-}
-
-// buildAgent builds winnet-agent; with profile, it also serves net/http/pprof (testdata/pprof.go,
-// added to its main package through go build -overlay: the agent's sources are not changed).
-func buildAgent(t *testing.T, profile bool) string {
-	t.Helper()
-	dir := t.TempDir()
-	bin := filepath.Join(dir, "winnet-agent")
-	args := []string{"build", "-o", bin}
-	if profile {
-		root := framework.RepoRoot()
-		overlay, err := json.Marshal(map[string]map[string]string{"Replace": {
-			filepath.Join(root, "cmd", "winnet-agent", "zz_bench_pprof.go"): filepath.Join(root, "test", "bench", "routes", "testdata", "pprof.go"),
-		}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		file := filepath.Join(dir, "overlay.json")
-		if err := os.WriteFile(file, overlay, 0o600); err != nil {
-			t.Fatal(err)
-		}
-		args = append(args, "-overlay", file)
-	}
-	build := exec.Command("go", append(args, "./cmd/winnet-agent")...)
-	build.Dir = framework.RepoRoot()
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("building winnet-agent: %v\n%s", err, out)
-	}
-	return bin
-}
-
-// fetchProfile saves the agent's /debug/pprof/<what> into file once its pprof server answers; the
-// channel closes when it is written.
-func fetchProfile(t *testing.T, addr, what, file string) <-chan struct{} {
-	t.Helper()
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for range 200 {
-			resp, err := http.Get("http://" + addr + "/debug/pprof/" + what)
-			if err != nil {
-				time.Sleep(5 * time.Millisecond) // the agent is still starting
-				continue
-			}
-			defer resp.Body.Close()
-			data, err := io.ReadAll(resp.Body)
-			if err == nil {
-				err = os.WriteFile(file, data, 0o600)
-			}
-			if err != nil {
-				t.Errorf("saving the agent's %s profile: %v", what, err)
-			}
-			return
-		}
-		t.Errorf("the agent's pprof server at %s did not answer", addr)
-	}()
-	return done
-}
-
-// agentProcess is a running winnet-agent.
-type agentProcess struct {
-	cmd    *exec.Cmd
-	exited chan struct{}
-	log    string
-}
-
-// stop ends the agent as a service manager would.
-func (a *agentProcess) stop() {
-	_ = a.cmd.Process.Signal(syscall.SIGTERM)
-	<-a.exited
-}
-
-func waitRoutesReady(t *testing.T, c client.WithWatch, agent *agentProcess, name string, want int) {
+func waitRoutesReady(t *testing.T, c client.WithWatch, agent *benchutil.Agent, name string, want int) {
 	t.Helper()
 	ready := func(o client.Object) bool {
 		w := o.(*networkv1alpha1.WindowsNodeNetwork)
@@ -318,8 +218,8 @@ func waitRoutesReady(t *testing.T, c client.WithWatch, agent *agentProcess, name
 	defer cancel()
 	seen := watchFor(t, ctx, c, &networkv1alpha1.WindowsNodeNetworkList{}, name, ready)
 	select {
-	case <-agent.exited:
-		out, _ := os.ReadFile(agent.log)
+	case <-agent.Exited:
+		out, _ := os.ReadFile(agent.Log)
 		t.Fatalf("winnet-agent exited: %s", out)
 	case _, ok := <-seen:
 		if !ok {
@@ -349,50 +249,6 @@ func watchFor(t *testing.T, ctx context.Context, c client.WithWatch, list client
 		}
 	}()
 	return seen
-}
-
-// vswitchdPID finds the node's ovs-vswitchd.
-func vswitchdPID(t *testing.T, node *simnode.Node) int {
-	t.Helper()
-	out, err := exec.Command("pgrep", "-f", "ovs-vswitchd unix:"+node.OVS.DBSocket()).Output()
-	if err != nil {
-		t.Fatalf("finding the node's ovs-vswitchd: %v", err)
-	}
-	pid, err := strconv.Atoi(strings.Fields(string(out))[0])
-	if err != nil {
-		t.Fatal(err)
-	}
-	return pid
-}
-
-// cpuTime returns the user and system CPU time a process has used (USER_HZ is 100 on Linux).
-func cpuTime(t *testing.T, pid int) time.Duration {
-	t.Helper()
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		t.Fatal(err)
-	}
-	// The fields after the command name, which is in parentheses and may hold spaces.
-	f := strings.Fields(string(data[strings.LastIndexByte(string(data), ')')+2:]))
-	utime, _ := strconv.Atoi(f[11])
-	stime, _ := strconv.Atoi(f[12])
-	return time.Duration(utime+stime) * 10 * time.Millisecond
-}
-
-func rssMB(t *testing.T, pid int) int {
-	t.Helper()
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, line := range strings.Split(string(data), "\n") {
-		if strings.HasPrefix(line, "VmRSS:") {
-			kb, _ := strconv.Atoi(strings.Fields(line)[1])
-			return kb / 1024
-		}
-	}
-	t.Fatal("no VmRSS")
-	return 0
 }
 
 // dumpRouteFlows writes the route flows (tables 70 and 20 at priority 200 with a route cookie) to
