@@ -116,6 +116,9 @@ type Bridge struct {
 	// previous is the round the bridge recorded before Connect advanced it (0: none); set once.
 	previous uint16
 
+	// packetIn is the handler of packet-ins (SetPacketInHandler).
+	packetIn packetInHandler
+
 	mu sync.Mutex // serialises Sync, SyncGroups, replay, Verify
 	// syncs holds the Syncs waiting for mu; whoever takes mu next sends them (see sync).
 	syncs groupcommit.Queue[*syncReq]
@@ -805,14 +808,14 @@ type app struct{ b *Bridge }
 var _ ofctrl.AppInterface = (*app)(nil)
 var _ ofctrl.ConnectionRetryControl = (*app)(nil)
 
-func (a *app) SwitchConnected(sw *ofctrl.OFSwitch)           { a.b.switchUp(sw) }
-func (a *app) SwitchDisconnected(*ofctrl.OFSwitch)           { a.b.switchDown() }
-func (a *app) PacketRcvd(*ofctrl.OFSwitch, *ofctrl.PacketIn) {}
-func (a *app) FlowGraphEnabledOnSwitch() bool                { return false }
-func (a *app) TLVMapEnabledOnSwitch() bool                   { return true }
-func (a *app) PortStatusRcvd(*openflow15.PortStatus)         {}
-func (a *app) MaxRetry() int                                 { return int(a.b.opts.ConnectTimeout / a.b.opts.RetryInterval) }
-func (a *app) RetryInterval() time.Duration                  { return a.b.opts.RetryInterval }
+func (a *app) SwitchConnected(sw *ofctrl.OFSwitch)               { a.b.switchUp(sw) }
+func (a *app) SwitchDisconnected(*ofctrl.OFSwitch)               { a.b.switchDown() }
+func (a *app) PacketRcvd(_ *ofctrl.OFSwitch, p *ofctrl.PacketIn) { a.b.receivePacketIn(p) }
+func (a *app) FlowGraphEnabledOnSwitch() bool                    { return false }
+func (a *app) TLVMapEnabledOnSwitch() bool                       { return true }
+func (a *app) PortStatusRcvd(*openflow15.PortStatus)             {}
+func (a *app) MaxRetry() int                                     { return int(a.b.opts.ConnectTimeout / a.b.opts.RetryInterval) }
+func (a *app) RetryInterval() time.Duration                      { return a.b.opts.RetryInterval }
 func (a *app) MultipartReply(_ *ofctrl.OFSwitch, rep *openflow15.MultipartReply) {
 	a.b.multipartReply(rep)
 }
