@@ -322,6 +322,12 @@ func (b *Bridge) currentSwitch() (*ofctrl.OFSwitch, <-chan struct{}, error) {
 
 // switchUp is called by ofctrl when the handshake completed.
 func (b *Bridge) switchUp(sw *ofctrl.OFSwitch) {
+	// ofctrl gives every connection a random controller ID (NXT_SET_CONTROLLER_ID), and OVS sends
+	// the packet-in of a flow's output to CONTROLLER only to connections with ID 0 (connmgr.c
+	// connmgr_send_async_msg): without this, packet-ins (SetPacketInHandler) never arrive.
+	if err := sw.Send(openflow15.NewSetControllerID(packetInControllerID)); err != nil {
+		b.log.Error(err, "Setting the controller ID for packet-ins failed")
+	}
 	b.connMu.Lock()
 	reconnect := b.everConn
 	b.everConn = true

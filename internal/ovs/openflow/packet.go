@@ -11,6 +11,10 @@ import (
 
 // Packets the switch sends the agent (a flow's output to CONTROLLER) and the agent sends the switch.
 
+// packetInControllerID is the controller ID of the bridge's connection: the ID an output to
+// CONTROLLER (OFPAT_OUTPUT, and NXAST_CONTROLLER without id=) sends its packet-ins to.
+const packetInControllerID = 0
+
 // PacketIn is a packet a flow sent to the controller.
 type PacketIn struct {
 	// Table and Cookie are the table and cookie of the flow that sent it.
