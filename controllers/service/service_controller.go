@@ -80,6 +80,8 @@ type Reconciler struct {
 	routed        map[netip.Prefix]bool
 	routedLink    int
 	routesChecked time.Time
+	// rejecter refuses connections to Service ports without endpoints (reject.go).
+	rejecter *rejecter
 }
 
 // groupKey identifies the group of a Service port: the cluster one, or the external one.
@@ -159,6 +161,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ ctrl.Request) (_ ctrl.Resu
 	if r.bridge != rz.Flows {
 		// A new connection knows none of the switch's groups: they are all added (or replaced).
 		r.bridge, r.groups = rz.Flows, nil
+		r.handleRefusals(ctx, rz.Flows)
 	}
 	// New and changed groups, keeping the old ones that flows may still refer to.
 	union := slices.Clone(groups)
@@ -318,6 +321,20 @@ func (r *Reconciler) realiseService(ctx context.Context, svc *corev1.Service, ep
 		rs.flows = append(rs.flows, f...)
 	}
 	return rs
+}
+
+// handleRefusals has the bridge's packet-ins answered by the rejecter (reject.go).
+func (r *Reconciler) handleRefusals(ctx context.Context, b *openflow.Bridge) {
+	if r.rejecter == nil {
+		r.rejecter = newRejecter()
+		log := ctrl.LoggerFrom(ctx)
+		r.rejecter.onError = func(err error) {
+			log.V(1).Info("Could not refuse a connection to a Service without endpoints", "error", err.Error())
+		}
+	}
+	rj := *r.rejecter
+	rj.send = b.SendPacketOut
+	b.SetPacketInHandler(rj.handle)
 }
 
 // syncHostRoutes routes every ClusterIP from the host into the gateway, through
