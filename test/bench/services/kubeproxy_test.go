@@ -265,7 +265,10 @@ func (r *kubeProxyRun) monitor(t *testing.T) *nftMonitor {
 			m.mu.Unlock()
 		}
 	}()
-	deadline := time.After(time.Minute) // a loaded machine can take seconds to start a process
+	// nft monitor first reads the whole ruleset: at 10,000 Services on a loaded machine that takes
+	// minutes (nft list of kube-proxy's table takes as long).
+	startedAt := time.Now()
+	deadline := time.After(10 * time.Minute)
 	for {
 		if _, err := simnode.Exec(r.h.host.NS, "nft", "add", "table", "ip", marker); err != nil {
 			t.Fatal(err)
@@ -273,11 +276,12 @@ func (r *kubeProxyRun) monitor(t *testing.T) *nftMonitor {
 		select {
 		case <-ready:
 			_, _ = simnode.Exec(r.h.host.NS, "nft", "delete", "table", "ip", marker)
+			fmt.Printf("bench-services nft monitor ready in %s\n", time.Since(startedAt).Round(time.Millisecond))
 			return m
 		case <-time.After(100 * time.Millisecond): // added before the monitor subscribed: again
 			_, _ = simnode.Exec(r.h.host.NS, "nft", "delete", "table", "ip", marker)
 		case <-deadline:
-			t.Fatal("nft monitor reported nothing within a minute")
+			t.Fatal("nft monitor reported nothing within 10 minutes")
 		}
 	}
 }
