@@ -103,6 +103,10 @@ type Reconciler struct {
 	routed        map[netip.Prefix]bool
 	routedLink    int
 	routesChecked time.Time
+	// rejecter refuses connections to Service ports without endpoints (reject.go), answering the
+	// packet-ins of the connection refusalsOn.
+	rejecter   *rejecter
+	refusalsOn *openflow.Bridge
 }
 
 // SetupWithManager registers the reconciler for Services, EndpointSlices and changes of the
@@ -306,6 +310,11 @@ func (r *Reconciler) reconcileAll(ctx context.Context, rz nodenetwork.Realized) 
 	r.complete = false // until every Service is installed
 	groups, flows := r.desired(ctx, rz, services.Items, bySvc)
 
+	if r.refusalsOn != rz.Flows {
+		// A new connection: its packet-ins are the refusals to answer.
+		r.refusalsOn = rz.Flows
+		r.handleRefusals(ctx, rz.Flows)
+	}
 	// New and changed groups, keeping the old ones that flows may still refer to.
 	if _, err := rz.Flows.InstallGroups(ctx, groups); err != nil {
 		return ctrl.Result{}, fmt.Errorf("installing Service groups: %w", err)
@@ -377,6 +386,20 @@ func (r *Reconciler) desired(ctx context.Context, rz nodenetwork.Realized, servi
 	}
 	r.realised = realised
 	return groups, append(sharedFlows(rz, r.hairpin), own...)
+}
+
+// handleRefusals has the bridge's packet-ins answered by the rejecter (reject.go).
+func (r *Reconciler) handleRefusals(ctx context.Context, b *openflow.Bridge) {
+	if r.rejecter == nil {
+		r.rejecter = newRejecter()
+		log := ctrl.LoggerFrom(ctx)
+		r.rejecter.onError = func(err error) {
+			log.V(1).Info("Could not refuse a connection to a Service without endpoints", "error", err.Error())
+		}
+	}
+	rj := *r.rejecter
+	rj.send = b.SendPacketOut
+	b.SetPacketInHandler(rj.handle)
 }
 
 // syncHostRoutes routes every ClusterIP from the host into the gateway, through

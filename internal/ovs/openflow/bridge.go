@@ -116,6 +116,9 @@ type Bridge struct {
 	// previous is the round the bridge recorded before Connect advanced it (0: none); set once.
 	previous uint16
 
+	// packetIn is the handler of packet-ins (SetPacketInHandler).
+	packetIn packetInHandler
+
 	mu sync.Mutex // serialises Sync, SyncGroups, replay, Verify
 	// syncs holds the Syncs waiting for mu; whoever takes mu next sends them (see sync).
 	syncs groupcommit.Queue[*syncReq]
@@ -319,6 +322,12 @@ func (b *Bridge) currentSwitch() (*ofctrl.OFSwitch, <-chan struct{}, error) {
 
 // switchUp is called by ofctrl when the handshake completed.
 func (b *Bridge) switchUp(sw *ofctrl.OFSwitch) {
+	// ofctrl gives every connection a random controller ID (NXT_SET_CONTROLLER_ID), and OVS sends
+	// the packet-in of a flow's output to CONTROLLER only to connections with ID 0 (connmgr.c
+	// connmgr_send_async_msg): without this, packet-ins (SetPacketInHandler) never arrive.
+	if err := sw.Send(openflow15.NewSetControllerID(packetInControllerID)); err != nil {
+		b.log.Error(err, "Setting the controller ID for packet-ins failed")
+	}
 	b.connMu.Lock()
 	reconnect := b.everConn
 	b.everConn = true
@@ -891,14 +900,14 @@ type app struct{ b *Bridge }
 var _ ofctrl.AppInterface = (*app)(nil)
 var _ ofctrl.ConnectionRetryControl = (*app)(nil)
 
-func (a *app) SwitchConnected(sw *ofctrl.OFSwitch)           { a.b.switchUp(sw) }
-func (a *app) SwitchDisconnected(*ofctrl.OFSwitch)           { a.b.switchDown() }
-func (a *app) PacketRcvd(*ofctrl.OFSwitch, *ofctrl.PacketIn) {}
-func (a *app) FlowGraphEnabledOnSwitch() bool                { return false }
-func (a *app) TLVMapEnabledOnSwitch() bool                   { return true }
-func (a *app) PortStatusRcvd(*openflow15.PortStatus)         {}
-func (a *app) MaxRetry() int                                 { return int(a.b.opts.ConnectTimeout / a.b.opts.RetryInterval) }
-func (a *app) RetryInterval() time.Duration                  { return a.b.opts.RetryInterval }
+func (a *app) SwitchConnected(sw *ofctrl.OFSwitch)               { a.b.switchUp(sw) }
+func (a *app) SwitchDisconnected(*ofctrl.OFSwitch)               { a.b.switchDown() }
+func (a *app) PacketRcvd(_ *ofctrl.OFSwitch, p *ofctrl.PacketIn) { a.b.receivePacketIn(p) }
+func (a *app) FlowGraphEnabledOnSwitch() bool                    { return false }
+func (a *app) TLVMapEnabledOnSwitch() bool                       { return true }
+func (a *app) PortStatusRcvd(*openflow15.PortStatus)             {}
+func (a *app) MaxRetry() int                                     { return int(a.b.opts.ConnectTimeout / a.b.opts.RetryInterval) }
+func (a *app) RetryInterval() time.Duration                      { return a.b.opts.RetryInterval }
 func (a *app) MultipartReply(_ *ofctrl.OFSwitch, rep *openflow15.MultipartReply) {
 	a.b.multipartReply(rep)
 }
