@@ -19,8 +19,18 @@ func (r *Reconciler) FullPassFromScratch(ctx context.Context) error {
 		return errors.New("the node network is not realised")
 	}
 	r.realised = nil
-	_, err := r.reconcileAll(ctx, rz)
-	return err
+	return r.reconcileAll(ctx, rz)
+}
+
+// CheckDrift runs the drift check.
+func (r *Reconciler) CheckDrift(ctx context.Context) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	rz, ok := r.State.Realized()
+	if !ok {
+		return errors.New("the node network is not realised")
+	}
+	return r.checkDrift(ctx, rz)
 }
 
 // FullPasses is the number of full passes that completed.

@@ -37,7 +37,8 @@ func TestMain(m *testing.M) {
 // deleted, endpoints added, removed, made local or not ready, slices added, removed and moved to
 // another Service, ports, types, affinity and traffic policy changed) are realised by per-Service
 // passes only, and after each round the switch holds exactly what a full pass that computes every
-// Service from scratch installs: that pass changes nothing in the switch's flows and groups.
+// Service from scratch installs: that pass changes nothing in the switch's flows and groups. The
+// periodic drift check runs a full pass only when the bridge's flows were found drifted.
 func TestIncrementalPassesMatchAFullPass(t *testing.T) {
 	g := NewWithT(t)
 	ctx := context.Background()
@@ -80,6 +81,19 @@ func TestIncrementalPassesMatchAFullPass(t *testing.T) {
 		g.Expect(without(full, incremental)).To(BeEmpty(), "round %d: a full pass from scratch added these (seed %d)", round, seed)
 		g.Expect(without(incremental, full)).To(BeEmpty(), "round %d: a full pass from scratch removed these (seed %d)", round, seed)
 	}
+
+	// The drift check runs no full pass while nothing asks for one, and one once the bridge's flows
+	// were found drifted (invalidated): a per-Service pass would send the stale flows of its own
+	// Service only.
+	g.Expect(r.CheckDrift(ctx)).To(Succeed())
+	g.Expect(r.FullPasses()).To(Equal(passes))
+	rz, ok := n.Agent.Services.State.Realized()
+	g.Expect(ok).To(BeTrue())
+	rz.Flows.Invalidate()
+	g.Expect(r.CheckDrift(ctx)).To(Succeed())
+	g.Expect(r.FullPasses()).To(Equal(passes + 1))
+	g.Expect(r.CheckDrift(ctx)).To(Succeed())
+	g.Expect(r.FullPasses()).To(Equal(passes + 1))
 }
 
 const testNamespace = "svcinc"

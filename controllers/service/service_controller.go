@@ -30,10 +30,13 @@ import (
 	"github.com/winnet-io/winnet/internal/pipeline"
 )
 
-// DefaultResyncPeriod is how often every Service is re-checked against the switch and the host when
-// nothing else triggers it: flows the node network found drifted (and invalidated) are sent again,
-// host routes repaired.
+// DefaultResyncPeriod is the period of the drift check (checkDrift): flows the node network found
+// drifted (and invalidated) are sent again, the host's ClusterIP routes read back and repaired.
 const DefaultResyncPeriod = 10 * time.Second
+
+// fullPassEvery is how many drift checks run between two full passes that nothing else asked
+// for (5 minutes with the default period): the safety net of the per-Service passes.
+const fullPassEvery = 30
 
 // notReadyRetry is how soon Services look again for a node network that is not ready yet.
 const notReadyRetry = 200 * time.Millisecond
@@ -42,11 +45,17 @@ const notReadyRetry = 200 * time.Millisecond
 // protocol the Windows datapath cannot track (SCTP).
 const UnsupportedProtocolReason = "UnsupportedProtocol"
 
-// fullPass is the work item of a pass over every Service: at start-up, when the realised node
-// network changes, and every ResyncPeriod as the safety net for drift. Every other work item names
-// one Service (no Service has the empty name): an event of the Service or of one of its
-// EndpointSlices queues it, and its pass touches that Service's groups and flows only.
-var fullPass = reconcile.Request{}
+// The work items that name no Service (every Service has a namespace; these have none):
+//   - fullPass, the pass over every Service: at start-up, when the realised node network changes,
+//     and from the drift check;
+//   - driftCheck, every ResyncPeriod (checkDrift).
+//
+// Every other work item names one Service: an event of the Service or of one of its EndpointSlices
+// queues it, and its pass touches that Service's groups and flows only.
+var (
+	fullPass   = reconcile.Request{NamespacedName: types.NamespacedName{Name: "full-pass"}}
+	driftCheck = reconcile.Request{NamespacedName: types.NamespacedName{Name: "drift-check"}}
+)
 
 // serviceNameIndex indexes the cached EndpointSlices by the Service they belong to (their
 // kubernetes.io/service-name label), so that a Service's pass finds its slices without a look at
@@ -62,7 +71,9 @@ const serviceNameIndex = "winnet.service-name"
 // groups and flows (realiseService), and sends what differs from what the Service had (its groups
 // and the flows of its cookie object) in one bundle (openflow.Bridge.SyncObjectWithGroups). The
 // full pass (reconcileAll) computes every Service the same way, reusing what did not change, and
-// syncs the whole Service category: it repairs whatever the per-Service passes could not.
+// syncs the whole Service category: it repairs whatever the per-Service passes could not. It costs
+// a look at every Service (about 0.1 s of CPU at 10,000), so it runs only when it is needed and,
+// as a safety net, every fullPassEvery drift checks.
 type Reconciler struct {
 	Client   client.Client
 	Recorder events.EventRecorder
@@ -71,7 +82,7 @@ type Reconciler struct {
 	// Net routes the host's traffic to ClusterIPs into the gateway; nil leaves the host without
 	// ClusterIP routes.
 	Net hostnet.Interface
-	// ResyncPeriod is the period of the full pass; zero means DefaultResyncPeriod.
+	// ResyncPeriod is the period of the drift check; zero means DefaultResyncPeriod.
 	ResyncPeriod time.Duration
 	// Clock tells when the host's routes were last read back; nil is the real clock.
 	Clock clock.PassiveClock
@@ -96,8 +107,11 @@ type Reconciler struct {
 	hairpin    hairpinCount
 	totals     counts
 	clusterIPs map[netip.Addr]int
-	// fullPasses counts the full passes that completed.
+	// fullPasses counts the full passes that completed; checks counts the drift checks since the
+	// last one; synced is the bridge's invalidation count it started from.
 	fullPasses int
+	checks     int
+	synced     uint64
 	// routed holds the ClusterIP routes the passes left on the host through the gateway
 	// routedLink, whose routes were read back at routesChecked; nil: read them back next pass.
 	routed        map[netip.Prefix]bool
@@ -133,6 +147,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	realized := r.State.Subscribe()
 	onRealized := source.Func(func(ctx context.Context, q workqueue.TypedRateLimitingInterface[reconcile.Request]) error {
 		q.Add(fullPass)
+		q.Add(driftCheck)
 		go func() {
 			for {
 				select {
@@ -153,34 +168,52 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Complete(r)
 }
 
-// Reconcile runs the full pass, or the pass of the Service named. The outcome is reported to the
-// node network reconciler, which writes it as ServicesReady.
+// Reconcile runs the full pass, the drift check, or the pass of the Service named. The outcome is
+// reported to the node network reconciler, which writes it as ServicesReady.
 func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Result, retErr error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	rz, ok := r.State.Realized()
 	if !ok {
-		if req != fullPass {
-			return ctrl.Result{}, nil // the full pass waits for the node network, and covers this Service
+		switch req {
+		case fullPass:
+			ctrl.LoggerFrom(ctx).V(1).Info("Node network not ready; Services wait for it")
+			return ctrl.Result{RequeueAfter: notReadyRetry}, nil
+		case driftCheck:
+			return ctrl.Result{RequeueAfter: r.resync()}, nil
 		}
-		ctrl.LoggerFrom(ctx).V(1).Info("Node network not ready; Services wait for it")
-		return ctrl.Result{RequeueAfter: notReadyRetry}, nil
+		return ctrl.Result{}, nil // the full pass waits for the node network, and covers this Service
 	}
 	defer func() {
 		if retErr != nil {
 			r.State.SetServices(nodenetwork.ServicesResult{Err: retErr.Error()})
 		}
 	}()
-	if req == fullPass {
-		return r.reconcileAll(ctx, rz)
-	}
-	if !r.complete || !r.builtOn(rz, nodeIPs(rz)) {
+	switch {
+	case req == fullPass:
+		return ctrl.Result{}, r.reconcileAll(ctx, rz)
+	case req == driftCheck:
+		return ctrl.Result{RequeueAfter: r.resync()}, r.checkDrift(ctx, rz)
+	case !r.complete || !r.builtOn(rz, nodeIPs(rz)):
 		// Nothing to build on yet on this node network: the full pass (queued when the node
 		// network changed) covers this Service too.
-		_, err := r.reconcileAll(ctx, rz)
-		return ctrl.Result{}, err
+		return ctrl.Result{}, r.reconcileAll(ctx, rz)
 	}
 	return ctrl.Result{}, r.reconcileOne(ctx, rz, req.NamespacedName)
+}
+
+// checkDrift runs every ResyncPeriod. It runs the full pass when the per-Service passes have
+// nothing to build on (the node network changed, a full pass failed), when the bridge's flows were
+// found drifted and invalidated since the last full pass (SyncObject would send the stale flows of
+// one Service only), and every fullPassEvery checks; otherwise it reads the host's ClusterIP routes
+// back and repairs them. Between full passes every Service is up to date by construction: its
+// events queue its own pass, and a failed pass is retried.
+func (r *Reconciler) checkDrift(ctx context.Context, rz nodenetwork.Realized) error {
+	r.checks++
+	if !r.complete || !r.builtOn(rz, nodeIPs(rz)) || rz.Flows.Invalidations() != r.synced || r.checks >= fullPassEvery {
+		return r.reconcileAll(ctx, rz)
+	}
+	return r.syncHostRoutes(ctx, rz, slices.Collect(maps.Keys(r.clusterIPs)), r.resync())
 }
 
 // builtOn tells whether what the Services came to was computed on this node network, with these
@@ -284,18 +317,19 @@ func (r *Reconciler) reconcileOne(ctx context.Context, rz nodenetwork.Realized, 
 // to a missing group), then the flows of the whole Service category in one bundle, then the
 // removal of the groups no longer used, then the host routes. What the Services came to is
 // computed again only for those whose inputs changed since they were last computed.
-func (r *Reconciler) reconcileAll(ctx context.Context, rz nodenetwork.Realized) (ctrl.Result, error) {
+func (r *Reconciler) reconcileAll(ctx context.Context, rz nodenetwork.Realized) error {
 	log := ctrl.LoggerFrom(ctx)
 	start := time.Now()
+	invalidations := rz.Flows.Invalidations()
 	// The pass only reads the cached objects: listing them without a deep copy saves copying
 	// every Service and EndpointSlice of the cluster on every pass.
 	services := &corev1.ServiceList{}
 	if err := r.Client.List(ctx, services, client.UnsafeDisableDeepCopy); err != nil {
-		return ctrl.Result{}, fmt.Errorf("listing Services: %w", err)
+		return fmt.Errorf("listing Services: %w", err)
 	}
 	slicesList := &discoveryv1.EndpointSliceList{}
 	if err := r.Client.List(ctx, slicesList, client.UnsafeDisableDeepCopy); err != nil {
-		return ctrl.Result{}, fmt.Errorf("listing EndpointSlices: %w", err)
+		return fmt.Errorf("listing EndpointSlices: %w", err)
 	}
 	bySvc := map[types.NamespacedName][]discoveryv1.EndpointSlice{}
 	for _, s := range slicesList.Items {
@@ -317,15 +351,15 @@ func (r *Reconciler) reconcileAll(ctx context.Context, rz nodenetwork.Realized) 
 	}
 	// New and changed groups, keeping the old ones that flows may still refer to.
 	if _, err := rz.Flows.InstallGroups(ctx, groups); err != nil {
-		return ctrl.Result{}, fmt.Errorf("installing Service groups: %w", err)
+		return fmt.Errorf("installing Service groups: %w", err)
 	}
 	synced, err := rz.Flows.Sync(ctx, pipeline.CategoryService, flows)
 	if err != nil {
-		return ctrl.Result{}, fmt.Errorf("installing Service flows: %w", err)
+		return fmt.Errorf("installing Service flows: %w", err)
 	}
 	gs, err := rz.Flows.SyncGroups(ctx, groups)
 	if err != nil {
-		return ctrl.Result{}, fmt.Errorf("removing Service groups: %w", err)
+		return fmt.Errorf("removing Service groups: %w", err)
 	}
 	inUse := make(map[groupKey]bool, len(groups))
 	for _, rs := range r.realised {
@@ -335,11 +369,11 @@ func (r *Reconciler) reconcileAll(ctx context.Context, rz nodenetwork.Realized) 
 	}
 	r.groups.releaseUnused(func(k groupKey) bool { return inUse[k] })
 	r.objects.releaseUnused(func(k types.NamespacedName) bool { return r.realised[k] != nil && len(r.realised[k].flows) > 0 })
-	r.complete = true
+	r.complete, r.checks, r.synced = true, 0, invalidations
 	r.fullPasses++
 	r.State.FlowsSynced(ctx, nodenetwork.ServiceFlows, rz.Flows)
 	if err := r.syncHostRoutes(ctx, rz, slices.Collect(maps.Keys(r.clusterIPs)), r.resync()); err != nil {
-		return ctrl.Result{}, err
+		return err
 	}
 	changed := synced.Mods() > 0 || gs.Mods() > 0
 	log.V(1).Info("Full Service pass", "services", r.totals.services, "changed", changed, "took", time.Since(start))
@@ -349,7 +383,7 @@ func (r *Reconciler) reconcileAll(ctx context.Context, rz nodenetwork.Realized) 
 		log.Info("Synced Service flows", "services", r.totals.services, "ports", r.totals.ports, "endpoints", r.totals.endpoints,
 			"flowMods", synced.Mods(), "groupMods", gs.Mods(), "groups", len(groups), "took", time.Since(start))
 	}
-	return ctrl.Result{RequeueAfter: r.resync()}, nil
+	return nil
 }
 
 // desired computes the groups and flows of every Service, reusing what a Service came to when its

@@ -147,6 +147,9 @@ type Bridge struct {
 	statsMu sync.Mutex
 	stats   map[uint32]chan *openflow15.MultipartReply
 
+	// invalidations counts Invalidate calls.
+	invalidations atomic.Uint64
+
 	// repairs collects the flow monitor's reports for repairFlows; repaired counts the flows put
 	// back (see monitor.go).
 	repairs  repairQueue
@@ -881,7 +884,13 @@ func (b *Bridge) Invalidate() {
 	for _, c := range b.flows {
 		c.stale = true
 	}
+	b.invalidations.Add(1)
 }
+
+// Invalidations counts the calls of Invalidate. An owner that syncs its flows object by object
+// (SyncObject sends only the stale flows of its object) notes the count at its last whole-category
+// Sync, and syncs its whole category again when the count changed.
+func (b *Bridge) Invalidations() uint64 { return b.invalidations.Load() }
 
 // Installed returns the flows of a category as installed (with full cookies).
 func (b *Bridge) Installed(category uint8) []Flow {
