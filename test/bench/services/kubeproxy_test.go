@@ -218,7 +218,8 @@ type nftMonitor struct {
 	done chan struct{}
 }
 
-// monitor starts nft monitor and returns once it reports changes (a marker table it adds).
+// monitor starts nft monitor and returns once it reports changes (a marker table it adds). One
+// monitor serves both measurements: at 10,000 Services it takes minutes to start.
 func (r *kubeProxyRun) monitor(t *testing.T) *nftMonitor {
 	t.Helper()
 	m := &nftMonitor{seen: map[netip.Addr]time.Time{}, done: make(chan struct{})}
@@ -319,10 +320,8 @@ func (m *nftMonitor) waitProgrammed(addrs []netip.Addr, timeout time.Duration) m
 
 // addEndpoint adds one endpoint to the Service in the middle of the scenario and measures the time
 // to its Service's dnat rule with it in the kernel.
-func (r *kubeProxyRun) addEndpoint(t *testing.T, ctx context.Context, w *writer, objs *scenario) increment {
+func (r *kubeProxyRun) addEndpoint(t *testing.T, ctx context.Context, w *writer, objs *scenario, m *nftMonitor) increment {
 	t.Helper()
-	m := r.monitor(t)
-	defer m.stop()
 	addr, done, took, err := w.addEndpoint(ctx, objs, len(objs.slices)/2)
 	if err != nil {
 		t.Fatal(err)
@@ -336,10 +335,8 @@ func (r *kubeProxyRun) addEndpoint(t *testing.T, ctx context.Context, w *writer,
 
 // churn runs the churn and measures each change from its write to its Service's dnat rule with
 // the new endpoint in the kernel.
-func (r *kubeProxyRun) churn(t *testing.T, ctx context.Context, w *writer, objs *scenario, d time.Duration) churnResult {
+func (r *kubeProxyRun) churn(t *testing.T, ctx context.Context, w *writer, objs *scenario, d time.Duration, m *nftMonitor) churnResult {
 	t.Helper()
-	m := r.monitor(t)
-	defer m.stop()
 	cpu0 := r.cpu(t)
 	written := churnWrites(t, ctx, w, objs, d)
 	seen := m.waitProgrammed(written.current(), 30*time.Second)
