@@ -147,6 +147,9 @@ type Bridge struct {
 	statsMu sync.Mutex
 	stats   map[uint32]chan *openflow15.MultipartReply
 
+	// invalidations counts Invalidate calls.
+	invalidations atomic.Uint64
+
 	// repairs collects the flow monitor's reports for repairFlows; repaired counts the flows put
 	// back (see monitor.go).
 	repairs  repairQueue
@@ -452,7 +455,9 @@ func (r SyncResult) Mods() int { return r.Added + r.Modified + r.Deleted }
 // minimal add/modify/delete set against the cache and sends it as one atomic
 // bundle. The category and current round are stamped into each cookie.
 func (b *Bridge) Sync(ctx context.Context, category uint8, desired []Flow) (SyncResult, error) {
-	return b.sync(ctx, category, nil, desired)
+	req := &syncReq{category: category, desired: desired}
+	b.sync(ctx, req)
+	return req.res, req.err
 }
 
 // SyncObject makes the flows of one object of a category (the object part of their cookies) equal
@@ -466,7 +471,42 @@ func (b *Bridge) SyncObject(ctx context.Context, category uint8, object uint64, 
 		}
 	}
 	o := object & ObjectMask
-	return b.sync(ctx, category, &o, desired)
+	req := &syncReq{category: category, object: &o, desired: desired}
+	b.sync(ctx, req)
+	return req.res, req.err
+}
+
+// ObjectFlows is what one object of a flow category wants in the switch, its groups included
+// (SyncObjectWithGroups).
+type ObjectFlows struct {
+	Category uint8
+	Object   uint64
+	// Flows are the object's flows; the object part of every cookie must be Object.
+	Flows []Flow
+	// Groups are the groups the object's flows use, and only this object's: the new and changed
+	// ones are installed before the flows. The bridge keeps their buckets, which the caller must
+	// not modify afterwards.
+	Groups []Group
+	// GoneGroups are groups the object used before and no longer does: they are deleted after
+	// the flows that referred to them.
+	GoneGroups []uint32
+}
+
+// SyncObjectWithGroups is SyncObject for an object that has groups of its own (a Service): its
+// flow changes and its group changes go in one atomic bundle, new and changed groups first, then
+// the flows, then the deletion of its gone groups, so that no flow ever refers to a missing group.
+// Only what changed is sent: one endpoint added to a Service is one group_mod. It returns what
+// was sent of the flows and of the groups.
+func (b *Bridge) SyncObjectWithGroups(ctx context.Context, o ObjectFlows) (flows, groups SyncResult, err error) {
+	for i := range o.Flows {
+		if o.Flows[i].Cookie&ObjectMask != o.Object&ObjectMask {
+			return SyncResult{}, SyncResult{}, fmt.Errorf("syncing object %#x of category %d: flow %q belongs to object %#x", o.Object, o.Category, o.Flows[i].String(), o.Flows[i].Cookie&ObjectMask)
+		}
+	}
+	object := o.Object & ObjectMask
+	req := &syncReq{category: o.Category, object: &object, desired: o.Flows, groups: o.Groups, goneGroups: o.GoneGroups}
+	b.sync(ctx, req)
+	return req.res, req.groupRes, req.err
 }
 
 // SyncObjects is SyncObject for several objects of a category, in one bundle: the flows of each
@@ -521,28 +561,66 @@ func (fc flowChanges) msg(i int) bundleMsg {
 	return bundleMsg{flow: &c.flow, cookie: c.flow.Cookie, command: openflow15.FC_DELETE_STRICT}
 }
 
-// syncReq is a Sync or SyncObject waiting for the bundle that carries it, and then its result.
+// syncReq is a Sync, SyncObject or SyncObjectWithGroups waiting for the bundle that carries it,
+// and then its result.
 type syncReq struct {
 	category uint8
 	object   *uint64 // nil: the whole category
 	desired  []Flow
-	res      SyncResult
-	err      error
+	// groups and goneGroups are the object's groups (SyncObjectWithGroups).
+	groups     []Group
+	goneGroups []uint32
+	res        SyncResult
+	groupRes   SyncResult
+	err        error
 }
 
 func (r *syncReq) finish(res SyncResult, err error) { r.res, r.err = res, err }
+
+// changes computes the flow and group changes of the request; order is that of diff.
+func (b *Bridge) changes(r *syncReq) (flowChanges, groupChanges, []*cached, error) {
+	gc, err := b.diffObjectGroups(r.groups, r.goneGroups)
+	if err != nil {
+		return nil, groupChanges{}, nil, fmt.Errorf("syncing category %d on bridge %q: %w", r.category, b.opts.Bridge, err)
+	}
+	changes, order, err := b.diff(r.category, r.object, r.desired)
+	if err != nil {
+		return nil, groupChanges{}, nil, fmt.Errorf("syncing category %d on bridge %q: %w", r.category, b.opts.Bridge, err)
+	}
+	return changes, gc, order, nil
+}
+
+// bundleParts is a bundle made of several parts, sent one after the other.
+type bundleParts []bundleSource
+
+func (p bundleParts) len() int {
+	n := 0
+	for _, s := range p {
+		n += s.len()
+	}
+	return n
+}
+
+func (p bundleParts) msg(i int) bundleMsg {
+	for _, s := range p {
+		if i < s.len() {
+			return s.msg(i)
+		}
+		i -= s.len()
+	}
+	panic(fmt.Sprintf("bundle message %d out of range", i))
+}
 
 // sync implements Sync (object nil: the whole category) and SyncObject. Calls that arrive while
 // the switch works on a bundle share the next one (group commit): the call queues its request,
 // and whoever takes the bridge's lock next sends every queued request, so concurrent changes of
 // many Pods or routes cost a few bundles, not one round trip each behind one another.
-func (b *Bridge) sync(ctx context.Context, category uint8, object *uint64, desired []Flow) (SyncResult, error) {
+func (b *Bridge) sync(ctx context.Context, req *syncReq) {
 	if err := b.waitConnected(ctx); err != nil {
-		return SyncResult{}, fmt.Errorf("syncing category %d on bridge %q: %w", category, b.opts.Bridge, err)
+		req.finish(SyncResult{}, fmt.Errorf("syncing category %d on bridge %q: %w", req.category, b.opts.Bridge, err))
+		return
 	}
-	req := &syncReq{category: category, object: object, desired: desired}
 	b.syncs.Do(&b.mu, req, func(queue []*syncReq) { b.commitSyncs(ctx, queue) })
-	return req.res, req.err
 }
 
 // commitSyncs sends the queued requests, as few bundles as batchLen allows; the caller holds b.mu.
@@ -584,42 +662,48 @@ func batchLen(queue []*syncReq) int {
 // changes too.
 func (b *Bridge) syncBatch(ctx context.Context, batch []*syncReq) {
 	if len(batch) == 1 {
-		r := batch[0]
-		r.finish(b.syncOne(ctx, r.category, r.object, r.desired))
+		b.syncOne(ctx, batch[0])
 		return
 	}
 	ctx = context.WithoutCancel(ctx)
 	type part struct {
 		req     *syncReq
 		changes flowChanges
+		groups  groupChanges
 		res     SyncResult
 	}
 	parts := make([]part, 0, len(batch))
+	// The groups of every object first, then every flow change, then the groups' deletions.
+	var setGroups, deleteGroups bundleMsgs
 	var all flowChanges
 	for _, r := range batch {
-		changes, _, err := b.diff(r.category, r.object, r.desired)
+		changes, gc, _, err := b.changes(r)
 		if err != nil {
-			r.finish(SyncResult{}, fmt.Errorf("syncing category %d on bridge %q: %w", r.category, b.opts.Bridge, err))
+			r.finish(SyncResult{}, err)
 			continue
 		}
-		parts = append(parts, part{req: r, changes: changes, res: countChanges(changes)})
+		parts = append(parts, part{req: r, changes: changes, groups: gc, res: countChanges(changes)})
 		all = append(all, changes...)
+		setGroups = append(setGroups, gc.setMsgs...)
+		deleteGroups = append(deleteGroups, gc.deleteMsgs...)
 	}
-	if len(all) > 0 {
-		b.log.V(4).Info("Syncing flows of several objects in one bundle", "objects", len(parts), "mods", len(all))
-		if err := b.sendBundle(ctx, all); err != nil {
+	if len(all)+len(setGroups)+len(deleteGroups) > 0 {
+		b.log.V(4).Info("Syncing flows of several objects in one bundle", "objects", len(parts), "mods", len(all), "groupMods", len(setGroups)+len(deleteGroups))
+		if err := b.sendBundle(ctx, bundleParts{setGroups, all, deleteGroups}); err != nil {
 			for i := len(parts) - 1; i >= 0; i-- {
 				b.forgetAdds(parts[i].changes)
 			}
 			b.log.V(1).Info("The switch rejected a bundle of several objects' flows; sending each on its own", "objects", len(parts), "error", err.Error())
 			for _, p := range parts {
-				p.req.finish(b.syncOne(ctx, p.req.category, p.req.object, p.req.desired))
+				b.syncOne(ctx, p.req)
 			}
 			return
 		}
 	}
 	for _, p := range parts {
 		b.applyAll(p.req.category, p.changes, p.res)
+		b.applyGroups(p.groups)
+		p.req.groupRes = p.groups.res
 		p.req.finish(p.res, nil)
 	}
 }
@@ -650,25 +734,30 @@ func countChanges(changes flowChanges) SyncResult {
 	return res
 }
 
-// syncOne sends one Sync or SyncObject in a bundle of its own; the caller holds b.mu.
-func (b *Bridge) syncOne(ctx context.Context, category uint8, object *uint64, desired []Flow) (SyncResult, error) {
-	changes, order, err := b.diff(category, object, desired)
+// syncOne sends one request in a bundle of its own and finishes it; the caller holds b.mu.
+func (b *Bridge) syncOne(ctx context.Context, r *syncReq) {
+	changes, gc, order, err := b.changes(r)
 	if err != nil {
-		return SyncResult{}, fmt.Errorf("syncing category %d on bridge %q: %w", category, b.opts.Bridge, err)
+		r.finish(SyncResult{}, err)
+		return
 	}
 	res := countChanges(changes)
-	if len(changes) == 0 {
-		b.rememberOrder(category, order)
-		return res, nil
+	if len(changes) == 0 && gc.res.Mods() == 0 {
+		b.rememberOrder(r.category, order)
+		r.finish(res, nil)
+		return
 	}
-	b.log.V(4).Info("Syncing flows", "category", category, "add", res.Added, "modify", res.Modified, "delete", res.Deleted)
-	if err := b.sendBundle(ctx, changes); err != nil {
+	b.log.V(4).Info("Syncing flows", "category", r.category, "add", res.Added, "modify", res.Modified, "delete", res.Deleted, "groupMods", gc.res.Mods())
+	if err := b.sendBundle(ctx, bundleParts{gc.setMsgs, changes, gc.deleteMsgs}); err != nil {
 		b.forgetAdds(changes)
-		return SyncResult{}, fmt.Errorf("syncing category %d on bridge %q: %w", category, b.opts.Bridge, err)
+		r.finish(SyncResult{}, fmt.Errorf("syncing category %d on bridge %q: %w", r.category, b.opts.Bridge, err))
+		return
 	}
-	b.applyAll(category, changes, res)
-	b.rememberOrder(category, order)
-	return res, nil
+	b.applyAll(r.category, changes, res)
+	b.applyGroups(gc)
+	b.rememberOrder(r.category, order)
+	r.groupRes = gc.res
+	r.finish(res, nil)
 }
 
 // rememberOrder keeps the order of a whole-category Sync (order nil: SyncObject) for the next.
@@ -831,7 +920,13 @@ func (b *Bridge) Invalidate() {
 	for _, c := range b.flows {
 		c.stale = true
 	}
+	b.invalidations.Add(1)
 }
+
+// Invalidations counts the calls of Invalidate. An owner that syncs its flows object by object
+// (SyncObject sends only the stale flows of its object) notes the count at its last whole-category
+// Sync, and syncs its whole category again when the count changed.
+func (b *Bridge) Invalidations() uint64 { return b.invalidations.Load() }
 
 // Installed returns the flows of a category as installed (with full cookies).
 func (b *Bridge) Installed(category uint8) []Flow {
