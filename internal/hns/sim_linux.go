@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/containernetworking/plugins/pkg/ns"
+	"github.com/fsnotify/fsnotify"
 	"github.com/go-logr/logr"
 	"github.com/vishvananda/netlink"
 
@@ -84,8 +85,14 @@ func sandboxFileName(namespaceID string) string {
 	return strings.ToUpper(strings.ReplaceAll(namespaceID, "/", "_"))
 }
 
-// sandboxPoll is how often a simulator looks for sandboxes the runtime started.
-const sandboxPoll = 5 * time.Millisecond
+// A simulator learns of the sandboxes the runtime starts from inotify on the sandbox directory, as
+// HNS learns of a container start from the compute service rather than by looking; it looks again
+// every sandboxRescan as a safety net, every sandboxRetry while a sandbox's vNICs failed to appear,
+// and every sandboxRetry throughout when it cannot watch the directory.
+const (
+	sandboxRescan = time.Second
+	sandboxRetry  = 5 * time.Millisecond
+)
 
 // NewLinuxSim returns a simulator whose attached endpoints are real veth pairs. As on Windows, where an
 // endpoint's vNIC appears on the Hyper-V switch when the endpoint is attached to a namespace, an endpoint that is
@@ -143,34 +150,97 @@ func (s *Sim) watchSandboxes(b *vethBackend) {
 	// seen holds the modification time of each start marker handled: a sandbox started again (a new
 	// marker of the same name) is handled again.
 	seen := map[string]time.Time{}
+	var (
+		events <-chan fsnotify.Event
+		errs   <-chan error
+	)
+	if w, err := watchDir(b.sandboxDir); err != nil {
+		b.log.Error(err, "Watching the sandbox directory failed; looking for started sandboxes every "+sandboxRetry.String())
+	} else {
+		defer w.Close()
+		events, errs = w.Events, w.Errors
+	}
+	wait := time.Duration(0)
 	for {
+		timer := time.NewTimer(wait)
 		select {
 		case <-b.stopWatch:
+			timer.Stop()
 			return
-		case <-time.After(sandboxPoll):
+		case <-events:
+			drain(events) // one scan sees them all
+		case err := <-errs: // the kernel's queue overflowed: a scan finds what was missed
+			b.log.Info("Watching the sandbox directory lost events; looking again", "reason", err.Error())
+		case <-timer.C:
 		}
-		entries, err := os.ReadDir(b.sandboxDir)
+		timer.Stop()
+		failed := s.scanSandboxes(b, seen)
+		switch {
+		case failed || events == nil:
+			wait = sandboxRetry
+		default:
+			wait = sandboxRescan
+		}
+	}
+}
+
+// drain takes the events already queued.
+func drain(events <-chan fsnotify.Event) {
+	for {
+		select {
+		case <-events:
+		default:
+			return
+		}
+	}
+}
+
+// watchDir watches the directory, made if missing, with inotify.
+func watchDir(dir string) (*fsnotify.Watcher, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	w, err := fsnotify.NewWatcher()
+	if err != nil {
+		return nil, err
+	}
+	if err := w.Add(dir); err != nil {
+		_ = w.Close()
+		return nil, err
+	}
+	return w, nil
+}
+
+// scanSandboxes realises the endpoints of every sandbox started (again) since the last scan; it
+// reports whether one failed. seen holds the modification time of each start marker handled: a
+// sandbox started again (a new marker of the same name) is handled again.
+func (s *Sim) scanSandboxes(b *vethBackend, seen map[string]time.Time) (failed bool) {
+	entries, err := os.ReadDir(b.sandboxDir)
+	if err != nil {
+		return !errors.Is(err, os.ErrNotExist)
+	}
+	present := map[string]bool{}
+	for _, e := range entries {
+		present[e.Name()] = true
+		info, err := e.Info()
 		if err != nil {
 			continue
 		}
-		for _, e := range entries {
-			info, err := e.Info()
-			if err != nil {
-				continue
-			}
-			if at, ok := seen[e.Name()]; ok && at.Equal(info.ModTime()) {
-				continue
-			}
-			if err := s.startSandbox(context.Background(), e.Name()); err == nil {
-				seen[e.Name()] = info.ModTime()
-			}
+		if at, ok := seen[e.Name()]; ok && at.Equal(info.ModTime()) {
+			continue
 		}
-		for name := range seen {
-			if _, err := os.Stat(filepath.Join(b.sandboxDir, name)); err != nil {
-				delete(seen, name)
-			}
+		if err := s.startSandbox(context.Background(), e.Name()); err != nil {
+			failed = true
+			continue
+		}
+		seen[e.Name()] = info.ModTime()
+	}
+	for name := range seen {
+		if !present[name] {
+			delete(seen, name)
 		}
 	}
+	return failed
 }
 
 // startSandbox realises the vNIC of every endpoint attached to the namespace that has none yet.
