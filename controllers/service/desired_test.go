@@ -149,17 +149,22 @@ func TestDesiredPortsNodePortAndProtocols(t *testing.T) {
 // one (lowest first), so ids stay few however many Services come and go; live groups keep theirs.
 func TestGroupIDsReused(t *testing.T) {
 	g := NewWithT(t)
-	r := &Reconciler{groupIDs: map[groupKey]uint32{}}
+	var a ids[groupKey]
 	key := func(name string) groupKey {
 		return groupKey{port: portKey{Namespace: "ns", Name: name, Protocol: corev1.ProtocolTCP, Port: 80}}
 	}
-	g.Expect([]uint32{r.groupID(key("a")), r.groupID(key("b")), r.groupID(key("c")), r.groupID(key("d"))}).To(Equal([]uint32{1, 2, 3, 4}))
-	// b and c are gone from the switch.
-	r.forgetGroups([]openflow.Group{{ID: 1}, {ID: 4}})
-	g.Expect(r.groupID(key("a"))).To(Equal(uint32(1)), "a live group keeps its id")
-	g.Expect(r.groupID(key("e"))).To(Equal(uint32(2)), "the lowest freed id first")
-	g.Expect(r.groupID(key("f"))).To(Equal(uint32(3)))
-	g.Expect(r.groupID(key("g"))).To(Equal(uint32(5)), "then new ids")
+	g.Expect([]uint32{a.get(key("a")), a.get(key("b")), a.get(key("c")), a.get(key("d"))}).To(Equal([]uint32{1, 2, 3, 4}))
+	// c, then b are gone from the switch (a per-Service pass each), d too (a full pass).
+	a.release(key("c"))
+	a.release(key("b"))
+	g.Expect(a.get(key("a"))).To(Equal(uint32(1)), "a live group keeps its id")
+	g.Expect(a.get(key("e"))).To(Equal(uint32(2)), "the lowest freed id first")
+	a.releaseUnused(func(k groupKey) bool { return k != key("d") })
+	g.Expect(a.get(key("f"))).To(Equal(uint32(3)))
+	g.Expect(a.get(key("g"))).To(Equal(uint32(4)))
+	g.Expect(a.get(key("h"))).To(Equal(uint32(5)), "then new ids")
+	_, ok := a.lookup(key("d"))
+	g.Expect(ok).To(BeFalse())
 }
 
 // TestServiceAddresses: external IPs, load balancer ingress IPs (not those with ipMode Proxy, and only

@@ -27,7 +27,9 @@ type ServicePort struct {
 	// has a NodePort, external IPs or load balancer IPs) the one for clients that came in on the
 	// uplink.
 	ClusterGroup, ExternalGroup uint32
-	// Endpoints are the endpoints new connections are balanced over; none drops them.
+	// Endpoints are the endpoints new connections are balanced over. With none at all, new
+	// connections are sent to the agent, which refuses them (RejectPacketOut); with none local
+	// under a traffic policy Local, they are dropped (an empty group), as kube-proxy does.
 	Endpoints []Endpoint
 	// InternalLocal (internalTrafficPolicy Local) balances connections from Pods and the host over
 	// local endpoints only; ExternalLocal (externalTrafficPolicy Local) those of clients from
@@ -148,6 +150,9 @@ func (n Node) ServiceFlows(sp ServicePort) ([]openflow.Group, []openflow.Flow) {
 		switch {
 		case t.drop:
 			flows = append(flows, flow(DNATTable, t.priority, t.match, openflow.Drop()))
+		case len(sp.Endpoints) == 0:
+			// No endpoint at all: the agent refuses the connection (RejectPacketOut).
+			flows = append(flows, flow(DNATTable, t.priority, t.match, openflow.Output(openflow.PortController)))
 		case sp.AffinityTimeout != 0:
 			flows = append(flows,
 				flow(DNATTable, t.priority, t.match, openflow.Resubmit(AffinityTable), openflow.GotoTable(AffinityDNATTable)),
@@ -156,7 +161,7 @@ func (n Node) ServiceFlows(sp ServicePort) ([]openflow.Group, []openflow.Flow) {
 			flows = append(flows, flow(DNATTable, t.priority, t.match, openflow.ToGroup(t.group)))
 		}
 	}
-	if sp.AffinityTimeout != 0 {
+	if sp.AffinityTimeout != 0 && len(sp.Endpoints) > 0 {
 		flows = append(flows, n.affinityHitFlows(sp)...)
 		flows = append(flows, sp.affinityLearnFlow())
 	}
@@ -186,6 +191,19 @@ func (sp ServicePort) affinityLearnFlow() openflow.Flow {
 			Match: []openflow.Field{openflow.FieldIPSrc, openflow.FieldIPDst, dst},
 			Loads: loads,
 		}))
+}
+
+// RejectPacketOut is how the agent injects its refusal of a connection to a Service port without
+// endpoints (a TCP RST or an ICMP port unreachable it built from the packet-in): from LOCAL, never
+// from CONTROLLER (a packet-out from CONTROLLER crashes Windows hosts before OVS 3.6), output straight
+// on the port the client's packet came in on, so that it never enters conntrack; the IN_PORT output
+// when that port is LOCAL itself.
+func RejectPacketOut(clientPort uint32) PacketOut {
+	out := openflow.Output(clientPort)
+	if clientPort == openflow.PortLocal {
+		out = openflow.Output(openflow.PortInPort)
+	}
+	return PacketOut{InPort: openflow.PortLocal, Actions: []openflow.Action{out}}
 }
 
 // target is one way a Service port is reached: new connections matching match go to group, or

@@ -46,8 +46,12 @@ func loadServices(t *testing.T, o *ovstest.OVS, n Node) (groups, flows []string)
 	gs1, fs1 := n.ServiceFlows(cluster)
 	gs2, fs2 := n.ServiceFlows(external)
 	gs3, fs3 := n.ServiceFlows(affinity)
-	groups = groupStrs(slices.Concat(gs1, gs2, gs3))
-	flows = strs(slices.Concat(n.ServiceBaseFlows(), fs1, fs2, fs3, n.HairpinFlows(pod2.IP)))
+	// A port without endpoints, refused by the agent.
+	none := testServicePort(n, openflow.ProtoTCP)
+	none.ClusterIP, none.NodePort, none.ClusterGroup, none.Endpoints = netipAddr("10.96.0.12"), 0, 7, nil
+	gs4, fs4 := n.ServiceFlows(none)
+	groups = groupStrs(slices.Concat(gs1, gs2, gs3, gs4))
+	flows = strs(slices.Concat(n.ServiceBaseFlows(), fs1, fs2, fs3, fs4, n.HairpinFlows(pod2.IP)))
 	o.MustOfctl(t, "-O", "OpenFlow15", "--bundle", "add-groups", "br-int", write("groups", groups))
 	o.MustOfctl(t, "-O", "OpenFlow15", "--bundle", "add-flows", "br-int", write("flows", flows))
 	return groups, flows

@@ -68,10 +68,10 @@ func TestServiceFlows(t *testing.T) {
 			},
 		},
 		{
-			name: "UDP ClusterIP only, no endpoints: an empty group drops",
-			port: ServicePort{ClusterIP: netip.MustParseAddr("10.96.0.10"), Protocol: openflow.ProtoUDP, Port: 53, ClusterGroup: 3},
+			name: "UDP ClusterIP only, no endpoints: new connections go to the agent, which refuses them",
+			port: ServicePort{ClusterIP: netip.MustParseAddr("10.96.0.10"), Protocol: openflow.ProtoUDP, Port: 53, ClusterGroup: 3, AffinityTimeout: 10},
 			wantFlows: []string{
-				"table=40, priority=200,ct_state=+new+trk,udp,nw_dst=10.96.0.10,tp_dst=53 actions=group:3",
+				"table=40, priority=200,ct_state=+new+trk,udp,nw_dst=10.96.0.10,tp_dst=53 actions=CONTROLLER:65535",
 			},
 			wantGroups: []string{"group_id=3,type=select"},
 		},
@@ -225,6 +225,14 @@ func TestServiceFlowsPassWindowsProfile(t *testing.T) {
 		d.Flows = append(d.Flows, flows...)
 	}
 	d.Flows = append(d.Flows, n.HairpinFlows(netip.MustParseAddr("10.244.1.5"))...)
+	// The refusals of connections to a port without endpoints, to clients on every kind of port.
+	for _, port := range []uint32{n.UplinkOFPort, n.GatewayOFPort, 10, openflow.PortLocal} {
+		d.PacketOuts = append(d.PacketOuts, RejectPacketOut(port))
+	}
+	noEndpoints := testServicePort(n, openflow.ProtoTCP)
+	noEndpoints.Endpoints = nil
+	_, flows := n.ServiceFlows(noEndpoints)
+	d.Flows = append(d.Flows, flows...)
 	g.Expect(d.Groups).To(HaveLen(8))
 	g.Expect(CheckWindows(d)).To(BeEmpty())
 }

@@ -58,8 +58,8 @@ const (
 )
 
 // PacketOut is a packet the agent injects into the bridge (OFPT_PACKET_OUT): the port it pretends
-// the packet came in on, and the actions run on it. Nothing sends packet-outs yet; a feature that
-// does (traceflow, ICMP replies, ...) describes them with this type so that they pass CheckWindows.
+// the packet came in on, and the actions run on it. A feature that sends them (Services' refusals,
+// RejectPacketOut) describes them with this type so that they pass CheckWindows.
 type PacketOut struct {
 	InPort  uint32
 	Actions []openflow.Action

@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
+	"syscall"
 	"testing"
 	"time"
 
@@ -263,4 +264,53 @@ func TestServiceHairpin(t *testing.T) {
 	askOne(t, ea.pod.Place(), "udp4", dst, gw, "echo-a")
 	// Its neighbours on the node are not SNATed.
 	askUntilAll(t, pods["pod-a1"].Place(), "tcp4", dst, pods["pod-a1"].IP, "echo-a")
+}
+
+// TestServiceWithoutEndpointsRefuses: a Service whose selector matches no Pod refuses connections at once on every
+// kind of address, instead of letting them time out: a TCP RST (connection refused) or an ICMP port unreachable
+// (UDP: connection refused on the next read), from a Pod to its ClusterIP and from the external host to its
+// NodePort, load balancer IP and external IP. The agent builds the refusal from a packet-in and sends it from LOCAL.
+// Upstream: test/e2e/network/service.go "should be rejected when no endpoints exist" and "should be rejected for
+// evicted pods (no endpoints exist)".
+func TestServiceWithoutEndpointsRefuses(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	svc := newEchoService(t, "empty", func(s *corev1.Service) {
+		s.Spec.Selector = map[string]string{"app": "nothing-matches"}
+		s.Spec.Type = corev1.ServiceTypeLoadBalancer
+		s.Spec.ExternalIPs = []string{externalIP.String()}
+	})
+	g.Eventually(func() error {
+		cur := &corev1.Service{}
+		if err := c.Client.Get(ctx, client.ObjectKeyFromObject(svc), cur); err != nil {
+			return err
+		}
+		cur.Status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{{IP: loadBalancerIP.String()}}
+		return c.Client.Status().Update(ctx, cur)
+	}).WithTimeout(converge).Should(Succeed())
+	for ip, n := range map[netip.Addr]*cluster.Node{loadBalancerIP: node("node-a"), externalIP: node("node-b")} {
+		_, err := c.External.Exec("ip", "route", "replace", ip.String()+"/32", "via", n.IP.String())
+		g.Expect(err).NotTo(HaveOccurred())
+		t.Cleanup(func() { _, _ = c.External.Exec("ip", "route", "del", ip.String()+"/32") })
+	}
+	refused := func(from cluster.Place, network string, dst netip.AddrPort) {
+		t.Helper()
+		g.Eventually(func() error {
+			_, err := cluster.AskEcho(ctx, from, network, dst, askTimeout)
+			return err
+		}).WithTimeout(converge).WithPolling(200*time.Millisecond).Should(MatchError(syscall.ECONNREFUSED), "%s %s from %s is refused, not left to time out", network, dst, from)
+	}
+	clusterIP := netip.MustParseAddr(svc.Spec.ClusterIP)
+	for _, network := range []string{"tcp4", "udp4"} {
+		idx := 0
+		if network == "udp4" {
+			idx = 1
+		}
+		t.Run(network, func(t *testing.T) {
+			refused(pods["pod-a1"].Place(), network, netip.AddrPortFrom(clusterIP, 80))
+			refused(c.ExternalPlace(), network, netip.AddrPortFrom(node("node-c").IP, uint16(svc.Spec.Ports[idx].NodePort)))
+			refused(c.ExternalPlace(), network, netip.AddrPortFrom(loadBalancerIP, 80))
+			refused(c.ExternalPlace(), network, netip.AddrPortFrom(externalIP, 80))
+		})
+	}
 }

@@ -34,6 +34,8 @@ type Agent struct {
 	CNISocket, CNIConfDir, StateDir string
 	// Pods is the agent's Pod network.
 	Pods *agent.PodNetwork
+	// Services is the agent's Service reconciler.
+	Services *service.Reconciler
 	// SandboxDir is where the harness, playing containerd, starts Pod sandboxes after ADD
 	// (hns.StartSandbox): only then do their endpoints' vNICs appear.
 	SandboxDir string
@@ -131,7 +133,7 @@ func StartAgentWith(t testing.TB, s *APIServer, node *simnode.Node, opts AgentOp
 	}
 	a := &Agent{HNS: sim, OVSDB: db, Net: net,
 		CNISocket: filepath.Join(dir, "run", "cni.sock"), CNIConfDir: filepath.Join(dir, "net.d"), StateDir: filepath.Join(dir, "state"),
-		SandboxDir: sandboxes}
+		SandboxDir: sandboxes, Services: services}
 	a.Pods, err = agent.SetupPodNetwork(ctx, mgr, agent.PodNetworkOptions{
 		NodeName: node.Name, Host: podendpoint.Host{HNS: sim, OVSDB: db, Net: net}, State: state,
 		CNISocket: a.CNISocket, CNIConfDir: a.CNIConfDir, StateDir: a.StateDir, CNIShimPath: opts.CNIShimPath,

@@ -35,6 +35,9 @@ func (a outputAction) text() string {
 	switch a.port {
 	case PortInPort, PortNormal, PortLocal:
 		return portText(a.port)
+	case PortController:
+		// The whole packet (max_len OFPCML_NO_BUFFER), as OVS prints it.
+		return "CONTROLLER:65535"
 	}
 	return "output:" + portText(a.port)
 }

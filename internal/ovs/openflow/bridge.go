@@ -116,6 +116,9 @@ type Bridge struct {
 	// previous is the round the bridge recorded before Connect advanced it (0: none); set once.
 	previous uint16
 
+	// packetIn is the handler of packet-ins (SetPacketInHandler).
+	packetIn packetInHandler
+
 	mu sync.Mutex // serialises Sync, SyncGroups, replay, Verify
 	// syncs holds the Syncs waiting for mu; whoever takes mu next sends them (see sync).
 	syncs groupcommit.Queue[*syncReq]
@@ -143,6 +146,9 @@ type Bridge struct {
 
 	statsMu sync.Mutex
 	stats   map[uint32]chan *openflow15.MultipartReply
+
+	// invalidations counts Invalidate calls.
+	invalidations atomic.Uint64
 
 	// repairs collects the flow monitor's reports for repairFlows; repaired counts the flows put
 	// back (see monitor.go).
@@ -319,6 +325,12 @@ func (b *Bridge) currentSwitch() (*ofctrl.OFSwitch, <-chan struct{}, error) {
 
 // switchUp is called by ofctrl when the handshake completed.
 func (b *Bridge) switchUp(sw *ofctrl.OFSwitch) {
+	// ofctrl gives every connection a random controller ID (NXT_SET_CONTROLLER_ID), and OVS sends
+	// the packet-in of a flow's output to CONTROLLER only to connections with ID 0 (connmgr.c
+	// connmgr_send_async_msg): without this, packet-ins (SetPacketInHandler) never arrive.
+	if err := sw.Send(openflow15.NewSetControllerID(packetInControllerID)); err != nil {
+		b.log.Error(err, "Setting the controller ID for packet-ins failed")
+	}
 	b.connMu.Lock()
 	reconnect := b.everConn
 	b.everConn = true
@@ -443,7 +455,9 @@ func (r SyncResult) Mods() int { return r.Added + r.Modified + r.Deleted }
 // minimal add/modify/delete set against the cache and sends it as one atomic
 // bundle. The category and current round are stamped into each cookie.
 func (b *Bridge) Sync(ctx context.Context, category uint8, desired []Flow) (SyncResult, error) {
-	return b.sync(ctx, category, nil, desired)
+	req := &syncReq{category: category, desired: desired}
+	b.sync(ctx, req)
+	return req.res, req.err
 }
 
 // SyncObject makes the flows of one object of a category (the object part of their cookies) equal
@@ -457,7 +471,42 @@ func (b *Bridge) SyncObject(ctx context.Context, category uint8, object uint64, 
 		}
 	}
 	o := object & ObjectMask
-	return b.sync(ctx, category, &o, desired)
+	req := &syncReq{category: category, object: &o, desired: desired}
+	b.sync(ctx, req)
+	return req.res, req.err
+}
+
+// ObjectFlows is what one object of a flow category wants in the switch, its groups included
+// (SyncObjectWithGroups).
+type ObjectFlows struct {
+	Category uint8
+	Object   uint64
+	// Flows are the object's flows; the object part of every cookie must be Object.
+	Flows []Flow
+	// Groups are the groups the object's flows use, and only this object's: the new and changed
+	// ones are installed before the flows. The bridge keeps their buckets, which the caller must
+	// not modify afterwards.
+	Groups []Group
+	// GoneGroups are groups the object used before and no longer does: they are deleted after
+	// the flows that referred to them.
+	GoneGroups []uint32
+}
+
+// SyncObjectWithGroups is SyncObject for an object that has groups of its own (a Service): its
+// flow changes and its group changes go in one atomic bundle, new and changed groups first, then
+// the flows, then the deletion of its gone groups, so that no flow ever refers to a missing group.
+// Only what changed is sent: one endpoint added to a Service is one group_mod. It returns what
+// was sent of the flows and of the groups.
+func (b *Bridge) SyncObjectWithGroups(ctx context.Context, o ObjectFlows) (flows, groups SyncResult, err error) {
+	for i := range o.Flows {
+		if o.Flows[i].Cookie&ObjectMask != o.Object&ObjectMask {
+			return SyncResult{}, SyncResult{}, fmt.Errorf("syncing object %#x of category %d: flow %q belongs to object %#x", o.Object, o.Category, o.Flows[i].String(), o.Flows[i].Cookie&ObjectMask)
+		}
+	}
+	object := o.Object & ObjectMask
+	req := &syncReq{category: o.Category, object: &object, desired: o.Flows, groups: o.Groups, goneGroups: o.GoneGroups}
+	b.sync(ctx, req)
+	return req.res, req.groupRes, req.err
 }
 
 // flowChange is one flow_mod of a Sync: an add (no prev), a modification, or a delete (no next).
@@ -479,26 +528,65 @@ func (fc flowChanges) msg(i int) bundleMsg {
 	return bundleMsg{flow: &c.flow, cookie: c.flow.Cookie, command: openflow15.FC_DELETE_STRICT}
 }
 
-// syncReq is a Sync or SyncObject waiting for the bundle that carries it, and then its result.
+// syncReq is a Sync, SyncObject or SyncObjectWithGroups waiting for the bundle that carries it,
+// and then its result.
 type syncReq struct {
 	category uint8
 	object   *uint64 // nil: the whole category
 	desired  []Flow
-	res      SyncResult
-	err      error
+	// groups and goneGroups are the object's groups (SyncObjectWithGroups).
+	groups     []Group
+	goneGroups []uint32
+	res        SyncResult
+	groupRes   SyncResult
+	err        error
 }
 
 func (r *syncReq) finish(res SyncResult, err error) { r.res, r.err = res, err }
+
+// changes computes the flow and group changes of the request; order is that of diff.
+func (b *Bridge) changes(r *syncReq) (flowChanges, groupChanges, []*cached, error) {
+	gc, err := b.diffObjectGroups(r.groups, r.goneGroups)
+	if err != nil {
+		return nil, groupChanges{}, nil, fmt.Errorf("syncing category %d on bridge %q: %w", r.category, b.opts.Bridge, err)
+	}
+	changes, order, err := b.diff(r.category, r.object, r.desired)
+	if err != nil {
+		return nil, groupChanges{}, nil, fmt.Errorf("syncing category %d on bridge %q: %w", r.category, b.opts.Bridge, err)
+	}
+	return changes, gc, order, nil
+}
+
+// bundleParts is a bundle made of several parts, sent one after the other.
+type bundleParts []bundleSource
+
+func (p bundleParts) len() int {
+	n := 0
+	for _, s := range p {
+		n += s.len()
+	}
+	return n
+}
+
+func (p bundleParts) msg(i int) bundleMsg {
+	for _, s := range p {
+		if i < s.len() {
+			return s.msg(i)
+		}
+		i -= s.len()
+	}
+	panic(fmt.Sprintf("bundle message %d out of range", i))
+}
 
 // sync implements Sync (object nil: the whole category) and SyncObject. Calls that arrive while
 // the switch works on a bundle share the next one (group commit): the call queues its request,
 // and whoever takes the bridge's lock next sends every queued request, so concurrent changes of
 // many Pods or routes cost a few bundles, not one round trip each behind one another.
-func (b *Bridge) sync(ctx context.Context, category uint8, object *uint64, desired []Flow) (SyncResult, error) {
+func (b *Bridge) sync(ctx context.Context, req *syncReq) {
 	if err := b.waitConnected(ctx); err != nil {
-		return SyncResult{}, fmt.Errorf("syncing category %d on bridge %q: %w", category, b.opts.Bridge, err)
+		req.finish(SyncResult{}, fmt.Errorf("syncing category %d on bridge %q: %w", req.category, b.opts.Bridge, err))
+		return
 	}
-	req := &syncReq{category: category, object: object, desired: desired}
 	b.syncs.Do(&b.mu, req, func(queue []*syncReq) {
 		for len(queue) > 0 {
 			n := batchLen(queue)
@@ -506,7 +594,6 @@ func (b *Bridge) sync(ctx context.Context, category uint8, object *uint64, desir
 			queue = queue[n:]
 		}
 	})
-	return req.res, req.err
 }
 
 // batchLen is how many of the queued requests can share a bundle: requests for distinct objects;
@@ -539,42 +626,48 @@ func batchLen(queue []*syncReq) int {
 // changes too.
 func (b *Bridge) syncBatch(ctx context.Context, batch []*syncReq) {
 	if len(batch) == 1 {
-		r := batch[0]
-		r.finish(b.syncOne(ctx, r.category, r.object, r.desired))
+		b.syncOne(ctx, batch[0])
 		return
 	}
 	ctx = context.WithoutCancel(ctx)
 	type part struct {
 		req     *syncReq
 		changes flowChanges
+		groups  groupChanges
 		res     SyncResult
 	}
 	parts := make([]part, 0, len(batch))
+	// The groups of every object first, then every flow change, then the groups' deletions.
+	var setGroups, deleteGroups bundleMsgs
 	var all flowChanges
 	for _, r := range batch {
-		changes, _, err := b.diff(r.category, r.object, r.desired)
+		changes, gc, _, err := b.changes(r)
 		if err != nil {
-			r.finish(SyncResult{}, fmt.Errorf("syncing category %d on bridge %q: %w", r.category, b.opts.Bridge, err))
+			r.finish(SyncResult{}, err)
 			continue
 		}
-		parts = append(parts, part{req: r, changes: changes, res: countChanges(changes)})
+		parts = append(parts, part{req: r, changes: changes, groups: gc, res: countChanges(changes)})
 		all = append(all, changes...)
+		setGroups = append(setGroups, gc.setMsgs...)
+		deleteGroups = append(deleteGroups, gc.deleteMsgs...)
 	}
-	if len(all) > 0 {
-		b.log.V(4).Info("Syncing flows of several objects in one bundle", "objects", len(parts), "mods", len(all))
-		if err := b.sendBundle(ctx, all); err != nil {
+	if len(all)+len(setGroups)+len(deleteGroups) > 0 {
+		b.log.V(4).Info("Syncing flows of several objects in one bundle", "objects", len(parts), "mods", len(all), "groupMods", len(setGroups)+len(deleteGroups))
+		if err := b.sendBundle(ctx, bundleParts{setGroups, all, deleteGroups}); err != nil {
 			for i := len(parts) - 1; i >= 0; i-- {
 				b.forgetAdds(parts[i].changes)
 			}
 			b.log.V(1).Info("The switch rejected a bundle of several objects' flows; sending each on its own", "objects", len(parts), "error", err.Error())
 			for _, p := range parts {
-				p.req.finish(b.syncOne(ctx, p.req.category, p.req.object, p.req.desired))
+				b.syncOne(ctx, p.req)
 			}
 			return
 		}
 	}
 	for _, p := range parts {
 		b.applyAll(p.req.category, p.changes, p.res)
+		b.applyGroups(p.groups)
+		p.req.groupRes = p.groups.res
 		p.req.finish(p.res, nil)
 	}
 }
@@ -605,25 +698,30 @@ func countChanges(changes flowChanges) SyncResult {
 	return res
 }
 
-// syncOne sends one Sync or SyncObject in a bundle of its own; the caller holds b.mu.
-func (b *Bridge) syncOne(ctx context.Context, category uint8, object *uint64, desired []Flow) (SyncResult, error) {
-	changes, order, err := b.diff(category, object, desired)
+// syncOne sends one request in a bundle of its own and finishes it; the caller holds b.mu.
+func (b *Bridge) syncOne(ctx context.Context, r *syncReq) {
+	changes, gc, order, err := b.changes(r)
 	if err != nil {
-		return SyncResult{}, fmt.Errorf("syncing category %d on bridge %q: %w", category, b.opts.Bridge, err)
+		r.finish(SyncResult{}, err)
+		return
 	}
 	res := countChanges(changes)
-	if len(changes) == 0 {
-		b.rememberOrder(category, order)
-		return res, nil
+	if len(changes) == 0 && gc.res.Mods() == 0 {
+		b.rememberOrder(r.category, order)
+		r.finish(res, nil)
+		return
 	}
-	b.log.V(4).Info("Syncing flows", "category", category, "add", res.Added, "modify", res.Modified, "delete", res.Deleted)
-	if err := b.sendBundle(ctx, changes); err != nil {
+	b.log.V(4).Info("Syncing flows", "category", r.category, "add", res.Added, "modify", res.Modified, "delete", res.Deleted, "groupMods", gc.res.Mods())
+	if err := b.sendBundle(ctx, bundleParts{gc.setMsgs, changes, gc.deleteMsgs}); err != nil {
 		b.forgetAdds(changes)
-		return SyncResult{}, fmt.Errorf("syncing category %d on bridge %q: %w", category, b.opts.Bridge, err)
+		r.finish(SyncResult{}, fmt.Errorf("syncing category %d on bridge %q: %w", r.category, b.opts.Bridge, err))
+		return
 	}
-	b.applyAll(category, changes, res)
-	b.rememberOrder(category, order)
-	return res, nil
+	b.applyAll(r.category, changes, res)
+	b.applyGroups(gc)
+	b.rememberOrder(r.category, order)
+	r.groupRes = gc.res
+	r.finish(res, nil)
 }
 
 // rememberOrder keeps the order of a whole-category Sync (order nil: SyncObject) for the next.
@@ -786,7 +884,13 @@ func (b *Bridge) Invalidate() {
 	for _, c := range b.flows {
 		c.stale = true
 	}
+	b.invalidations.Add(1)
 }
+
+// Invalidations counts the calls of Invalidate. An owner that syncs its flows object by object
+// (SyncObject sends only the stale flows of its object) notes the count at its last whole-category
+// Sync, and syncs its whole category again when the count changed.
+func (b *Bridge) Invalidations() uint64 { return b.invalidations.Load() }
 
 // Installed returns the flows of a category as installed (with full cookies).
 func (b *Bridge) Installed(category uint8) []Flow {
@@ -805,14 +909,14 @@ type app struct{ b *Bridge }
 var _ ofctrl.AppInterface = (*app)(nil)
 var _ ofctrl.ConnectionRetryControl = (*app)(nil)
 
-func (a *app) SwitchConnected(sw *ofctrl.OFSwitch)           { a.b.switchUp(sw) }
-func (a *app) SwitchDisconnected(*ofctrl.OFSwitch)           { a.b.switchDown() }
-func (a *app) PacketRcvd(*ofctrl.OFSwitch, *ofctrl.PacketIn) {}
-func (a *app) FlowGraphEnabledOnSwitch() bool                { return false }
-func (a *app) TLVMapEnabledOnSwitch() bool                   { return true }
-func (a *app) PortStatusRcvd(*openflow15.PortStatus)         {}
-func (a *app) MaxRetry() int                                 { return int(a.b.opts.ConnectTimeout / a.b.opts.RetryInterval) }
-func (a *app) RetryInterval() time.Duration                  { return a.b.opts.RetryInterval }
+func (a *app) SwitchConnected(sw *ofctrl.OFSwitch)               { a.b.switchUp(sw) }
+func (a *app) SwitchDisconnected(*ofctrl.OFSwitch)               { a.b.switchDown() }
+func (a *app) PacketRcvd(_ *ofctrl.OFSwitch, p *ofctrl.PacketIn) { a.b.receivePacketIn(p) }
+func (a *app) FlowGraphEnabledOnSwitch() bool                    { return false }
+func (a *app) TLVMapEnabledOnSwitch() bool                       { return true }
+func (a *app) PortStatusRcvd(*openflow15.PortStatus)             {}
+func (a *app) MaxRetry() int                                     { return int(a.b.opts.ConnectTimeout / a.b.opts.RetryInterval) }
+func (a *app) RetryInterval() time.Duration                      { return a.b.opts.RetryInterval }
 func (a *app) MultipartReply(_ *ofctrl.OFSwitch, rep *openflow15.MultipartReply) {
 	a.b.multipartReply(rep)
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"slices"
 	"strings"
 
 	"antrea.io/libOpenflow/openflow15"
@@ -86,57 +87,118 @@ func (b *Bridge) SyncGroups(ctx context.Context, desired []Group) (SyncResult, e
 	defer b.mu.Unlock()
 	b.groupPass++
 	pass := b.groupPass
-	var res SyncResult
-	var msgs bundleMsgs
-	changed := map[uint32]*groupState{} // new and modified groups, recorded once the switch has them
-	kb := b.groupKeyBuf[:0]
-	defer func() { b.groupKeyBuf = kb }()
+	gc := groupChanges{set: map[uint32]*groupState{}}
 	for i := range desired {
 		g := &desired[i]
-		cur, ok := b.groups[g.ID]
-		if _, dup := changed[g.ID]; dup || ok && cur.seen == pass {
-			return res, fmt.Errorf("syncing groups on bridge %q: duplicate group %d", b.opts.Bridge, g.ID)
+		if cur, ok := b.groups[g.ID]; gc.set[g.ID] != nil || ok && cur.seen == pass {
+			return SyncResult{}, fmt.Errorf("syncing groups on bridge %q: duplicate group %d", b.opts.Bridge, g.ID)
 		}
-		if ok && sameBuckets(cur.group.Buckets, g.Buckets) {
-			cur.seen = pass
-			continue
-		}
-		kb = g.appendKey(kb[:0])
-		if ok && cur.key == string(kb) {
-			cur.group = *g // the next pass may pass these buckets again
-			cur.seen = pass
-			continue
-		}
-		gs := &groupState{group: *g, key: string(kb), seen: pass}
-		changed[g.ID] = gs
-		if !ok {
-			// Add or replace: after a restart of the agent the switch still has the groups the
-			// previous connection installed, which this one does not know.
-			res.Added++
-			msgs = append(msgs, bundleMsg{group: &gs.group, groupCmd: groupAddOrMod})
-		} else {
-			res.Modified++
-			msgs = append(msgs, bundleMsg{group: &gs.group, groupCmd: openflow15.OFPGC_MODIFY})
-		}
+		b.diffGroup(g, pass, &gc)
 	}
-	var deleted []uint32
 	for id, gs := range b.groups {
-		if gs.seen != pass && changed[id] == nil {
-			res.Deleted++
-			deleted = append(deleted, id)
-			msgs = append(msgs, bundleMsg{group: &Group{ID: id}, groupCmd: openflow15.OFPGC_DELETE})
+		if gs.seen != pass && gc.set[id] == nil {
+			gc.delete(id)
 		}
 	}
-	if err := b.sendBundle(ctx, msgs); err != nil {
+	if err := b.sendBundle(ctx, append(gc.setMsgs, gc.deleteMsgs...)); err != nil {
 		return SyncResult{}, fmt.Errorf("syncing groups on bridge %q: %w", b.opts.Bridge, err)
 	}
-	for id, gs := range changed {
+	b.applyGroups(gc)
+	return gc.res, nil
+}
+
+// InstallGroups installs the new and changed groups of desired in one bundle and deletes none:
+// install groups before the flows that refer to them, then SyncGroups the same groups once no flow
+// refers to the others. It returns what was sent.
+func (b *Bridge) InstallGroups(ctx context.Context, desired []Group) (SyncResult, error) {
+	if err := b.waitConnected(ctx); err != nil {
+		return SyncResult{}, fmt.Errorf("installing groups on bridge %q: %w", b.opts.Bridge, err)
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	gc, err := b.diffObjectGroups(desired, nil)
+	if err != nil {
+		return SyncResult{}, fmt.Errorf("installing groups on bridge %q: %w", b.opts.Bridge, err)
+	}
+	if err := b.sendBundle(ctx, gc.setMsgs); err != nil {
+		return SyncResult{}, fmt.Errorf("installing groups on bridge %q: %w", b.opts.Bridge, err)
+	}
+	b.applyGroups(gc)
+	return gc.res, nil
+}
+
+// groupChanges are the group_mods that install new and changed groups (setMsgs, sent before the
+// flows that refer to them) and delete groups (deleteMsgs, sent after the flows that referred to
+// them), and what to record once the switch has them.
+type groupChanges struct {
+	set                 map[uint32]*groupState
+	deleted             []uint32
+	setMsgs, deleteMsgs bundleMsgs
+	res                 SyncResult
+}
+
+// diffGroup adds to gc what installs g, if the switch does not have it already, and marks the
+// installed group seen in pass.
+func (b *Bridge) diffGroup(g *Group, pass uint64, gc *groupChanges) {
+	cur, ok := b.groups[g.ID]
+	if ok && sameBuckets(cur.group.Buckets, g.Buckets) {
+		cur.seen = pass
+		return
+	}
+	b.groupKeyBuf = g.appendKey(b.groupKeyBuf[:0])
+	if ok && cur.key == string(b.groupKeyBuf) {
+		cur.group = *g // the next pass may pass these buckets again
+		cur.seen = pass
+		return
+	}
+	gs := &groupState{group: *g, key: string(b.groupKeyBuf), seen: pass}
+	gc.set[g.ID] = gs
+	if !ok {
+		// Add or replace: after a restart of the agent the switch still has the groups the
+		// previous connection installed, which this one does not know.
+		gc.res.Added++
+		gc.setMsgs = append(gc.setMsgs, bundleMsg{group: &gs.group, groupCmd: groupAddOrMod})
+		return
+	}
+	gc.res.Modified++
+	gc.setMsgs = append(gc.setMsgs, bundleMsg{group: &gs.group, groupCmd: openflow15.OFPGC_MODIFY})
+}
+
+// delete adds the deletion of an installed group.
+func (gc *groupChanges) delete(id uint32) {
+	gc.res.Deleted++
+	gc.deleted = append(gc.deleted, id)
+	gc.deleteMsgs = append(gc.deleteMsgs, bundleMsg{group: &Group{ID: id}, groupCmd: openflow15.OFPGC_DELETE})
+}
+
+// applyGroups records installed group changes.
+func (b *Bridge) applyGroups(gc groupChanges) {
+	for id, gs := range gc.set {
 		b.groups[id] = gs
 	}
-	for _, id := range deleted {
+	for _, id := range gc.deleted {
 		delete(b.groups, id)
 	}
-	return res, nil
+}
+
+// diffObjectGroups computes the group changes of a SyncObjectWithGroups (or InstallGroups): the
+// desired groups, and the deletion of those of the gone groups the switch has.
+func (b *Bridge) diffObjectGroups(desired []Group, gone []uint32) (groupChanges, error) {
+	b.groupPass++
+	gc := groupChanges{set: map[uint32]*groupState{}}
+	for i := range desired {
+		g := &desired[i]
+		if gc.set[g.ID] != nil || slices.Contains(gone, g.ID) {
+			return groupChanges{}, fmt.Errorf("group %d is desired twice, or desired and gone", g.ID)
+		}
+		b.diffGroup(g, b.groupPass, &gc)
+	}
+	for _, id := range gone {
+		if _, ok := b.groups[id]; ok {
+			gc.delete(id)
+		}
+	}
+	return gc, nil
 }
 
 // sameBuckets tells whether a and b are the same slice (not merely equal ones).

@@ -61,3 +61,74 @@ func TestSyncGroupsSendsOnlyChanges(t *testing.T) {
 	_, err = e.br.SyncGroups(ctx, []openflow.Group{next[0], next[0]})
 	g.Expect(err).To(MatchError(ContainSubstring("duplicate group 1")))
 }
+
+// TestSyncObjectWithGroups: an object's groups and flows change in one bundle that touches nothing
+// of the other objects: one endpoint added to a Service's group is one group_mod and no flow_mod; a
+// group the object no longer uses is deleted after the flow that referred to it (in the same
+// bundle, which the switch would refuse in the other order); the switch then holds exactly the
+// desired groups and flows, and a whole-category pass after it finds nothing to do.
+func TestSyncObjectWithGroups(t *testing.T) {
+	g := NewWithT(t)
+	e := setup(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	const category = 7
+	group := func(id uint32, endpoints ...string) openflow.Group {
+		gr := openflow.Group{ID: id}
+		for _, ep := range endpoints {
+			gr.Buckets = append(gr.Buckets, openflow.Bucket{Weight: 100, Actions: []openflow.Action{
+				openflow.CT(openflow.CTAction{Commit: true, Table: u8(45), Zone: 65520, DNAT: netip.MustParseAddrPort(ep)})}})
+		}
+		return gr
+	}
+	toGroup := func(object uint64, vip string, id uint32) openflow.Flow {
+		return openflow.Flow{Table: 40, Priority: 200, Cookie: object,
+			Match:   []openflow.MatchField{openflow.IPv4(), openflow.NwDst(netip.MustParsePrefix(vip))},
+			Actions: []openflow.Action{openflow.ToGroup(id)}}
+	}
+	sync := func(o openflow.ObjectFlows) (openflow.SyncResult, openflow.SyncResult) {
+		t.Helper()
+		flows, groups, err := e.br.SyncObjectWithGroups(ctx, o)
+		g.Expect(err).NotTo(HaveOccurred())
+		return flows, groups
+	}
+	web := openflow.ObjectFlows{Category: category, Object: 1,
+		Groups: []openflow.Group{group(1, "10.244.1.5:8080"), group(2, "10.244.1.6:8080")},
+		Flows:  []openflow.Flow{toGroup(1, "10.96.0.10/32", 1), toGroup(1, "10.96.0.11/32", 2)}}
+	db := openflow.ObjectFlows{Category: category, Object: 2,
+		Groups: []openflow.Group{group(3, "10.244.1.7:5432")}, Flows: []openflow.Flow{toGroup(2, "10.96.0.12/32", 3)}}
+	flows, groups := sync(web)
+	g.Expect(flows).To(Equal(openflow.SyncResult{Added: 2}))
+	g.Expect(groups).To(Equal(openflow.SyncResult{Added: 2}))
+	sync(db)
+
+	bundles := e.br.Bundles()
+	web.Groups = []openflow.Group{group(1, "10.244.1.5:8080", "10.244.1.9:8080"), web.Groups[1]}
+	flows, groups = sync(web)
+	g.Expect(flows.Mods()).To(Equal(0))
+	g.Expect(groups).To(Equal(openflow.SyncResult{Modified: 1}), "one endpoint added: one group_mod")
+	g.Expect(e.br.Bundles()).To(Equal(bundles+1), "in one bundle")
+
+	// Group 2 and its flow go (deleting a group deletes the flows that refer to it: it goes last).
+	web.Groups, web.Flows, web.GoneGroups = web.Groups[:1], web.Flows[:1], []uint32{2}
+	flows, groups = sync(web)
+	g.Expect(flows).To(Equal(openflow.SyncResult{Deleted: 1}))
+	g.Expect(groups).To(Equal(openflow.SyncResult{Deleted: 1}))
+	g.Expect(e.br.Bundles()).To(Equal(bundles+2), "in one bundle")
+
+	dumped, err := e.ovs.DumpGroups(bridge)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(dumped).To(ConsistOf(web.Groups[0].String(), db.Groups[0].String()))
+	g.Expect(dump(t, e.ovs)).To(Equal(rendered(e.br.Installed(category))))
+	g.Expect(e.br.Installed(category)).To(HaveLen(2))
+
+	res, err := e.br.Sync(ctx, category, append(slices.Clone(web.Flows), db.Flows...))
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(res.Mods()).To(Equal(0), "a whole-category pass sees what the objects installed")
+	res, err = e.br.SyncGroups(ctx, []openflow.Group{web.Groups[0], db.Groups[0]})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(res.Mods()).To(Equal(0))
+
+	_, _, err = e.br.SyncObjectWithGroups(ctx, openflow.ObjectFlows{Category: category, Object: 2, Groups: db.Groups, GoneGroups: []uint32{3}})
+	g.Expect(err).To(MatchError(ContainSubstring("desired and gone")))
+}

@@ -218,7 +218,8 @@ type nftMonitor struct {
 	done chan struct{}
 }
 
-// monitor starts nft monitor and returns once it reports changes (a marker table it adds).
+// monitor starts nft monitor and returns once it reports changes (a marker table it adds). One
+// monitor serves both measurements: at 10,000 Services it takes minutes to start.
 func (r *kubeProxyRun) monitor(t *testing.T) *nftMonitor {
 	t.Helper()
 	m := &nftMonitor{seen: map[netip.Addr]time.Time{}, done: make(chan struct{})}
@@ -265,7 +266,10 @@ func (r *kubeProxyRun) monitor(t *testing.T) *nftMonitor {
 			m.mu.Unlock()
 		}
 	}()
-	deadline := time.After(time.Minute) // a loaded machine can take seconds to start a process
+	// nft monitor first reads the whole ruleset: at 10,000 Services on a loaded machine that takes
+	// minutes (nft list of kube-proxy's table takes as long).
+	startedAt := time.Now()
+	deadline := time.After(10 * time.Minute)
 	for {
 		if _, err := simnode.Exec(r.h.host.NS, "nft", "add", "table", "ip", marker); err != nil {
 			t.Fatal(err)
@@ -273,11 +277,12 @@ func (r *kubeProxyRun) monitor(t *testing.T) *nftMonitor {
 		select {
 		case <-ready:
 			_, _ = simnode.Exec(r.h.host.NS, "nft", "delete", "table", "ip", marker)
+			fmt.Printf("bench-services nft monitor ready in %s\n", time.Since(startedAt).Round(time.Millisecond))
 			return m
 		case <-time.After(100 * time.Millisecond): // added before the monitor subscribed: again
 			_, _ = simnode.Exec(r.h.host.NS, "nft", "delete", "table", "ip", marker)
 		case <-deadline:
-			t.Fatal("nft monitor reported nothing within a minute")
+			t.Fatal("nft monitor reported nothing within 10 minutes")
 		}
 	}
 }
@@ -315,10 +320,8 @@ func (m *nftMonitor) waitProgrammed(addrs []netip.Addr, timeout time.Duration) m
 
 // addEndpoint adds one endpoint to the Service in the middle of the scenario and measures the time
 // to its Service's dnat rule with it in the kernel.
-func (r *kubeProxyRun) addEndpoint(t *testing.T, ctx context.Context, w *writer, objs *scenario) increment {
+func (r *kubeProxyRun) addEndpoint(t *testing.T, ctx context.Context, w *writer, objs *scenario, m *nftMonitor) increment {
 	t.Helper()
-	m := r.monitor(t)
-	defer m.stop()
 	addr, done, took, err := w.addEndpoint(ctx, objs, len(objs.slices)/2)
 	if err != nil {
 		t.Fatal(err)
@@ -332,10 +335,8 @@ func (r *kubeProxyRun) addEndpoint(t *testing.T, ctx context.Context, w *writer,
 
 // churn runs the churn and measures each change from its write to its Service's dnat rule with
 // the new endpoint in the kernel.
-func (r *kubeProxyRun) churn(t *testing.T, ctx context.Context, w *writer, objs *scenario, d time.Duration) churnResult {
+func (r *kubeProxyRun) churn(t *testing.T, ctx context.Context, w *writer, objs *scenario, d time.Duration, m *nftMonitor) churnResult {
 	t.Helper()
-	m := r.monitor(t)
-	defer m.stop()
 	cpu0 := r.cpu(t)
 	written := churnWrites(t, ctx, w, objs, d)
 	seen := m.waitProgrammed(written.current(), 30*time.Second)

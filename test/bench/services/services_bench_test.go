@@ -95,11 +95,13 @@ func TestBenchServices(t *testing.T) {
 	kpCold := kpRun.waitCold(t, objs)
 	fmt.Printf("bench-services kube-proxy cold: %d ms, RSS %d MiB, CPU %d ms (load %s)\n",
 		kpCold.Milliseconds(), benchutil.RSSMB(t, kpRun.pid), kpRun.cpu(t).Milliseconds(), loadAverage(t))
+	monitor := kpRun.monitor(t)
+	defer monitor.stop()
 	settle()
-	kpIncr := kpRun.addEndpoint(t, ctx, writer, objs)
+	kpIncr := kpRun.addEndpoint(t, ctx, writer, objs, monitor)
 	fmt.Printf("bench-services kube-proxy one endpoint added: %.1f ms (write took %.1f ms)\n", ms(kpIncr.took), ms(kpIncr.write))
 	settle()
-	kpChurn := kpRun.churn(t, ctx, writer, objs, churnFor)
+	kpChurn := kpRun.churn(t, ctx, writer, objs, churnFor, monitor)
 	fmt.Printf("bench-services kube-proxy churn: %d changes in %s, p50 %.1f ms p99 %.1f ms max %.1f ms, CPU %d ms (load %s)\n",
 		kpChurn.changes, churnFor, ms(kpChurn.p50), ms(kpChurn.p99), ms(kpChurn.max), kpChurn.cpu.Milliseconds(), loadAverage(t))
 	kp.stop()

@@ -1,0 +1,57 @@
+package service
+
+import (
+	"context"
+	"errors"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// FullPassFromScratch runs a full pass that computes every Service again, as if the reconciler had
+// computed none before (their group ids and cookie objects stay theirs).
+func (r *Reconciler) FullPassFromScratch(ctx context.Context) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	rz, ok := r.State.Realized()
+	if !ok {
+		return errors.New("the node network is not realised")
+	}
+	r.realised = nil
+	return r.reconcileAll(ctx, rz)
+}
+
+// CheckDrift runs the drift check.
+func (r *Reconciler) CheckDrift(ctx context.Context) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	rz, ok := r.State.Realized()
+	if !ok {
+		return errors.New("the node network is not realised")
+	}
+	return r.checkDrift(ctx, rz)
+}
+
+// FullPasses is the number of full passes that completed.
+func (r *Reconciler) FullPasses() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.fullPasses
+}
+
+// Computed returns, by Service, the inputs it was last computed from.
+func (r *Reconciler) Computed() map[types.NamespacedName]string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := map[types.NamespacedName]string{}
+	for name, rs := range r.realised {
+		out[name] = rs.inputs.String()
+	}
+	return out
+}
+
+// Inputs identifies the versions of a Service and of its EndpointSlices.
+func Inputs(svc *corev1.Service, eps []discoveryv1.EndpointSlice) string {
+	return serviceInputs(svc, eps).String()
+}
