@@ -29,7 +29,12 @@ func (r *Reconciler) watchHost(ctx context.Context, wake chan<- event.GenericEve
 		default: // a wake-up is pending already
 		}
 	}
-	go FollowAddresses(ctx, r.Host.Net, signal)
+	go FollowAddresses(ctx, r.Host.Net, func() []int {
+		if l := r.watchedLinks.Load(); l != nil {
+			return *l
+		}
+		return nil
+	}, signal)
 	if r.Host.OVSDB == nil {
 		return nil
 	}
@@ -50,16 +55,16 @@ func (r *Reconciler) watchHost(ctx context.Context, wake chan<- event.GenericEve
 }
 
 // FollowAddresses calls changed whenever the host reports an address added or removed or a route
-// removed (hostnet.Interface.WatchAddresses), until ctx ends. A watch that fails is subscribed
+// removed on one of links (hostnet.Interface.WatchAddresses; nil: any link), until ctx ends. A watch that fails is subscribed
 // again after watchRetry, and changed is called then too, since changes may have gone unseen. On
 // a platform without such notifications it returns at once: the periodic passes find drift there.
-func FollowAddresses(ctx context.Context, h hostnet.Interface, changed func()) {
+func FollowAddresses(ctx context.Context, h hostnet.Interface, links func() []int, changed func()) {
 	if h == nil {
 		return
 	}
 	log := ctrl.LoggerFrom(ctx).WithName("address-watch")
 	for first := true; ; first = false {
-		addrs, err := h.WatchAddresses(ctx)
+		addrs, err := h.WatchAddresses(ctx, links)
 		switch {
 		case errors.Is(err, errors.ErrUnsupported):
 			log.Info("The host reports no address and route changes; drift there is found by the periodic passes", "reason", err.Error())

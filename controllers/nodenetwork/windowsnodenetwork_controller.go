@@ -57,8 +57,11 @@ type Reconciler struct {
 	adapters adapterRecords
 	// watched names the bridge and the ports the last converge realised: the OVSDB rows whose
 	// change wakes the reconciler (see watchHost).
-	watched   atomic.Pointer[[]string]
-	stateOnce sync.Once
+	watched atomic.Pointer[[]string]
+	// watchedLinks are the indexes of the host interfaces the last converge realised (uplink,
+	// bridge, gateway): address and route changes on other links (a Pod's vNIC) do not wake it.
+	watchedLinks atomic.Pointer[[]int]
+	stateOnce    sync.Once
 	// apiReader reads past the cache, when a routes report finds the cached object stale.
 	apiReader client.Reader
 }
@@ -289,6 +292,8 @@ func (r *Reconciler) converge(ctx context.Context, wnn *networkv1alpha1.WindowsN
 		watched = append(watched, networkv1alpha1.DefaultTunnelPortName)
 	}
 	r.watched.Store(&watched)
+	links := []int{s.uplink.Index, s.bridge.Index, s.gateway.Index}
+	r.watchedLinks.Store(&links)
 	if routes, ok := r.state().routesResult(); ok {
 		setRoutesCondition(wnn, routes)
 	}

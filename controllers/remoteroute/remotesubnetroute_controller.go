@@ -104,11 +104,12 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	one := handler.TypedEnqueueRequestsFromMapFunc(func(_ context.Context, o *networkv1alpha1.RemoteSubnetRoute) []reconcile.Request {
 		return []reconcile.Request{{NamespacedName: types.NamespacedName{Name: o.Name}}}
 	})
-	// A route removed from the host (by someone else, or with an address) wakes a full pass at once;
-	// the periodic pass stays as a safety net.
+	// A route removed from the host (by someone else, or with an address) on the interfaces the
+	// routes use (the bridge's and the gateway's) wakes a full pass at once; the periodic pass stays
+	// as a safety net.
 	drift := make(chan event.GenericEvent, 1)
 	follow := manager.RunnableFunc(func(ctx context.Context) error {
-		nodenetwork.FollowAddresses(ctx, r.Net, func() {
+		nodenetwork.FollowAddresses(ctx, r.Net, r.routeLinks, func() {
 			select {
 			case drift <- event.GenericEvent{Object: &networkv1alpha1.RemoteSubnetRoute{}}:
 			default: // a wake-up is pending already
@@ -126,6 +127,19 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		// Spec changes only: the node network's status changes with every route reported.
 		Watches(&networkv1alpha1.WindowsNodeNetwork{}, all, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		Complete(r)
+}
+
+// routeLinks returns the indexes of the interfaces the routes use, nil (any) before the node
+// network is realised.
+func (r *Reconciler) routeLinks() []int {
+	if r.State == nil {
+		return nil
+	}
+	rz, ok := r.State.Realized()
+	if !ok {
+		return nil
+	}
+	return []int{rz.BridgeLinkIndex, rz.GatewayLinkIndex}
 }
 
 // reader is where RemoteSubnetRoutes are read: their own cache once set up, else Client.

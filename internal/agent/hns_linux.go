@@ -5,6 +5,8 @@ import (
 	"path/filepath"
 	"time"
 
+	ctrl "sigs.k8s.io/controller-runtime"
+
 	"github.com/winnet-io/winnet/internal/hns"
 )
 
@@ -28,6 +30,7 @@ func newHNS(opts HostOptions) (hns.Interface, error) {
 		HostIPDelay: SimHostIPDelay,
 		SandboxDir:  filepath.Join(opts.StateDir, SimSandboxDir),
 		StateFile:   filepath.Join(opts.StateDir, "hns-sim.json"),
+		Log:         ctrl.Log.WithName("hns-simulator"),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("starting the HNS simulator: %w", err)

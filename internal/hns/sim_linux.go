@@ -3,6 +3,7 @@
 package hns
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -17,6 +18,8 @@ import (
 	"time"
 
 	"github.com/containernetworking/plugins/pkg/ns"
+	"github.com/fsnotify/fsnotify"
+	"github.com/go-logr/logr"
 	"github.com/vishvananda/netlink"
 
 	"github.com/winnet-io/winnet/internal/hostnet"
@@ -44,6 +47,8 @@ type LinuxSimOptions struct {
 	// connectivity, so an agent that does not wait for the host IP on the vNIC (and enables the OVS extension
 	// too early) is caught. Zero moves it before CreateTransparentNetwork returns.
 	HostIPDelay time.Duration
+	// Log receives what the simulator repairs as it loads its state (the zero Logger discards it).
+	Log logr.Logger
 	// SandboxDir, when set, makes endpoint vNICs appear as they do with containerd on Windows: only when the
 	// runtime starts the sandbox, after CNI ADD returned (containerd issue 4851; Antrea PR 6019). The runtime
 	// (a test harness) starts a sandbox with StartSandbox(SandboxDir, namespace ID); the simulator then
@@ -80,8 +85,14 @@ func sandboxFileName(namespaceID string) string {
 	return strings.ToUpper(strings.ReplaceAll(namespaceID, "/", "_"))
 }
 
-// sandboxPoll is how often a simulator looks for sandboxes the runtime started.
-const sandboxPoll = 5 * time.Millisecond
+// A simulator learns of the sandboxes the runtime starts from inotify on the sandbox directory, as
+// HNS learns of a container start from the compute service rather than by looking; it looks again
+// every sandboxRescan as a safety net, every sandboxRetry while a sandbox's vNICs failed to appear,
+// and every sandboxRetry throughout when it cannot watch the directory.
+const (
+	sandboxRescan = time.Second
+	sandboxRetry  = 5 * time.Millisecond
+)
 
 // NewLinuxSim returns a simulator whose attached endpoints are real veth pairs. As on Windows, where an
 // endpoint's vNIC appears on the Hyper-V switch when the endpoint is attached to a namespace, an endpoint that is
@@ -116,7 +127,7 @@ func NewLinuxSim(opts LinuxSimOptions) (*Sim, error) {
 		_ = host.Close()
 		return nil, fmt.Errorf("opening the host network of the HNS simulator: %w", err)
 	}
-	b := &vethBackend{host: host, net: hostNet, hostIPDelay: opts.HostIPDelay, netnsDir: dir, sandboxDir: opts.SandboxDir,
+	b := &vethBackend{log: opts.Log, host: host, net: hostNet, hostIPDelay: opts.HostIPDelay, netnsDir: dir, sandboxDir: opts.SandboxDir,
 		names: map[string]string{}, attachedAs: map[string]string{}, hostNames: map[string]string{}, resolvConfs: map[string]string{}}
 	sim := newSim(opts.SimOptions, b, opts.StateFile)
 	if opts.StateFile != "" {
@@ -139,34 +150,97 @@ func (s *Sim) watchSandboxes(b *vethBackend) {
 	// seen holds the modification time of each start marker handled: a sandbox started again (a new
 	// marker of the same name) is handled again.
 	seen := map[string]time.Time{}
+	var (
+		events <-chan fsnotify.Event
+		errs   <-chan error
+	)
+	if w, err := watchDir(b.sandboxDir); err != nil {
+		b.log.Error(err, "Watching the sandbox directory failed; looking for started sandboxes every "+sandboxRetry.String())
+	} else {
+		defer w.Close()
+		events, errs = w.Events, w.Errors
+	}
+	wait := time.Duration(0)
 	for {
+		timer := time.NewTimer(wait)
 		select {
 		case <-b.stopWatch:
+			timer.Stop()
 			return
-		case <-time.After(sandboxPoll):
+		case <-events:
+			drain(events) // one scan sees them all
+		case err := <-errs: // the kernel's queue overflowed: a scan finds what was missed
+			b.log.Info("Watching the sandbox directory lost events; looking again", "reason", err.Error())
+		case <-timer.C:
 		}
-		entries, err := os.ReadDir(b.sandboxDir)
+		timer.Stop()
+		failed := s.scanSandboxes(b, seen)
+		switch {
+		case failed || events == nil:
+			wait = sandboxRetry
+		default:
+			wait = sandboxRescan
+		}
+	}
+}
+
+// drain takes the events already queued.
+func drain(events <-chan fsnotify.Event) {
+	for {
+		select {
+		case <-events:
+		default:
+			return
+		}
+	}
+}
+
+// watchDir watches the directory, made if missing, with inotify.
+func watchDir(dir string) (*fsnotify.Watcher, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	w, err := fsnotify.NewWatcher()
+	if err != nil {
+		return nil, err
+	}
+	if err := w.Add(dir); err != nil {
+		_ = w.Close()
+		return nil, err
+	}
+	return w, nil
+}
+
+// scanSandboxes realises the endpoints of every sandbox started (again) since the last scan; it
+// reports whether one failed. seen holds the modification time of each start marker handled: a
+// sandbox started again (a new marker of the same name) is handled again.
+func (s *Sim) scanSandboxes(b *vethBackend, seen map[string]time.Time) (failed bool) {
+	entries, err := os.ReadDir(b.sandboxDir)
+	if err != nil {
+		return !errors.Is(err, os.ErrNotExist)
+	}
+	present := map[string]bool{}
+	for _, e := range entries {
+		present[e.Name()] = true
+		info, err := e.Info()
 		if err != nil {
 			continue
 		}
-		for _, e := range entries {
-			info, err := e.Info()
-			if err != nil {
-				continue
-			}
-			if at, ok := seen[e.Name()]; ok && at.Equal(info.ModTime()) {
-				continue
-			}
-			if err := s.startSandbox(context.Background(), e.Name()); err == nil {
-				seen[e.Name()] = info.ModTime()
-			}
+		if at, ok := seen[e.Name()]; ok && at.Equal(info.ModTime()) {
+			continue
 		}
-		for name := range seen {
-			if _, err := os.Stat(filepath.Join(b.sandboxDir, name)); err != nil {
-				delete(seen, name)
-			}
+		if err := s.startSandbox(context.Background(), e.Name()); err != nil {
+			failed = true
+			continue
+		}
+		seen[e.Name()] = info.ModTime()
+	}
+	for name := range seen {
+		if !present[name] {
+			delete(seen, name)
 		}
 	}
+	return failed
 }
 
 // startSandbox realises the vNIC of every endpoint attached to the namespace that has none yet.
@@ -214,7 +288,11 @@ func loadLinuxSimState(m *simModel, b *vethBackend, path string) error {
 			}
 			switch {
 			case exists:
-				b.attachedAs[strings.ToUpper(ep.ID)] = "" // realised; its container end's name is not needed
+				e, err := ep.endpoint()
+				if err != nil {
+					return fmt.Errorf("loading HNS simulator state %s: %w", path, err)
+				}
+				b.finishRealise(*e)
 			case b.sandboxStarted(ep.NamespaceID):
 				continue // the vNIC went with the Pod's namespace
 			}
@@ -235,9 +313,60 @@ func loadLinuxSimState(m *simModel, b *vethBackend, path string) error {
 	return nil
 }
 
+// finishRealise completes the vNIC of an attached endpoint whose host end exists, as the simulator
+// loads its state. On Windows HNS is a service of its own (hns, with vmcompute starting the
+// container), so a crash of the agent never leaves a vNIC half made; here the simulator runs in the
+// agent's process, and a kill -9 can cut realise between creating the pair and configuring its
+// container end (an interface down, without its name or address: the Pod is unreachable for good).
+// So it finishes what it began, as HNS would have; when it cannot, it deletes the pair and the
+// sandbox watcher realises the vNIC again. It runs before the simulator serves any call.
+func (b *vethBackend) finishRealise(ep Endpoint) {
+	err := b.configureRealised(ep)
+	if err == nil {
+		b.attachedAs[strings.ToUpper(ep.ID)] = "" // realised; its container end's name is not needed
+		return
+	}
+	b.log.Info("An endpoint's vNIC was left half made; making it again", "endpoint", ep.Name, "reason", err.Error())
+	if err := b.deleteHostEnd(LinuxInterfaceName(ep.Name)); err != nil {
+		b.log.Error(err, "Deleting an endpoint's half-made vNIC failed", "endpoint", ep.Name)
+	}
+}
+
+// configureRealised configures the container end of the endpoint's pair, found by its MAC (the pair
+// is created with it), whatever step realise reached, and writes its resolver configuration.
+func (b *vethBackend) configureRealised(ep Endpoint) error {
+	target, err := b.openNetNS(ep.NamespaceID)
+	if err != nil {
+		return err
+	}
+	defer target.Close()
+	err = target.Do(func(ns.NetNS) error {
+		links, err := netlink.LinkList()
+		if err != nil {
+			return fmt.Errorf("listing interfaces: %w", err)
+		}
+		for _, l := range links {
+			if !bytes.Equal(l.Attrs().HardwareAddr, ep.MAC) {
+				continue
+			}
+			if name := l.Attrs().Name; name != peerName(ep.ID) {
+				return configureLink(l, name, ep) // renamed already
+			}
+			_, err := configureContainerEnd(l.Attrs().Name, ep)
+			return err
+		}
+		return fmt.Errorf("no interface with the endpoint's MAC %s in %s", ep.MAC, target.Path())
+	})
+	if err != nil {
+		return err
+	}
+	return b.writeResolvConf(ep, target.Path())
+}
+
 // vethBackend realises attached endpoints as veth pairs. The model calls it without its own lock held, one call
 // at a time per endpoint, so that the kernel work of different endpoints overlaps; mu guards its maps.
 type vethBackend struct {
+	log  logr.Logger
 	host ns.NetNS
 	// net acts on the host namespace: the management vNIC and the adapters live there.
 	net hostnet.Interface
@@ -527,21 +656,27 @@ func configureContainerEnd(peer string, ep Endpoint) (string, error) {
 	if err := netlink.LinkSetName(link, ifName); err != nil {
 		return peer, fmt.Errorf("renaming %q to %q: %w", peer, ifName, err)
 	}
+	return ifName, configureLink(link, ifName, ep)
+}
+
+// configureLink gives the renamed container end ifName its MAC, address and default route, turns
+// its transmit checksum offload off and brings it up; each step may have been done already.
+func configureLink(link netlink.Link, ifName string, ep Endpoint) error {
 	if err := netlink.LinkSetHardwareAddr(link, ep.MAC); err != nil {
-		return ifName, fmt.Errorf("setting MAC %s: %w", ep.MAC, err)
+		return fmt.Errorf("setting MAC %s: %w", ep.MAC, err)
 	}
 	if err := DisableTxChecksum(ifName); err != nil {
-		return ifName, err
+		return err
 	}
 	addr := &netlink.Addr{IPNet: &net.IPNet{
 		IP:   net.IP(ep.IP.AsSlice()),
 		Mask: net.CIDRMask(ep.PrefixLength, 32),
 	}}
 	if err := netlink.AddrReplace(link, addr); err != nil {
-		return ifName, fmt.Errorf("adding address %s: %w", addr.IPNet, err)
+		return fmt.Errorf("adding address %s: %w", addr.IPNet, err)
 	}
 	if err := netlink.LinkSetUp(link); err != nil {
-		return ifName, fmt.Errorf("setting %q up: %w", ifName, err)
+		return fmt.Errorf("setting %q up: %w", ifName, err)
 	}
 	if lo, err := netlink.LinkByName("lo"); err == nil {
 		_ = netlink.LinkSetUp(lo) // a fresh namespace has lo down; Windows compartments have loopback
@@ -553,10 +688,10 @@ func configureContainerEnd(peer string, ep Endpoint) (string, error) {
 			route.Flags = int(netlink.FLAG_ONLINK)
 		}
 		if err := netlink.RouteReplace(route); err != nil {
-			return ifName, fmt.Errorf("adding default route via %s: %w", gw, err)
+			return fmt.Errorf("adding default route via %s: %w", gw, err)
 		}
 	}
-	return ifName, nil
+	return nil
 }
 
 // freeIfName returns the first of eth0, eth1, ... that no interface of the current namespace uses.

@@ -54,6 +54,18 @@ type simEndpointState struct {
 	DNS          DNS        `json:"dns,omitempty"`
 }
 
+// endpoint is the endpoint the state describes.
+func (ep simEndpointState) endpoint() (*Endpoint, error) {
+	mac, err := net.ParseMAC(ep.MAC)
+	if err != nil {
+		return nil, fmt.Errorf("endpoint %q has an invalid MAC %q: %w", ep.Name, ep.MAC, err)
+	}
+	return &Endpoint{
+		ID: ep.ID, Name: ep.Name, NetworkID: ep.NetworkID, IP: ep.IP, PrefixLength: ep.PrefixLength,
+		MAC: mac, Gateway: ep.Gateway, NamespaceID: ep.NamespaceID, DNS: ep.DNS,
+	}, nil
+}
+
 // snapshot returns the model's state; the caller holds m.mu.
 func (m *simModel) snapshot() simState {
 	s := simState{Version: simStateVersion, Networks: []simNetworkState{}, Endpoints: []simEndpointState{},
@@ -88,14 +100,11 @@ func (m *simModel) restore(s simState) error {
 	}
 	endpoints := make([]*Endpoint, 0, len(s.Endpoints))
 	for _, ep := range s.Endpoints {
-		mac, err := net.ParseMAC(ep.MAC)
+		e, err := ep.endpoint()
 		if err != nil {
-			return fmt.Errorf("endpoint %q has an invalid MAC %q: %w", ep.Name, ep.MAC, err)
+			return err
 		}
-		endpoints = append(endpoints, &Endpoint{
-			ID: ep.ID, Name: ep.Name, NetworkID: ep.NetworkID, IP: ep.IP, PrefixLength: ep.PrefixLength,
-			MAC: mac, Gateway: ep.Gateway, NamespaceID: ep.NamespaceID, DNS: ep.DNS,
-		})
+		endpoints = append(endpoints, e)
 	}
 	m.networks, m.endpoints = networks, endpoints
 	m.adapterDNS, m.violations = s.AdapterDNS, s.Violations

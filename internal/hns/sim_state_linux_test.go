@@ -5,6 +5,7 @@ package hns
 import (
 	"context"
 	"encoding/json"
+	"net"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -12,6 +13,7 @@ import (
 	"testing"
 
 	. "github.com/onsi/gomega"
+	"github.com/vishvananda/netlink"
 )
 
 // TestLinuxSimStateFile checks that a simulator with a state file hands its networks, endpoints and attachments
@@ -113,4 +115,67 @@ func TestLinuxSimStateFileMissingOrInvalid(t *testing.T) {
 	g.Expect(os.WriteFile(stateFile, []byte("{not json"), 0o600)).To(Succeed())
 	_, err = NewLinuxSim(LinuxSimOptions{HostNetNS: nodePath, StateFile: stateFile})
 	g.Expect(err).To(MatchError(ContainSubstring("decoding HNS simulator state")))
+}
+
+// TestLinuxSimFinishesAHalfMadeVNIC checks that a simulator loading its state finishes a vNIC that
+// realise left half made — the agent, in whose process the simulator runs, killed between creating
+// the pair and configuring its container end — as HNS, a service of its own on Windows, would have:
+// one container end as born (not renamed, down, no address) and one renamed but not configured.
+func TestLinuxSimFinishesAHalfMadeVNIC(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	_, nodePath := newNodeNS(t, false)
+	podA, podAPath := newNetNS(t, "whns-pod")
+	podB, podBPath := newNetNS(t, "whns-pod2")
+	stateFile := filepath.Join(t.TempDir(), "hns-sim.json")
+	open := func() *Sim {
+		s, err := NewLinuxSim(LinuxSimOptions{HostNetNS: nodePath, StateFile: stateFile})
+		g.Expect(err).NotTo(HaveOccurred())
+		t.Cleanup(func() { _ = s.Close() })
+		return s
+	}
+	first := open()
+	n, err := first.CreateTransparentNetwork(ctx, linuxNetworkSpec())
+	g.Expect(err).NotTo(HaveOccurred())
+	a, err := first.CreateEndpoint(ctx, EndpointSpec{Name: "pod-a", NetworkID: n.ID, IP: netip.MustParseAddr("10.244.1.10")})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(first.AttachEndpoint(ctx, a.ID, podA)).To(Succeed())
+	b, err := first.CreateEndpoint(ctx, EndpointSpec{Name: "pod-b", NetworkID: n.ID, IP: netip.MustParseAddr("10.244.1.11")})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(first.AttachEndpoint(ctx, b.ID, podB)).To(Succeed())
+	g.Expect(first.Close()).To(Succeed())
+
+	ip := func(args ...string) {
+		out, err := exec.Command("ip", args...).CombinedOutput()
+		g.Expect(err).NotTo(HaveOccurred(), "ip %v: %s", args, out)
+	}
+	// pod-a's container end as LinkAdd left it; pod-b's renamed, nothing more.
+	ip("-n", podA, "link", "set", "eth0", "down")
+	ip("-n", podA, "addr", "flush", "dev", "eth0")
+	ip("-n", podA, "link", "set", "eth0", "name", peerName(a.ID))
+	ip("-n", podB, "link", "set", "eth0", "down")
+	ip("-n", podB, "addr", "flush", "dev", "eth0")
+
+	second := open()
+	for _, c := range []struct {
+		path string
+		ep   *Endpoint
+	}{{podAPath, a}, {podBPath, b}} {
+		inNetNS(t, c.path, func() {
+			l, err := netlink.LinkByName("eth0")
+			g.Expect(err).NotTo(HaveOccurred(), "endpoint %s's container end is named eth0", c.ep.Name)
+			g.Expect(l.Attrs().Flags&net.FlagUp).NotTo(BeZero(), "endpoint %s's container end is up", c.ep.Name)
+			addrs, err := netlink.AddrList(l, netlink.FAMILY_V4)
+			g.Expect(err).NotTo(HaveOccurred())
+			g.Expect(addrs).To(HaveLen(1))
+			g.Expect(addrs[0].IPNet.String()).To(Equal(c.ep.IP.String() + "/24"))
+			routes, err := netlink.RouteList(l, netlink.FAMILY_V4)
+			g.Expect(err).NotTo(HaveOccurred())
+			g.Expect(c.ep.Gateway.IsValid()).To(BeTrue())
+			g.Expect(routes).To(ContainElement(HaveField("Gw", Equal(net.IP(c.ep.Gateway.AsSlice())))), "endpoint %s has its default route", c.ep.Name)
+		})
+	}
+	got, err := second.GetEndpointByName(ctx, "pod-a")
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(got.NamespaceID).To(Equal(podA))
 }

@@ -19,8 +19,15 @@ import (
 // bounded number of them: the two callbacks are made once and tell every watcher of the process
 // (callerContext stays nil: Go memory is not handed to the system to keep).
 
+// addrWatcher is one WatchAddresses registration: wake receives a value for a change on one of
+// its links.
+type addrWatcher struct {
+	links func() []int
+	wake  chan struct{}
+}
+
 var (
-	addrWatchers   = map[chan struct{}]struct{}{}
+	addrWatchers   = map[*addrWatcher]struct{}{}
 	addrWatchersMu sync.Mutex
 	addrCallbacks  struct {
 		once           sync.Once
@@ -28,13 +35,17 @@ var (
 	}
 )
 
-// notifyAddrWatchers wakes every watcher, without blocking the system's thread.
-func notifyAddrWatchers() {
+// notifyAddrWatchers wakes every watcher of the link (0: not known), without blocking the
+// system's thread.
+func notifyAddrWatchers(index uint32) {
 	addrWatchersMu.Lock()
 	defer addrWatchersMu.Unlock()
-	for c := range addrWatchers {
+	for w := range addrWatchers {
+		if !watchedLink(w.links, int(index)) {
+			continue
+		}
 		select {
-		case c <- struct{}{}:
+		case w.wake <- struct{}{}:
 		default: // a value is pending: the watcher looks again anyway
 		}
 	}
@@ -43,14 +54,23 @@ func notifyAddrWatchers() {
 func makeAddrCallbacks() {
 	addrCallbacks.once.Do(func() {
 		// PUNICAST_IPADDRESS_CHANGE_CALLBACK: every change of a unicast address counts.
-		addrCallbacks.address = windows.NewCallback(func(_ uintptr, _ *windows.MibUnicastIpAddressRow, _ uint32) uintptr {
-			notifyAddrWatchers()
+		// The row is nil for MibInitialNotification.
+		addrCallbacks.address = windows.NewCallback(func(_ uintptr, row *windows.MibUnicastIpAddressRow, _ uint32) uintptr {
+			var index uint32
+			if row != nil {
+				index = row.InterfaceIndex
+			}
+			notifyAddrWatchers(index)
 			return 0
 		})
 		// PIPFORWARD_CHANGE_CALLBACK: only removed routes count (see Interface.WatchAddresses).
-		addrCallbacks.route = windows.NewCallback(func(_ uintptr, _ *windows.MibIpForwardRow2, notificationType uint32) uintptr {
+		addrCallbacks.route = windows.NewCallback(func(_ uintptr, row *windows.MibIpForwardRow2, notificationType uint32) uintptr {
 			if notificationType == windows.MibDeleteInstance {
-				notifyAddrWatchers()
+				var index uint32
+				if row != nil {
+					index = row.InterfaceIndex
+				}
+				notifyAddrWatchers(index)
 			}
 			return 0
 		})
@@ -59,7 +79,7 @@ func makeAddrCallbacks() {
 
 // WatchAddresses registers for iphlpapi's unicast address and route change notifications of both
 // IP families (AF_UNSPEC) until ctx ends.
-func (h *ipHelper) WatchAddresses(ctx context.Context) (<-chan struct{}, error) {
+func (h *ipHelper) WatchAddresses(ctx context.Context, links func() []int) (<-chan struct{}, error) {
 	makeAddrCallbacks()
 	var addrHandle, routeHandle windows.Handle
 	if err := windows.NotifyUnicastIpAddressChange(windows.AF_UNSPEC, addrCallbacks.address, nil, false, &addrHandle); err != nil {
@@ -69,9 +89,9 @@ func (h *ipHelper) WatchAddresses(ctx context.Context) (<-chan struct{}, error) 
 		_ = windows.CancelMibChangeNotify2(addrHandle)
 		return nil, fmt.Errorf("watching routes: NotifyRouteChange2: %w", err)
 	}
-	wake := make(chan struct{}, 1)
+	w := &addrWatcher{links: links, wake: make(chan struct{}, 1)}
 	addrWatchersMu.Lock()
-	addrWatchers[wake] = struct{}{}
+	addrWatchers[w] = struct{}{}
 	addrWatchersMu.Unlock()
 	changed := make(chan struct{}, 1)
 	go func() {
@@ -81,14 +101,14 @@ func (h *ipHelper) WatchAddresses(ctx context.Context) (<-chan struct{}, error) 
 			_ = windows.CancelMibChangeNotify2(routeHandle)
 			_ = windows.CancelMibChangeNotify2(addrHandle)
 			addrWatchersMu.Lock()
-			delete(addrWatchers, wake)
+			delete(addrWatchers, w)
 			addrWatchersMu.Unlock()
 		}()
 		for {
 			select {
 			case <-ctx.Done():
 				return
-			case <-wake:
+			case <-w.wake:
 				select {
 				case changed <- struct{}{}:
 				default:

@@ -269,9 +269,12 @@ type Interface interface {
 	// WatchAddresses reports drift of the host's addresses and routes until ctx ends, as WatchLinks
 	// reports links: a value when a unicast address is added to or removed from a link, or a route
 	// is removed (routes added are left out: winnet adds thousands, and a route someone added does
-	// not take one of winnet's away). On Linux it is rtnetlink's address and route groups, on
-	// Windows NotifyUnicastIpAddressChange and NotifyRouteChange2.
-	WatchAddresses(ctx context.Context) (<-chan struct{}, error)
+	// not take one of winnet's away). Only changes on the links whose indexes links returns count
+	// (asked at every change; nil, or a nil result, counts every link), and changes the platform
+	// reports without a link: a Pod's vNIC coming and going (its link-local address and routes)
+	// must not wake a pass over the whole node. On Linux it is rtnetlink's address and route
+	// groups, on Windows NotifyUnicastIpAddressChange and NotifyRouteChange2.
+	WatchAddresses(ctx context.Context, links func() []int) (<-chan struct{}, error)
 	// Routes returns the unicast routes of the main table that were configured rather than
 	// derived by the system from an address: on Linux routes of protocol "kernel" are left out,
 	// on Windows routes of origin well-known or protocol local, and loopback routes. Multipath
@@ -345,4 +348,15 @@ func reconcileRoutes(ctx context.Context, h Interface, desired []Route, norm fun
 // configures on each link itself.
 func Movable(addr netip.Prefix) bool {
 	return addr.IsValid() && !addr.Addr().IsLinkLocalUnicast()
+}
+
+// watchedLink reports whether a change on the link of the index counts for a watcher of links
+// (see Interface.WatchAddresses): every link when links is nil or returns nil, and a change the
+// platform reports without a link (index 0).
+func watchedLink(links func() []int, index int) bool {
+	if links == nil || index == 0 {
+		return true
+	}
+	watched := links()
+	return watched == nil || slices.Contains(watched, index)
 }

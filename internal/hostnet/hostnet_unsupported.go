@@ -83,6 +83,6 @@ func (unsupportedHost) WatchLinks(context.Context) (<-chan struct{}, error) {
 	return nil, errUnsupported()
 }
 
-func (unsupportedHost) WatchAddresses(context.Context) (<-chan struct{}, error) {
+func (unsupportedHost) WatchAddresses(context.Context, func() []int) (<-chan struct{}, error) {
 	return nil, errUnsupported()
 }

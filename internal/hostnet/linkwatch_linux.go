@@ -46,8 +46,8 @@ func (h *netlinkHost) WatchLinks(ctx context.Context) (<-chan struct{}, error) {
 
 // WatchAddresses subscribes to rtnetlink's IPv4 and IPv6 address groups and route groups in the
 // host's network namespace: every RTM_NEWADDR and RTM_DELADDR, and every RTM_DELROUTE, gives a
-// value.
-func (h *netlinkHost) WatchAddresses(ctx context.Context) (<-chan struct{}, error) {
+// value when its link is one of links'.
+func (h *netlinkHost) WatchAddresses(ctx context.Context, links func() []int) (<-chan struct{}, error) {
 	var ns *netns.NsHandle
 	if h.opts.NetNSPath != "" {
 		target, err := netns.GetFromPath(h.opts.NetNSPath)
@@ -89,16 +89,18 @@ func (h *netlinkHost) WatchAddresses(ctx context.Context) (<-chan struct{}, erro
 		// Each channel is closed once its socket is closed (ctx ended) or failed.
 		for {
 			select {
-			case _, ok := <-addrs:
+			case u, ok := <-addrs:
 				if !ok {
 					return
 				}
-				signal()
+				if watchedLink(links, u.LinkIndex) {
+					signal()
+				}
 			case u, ok := <-routes:
 				if !ok {
 					return
 				}
-				if u.Type == unix.RTM_DELROUTE {
+				if u.Type == unix.RTM_DELROUTE && watchedLink(links, u.LinkIndex) {
 					signal()
 				}
 			}

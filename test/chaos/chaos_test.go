@@ -451,7 +451,7 @@ func (ch *chaos) unreachable(live []*cluster.Pod, deadline time.Time) int {
 					mu.Lock()
 					n++
 					mu.Unlock()
-					fmt.Printf("unreachable: Pod %s (%s, sandbox %s, port %s)\n", p.Name, p.IP, p.ContainerID, podendpoint.EndpointName(p.ContainerID))
+					fmt.Printf("unreachable: Pod %s (%s, sandbox %s, port %s)\n%s", p.Name, p.IP, p.ContainerID, podendpoint.EndpointName(p.ContainerID), ch.diagnose(p))
 					return
 				}
 				time.Sleep(200 * time.Millisecond)
@@ -460,6 +460,36 @@ func (ch *chaos) unreachable(live []*cluster.Pod, deadline time.Time) int {
 	}
 	wg.Wait()
 	return n
+}
+
+// diagnose gathers what shows where a live Pod's traffic stops: its interface and neighbours, its OVS port and
+// interface rows, the flows naming its address, and a trace of a ping from node-b arriving through the tunnel.
+func (ch *chaos) diagnose(p *cluster.Pod) string {
+	var b strings.Builder
+	section := func(title, out string, err error) {
+		fmt.Fprintf(&b, "--- %s\n%s", title, out)
+		if err != nil {
+			fmt.Fprintf(&b, "(error: %v)\n", err)
+		}
+	}
+	out, err := p.Exec("ip", "-d", "link", "show")
+	section("Pod links", out, err)
+	out, err = p.Exec("ip", "neigh", "show")
+	section("Pod neighbours", out, err)
+	port := podendpoint.EndpointName(p.ContainerID)
+	out, err = ch.node.OVS.Vsctl("--columns=name,type,ofport,ofport_request,mac_in_use,external_ids,error", "list", "Interface", port)
+	section("OVS interface "+port, out, err)
+	flows, err := ch.node.OVS.DumpFlows(cluster.BridgeName)
+	var mine []string
+	for _, f := range flows {
+		if strings.Contains(f, p.IP.String()) {
+			mine = append(mine, f)
+		}
+	}
+	section("flows naming "+p.IP.String(), strings.Join(mine, "\n")+"\n", err)
+	out, err = ch.node.OVS.Vsctl("--columns=name,ofport", "list", "Interface")
+	section("all interfaces", out, err)
+	return b.String()
 }
 
 // count compares what node-a holds for Pods with the live Pods.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -151,6 +152,20 @@ func (c *Client) rowChanged(m model.Model) {
 	}
 }
 
+// onlyPortsChanged reports a bridge update that only added or removed ports. WatchRows leaves it
+// out: every Pod's port changes its bridge's row, and a watched port that goes is reported by its
+// own row's deletion.
+func onlyPortsChanged(old, m model.Model) bool {
+	before, ok := old.(*vswitchd.Bridge)
+	after, ok2 := m.(*vswitchd.Bridge)
+	if !ok || !ok2 {
+		return false
+	}
+	b := *before
+	b.Ports = after.Ports
+	return reflect.DeepEqual(&b, after)
+}
+
 // tableChanged returns a channel that is closed at the next row of the table the monitor adds or
 // changes.
 func (c *Client) tableChanged(table string) <-chan struct{} {
@@ -238,9 +253,11 @@ func New(ctx context.Context, opts Options) (*Client, error) {
 	}
 	ovs.Cache().AddEventHandler(&cache.EventHandlerFuncs{
 		AddFunc: func(table string, _ model.Model) { c.notifyChanged(table) },
-		UpdateFunc: func(table string, _, m model.Model) {
+		UpdateFunc: func(table string, old, m model.Model) {
 			c.notifyChanged(table)
-			c.rowChanged(m)
+			if !onlyPortsChanged(old, m) {
+				c.rowChanged(m)
+			}
 		},
 		DeleteFunc: func(table string, m model.Model) {
 			c.notifyChanged(table)

@@ -14,3 +14,7 @@ func (c *Client) QueuedPortChanges() int { return c.portQueue.Len() }
 
 // Transactions counts the transactions that changed the database.
 func (c *Client) Transactions() uint64 { return c.transactions.Load() }
+
+// OpenvSwitchChanged exposes the monitor's wake-up for a change to the Open_vSwitch row; updates
+// are handled in order, so once it fires every earlier update was handled too.
+func (c *Client) OpenvSwitchChanged() <-chan struct{} { return c.tableChanged("Open_vSwitch") }

@@ -339,3 +339,44 @@ func TestConcurrentPortChangesShareATransaction(t *testing.T) {
 	g.Expect(owned()).To(ContainElements("mix0", "mix1", "mix3"))
 	g.Expect(owned()).NotTo(ContainElement("mix2"))
 }
+
+// TestWatchRowsIgnoresPortsOfOthers checks that WatchRows reports a change of a watched bridge's
+// own settings and the deletion of a watched port, but not a port of someone else (a Pod) added
+// to or removed from the bridge, which changes only the bridge row's ports: every Pod's ADD and
+// DEL would otherwise wake the node network.
+func TestWatchRowsIgnoresPortsOfOthers(t *testing.T) {
+	g := NewWithT(t)
+	o, c, ctx := withBridge(t)
+	o.MustVsctl(t, "add-port", "br-int", "gw0", "--", "set", "interface", "gw0", "type=internal")
+	g.Expect(c.WaitApplied(ctx)).To(Succeed())
+	changed := c.WatchRows(ctx, func() []string { return []string{"br-int", "gw0"} })
+	// fence waits until the client has handled every update before it: updates are handled in order.
+	fence := func(n int) {
+		t.Helper()
+		seen := c.OpenvSwitchChanged()
+		o.MustVsctl(t, "set", "Open_vSwitch", ".", fmt.Sprintf("external_ids:fence=%d", n))
+		g.Eventually(seen).WithTimeout(5 * time.Second).Should(BeClosed())
+	}
+	drain := func() {
+		select {
+		case <-changed:
+		default:
+		}
+	}
+	fence(0)
+	drain()
+
+	o.MustVsctl(t, "add-port", "br-int", "pod0", "--", "set", "interface", "pod0", "type=internal")
+	fence(1)
+	g.Expect(changed).NotTo(Receive(), "a Pod's port added to the bridge")
+	o.MustVsctl(t, "del-port", "br-int", "pod0")
+	fence(2)
+	g.Expect(changed).NotTo(Receive(), "a Pod's port removed from the bridge")
+
+	o.MustVsctl(t, "set", "bridge", "br-int", "other_config:hwaddr=02:00:00:00:00:01")
+	g.Eventually(changed).WithTimeout(5*time.Second).Should(Receive(), "the bridge's own settings changed")
+	fence(3)
+	drain()
+	o.MustVsctl(t, "del-port", "br-int", "gw0")
+	g.Eventually(changed).WithTimeout(5*time.Second).Should(Receive(), "a watched port deleted")
+}

@@ -85,7 +85,8 @@ func TestSteadyPingWithoutLoss(t *testing.T) {
 	g.Expect(err).NotTo(HaveOccurred())
 	t.Logf("undisturbed: %v", stats)
 	g.Expect(stats.Lost()).To(BeZero())
-	g.Expect(stats.Sent).To(BeNumerically(">=", 40))
+	// 50 at most in the second; a loaded machine delays the sender, and 20 are enough for "0 lost" to mean something.
+	g.Expect(stats.Sent).To(BeNumerically(">=", 20))
 	g.Expect(stats.LongestGap).To(BeNumerically("<", 500*time.Millisecond))
 }
 
