@@ -149,6 +149,10 @@ type Bridge struct {
 
 	// invalidations counts Invalidate calls.
 	invalidations atomic.Uint64
+	// verifyMu serialises Verify calls; touched collects, while one dumps the switch, the
+	// identities of the flows changed meanwhile (guarded by mu; nil otherwise).
+	verifyMu sync.Mutex
+	touched  map[flowID]bool
 
 	// repairs collects the flow monitor's reports for repairFlows; repaired counts the flows put
 	// back (see monitor.go).
@@ -820,6 +824,13 @@ func (b *Bridge) forgetAdds(changes flowChanges) {
 
 // apply records an installed change in the cache and its indexes.
 func (b *Bridge) apply(c flowChange) {
+	if b.touched != nil {
+		for _, f := range []*cached{c.prev, c.next} {
+			if f != nil {
+				b.touched[flowID{f.flow.Table, f.flow.Priority, f.flow.Cookie}] = true
+			}
+		}
+	}
 	if c.prev != nil {
 		c.prev.removed = true
 		b.unindex(c.prev)

@@ -111,69 +111,130 @@ func (b *Bridge) flowStats(ctx context.Context, table uint8, cookie, cookieMask 
 // another round and unexpected flows of our categories. It does not compare
 // match and action contents, because OVS re-encodes them (registers come back
 // as OXM packet registers) and libOpenflow does not decode every field back.
+//
+// The switch is dumped without holding the bridge's lock, so that Syncs go on meanwhile (at 10,000
+// Services the dump takes tens of milliseconds, hundreds on a loaded machine): the flows whose
+// identity a Sync changed during the dump are left out of the comparison, since the dump may have
+// seen them before or after the change; the next Verify compares them.
 func (b *Bridge) Verify(ctx context.Context) ([]Difference, error) {
 	if err := b.waitConnected(ctx); err != nil {
 		return nil, err
 	}
+	b.verifyMu.Lock()
+	defer b.verifyMu.Unlock()
+	b.mu.Lock()
+	snap := b.snapshot()
+	round := b.round
+	b.touched = map[flowID]bool{}
+	b.mu.Unlock()
+	got := make(map[uint8][]*openflow15.FlowDesc, len(snap.tables))
+	var dumpErr error
+	for _, table := range snap.tables {
+		fds, err := b.dumpTable(ctx, table)
+		if err != nil {
+			dumpErr = err
+			break
+		}
+		got[table] = fds
+	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	diffs, _, err := b.compare(ctx)
-	return diffs, err
+	touched := b.touched
+	b.touched = nil
+	if dumpErr != nil {
+		return nil, dumpErr
+	}
+	if b.round != round {
+		return nil, nil // replayed in a new round meanwhile: every cookie changed; compare next time
+	}
+	var diffs []Difference
+	for _, table := range snap.tables {
+		d, _ := snap.check(table, got[table], touched)
+		diffs = append(diffs, d...)
+	}
+	sortDifferences(diffs)
+	return diffs, nil
 }
 
-// compare implements Verify; it also returns the cached flows of the identities the switch has
-// fewer of than the cache (all of them: which one of several flows with the same cookie is missing
-// is not known from the counts). The caller holds b.mu.
-func (b *Bridge) compare(ctx context.Context) ([]Difference, []*cached, error) {
-	byTable := map[uint8]map[flowID][]*cached{}
-	categories := map[uint8]bool{}
+// flowSnapshot is the installed-flow cache by table and identity, for a comparison with the switch.
+type flowSnapshot struct {
+	byTable    map[uint8]map[flowID][]*cached
+	categories map[uint8]bool
+	tables     []uint8
+}
+
+// snapshot takes the cache's flows by table and identity; the caller holds b.mu.
+func (b *Bridge) snapshot() flowSnapshot {
+	s := flowSnapshot{byTable: map[uint8]map[flowID][]*cached{}, categories: map[uint8]bool{}}
 	for _, c := range b.flows {
-		t := byTable[c.flow.Table]
+		t := s.byTable[c.flow.Table]
 		if t == nil {
 			t = map[flowID][]*cached{}
-			byTable[c.flow.Table] = t
+			s.byTable[c.flow.Table] = t
 		}
 		k := flowID{c.flow.Table, c.flow.Priority, c.flow.Cookie}
 		t[k] = append(t[k], c)
-		categories[c.category] = true
+		s.categories[c.category] = true
 	}
-	tables := make([]uint8, 0, len(byTable))
-	for t := range byTable {
-		tables = append(tables, t)
+	for t := range s.byTable {
+		s.tables = append(s.tables, t)
 	}
-	slices.Sort(tables)
+	slices.Sort(s.tables)
+	return s
+}
+
+// check compares one table's dumped flows with the snapshot, leaving out the identities in skip;
+// it also returns the cached flows of the identities the switch has fewer of than the cache (all of
+// them: which one of several flows with the same cookie is missing is not known from the counts).
+// The caller holds b.mu (missing flows are rendered).
+func (s flowSnapshot) check(table uint8, got []*openflow15.FlowDesc, skip map[flowID]bool) ([]Difference, []*cached) {
 	var diffs []Difference
 	var missing []*cached
-	for _, table := range tables {
+	count := map[flowID]int{}
+	for _, fd := range got {
+		k := flowID{table, fd.Priority, fd.Cookie}
+		count[k]++
+		if count[k] > len(s.byTable[table][k]) && fd.Cookie != 0 && s.categories[CookieCategory(fd.Cookie)] && !skip[k] {
+			diffs = append(diffs, Difference{Kind: Unexpected, Flow: fmt.Sprintf("cookie=%#x, table=%d, priority=%d", fd.Cookie, table, fd.Priority)})
+		}
+	}
+	for k, want := range s.byTable[table] {
+		if n := count[k]; n < len(want) && !skip[k] {
+			// Which of several flows with the same cookie is missing is not known from the
+			// counts; report the candidates. Only these are rendered.
+			missing = append(missing, want...)
+			texts := make([]string, len(want))
+			for i, c := range want {
+				texts[i] = c.flow.String()
+			}
+			slices.Sort(texts)
+			for _, t := range texts[n:] {
+				diffs = append(diffs, Difference{Kind: Missing, Flow: t})
+			}
+		}
+	}
+	return diffs, missing
+}
+
+func sortDifferences(diffs []Difference) {
+	slices.SortFunc(diffs, func(a, b Difference) int { return strings.Compare(string(a.Kind)+a.Flow, string(b.Kind)+b.Flow) })
+}
+
+// compare is Verify under the bridge's lock (for the flow monitor's repair); it also returns the
+// cached flows of the identities the switch has fewer of than the cache. The caller holds b.mu.
+func (b *Bridge) compare(ctx context.Context) ([]Difference, []*cached, error) {
+	snap := b.snapshot()
+	var diffs []Difference
+	var missing []*cached
+	for _, table := range snap.tables {
 		got, err := b.dumpTable(ctx, table)
 		if err != nil {
 			return nil, nil, err
 		}
-		count := map[flowID]int{}
-		for _, fd := range got {
-			k := flowID{table, fd.Priority, fd.Cookie}
-			count[k]++
-			if count[k] > len(byTable[table][k]) && fd.Cookie != 0 && categories[CookieCategory(fd.Cookie)] {
-				diffs = append(diffs, Difference{Kind: Unexpected, Flow: fmt.Sprintf("cookie=%#x, table=%d, priority=%d", fd.Cookie, table, fd.Priority)})
-			}
-		}
-		for k, want := range byTable[table] {
-			if n := count[k]; n < len(want) {
-				// Which of several flows with the same cookie is missing is
-				// not known from the counts; report the candidates. Only
-				// these are rendered.
-				missing = append(missing, want...)
-				texts := make([]string, len(want))
-				for i, c := range want {
-					texts[i] = c.flow.String()
-				}
-				slices.Sort(texts)
-				for _, t := range texts[n:] {
-					diffs = append(diffs, Difference{Kind: Missing, Flow: t})
-				}
-			}
-		}
+		d, m := snap.check(table, got, nil)
+		diffs = append(diffs, d...)
+		missing = append(missing, m...)
 	}
-	slices.SortFunc(diffs, func(a, b Difference) int { return strings.Compare(string(a.Kind)+a.Flow, string(b.Kind)+b.Flow) })
+	sortDifferences(diffs)
 	return diffs, missing, nil
 }

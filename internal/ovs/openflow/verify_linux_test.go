@@ -2,6 +2,7 @@ package openflow_test
 
 import (
 	"context"
+	"net/netip"
 	"syscall"
 	"testing"
 	"time"
@@ -46,4 +47,60 @@ func TestVerifyEndsWhenTheSwitchGoes(t *testing.T) {
 	g.Expect(e.ovs.StartVswitchd()).To(Succeed())
 	g.Eventually(func() ([]string, error) { return e.ovs.DumpFlows(bridge) }).
 		WithTimeout(5 * time.Second).Should(HaveLen(len(featureFlows())))
+}
+
+// TestVerifyLetsSyncsGoOn: Verify dumps the switch without holding the bridge's lock, so flows of
+// single objects change while it compares 20,000 (a Service's endpoint while the node network checks
+// for drift): such changes complete during a Verify, and a flow changed during the dump is never
+// reported as a difference.
+func TestVerifyLetsSyncsGoOn(t *testing.T) {
+	g := NewWithT(t)
+	e := setup(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	flow := func(object uint64, port uint32) openflow.Flow {
+		return openflow.Flow{Table: 70, Priority: 200, Cookie: object,
+			Match:   []openflow.MatchField{openflow.IPv4(), openflow.NwDst(netip.PrefixFrom(netip.AddrFrom4([4]byte{10, byte(object >> 16), byte(object >> 8), byte(object)}), 32))},
+			Actions: []openflow.Action{openflow.Output(port)}}
+	}
+	var all []openflow.Flow
+	for i := range uint64(20000) {
+		all = append(all, flow(i+1, 1))
+	}
+	_, err := e.br.Sync(ctx, 6, all)
+	g.Expect(err).NotTo(HaveOccurred())
+
+	during := 0
+	for round := range 5 {
+		done := make(chan []openflow.Difference, 1)
+		go func() {
+			diffs, err := e.br.Verify(ctx)
+			g.Expect(err).NotTo(HaveOccurred())
+			done <- diffs
+		}()
+		for i := uint64(0); ; i++ {
+			select {
+			case diffs := <-done:
+				g.Expect(diffs).To(BeEmpty(), "round %d: flows changed during the dump are not differences", round)
+				goto next
+			default:
+			}
+			// One object's flow changes its action, or goes and comes back (its identity changes).
+			object := uint64(round*1000) + i%1000 + 1
+			if i%2 == 0 {
+				_, err = e.br.SyncObject(ctx, 6, object, []openflow.Flow{flow(object, uint32(2+i%3))})
+			} else {
+				_, err = e.br.SyncObject(ctx, 6, object, nil)
+				g.Expect(err).NotTo(HaveOccurred())
+				_, err = e.br.SyncObject(ctx, 6, object, []openflow.Flow{flow(object, 1)})
+			}
+			g.Expect(err).NotTo(HaveOccurred())
+			during++
+		}
+	next:
+	}
+	g.Expect(during).To(BeNumerically(">", 0), "changes completed while Verify dumped the switch")
+	diffs, err := e.br.Verify(ctx)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(diffs).To(BeEmpty())
 }
