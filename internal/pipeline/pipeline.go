@@ -214,6 +214,28 @@ const ServiceSNATZone uint16 = ConntrackZone + 1
 // ConntrackZone is the conntrack zone of the pipeline.
 const ConntrackZone uint16 = networkv1alpha1.ConntrackZone
 
+// The zone budget of UDP Service ports: each UDP Service port DNATs in a conntrack zone of its own,
+// from ServiceUDPZoneFirst to ServiceUDPZoneLast (4,080 zones, just below ConntrackZone), so that
+// when one of its endpoints goes the agent can flush that zone whole (the only clean flush on
+// Windows, see ServiceZoneFlush) without touching Pod SNAT (ConntrackZone), Service SNAT
+// (ServiceSNATZone), TCP Services (ConntrackZone) or another UDP Service port. UDP ports beyond
+// the budget DNAT in ConntrackZone like TCP ports, and their clients are not re-balanced when an
+// endpoint goes (their conntrack entries stay until they time out). Zone 0 is never used: on
+// Windows a flush of zone 0 flushes every zone.
+const (
+	ServiceUDPZoneFirst uint16 = 0xf000
+	ServiceUDPZoneLast  uint16 = ConntrackZone - 1
+)
+
+// ServiceZoneCTMarkMask is where ConntrackZone's record of a UDP Service connection keeps the zone
+// the connection is DNATed in (ct_mark[16..31], ServiceZoneCTMarkShift): a reply comes from the
+// endpoint, which may serve several UDP Service ports, so only this record tells which zone
+// un-DNATs it. No other ct_mark bit above 0x200 is used.
+const (
+	ServiceZoneCTMarkShift        = 16
+	ServiceZoneCTMarkMask  uint32 = 0xffff0000
+)
+
 // GlobalVirtualMAC is the destination MAC of packets routed to remote Pods and of un-NATed replies
 // on their way to a local Pod.
 var GlobalVirtualMAC = mustMAC(networkv1alpha1.GlobalVirtualMAC)
@@ -226,11 +248,18 @@ var ServiceNextHop = netip.MustParseAddr("169.254.0.253")
 const (
 	// priorityHairpin and the affinity hits are above every other flow of their tables; a hit for
 	// a client from the uplink is above one for any client.
-	priorityHairpin             uint16 = 230
+	priorityHairpin uint16 = 230
+	// The Service SNAT and hairpin flows of UDP ports in a zone of their own (zoneFlows): above
+	// the ones they stand in for.
+	priorityServiceZoneHairpin  uint16 = 231
+	priorityServiceZoneSNAT     uint16 = 221
 	priorityAffinityHit         uint16 = 230
 	priorityAffinityHitExternal uint16 = 231
 	priorityTop                 uint16 = 220
-	priorityHigh                uint16 = 210
+	// priorityServiceZone: the flows of a UDP Service port's own conntrack zone, above the
+	// ConntrackZone flows they stand in for, below Service SNAT and hairpin.
+	priorityServiceZone uint16 = 215
+	priorityHigh        uint16 = 210
 	// priorityAllowAll: a NetworkPolicy rule with one dimension only (its Pods: any peer, any
 	// port) allows them directly, above the clause flows of conjunctions (OVS needs two clauses).
 	priorityAllowAll uint16 = 205

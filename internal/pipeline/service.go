@@ -1,7 +1,9 @@
 package pipeline
 
 import (
+	"fmt"
 	"net/netip"
+	"slices"
 
 	"github.com/winnet-io/winnet/internal/ovs/openflow"
 )
@@ -39,6 +41,49 @@ type ServicePort struct {
 	// new connections go to the endpoint its first one was balanced to, until the timeout after
 	// that choice (the learned flow's hard_timeout; OpenFlow caps it at 65535 s).
 	AffinityTimeout uint16
+	// UDPZone, when not 0, is the conntrack zone a UDP port DNATs in, its own (from the budget
+	// ServiceUDPZoneFirst..ServiceUDPZoneLast), so that the agent can flush it whole when one of the
+	// port's endpoints goes (ZoneFlush); 0 DNATs in ConntrackZone, as TCP ports do.
+	UDPZone uint16
+}
+
+// dnatZone is the conntrack zone the port's connections are DNATed in.
+func (sp ServicePort) dnatZone() uint16 {
+	if sp.Protocol == openflow.ProtoUDP && sp.UDPZone != 0 {
+		return sp.UDPZone
+	}
+	return ConntrackZone
+}
+
+// zoneOwner names the port as the owner of its zone, for CheckWindows.
+func (sp ServicePort) zoneOwner() string {
+	if sp.dnatZone() == ConntrackZone {
+		return ServicesNATOwner
+	}
+	return fmt.Sprintf("Service port %s:%d/UDP", sp.ClusterIP, sp.Port)
+}
+
+// ServicesNATOwner is the owner, for CheckWindows, of the Services' NAT in ConntrackZone (TCP ports
+// and UDP ports without a zone of their own) and in ServiceSNATZone.
+const ServicesNATOwner = "services"
+
+// NATZones are the conntrack zones the port NATs in, by owner: its DNAT zone, and ServiceSNATZone.
+func (sp ServicePort) NATZones() map[uint16][]string {
+	return map[uint16][]string{sp.dnatZone(): {sp.zoneOwner()}, ServiceSNATZone: {ServicesNATOwner}}
+}
+
+// ZoneFlush is the conntrack flush of a UDP port with a zone of its own, which the agent sends when
+// one of the port's endpoints goes, when the port goes, and when it gives the zone to the port:
+// the whole zone, never one connection (on Windows a 5-tuple flush also wipes every NAT entry of
+// its zone and keeps their connections, so that their replies are no longer un-NATed: only a
+// whole-zone flush is clean, see CheckWindows). The port's clients simply start again: their next
+// packet is a new connection, balanced over the endpoints there are. ok is false for a port
+// without a zone of its own.
+func (sp ServicePort) ZoneFlush() (_ ConntrackFlush, ok bool) {
+	if sp.dnatZone() == ConntrackZone {
+		return ConntrackFlush{}, false
+	}
+	return ConntrackFlush{Owner: sp.zoneOwner(), Zone: sp.UDPZone}, true
 }
 
 // hasExternal tells whether the port is reached from outside the cluster too.
@@ -165,7 +210,94 @@ func (n Node) ServiceFlows(sp ServicePort) ([]openflow.Group, []openflow.Flow) {
 		flows = append(flows, n.affinityHitFlows(sp)...)
 		flows = append(flows, sp.affinityLearnFlow())
 	}
+	if sp.dnatZone() != ConntrackZone {
+		flows = append(flows, n.zoneFlows(sp)...)
+	}
 	return groups, flows
+}
+
+// zoneFlows are the flows of a UDP port that DNATs in a zone of its own (UDPZone, Z):
+//   - Conntrack: the port's packets, to every address of the port, are tracked (and DNATed once
+//     committed) in Z instead of ConntrackZone;
+//   - ConntrackCommit: a new connection, once NetworkPolicy let it through, is recorded in
+//     ConntrackZone as the endpoint sees it (after the DNAT, before any Service SNAT; no NAT) with
+//     Z in ct_mark[16..31] (ServiceZoneCTMarkMask), in the flow that ends it as other Service
+//     connections end (marked PolicyAdmittedCTMark in Z, then the record; or the record, then
+//     the SNAT in ServiceSNATZone for clients from outside reaching another node's endpoint, and
+//     for hairpin). Both commits are in one flow because OVS clears the packet's conntrack fields
+//     after a ct() that does not recirculate: no later flow could match them;
+//   - ConntrackState: a reply, which comes from the endpoint (and the endpoint may serve several
+//     UDP ports), is tracked in ConntrackZone first like every packet (after its un-SNAT, if
+//     any); when the record there names Z, it goes through Z too, which un-DNATs it.
+//
+// So the port's connections live in Z (their NAT) and in ConntrackZone (a record without NAT):
+// flushing Z re-balances them, and a stale record only sends a reply to Z, where it finds nothing.
+// A packet takes at most 3 conntrack passes that recirculate, as on other Service paths (the
+// Windows datapath nests 4).
+func (n Node) zoneFlows(sp ServicePort) []openflow.Flow {
+	z := sp.UDPZone
+	udp := func(m ...openflow.MatchField) []openflow.MatchField {
+		return append(match(openflow.IPv4(), openflow.IPProto(openflow.ProtoUDP)), m...)
+	}
+	var out []openflow.Flow
+	for _, dst := range sp.addresses() {
+		out = append(out, flow(ConntrackTable, priorityServiceZone,
+			udp(openflow.CTState(0, openflow.CTTrk), openflow.NwDst(netip.PrefixFrom(dst.Addr(), 32)), openflow.TpDst(openflow.ProtoUDP, dst.Port())),
+			openflow.CT(openflow.CTAction{Table: ptr(ConntrackStateTable), Zone: z, NAT: true})))
+	}
+	mark := uint32(z) << ServiceZoneCTMarkShift
+	record := openflow.CT(openflow.CTAction{Commit: true, Zone: ConntrackZone, Exec: []openflow.Action{openflow.SetCTMark(mark, ServiceZoneCTMarkMask)}})
+	admit := openflow.CT(openflow.CTAction{Commit: true, Table: ptr(L2ForwardingOutTable), Zone: z,
+		Exec: []openflow.Action{openflow.SetCTMark(PolicyAdmittedCTMark, PolicyAdmittedCTMark)}})
+	inZone := openflow.CTZone(z)
+	notAdmitted := openflow.CTMark(ServiceCTMark, ServiceCTMark|PolicyAdmittedCTMark)
+	out = append(out,
+		flow(ConntrackStateTable, priorityServiceZone, udp(openflow.CTState(openflow.CTRpl|openflow.CTTrk, 0), openflow.CTZone(ConntrackZone), openflow.CTMark(mark, ServiceZoneCTMarkMask)),
+			openflow.CT(openflow.CTAction{Table: ptr(ConntrackStateTable), Zone: z, NAT: true})),
+		// The record comes after the admission here: a commit in Z after one in ConntrackZone would
+		// be a new connection of Z (the packet's tuple is the DNATed one), not this one.
+		flow(ConntrackCommitTable, priorityServiceZone, udp(openflow.CTState(openflow.CTNew|openflow.CTTrk, openflow.CTRpl), inZone, notAdmitted),
+			openflow.CT(openflow.CTAction{Commit: true, Zone: z, Exec: []openflow.Action{openflow.SetCTMark(PolicyAdmittedCTMark, PolicyAdmittedCTMark)}}),
+			openflow.CT(openflow.CTAction{Commit: true, Table: ptr(L2ForwardingOutTable), Zone: ConntrackZone, Exec: []openflow.Action{openflow.SetCTMark(mark, ServiceZoneCTMarkMask)}})),
+		flow(ConntrackCommitTable, priorityServiceZone, udp(openflow.CTState(openflow.CTTrk, openflow.CTNew|openflow.CTRpl), inZone, notAdmitted),
+			admit),
+		// Service SNAT and hairpin, as ServiceBaseFlows and HairpinFlows do them, after the record.
+		flow(ConntrackCommitTable, priorityServiceZoneSNAT, udp(openflow.CTState(openflow.CTNew|openflow.CTTrk, 0), inZone, regMatch(ServiceSNATField, 1)),
+			record, openflow.CT(openflow.CTAction{Commit: true, Table: ptr(L2ForwardingOutTable), Zone: ServiceSNATZone, SNAT: n.GatewayIP})),
+	)
+	for _, ep := range sp.Endpoints {
+		ip := ep.Addr.Addr()
+		if !ep.Local || !ip.Is4() {
+			continue
+		}
+		self := []openflow.MatchField{openflow.NwSrc(netip.PrefixFrom(ip, 32)), openflow.NwDst(netip.PrefixFrom(ip, 32)), openflow.CTMark(ServiceCTMark, ServiceCTMark)}
+		out = append(out, flow(ConntrackCommitTable, priorityServiceZoneHairpin, udp(append([]openflow.MatchField{openflow.CTState(openflow.CTNew|openflow.CTTrk, 0), inZone}, self...)...),
+			loadReg(HairpinField, 1), record,
+			openflow.CT(openflow.CTAction{Commit: true, Table: ptr(L2ForwardingOutTable), Zone: ServiceSNATZone, SNAT: n.GatewayIP,
+				Exec: []openflow.Action{openflow.SetCTMark(HairpinCTMark, HairpinCTMark)}})))
+	}
+	return out
+}
+
+// addresses are the destinations the port is served on: the ClusterIP, the NodePort on every node
+// address, the external and load balancer IPs (IPv4).
+func (sp ServicePort) addresses() []netip.AddrPort {
+	var out []netip.AddrPort
+	add := func(ip netip.Addr, port uint16) {
+		if ip.Is4() {
+			out = append(out, netip.AddrPortFrom(ip, port))
+		}
+	}
+	add(sp.ClusterIP, sp.Port)
+	if sp.NodePort != 0 {
+		for _, ip := range sp.NodeIPs {
+			add(ip, sp.NodePort)
+		}
+	}
+	for _, ip := range slices.Concat(sp.ExternalIPs, sp.LoadBalancerIPs) {
+		add(ip, sp.Port)
+	}
+	return out
 }
 
 // affinityLearnFlow learns the endpoint a bucket of the port chose (in the affinity registers) for
@@ -368,7 +500,7 @@ func (n Node) endpointActions(sp ServicePort, ep Endpoint, external, learn bool)
 			openflow.MoveBits(openflow.FieldEthDst, 0, openflow.FieldCTLabel, 48, 48))
 	}
 	exec = append([]openflow.Action{openflow.SetCTMark(mark, mark)}, exec...)
-	return append(actions, openflow.CT(openflow.CTAction{Commit: true, Table: ptr(EndpointDNATTable), Zone: ConntrackZone, DNAT: ep.Addr, Exec: exec}))
+	return append(actions, openflow.CT(openflow.CTAction{Commit: true, Table: ptr(EndpointDNATTable), Zone: sp.dnatZone(), DNAT: ep.Addr, Exec: exec}))
 }
 
 func ipValue(ip netip.Addr) uint32 {

@@ -50,8 +50,12 @@ func loadServices(t *testing.T, o *ovstest.OVS, n Node) (groups, flows []string)
 	none := testServicePort(n, openflow.ProtoTCP)
 	none.ClusterIP, none.NodePort, none.ClusterGroup, none.Endpoints = netipAddr("10.96.0.12"), 0, 7, nil
 	gs4, fs4 := n.ServiceFlows(none)
-	groups = groupStrs(slices.Concat(gs1, gs2, gs3, gs4))
-	flows = strs(slices.Concat(n.ServiceBaseFlows(), fs1, fs2, fs3, fs4, n.HairpinFlows(pod2.IP)))
+	// A UDP port in a conntrack zone of its own.
+	zoned := testServicePort(n, openflow.ProtoUDP)
+	zoned.ClusterIP, zoned.NodePort, zoned.ClusterGroup, zoned.UDPZone = netipAddr("10.96.0.13"), 0, 8, ServiceUDPZoneFirst
+	gs5, fs5 := n.ServiceFlows(zoned)
+	groups = groupStrs(slices.Concat(gs1, gs2, gs3, gs4, gs5))
+	flows = strs(slices.Concat(n.ServiceBaseFlows(), fs1, fs2, fs3, fs4, fs5, n.HairpinFlows(pod2.IP)))
 	o.MustOfctl(t, "-O", "OpenFlow15", "--bundle", "add-groups", "br-int", write("groups", groups))
 	o.MustOfctl(t, "-O", "OpenFlow15", "--bundle", "add-flows", "br-int", write("flows", flows))
 	return groups, flows

@@ -2,6 +2,7 @@ package pipeline
 
 import (
 	"net/netip"
+	"slices"
 	"testing"
 
 	. "github.com/onsi/gomega"
@@ -142,6 +143,37 @@ func TestServiceFlows(t *testing.T) {
 			},
 		},
 		{
+			name: "UDP ClusterIP and NodePort in a zone of its own: tracked and DNATed there, recorded in 65520 for the replies before the final commit",
+			port: func() ServicePort {
+				sp := testServicePort(n, openflow.ProtoUDP)
+				sp.UDPZone = 0xf001
+				return sp
+			}(),
+			wantFlows: []string{
+				"table=40, priority=200,ct_state=+new+trk,udp,nw_dst=10.96.0.10,tp_dst=80 actions=group:1",
+				"table=31, priority=200,ct_state=+new+trk,udp,reg0=0x3/0xffff,nw_dst=192.168.10.11,tp_dst=30080 actions=goto_table:40",
+				"table=40, priority=210,ct_state=+new+trk,udp,reg0=0x3/0xffff,nw_dst=192.168.10.11,tp_dst=30080 actions=group:2",
+				"table=40, priority=200,ct_state=+new+trk,udp,nw_dst=192.168.10.11,tp_dst=30080 actions=group:1",
+				"table=30, priority=215,ct_state=-trk,udp,nw_dst=10.96.0.10,tp_dst=80 actions=ct(table=31,zone=61441,nat)",
+				"table=30, priority=215,ct_state=-trk,udp,nw_dst=192.168.10.11,tp_dst=30080 actions=ct(table=31,zone=61441,nat)",
+				"table=31, priority=215,ct_state=+rpl+trk,ct_zone=65520,ct_mark=0xf0010000/0xffff0000,udp actions=ct(table=31,zone=61441,nat)",
+				"table=105, priority=215,ct_state=+new-rpl+trk,ct_zone=61441,ct_mark=0x10/0x110,udp actions=ct(commit,zone=61441,exec(set_field:0x100/0x100->ct_mark)),ct(commit,table=110,zone=65520,exec(set_field:0xf0010000/0xffff0000->ct_mark))",
+				"table=105, priority=215,ct_state=-new-rpl+trk,ct_zone=61441,ct_mark=0x10/0x110,udp actions=ct(commit,table=110,zone=61441,exec(set_field:0x100/0x100->ct_mark))",
+				"table=105, priority=221,ct_state=+new+trk,ct_zone=61441,udp,reg0=0x40000/0x40000 actions=ct(commit,zone=65520,exec(set_field:0xf0010000/0xffff0000->ct_mark)),ct(commit,table=110,zone=65521,nat(src=10.244.1.1))",
+				"table=105, priority=231,ct_state=+new+trk,ct_zone=61441,ct_mark=0x10/0x10,udp,nw_src=10.244.1.5,nw_dst=10.244.1.5 actions=set_field:0x80000/0x80000->reg0,ct(commit,zone=65520,exec(set_field:0xf0010000/0xffff0000->ct_mark)),ct(commit,table=110,zone=65521,nat(src=10.244.1.1),exec(set_field:0x200/0x200->ct_mark))",
+			},
+			wantGroups: []string{
+				"group_id=1,type=select," +
+					"bucket=bucket_id:0,weight:100,actions=ct(commit,table=45,zone=61441,nat(dst=10.244.1.5:8080),exec(set_field:0x10/0x10->ct_mark))," +
+					"bucket=bucket_id:1,weight:100,actions=ct(commit,table=45,zone=61441,nat(dst=10.244.2.7:8080),exec(set_field:0x10/0x10->ct_mark))",
+				"group_id=2,type=select," +
+					"bucket=bucket_id:0,weight:100,actions=ct(commit,table=45,zone=61441,nat(dst=10.244.1.5:8080),exec(set_field:0x90/0x90->ct_mark," +
+					"move:NXM_OF_ETH_SRC[]->NXM_NX_CT_LABEL[0..47],move:NXM_OF_ETH_DST[]->NXM_NX_CT_LABEL[48..95]))," +
+					"bucket=bucket_id:1,weight:100,actions=set_field:0x40000/0x40000->reg0,ct(commit,table=45,zone=61441,nat(dst=10.244.2.7:8080),exec(set_field:0xb0/0xb0->ct_mark," +
+					"move:NXM_OF_ETH_SRC[]->NXM_NX_CT_LABEL[0..47],move:NXM_OF_ETH_DST[]->NXM_NX_CT_LABEL[48..95]))",
+			},
+		},
+		{
 			name: "SCTP has no flows: Windows conntrack drops it",
 			port: ServicePort{ClusterIP: netip.MustParseAddr("10.96.0.10"), Protocol: 132, Port: 80, ClusterGroup: 6},
 		},
@@ -233,8 +265,69 @@ func TestServiceFlowsPassWindowsProfile(t *testing.T) {
 	noEndpoints.Endpoints = nil
 	_, flows := n.ServiceFlows(noEndpoints)
 	d.Flows = append(d.Flows, flows...)
-	g.Expect(d.Groups).To(HaveLen(8))
+	// A UDP port in a zone of its own, and the flush of that zone when one of its endpoints goes.
+	udp := testServicePort(n, openflow.ProtoUDP)
+	udp.ClusterGroup, udp.ExternalGroup, udp.UDPZone = 30, 31, ServiceUDPZoneFirst
+	groups, flows := n.ServiceFlows(udp)
+	d.Groups = append(d.Groups, groups...)
+	d.Flows = append(d.Flows, flows...)
+	d.NATZones = mergeNATZones(d.NATZones, udp.NATZones(), testServicePort(n, openflow.ProtoTCP).NATZones())
+	flush, ok := udp.ZoneFlush()
+	g.Expect(ok).To(BeTrue())
+	d.Flushes = append(d.Flushes, flush)
+	g.Expect(d.Groups).To(HaveLen(10))
 	g.Expect(CheckWindows(d)).To(BeEmpty())
+}
+
+// TestServiceZoneFlushes: a UDP port with a zone of its own flushes that zone whole, which the
+// Windows profile accepts; the profile rejects a 5-tuple flush of one of its connections, a flush of
+// the zone TCP Services and Pod SNAT share, and a flush of a zone two ports share. Ports without a
+// zone of their own (TCP, or UDP beyond the zone budget) flush nothing.
+func TestServiceZoneFlushes(t *testing.T) {
+	g := NewWithT(t)
+	n := testNode()
+	udp := testServicePort(n, openflow.ProtoUDP)
+	udp.UDPZone = ServiceUDPZoneFirst + 1
+	other := udp
+	other.ClusterIP = netip.MustParseAddr("10.96.0.11")
+	tcp := testServicePort(n, openflow.ProtoTCP)
+	tcp.UDPZone = ServiceUDPZoneFirst + 2 // ignored: TCP ports DNAT in ConntrackZone
+	zones := mergeNATZones(n.NATZones(), udp.NATZones(), tcp.NATZones())
+
+	flush, ok := udp.ZoneFlush()
+	g.Expect(ok).To(BeTrue())
+	g.Expect(flush.Zone).To(Equal(ServiceUDPZoneFirst + 1))
+	g.Expect(flush.Tuple).To(BeNil())
+	g.Expect(CheckWindows(Datapath{Flushes: []ConntrackFlush{flush}, NATZones: zones})).To(BeEmpty())
+	_, ok = tcp.ZoneFlush()
+	g.Expect(ok).To(BeFalse(), "a TCP port has no zone of its own")
+	_, ok = ServicePort{ClusterIP: udp.ClusterIP, Protocol: openflow.ProtoUDP, Port: 53}.ZoneFlush()
+	g.Expect(ok).To(BeFalse(), "a UDP port without a zone (beyond the budget) DNATs in 65520")
+
+	fiveTuple := flush
+	fiveTuple.Tuple = &ConntrackTuple{Proto: openflow.ProtoUDP, Src: netip.MustParseAddr("10.244.1.9"), Dst: udp.ClusterIP, SrcPort: 40000, DstPort: 80}
+	g.Expect(rules(CheckWindows(Datapath{Flushes: []ConntrackFlush{fiveTuple}, NATZones: zones}))).To(Equal([]string{RuleFlushPartial}))
+
+	shared := ConntrackFlush{Owner: ServicesNATOwner, Zone: ConntrackZone}
+	g.Expect(rules(CheckWindows(Datapath{Flushes: []ConntrackFlush{shared}, NATZones: zones}))).To(Equal([]string{RuleFlushNATZone}),
+		"65520 holds Pod SNAT and TCP Services")
+	g.Expect(rules(CheckWindows(Datapath{Flushes: []ConntrackFlush{flush}, NATZones: mergeNATZones(zones, other.NATZones())}))).To(Equal([]string{RuleFlushNATZone}),
+		"a zone another port DNATs in too")
+}
+
+// mergeNATZones merges NAT zone owners, each owner once per zone.
+func mergeNATZones(all ...map[uint16][]string) map[uint16][]string {
+	out := map[uint16][]string{}
+	for _, m := range all {
+		for z, owners := range m {
+			for _, o := range owners {
+				if !slices.Contains(out[z], o) {
+					out[z] = append(out[z], o)
+				}
+			}
+		}
+	}
+	return out
 }
 
 func netipPort(s string) netip.AddrPort { return netip.MustParseAddrPort(s) }

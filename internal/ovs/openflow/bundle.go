@@ -49,11 +49,16 @@ func (m *bundleMsg) addTo(tx *bundleTx) error {
 	case m.flow != nil:
 		return tx.addFlow(m.flow, m.command, m.cookie)
 	case m.group != nil:
-		gm, err := m.group.groupMod(m.groupCmd)
+		gms, err := m.group.groupMods(m.groupCmd)
 		if err != nil {
 			return err
 		}
-		return tx.add(gm)
+		for _, gm := range gms {
+			if err := tx.add(gm); err != nil {
+				return err
+			}
+		}
+		return nil
 	case m.raw != nil:
 		return tx.add(m.raw)
 	}
@@ -68,10 +73,18 @@ func (m *bundleMsg) String() string {
 		f.Cookie = m.cookie
 		return fmt.Sprintf("flow %q", f.String())
 	case m.group != nil:
-		return fmt.Sprintf("group %q", m.group.String())
+		text := m.group.String()
+		if len(text) > maxGroupText {
+			// A group of a thousand buckets would make an error of 100 KB.
+			text = fmt.Sprintf("%s... (%d buckets)", text[:maxGroupText], len(m.group.Buckets))
+		}
+		return fmt.Sprintf("group %q", text)
 	}
 	return fmt.Sprintf("message %T", m.raw)
 }
+
+// maxGroupText is how much of a group's text an error names.
+const maxGroupText = 1000
 
 // bundleSource yields the messages of a bundle; each is built only when it is sent.
 type bundleSource interface {
@@ -264,7 +277,12 @@ func (c *bundleConn) run(ctx context.Context, src bundleSource, bufferSize int) 
 	n := src.len()
 	for i := range n {
 		m := src.msg(i)
-		if err := m.addTo(tx); err != nil {
+		before := tx.n
+		err := m.addTo(tx)
+		if extra := tx.n - before - 1; extra > 0 {
+			tx.extra = append(tx.extra, extraMsgs{after: before, n: extra})
+		}
+		if err != nil {
 			return marked{fmt.Errorf("sending %s in a bundle of %d messages: %w", m.String(), n, err), errBundleLost}
 		}
 	}
@@ -282,6 +300,26 @@ type bundleTx struct {
 	locked bool   // holds c.wmu
 	first  uint32 // xid of the first added message
 	n      int    // messages added
+	// extra records the source messages sent as several (a large group's insert_buckets), so that
+	// a rejected message is named after its source (source).
+	extra []extraMsgs
+}
+
+// extraMsgs: the n messages added after the first `after` ones continue the message before them.
+type extraMsgs struct{ after, n int }
+
+// source is the index of the source message the i-th added message belongs to.
+func (tx *bundleTx) source(i int) int {
+	src := i
+	for _, e := range tx.extra {
+		switch {
+		case i > e.after+e.n:
+			src -= e.n
+		case i > e.after:
+			src -= i - e.after
+		}
+	}
+	return src
 }
 
 const bundleID = 1
@@ -339,6 +377,10 @@ func setXid(m util.Message, xid uint32) error {
 		h.Header.Xid = xid
 	case *openflow15.GroupMod:
 		h.Header.Xid = xid
+	case *openflow15.VendorHeader:
+		h.Header.Xid = xid
+	case *common.Header: // a barrier request
+		h.Xid = xid
 	default:
 		return fmt.Errorf("no xid for message %T", m)
 	}
@@ -452,7 +494,7 @@ func (tx *bundleTx) explain(rejected []ofError, describe func(i int) string) str
 	for _, e := range rejected[:min(len(rejected), maxReportedErrors)] {
 		what := "control request"
 		if i := int(e.xid) - int(tx.first); e.xid >= tx.first && i < tx.n {
-			what = describe(i)
+			what = describe(tx.source(i))
 		}
 		parts = append(parts, what+": "+e.String())
 	}
@@ -517,7 +559,7 @@ func (q *replyQueue) read(conn net.Conn, echo func(xid uint32, body []byte)) {
 		case openflow15.Type_Error:
 			e := parseError(xid, body)
 			q.push(xid, &e)
-		case openflow15.Type_BundleControl:
+		case openflow15.Type_BundleControl, openflow15.Type_BarrierReply:
 			q.push(xid, nil)
 		case openflow15.Type_EchoRequest:
 			echo(xid, body)

@@ -35,9 +35,33 @@ func (g Group) String() string {
 	return b.String()
 }
 
-// groupMod encodes the group as a group_mod with the given command.
-func (g Group) groupMod(command int) (util.Message, error) {
+// maxGroupModLen bounds the encoded length of one group_mod: an OpenFlow message's length is 16
+// bits, and a bundle add wraps the group_mod in 16 more bytes. A group with more buckets than fit
+// (about 500 DNAT buckets) is sent as several messages (groupMods).
+const maxGroupModLen = 60000
+
+// groupMods encodes the group as group_mods with the given command: one message, or, when its
+// buckets do not fit in one, the command with the first buckets followed by OFPGC_INSERT_BUCKET
+// messages appending the others (OpenFlow 1.5), which the bundle applies at once.
+func (g Group) groupMods(command int) ([]util.Message, error) {
+	var out []util.Message
 	og := &ofctrl.Group{ID: g.ID, GroupType: ofctrl.GroupSelect}
+	cmd := command
+	length := 0
+	flush := func() {
+		msg := og.GetBundleMessage(cmd).GetMessage()
+		if gm, ok := msg.(*openflow15.GroupMod); ok {
+			switch cmd {
+			case groupAddOrMod:
+				// OVS checks the command bucket id of its extension commands: all buckets.
+				gm.CommandBucketId = openflow15.OFPG_BUCKET_ALL
+			case openflow15.OFPGC_INSERT_BUCKET:
+				gm.CommandBucketId = openflow15.OFPG_BUCKET_LAST
+			}
+		}
+		out = append(out, msg)
+		og.Buckets, length, cmd = nil, 0, openflow15.OFPGC_INSERT_BUCKET
+	}
 	for i, bk := range g.Buckets {
 		bucket := openflow15.NewBucket(uint32(i))
 		bucket.AddProperty(openflow15.NewGroupBucketPropWeight(bk.Weight))
@@ -50,14 +74,14 @@ func (g Group) groupMod(command int) (util.Message, error) {
 				bucket.AddAction(act)
 			}
 		}
+		if length+int(bucket.Len()) > maxGroupModLen && len(og.Buckets) > 0 {
+			flush()
+		}
 		og.Buckets = append(og.Buckets, bucket)
+		length += int(bucket.Len())
 	}
-	msg := og.GetBundleMessage(command).GetMessage()
-	if gm, ok := msg.(*openflow15.GroupMod); ok && command == groupAddOrMod {
-		// OVS checks the command bucket id of its extension commands: all buckets.
-		gm.CommandBucketId = openflow15.OFPG_BUCKET_ALL
-	}
-	return msg, nil
+	flush()
+	return out, nil
 }
 
 // appendKey appends a compact binary identity of the group: equal keys mean equal String, but
