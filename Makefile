@@ -136,7 +136,7 @@ e2e: test-deps build ## Run only the e2e suite (three simulated nodes, the conne
 DEMO_DIR := $(BIN)/demo
 
 .PHONY: demo
-demo: test-deps build ## Run a winnet cluster on this machine (two nodes, two Pods each, an external host) and leave it running; needs root.
+demo: test-deps build ## Run a winnet cluster on this machine (two winnet nodes with two Pods each, the flannel node linux-a with one, an external host) and leave it running; needs root.
 	$(GO) build -o $(DEMO_DIR)/winnet-demo ./test/e2e/demo
 	$(DEMO_DIR)/winnet-demo up --dir $(DEMO_DIR)
 

@@ -30,7 +30,7 @@ type InterfaceAddress string
 // +kubebuilder:validation:MinLength=17
 // +kubebuilder:validation:MaxLength=17
 // +kubebuilder:validation:XValidation:rule="self.matches('^([0-9a-f]{2}:){5}[0-9a-f]{2}$')",message="must be a MAC address in lower-case colon notation, such as 02:42:ac:11:00:02",reason=FieldValueInvalid
-// +kubebuilder:validation:XValidation:rule="!(self.charAt(1) in ['1','3','5','7','9','b','d','f'])",message="must be a unicast MAC address: the lowest bit of the first octet is the multicast bit",reason=FieldValueInvalid
+// +kubebuilder:validation:XValidation:rule="self.size() < 2 || !(self.charAt(1) in ['1','3','5','7','9','b','d','f'])",message="must be a unicast MAC address: the lowest bit of the first octet is the multicast bit",reason=FieldValueInvalid
 type MACAddress string
 
 // VNI is a VXLAN or Geneve virtual network identifier (24 bits, 0 is reserved).

@@ -6,7 +6,6 @@ import (
 	"flag"
 	"fmt"
 	"os"
-	"strconv"
 	"strings"
 
 	"k8s.io/apimachinery/pkg/labels"
@@ -15,7 +14,6 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
-	"github.com/winnet-io/winnet/controllers/cluster"
 	"github.com/winnet-io/winnet/internal/controller"
 )
 
@@ -27,13 +25,14 @@ func main() {
 		}
 		return
 	}
-	opts := controller.Options{Flannel: cluster.FlannelInterop{VNI: cluster.DefaultFlannelVNI}}
+	opts := controller.Options{}
 	fs := flag.NewFlagSet("winnet-controller", flag.ContinueOnError)
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "Usage: winnet-controller [flags]\n\n"+
 			"The cluster-wide controller of winnet (group network.winnet.io), leader-elected among its\n"+
 			"replicas. From every Node it derives a RemoteSubnetRoute (and, for Windows nodes, a default\n"+
-			"WindowsNodeNetwork), and it reports overlapping routes as conflicts.\n\n"+
+			"WindowsNodeNetwork), and it reports overlapping routes as conflicts. While the FlannelInterop\n"+
+			"named default exists, it joins winnet's nodes to a flannel cluster (`kubectl explain flannelinterop`).\n\n"+
 			"`winnet-controller uninstall --help` describes the uninstall (the Helm chart's pre-delete hook).\n\nFlags:\n")
 		fs.PrintDefaults()
 	}
@@ -55,13 +54,6 @@ func main() {
 		opts.Defaults.WindowsNodeSelector = sel
 		return err
 	})
-	fs.BoolVar(&opts.Flannel.Enabled, "flannel-interop", false, "join a flannel cluster: publish every winnet node's flannel record (VXLAN lease) on its Node and route to every node whose lease flanneld published (turned off: withdraw both)")
-	fs.Func("flannel-vni", "VNI of the flannel network (flanneld's Backend.VNI) that winnet nodes publish and use with flannel nodes (default 4096)", func(v string) error {
-		n, err := strconv.ParseUint(v, 10, 32)
-		opts.Flannel.VNI = uint32(n)
-		return err
-	})
-	fs.StringVar(&opts.Flannel.AnnotationPrefix, "flannel-annotation-prefix", cluster.DefaultFlannelAnnotationPrefix, "flanneld's --kube-annotation-prefix")
 	kubeconfig := fs.String("kubeconfig", "", "path to a kubeconfig (default: $KUBECONFIG, the in-cluster config, then ~/.kube/config)")
 	zopts := zap.Options{}
 	zopts.BindFlags(fs)

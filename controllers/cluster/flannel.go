@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
-	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -16,15 +15,17 @@ import (
 
 // Flannel interop: winnet nodes join a cluster whose Linux nodes run stock flanneld (VXLAN backend, kube
 // subnet manager). flanneld learns its peers from annotations on their Node objects and writes its own;
-// winnet-controller writes the record of every winnet node and turns every flanneld node's record into its
-// RemoteSubnetRoute. See the README's "Joining a flannel cluster".
+// while the FlannelInterop named default exists, winnet-controller writes the record of every winnet node
+// and turns every flanneld node's record into its RemoteSubnetRoute. See the README's "Joining a flannel
+// cluster".
 const (
 	// DefaultFlannelAnnotationPrefix is flanneld's default --kube-annotation-prefix.
-	DefaultFlannelAnnotationPrefix = "flannel.alpha.coreos.com"
+	DefaultFlannelAnnotationPrefix = networkv1alpha1.DefaultFlannelAnnotationPrefix
 	// DefaultFlannelVNI is the VNI flannel's Windows support requires (sig-windows-tools' kube-flannel).
 	DefaultFlannelVNI = 4096
-	// FlannelRecordAnnotation marks the Nodes whose flannel record winnet-controller wrote: it withdraws
-	// only those, and never mistakes them for flanneld nodes.
+	// FlannelRecordAnnotation marks the Nodes whose flannel record winnet-controller wrote, and holds the
+	// annotation prefix it wrote it under: it withdraws only those records (under that prefix, even after
+	// the prefix changed), and never mistakes them for flanneld nodes.
 	FlannelRecordAnnotation = "network.winnet.io/flannel-record"
 	// flannelMinWindowsVNI is the lowest VNI flannel's Windows nodes accept: HNS refuses smaller VSIDs, and
 	// flanneld on Windows skips leases below it (pkg/backend/vxlan/vxlan_network_windows.go).
@@ -39,40 +40,38 @@ const (
 	flannelPublicIP          = "public-ip"
 )
 
-// FlannelInterop configures winnet-controller's interop with flannel.
+// FlannelInterop is winnet-controller's interop with flannel as the FlannelInterop object sets it (the API
+// server validated it).
 type FlannelInterop struct {
-	// Enabled turns it on: winnet nodes get a flannel record and flanneld nodes a RemoteSubnetRoute.
-	// Turned off, winnet-controller withdraws the records it wrote and deletes those routes.
+	// Enabled turns it on (the FlannelInterop exists): winnet nodes get a flannel record and flanneld nodes a
+	// RemoteSubnetRoute. Turned off, winnet-controller withdraws the records it wrote and deletes those routes.
 	Enabled bool
-	// VNI is the flannel network's VNI (flanneld's Backend.VNI): the VNI winnet nodes publish and use to and
-	// from flanneld nodes. flanneld on Linux puts its own device's VNI on everything it sends and ignores
-	// the VNI its peers publish, so every node of the network must use this one.
+	// VNI is the flannel network's VNI (spec.vni).
 	VNI uint32
 	// AnnotationPrefix is flanneld's --kube-annotation-prefix; empty means DefaultFlannelAnnotationPrefix.
 	AnnotationPrefix string
 }
 
-// Validate checks the configuration.
-func (f FlannelInterop) Validate() error {
-	if !f.Enabled {
-		return nil
+// flannelInteropFrom is the interop the FlannelInterop obj turns on; nil obj means off.
+func flannelInteropFrom(obj *networkv1alpha1.FlannelInterop) FlannelInterop {
+	if obj == nil {
+		return FlannelInterop{}
 	}
-	if f.VNI < 1 || f.VNI > 1<<24-1 {
-		return fmt.Errorf("flannel VNI %d is out of range: a VXLAN VNI is 1 to 16777215 (flannel's Windows nodes need 4096 or more)", f.VNI)
+	f := FlannelInterop{Enabled: true, VNI: uint32(obj.Spec.VNI), AnnotationPrefix: obj.Spec.AnnotationPrefix}
+	if f.VNI == 0 {
+		f.VNI = DefaultFlannelVNI // the API server defaults it; an object written before the default had none
 	}
-	if p := f.AnnotationPrefix; p != "" && (strings.ContainsAny(p, "/ ") || len(p) > 253) {
-		return fmt.Errorf("flannel annotation prefix %q must be a DNS subdomain such as %s", p, DefaultFlannelAnnotationPrefix)
-	}
-	return nil
+	return f
 }
 
-func (f FlannelInterop) key(k string) string {
-	p := f.AnnotationPrefix
-	if p == "" {
-		p = DefaultFlannelAnnotationPrefix
+func (f FlannelInterop) prefix() string {
+	if f.AnnotationPrefix == "" {
+		return DefaultFlannelAnnotationPrefix
 	}
-	return p + "/" + k
+	return f.AnnotationPrefix
 }
+
+func (f FlannelInterop) key(k string) string { return f.prefix() + "/" + k }
 
 // flannelLease is what flanneld publishes about a node (pkg/subnet/kube/kube.go nodeToLease).
 type flannelLease struct {
@@ -151,45 +150,57 @@ func (f FlannelInterop) flannelRecord(node *corev1.Node, wnn *networkv1alpha1.Wi
 		f.key(flannelBackendType):       "vxlan",
 		f.key(flannelBackendData):       fmt.Sprintf(`{"VNI":%d,"VtepMAC":"%s"}`, f.VNI, mac),
 		f.key(flannelPublicIP):          ip,
-		FlannelRecordAnnotation:         "true",
+		FlannelRecordAnnotation:         f.prefix(),
 	}
 }
 
-// flannelRecordKeys are the annotations a record consists of, for its withdrawal.
-func (f FlannelInterop) flannelRecordKeys() []string {
-	return []string{f.key(flannelKubeSubnetManager), f.key(flannelBackendType), f.key(flannelBackendData), f.key(flannelPublicIP),
-		FlannelRecordAnnotation}
+// flannelRecordKeys are the annotations a record written under prefix consists of, for its withdrawal.
+func flannelRecordKeys(prefix string) []string {
+	var out []string
+	for _, k := range []string{flannelKubeSubnetManager, flannelBackendType, flannelBackendData, flannelPublicIP} {
+		out = append(out, prefix+"/"+k)
+	}
+	return append(out, FlannelRecordAnnotation)
+}
+
+// RecordPrefix is the annotation prefix of the flannel record winnet-controller wrote on a Node with these
+// annotations, or "" when it wrote none. Records of winnet before the prefix was recorded say "true".
+func RecordPrefix(annotations map[string]string) string {
+	switch p := annotations[FlannelRecordAnnotation]; p {
+	case "":
+		return ""
+	case "true":
+		return DefaultFlannelAnnotationPrefix
+	default:
+		return p
+	}
 }
 
 // recordPatch is the merge patch that makes the node's annotations hold want (nil: withdraw the record winnet
 // wrote), or nil when they already do. The whole record goes in one patch: flanneld ignores a node whose
 // kube-subnet-manager arrives after its data (it reacts only to changes of the data keys), and a record
-// changed key by key would show peers a half-written lease.
+// changed key by key would show peers a half-written lease. A record written under another prefix is
+// withdrawn in the same patch.
 func (f FlannelInterop) recordPatch(node *corev1.Node, want map[string]string) []byte {
 	a := node.Annotations
 	changes := map[string]any{}
-	if want == nil {
-		if a[FlannelRecordAnnotation] == "" {
-			return nil
-		}
-		for _, k := range f.flannelRecordKeys() {
+	if old := RecordPrefix(a); old != "" && (want == nil || old != f.prefix()) {
+		for _, k := range flannelRecordKeys(old) {
 			if _, ok := a[k]; ok {
 				changes[k] = nil
 			}
 		}
-	} else {
-		same := true
-		for k, v := range want {
-			if cur, ok := a[k]; !ok || cur != v {
-				same = false
-			}
-		}
-		if same {
-			return nil
-		}
-		for k, v := range want {
+	}
+	for k, v := range want {
+		if cur, ok := a[k]; !ok || cur != v {
 			changes[k] = v
 		}
+	}
+	if len(changes) == 0 {
+		return nil
+	}
+	for k, v := range want {
+		changes[k] = v // the whole record, not only what changed
 	}
 	b, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": changes}})
 	return b

@@ -25,8 +25,6 @@ type NodeReconciler struct {
 	Client   client.Client
 	Recorder events.EventRecorder
 	Defaults NetworkDefaults
-	// Flannel is the interop with flannel's Linux nodes (off unless Enabled).
-	Flannel FlannelInterop
 	// Uninstall, when set, stops the reconciler from deriving anything while winnet is being
 	// uninstalled (see UninstallSignal).
 	Uninstall interface {
@@ -48,12 +46,39 @@ func (r *NodeReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	anyByName := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
 		return []reconcile.Request{{NamespacedName: client.ObjectKey{Name: o.GetName()}}}
 	})
+	// The FlannelInterop changes every node's record and every flannel node's route.
+	everyNode := handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, _ client.Object) []reconcile.Request {
+		nodes := &corev1.NodeList{}
+		if err := r.Client.List(ctx, nodes); err != nil {
+			ctrl.LoggerFrom(ctx).Error(err, "Cannot list the Nodes the FlannelInterop concerns")
+			return nil
+		}
+		out := make([]reconcile.Request, 0, len(nodes.Items))
+		for _, n := range nodes.Items {
+			out = append(out, reconcile.Request{NamespacedName: client.ObjectKey{Name: n.Name}})
+		}
+		return out
+	})
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("node").
 		For(&corev1.Node{}).
 		Watches(&networkv1alpha1.RemoteSubnetRoute{}, byName, builder.OnlyMetadata).
 		Watches(&networkv1alpha1.WindowsNodeNetwork{}, anyByName).
+		Watches(&networkv1alpha1.FlannelInterop{}, everyNode).
 		Complete(r)
+}
+
+// flannelInterop is the interop the FlannelInterop named default turns on (off while there is none).
+func (r *NodeReconciler) flannelInterop(ctx context.Context) (FlannelInterop, error) {
+	obj := &networkv1alpha1.FlannelInterop{}
+	err := r.Client.Get(ctx, client.ObjectKey{Name: networkv1alpha1.FlannelInteropName}, obj)
+	switch {
+	case apierrors.IsNotFound(err):
+		return flannelInteropFrom(nil), nil
+	case err != nil:
+		return FlannelInterop{}, fmt.Errorf("getting FlannelInterop %s: %w", networkv1alpha1.FlannelInteropName, err)
+	}
+	return flannelInteropFrom(obj), nil
 }
 
 // Reconcile converges the objects derived from one Node.
@@ -86,11 +111,15 @@ func (r *NodeReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 	} else if err != nil {
 		return ctrl.Result{}, fmt.Errorf("getting WindowsNodeNetwork %s: %w", req.Name, err)
 	}
-	if err := r.reconcileFlannelRecord(ctx, node, wnn); err != nil {
+	flannel, err := r.flannelInterop(ctx)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	if err := r.reconcileFlannelRecord(ctx, flannel, node, wnn); err != nil {
 		return ctrl.Result{}, err
 	}
 
-	route := r.desiredRoute(node, wnn)
+	route := r.desiredRoute(flannel, node, wnn)
 	if route == nil {
 		log.V(1).Info("Node has no route (no Pod CIDRs or InternalIP yet, or a flannel node without interop)")
 		if err := r.deleteIfOurs(ctx, &networkv1alpha1.RemoteSubnetRoute{}, node.Name); err != nil {
@@ -114,27 +143,27 @@ func (r *NodeReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 // desiredRoute is the node's RemoteSubnetRoute: winnet's own for a node winnet runs or any node without a
 // flannel lease, the flannel route for a node whose lease flanneld published (none when interop is off: a
 // winnet route could not reach it, VNI and MAC would be wrong for flannel's device).
-func (r *NodeReconciler) desiredRoute(node *corev1.Node, wnn *networkv1alpha1.WindowsNodeNetwork) *unstructured.Unstructured {
+func (r *NodeReconciler) desiredRoute(flannel FlannelInterop, node *corev1.Node, wnn *networkv1alpha1.WindowsNodeNetwork) *unstructured.Unstructured {
 	if wnn != nil {
 		return desiredRoute(node)
 	}
-	lease, ok, err := r.Flannel.flanneldLease(node)
+	lease, ok, err := flannel.flanneldLease(node)
 	switch {
 	case !ok:
 		return desiredRoute(node)
-	case !r.Flannel.Enabled:
+	case !flannel.Enabled:
 		return nil
 	case err != nil:
 		r.Recorder.Eventf(node, nil, corev1.EventTypeWarning, "FlannelLeaseUnusable", "Route",
 			"winnet nodes cannot reach this flannel node: %v", err)
 		return nil
 	}
-	if r.Flannel.VNI < flannelMinWindowsVNI && node.Labels[corev1.LabelOSStable] == "windows" {
+	if flannel.VNI < flannelMinWindowsVNI && node.Labels[corev1.LabelOSStable] == "windows" {
 		r.Recorder.Eventf(node, nil, corev1.EventTypeWarning, "FlannelVNIBelow4096", "Route",
 			"This flannel Windows node skips leases with a VNI below %d (HNS refuses them), and winnet publishes VNI %d: "+
-				"it will not reach winnet nodes. Run flannel and winnet-controller with VNI 4096", flannelMinWindowsVNI, r.Flannel.VNI)
+				"it will not reach winnet nodes. Set flannel's Backend.VNI and spec.vni of FlannelInterop default to 4096", flannelMinWindowsVNI, flannel.VNI)
 	}
-	return r.Flannel.flannelRoute(node, lease)
+	return flannel.flannelRoute(node, lease)
 }
 
 // reconcileFlannelRecord publishes, corrects or withdraws the flannel record of a node winnet runs: published
@@ -144,17 +173,17 @@ func (r *NodeReconciler) desiredRoute(node *corev1.Node, wnn *networkv1alpha1.Wi
 // it (it never acts on a record removed from a live Node), and operators delete a node's network before its
 // Node (the agent's token dies with the Node), so withdrawing the record first would leave flanneld's route
 // to the node's Pod CIDR behind for good.
-func (r *NodeReconciler) reconcileFlannelRecord(ctx context.Context, node *corev1.Node, wnn *networkv1alpha1.WindowsNodeNetwork) error {
-	if r.Flannel.Enabled && wnn == nil {
+func (r *NodeReconciler) reconcileFlannelRecord(ctx context.Context, flannel FlannelInterop, node *corev1.Node, wnn *networkv1alpha1.WindowsNodeNetwork) error {
+	if flannel.Enabled && wnn == nil {
 		return nil
 	}
 	var want map[string]string
-	if r.Flannel.Enabled && wnn != nil {
-		if want = r.Flannel.flannelRecord(node, wnn); want == nil {
+	if flannel.Enabled && wnn != nil {
+		if want = flannel.flannelRecord(node, wnn); want == nil {
 			return nil // no address or Pod CIDR yet: flanneld could not use a record
 		}
 	}
-	patch := r.Flannel.recordPatch(node, want)
+	patch := flannel.recordPatch(node, want)
 	if patch == nil {
 		return nil
 	}

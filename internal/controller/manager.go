@@ -36,8 +36,6 @@ type Options struct {
 	Namespace string
 	// Defaults are written into every WindowsNodeNetwork derived from a Node.
 	Defaults cluster.NetworkDefaults
-	// Flannel is the interop with flannel's Linux nodes.
-	Flannel cluster.FlannelInterop
 }
 
 // namespace is the namespace winnet-controller runs in (see Options.Namespace).
@@ -78,11 +76,7 @@ func NewManager(cfg *rest.Config, opts Options) (manager.Manager, error) {
 	if err != nil {
 		return nil, fmt.Errorf("creating the controller manager: %w", err)
 	}
-	if err := opts.Flannel.Validate(); err != nil {
-		return nil, err
-	}
 	nodes := &cluster.NodeReconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("winnet-controller"), Defaults: opts.Defaults,
-		Flannel:   opts.Flannel,
 		Uninstall: cluster.UninstallSignal{Reader: mgr.GetAPIReader(), Namespace: opts.namespace()}}
 	if err := nodes.SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("setting up the node reconciler: %w", err)

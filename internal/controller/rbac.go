@@ -5,6 +5,7 @@ package controller
 // +kubebuilder:rbac:groups=network.winnet.io,resources=windowsnodenetworks,verbs=get;list;watch;create;update;patch
 // +kubebuilder:rbac:groups=network.winnet.io,resources=remotesubnetroutes,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups=network.winnet.io,resources=remotesubnetroutes/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=network.winnet.io,resources=flannelinterops,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch;patch
 // +kubebuilder:rbac:groups="",resources=events,verbs=create;patch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch

@@ -34,6 +34,7 @@ var CRDNames = []string{
 	"windowsnodenetworks.network.winnet.io",
 	"remotesubnetroutes.network.winnet.io",
 	"podendpoints.network.winnet.io",
+	"flannelinterops.network.winnet.io",
 }
 
 // UninstallOptions configure Uninstall.
@@ -65,9 +66,9 @@ var ErrNodesNotRestored = errors.New("some nodes did not get their network back"
 //     its node its network back (the finalizer is gone), reporting the nodes that did not;
 //  3. it deletes the agents' DaemonSet and waits, bounded, until their Pods are gone, so that no
 //     agent writes PodEndpoints any more;
-//  4. it removes the remaining winnet objects (PodEndpoints, RemoteSubnetRoutes, the finalizers of
-//     WindowsNodeNetworks whose node did not finish), the flannel annotations of the nodes winnet
-//     networked and, with DeleteCRDs, winnet's CRDs.
+//  4. it removes the remaining winnet objects (PodEndpoints, RemoteSubnetRoutes, the FlannelInterop, the
+//     finalizers of WindowsNodeNetworks whose node did not finish), the flannel annotations of the nodes
+//     winnet networked and, with DeleteCRDs, winnet's CRDs.
 //
 // Running it again is harmless. It returns an error wrapping ErrNodesNotRestored, after doing every
 // step, when a node did not finish: run `winnet-agent reset` on it.
@@ -91,7 +92,7 @@ func Uninstall(ctx context.Context, c client.Client, opts UninstallOptions) erro
 		return err
 	}
 	for _, step := range []func(context.Context) error{
-		u.forceDeleteNodeNetworks, u.deletePodEndpoints, u.deleteRemoteSubnetRoutes,
+		u.forceDeleteNodeNetworks, u.deletePodEndpoints, u.deleteRemoteSubnetRoutes, u.deleteFlannelInterops,
 	} {
 		if err := step(ctx); err != nil {
 			return err
@@ -266,6 +267,10 @@ func (u *uninstaller) deleteRemoteSubnetRoutes(ctx context.Context) error {
 	return u.deleteAll(ctx, &networkv1alpha1.RemoteSubnetRouteList{}, "RemoteSubnetRoute")
 }
 
+func (u *uninstaller) deleteFlannelInterops(ctx context.Context) error {
+	return u.deleteAll(ctx, &networkv1alpha1.FlannelInteropList{}, "FlannelInterop")
+}
+
 // deleteAll deletes every object of the list's kind, in every namespace, with its finalizers: no
 // agent is left to act on them.
 func (u *uninstaller) deleteAll(ctx context.Context, list client.ObjectList, kind string) error {
@@ -307,8 +312,12 @@ func (u *uninstaller) removeFlannelAnnotations(ctx context.Context, nodes []stri
 		}
 		before := node.DeepCopy()
 		var removed []string
+		prefixes := []string{FlannelAnnotationPrefix}
+		if p := cluster.RecordPrefix(node.Annotations); p != "" {
+			prefixes = append(prefixes, p+"/") // a record written under a custom prefix
+		}
 		for k := range node.Annotations {
-			if strings.HasPrefix(k, FlannelAnnotationPrefix) || k == cluster.FlannelRecordAnnotation {
+			if slices.ContainsFunc(prefixes, func(p string) bool { return strings.HasPrefix(k, p) }) || k == cluster.FlannelRecordAnnotation {
 				delete(node.Annotations, k)
 				removed = append(removed, k)
 			}

@@ -111,14 +111,25 @@ func (n Node) classifierFlows() []openflow.Flow {
 
 // tunnelAcceptFlows accept what arrives on the tunnel port with the VNI (and tunnel source) of m, and
 // nothing else reaches the pipeline from there (the table's miss drops it): a peer that sends with another
-// VNI belongs to another network. Traffic addressed to the node's VTEP MAC (flannel's Linux nodes address
-// each node by its own MAC) gets the global virtual MAC that L3Forwarding delivers on the fast path.
+// VNI belongs to another network, and only IPv4 goes on (conntrack drops the rest anyway). Traffic addressed
+// to the node's VTEP MAC (flannel's Linux nodes address each node by its own MAC) gets the global virtual MAC
+// that L3Forwarding delivers on the fast path.
+//
+// Decapsulated traffic to the node's Pods is routed by the node, so its TTL goes down by one, as the Linux
+// kernel does with what flannel.<VNI> decapsulates (ip_forward from the vxlan device to cni0): a packet
+// between Pods of two nodes arrives with two less, whichever side runs flannel. Traffic to the gateway
+// address is for the host itself (local delivery on Linux) and keeps its TTL.
 func (n Node) tunnelAcceptFlows(m ...openflow.MatchField) []openflow.Flow {
-	in := append(match(openflow.InPort(n.TunnelOFPort)), m...)
-	out := []openflow.Flow{flow(ClassifierTable, priorityNormal, in, loadReg(PktSourceField, FromTunnel), openflow.GotoTable(ConntrackTable))}
+	in := append(match(openflow.InPort(n.TunnelOFPort), openflow.IPv4()), m...)
+	toHost := append(slices.Clone(in), openflow.NwDst(netip.PrefixFrom(n.GatewayIP, 32)))
+	out := []openflow.Flow{
+		flow(ClassifierTable, priorityNormal, in, openflow.DecTTL(), loadReg(PktSourceField, FromTunnel), openflow.GotoTable(ConntrackTable)),
+		// L3Forwarding gives traffic to the gateway address that carries the global virtual MAC the gateway's.
+		flow(ClassifierTable, priorityTop, toHost, openflow.SetEthDst(GlobalVirtualMAC), loadReg(PktSourceField, FromTunnel), openflow.GotoTable(ConntrackTable)),
+	}
 	if n.VTEPMAC != nil {
-		out = append(out, flow(ClassifierTable, priorityHigh, append(in, openflow.EthDst(n.VTEPMAC)),
-			openflow.SetEthDst(GlobalVirtualMAC), loadReg(PktSourceField, FromTunnel), openflow.GotoTable(ConntrackTable)))
+		out = append(out, flow(ClassifierTable, priorityHigh, append(slices.Clone(in), openflow.EthDst(n.VTEPMAC)),
+			openflow.SetEthDst(GlobalVirtualMAC), openflow.DecTTL(), loadReg(PktSourceField, FromTunnel), openflow.GotoTable(ConntrackTable)))
 	}
 	return out
 }

@@ -108,7 +108,20 @@ func TestPipelinePaths(t *testing.T) {
 			name:   "Tunnelled traffic to a local Pod gets the Pod's MAC",
 			flow:   fmt.Sprintf("in_port=1,tcp,dl_src=%s,dl_dst=%s,nw_src=10.244.2.7,nw_dst=10.244.1.5,nw_ttl=64,tun_id=4096,tun_src=192.168.10.12,tun_dst=192.168.10.11", gw, GlobalVirtualMAC),
 			ctNext: []string{"trk,new", "trk,new"},
-			want:   []string{fmt.Sprintf("set_field:%s->eth_dst", pod1.MAC), "-> output port is 10"},
+			want:   []string{fmt.Sprintf("set_field:%s->eth_dst", pod1.MAC), "-> output port is 10", `Datapath actions: .*ttl=63`},
+		},
+		{
+			name:   "Tunnelled traffic to the node's VTEP MAC is delivered on the fast path, routed once (TTL 63)",
+			flow:   fmt.Sprintf("in_port=1,tcp,dl_src=%s,dl_dst=%s,nw_src=10.244.2.7,nw_dst=10.244.1.5,nw_ttl=64,tun_id=1,tun_src=192.168.10.12,tun_dst=192.168.10.11", gw, n.VTEPMAC),
+			ctNext: []string{"trk,new", "trk,new"},
+			want:   []string{fmt.Sprintf("set_field:%s->eth_dst", pod1.MAC), "-> output port is 10", `Datapath actions: .*ttl=63`},
+		},
+		{
+			name:   "Tunnelled traffic to the gateway address is for the host and keeps its TTL",
+			flow:   fmt.Sprintf("in_port=1,tcp,dl_src=%s,dl_dst=%s,nw_src=10.244.2.7,nw_dst=10.244.1.1,nw_ttl=64,tun_id=1,tun_src=192.168.10.12,tun_dst=192.168.10.11", gw, n.VTEPMAC),
+			ctNext: []string{"trk,new", "trk,new"},
+			want:   []string{"-> output port is 2"},
+			reject: []string{"dec_ttl", "ttl=63"},
 		},
 		{
 			name: "Host traffic to the outside leaves on the uplink untouched",

@@ -39,7 +39,7 @@ func (n Node) RouteFlows(r RemoteRoute) []openflow.Flow {
 	if src == nil {
 		src = n.GatewayMAC
 	}
-	// The node routes: the TTL goes down by one (flannel's Linux nodes deliver what they receive as is).
+	// The node routes: the TTL goes down by one (and once more on the receiving node, tunnelAcceptFlows).
 	out := []openflow.Flow{
 		flow(L3ForwardingTable, priorityNormal, match(openflow.IPv4(), openflow.NwDst(r.CIDR)),
 			openflow.DecTTL(), openflow.SetEthSrc(src), openflow.SetEthDst(r.DstMAC), openflow.SetTunDst(r.NodeIP), openflow.SetTunID(uint64(r.VNI)),

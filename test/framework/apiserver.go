@@ -104,7 +104,8 @@ func startAPIServer(opts APIServerOptions, crdDirs ...string) (*APIServer, error
 	}
 	cfg, err := env.Start()
 	if err != nil {
-		return nil, fmt.Errorf("starting kube-apiserver and etcd from %s: %w", assets, err)
+		// Start fails after the control plane is up when a CRD is refused: stop what it started.
+		return nil, errors.Join(fmt.Errorf("starting kube-apiserver and etcd from %s: %w", assets, err), env.Stop())
 	}
 	s := &APIServer{Env: env, Config: cfg, Kubectl: filepath.Join(assets, "kubectl")}
 	scheme, err := winnetscheme.New()

@@ -52,7 +52,7 @@ type Options struct {
 	ClusterCIDR netip.Prefix
 	// Logf receives progress messages; nil discards them.
 	Logf func(format string, args ...any)
-	// ControllerArgs are added to winnet-controller's command line (its flannel interop, say).
+	// ControllerArgs are added to winnet-controller's command line.
 	ControllerArgs []string
 }
 

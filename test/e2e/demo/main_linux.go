@@ -17,9 +17,11 @@ import (
 	"syscall"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
+	networkv1alpha1 "github.com/winnet-io/winnet/api/v1alpha1"
 	"github.com/winnet-io/winnet/test/e2e/cluster"
 )
 
@@ -99,7 +101,7 @@ func up(dir string) error {
 	cmd := exec.Command(self, "serve", "--dir", dir)
 	cmd.Stdout, cmd.Stderr = log, log
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true} // outlives this command and its terminal
-	fmt.Println("Starting the demo cluster (API server, winnet-controller, two nodes with two Pods each); log:", log.Name())
+	fmt.Println("Starting the demo cluster (API server, winnet-controller, two winnet nodes with two Pods each, the flannel node linux-a with one); log:", log.Name())
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("starting the demo: %w", err)
 	}
@@ -260,6 +262,10 @@ func build(ctx context.Context, c *cluster.Cluster, dir string) (string, *servic
 		}
 		pods[p[0]] = pod
 	}
+	linuxA, lx1, err := addFlannelNode(ctx, c)
+	if err != nil {
+		return "", nil, nil, err
+	}
 	kc := filepath.Join(dir, kubeconfig)
 	if err := copyFile(c.Kubeconfig, kc); err != nil {
 		return "", nil, nil, err
@@ -274,6 +280,9 @@ func build(ctx context.Context, c *cluster.Cluster, dir string) (string, *servic
 		{From: a1, To: c.ExternalPlace(), Path: "external, SNAT", WantSource: a.IP},
 		{From: b1, To: c.ExternalPlace(), Path: "external, SNAT", WantSource: b.IP},
 		{From: b2, To: c.ExcludedPlace(), Path: "external, excluded from SNAT"},
+		{From: a1, To: lx1.Place(), Path: "winnet -> flannel vxlan"},
+		{From: lx1.Place(), To: b1, Path: "flannel -> winnet vxlan"},
+		{From: linuxA.Host(), To: a2, Path: "flannel host -> winnet Pod", WantSource: linuxA.TunnelSource()},
 	}
 	if _, _, err := c.WaitReachable(ctx, checks, time.Minute); err != nil {
 		return "", nil, nil, err
@@ -301,11 +310,34 @@ func build(ctx context.Context, c *cluster.Cluster, dir string) (string, *servic
 	return s.String(), services, pods, nil
 }
 
+// addFlannelNode turns winnet's flannel interop on (the FlannelInterop named default) and adds the Linux node
+// linux-a, running the real flanneld (VXLAN, VNI 4096, port 4789), with one Pod, lx-1; it waits until every
+// winnet node routes to linux-a.
+func addFlannelNode(ctx context.Context, c *cluster.Cluster) (*cluster.FlannelNode, *cluster.FlannelPod, error) {
+	fi := &networkv1alpha1.FlannelInterop{ObjectMeta: metav1.ObjectMeta{Name: networkv1alpha1.FlannelInteropName}}
+	if err := c.Client.Create(ctx, fi); err != nil {
+		return nil, nil, fmt.Errorf("creating FlannelInterop %s: %w", fi.Name, err)
+	}
+	linuxA, err := c.AddFlannelNode(ctx, cluster.FlannelNodeSpec{Name: "linux-a", IP: netip.MustParseAddr("192.168.77.21"),
+		PodCIDR: netip.MustParsePrefix("10.244.9.0/24")})
+	if err != nil {
+		return nil, nil, err
+	}
+	lx1, err := c.AddFlannelPod(ctx, linuxA, "lx-1")
+	if err != nil {
+		return nil, nil, err
+	}
+	c.SetRoutesToFlannelNodes(true)
+	return linuxA, lx1, c.WaitReady(ctx, time.Minute)
+}
+
 // tryLines tells the user what to do with the running demo.
 func tryLines(c *cluster.Cluster, kc string, a *cluster.Node, pods map[string]*cluster.Pod) string {
 	return fmt.Sprintf(`The demo keeps running. Try:
   export KUBECONFIG=%[1]s; alias kubectl=%[2]s
-  kubectl get windowsnodenetworks,remotesubnetroutes,podendpoints -A
+  kubectl get windowsnodenetworks,remotesubnetroutes,podendpoints,flannelinterops -A
+  kubectl get node linux-a node-a -o yaml | grep flannel   # flanneld's lease on linux-a, the one winnet publishes for node-a
+  ip netns exec %[17]s bridge fdb show dev flannel.4096    # flanneld's forwarding entries: one VTEP MAC per winnet node
   kubectl describe windowsnodenetwork node-a
   ovs-ofctl -O OpenFlow15 dump-flows unix:%[3]s   # node-a's OpenFlow pipeline
   ip netns exec %[4]s ip route                   # node-a's host routes
@@ -322,7 +354,7 @@ func tryLines(c *cluster.Cluster, kc string, a *cluster.Node, pods map[string]*c
 Namespaces: ip netns list | grep %[8]s    Logs: %[9]s
 Take it down with: make demo-down
 `, kc, c.Kubectl, a.OVS.MgmtSocket(cluster.BridgeName), a.NS, pods["pod-a1"].NS, pods["pod-b1"].IP, c.ExternalIP, prefix, c.RunDir,
-		filepath.Join(c.BinDir, "winnet-agent"), a.NSPath, a.OVS.DBSocket(), a.StateDir, a.CNIConfDir, self(), filepath.Dir(kc))
+		filepath.Join(c.BinDir, "winnet-agent"), a.NSPath, a.OVS.DBSocket(), a.StateDir, a.CNIConfDir, self(), filepath.Dir(kc), prefix+"-linux-a")
 }
 
 // self is the path of this program, for the commands the demo prints.

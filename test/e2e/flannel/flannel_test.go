@@ -39,8 +39,15 @@ var (
 	timeout = 60 * time.Second
 )
 
-// interopOn is winnet-controller's flannel interop, with the default VNI (4096) and annotation prefix.
-var interopOn = []string{"--flannel-interop"}
+// interopOn turns winnet-controller's flannel interop on: the FlannelInterop named default, with the default
+// VNI (4096) and annotation prefix.
+func interopOn(ctx context.Context) error {
+	fi := &networkv1alpha1.FlannelInterop{ObjectMeta: metav1.ObjectMeta{Name: networkv1alpha1.FlannelInteropName}}
+	if err := c.Client.Create(ctx, fi); err != nil {
+		return fmt.Errorf("creating FlannelInterop %s: %w", fi.Name, err)
+	}
+	return nil
+}
 
 var nodeSpecs = []cluster.NodeSpec{
 	{Name: "node-a", IP: netip.MustParseAddr("192.168.77.11"), PodCIDR: netip.MustParsePrefix("10.244.1.0/24")},
@@ -58,8 +65,7 @@ func run(m *testing.M) int {
 	ctx := context.Background()
 	start := time.Now()
 	var err error
-	c, err = cluster.Start(ctx, cluster.Options{Logf: func(f string, a ...any) { fmt.Fprintf(os.Stderr, "flannel e2e: "+f+"\n", a...) },
-		ControllerArgs: interopOn})
+	c, err = cluster.Start(ctx, cluster.Options{Logf: func(f string, a ...any) { fmt.Fprintf(os.Stderr, "flannel e2e: "+f+"\n", a...) }})
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "FAIL: the flannel e2e tests need a cluster on this machine: %v\n", err)
 		return 1
@@ -89,6 +95,9 @@ func flanneldTail() string {
 }
 
 func setUp(ctx context.Context) error {
+	if err := interopOn(ctx); err != nil {
+		return err
+	}
 	for _, spec := range nodeSpecs {
 		if _, err := c.AddNode(ctx, spec); err != nil {
 			return err
@@ -276,15 +285,15 @@ func pingTTL(g Gomega, ns string, dst netip.Addr, size int) string {
 var ttlRE = regexp.MustCompile(`ttl=(\d+)`)
 
 // TestFlannelMatrix runs the interop matrix with real packets, then checks the data path's details: full-size
-// packets with DF fit both ways (Pod MTUs leave room for VXLAN on both sides), and each side routes once:
-// flannel delivers to winnet's VTEP MAC on the fast path (a reply to pod-a1 crossed linux-a only: TTL 63),
-// and winnet decrements the TTL of what it tunnels (a reply to lx-1 crossed node-a and linux-a: TTL 62).
+// packets with DF fit both ways (Pod MTUs leave room for VXLAN on both sides), and each node routes what it
+// sends into the tunnel and what it takes out of it, as the Linux kernel does on flannel's nodes: a reply
+// crosses linux-a and node-a, TTL 62, either way.
 func TestFlannelMatrix(t *testing.T) {
 	g := NewWithT(t)
 	expectMatrix(t, g, 5)
 	a1, lx1 := pods["pod-a1"], lxPods["lx-1"]
 	// 1450-byte packets: the MTU flannel gives its Pods (uplink - 50) and winnet's Pod MTU.
-	g.Expect(pingTTL(g, a1.NS, lx1.IP, 1422)).To(Equal("63"))
+	g.Expect(pingTTL(g, a1.NS, lx1.IP, 1422)).To(Equal("62"))
 	g.Expect(pingTTL(g, lx1.NS, a1.IP, 1422)).To(Equal("62"))
 }
 
@@ -395,12 +404,12 @@ func TestFlannelPublicIPChange(t *testing.T) {
 	}
 }
 
-// TestInteropOff turns winnet-controller's flannel interop off: the winnet nodes' flannel records and the
-// route to linux-a go; turned on again, both come back and the matrix passes.
+// TestInteropOff turns winnet-controller's flannel interop off (deletes the FlannelInterop): the winnet nodes'
+// flannel records and the route to linux-a go; turned on again, both come back and the matrix passes.
 func TestInteropOff(t *testing.T) {
 	g := NewWithT(t)
 	ctx := context.Background()
-	g.Expect(c.RestartController()).To(Succeed())
+	g.Expect(c.Client.Delete(ctx, &networkv1alpha1.FlannelInterop{ObjectMeta: metav1.ObjectMeta{Name: networkv1alpha1.FlannelInteropName}})).To(Succeed())
 	c.SetRoutesToFlannelNodes(false)
 	g.Eventually(func(g Gomega) {
 		for _, n := range c.Nodes() {
@@ -415,7 +424,7 @@ func TestInteropOff(t *testing.T) {
 	g.Expect(c.WaitReady(ctx, timeout)).To(Succeed())
 	g.Expect(annotations(g, linuxA.Name)).To(HaveKeyWithValue(prefix+"kube-subnet-manager", "true"), "flanneld's own record stays")
 
-	g.Expect(c.RestartController(interopOn...)).To(Succeed())
+	g.Expect(interopOn(ctx)).To(Succeed())
 	c.SetRoutesToFlannelNodes(true)
 	g.Expect(c.WaitReady(ctx, timeout)).To(Succeed())
 	g.Eventually(func(g Gomega) {

@@ -32,7 +32,7 @@ func TestSamplesAreAccepted(t *testing.T) {
 			kinds[obj.GetKind()]++
 		})
 	}
-	for _, kind := range []string{"WindowsNodeNetwork", "RemoteSubnetRoute", "PodEndpoint"} {
+	for _, kind := range []string{"WindowsNodeNetwork", "RemoteSubnetRoute", "PodEndpoint", "FlannelInterop"} {
 		if kinds[kind] == 0 {
 			t.Errorf("config/samples has no %s", kind)
 		}
@@ -65,6 +65,9 @@ func TestValidVariantsAreAccepted(t *testing.T) {
 		{"rsr dual stack", validRSR, set("spec.podCIDRs", []any{"10.244.3.0/24", "fd00:10:244:3::/64"})},
 		{"pep dual stack", validPEP, set("spec.ips", []any{"10.244.1.5/24", "fd00:10:244:1::5/64"})},
 		{"pep without gateway", validPEP, del("spec.gateway")},
+		{"wnn own vtepMAC", validWNN, set("spec.encapsulation.vtepMAC", "0e:6a:5e:1b:23:9c")},
+		{"fi VNI 1 (Linux-only flannel)", validFI, set("spec.vni", int64(1))},
+		{"fi custom annotation prefix", validFI, set("spec.annotationPrefix", "flannel.example.com")},
 	}
 	for i, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -56,4 +56,10 @@ func TestDefaultsAreApplied(t *testing.T) {
 	g.Expect(server.Client.Create(ctx, pep)).To(Succeed())
 	t.Cleanup(func() { _ = server.Client.Delete(ctx, pep) })
 	g.Expect(pep.Spec.InterfaceName).To(Equal("eth0"))
+
+	fi := &networkv1alpha1.FlannelInterop{ObjectMeta: metav1.ObjectMeta{Name: networkv1alpha1.FlannelInteropName}}
+	g.Expect(server.Client.Create(ctx, fi)).To(Succeed())
+	t.Cleanup(func() { _ = server.Client.Delete(ctx, fi) })
+	g.Expect(fi.Spec).To(Equal(networkv1alpha1.FlannelInteropSpec{VNI: 4096, AnnotationPrefix: networkv1alpha1.DefaultFlannelAnnotationPrefix}),
+		"an empty FlannelInterop joins flannel's defaults: VNI 4096 as flannel's Windows support needs, flanneld's default prefix")
 }

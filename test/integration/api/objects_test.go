@@ -52,6 +52,15 @@ func validRSR(name string) *unstructured.Unstructured {
 	})
 }
 
+// validFI is a valid FlannelInterop. It is always named default (the only name the API server accepts),
+// whatever name the table gives.
+func validFI(string) *unstructured.Unstructured {
+	return newObject("FlannelInterop", "", networkv1alpha1.FlannelInteropName, map[string]any{
+		"vni":              int64(4096),
+		"annotationPrefix": "flannel.alpha.coreos.com",
+	})
+}
+
 // validPEP is a valid PodEndpoint named after its Pod.
 func validPEP(name string) *unstructured.Unstructured {
 	return newObject("PodEndpoint", "default", name, map[string]any{
