@@ -109,6 +109,20 @@ func (b *Bridge) sendBundle(ctx context.Context, src bundleSource) error {
 	if n == 0 {
 		return nil
 	}
+	err := b.onBundleConn(ctx, func(ctx context.Context, c *bundleConn) error {
+		return c.send(ctx, src, min(maxWriteBuffer, 4096+256*n))
+	})
+	if err == nil {
+		b.bundles.Add(1)
+	}
+	return err
+}
+
+// onBundleConn runs send, bounded by bundleTimeout, on the bridge's idle bundle connection, or a
+// new one, and keeps the connection for the next caller unless it failed. A reused connection
+// that turns out to be dead (errBundleLost: ovs-vswitchd restarted while it was idle) is replaced
+// and send runs once more; a rejection (errBundleRejected) leaves the connection clean.
+func (b *Bridge) onBundleConn(ctx context.Context, send func(context.Context, *bundleConn) error) error {
 	ctx, cancel := context.WithTimeout(ctx, bundleTimeout)
 	defer cancel()
 	for attempt := 1; ; attempt++ {
@@ -123,18 +137,17 @@ func (b *Bridge) sendBundle(ctx context.Context, src bundleSource) error {
 			}
 			b.bundleConns.dials.Add(1)
 		}
-		err := c.send(ctx, src, min(maxWriteBuffer, 4096+256*n))
+		err := send(ctx, c)
 		switch {
 		case err == nil:
-			b.bundles.Add(1)
 			b.bundleConns.put(c)
 			return nil
 		case errors.Is(err, errBundleLost) && c.reused && attempt == 1:
 			c.close()
-			b.log.V(1).Info("The idle bundle connection was closed by the switch; sending the bundle on a new one", "error", err.Error())
+			b.log.V(1).Info("The idle bundle connection was closed by the switch; sending again on a new one", "error", err.Error())
 			continue
 		case errors.Is(err, errBundleRejected):
-			b.bundleConns.put(c) // the bundle was discarded: the connection is clean
+			b.bundleConns.put(c) // what was sent was discarded: the connection is clean
 		default:
 			c.close()
 		}

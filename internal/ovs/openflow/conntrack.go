@@ -25,36 +25,10 @@ func (b *Bridge) FlushConntrackZone(ctx context.Context, zone uint16) error {
 	if zone == 0 {
 		return errFlushZone0
 	}
-	ctx, cancel := context.WithTimeout(ctx, bundleTimeout)
-	defer cancel()
-	for attempt := 1; ; attempt++ {
-		var c *bundleConn
-		if attempt == 1 {
-			c = b.bundleConns.take()
-		}
-		if c == nil {
-			var err error
-			if c, err = dialBundleConn(b.opts.Address); err != nil {
-				return fmt.Errorf("flushing conntrack zone %d: %w", zone, err)
-			}
-			b.bundleConns.dials.Add(1)
-		}
-		err := c.flushZone(ctx, zone)
-		switch {
-		case err == nil:
-			b.bundleConns.put(c)
-			return nil
-		case errors.Is(err, errBundleLost) && c.reused && attempt == 1:
-			// The idle connection was closed by the switch: once more on a new one.
-			c.close()
-			continue
-		case errors.Is(err, errBundleRejected):
-			b.bundleConns.put(c)
-		default:
-			c.close()
-		}
+	if err := b.onBundleConn(ctx, func(ctx context.Context, c *bundleConn) error { return c.flushZone(ctx, zone) }); err != nil {
 		return fmt.Errorf("flushing conntrack zone %d: %w", zone, err)
 	}
+	return nil
 }
 
 // flushZone sends the flush and a barrier, and waits for the barrier's reply.
