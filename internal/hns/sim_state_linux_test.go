@@ -26,12 +26,7 @@ func TestLinuxSimStateFile(t *testing.T) {
 	podName, podPath := newNetNS(t, "whns-pod")
 	pod2Name, _ := newNetNS(t, "whns-pod2")
 	stateFile := filepath.Join(t.TempDir(), "state", "hns-sim.json")
-	open := func() *Sim {
-		s, err := NewLinuxSim(LinuxSimOptions{HostNetNS: nodePath, StateFile: stateFile})
-		g.Expect(err).NotTo(HaveOccurred())
-		t.Cleanup(func() { _ = s.Close() })
-		return s
-	}
+	open := simsOnStateFile(t, nodePath, stateFile)
 
 	first := open()
 	n, err := first.CreateTransparentNetwork(ctx, linuxNetworkSpec())
@@ -128,12 +123,7 @@ func TestLinuxSimFinishesAHalfMadeVNIC(t *testing.T) {
 	podA, podAPath := newNetNS(t, "whns-pod")
 	podB, podBPath := newNetNS(t, "whns-pod2")
 	stateFile := filepath.Join(t.TempDir(), "hns-sim.json")
-	open := func() *Sim {
-		s, err := NewLinuxSim(LinuxSimOptions{HostNetNS: nodePath, StateFile: stateFile})
-		g.Expect(err).NotTo(HaveOccurred())
-		t.Cleanup(func() { _ = s.Close() })
-		return s
-	}
+	open := simsOnStateFile(t, nodePath, stateFile)
 	first := open()
 	n, err := first.CreateTransparentNetwork(ctx, linuxNetworkSpec())
 	g.Expect(err).NotTo(HaveOccurred())
@@ -178,4 +168,18 @@ func TestLinuxSimFinishesAHalfMadeVNIC(t *testing.T) {
 	got, err := second.GetEndpointByName(ctx, "pod-a")
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(got.NamespaceID).To(Equal(podA))
+}
+
+// simsOnStateFile returns a function that starts a simulator on the node namespace and the state file, as
+// an agent starting (again) does; each is closed when the test ends.
+func simsOnStateFile(t *testing.T, nodePath, stateFile string) func() *Sim {
+	return func() *Sim {
+		t.Helper()
+		s, err := NewLinuxSim(LinuxSimOptions{HostNetNS: nodePath, StateFile: stateFile})
+		if err != nil {
+			t.Fatalf("starting the simulator on %s: %v", stateFile, err)
+		}
+		t.Cleanup(func() { _ = s.Close() })
+		return s
+	}
 }
