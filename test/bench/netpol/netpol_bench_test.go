@@ -10,7 +10,6 @@ import (
 	"math/rand"
 	"net/netip"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"runtime/pprof"
 	"strings"
@@ -31,6 +30,7 @@ import (
 	networkv1alpha1 "github.com/winnet-io/winnet/api/v1alpha1"
 	"github.com/winnet-io/winnet/internal/ovs/openflow"
 	"github.com/winnet-io/winnet/internal/pipeline"
+	"github.com/winnet-io/winnet/test/bench/benchutil"
 	"github.com/winnet-io/winnet/test/framework"
 	"github.com/winnet-io/winnet/test/simnode"
 )
@@ -86,7 +86,7 @@ func TestBenchNetpol(t *testing.T) {
 	}
 	np, last := cidrPolicy()
 	time.Sleep(2 * time.Second) // let the passes that followed the Pods' attachment end
-	seen := monitorFlow(t, ctx, node.Node, fmt.Sprintf("table=%d,ip,nw_src=%s", pipeline.IngressRuleTable, last))
+	seen := benchutil.MonitorFlow(t, ctx, node.Node, networkv1alpha1.DefaultBridgeName, fmt.Sprintf("table=%d,ip,nw_src=%s", pipeline.IngressRuleTable, last))
 	start := time.Now()
 	mustCreate(t, c, np)
 	at, ok := <-seen
@@ -144,7 +144,7 @@ func TestBenchNetpol(t *testing.T) {
 	}
 	// The last policy has a port of its own: its flow appears when it is realised, and with it every
 	// policy created before it (the agent's cache sees them in order).
-	lastSeen := monitorFlow(t, ctx, node.Node, fmt.Sprintf("table=%d,tcp,tp_dst=9999", pipeline.IngressRuleTable))
+	lastSeen := benchutil.MonitorFlow(t, ctx, node.Node, networkv1alpha1.DefaultBridgeName, fmt.Sprintf("table=%d,tcp,tp_dst=9999", pipeline.IngressRuleTable))
 	start = time.Now()
 	parallel(t, policies-1, func(i int) error { return c.Create(ctx, benchPolicy(i, 8000+i%10)) })
 	mustCreate(t, c, benchPolicy(policies-1, 9999))
@@ -164,7 +164,7 @@ func TestBenchNetpol(t *testing.T) {
 
 	// One address added to the selected peers of every policy: the joiner gets the peers' label.
 	time.Sleep(2 * time.Second) // let the passes that followed the creations end
-	joined := monitorFlow(t, ctx, node.Node, fmt.Sprintf("table=%d,ip,nw_src=%s", pipeline.IngressRuleTable, joinerAddress))
+	joined := benchutil.MonitorFlow(t, ctx, node.Node, networkv1alpha1.DefaultBridgeName, fmt.Sprintf("table=%d,ip,nw_src=%s", pipeline.IngressRuleTable, joinerAddress))
 	joiner := &corev1.Pod{}
 	if err := c.Get(ctx, client.ObjectKey{Namespace: remoteNamespace(remotePods), Name: "joiner"}, joiner); err != nil {
 		t.Fatal(err)
@@ -314,48 +314,6 @@ func ofctlReference(t *testing.T, node *simnode.Node, file string) time.Duration
 	start := time.Now()
 	node.OVS.MustOfctl(t, "-O", "OpenFlow15", "--bundle", "add-flows", "br-ref", file)
 	return time.Since(start)
-}
-
-// monitorFlow runs an OpenFlow flow monitor (ovs-ofctl monitor, one connection kept open) for
-// flows matching spec and sends the time the first one is added. The monitor is registered with
-// the switch when it returns. The agent sends each pass in one bundle, so the first flow of a pass
-// seen means the whole pass is in the switch.
-func monitorFlow(t *testing.T, ctx context.Context, node *simnode.Node, spec string) <-chan time.Time {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
-	cmd := exec.CommandContext(ctx, "ovs-ofctl", "-O", "OpenFlow15", "monitor", "unix:"+node.OVS.MgmtSocket(networkv1alpha1.DefaultBridgeName), "watch:"+spec)
-	cmd.Env = append(os.Environ(), "OVS_RUNDIR="+node.OVS.Dir) // for its control socket
-	// It prints the monitor's reply on stdout but the updates on stderr (unbuffered): read both.
-	out, w, err := os.Pipe()
-	if err != nil {
-		cancel()
-		t.Fatal(err)
-	}
-	cmd.Stdout, cmd.Stderr = w, w
-	err = cmd.Start()
-	_ = w.Close()
-	if err != nil {
-		cancel()
-		t.Fatalf("starting ovs-ofctl monitor: %v", err)
-	}
-	t.Cleanup(func() { cancel(); _ = out.Close() })
-	lines := bufio.NewScanner(out)
-	if !lines.Scan() || !strings.Contains(lines.Text(), "reply") {
-		t.Fatalf("ovs-ofctl monitor: unexpected first line %q (%v)", lines.Text(), lines.Err())
-	}
-	seen := make(chan time.Time, 1)
-	go func() {
-		defer close(seen)
-		defer func() { _ = cmd.Wait() }()
-		for lines.Scan() {
-			if strings.Contains(lines.Text(), "event=ADDED") {
-				seen <- time.Now()
-				_ = cmd.Process.Kill()
-				return
-			}
-		}
-	}()
-	return seen
 }
 
 // syncedMods returns the flow mods of the agent's first NetworkPolicy pass that changed the

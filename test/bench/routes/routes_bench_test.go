@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -299,7 +298,7 @@ func addOneRoute(t *testing.T, c client.WithWatch, node *simnode.Node, logFile s
 	name, cidr := fmt.Sprintf("remote-%05d", i), routeCIDR(i)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	flowSeen := monitorFlow(t, ctx, node, "table=70,ip,nw_dst="+cidr)
+	flowSeen := benchutil.MonitorFlow(t, ctx, node, "br-int", "table=70,ip,nw_dst="+cidr)
 	accepted := watchFor(t, ctx, c, &networkv1alpha1.RemoteSubnetRouteList{}, name, func(o client.Object) bool {
 		return meta.IsStatusConditionTrue(o.(*networkv1alpha1.RemoteSubnetRoute).Status.Conditions, networkv1alpha1.AcceptedCondition)
 	})
@@ -322,46 +321,6 @@ func addOneRoute(t *testing.T, c client.WithWatch, node *simnode.Node, logFile s
 	}
 	t.Fatal("the agent did not log the route sync")
 	return increment{}
-}
-
-// monitorFlow runs an OpenFlow flow monitor (ovs-ofctl monitor, one connection kept open) for
-// flows matching spec and sends the time the first one is added. The monitor is registered with
-// the switch when it returns. Polling with dump-flows instead would start a process per look and
-// cost the agent's cores about 10 ms each time.
-func monitorFlow(t *testing.T, ctx context.Context, node *simnode.Node, spec string) <-chan time.Time {
-	t.Helper()
-	cmd := exec.CommandContext(ctx, "ovs-ofctl", "-O", "OpenFlow15", "monitor", "unix:"+node.OVS.MgmtSocket("br-int"), "watch:"+spec)
-	cmd.Env = append(os.Environ(), "OVS_RUNDIR="+node.OVS.Dir) // for its control socket
-	// It prints the monitor's reply on stdout but the updates on stderr (unbuffered): read both.
-	out, w, err := os.Pipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd.Stdout, cmd.Stderr = w, w
-	err = cmd.Start()
-	_ = w.Close()
-	if err != nil {
-		t.Fatalf("starting ovs-ofctl monitor: %v", err)
-	}
-	t.Cleanup(func() { _ = out.Close() })
-	lines := bufio.NewScanner(out)
-	// The reply to the monitor request (with the matching flows present, none) comes first.
-	if !lines.Scan() || !strings.Contains(lines.Text(), "reply") {
-		t.Fatalf("ovs-ofctl monitor: unexpected first line %q (%v)", lines.Text(), lines.Err())
-	}
-	seen := make(chan time.Time, 1)
-	go func() {
-		defer close(seen)
-		defer func() { _ = cmd.Wait() }()
-		for lines.Scan() {
-			if strings.Contains(lines.Text(), "event=ADDED") {
-				seen <- time.Now()
-				_ = cmd.Process.Kill()
-				return
-			}
-		}
-	}()
-	return seen
 }
 
 // waitAccepted waits until winnet-controller has accepted n routes.
