@@ -391,4 +391,3 @@ func TestSampleCoversEveryTag(t *testing.T) {
 	}
 	t.Logf("sample: %d of %d cases, %d tags", len(s), len(cases), len(inSample))
 }
-
