@@ -441,7 +441,7 @@ func orphanedEndpoints(ctx context.Context, s *orphanSweep) {
 
 // The namespace step.
 
-// doNamespace starts attaching the endpoint to the Pod's network namespace; the port step waits
+// doNamespace starts attaching the endpoint to the Pod's network namespace; the vNIC step waits
 // for it.
 func doNamespace(ctx context.Context, r *podRun) error {
 	ep := r.ep
@@ -521,11 +521,10 @@ func orphanedFlows(ctx context.Context, s *orphanSweep) {
 
 // The port step.
 
-// doPort creates the OVS port, unbound, once the endpoint is attached.
+// doPort creates the OVS port, unbound, while the endpoint is being attached: an unbound port
+// binds to nothing until its vNIC appears, so it does not wait for the attach (only an internal
+// port created before the vNIC falls into the trap of vnic.go). The vNIC step waits for the attach.
 func doPort(ctx context.Context, r *podRun) error {
-	if err := r.wait("attach"); err != nil {
-		return err
-	}
 	_, err := r.p.createPort(ctx, r.a, false)
 	return err
 }
@@ -605,8 +604,8 @@ func orphanedPorts(ctx context.Context, s *orphanSweep) {
 
 // The vNIC step.
 
-// doVNIC records the attachment, waiting for its vNIC, once its flows are installed, and starts the
-// waiter that binds the port when the vNIC appears.
+// doVNIC records the attachment, waiting for its vNIC, once the endpoint is attached and its flows
+// installed, and starts the waiter that binds the port when the vNIC appears.
 func doVNIC(_ context.Context, r *podRun) error {
 	if err := r.wait(); err != nil {
 		return err

@@ -2,6 +2,7 @@ package service
 
 import (
 	"context"
+	"fmt"
 	"maps"
 	"net/netip"
 	"slices"
@@ -49,6 +50,8 @@ type realisedService struct {
 	// flows.
 	hairpin []netip.Addr
 	counts  counts
+	// udp holds the zone and endpoints of each UDP port with a zone of its own (udpzones.go).
+	udp map[portKey]udpPort
 }
 
 // version identifies one version of an object.
@@ -118,6 +121,7 @@ func (r *Reconciler) realiseService(ctx context.Context, name types.NamespacedNa
 	rs.clusterIP = rs.d.ports[0].clusterIP
 	rs.counts.services = 1
 	hairpin := map[netip.Addr]bool{}
+	var noZone []string
 	for _, p := range rs.d.ports {
 		rs.counts.ports++
 		rs.counts.endpoints += len(p.endpoints)
@@ -143,6 +147,21 @@ func (r *Reconciler) realiseService(ctx context.Context, name types.NamespacedNa
 				hairpin[ep.addr.Addr()] = true
 			}
 		}
+		if p.protocol == openflow.ProtoUDP {
+			sp.UDPZone = r.udp.zone(p.key)
+			if sp.UDPZone == 0 {
+				noZone = append(noZone, fmt.Sprintf("%d/%s", p.key.Port, p.key.Protocol))
+			} else {
+				if rs.udp == nil {
+					rs.udp = map[portKey]udpPort{}
+				}
+				u := udpPort{zone: sp.UDPZone}
+				for _, ep := range p.endpoints {
+					u.endpoints = append(u.endpoints, ep.addr)
+				}
+				rs.udp[p.key] = u
+			}
+		}
 		g, f := rz.Node.ServiceFlows(sp)
 		rs.groups = append(rs.groups, g...)
 		rs.flows = append(rs.flows, f...)
@@ -151,6 +170,9 @@ func (r *Reconciler) realiseService(ctx context.Context, name types.NamespacedNa
 		rs.flows[i].Cookie = rs.object
 	}
 	rs.hairpin = slices.SortedFunc(maps.Keys(hairpin), netip.Addr.Compare)
+	if len(noZone) > 0 {
+		r.warnNoUDPZone(ctx, svc, noZone)
+	}
 	return rs
 }
 

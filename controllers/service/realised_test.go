@@ -39,17 +39,17 @@ func TestDesiredRecomputesOnlyChangedServices(t *testing.T) {
 		}
 	}
 	r := &Reconciler{NodeName: "node"}
-	first, _ := r.desired(ctx, rz, services, bySvc())
+	first, _, _ := r.desired(ctx, rz, services, bySvc())
 	g.Expect(r.totals).To(Equal(counts{services: 2, ports: 2, endpoints: 2}))
 	g.Expect(first).To(HaveLen(2))
 
 	same := func(a, b openflow.Group) bool { return &a.Buckets[0] == &b.Buckets[0] }
-	again, _ := r.desired(ctx, rz, services, bySvc())
+	again, _, _ := r.desired(ctx, rz, services, bySvc())
 	g.Expect(same(again[0], first[0]) && same(again[1], first[1])).To(BeTrue(), "unchanged Services are not computed again")
 
 	webSlice.Endpoints = append(webSlice.Endpoints, slice(v4, "http", 8080, ep{ip: "10.244.2.7"}).Endpoints...)
 	webSlice.ResourceVersion = "2"
-	changed, _ := r.desired(ctx, rz, services, bySvc())
+	changed, _, _ := r.desired(ctx, rz, services, bySvc())
 	g.Expect(r.totals.endpoints).To(Equal(3))
 	g.Expect(changed[0].Buckets).To(HaveLen(2), "web's new endpoint is in its group")
 	g.Expect(same(changed[0], first[0])).To(BeFalse())
@@ -57,7 +57,7 @@ func TestDesiredRecomputesOnlyChangedServices(t *testing.T) {
 	g.Expect(changed[1].ID).To(Equal(first[1].ID))
 
 	rz.Node.NodeIP = netip.MustParseAddr("192.168.1.11")
-	moved, _ := r.desired(ctx, rz, services, bySvc())
+	moved, _, _ := r.desired(ctx, rz, services, bySvc())
 	g.Expect(same(moved[1], changed[1])).To(BeFalse(), "a changed node network computes every Service again")
 	g.Expect(moved[1]).To(Equal(changed[1]))
 }

@@ -94,8 +94,12 @@ type Reconciler struct {
 	// each Service's flows.
 	groups  ids[groupKey]
 	objects ids[types.NamespacedName]
-	// warned holds the Services (by UID and resourceVersion) already given a Warning Event.
-	warned map[types.UID]string
+	// warned holds the Services (by UID and resourceVersion) already given a Warning Event for
+	// ports that cannot be realised; warnedNoZone those given one for UDP ports without a zone.
+	warned       map[types.UID]string
+	warnedNoZone map[types.UID]string
+	// udp gives UDP Service ports their conntrack zones and flushes them (udpzones.go).
+	udp udpZones
 	// realised holds what each Service came to, computed on the node network realisedOn with the
 	// NodePort addresses realisedIPs; complete is set once a full pass installed every Service on
 	// realisedOn: per-Service passes build on it until the node network changes.
@@ -295,9 +299,12 @@ func (r *Reconciler) reconcileOne(ctx context.Context, rz nodenetwork.Realized, 
 		old = &realisedService{}
 	}
 	if svc == nil && !known || svc != nil && known && old.inputs.same(svc, eps) {
-		return nil
+		return r.flushStaleZones(ctx, rz)
 	}
 	rs := r.realiseService(ctx, name, svc, eps, r.realisedOn, r.realisedIPs)
+	if err := r.flushNewZones(ctx, rz); err != nil {
+		return err
+	}
 
 	// The Service's groups and flows, in one bundle. A Service that has no flows now keeps the
 	// object of the flows it had, to delete them.
@@ -334,6 +341,12 @@ func (r *Reconciler) reconcileOne(ctx context.Context, rz nodenetwork.Realized, 
 	for _, k := range gone {
 		r.groups.release(k)
 	}
+	r.udp.endpointsGone(old.udp, rs.udp)
+	for k := range old.udp {
+		if _, ok := rs.udp[k]; !ok {
+			r.udp.ids.release(k)
+		}
+	}
 	if len(rs.flows) == 0 {
 		r.objects.release(name)
 	}
@@ -352,7 +365,29 @@ func (r *Reconciler) reconcileOne(ctx context.Context, rz nodenetwork.Realized, 
 		ctrl.LoggerFrom(ctx).V(1).Info("Synced Service flows", "ports", rs.counts.ports, "endpoints", rs.counts.endpoints,
 			"flowMods", flowRes.Mods(), "groupMods", groupRes.Mods(), "took", time.Since(start))
 	}
-	return nil
+	return r.flushStaleZones(ctx, rz)
+}
+
+// flushNewZones flushes the zones given to UDP ports and not flushed yet, before any flow uses
+// them (udpzones.go).
+func (r *Reconciler) flushNewZones(ctx context.Context, rz nodenetwork.Realized) error {
+	start := time.Now()
+	flushed, err := r.udp.flushUnflushed(ctx, rz.Flows.FlushConntrackZone)
+	if len(flushed) > 0 {
+		ctrl.LoggerFrom(ctx).V(1).Info("Flushed the conntrack zones given to UDP Service ports", "zones", flushed, "took", time.Since(start))
+	}
+	return err
+}
+
+// flushStaleZones flushes the zones of UDP ports one of whose endpoints went, once the switch no
+// longer balances to it: the ports' clients start again and are balanced afresh (udpzones.go).
+func (r *Reconciler) flushStaleZones(ctx context.Context, rz nodenetwork.Realized) error {
+	start := time.Now()
+	flushed, err := r.udp.flushStale(ctx, rz.Flows.FlushConntrackZone)
+	if len(flushed) > 0 {
+		ctrl.LoggerFrom(ctx).Info("Flushed the conntrack zones of UDP Service ports whose endpoints went", "zones", flushed, "took", time.Since(start))
+	}
+	return err
 }
 
 // reconcileAll converges every Service: groups first (new and changed ones, so that no flow refers
@@ -384,7 +419,10 @@ func (r *Reconciler) reconcileAll(ctx context.Context, rz nodenetwork.Realized) 
 	}
 
 	r.complete = false // until every Service is installed
-	groups, flows := r.desired(ctx, rz, services.Items, bySvc)
+	groups, flows, udpBefore := r.desired(ctx, rz, services.Items, bySvc)
+	if err := r.flushNewZones(ctx, rz); err != nil {
+		return err
+	}
 
 	if r.refusalsOn != rz.Flows {
 		// A new connection: its packet-ins are the refusals to answer.
@@ -410,11 +448,22 @@ func (r *Reconciler) reconcileAll(ctx context.Context, rz nodenetwork.Realized) 
 		}
 	}
 	r.groups.releaseUnused(func(k groupKey) bool { return inUse[k] })
+	udpInUse := map[portKey]bool{}
+	for name, rs := range r.realised {
+		r.udp.endpointsGone(udpBefore[name], rs.udp)
+		for k := range rs.udp {
+			udpInUse[k] = true
+		}
+	}
+	r.udp.release(func(k portKey) bool { return udpInUse[k] })
 	r.objects.releaseUnused(func(k types.NamespacedName) bool { return r.realised[k] != nil && len(r.realised[k].flows) > 0 })
 	r.complete, r.checks, r.synced = true, 0, invalidations
 	r.fullPasses++
 	r.State.FlowsSynced(ctx, nodenetwork.ServiceFlows, rz.Flows)
 	if err := r.syncHostRoutes(ctx, rz, slices.Collect(maps.Keys(r.clusterIPs)), r.resync()); err != nil {
+		return err
+	}
+	if err := r.flushStaleZones(ctx, rz); err != nil {
 		return err
 	}
 	changed := synced.Mods() > 0 || gs.Mods() > 0
@@ -430,12 +479,16 @@ func (r *Reconciler) reconcileAll(ctx context.Context, rz nodenetwork.Realized) 
 
 // desired computes the groups and flows of every Service, reusing what a Service came to when its
 // inputs did not change since, on the same node network (same groups and flows, so the switch is
-// sent nothing for it), and records what every Service came to.
-func (r *Reconciler) desired(ctx context.Context, rz nodenetwork.Realized, services []corev1.Service, bySvc map[types.NamespacedName][]discoveryv1.EndpointSlice) ([]openflow.Group, []openflow.Flow) {
+// sent nothing for it), and records what every Service came to. It also returns the UDP ports
+// (zones and endpoints) of the Services it computed again, as they were before, so that the
+// zones of the ports that lost an endpoint are flushed once the switch has the new flows.
+func (r *Reconciler) desired(ctx context.Context, rz nodenetwork.Realized, services []corev1.Service, bySvc map[types.NamespacedName][]discoveryv1.EndpointSlice) ([]openflow.Group, []openflow.Flow, map[types.NamespacedName]map[portKey]udpPort) {
 	if r.warned == nil {
 		r.warned = map[types.UID]string{}
 	}
 	ips := nodeIPs(rz)
+	before := r.realised // for the UDP ports, whatever node network it was computed on
+	udpBefore := map[types.NamespacedName]map[portKey]udpPort{}
 	if !r.builtOn(rz, ips) {
 		r.realised, r.complete = nil, false // computed for another node network
 	}
@@ -449,6 +502,9 @@ func (r *Reconciler) desired(ctx context.Context, rz nodenetwork.Realized, servi
 		name := types.NamespacedName{Namespace: svc.Namespace, Name: svc.Name}
 		rs := r.realised[name]
 		if rs == nil || !rs.inputs.same(svc, bySvc[name]) {
+			if old := before[name]; old != nil && len(old.udp) > 0 {
+				udpBefore[name] = old.udp
+			}
 			rs = r.realiseService(ctx, name, svc, bySvc[name], rz, ips)
 		}
 		realised[name] = rs
@@ -461,7 +517,25 @@ func (r *Reconciler) desired(ctx context.Context, rz nodenetwork.Realized, servi
 		own = append(own, rs.flows...)
 	}
 	r.realised = realised
-	return groups, append(sharedFlows(rz, r.hairpin), own...)
+	return groups, append(sharedFlows(rz, r.hairpin), own...), udpBefore
+}
+
+// warnNoUDPZone emits one Warning Event per Service version for UDP ports that got no conntrack
+// zone of their own (udpzones.go).
+func (r *Reconciler) warnNoUDPZone(ctx context.Context, svc *corev1.Service, ports []string) {
+	if r.warnedNoZone == nil {
+		r.warnedNoZone = map[types.UID]string{}
+	}
+	if r.warnedNoZone[svc.UID] == svc.ResourceVersion {
+		return
+	}
+	r.warnedNoZone[svc.UID] = svc.ResourceVersion
+	ctrl.LoggerFrom(ctx).Info("Every conntrack zone of UDP Service ports is taken", "service", client.ObjectKeyFromObject(svc), "ports", ports, "budget", udpZoneBudget)
+	if r.Recorder != nil {
+		r.Recorder.Eventf(svc, nil, corev1.EventTypeWarning, UDPZonesExhaustedReason, "Proxy",
+			"UDP ports %s share conntrack zone %d on node %s: the node's %d zones for UDP Service ports are taken, so their clients are not balanced again when an endpoint goes until their connections time out",
+			strings.Join(ports, ", "), pipeline.ConntrackZone, r.NodeName, udpZoneBudget)
+	}
 }
 
 // handleRefusals has the bridge's packet-ins answered by the rejecter (reject.go).

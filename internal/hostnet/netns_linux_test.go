@@ -124,10 +124,11 @@ func netlinkEvents(g *WithT, f func()) []string {
 }
 
 // settle waits until the kernel has finished reacting to the test's setup on its own: every link
-// that is up has its carrier, no address still waits for its link to be ready, and nothing has
+// that is up has its carrier, no address still waits for its link to be ready or for duplicate
+// address detection to end, and nothing has
 // changed for a while. Changes measured afterwards are the caller's.
 func settle(g *WithT) {
-	deadline := time.Now().Add(5 * time.Second)
+	deadline := time.Now().Add(10 * time.Second)
 	for time.Now().Before(deadline) {
 		if pending := unsettled(g); pending != "" {
 			time.Sleep(20 * time.Millisecond)
@@ -145,8 +146,10 @@ func unsettled(g *WithT) string {
 	links, err := netlink.LinkList()
 	g.Expect(err).NotTo(HaveOccurred())
 	up := map[int]bool{}
+	byIndex := map[int]*netlink.LinkAttrs{}
 	for _, l := range links {
 		up[l.Attrs().Index] = l.Attrs().Flags&net.FlagUp != 0
+		byIndex[l.Attrs().Index] = l.Attrs()
 	}
 	for _, l := range links {
 		// A veth has its carrier once both ends are up.
@@ -158,8 +161,16 @@ func unsettled(g *WithT) string {
 	addrs, err := netlink.AddrList(nil, netlink.FAMILY_V6)
 	g.Expect(err).NotTo(HaveOccurred())
 	for _, a := range addrs {
-		if a.Flags&unix.IFA_F_NODAD != 0 && a.Flags&unix.IFA_F_TENTATIVE != 0 {
+		if a.Flags&unix.IFA_F_TENTATIVE == 0 {
+			continue
+		}
+		if a.Flags&unix.IFA_F_NODAD != 0 {
 			return a.IPNet.String() + " waits for its link"
+		}
+		// Duplicate address detection on a link that is up ends, a second or more later (later
+		// still on a loaded machine), with a notification of the address and of its local route.
+		if l, ok := byIndex[a.LinkIndex]; ok && l.Flags&net.FlagUp != 0 && l.Flags&net.FlagRunning != 0 {
+			return a.IPNet.String() + " is in duplicate address detection"
 		}
 	}
 	return ""

@@ -214,6 +214,16 @@ func DialEchoConn(ctx context.Context, from Place, dst netip.AddrPort, timeout t
 	return &EchoConn{conn: conn, dst: dst}, nil
 }
 
+// DialUDPEchoConn opens a connected UDP socket from a place to dst, for a client that keeps its socket (as
+// a DNS resolver does): every Ask sends from the same address and port.
+func DialUDPEchoConn(ctx context.Context, from Place, dst netip.AddrPort, timeout time.Duration) (*EchoConn, error) {
+	conn, err := dialFrom(ctx, from, "udp4", dst, timeout)
+	if err != nil {
+		return nil, err
+	}
+	return &EchoConn{conn: conn, dst: dst}, nil
+}
+
 // Ask sends a line on the connection and returns the answer.
 func (c *EchoConn) Ask(timeout time.Duration) (EchoAnswer, error) {
 	a, err := askOn(c.conn, timeout)
