@@ -38,12 +38,6 @@ const DefaultResyncPeriod = 10 * time.Second
 // notReadyRetry is how soon the reconciler looks again for a node network that is not ready yet.
 const notReadyRetry = 200 * time.Millisecond
 
-// incrementalPods turns on the incremental path for remote Pods' changes (incremental.go). It is
-// off: with it, the cyclonus sample (make test) found one cell per step allowed where cyclonus
-// blocks it, in case 23 after the 22 before it (y/b -> x/b, a different port in each run; alone the
-// case passes), which is not understood yet (issue #21). The full pass runs for every change.
-const incrementalPods = false
-
 // UnsupportedProtocolReason is the reason of the Warning Event on a NetworkPolicy with ports the
 // Windows datapath cannot realise (SCTP).
 const UnsupportedProtocolReason = "UnsupportedProtocol"
@@ -179,7 +173,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 		}
 	}()
 	changed, full, pods := r.takeChanged()
-	if incrementalPods && req == podChanges && !full {
+	if req == podChanges && !full {
 		if len(pods) == 0 {
 			return ctrl.Result{}, nil // a full pass took them
 		}

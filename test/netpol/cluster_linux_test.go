@@ -78,6 +78,10 @@ func startCluster(t *testing.T) *cluster {
 	}
 	for _, n := range c.nodes {
 		n.Route(t)
+		// A cell is judged by the OpenFlow tables the agent wrote, not by a datapath flow cached
+		// before them: see ExactMatchDatapath (OVS 3.1.0 can keep a stale megaflow; Windows' datapath
+		// has none).
+		n.OVS.ExactMatchDatapath(t)
 	}
 	for _, ns := range append(slices.Clone(namespaces), syncNamespace) {
 		obj := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns, Labels: map[string]string{"ns": ns}}}

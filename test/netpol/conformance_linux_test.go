@@ -28,6 +28,7 @@ import (
 
 var (
 	runAll   = flag.Bool("netpol.all", false, "run every non-SCTP cyclonus case (make conformance-netpol), not the sample (make test)")
+	runUpTo  = flag.Int("netpol.upto", 0, "run only the first N of the cases chosen (0: all), to replay a failure found at case N")
 	runMatch = flag.String("netpol.run", "", "run only the cases whose description matches this regular expression")
 )
 
@@ -92,6 +93,9 @@ func TestConformance(t *testing.T) {
 	if *runMatch != "" {
 		re := regexp.MustCompile(*runMatch)
 		cases = slices.DeleteFunc(cases, func(tc *generator.TestCase) bool { return !re.MatchString(tc.Description) })
+	}
+	if *runUpTo > 0 && *runUpTo < len(cases) {
+		cases = cases[:*runUpTo]
 	}
 	t.Logf("cyclonus v0.5.6: %d cases without SCTP, %d with (left out); running %d", all, sctp, len(cases))
 	tags := map[string]bool{}

@@ -302,6 +302,22 @@ func (o *OVS) Appctl(args ...string) (string, error) {
 	return o.run("ovs-appctl", append([]string{"-t", filepath.Join(o.Dir, "ovs-vswitchd.ctl")}, args...)...)
 }
 
+// ExactMatchDatapath makes ovs-vswitchd cache only exact-match datapath flows (`ovs-appctl
+// upcall/disable-megaflows`), as the Windows datapath does: it has no masks and looks a packet's
+// whole key up (OvsLookupFlow in openvswitch/ovs v2.17.0 datapath-windows/ovsext/Flow.c). Tests that
+// judge enforcement after many OpenFlow changes need it on Debian's OVS 3.1.0: with megaflows, the
+// userspace datapath can keep a stale megaflow after the revalidator modifies two overlapping ones
+// (it finds the flow to modify by key, not by UFID, and changes the wrong one), so a packet can take
+// an action the flow tables no longer have; fixed in OVS 3.1.3 (commit 21410ff80, "dpif-netdev: Fix
+// dpif_netdev_flow_put"; hack/ovs-stale-megaflow.sh reproduces it). It lasts until ovs-vswitchd
+// restarts.
+func (o *OVS) ExactMatchDatapath(t testing.TB) {
+	t.Helper()
+	if out, err := o.Appctl("upcall/disable-megaflows"); err != nil {
+		t.Fatalf("disabling megaflows: %v: %s", err, out)
+	}
+}
+
 // MustVsctl runs ovs-vsctl and fails the test on error.
 func (o *OVS) MustVsctl(t testing.TB, args ...string) string {
 	t.Helper()

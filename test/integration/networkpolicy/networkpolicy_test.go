@@ -112,6 +112,9 @@ func TestNetworkPolicy(t *testing.T) {
 	u := simnode.NewUnderlay(t, netip.MustParsePrefix("192.168.63.0/24"))
 	a := framework.StartPodNode(t, server, u, "np-a", "192.168.63.11/24", "10.244.63.0/24", converge)
 	b := framework.StartPodNode(t, server, u, "np-b", "192.168.63.12/24", "10.244.64.0/24", converge)
+	// Enforcement is judged by the flow tables, with no stale megaflow (see ExactMatchDatapath).
+	a.OVS.ExactMatchDatapath(t)
+	b.OVS.ExactMatchDatapath(t)
 	a.Route(t)
 	b.Route(t)
 
@@ -291,6 +294,7 @@ func TestNetworkPolicy(t *testing.T) {
 			g := NewWithT(t)
 			g.Expect(a.OVS.KillVswitchd()).To(Succeed())
 			g.Expect(a.OVS.StartVswitchd()).To(Succeed())
+			a.OVS.ExactMatchDatapath(t) // a new ovs-vswitchd caches megaflows again
 			expectAllowed(t, clientB.NS, "tcp4", webHTTP, "web")
 			expectRefused(t, clientB.NS, "tcp4", webOther)
 		}},
