@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/winnet-io/winnet/controllers/nodenetwork"
+	"github.com/winnet-io/winnet/internal/hostnet"
 	"github.com/winnet-io/winnet/internal/ovs/openflow"
 	"github.com/winnet-io/winnet/internal/pipeline"
 )
@@ -46,6 +47,8 @@ type realisedService struct {
 	groupKeys []groupKey
 	flows     []openflow.Flow
 	clusterIP netip.Addr
+	// nodePorts are the Service's NodePorts the host NATs its own connections to (syncNodePortNAT).
+	nodePorts []hostnet.NodePort
 	// hairpin are the Service's local endpoint addresses, each once: they need the shared hairpin
 	// flows.
 	hairpin []netip.Addr
@@ -135,6 +138,15 @@ func (r *Reconciler) realiseService(ctx context.Context, name types.NamespacedNa
 		rs.groupKeys = append(rs.groupKeys, cluster)
 		if p.nodePort != 0 {
 			sp.NodeIPs = ips
+			if r.NodePorts != nil {
+				host := groupKey{port: p.key, host: true}
+				sp.HostGroup = r.groups.get(host)
+				rs.groupKeys = append(rs.groupKeys, host)
+				np := hostnet.NodePort{Protocol: string(p.key.Protocol), Port: p.nodePort}
+				if !slices.Contains(rs.nodePorts, np) {
+					rs.nodePorts = append(rs.nodePorts, np)
+				}
+			}
 		}
 		if p.nodePort != 0 || len(p.externalIPs) > 0 || len(p.loadBalancerIPs) > 0 {
 			external := groupKey{port: p.key, external: true}
@@ -217,10 +229,12 @@ func sharedFlows(rz nodenetwork.Realized, hairpin hairpinCount) []openflow.Flow 
 	return flows
 }
 
-// groupKey identifies the group of a Service port: the cluster one, or the external one.
+// groupKey identifies the group of a Service port: the cluster one, the external one, or the one
+// of the host's own connections to its NodePort.
 type groupKey struct {
 	port     portKey
 	external bool
+	host     bool
 }
 
 // ids gives out small numbers to keys: group ids to Service ports, cookie objects to Services.

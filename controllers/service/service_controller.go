@@ -1,6 +1,7 @@
 package service
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"maps"
@@ -83,6 +84,10 @@ type Reconciler struct {
 	// Net routes the host's traffic to ClusterIPs into the gateway; nil leaves the host without
 	// ClusterIP routes.
 	Net hostnet.Interface
+	// NodePorts NATs the host's own connections to its NodePorts to pipeline.NodePortVirtualIP,
+	// which Net routes into the gateway and the switch balances over the ports' endpoints; nil
+	// leaves the host unable to reach its own NodePorts.
+	NodePorts hostnet.NodePortNAT
 	// ResyncPeriod is the period of the drift check; zero means DefaultResyncPeriod.
 	ResyncPeriod time.Duration
 	// Clock tells when the host's routes were last read back; nil is the real clock.
@@ -112,6 +117,10 @@ type Reconciler struct {
 	hairpin    hairpinCount
 	totals     counts
 	clusterIPs map[netip.Addr]int
+	// nodePorts counts the Services of each NodePort (the host NAT they need); natted is the set
+	// the host NATs, as last applied (nil: apply it next pass).
+	nodePorts map[hostnet.NodePort]int
+	natted    []hostnet.NodePort
 	// fullPasses counts the full passes that completed; checks counts the drift checks since the
 	// last one; synced is the bridge's invalidation count it started from.
 	fullPasses int
@@ -225,6 +234,9 @@ func (r *Reconciler) checkDrift(ctx context.Context, rz nodenetwork.Realized, li
 	r.checks++
 	if !r.complete || !r.builtOn(rz, nodeIPs(rz)) || rz.Flows.Invalidations() != r.synced || r.checks >= fullPassEvery {
 		return r.reconcileAll(ctx, rz)
+	}
+	if err := r.syncNodePortNAT(ctx, false); err != nil {
+		return err
 	}
 	return r.syncHostRoutesFrom(ctx, rz, slices.Collect(maps.Keys(r.clusterIPs)), r.resync(), listed)
 }
@@ -355,6 +367,11 @@ func (r *Reconciler) reconcileOne(ctx context.Context, rz nodenetwork.Realized, 
 	} else {
 		r.realised[name] = rs
 	}
+	r.nodePorts = countNodePorts(r.nodePorts, old.nodePorts, -1)
+	r.nodePorts = countNodePorts(r.nodePorts, rs.nodePorts, 1)
+	if err := r.syncNodePortNAT(ctx, false); err != nil {
+		return err // applied again by the next drift check
+	}
 	r.totals.add(old.counts, -1)
 	r.totals.add(rs.counts, 1)
 	changed := flowRes.Mods()+groupRes.Mods() > 0
@@ -463,6 +480,9 @@ func (r *Reconciler) reconcileAll(ctx context.Context, rz nodenetwork.Realized) 
 	if err := r.syncHostRoutes(ctx, rz, slices.Collect(maps.Keys(r.clusterIPs)), r.resync()); err != nil {
 		return err
 	}
+	if err := r.syncNodePortNAT(ctx, true); err != nil {
+		return err
+	}
 	if err := r.flushStaleZones(ctx, rz); err != nil {
 		return err
 	}
@@ -494,7 +514,7 @@ func (r *Reconciler) desired(ctx context.Context, rz nodenetwork.Realized, servi
 	}
 	r.realisedOn, r.realisedIPs = rz, ips
 	realised := make(map[types.NamespacedName]*realisedService, len(services))
-	r.hairpin, r.totals, r.clusterIPs = hairpinCount{}, counts{}, map[netip.Addr]int{}
+	r.hairpin, r.totals, r.clusterIPs, r.nodePorts = hairpinCount{}, counts{}, map[netip.Addr]int{}, map[hostnet.NodePort]int{}
 	var groups []openflow.Group
 	var own []openflow.Flow
 	for i := range services {
@@ -513,6 +533,7 @@ func (r *Reconciler) desired(ctx context.Context, rz nodenetwork.Realized, servi
 		if rs.clusterIP.IsValid() {
 			r.clusterIPs[rs.clusterIP]++
 		}
+		r.nodePorts = countNodePorts(r.nodePorts, rs.nodePorts, 1)
 		groups = append(groups, rs.groups...)
 		own = append(own, rs.flows...)
 	}
@@ -570,9 +591,13 @@ func (r *Reconciler) syncHostRoutesFrom(ctx context.Context, rz nodenetwork.Real
 	if r.Net == nil {
 		return nil
 	}
-	want := make(map[netip.Prefix]bool, len(clusterIPs))
+	want := make(map[netip.Prefix]bool, len(clusterIPs)+1)
 	for _, ip := range clusterIPs {
 		want[netip.PrefixFrom(ip, 32)] = true
+	}
+	if r.NodePorts != nil {
+		// The host's own connections to its NodePorts, NATed to this address (syncNodePortNAT).
+		want[netip.PrefixFrom(pipeline.NodePortVirtualIP, 32)] = true
 	}
 	route := func(dst netip.Prefix) hostnet.Route {
 		return hostnet.Route{Dst: dst, Gateway: pipeline.ServiceNextHop, LinkIndex: rz.GatewayLinkIndex, OnLink: true}
@@ -639,6 +664,42 @@ func (r *Reconciler) syncHostRoutesFrom(ctx context.Context, rz nodenetwork.Real
 	}
 	r.routed, r.routedLink, r.routesChecked = want, rz.GatewayLinkIndex, now
 	return nil
+}
+
+// syncNodePortNAT has the host NAT its own connections to every NodePort of the Services to
+// pipeline.NodePortVirtualIP (routed into the gateway by syncHostRoutes), when the set of NodePorts
+// changed since it was last applied, or always when force is set (the full pass, which repairs
+// drift).
+func (r *Reconciler) syncNodePortNAT(ctx context.Context, force bool) error {
+	if r.NodePorts == nil {
+		return nil
+	}
+	ports := slices.SortedFunc(maps.Keys(r.nodePorts), func(a, b hostnet.NodePort) int {
+		return cmp.Or(cmp.Compare(a.Protocol, b.Protocol), cmp.Compare(a.Port, b.Port))
+	})
+	if !force && r.natted != nil && slices.Equal(ports, r.natted) {
+		return nil
+	}
+	ctrl.LoggerFrom(ctx).V(1).Info("NATing the host's own connections to its NodePorts", "nodePorts", len(ports), "target", pipeline.NodePortVirtualIP)
+	if err := r.NodePorts.ReconcileNodePorts(ctx, pipeline.NodePortVirtualIP, ports); err != nil {
+		r.natted = nil
+		return fmt.Errorf("NATing the host's own connections to its NodePorts: %w", err)
+	}
+	r.natted = ports
+	return nil
+}
+
+// countNodePorts adds sign to the count of each of ports in counts (a count reaching 0 goes).
+func countNodePorts(counts map[hostnet.NodePort]int, ports []hostnet.NodePort, sign int) map[hostnet.NodePort]int {
+	if counts == nil {
+		counts = map[hostnet.NodePort]int{}
+	}
+	for _, p := range ports {
+		if counts[p] += sign; counts[p] <= 0 {
+			delete(counts, p)
+		}
+	}
+	return counts
 }
 
 // routeClusterIP follows one Service's ClusterIP changing from old to new (the zero Addr for

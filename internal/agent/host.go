@@ -89,7 +89,8 @@ func SetupNodeNetwork(ctx context.Context, mgr ctrl.Manager, nodeName string, op
 	if err := routes.SetupWithManager(mgr); err != nil {
 		return err
 	}
-	services := &service.Reconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("winnet-agent"), NodeName: nodeName, State: state, Net: netClient}
+	services := &service.Reconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("winnet-agent"), NodeName: nodeName, State: state, Net: netClient,
+		NodePorts: hostnet.NewNodePortNAT(hostnet.Options{NetNSPath: opts.NetNSPath})}
 	if err := services.SetupWithManager(mgr); err != nil {
 		return err
 	}

@@ -89,8 +89,20 @@ func (c wmiCall) Invoke(ctx context.Context) ([]uint32, error) {
 	}
 }
 
-// run makes the call on the current goroutine, which it locks to its OS thread.
+// run makes the call on the current goroutine (see withWMI).
 func (c wmiCall) run() ([]uint32, error) {
+	var returns []uint32
+	err := withWMI(c.Namespace, func(services *ole.IDispatch) error {
+		var err error
+		returns, err = c.runOn(services)
+		return err
+	})
+	return returns, err
+}
+
+// withWMI connects to a WMI namespace on the current goroutine, which it locks to its OS thread
+// with COM initialised for the length of fn, and calls fn with the namespace's SWbemServices.
+func withWMI(namespace string, fn func(services *ole.IDispatch) error) error {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	if err := ole.CoInitializeEx(0, ole.COINIT_MULTITHREADED); err != nil {
@@ -103,7 +115,7 @@ func (c wmiCall) run() ([]uint32, error) {
 			// Someone made this thread a single-threaded apartment, which WMI also works in; the
 			// initialisation is theirs to undo.
 		default:
-			return nil, fmt.Errorf("initialising COM: %w", err)
+			return fmt.Errorf("initialising COM: %w", err)
 		}
 	} else {
 		defer ole.CoUninitialize()
@@ -111,20 +123,24 @@ func (c wmiCall) run() ([]uint32, error) {
 
 	unknown, err := oleutil.CreateObject("WbemScripting.SWbemLocator")
 	if err != nil {
-		return nil, fmt.Errorf("creating the SWbemLocator: %w", err)
+		return fmt.Errorf("creating the SWbemLocator: %w", err)
 	}
 	defer unknown.Release()
 	locator, err := unknown.QueryInterface(ole.IID_IDispatch)
 	if err != nil {
-		return nil, fmt.Errorf("querying the SWbemLocator's IDispatch: %w", err)
+		return fmt.Errorf("querying the SWbemLocator's IDispatch: %w", err)
 	}
 	defer locator.Release()
-	services, err := toDispatch(oleutil.CallMethod(locator, "ConnectServer", ".", c.Namespace))
+	services, err := toDispatch(oleutil.CallMethod(locator, "ConnectServer", ".", namespace))
 	if err != nil {
-		return nil, fmt.Errorf("connecting to namespace %s: %w", c.Namespace, err)
+		return fmt.Errorf("connecting to namespace %s: %w", namespace, err)
 	}
 	defer services.Release()
+	return fn(services)
+}
 
+// runOn makes the call through the namespace's SWbemServices.
+func (c wmiCall) runOn(services *ole.IDispatch) ([]uint32, error) {
 	set, err := toDispatch(oleutil.CallMethod(services, "ExecQuery", "SELECT * FROM "+c.Class+" WHERE "+c.Where))
 	if err != nil {
 		return nil, fmt.Errorf("querying the instances: %w", err)

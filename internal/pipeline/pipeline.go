@@ -113,7 +113,8 @@ type RegField struct {
 //	reg0[16]     OFPortFoundField: L2ForwardingCalc (or a route) put the output port in reg1
 //	reg0[17]     SNATRequiredField: Pod-to-external traffic, SNATed in ConntrackCommit
 //	reg0[18]     ServiceSNATField: a new NodePort connection from the uplink to an endpoint on
-//	             another node, SNATed to the gateway IP in ServiceSNATZone (ConntrackCommit)
+//	             another node, or from the host to its own NodePort (HostGroup), SNATed to the
+//	             gateway IP in ServiceSNATZone (ConntrackCommit)
 //	reg0[19]     HairpinField: a packet of a Pod's connection to itself through a Service, output
 //	             on the port it came in on (OVS never outputs to in_port otherwise)
 //	reg1[0..31]  TargetOFPortField: the output port
@@ -185,12 +186,15 @@ const SNATCTMark uint32 = 0x40
 //
 //	0x10 ServiceCTMark: DNATed to a Service endpoint
 //	0x20 ServiceSNATCTMark: also SNATed to the gateway IP in ServiceSNATZone (ServiceSNATField)
+//	0x400 HostNodePortCTMark: the host's connection to one of its own NodePorts, which the host
+//	      NATed to NodePortVirtualIP (its replies go back out on the gateway)
 //	0x80 ServiceExternalCTMark: a NodePort connection from the uplink; ct_label[0..47] holds the
 //	     client side's MAC and ct_label[48..95] the node's, for the replies sent back out of it
 const (
 	ServiceCTMark         uint32 = 0x10
 	ServiceSNATCTMark     uint32 = 0x20
 	ServiceExternalCTMark uint32 = 0x80
+	HostNodePortCTMark    uint32 = 0x400
 )
 
 // HairpinCTMark marks, in ServiceSNATZone, a Pod's connection to itself through a Service: SNATed
@@ -230,7 +234,7 @@ const (
 // ServiceZoneCTMarkMask is where ConntrackZone's record of a UDP Service connection keeps the zone
 // the connection is DNATed in (ct_mark[16..31], ServiceZoneCTMarkShift): a reply comes from the
 // endpoint, which may serve several UDP Service ports, so only this record tells which zone
-// un-DNATs it. No other ct_mark bit above 0x200 is used.
+// un-DNATs it. No other ct_mark bit above 0x400 is used.
 const (
 	ServiceZoneCTMarkShift        = 16
 	ServiceZoneCTMarkMask  uint32 = 0xffff0000
@@ -243,6 +247,13 @@ var GlobalVirtualMAC = mustMAC(networkv1alpha1.GlobalVirtualMAC)
 // ServiceNextHop is the next hop of the host's routes to ClusterIPs through the gateway; the
 // pipeline answers ARP for it with GlobalVirtualMAC. It is Antrea's choice of address.
 var ServiceNextHop = netip.MustParseAddr("169.254.0.253")
+
+// NodePortVirtualIP is where the host sends its own connections to its NodePorts: a host process
+// connecting to one of the node's addresses never leaves the host's stack, so the host NATs it
+// (on Windows a NetNat static mapping, on the simulated nodes an nftables output DNAT) to this
+// address, same port, routed through the gateway to ServiceNextHop; the pipeline balances it over
+// the port's endpoints (HostGroup). It is Antrea's virtual NodePort DNAT IP.
+var NodePortVirtualIP = netip.MustParseAddr("169.254.0.252")
 
 // Priorities used across tables.
 const (

@@ -29,6 +29,11 @@ type ServicePort struct {
 	// has a NodePort, external IPs or load balancer IPs) the one for clients that came in on the
 	// uplink.
 	ClusterGroup, ExternalGroup uint32
+	// HostGroup, when not 0 and the port has a NodePort, is the select group for the host's own
+	// connections to the NodePort, which the host NATed to NodePortVirtualIP (same port): balanced
+	// over the cluster group's endpoints, SNATed to the gateway IP so that replies come back
+	// through the switch, and sent back to the host on the gateway.
+	HostGroup uint32
 	// Endpoints are the endpoints new connections are balanced over. With none at all, new
 	// connections are sent to the agent, which refuses them (RejectPacketOut); with none local
 	// under a traffic policy Local, they are dropped (an empty group), as kube-proxy does.
@@ -86,6 +91,11 @@ func (sp ServicePort) ZoneFlush() (_ ConntrackFlush, ok bool) {
 	return ConntrackFlush{Owner: sp.zoneOwner(), Zone: sp.UDPZone}, true
 }
 
+// hasHost tells whether the host's own connections to the port's NodePort are served (HostGroup).
+func (sp ServicePort) hasHost() bool {
+	return sp.NodePort != 0 && sp.HostGroup != 0
+}
+
 // hasExternal tells whether the port is reached from outside the cluster too.
 func (sp ServicePort) hasExternal() bool {
 	return sp.NodePort != 0 || len(sp.ExternalIPs) > 0 || len(sp.LoadBalancerIPs) > 0
@@ -132,7 +142,9 @@ const bucketWeight = 100
 //     to the gateway IP in ServiceSNATZone, in both directions' request side; the others are
 //     marked PolicyAdmittedCTMark once they got through NetworkPolicy (committed again in the
 //     same zone after the DNAT, as Antrea's rule tables do);
-//   - ARP for ServiceNextHop, the next hop of the host's ClusterIP routes, is answered;
+//   - replies of the host's connections to its own NodePorts go back to it on the gateway;
+//   - ARP for ServiceNextHop, the next hop of the host's ClusterIP and NodePortVirtualIP routes,
+//     is answered;
 //   - hairpin connections (HairpinFlows) are output on the port they came in on.
 func (n Node) ServiceBaseFlows() []openflow.Flow {
 	var out []openflow.Flow
@@ -152,6 +164,11 @@ func (n Node) ServiceBaseFlows() []openflow.Flow {
 		flow(ConntrackStateTable, priorityTop, match(openflow.IPv4(), openflow.CTState(openflow.CTRpl|openflow.CTTrk, openflow.CTNew), openflow.CTMark(ServiceExternalCTMark, ServiceExternalCTMark)),
 			openflow.MoveBits(label, 0, openflow.FieldEthDst, 0, 48), openflow.MoveBits(label, 48, openflow.FieldEthSrc, 0, 48),
 			openflow.Output(n.UplinkOFPort)),
+		// Replies of the host's connections to its own NodePorts (hostGroup), un-NATed, go back to
+		// the host on the gateway, where the host's own NAT turns them back into replies from its
+		// address.
+		flow(ConntrackStateTable, priorityTop, match(openflow.IPv4(), openflow.CTState(openflow.CTRpl|openflow.CTTrk, openflow.CTNew), openflow.CTMark(HostNodePortCTMark, HostNodePortCTMark)),
+			openflow.SetEthSrc(GlobalVirtualMAC), openflow.SetEthDst(n.GatewayMAC), openflow.Output(n.GatewayOFPort)),
 		flow(EndpointDNATTable, priorityMiss, nil, openflow.SetEthDst(GlobalVirtualMAC), openflow.GotoTable(EgressRuleTable)),
 		flow(ConntrackStateTable, priorityNormal, match(openflow.IPv4(), openflow.CTState(openflow.CTTrk, openflow.CTNew), openflow.CTMark(ServiceCTMark, ServiceCTMark)),
 			openflow.SetEthDst(GlobalVirtualMAC), openflow.GotoTable(DNATTable)),
@@ -185,6 +202,9 @@ func (n Node) ServiceFlows(sp ServicePort) ([]openflow.Group, []openflow.Flow) {
 	if sp.hasExternal() {
 		groups = append(groups, n.serviceGroup(sp, true))
 	}
+	if sp.hasHost() {
+		groups = append(groups, n.hostGroup(sp))
+	}
 	var flows []openflow.Flow
 	for _, t := range sp.targets() {
 		if t.fromUplink {
@@ -198,7 +218,7 @@ func (n Node) ServiceFlows(sp ServicePort) ([]openflow.Group, []openflow.Flow) {
 		case len(sp.Endpoints) == 0:
 			// No endpoint at all: the agent refuses the connection (RejectPacketOut).
 			flows = append(flows, flow(DNATTable, t.priority, t.match, openflow.Output(openflow.PortController)))
-		case sp.AffinityTimeout != 0:
+		case sp.AffinityTimeout != 0 && !t.noAffinity:
 			flows = append(flows,
 				flow(DNATTable, t.priority, t.match, openflow.Resubmit(AffinityTable), openflow.GotoTable(AffinityDNATTable)),
 				flow(AffinityDNATTable, t.priority, t.match, openflow.ToGroup(t.group)))
@@ -280,7 +300,8 @@ func (n Node) zoneFlows(sp ServicePort) []openflow.Flow {
 }
 
 // addresses are the destinations the port is served on: the ClusterIP, the NodePort on every node
-// address, the external and load balancer IPs (IPv4).
+// address (and on NodePortVirtualIP for the host's own connections), the external and load
+// balancer IPs (IPv4).
 func (sp ServicePort) addresses() []netip.AddrPort {
 	var out []netip.AddrPort
 	add := func(ip netip.Addr, port uint16) {
@@ -293,6 +314,9 @@ func (sp ServicePort) addresses() []netip.AddrPort {
 		for _, ip := range sp.NodeIPs {
 			add(ip, sp.NodePort)
 		}
+	}
+	if sp.hasHost() {
+		add(NodePortVirtualIP, sp.NodePort)
 	}
 	for _, ip := range slices.Concat(sp.ExternalIPs, sp.LoadBalancerIPs) {
 		add(ip, sp.Port)
@@ -347,6 +371,8 @@ type target struct {
 	group      uint32
 	drop       bool
 	fromUplink bool
+	// noAffinity: new connections go to group even when the port has session affinity.
+	noAffinity bool
 }
 
 // targets lists how the port is reached: its ClusterIP, its NodePort on every node address, its
@@ -389,6 +415,12 @@ func (sp ServicePort) targets() []target {
 		for _, ip := range sp.NodeIPs {
 			external(ip, sp.NodePort, nil)
 		}
+	}
+	if sp.hasHost() {
+		// The host's own connections, NATed by the host to NodePortVirtualIP, come from the gateway.
+		// They skip session affinity: its hits DNAT as the cluster group does, without the SNAT.
+		out = append(out, target{priority: priorityNormal, match: base(NodePortVirtualIP, sp.NodePort, regMatch(PktSourceField, FromGateway)),
+			group: sp.HostGroup, noAffinity: true})
 	}
 	for _, ip := range sp.ExternalIPs {
 		external(ip, sp.Port, nil)
@@ -471,6 +503,29 @@ func (n Node) serviceGroup(sp ServicePort, external bool) openflow.Group {
 			continue
 		}
 		g.Buckets = append(g.Buckets, openflow.Bucket{Weight: bucketWeight, Actions: n.endpointActions(sp, ep, external, sp.AffinityTimeout != 0)})
+	}
+	return g
+}
+
+// hostGroup is the select group of the host's own connections to the port's NodePort (HostGroup):
+// the cluster group's endpoints, each bucket committing the connection DNATed to its endpoint with
+// HostNodePortCTMark and the Service SNAT to the gateway IP (ServiceSNATField, as NodePort
+// connections from the uplink to other nodes' endpoints have it), whichever node the endpoint is
+// on: the host's source is one of the node's addresses, to which neither a Pod's reply nor a
+// remote node would route back through this switch, while the gateway IP is routed to it
+// everywhere. The replies, un-SNATed and un-DNATed, go back out on the gateway (ServiceBaseFlows).
+func (n Node) hostGroup(sp ServicePort) openflow.Group {
+	g := openflow.Group{ID: sp.HostGroup}
+	for _, ep := range sp.endpoints(false) {
+		if !ep.Addr.Addr().Is4() {
+			continue
+		}
+		mark := ServiceCTMark | ServiceSNATCTMark | HostNodePortCTMark
+		g.Buckets = append(g.Buckets, openflow.Bucket{Weight: bucketWeight, Actions: []openflow.Action{
+			loadReg(ServiceSNATField, 1),
+			openflow.CT(openflow.CTAction{Commit: true, Table: ptr(EndpointDNATTable), Zone: sp.dnatZone(), DNAT: ep.Addr,
+				Exec: []openflow.Action{openflow.SetCTMark(mark, mark)}}),
+		}})
 	}
 	return g
 }

@@ -174,6 +174,35 @@ func TestServiceFlows(t *testing.T) {
 			},
 		},
 		{
+			name: "the host's own connections to the NodePort, NATed by the host to 169.254.0.252: from the gateway, to a group that SNATs to the gateway IP for every endpoint and marks 0x400",
+			port: func() ServicePort {
+				sp := testServicePort(n, openflow.ProtoTCP)
+				sp.HostGroup = 3
+				sp.AffinityTimeout = 0
+				return sp
+			}(),
+			wantFlows: []string{
+				"table=40, priority=200,ct_state=+new+trk,tcp,nw_dst=10.96.0.10,tp_dst=80 actions=group:1",
+				"table=31, priority=200,ct_state=+new+trk,tcp,reg0=0x3/0xffff,nw_dst=192.168.10.11,tp_dst=30080 actions=goto_table:40",
+				"table=40, priority=210,ct_state=+new+trk,tcp,reg0=0x3/0xffff,nw_dst=192.168.10.11,tp_dst=30080 actions=group:2",
+				"table=40, priority=200,ct_state=+new+trk,tcp,nw_dst=192.168.10.11,tp_dst=30080 actions=group:1",
+				"table=40, priority=200,ct_state=+new+trk,tcp,reg0=0x1/0xffff,nw_dst=169.254.0.252,tp_dst=30080 actions=group:3",
+			},
+			wantGroups: []string{
+				"group_id=1,type=select," +
+					"bucket=bucket_id:0,weight:100,actions=ct(commit,table=45,zone=65520,nat(dst=10.244.1.5:8080),exec(set_field:0x10/0x10->ct_mark))," +
+					"bucket=bucket_id:1,weight:100,actions=ct(commit,table=45,zone=65520,nat(dst=10.244.2.7:8080),exec(set_field:0x10/0x10->ct_mark))",
+				"group_id=2,type=select," +
+					"bucket=bucket_id:0,weight:100,actions=ct(commit,table=45,zone=65520,nat(dst=10.244.1.5:8080),exec(set_field:0x90/0x90->ct_mark," +
+					"move:NXM_OF_ETH_SRC[]->NXM_NX_CT_LABEL[0..47],move:NXM_OF_ETH_DST[]->NXM_NX_CT_LABEL[48..95]))," +
+					"bucket=bucket_id:1,weight:100,actions=set_field:0x40000/0x40000->reg0,ct(commit,table=45,zone=65520,nat(dst=10.244.2.7:8080),exec(set_field:0xb0/0xb0->ct_mark," +
+					"move:NXM_OF_ETH_SRC[]->NXM_NX_CT_LABEL[0..47],move:NXM_OF_ETH_DST[]->NXM_NX_CT_LABEL[48..95]))",
+				"group_id=3,type=select," +
+					"bucket=bucket_id:0,weight:100,actions=set_field:0x40000/0x40000->reg0,ct(commit,table=45,zone=65520,nat(dst=10.244.1.5:8080),exec(set_field:0x430/0x430->ct_mark))," +
+					"bucket=bucket_id:1,weight:100,actions=set_field:0x40000/0x40000->reg0,ct(commit,table=45,zone=65520,nat(dst=10.244.2.7:8080),exec(set_field:0x430/0x430->ct_mark))",
+			},
+		},
+		{
 			name: "SCTP has no flows: Windows conntrack drops it",
 			port: ServicePort{ClusterIP: netip.MustParseAddr("10.96.0.10"), Protocol: 132, Port: 80, ClusterGroup: 6},
 		},
@@ -199,6 +228,7 @@ func TestServiceBaseFlows(t *testing.T) {
 		"table=30, priority=210,ct_state=-trk,udp,nw_dst=10.244.1.1 actions=ct(table=30,zone=65521,nat)",
 		"table=30, priority=210,ct_state=-trk,icmp,nw_dst=10.244.1.1 actions=ct(table=30,zone=65521,nat)",
 		"table=31, priority=220,ct_state=-new+rpl+trk,ct_mark=0x80/0x80,ip actions=move:NXM_NX_CT_LABEL[0..47]->NXM_OF_ETH_DST[],move:NXM_NX_CT_LABEL[48..95]->NXM_OF_ETH_SRC[],output:3",
+		"table=31, priority=220,ct_state=-new+rpl+trk,ct_mark=0x400/0x400,ip actions=set_field:aa:bb:cc:dd:ee:ff->eth_src,set_field:02:42:0a:f4:01:01->eth_dst,output:2",
 		"table=45, priority=0 actions=set_field:aa:bb:cc:dd:ee:ff->eth_dst,goto_table:50",
 		"table=31, priority=200,ct_state=-new+trk,ct_mark=0x10/0x10,ip actions=set_field:aa:bb:cc:dd:ee:ff->eth_dst,goto_table:40",
 		"table=105, priority=220,ct_state=+new+trk,ip,reg0=0x40000/0x40000 actions=ct(commit,table=110,zone=65521,nat(src=10.244.1.1))",
@@ -225,8 +255,13 @@ func TestHairpinFlows(t *testing.T) {
 // Service SNAT has a zone of its own.
 func TestServiceMarksDoNotCollide(t *testing.T) {
 	g := NewWithT(t)
-	for _, m := range []uint32{ServiceCTMark, ServiceSNATCTMark, ServiceExternalCTMark, HairpinCTMark, PolicyAdmittedCTMark} {
+	marks := []uint32{ServiceCTMark, ServiceSNATCTMark, ServiceExternalCTMark, HairpinCTMark, PolicyAdmittedCTMark, HostNodePortCTMark}
+	for i, m := range marks {
 		g.Expect(m & SNATCTMark).To(BeZero())
+		g.Expect(m & ServiceZoneCTMarkMask).To(BeZero())
+		for _, o := range marks[i+1:] {
+			g.Expect(m & o).To(BeZero())
+		}
 	}
 	g.Expect(ServiceSNATZone).NotTo(Equal(ConntrackZone))
 	g.Expect(ServiceSNATField.Start).NotTo(BeElementOf(SNATRequiredField.Start, OFPortFoundField.Start))
@@ -240,14 +275,14 @@ func TestServiceFlowsPassWindowsProfile(t *testing.T) {
 	d := Datapath{Flows: append(n.BaseFlows(), n.ServiceBaseFlows()...), NATZones: n.NATZones()}
 	for _, proto := range []uint8{openflow.ProtoTCP, openflow.ProtoUDP} {
 		sp := testServicePort(n, proto)
-		sp.ClusterGroup, sp.ExternalGroup = uint32(proto)*10, uint32(proto)*10+1
+		sp.ClusterGroup, sp.ExternalGroup, sp.HostGroup = uint32(proto)*10, uint32(proto)*10+1, uint32(proto)*10+4
 		// A NodePort is served on every address of the node's interface, not only the node IP.
 		sp.NodeIPs = append(sp.NodeIPs, netip.MustParseAddr("192.168.10.21"))
 		groups, flows := n.ServiceFlows(sp)
 		d.Groups = append(d.Groups, groups...)
 		d.Flows = append(d.Flows, flows...)
 		// Session affinity, an external IP, a load balancer IP with a source range.
-		sp.ClusterGroup, sp.ExternalGroup = uint32(proto)*10+2, uint32(proto)*10+3
+		sp.ClusterGroup, sp.ExternalGroup, sp.HostGroup = uint32(proto)*10+2, uint32(proto)*10+3, uint32(proto)*10+5
 		sp.AffinityTimeout = 10
 		sp.ExternalIPs = []netip.Addr{netip.MustParseAddr("192.168.10.100")}
 		sp.LoadBalancerIPs = []netip.Addr{netip.MustParseAddr("192.168.10.200")}
@@ -267,7 +302,7 @@ func TestServiceFlowsPassWindowsProfile(t *testing.T) {
 	d.Flows = append(d.Flows, flows...)
 	// A UDP port in a zone of its own, and the flush of that zone when one of its endpoints goes.
 	udp := testServicePort(n, openflow.ProtoUDP)
-	udp.ClusterGroup, udp.ExternalGroup, udp.UDPZone = 30, 31, ServiceUDPZoneFirst
+	udp.ClusterGroup, udp.ExternalGroup, udp.HostGroup, udp.UDPZone = 30, 31, 32, ServiceUDPZoneFirst
 	groups, flows := n.ServiceFlows(udp)
 	d.Groups = append(d.Groups, groups...)
 	d.Flows = append(d.Flows, flows...)
@@ -275,7 +310,7 @@ func TestServiceFlowsPassWindowsProfile(t *testing.T) {
 	flush, ok := udp.ZoneFlush()
 	g.Expect(ok).To(BeTrue())
 	d.Flushes = append(d.Flushes, flush)
-	g.Expect(d.Groups).To(HaveLen(10))
+	g.Expect(d.Groups).To(HaveLen(15))
 	g.Expect(CheckWindows(d)).To(BeEmpty())
 }
 

@@ -241,6 +241,38 @@ func TestServiceClusterIPAndNodePort(t *testing.T) {
 	})
 }
 
+// TestServiceNodePortFromTheNodeItself reaches a NodePort Service with endpoints on node-a and node-b from the
+// network namespace of node-a and of node-b, each through its own node IP: the host NATs its own connection to
+// 169.254.0.252 (an nftables output DNAT, the twin of a Windows NetNat static mapping), routes it into the
+// gateway, and the switch balances it over every endpoint, the local one and the other node's. TCP reaches
+// both; UDP gets an answer. Once the Service is deleted, the node's own NodePort no longer answers.
+// Upstream: test/e2e/network/service.go "should be able to create a functioning NodePort service
+// [Conformance]" (its connection from the node to its own NodePort); test/e2e/network/networking.go "Granular
+// Checks: Services should function for node-Service: http" and "... udp" (node IPs as the address).
+func TestServiceNodePortFromTheNodeItself(t *testing.T) {
+	ea := addEchoPod(t, "echo-a", "node-a", 8080)
+	eb := addEchoPod(t, "echo-b", "node-b", 8090)
+	svc := echoService(t)
+	waitEndpoints(t, svc, ea, eb)
+	names := []string{"echo-a", "echo-b"}
+	nodePort := uint16(svc.Spec.Ports[0].NodePort)
+	udpNodePort := uint16(svc.Spec.Ports[2].NodePort)
+	for _, name := range []string{"node-a", "node-b"} {
+		n := node(name)
+		t.Run(name+" to its own NodePort", func(t *testing.T) {
+			start := time.Now()
+			askUntilAll(t, n.Host(), "tcp4", netip.AddrPortFrom(n.IP, nodePort), netip.Addr{}, names...)
+			askOne(t, n.Host(), "udp4", netip.AddrPortFrom(n.IP, udpNodePort), netip.Addr{}, names...)
+			t.Logf("%s reached every endpoint through its own NodePort in %s", name, time.Since(start))
+		})
+	}
+	NewWithT(t).Expect(c.Client.Delete(context.Background(), svc)).To(Succeed())
+	NewWithT(t).Eventually(func() error {
+		_, err := cluster.AskEcho(context.Background(), node("node-a").Host(), "tcp4", netip.AddrPortFrom(node("node-a").IP, nodePort), askTimeout)
+		return err
+	}).WithTimeout(converge).Should(HaveOccurred(), "node-a's own NodePort %d after its Service was deleted", nodePort)
+}
+
 // TestServiceEndpointChanges adds and removes endpoint Pods of a Service with connections open: new connections
 // reach an added endpoint and no longer a removed one, and an established connection to an endpoint that stays
 // keeps working through every change.

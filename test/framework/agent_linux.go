@@ -127,7 +127,8 @@ func StartAgentWith(t testing.TB, s *APIServer, node *simnode.Node, opts AgentOp
 	if err := routes.SetupWithManager(mgr); err != nil {
 		fail("remote route reconciler", err)
 	}
-	services := &service.Reconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("winnet-agent"), NodeName: node.Name, State: state, Net: net, ResyncPeriod: resync}
+	services := &service.Reconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("winnet-agent"), NodeName: node.Name, State: state, Net: net,
+		NodePorts: hostnet.NewNodePortNAT(hostnet.Options{NetNSPath: node.NSPath}), ResyncPeriod: resync}
 	if err := services.SetupWithManager(mgr); err != nil {
 		fail("Service reconciler", err)
 	}
