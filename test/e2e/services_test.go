@@ -245,7 +245,8 @@ func TestServiceClusterIPAndNodePort(t *testing.T) {
 // network namespace of node-a and of node-b, each through its own node IP: the host NATs its own connection to
 // 169.254.0.252 (an nftables output DNAT, the twin of a Windows NetNat static mapping), routes it into the
 // gateway, and the switch balances it over every endpoint, the local one and the other node's. TCP reaches
-// both; UDP gets an answer. Once the Service is deleted, the node's own NodePort no longer answers.
+// both; UDP gets an answer. Once the Service is deleted, the host no longer NATs the port: a server of the
+// node's own on it answers.
 // Upstream: test/e2e/network/service.go "should be able to create a functioning NodePort service
 // [Conformance]" (its connection from the node to its own NodePort); test/e2e/network/networking.go "Granular
 // Checks: Services should function for node-Service: http" and "... udp" (node IPs as the address).
@@ -266,11 +267,16 @@ func TestServiceNodePortFromTheNodeItself(t *testing.T) {
 			t.Logf("%s reached every endpoint through its own NodePort in %s", name, time.Since(start))
 		})
 	}
+	// Once the Service is gone, the host no longer NATs the port: a server of node-a's own on it answers
+	// node-a's connection, which a leftover NAT would still send into the switch, where nothing answers.
+	a := node("node-a")
 	NewWithT(t).Expect(c.Client.Delete(context.Background(), svc)).To(Succeed())
-	NewWithT(t).Eventually(func() error {
-		_, err := cluster.AskEcho(context.Background(), node("node-a").Host(), "tcp4", netip.AddrPortFrom(node("node-a").IP, nodePort), askTimeout)
-		return err
-	}).WithTimeout(converge).Should(HaveOccurred(), "node-a's own NodePort %d after its Service was deleted", nodePort)
+	own, err := cluster.ServeEcho(a.NSPath, int(nodePort))
+	NewWithT(t).Expect(err).NotTo(HaveOccurred())
+	t.Cleanup(own.Close)
+	NewWithT(t).Eventually(func() (netip.Addr, error) {
+		return cluster.DialEcho(context.Background(), a.Host(), netip.AddrPortFrom(a.IP, nodePort), askTimeout)
+	}).WithTimeout(converge).Should(Equal(a.IP), "node-a's own server on port %d, its Service deleted", nodePort)
 }
 
 // TestServiceEndpointChanges adds and removes endpoint Pods of a Service with connections open: new connections
