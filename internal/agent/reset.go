@@ -18,6 +18,7 @@ import (
 	"github.com/winnet-io/winnet/internal/hns"
 	"github.com/winnet-io/winnet/internal/hostnet"
 	"github.com/winnet-io/winnet/internal/ovs/ovsdb"
+	"github.com/winnet-io/winnet/internal/pipeline"
 )
 
 // DefaultHNSNetwork is the HNS network name a WindowsNodeNetwork gets by default.
@@ -44,6 +45,9 @@ type ResetHost struct {
 	OVSDB ResetOVSDB
 	HNS   hns.Interface
 	Net   hostnet.Interface
+	// NodePorts is the host's NAT of its own NodePorts (hostnet.NodePortNAT), which outlives the
+	// HNS network (a NetNat is the host's); nil leaves it.
+	NodePorts hostnet.NodePortNAT
 }
 
 // ResetOptions configure Reset.
@@ -98,7 +102,8 @@ func NewResetHost(ctx context.Context, opts HostOptions) (ResetHost, func(), err
 		closeHNS(hnsClient)
 		return ResetHost{}, nil, fmt.Errorf("opening the host network stack: %w", err)
 	}
-	return ResetHost{OVSDB: db, HNS: hnsClient, Net: netClient}, func() { db.Close(); closeHNS(hnsClient) }, nil
+	nat := hostnet.NewNodePortNAT(hostnet.Options{NetNSPath: opts.NetNSPath})
+	return ResetHost{OVSDB: db, HNS: hnsClient, Net: netClient, NodePorts: nat}, func() { db.Close(); closeHNS(hnsClient) }, nil
 }
 
 func closeHNS(h hns.Interface) {
@@ -112,7 +117,8 @@ func closeHNS(h hns.Interface) {
 // bridges winnet owns, the uplink's switch-port mark, the HNS network (whose deletion removes the
 // management vNIC and gives the adapter its IP configuration back), a check that the adapter holds
 // its recorded IPv4 address again (re-applying the record if not), then the adapter record, the
-// conflist and the agent's state (ipam/, pods/). It writes one line per step to opts.Out and
+// host's NAT of its own NodePorts (ResetHost.NodePorts, not listed), the conflist and the agent's
+// state (ipam/, pods/). It writes one line per step to opts.Out and
 // returns them; none means there was nothing to remove. It is idempotent. The HNS simulator's own
 // state file is the simulated HNS's, not winnet's, and stays.
 func Reset(ctx context.Context, host ResetHost, opts ResetOptions) ([]string, error) {
@@ -260,7 +266,15 @@ func (r *resetter) run(ctx context.Context) error {
 			}
 		}
 	}
-	// (5) The conflist, unless sandboxes are left (the shim removes it with the last one), and the
+	// (5) The host's NAT of its own NodePorts (the NetNat winnet-nodeport and its static mappings on
+	// Windows, the nftables table on Linux): removed whether or not it exists, and not listed, as
+	// ReconcileNodePorts does not tell.
+	if r.host.NodePorts != nil && !r.opts.DryRun {
+		if err := r.host.NodePorts.ReconcileNodePorts(ctx, pipeline.NodePortVirtualIP, nil); err != nil {
+			return fmt.Errorf("removing the host's NAT of its NodePorts: %w", err)
+		}
+	}
+	// (6) The conflist, unless sandboxes are left (the shim removes it with the last one), and the
 	// agent's state.
 	removals := []string{filepath.Join(r.opts.StateDir, "ipam"), filepath.Join(r.opts.StateDir, "pods")}
 	keep, err := r.retireCNI(ctx)

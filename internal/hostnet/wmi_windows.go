@@ -15,7 +15,8 @@ import (
 // WMI is used only for what iphlpapi has no call for: renaming an interface (MSFT_NetAdapter.Rename),
 // switching an interface's IPv4 configuration to DHCP (Win32_NetworkAdapterConfiguration.EnableDHCP)
 // and, on Windows older than build 19041, which lacks SetInterfaceDnsSettings, setting its IPv4 DNS
-// servers (Win32_NetworkAdapterConfiguration.SetDNSServerSearchOrder).
+// servers (Win32_NetworkAdapterConfiguration.SetDNSServerSearchOrder); and the host's NAT of its own
+// NodePorts (MSFT_NetNat and MSFT_NetNatStaticMapping instances, nodeport_windows.go).
 //
 // It is called in process through COM rather than through PowerShell: the cmdlets that do the same
 // (Rename-NetAdapter, Set-NetIPInterface -Dhcp, Set-DnsClientServerAddress) are themselves wrappers
@@ -26,7 +27,7 @@ import (
 
 // WMI namespaces of the classes used.
 const (
-	wmiStandardCimv2 = `root\StandardCimv2` // MSFT_NetAdapter
+	wmiStandardCimv2 = `root\StandardCimv2` // MSFT_NetAdapter, MSFT_NetNat, MSFT_NetNatStaticMapping
 	wmiCimv2         = `root\cimv2`         // Win32_NetworkAdapterConfiguration
 )
 
