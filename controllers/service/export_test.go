@@ -7,6 +7,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/winnet-io/winnet/internal/hostnet"
 )
 
 // FullPassFromScratch runs a full pass that computes every Service again, as if the reconciler had
@@ -30,7 +32,19 @@ func (r *Reconciler) CheckDrift(ctx context.Context) error {
 	if !ok {
 		return errors.New("the node network is not realised")
 	}
-	return r.checkDrift(ctx, rz)
+	return r.checkDrift(ctx, rz, nil)
+}
+
+// DriftCheck is the work item of the drift check.
+var DriftCheck = driftCheck
+
+// WrapNet replaces the host network the reconciler uses with wrap's, and has the next drift check
+// read the host's routes back.
+func (r *Reconciler) WrapNet(wrap func(hostnet.Interface) hostnet.Interface) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.Net = wrap(r.Net)
+	r.routed = nil
 }
 
 // FullPasses is the number of full passes that completed.

@@ -20,6 +20,7 @@ import (
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/source"
@@ -166,6 +167,9 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	})
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("service").
+		// Two workers: while the drift check reads the host's routes back (without the lock,
+		// listHostRoutes), the other worker runs the Services' passes.
+		WithOptions(controller.Options{MaxConcurrentReconciles: 2}).
 		Watches(&corev1.Service{}, &handler.EnqueueRequestForObject{}).
 		Watches(&discoveryv1.EndpointSlice{}, ofSlice).
 		WatchesRawSource(onRealized).
@@ -175,6 +179,10 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 // Reconcile runs the full pass, the drift check, or the pass of the Service named. The outcome is
 // reported to the node network reconciler, which writes it as ServicesReady.
 func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Result, retErr error) {
+	var listed *hostRoutes
+	if req == driftCheck {
+		listed = r.listHostRoutes(ctx)
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	rz, ok := r.State.Realized()
@@ -197,7 +205,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 	case req == fullPass:
 		return ctrl.Result{}, r.reconcileAll(ctx, rz)
 	case req == driftCheck:
-		return ctrl.Result{RequeueAfter: r.resync()}, r.checkDrift(ctx, rz)
+		return ctrl.Result{RequeueAfter: r.resync()}, r.checkDrift(ctx, rz, listed)
 	case !r.complete || !r.builtOn(rz, nodeIPs(rz)):
 		// Nothing to build on yet on this node network: the full pass (queued when the node
 		// network changed) covers this Service too.
@@ -210,14 +218,47 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 // nothing to build on (the node network changed, a full pass failed), when the bridge's flows were
 // found drifted and invalidated since the last full pass (SyncObject would send the stale flows of
 // one Service only), and every fullPassEvery checks; otherwise it reads the host's ClusterIP routes
-// back and repairs them. Between full passes every Service is up to date by construction: its
-// events queue its own pass, and a failed pass is retried.
-func (r *Reconciler) checkDrift(ctx context.Context, rz nodenetwork.Realized) error {
+// back (listed: read before the lock was taken, see listHostRoutes) and repairs them. Between full
+// passes every Service is up to date by construction: its events queue its own pass, and a failed
+// pass is retried.
+func (r *Reconciler) checkDrift(ctx context.Context, rz nodenetwork.Realized, listed *hostRoutes) error {
 	r.checks++
 	if !r.complete || !r.builtOn(rz, nodeIPs(rz)) || rz.Flows.Invalidations() != r.synced || r.checks >= fullPassEvery {
 		return r.reconcileAll(ctx, rz)
 	}
-	return r.syncHostRoutes(ctx, rz, slices.Collect(maps.Keys(r.clusterIPs)), r.resync())
+	return r.syncHostRoutesFrom(ctx, rz, slices.Collect(maps.Keys(r.clusterIPs)), r.resync(), listed)
+}
+
+// hostRoutes are the host's routes through a gateway link, as listed at a time.
+type hostRoutes struct {
+	link   int
+	routes []hostnet.Route
+	at     time.Time
+}
+
+// listHostRoutes lists the routes through the gateway when the drift check is due to read them
+// back, without holding the reconciler's lock: at 10,000 Services the listing takes tens of
+// milliseconds, during which the other worker runs the Services' passes. Passes that change a
+// route meanwhile make the listing stale for that route only, which the read-back tolerates: a
+// route added since is ensured again, one deleted since is deleted again (a no-op). It returns
+// nil when nothing is due, or the listing failed (syncHostRoutes then lists under the lock).
+func (r *Reconciler) listHostRoutes(ctx context.Context) *hostRoutes {
+	rz, ok := r.State.Realized()
+	if !ok {
+		return nil
+	}
+	r.mu.Lock()
+	due := r.Net != nil && (r.routed == nil || r.routedLink != rz.GatewayLinkIndex || r.clock().Now().Sub(r.routesChecked) >= r.resync())
+	r.mu.Unlock()
+	if !due {
+		return nil
+	}
+	at := r.clock().Now()
+	routes, err := r.Net.Routes(ctx, hostnet.RouteFilter{LinkIndex: rz.GatewayLinkIndex})
+	if err != nil {
+		return nil
+	}
+	return &hostRoutes{link: rz.GatewayLinkIndex, routes: routes, at: at}
 }
 
 // builtOn tells whether what the Services came to was computed on this node network, with these
@@ -320,7 +361,8 @@ func (r *Reconciler) reconcileOne(ctx context.Context, rz nodenetwork.Realized, 
 	observePass(r.totals, changed, time.Since(start))
 	r.State.SetServices(nodenetwork.ServicesResult{Services: r.totals.services, Ports: r.totals.ports, Endpoints: r.totals.endpoints})
 	if changed {
-		ctrl.LoggerFrom(ctx).Info("Synced Service flows", "ports", rs.counts.ports, "endpoints", rs.counts.endpoints,
+		// V(1): at 100 endpoint changes a second, a line each would be the log's bulk.
+		ctrl.LoggerFrom(ctx).V(1).Info("Synced Service flows", "ports", rs.counts.ports, "endpoints", rs.counts.endpoints,
 			"flowMods", flowRes.Mods(), "groupMods", groupRes.Mods(), "took", time.Since(start))
 	}
 	return r.flushStaleZones(ctx, rz)
@@ -518,7 +560,13 @@ func (r *Reconciler) handleRefusals(ctx context.Context, b *openflow.Bridge) {
 // The host's routes are read back once per resync period (and after a failure), which repairs
 // drift; in between, a pass changes only the routes its Services changed since the last one, so
 // that one endpoint changing among 10,000 Services does not cost a listing of 10,000 routes.
-func (r *Reconciler) syncHostRoutes(ctx context.Context, rz nodenetwork.Realized, clusterIPs []netip.Addr, resync time.Duration) (retErr error) {
+func (r *Reconciler) syncHostRoutes(ctx context.Context, rz nodenetwork.Realized, clusterIPs []netip.Addr, resync time.Duration) error {
+	return r.syncHostRoutesFrom(ctx, rz, clusterIPs, resync, nil)
+}
+
+// syncHostRoutesFrom is syncHostRoutes with the host's routes already listed (nil: list them when
+// the read-back is due).
+func (r *Reconciler) syncHostRoutesFrom(ctx context.Context, rz nodenetwork.Realized, clusterIPs []netip.Addr, resync time.Duration, listed *hostRoutes) (retErr error) {
 	if r.Net == nil {
 		return nil
 	}
@@ -535,7 +583,10 @@ func (r *Reconciler) syncHostRoutes(ctx context.Context, rz nodenetwork.Realized
 			r.routed = nil // read the host's routes back next time
 		}
 	}()
-	if r.routed != nil && r.routedLink == rz.GatewayLinkIndex && now.Sub(r.routesChecked) < resync {
+	if listed != nil && listed.link != rz.GatewayLinkIndex {
+		listed = nil // listed on a gateway that is gone
+	}
+	if listed == nil && r.routed != nil && r.routedLink == rz.GatewayLinkIndex && now.Sub(r.routesChecked) < resync {
 		var missing []hostnet.Route
 		for dst := range want {
 			if !r.routed[dst] {
@@ -555,9 +606,14 @@ func (r *Reconciler) syncHostRoutes(ctx context.Context, rz nodenetwork.Realized
 		r.routed = want
 		return nil
 	}
-	existing, err := r.Net.Routes(ctx, hostnet.RouteFilter{LinkIndex: rz.GatewayLinkIndex})
-	if err != nil {
-		return fmt.Errorf("listing the host's ClusterIP routes: %w", err)
+	var existing []hostnet.Route
+	if listed != nil {
+		existing, now = listed.routes, listed.at
+	} else {
+		var err error
+		if existing, err = r.Net.Routes(ctx, hostnet.RouteFilter{LinkIndex: rz.GatewayLinkIndex}); err != nil {
+			return fmt.Errorf("listing the host's ClusterIP routes: %w", err)
+		}
 	}
 	have := map[netip.Prefix]bool{}
 	for _, e := range existing {

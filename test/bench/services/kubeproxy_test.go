@@ -3,7 +3,7 @@
 package services
 
 import (
-	"bufio"
+	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -13,13 +13,13 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -204,101 +204,143 @@ func (r *kubeProxyRun) waitCold(t *testing.T, objs *scenario) time.Duration {
 	}
 }
 
-// endpointRE finds the endpoints of a rule that DNATs: kube-proxy 1.37 writes a Service's
-// endpoints into its rule (`dnat ip to numgen random mod 2 map { 0 : 10.128.0.1 . 8080, ... }`);
-// earlier versions had a rule per endpoint (`dnat to 10.128.0.1:8080`).
-var endpointRE = regexp.MustCompile(`(\d+\.\d+\.\d+\.\d+)(?: \. |:)` + strconv.Itoa(targetPort) + `\b`)
-
-// nftMonitor is `nft monitor` in kube-proxy's namespace: it prints each transaction once the
-// kernel committed it. It records when each endpoint first appeared in a dnat rule.
+// nftMonitor follows the kernel's nftables notifications in kube-proxy's namespace (netlink group
+// NFNLGRP_NFTABLES): the kernel sends them once a transaction is committed, so the time one arrives
+// is the time its rules reached the data path. This is what `nft monitor` prints, read without nft:
+// nft monitor first lists the whole ruleset into its cache, which took 8+ minutes at 10,000
+// Services on this machine, while the notifications themselves cost nothing to follow.
+//
+// It records when each endpoint address first appeared in a dnat map: kube-proxy 1.37 writes a
+// Service's endpoints into its chain's rule (`dnat ip to numgen random mod 2 map { 0 : 10.128.0.1
+// . 8080, ... }`), an anonymous map whose elements the kernel notifies as NFT_MSG_NEWSETELEM, each
+// value an NFTA_DATA_VALUE attribute of 12 bytes: its header (length 12, type 1), the address, the
+// port (network order) padded to 4 bytes (dnatValueHeader). winnet's side measures the same span:
+// from the EndpointSlice write to the switch's commit of the bundle that carries the endpoint.
 type nftMonitor struct {
-	cmd  *exec.Cmd
-	mu   sync.Mutex
-	seen map[netip.Addr]time.Time
-	done chan struct{}
+	fd     int
+	mu     sync.Mutex
+	seen   map[netip.Addr]time.Time
+	marker []byte // the name of a table whose notification tells the monitor is receiving
+	ready  chan struct{}
+	err    error // set when the kernel dropped notifications (the socket's buffer overran)
+	closed chan struct{}
+	done   chan struct{}
 }
 
-// monitor starts nft monitor and returns once it reports changes (a marker table it adds). One
-// monitor serves both measurements: at 10,000 Services it takes minutes to start.
+// dnatValueHeader starts an element value `<address> . <port>` of a dnat map in a notification:
+// the NFTA_DATA_VALUE attribute's header (length 12, type 1, little-endian), followed by the
+// address and the port in network order.
+var dnatValueHeader = []byte{12, 0, 1, 0}
+
+// monitor subscribes to kube-proxy's namespace's nftables notifications and returns once they
+// arrive (checked with a marker table it adds and deletes). One monitor serves both measurements.
 func (r *kubeProxyRun) monitor(t *testing.T) *nftMonitor {
 	t.Helper()
-	m := &nftMonitor{seen: map[netip.Addr]time.Time{}, done: make(chan struct{})}
-	m.cmd = exec.Command("ip", "netns", "exec", r.h.host.NS, "nft", "monitor")
-	out, err := m.cmd.StdoutPipe()
-	if err != nil {
+	m := &nftMonitor{seen: map[netip.Addr]time.Time{}, ready: make(chan struct{}), closed: make(chan struct{}), done: make(chan struct{})}
+	// The socket belongs to the namespace it is created in.
+	if err := framework.InNS(r.h.host.NS, func() error {
+		fd, err := unix.Socket(unix.AF_NETLINK, unix.SOCK_RAW|unix.SOCK_CLOEXEC, unix.NETLINK_NETFILTER)
+		if err != nil {
+			return err
+		}
+		m.fd = fd
+		return unix.Bind(fd, &unix.SockaddrNetlink{Family: unix.AF_NETLINK, Groups: 1 << (unix.NFNLGRP_NFTABLES - 1)})
+	}); err != nil {
+		t.Fatalf("subscribing to nftables notifications in kube-proxy's namespace: %v", err)
+	}
+	// Room for a churn's bursts: an overrun loses notifications (reported, see err), and the
+	// receive timeout lets stop end the reader.
+	if err := unix.SetsockoptInt(m.fd, unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, 64<<20); err != nil {
 		t.Fatal(err)
 	}
-	m.cmd.Stderr = os.Stderr
-	if err := m.cmd.Start(); err != nil {
-		t.Fatalf("starting nft monitor: %v", err)
-	}
-	t.Cleanup(m.stop)
-	copyTo, err := os.Create(filepath.Join(framework.RepoRoot(), "bin", "bench-services-nft-monitor.log"))
-	if err != nil {
+	if err := unix.SetsockoptTimeval(m.fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &unix.Timeval{Usec: 200_000}); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = copyTo.Close() })
 	marker := "bench_ready_" + strconv.FormatInt(time.Now().UnixNano(), 36)
-	ready := make(chan struct{})
-	go func() {
-		defer close(m.done)
-		sc := bufio.NewScanner(out)
-		sc.Buffer(make([]byte, 1<<20), 1<<20)
-		readyClosed := false
-		for sc.Scan() {
-			now := time.Now()
-			line := sc.Text()
-			fmt.Fprintln(copyTo, line)
-			if !readyClosed && strings.Contains(line, marker) {
-				close(ready)
-				readyClosed = true
-			}
-			if !strings.Contains(line, " dnat ") {
-				continue
-			}
+	m.marker = []byte(marker)
+	go m.read()
+	t.Cleanup(m.stop)
+	startedAt := time.Now()
+	if _, err := simnode.Exec(r.h.host.NS, "nft", "add", "table", "ip", marker); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _, _ = simnode.Exec(r.h.host.NS, "nft", "delete", "table", "ip", marker) }()
+	select {
+	case <-m.ready:
+		fmt.Printf("bench-services nftables notifications followed in %s\n", time.Since(startedAt).Round(time.Millisecond))
+		return m
+	case <-time.After(30 * time.Second):
+		t.Fatalf("no nftables notification for the table %s added in kube-proxy's namespace within 30 s", marker)
+	}
+	return nil
+}
+
+// read receives notifications until stop.
+func (m *nftMonitor) read() {
+	defer close(m.done)
+	buf := make([]byte, 1<<20)
+	receiving := false
+	for {
+		select {
+		case <-m.closed:
+			return
+		default:
+		}
+		n, _, err := unix.Recvfrom(m.fd, buf, 0)
+		now := time.Now()
+		switch {
+		case err == unix.EAGAIN || err == unix.EINTR:
+			continue
+		case err != nil:
 			m.mu.Lock()
-			for _, a := range endpointRE.FindAllStringSubmatch(line, -1) {
-				addr := netip.MustParseAddr(a[1])
+			if m.err == nil {
+				m.err = fmt.Errorf("receiving nftables notifications: %w (ENOBUFS: the kernel dropped some)", err)
+			}
+			m.mu.Unlock()
+			continue
+		}
+		msg := buf[:n]
+		if !receiving && bytes.Contains(msg, m.marker) {
+			close(m.ready)
+			receiving = true
+		}
+		m.mu.Lock()
+		for i := bytes.Index(msg, dnatValueHeader); i >= 0; {
+			v := msg[i+len(dnatValueHeader):]
+			if len(v) >= 6 && int(v[4])<<8|int(v[5]) == targetPort {
+				addr := netip.AddrFrom4([4]byte(v[:4]))
 				if _, ok := m.seen[addr]; !ok {
 					m.seen[addr] = now
 				}
 			}
-			m.mu.Unlock()
+			j := bytes.Index(v, dnatValueHeader)
+			if j < 0 {
+				break
+			}
+			i += len(dnatValueHeader) + j
 		}
-	}()
-	// nft monitor first reads the whole ruleset: at 10,000 Services on a loaded machine that takes
-	// minutes (nft list of kube-proxy's table takes as long).
-	startedAt := time.Now()
-	deadline := time.After(10 * time.Minute)
-	for {
-		if _, err := simnode.Exec(r.h.host.NS, "nft", "add", "table", "ip", marker); err != nil {
-			t.Fatal(err)
-		}
-		select {
-		case <-ready:
-			_, _ = simnode.Exec(r.h.host.NS, "nft", "delete", "table", "ip", marker)
-			fmt.Printf("bench-services nft monitor ready in %s\n", time.Since(startedAt).Round(time.Millisecond))
-			return m
-		case <-time.After(100 * time.Millisecond): // added before the monitor subscribed: again
-			_, _ = simnode.Exec(r.h.host.NS, "nft", "delete", "table", "ip", marker)
-		case <-deadline:
-			t.Fatal("nft monitor reported nothing within 10 minutes")
-		}
+		m.mu.Unlock()
 	}
 }
 
 func (m *nftMonitor) stop() {
-	if m.cmd.Process != nil {
-		_ = m.cmd.Process.Kill()
+	select {
+	case <-m.closed:
+	default:
+		close(m.closed)
 		<-m.done
+		_ = unix.Close(m.fd)
 	}
 }
 
-// programmed returns when each of the addresses appeared, waiting for them up to the timeout.
-func (m *nftMonitor) waitProgrammed(addrs []netip.Addr, timeout time.Duration) map[netip.Addr]time.Time {
+// waitProgrammed returns when each of the addresses appeared, waiting for them up to the timeout;
+// it fails the benchmark when the kernel dropped notifications.
+func (m *nftMonitor) waitProgrammed(t *testing.T, addrs []netip.Addr, timeout time.Duration) map[netip.Addr]time.Time {
+	t.Helper()
 	deadline := time.Now().Add(timeout)
 	for {
 		m.mu.Lock()
+		err := m.err
 		all := true
 		for _, a := range addrs {
 			if _, ok := m.seen[a]; !ok {
@@ -311,6 +353,9 @@ func (m *nftMonitor) waitProgrammed(addrs []netip.Addr, timeout time.Duration) m
 			out[a] = ts
 		}
 		m.mu.Unlock()
+		if err != nil {
+			t.Fatalf("following kube-proxy's nftables: %v", err)
+		}
 		if all || time.Now().After(deadline) {
 			return out
 		}
@@ -326,7 +371,7 @@ func (r *kubeProxyRun) addEndpoint(t *testing.T, ctx context.Context, w *writer,
 	if err != nil {
 		t.Fatal(err)
 	}
-	at, ok := m.waitProgrammed([]netip.Addr{addr}, time.Minute)[addr]
+	at, ok := m.waitProgrammed(t, []netip.Addr{addr}, time.Minute)[addr]
 	if !ok {
 		t.Fatalf("kube-proxy did not program the added endpoint %s within a minute", addr)
 	}
@@ -339,7 +384,7 @@ func (r *kubeProxyRun) churn(t *testing.T, ctx context.Context, w *writer, objs 
 	t.Helper()
 	cpu0 := r.cpu(t)
 	written := churnWrites(t, ctx, w, objs, d)
-	seen := m.waitProgrammed(written.current(), 30*time.Second)
+	seen := m.waitProgrammed(t, written.current(), 30*time.Second)
 	r.checkRunning(t)
 	res := churnResult{changes: len(written.done), cpu: r.cpu(t) - cpu0}
 	res.p50, res.p99, res.max = percentiles(latencies(t, "kube-proxy", written, seen))

@@ -196,6 +196,8 @@ type churnWritten struct {
 	// both changes at once rightly never programs them. Only scenarios with fewer Services than
 	// changes have any.
 	superseded map[netip.Addr]bool
+	// slice names the EndpointSlice each address was written to.
+	slice map[netip.Addr]string
 }
 
 // current are the addresses the churn added that it did not replace.
@@ -214,7 +216,7 @@ func (c churnWritten) current() []netip.Addr {
 func churnWrites(t *testing.T, ctx context.Context, w *writer, objs *scenario, d time.Duration) churnWritten {
 	t.Helper()
 	var mu sync.Mutex
-	written := churnWritten{done: map[netip.Addr]time.Time{}, superseded: map[netip.Addr]bool{}}
+	written := churnWritten{done: map[netip.Addr]time.Time{}, superseded: map[netip.Addr]bool{}, slice: map[netip.Addr]string{}}
 	var wg sync.WaitGroup
 	tick := time.NewTicker(10 * time.Millisecond)
 	defer tick.Stop()
@@ -236,9 +238,13 @@ func churnWrites(t *testing.T, ctx context.Context, w *writer, objs *scenario, d
 				}
 				return
 			}
+			objs.mu[i].Lock()
+			slice := objs.slices[i].Name
+			objs.mu[i].Unlock()
 			mu.Lock()
 			written.done[addr] = done
 			written.superseded[old] = true
+			written.slice[addr] = slice
 			mu.Unlock()
 		}()
 	}
@@ -252,9 +258,21 @@ func churnWrites(t *testing.T, ctx context.Context, w *writer, objs *scenario, d
 }
 
 // latencies matches each written address with the time the proxy programmed it; an address never
-// programmed that no later change replaced fails the benchmark.
+// programmed that no later change replaced fails the benchmark. Each change's times are written to
+// bin/bench-services-churn-<who>.tsv (slice, address, write done, programmed, latency in ms), to
+// lay the slow ones beside the proxy's log.
 func latencies(t *testing.T, who string, written churnWritten, programmed map[netip.Addr]time.Time) []time.Duration {
 	t.Helper()
+	var tsv strings.Builder
+	tsv.WriteString("slice\taddress\twritten\tprogrammed\tms\n")
+	for addr, w := range written.done {
+		if p, ok := programmed[addr]; ok {
+			fmt.Fprintf(&tsv, "%s\t%s\t%s\t%s\t%.1f\n", written.slice[addr], addr, w.UTC().Format(time.RFC3339Nano), p.UTC().Format(time.RFC3339Nano), ms(p.Sub(w)))
+		}
+	}
+	if err := os.WriteFile(filepath.Join(framework.RepoRoot(), "bin", "bench-services-churn-"+who+".tsv"), []byte(tsv.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	var out []time.Duration
 	var missing []string
 	for addr, w := range written.done {
