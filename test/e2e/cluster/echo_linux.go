@@ -214,6 +214,11 @@ func DialEchoConn(ctx context.Context, from Place, dst netip.AddrPort, timeout t
 	return &EchoConn{conn: conn, dst: dst}, nil
 }
 
+// DialUDP opens a connected UDP socket from a place to dst: every packet it sends has the same address and port.
+func DialUDP(ctx context.Context, from Place, dst netip.AddrPort, timeout time.Duration) (net.Conn, error) {
+	return dialFrom(ctx, from, "udp4", dst, timeout)
+}
+
 // DialUDPEchoConn opens a connected UDP socket from a place to dst, for a client that keeps its socket (as
 // a DNS resolver does): every Ask sends from the same address and port.
 func DialUDPEchoConn(ctx context.Context, from Place, dst netip.AddrPort, timeout time.Duration) (*EchoConn, error) {
