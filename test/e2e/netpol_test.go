@@ -187,7 +187,7 @@ func TestNetworkPolicy(t *testing.T) {
 				tc.change(t)
 			}
 			for _, p := range tc.probes {
-				expectConnection(t, all[p.from], all[p.to], p.port, p.allowed)
+				cluster.ExpectConnection(t, all[p.from], all[p.to], p.port, p.allowed, converge)
 			}
 			if tc.check != nil {
 				tc.check(t)
@@ -197,33 +197,6 @@ func TestNetworkPolicy(t *testing.T) {
 			return // later cases build on the state of earlier ones
 		}
 	}
-}
-
-// expectConnection waits until new TCP connections from one Pod to another's port complete
-// (allowed) or time out (refused), then checks the next one agrees.
-func expectConnection(t *testing.T, from, to *cluster.Pod, port int, allowed bool) {
-	t.Helper()
-	g := NewWithT(t)
-	dst := netip.AddrPortFrom(to.IP, uint16(port))
-	// A connection is allowed when the handshake completes: the SYN passed the policy and the SYN-ACK
-	// came back.
-	try := func() error {
-		return ns.WithNetNSPath(from.NSPath, func(ns.NetNS) error {
-			conn, err := net.DialTimeout("tcp4", dst.String(), time.Second)
-			if err == nil {
-				conn.Close()
-			}
-			return err
-		})
-	}
-	what := fmt.Sprintf("%s -> %s:%d", from.Name, to.Name, port)
-	if allowed {
-		g.Eventually(try).WithTimeout(converge).WithPolling(200*time.Millisecond).Should(Succeed(), what+" is allowed")
-		g.Expect(try()).To(Succeed(), what+" stays allowed")
-		return
-	}
-	g.Eventually(try).WithTimeout(converge).WithPolling(200*time.Millisecond).Should(HaveOccurred(), what+" is refused")
-	g.Expect(try()).To(HaveOccurred(), what+" stays refused")
 }
 
 func setPodLabels(t *testing.T, name string, labels map[string]string) {

@@ -6,7 +6,6 @@ import (
 	"context"
 	"fmt"
 	"io/fs"
-	"net"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -15,7 +14,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/containernetworking/plugins/pkg/ns"
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
@@ -143,8 +141,8 @@ func TestAPIServerOutage(t *testing.T) {
 	}
 	g.Expect(c.Client.Create(ctx, policy)).To(Succeed())
 	t.Cleanup(func() { _ = c.Client.Delete(context.Background(), policy) })
-	expectConnection(t, a1, c1, outagePort, true)
-	expectConnection(t, b1, c1, outagePort, false)
+	cluster.ExpectConnection(t, a1, c1, outagePort, true, converge)
+	cluster.ExpectConnection(t, b1, c1, outagePort, false, converge)
 
 	// outage-gone is being deleted: kubelet tears its sandbox down during the outage.
 	gone, err := c.AddPod(ctx, node("node-b"), "outage-gone", readyTimeout)
@@ -171,8 +169,8 @@ func TestAPIServerOutage(t *testing.T) {
 	g.Expect(c.RecreateSandbox(ctx, a1, 20*time.Second)).To(Succeed())
 	t.Logf("pod-a1's sandbox made again during the outage in %v, address %s (was %s)", time.Since(recreateStart).Round(time.Millisecond), a1.IP, oldIP)
 	g.Expect(a1.IP).To(Equal(oldIP), "the new sandbox keeps the Pod's address, which every node matches it by")
-	expectConnection(t, a1, c1, outagePort, true)
-	expectConnection(t, b1, c1, outagePort, false)
+	cluster.ExpectConnection(t, a1, c1, outagePort, true, converge)
+	cluster.ExpectConnection(t, b1, c1, outagePort, false, converge)
 	g.Eventually(func() int {
 		_, received, _ := cluster.Ping(b1.Place(), a1.IP, 1)
 		return received
@@ -218,8 +216,8 @@ func TestAPIServerOutage(t *testing.T) {
 	}).WithTimeout(converge).Should(Succeed())
 	g.Expect(c.WaitReady(ctx, converge)).To(Succeed())
 	t.Logf("every PodEndpoint and node network correct %v after the API server came back", time.Since(resumed).Round(time.Millisecond))
-	expectConnection(t, a1, c1, outagePort, true)
-	expectConnection(t, b1, c1, outagePort, false)
+	cluster.ExpectConnection(t, a1, c1, outagePort, true, converge)
+	cluster.ExpectConnection(t, b1, c1, outagePort, false, converge)
 }
 
 // filesMentioning returns the files under dir named name, or whose content holds one of the strings.
@@ -269,29 +267,4 @@ func serveLines(t *testing.T, path string, port int) {
 		t.Fatal(err)
 	}
 	t.Cleanup(s.Close)
-}
-
-// expectConnection waits until new TCP connections from one Pod to another's port complete (allowed) or
-// time out (refused), then checks the next one agrees.
-func expectConnection(t *testing.T, from, to *cluster.Pod, port int, allowed bool) {
-	t.Helper()
-	g := NewWithT(t)
-	dst := netip.AddrPortFrom(to.IP, uint16(port))
-	try := func() error {
-		return ns.WithNetNSPath(from.NSPath, func(ns.NetNS) error {
-			conn, err := net.DialTimeout("tcp4", dst.String(), time.Second)
-			if err == nil {
-				conn.Close()
-			}
-			return err
-		})
-	}
-	what := fmt.Sprintf("%s -> %s:%d", from.Name, to.Name, port)
-	if allowed {
-		g.Eventually(try).WithTimeout(converge).WithPolling(200*time.Millisecond).Should(Succeed(), what+" is allowed")
-		g.Expect(try()).To(Succeed(), what+" stays allowed")
-		return
-	}
-	g.Eventually(try).WithTimeout(converge).WithPolling(200*time.Millisecond).Should(HaveOccurred(), what+" is refused")
-	g.Expect(try()).To(HaveOccurred(), what+" stays refused")
 }
