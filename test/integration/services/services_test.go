@@ -262,7 +262,7 @@ func TestClusterIPAndNodePort(t *testing.T) {
 		for _, n := range []*framework.PodNode{a, b} {
 			groups, err := n.OVS.DumpGroups("br-int")
 			g.Expect(err).NotTo(HaveOccurred())
-			g.Expect(ours(groups)).To(HaveLen(8), "the two Services' groups on %s: TCP and UDP, cluster and external", n.Name)
+			g.Expect(ours(groups)).To(HaveLen(12), "the two Services' groups on %s: TCP and UDP, cluster, external and the host's own NodePort connections", n.Name)
 		}
 		for _, s := range []*corev1.Service{svcLocal, svcRemote} {
 			g.Expect(server.Client.Delete(ctx, s)).To(Succeed())
