@@ -14,6 +14,8 @@ import (
 // FullPassFromScratch runs a full pass that computes every Service again, as if the reconciler had
 // computed none before (their group ids and cookie objects stay theirs).
 func (r *Reconciler) FullPassFromScratch(ctx context.Context) error {
+	r.passes.Lock()
+	defer r.passes.Unlock()
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	rz, ok := r.State.Realized()
@@ -26,6 +28,8 @@ func (r *Reconciler) FullPassFromScratch(ctx context.Context) error {
 
 // CheckDrift runs the drift check.
 func (r *Reconciler) CheckDrift(ctx context.Context) error {
+	r.passes.Lock()
+	defer r.passes.Unlock()
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	rz, ok := r.State.Realized()
