@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -19,6 +20,7 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/winnet-io/winnet/internal/hostnet"
 	"github.com/winnet-io/winnet/test/framework"
 	"github.com/winnet-io/winnet/test/simnode"
 )
@@ -27,7 +29,8 @@ import (
 // ovs-vswitchd is stopped with SIGSTOP), the changes of other Services are computed and wait
 // together for the next bundle instead of each waiting for the pass before it; once the switch
 // goes on, every change is in the switch, in two bundles, and a full pass computed from scratch
-// changes nothing.
+// changes nothing. The passes of these Services, which have no NodePort, do not apply the host's
+// NodePort NAT again.
 func TestChangesShareTheNextBundle(t *testing.T) {
 	g := NewWithT(t)
 	ctx := context.Background()
@@ -74,6 +77,14 @@ func TestChangesShareTheNextBundle(t *testing.T) {
 	g.Expect(ok).To(BeTrue())
 	bundles := rz.Flows.Bundles()
 
+	// The Services have no NodePort: their passes leave the host's NodePort NAT alone (on Windows
+	// a WMI call each).
+	nat := &countedNAT{}
+	r.WrapNodePorts(func(h hostnet.NodePortNAT) hostnet.NodePortNAT {
+		nat.NodePortNAT = h
+		return nat
+	})
+
 	// The switch stops: the first pass's bundle waits for its commit reply.
 	pid := n.OVS.VswitchdPid()
 	g.Expect(pid).NotTo(BeZero(), "ovs-vswitchd is running")
@@ -100,6 +111,8 @@ func TestChangesShareTheNextBundle(t *testing.T) {
 	// The first pass's bundle and one for the others (and room for one of another flow owner).
 	g.Expect(rz.Flows.Bundles()-bundles).To(BeNumerically("<=", 3), "the changes queued behind the first shared a bundle")
 
+	g.Expect(nat.calls.Load()).To(BeZero(), "the passes of Services without NodePorts applied the host's NodePort NAT again")
+
 	// What the concurrent passes left is what a full pass computed from scratch installs.
 	dump := func() []string {
 		flows, err := n.OVS.Ofctl("dump-flows", "br-int", "--no-stats")
@@ -115,4 +128,15 @@ func TestChangesShareTheNextBundle(t *testing.T) {
 	full := dump()
 	g.Expect(without(full, concurrent)).To(BeEmpty(), "a full pass from scratch added these")
 	g.Expect(without(concurrent, full)).To(BeEmpty(), "a full pass from scratch removed these")
+}
+
+// countedNAT is the real host NAT of NodePorts, counting its calls.
+type countedNAT struct {
+	hostnet.NodePortNAT
+	calls atomic.Int32
+}
+
+func (n *countedNAT) ReconcileNodePorts(ctx context.Context, target netip.Addr, ports []hostnet.NodePort) error {
+	n.calls.Add(1)
+	return n.NodePortNAT.ReconcileNodePorts(ctx, target, ports)
 }

@@ -51,6 +51,13 @@ func (r *Reconciler) WrapNet(wrap func(hostnet.Interface) hostnet.Interface) {
 	r.routed = nil
 }
 
+// WrapNodePorts replaces the host NAT of NodePorts the reconciler uses with wrap's.
+func (r *Reconciler) WrapNodePorts(wrap func(hostnet.NodePortNAT) hostnet.NodePortNAT) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.NodePorts = wrap(r.NodePorts)
+}
+
 // FullPasses is the number of full passes that completed.
 func (r *Reconciler) FullPasses() int {
 	r.mu.Lock()

@@ -134,9 +134,11 @@ type Reconciler struct {
 	totals     counts
 	clusterIPs map[netip.Addr]int
 	// nodePorts counts the Services of each NodePort (the host NAT they need); natted is the set
-	// the host NATs, as last applied (nil: apply it next pass).
+	// the host NATs, as last applied, when nattedOK (otherwise: apply it next pass). No NodePort
+	// at all is a set too: it is applied once, not on every pass.
 	nodePorts map[hostnet.NodePort]int
 	natted    []hostnet.NodePort
+	nattedOK  bool
 	// fullPasses counts the full passes that completed; checks counts the drift checks since the
 	// last one; synced is the bridge's invalidation count it started from.
 	fullPasses int
@@ -385,6 +387,13 @@ func (r *Reconciler) reconcileOne(ctx context.Context, rz nodenetwork.Realized, 
 	flowRes, groupRes, err := rz.Flows.SyncObjectWithGroups(ctx, openflow.ObjectFlows{
 		Category: pipeline.CategoryService, Object: object, Flows: rs.flows, Groups: rs.groups, GoneGroups: goneIDs,
 	})
+	if err == nil && flowRes.Mods()+groupRes.Mods() > 0 {
+		// Logged as soon as the switch replied to the commit: the Service's data path is the
+		// versions in inputs from now on (make bench-services times its changes by this line).
+		// V(1): at 100 endpoint changes a second, a line each would be the log's bulk.
+		ctrl.LoggerFrom(ctx).V(1).Info("Committed Service flows", "inputs", rs.inputs.String(), "ports", rs.counts.ports, "endpoints", rs.counts.endpoints,
+			"flowMods", flowRes.Mods(), "groupMods", groupRes.Mods(), "took", time.Since(start))
+	}
 	r.mu.Lock()
 	if err != nil {
 		return fmt.Errorf("installing the flows of Service %s: %w", name, err)
@@ -429,11 +438,6 @@ func (r *Reconciler) reconcileOne(ctx context.Context, rz nodenetwork.Realized, 
 	changed := flowRes.Mods()+groupRes.Mods() > 0
 	observePass(r.totals, changed, time.Since(start))
 	r.State.SetServices(nodenetwork.ServicesResult{Services: r.totals.services, Ports: r.totals.ports, Endpoints: r.totals.endpoints})
-	if changed {
-		// V(1): at 100 endpoint changes a second, a line each would be the log's bulk.
-		ctrl.LoggerFrom(ctx).V(1).Info("Synced Service flows", "ports", rs.counts.ports, "endpoints", rs.counts.endpoints,
-			"flowMods", flowRes.Mods(), "groupMods", groupRes.Mods(), "took", time.Since(start))
-	}
 	return r.flushStaleZones(ctx, rz)
 }
 
@@ -729,15 +733,15 @@ func (r *Reconciler) syncNodePortNAT(ctx context.Context, force bool) error {
 	ports := slices.SortedFunc(maps.Keys(r.nodePorts), func(a, b hostnet.NodePort) int {
 		return cmp.Or(cmp.Compare(a.Protocol, b.Protocol), cmp.Compare(a.Port, b.Port))
 	})
-	if !force && r.natted != nil && slices.Equal(ports, r.natted) {
+	if !force && r.nattedOK && slices.Equal(ports, r.natted) {
 		return nil
 	}
 	ctrl.LoggerFrom(ctx).V(1).Info("NATing the host's own connections to its NodePorts", "nodePorts", len(ports), "target", pipeline.NodePortVirtualIP)
 	if err := r.NodePorts.ReconcileNodePorts(ctx, pipeline.NodePortVirtualIP, ports); err != nil {
-		r.natted = nil
+		r.nattedOK = false
 		return fmt.Errorf("NATing the host's own connections to its NodePorts: %w", err)
 	}
-	r.natted = ports
+	r.natted, r.nattedOK = ports, true
 	return nil
 }
 
