@@ -71,9 +71,11 @@ func startWinnet(t *testing.T, s *framework.APIServer, bin string, u *simnode.Un
 		r.pprof = framework.FreeAddress(t)
 		args = append(args, "--pprof-bind-address", r.pprof)
 	}
-	if os.Getenv("BENCH_AGENT_LOG_LEVEL") == "" {
-		// The commits of the Services' bundles are logged at V(1) (commitLog).
-		args = append(args, "--zap-log-level", "1")
+	if level, err := strconv.Atoi(os.Getenv("BENCH_AGENT_LOG_LEVEL")); err != nil || level < 2 {
+		// The commits of the Services' bundles are logged at V(1) (commitLog). Level 2: below it,
+		// controller-runtime's logger samples (the first 100 lines of a message a second, then one
+		// in 100), which would drop commits.
+		args = append(args, "--zap-log-level", "2")
 	}
 	logFile := filepath.Join(framework.RepoRoot(), "bin", "bench-services-"+name+".log")
 	r.agent = benchutil.StartAgent(t, bin, s.KubeconfigPath, node, logFile, nil, args...)
@@ -441,8 +443,31 @@ func (r *winnetRun) churn(t *testing.T, ctx context.Context, w *writer, objs *sc
 	// The log is read once the writes are done: its lines carry their own times.
 	written := churnWrites(t, ctx, w, objs, d)
 	programmed := l.waitProgrammed(t, written, 30*time.Second)
+	l.explainMissing(t, r, written, programmed)
 	res := churnResult{cpu: r.agentCPU(t) - agent0, cpuSwitch: r.vswitchdCPU(t) - switch0}
 	res.p50, res.p99, res.max = percentiles(latencies(t, "winnet", written, programmed))
 	res.changes = len(written.done)
 	return res
+}
+
+// explainMissing logs, for the changes never programmed, what the agent's log and the switch hold.
+func (l *commitLog) explainMissing(t *testing.T, r *winnetRun, written churnWritten, programmed map[netip.Addr]time.Time) {
+	var groups string
+	n := 0
+	for addr, v := range written.version {
+		if _, ok := programmed[addr]; ok || written.superseded[addr] {
+			continue
+		}
+		if groups == "" {
+			g, err := r.node.OVS.DumpGroups("br-int")
+			if err != nil {
+				t.Fatal(err)
+			}
+			groups = strings.Join(g, "\n")
+		}
+		if n++; n <= 5 {
+			t.Logf("not programmed: %s in slice %s version %s/%d, written %s; commits of the slice: %v; in the switch's groups: %v",
+				addr, written.slice[addr], v.uid, v.rv, written.done[addr].Format(time.RFC3339Nano), l.commits[v.uid], strings.Contains(groups, "nat(dst="+addr.String()+":"))
+		}
+	}
 }
