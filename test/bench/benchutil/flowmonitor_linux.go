@@ -5,6 +5,7 @@ package benchutil
 import (
 	"bufio"
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"strings"
@@ -16,10 +17,12 @@ import (
 
 // MonitorFlow runs an OpenFlow flow monitor (ovs-ofctl monitor, one connection kept open, for at
 // most 5 minutes) on the node's bridge for flows matching spec and sends the time the first one
-// is added. The monitor is registered with the switch when it returns. The agent sends each pass
-// in one bundle, so the first flow of a pass seen means the whole pass is in the switch; polling
-// with dump-flows instead would start a process per look and cost the agent's cores about 10 ms
-// each time.
+// is added, or replaced (an add over an installed flow is reported as ADDED by OVS 3.1, a
+// modify_strict as MODIFIED: both count). The monitor is registered with the switch when it
+// returns. The agent sends each pass in one bundle, so the first flow of a pass seen means the
+// whole pass is in the switch; polling with dump-flows instead would start a process per look and
+// cost the agent's cores about 10 ms each time. When the monitor ends without seeing the flow, the
+// channel is closed and what ovs-ofctl printed last is written to stdout.
 func MonitorFlow(t *testing.T, ctx context.Context, node *simnode.Node, bridge, spec string) <-chan time.Time {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
@@ -45,16 +48,25 @@ func MonitorFlow(t *testing.T, ctx context.Context, node *simnode.Node, bridge, 
 		t.Fatalf("ovs-ofctl monitor: unexpected first line %q (%v)", lines.Text(), lines.Err())
 	}
 	seen := make(chan time.Time, 1)
+	started := time.Now()
 	go func() {
 		defer close(seen)
-		defer func() { _ = cmd.Wait() }()
+		var last []string
 		for lines.Scan() {
-			if strings.Contains(lines.Text(), "event=ADDED") {
+			text := lines.Text()
+			if strings.Contains(text, "event=ADDED") || strings.Contains(text, "event=MODIFIED") {
 				seen <- time.Now()
 				_ = cmd.Process.Kill()
+				_ = cmd.Wait()
 				return
 			}
+			if last = append(last, text); len(last) > 5 {
+				last = last[1:]
+			}
 		}
+		err := cmd.Wait()
+		fmt.Printf("ovs-ofctl monitor for %q ended after %v without seeing the flow (%v, context: %v); its last lines: %q\n",
+			spec, time.Since(started).Round(time.Millisecond), err, ctx.Err(), last)
 	}()
 	return seen
 }

@@ -22,6 +22,8 @@ import (
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -90,12 +92,15 @@ func TestBenchNetpol(t *testing.T) {
 	seen := benchutil.MonitorFlow(t, ctx, node.Node, networkv1alpha1.DefaultBridgeName, fmt.Sprintf("table=%d,ip,nw_src=%s", pipeline.IngressRuleTable, last))
 	start := time.Now()
 	mustCreate(t, c, np)
+	created := time.Since(start)
 	at, ok := <-seen
 	if !ok {
 		t.Fatal("the flows of the 5,000-rule policy did not appear")
 	}
 	ours := at.Sub(start)
 	cidrPass := syncedPass(t, logFile, start)
+	fmt.Printf("bench-netpol cidr_rules=%d: steps, in ms from the create call: create returned %.1f; %s\n",
+		cidrRules, ms(created), cidrPass.steps(start, at))
 	flowFile := filepath.Join(t.TempDir(), "policy.flows")
 	n := dumpPolicyFlows(t, node.Node, flowFile)
 	ofctl := ofctlReference(t, node.Node, flowFile)
@@ -150,7 +155,7 @@ func TestBenchNetpol(t *testing.T) {
 	start = time.Now()
 	parallel(t, policies-1, func(i int) error { return c.Create(ctx, benchPolicy(i, 8000+i%10)) })
 	mustCreate(t, c, benchPolicy(policies-1, 9999))
-	created := time.Since(start)
+	created = time.Since(start)
 	at, ok = <-lastSeen
 	if !ok {
 		t.Fatal("the flows of the 1,000 policies did not appear")
@@ -171,23 +176,35 @@ func TestBenchNetpol(t *testing.T) {
 	if err := c.Get(ctx, client.ObjectKey{Namespace: remoteNamespace(remotePods), Name: "joiner"}, joiner); err != nil {
 		t.Fatal(err)
 	}
+	// A plain watch of the joiner, beside the agent's informer: when the API server delivers the
+	// change to a watcher that does nothing else.
+	watched := watchPod(t, ctx, server, joiner)
 	before := joiner.DeepCopy()
 	joiner.Labels = map[string]string{"role": "peer"}
 	start = time.Now()
 	if err := c.Patch(ctx, joiner, client.MergeFrom(before)); err != nil {
 		t.Fatal(err)
 	}
+	patched := time.Since(start)
 	at, ok = <-joined
 	if !ok {
-		t.Fatal("the added address's flow did not appear")
+		flows, _ := node.OVS.DumpFlows(networkv1alpha1.DefaultBridgeName, "-O", "OpenFlow15", fmt.Sprintf("table=%d,ip,nw_src=%s", pipeline.IngressRuleTable, joinerAddress))
+		t.Fatalf("the flow monitor did not see the added address's flow (see its last lines above); the switch has %q; the agent's first pass after the change: %+v",
+			flows, syncedPass(t, logFile, start))
 	}
 	incr := at.Sub(start)
 	if profile != nil {
 		profile()
 	}
 	incrPass := syncedPass(t, logFile, start)
+	watchAt, ok := <-watched
+	if !ok {
+		t.Fatal("the plain watch of the joiner saw no change")
+	}
 	fmt.Printf("bench-netpol added one address to the peers of %d policies: flow present %.1f ms after the label change (the agent's pass, from the Pod event to its bundle committed: %.1f ms), %d flow mods in the agent's pass\n",
 		policies, ms(incr), incrPass.Latency, incrPass.FlowMods)
+	fmt.Printf("bench-netpol added one address: steps, in ms from the patch call: patch returned %.1f; a plain watch saw the change %.1f; %s\n",
+		ms(patched), ms(watchAt.Sub(start)), incrPass.steps(start, at))
 	fmt.Printf("bench-netpol load average at the end: %s (the numbers are only comparable on a quiet machine)\n", loadAverage())
 	fmt.Printf("bench-netpol cidr_rules=%d ours_ms=%d ofctl_ms=%d ratio=%.2f policies=%d policies_ms=%d incr_ms=%.1f incr_msgs=%d\n",
 		cidrRules, ours.Milliseconds(), ofctl.Milliseconds(), float64(ours)/float64(ofctl), policies, policiesTime.Milliseconds(), ms(incr), incrPass.FlowMods)
@@ -322,10 +339,52 @@ func ofctlReference(t *testing.T, node *simnode.Node, file string) time.Duration
 // mods and, in ms, its latency (from the change the agent saw to its bundle committed) and, for a
 // full pass, its steps.
 type pass struct {
-	TS                           time.Time `json:"ts"`
-	Msg                          string    `json:"msg"`
-	FlowMods                     int       `json:"flowMods"`
-	Latency, Read, Compute, Sync float64
+	TS                                   time.Time `json:"ts"`
+	Msg                                  string    `json:"msg"`
+	FlowMods                             int       `json:"flowMods"`
+	Latency, Queued, Read, Compute, Sync float64
+}
+
+// steps renders the pass's steps as times from start (the bench's API call) and the time the
+// flow monitor saw the flow, at: the agent's event handler (the pass's latency counts from it),
+// the pass starting, reading the caches (full pass only), compiling, the bundle committed, and
+// the log line written just after.
+func (p pass) steps(start, at time.Time) string {
+	event := ms(p.TS.Sub(start)) - p.Latency
+	read := event + p.Queued + p.Read
+	s := fmt.Sprintf("the agent's handler saw the event %.1f; its pass started %.1f", event, event+p.Queued)
+	if p.Read > 0 {
+		s += fmt.Sprintf("; read the caches %.1f", read)
+	}
+	return s + fmt.Sprintf("; compiled %.1f; bundle committed %.1f (logged %.1f); the flow monitor saw the flow %.1f",
+		read+p.Compute, read+p.Compute+p.Sync, ms(p.TS.Sub(start)), ms(at.Sub(start)))
+}
+
+// watchPod watches pod from its current version with a client of its own and sends the time of
+// the first change it sees.
+func watchPod(t *testing.T, ctx context.Context, server *framework.APIServer, pod *corev1.Pod) <-chan time.Time {
+	t.Helper()
+	cs, err := kubernetes.NewForConfig(server.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := cs.CoreV1().Pods(pod.Namespace).Watch(ctx, metav1.ListOptions{
+		FieldSelector: "metadata.name=" + pod.Name, ResourceVersion: pod.ResourceVersion})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(w.Stop)
+	seen := make(chan time.Time, 1)
+	go func() {
+		defer close(seen)
+		for ev := range w.ResultChan() {
+			if ev.Type == watch.Modified {
+				seen <- time.Now()
+				return
+			}
+		}
+	}()
+	return seen
 }
 
 // syncedPass returns the agent's first NetworkPolicy pass that changed the switch after since.
