@@ -5,9 +5,13 @@ package benchutil
 import (
 	"bufio"
 	"context"
+	"encoding/binary"
 	"fmt"
+	"io"
+	"net"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -69,4 +73,50 @@ func MonitorFlow(t *testing.T, ctx context.Context, node *simnode.Node, bridge, 
 			spec, time.Since(started).Round(time.Millisecond), err, ctx.Err(), last)
 	}()
 	return seen
+}
+
+// SwitchEcho is the median of five OpenFlow echo round trips to the node's bridge on a connection
+// of its own: how long ovs-vswitchd takes to answer anything at that moment (its main loop answers
+// echoes, flow_mods and bundle requests alike), beside which the agent's flow changes are judged.
+func SwitchEcho(t *testing.T, node *simnode.Node, bridge string) time.Duration {
+	t.Helper()
+	conn, err := net.Dial("unix", node.OVS.MgmtSocket(bridge))
+	if err != nil {
+		t.Fatalf("connecting to %s: %v", bridge, err)
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(10 * time.Second))
+	const version, hello, echoRequest, echoReply = 6, 0, 2, 3 // OpenFlow 1.5
+	send := func(typ byte, xid uint32) {
+		msg := []byte{version, typ, 0, 8, 0, 0, 0, 0}
+		binary.BigEndian.PutUint32(msg[4:], xid)
+		if _, err := conn.Write(msg); err != nil {
+			t.Fatalf("writing to %s: %v", bridge, err)
+		}
+	}
+	r := bufio.NewReader(conn)
+	awaitReply := func(xid uint32) {
+		hdr := make([]byte, 8)
+		for {
+			if _, err := io.ReadFull(r, hdr); err != nil {
+				t.Fatalf("reading from %s: %v", bridge, err)
+			}
+			if _, err := io.CopyN(io.Discard, r, int64(binary.BigEndian.Uint16(hdr[2:4]))-8); err != nil {
+				t.Fatalf("reading from %s: %v", bridge, err)
+			}
+			if hdr[1] == echoReply && binary.BigEndian.Uint32(hdr[4:]) == xid {
+				return
+			}
+		}
+	}
+	send(hello, 1)
+	var rtts []time.Duration
+	for xid := uint32(2); xid < 7; xid++ {
+		start := time.Now()
+		send(echoRequest, xid)
+		awaitReply(xid)
+		rtts = append(rtts, time.Since(start))
+	}
+	slices.Sort(rtts)
+	return rtts[len(rtts)/2]
 }
