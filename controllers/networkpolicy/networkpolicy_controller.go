@@ -260,16 +260,22 @@ func (r *Reconciler) applyPods(ctx context.Context, rz nodenetwork.Realized, pod
 	}
 	flows := r.index.flows(clauses)
 	compute := time.Since(start)
-	synced, err := rz.Flows.SyncObjects(ctx, pipeline.CategoryPolicy, flows)
+	var trace openflow.SendTrace
+	synced, err := rz.Flows.SyncObjects(openflow.WithSendTrace(ctx, &trace), pipeline.CategoryPolicy, flows)
 	if err != nil {
 		return fmt.Errorf("installing NetworkPolicy peer flows: %w", err)
 	}
 	observePass(r.last, synced.Mods() > 0, time.Since(changed))
 	if synced.Mods() > 0 {
 		// latency runs from the first change seen; queued, compute and sync are its steps (waiting
-		// for this pass, reading the Pods and compiling their flows, the bundle committed).
+		// for this pass, reading the Pods and compiling their flows, the change committed), and
+		// locked, written and answered the times into sync when the bridge's lock was taken, the
+		// change written to the switch and its answer read (0: it shared another call's bundle).
+		sync := time.Since(start) - compute
 		ctrl.LoggerFrom(ctx).Info("Synced NetworkPolicy flows", "pods", len(pods), "flowMods", synced.Mods(), "latency", time.Since(changed),
-			"queued", queued, "compute", compute, "sync", time.Since(start)-compute)
+			"queued", queued, "compute", compute, "sync", sync, "locked", sinceOrZero(trace.Locked, start.Add(compute)),
+			"written", sinceOrZero(trace.Written, start.Add(compute)),
+			"answered", sinceOrZero(trace.Answered, start.Add(compute)))
 	}
 	return nil
 }
@@ -343,6 +349,14 @@ func (r *Reconciler) warn(ctx context.Context, policies []networkingv1.NetworkPo
 				r.NodeName, strings.Join(what, "; "))
 		}
 	}
+}
+
+// sinceOrZero is t - from, or 0 for a zero t.
+func sinceOrZero(t, from time.Time) time.Duration {
+	if t.IsZero() {
+		return 0
+	}
+	return t.Sub(from)
 }
 
 func containsAddr(ips []netip.Addr, ip netip.Addr) bool {

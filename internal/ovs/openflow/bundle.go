@@ -345,6 +345,28 @@ func (c *bundleConn) runOne(ctx context.Context, m bundleMsg) error {
 	return nil
 }
 
+// SendTrace records when a change of flows went to the switch, for latency measurements (like
+// net/http/httptrace): a Sync given a context WithSendTrace fills it in when it sends the change
+// itself (a change that shares another call's bundle leaves it empty).
+type SendTrace struct {
+	// Locked is when the bridge's lock was taken and the bundle began to be built; Written when
+	// its last request was written (the commit, or the barrier after a lone flow_mod); Answered
+	// when the switch's answer to it was read.
+	Locked, Written, Answered time.Time
+}
+
+type sendTraceKey struct{}
+
+// WithSendTrace returns a context whose Syncs fill in trace.
+func WithSendTrace(ctx context.Context, trace *SendTrace) context.Context {
+	return context.WithValue(ctx, sendTraceKey{}, trace)
+}
+
+func sendTraceFrom(ctx context.Context) *SendTrace {
+	t, _ := ctx.Value(sendTraceKey{}).(*SendTrace)
+	return t
+}
+
 // bundleTx is one atomic bundle on a bundle connection. Messages are buffered into large writes,
 // and encoding the next messages overlaps with the switch decoding the previous ones.
 type bundleTx struct {
@@ -390,8 +412,15 @@ func (tx *bundleTx) flushAndAwait(ctx context.Context, xid uint32) ([]ofError, e
 	if err := tx.w.Flush(); err != nil {
 		return nil, fmt.Errorf("writing to the switch: %w", err)
 	}
+	trace := sendTraceFrom(ctx)
+	if trace != nil {
+		trace.Written = time.Now()
+	}
 	tx.unlock()
 	errs, err := tx.c.in.await(ctx, xid)
+	if trace != nil {
+		trace.Answered = time.Now()
+	}
 	if err == nil {
 		tx.c.wmu.Lock()
 		tx.locked = true

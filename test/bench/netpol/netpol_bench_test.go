@@ -359,6 +359,9 @@ type pass struct {
 	Msg                                  string    `json:"msg"`
 	FlowMods                             int       `json:"flowMods"`
 	Latency, Queued, Read, Compute, Sync float64
+	// Locked, Written and Answered are, within Sync, when the incremental path's change took the
+	// bridge's lock, was written to the switch and had its answer read.
+	Locked, Written, Answered float64
 }
 
 // steps renders the pass's steps as times from start (the bench's API call) and the time the
@@ -372,8 +375,13 @@ func (p pass) steps(start, at time.Time) string {
 	if p.Read > 0 {
 		s += fmt.Sprintf("; read the caches %.1f", read)
 	}
-	return s + fmt.Sprintf("; compiled %.1f; bundle committed %.1f (logged %.1f); the flow monitor saw the flow %.1f",
-		read+p.Compute, read+p.Compute+p.Sync, ms(p.TS.Sub(start)), ms(at.Sub(start)))
+	s += fmt.Sprintf("; compiled %.1f", read+p.Compute)
+	if p.Written > 0 {
+		s += fmt.Sprintf("; took the bridge's lock %.1f; written to the switch %.1f; its answer read %.1f",
+			read+p.Compute+p.Locked, read+p.Compute+p.Written, read+p.Compute+p.Answered)
+	}
+	return s + fmt.Sprintf("; committed %.1f (logged %.1f); the flow monitor saw the flow %.1f",
+		read+p.Compute+p.Sync, ms(p.TS.Sub(start)), ms(at.Sub(start)))
 }
 
 // watchPod watches pod from its current version with a client of its own and sends the time of
