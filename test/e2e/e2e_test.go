@@ -201,13 +201,16 @@ const matrixAttempts = 3
 func TestConnectivityMatrix(t *testing.T) {
 	ctx := context.Background()
 	var all []cluster.Result
+	var switchEvents []string
 	for i, e := range encapsulations {
 		setEncapsulation(t, e)
 		checks := matrixChecks(e, i == 0)
 		took, failed, err := c.WaitReachable(ctx, checks, converge)
 		NewWithT(t).Expect(err).NotTo(HaveOccurred())
-		t.Logf("%s: every row reachable %v after the change was realised (%d tries failed meanwhile)", e.name, took.Round(time.Millisecond), failed)
+		t.Logf("%s: every row reachable %v after the change was realised (%d tries failed meanwhile%s)", e.name, took.Round(time.Millisecond), len(failed), cluster.Lines(failed))
+		probing := time.Now()
 		all = append(all, c.Probe(ctx, checks, matrixAttempts)...)
+		switchEvents = append(switchEvents, c.SwitchEvents(probing)...)
 	}
 	setEncapsulation(t, encapsulations[0])
 	t.Logf("connectivity matrix (%d attempts per row, all counted):\n%s", matrixAttempts, cluster.FormatTable(all))
@@ -216,6 +219,9 @@ func TestConnectivityMatrix(t *testing.T) {
 			t.Errorf("%s -> %s over %s does not pass in every attempt (ICMP %d/%d %v; TCP %d/%d from the wanted source %v, %v)",
 				r.From, r.To, r.Path, r.ICMPReceived, r.ICMPSent, r.ICMPErr, r.TCPOKAttempts, len(r.Attempts), r.WantSource, r.TCPErr)
 		}
+	}
+	if t.Failed() {
+		t.Logf("ports added or deleted, warnings and errors in the switches while the rows were probed (%d)%s", len(switchEvents), cluster.Lines(switchEvents))
 	}
 }
 
@@ -226,14 +232,21 @@ func expectAllOK(t *testing.T, what string, checks []cluster.Check, attempts int
 	ctx := context.Background()
 	took, failed, err := c.WaitReachable(ctx, checks, converge)
 	NewWithT(t).Expect(err).NotTo(HaveOccurred())
+	probing := time.Now()
 	results := c.Probe(ctx, checks, attempts)
-	t.Logf("%s; every path reachable %v later (%d tries failed meanwhile), then %d attempts each:\n%s", what,
-		took.Round(time.Millisecond), failed, attempts, cluster.FormatTable(results))
+	t.Logf("%s; every path reachable %v later (%d tries failed meanwhile%s), then %d attempts each:\n%s", what,
+		took.Round(time.Millisecond), len(failed), cluster.Lines(failed), attempts, cluster.FormatTable(results))
+	lost := false
 	for _, r := range results {
 		if !r.OK() {
+			lost = true
 			t.Errorf("%s -> %s over %s does not pass in every attempt (ICMP %d/%d %v; TCP %d/%d, %v)",
 				r.From, r.To, r.Path, r.ICMPReceived, r.ICMPSent, r.ICMPErr, r.TCPOKAttempts, len(r.Attempts), r.TCPErr)
 		}
+	}
+	if lost {
+		events := c.SwitchEvents(probing)
+		t.Logf("ports added or deleted, warnings and errors in the switches while the paths were probed (%d)%s", len(events), cluster.Lines(events))
 	}
 }
 

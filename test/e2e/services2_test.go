@@ -135,15 +135,28 @@ func TestServiceSessionAffinity(t *testing.T) {
 		s.Spec.SessionAffinityConfig = &corev1.SessionAffinityConfig{ClientIP: &corev1.ClientIPConfig{TimeoutSeconds: ptr.To[int32](2)}}
 	})
 	waitFlows(t, node("node-c"), "learn(table=42,hard_timeout=2,")
-	// The choice sticks: a second connection right after the first reaches the same endpoint. It ends: once
-	// the 2 s are over the client is balanced again, so another endpoint answers sooner or later.
-	start := time.Now()
-	a, err := cluster.AskEcho(context.Background(), from.Place(), "tcp4", dst, askTimeout)
-	g.Expect(err).NotTo(HaveOccurred())
-	waitLearned(t, node("node-c"), from.IP, dst)
-	b, err := cluster.AskEcho(context.Background(), from.Place(), "tcp4", dst, askTimeout)
-	g.Expect(err).NotTo(HaveOccurred())
-	g.Expect(b.Name).To(Equal(a.Name), "the second connection reaches the endpoint of the first")
+	// The choice sticks: a second connection right after the first reaches the same endpoint. That holds only
+	// when the second comes within the 2 s of the first (under load, waiting for the learned flow alone has
+	// taken longer): a pair that took longer proves nothing and is made again, logged, at most 5 times. It
+	// ends: once the 2 s are over the client is balanced again, so another endpoint answers sooner or later.
+	var a cluster.EchoAnswer
+	var start time.Time
+	for pair := 1; ; pair++ {
+		start = time.Now()
+		var err error
+		a, err = cluster.AskEcho(context.Background(), from.Place(), "tcp4", dst, askTimeout)
+		g.Expect(err).NotTo(HaveOccurred())
+		waitLearned(t, node("node-c"), from.IP, dst)
+		b, err := cluster.AskEcho(context.Background(), from.Place(), "tcp4", dst, askTimeout)
+		g.Expect(err).NotTo(HaveOccurred())
+		if took := time.Since(start); took >= 2*time.Second {
+			g.Expect(pair).To(BeNumerically("<", 5), "no pair of connections came within the affinity's 2 s on this machine")
+			t.Logf("pair %d took %v, longer than the affinity's 2 s: again", pair, took.Round(time.Millisecond))
+			continue
+		}
+		g.Expect(b.Name).To(Equal(a.Name), "the second connection reaches the endpoint of the first")
+		break
+	}
 	g.Eventually(func() (string, error) {
 		n, err := cluster.AskEcho(context.Background(), from.Place(), "tcp4", dst, askTimeout)
 		return n.Name, err

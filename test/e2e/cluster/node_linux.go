@@ -418,3 +418,40 @@ func (n *Node) stop() error {
 	errs = append(errs, deleteNS(n.NS))
 	return errors.Join(errs...)
 }
+
+// SwitchEvents returns the lines of the node's ovs-vswitchd log since t that say a port was added or deleted
+// or that are warnings or errors, for a test to print when a packet was lost: on the userspace datapath the
+// tests run, adding or deleting any port makes ovs-vswitchd reconfigure its datapath, and packets of other
+// ports' flows in flight then can be lost (measured with an `ovs-vsctl add-port`/`del-port` of an unrelated
+// internal port and no agent involved: 2 of 900 pings at 10 ms per 8 port changes). The Windows extension
+// adds and removes switch ports without reconfiguring a poll loop, so this says whether a lost packet is this
+// substrate's.
+func (n *Node) SwitchEvents(t time.Time) []string {
+	b, err := os.ReadFile(filepath.Join(n.OVS.Dir, "ovs-vswitchd.log"))
+	if err != nil {
+		return []string{fmt.Sprintf("%s: reading ovs-vswitchd's log: %v", n.Name, err)}
+	}
+	var lines []string
+	for _, l := range strings.Split(string(b), "\n") {
+		// 2026-11-25T15:54:04.502Z|00061|bridge|INFO|bridge br-int: deleted interface winnet-tun0 on port 32768
+		stamp, rest, ok := strings.Cut(l, "|")
+		at, err := time.Parse("2006-01-02T15:04:05.000Z", stamp)
+		if !ok || err != nil || at.Before(t) {
+			continue
+		}
+		if strings.Contains(rest, "added interface") || strings.Contains(rest, "deleted interface") ||
+			((strings.Contains(rest, "|WARN|") || strings.Contains(rest, "|ERR|")) && !strings.Contains(rest, "enumerate system datapaths")) {
+			lines = append(lines, n.Name+": "+l)
+		}
+	}
+	return lines
+}
+
+// SwitchEvents returns every node's SwitchEvents since t.
+func (c *Cluster) SwitchEvents(t time.Time) []string {
+	var lines []string
+	for _, n := range c.Nodes() {
+		lines = append(lines, n.SwitchEvents(t)...)
+	}
+	return lines
+}

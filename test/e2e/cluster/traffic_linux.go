@@ -163,26 +163,29 @@ func (c *Cluster) Probe(ctx context.Context, checks []Check, attempts int) []Res
 
 // WaitReachable waits until every check has passed one attempt, after a change the data plane takes time to
 // converge on (a new encapsulation, a node rebooted, a network recreated: the first packets to a new tunnel
-// peer are dropped while ovs-vswitchd resolves the peer's MAC), and returns how long that took and how many
-// attempts failed meanwhile, for the test to report. It only waits: measure with Probe afterwards, where
-// every attempt counts.
-func (c *Cluster) WaitReachable(ctx context.Context, checks []Check, timeout time.Duration) (time.Duration, int, error) {
+// peer are dropped while ovs-vswitchd resolves the peer's MAC), and returns how long that took and the
+// attempts that failed meanwhile (one line each: the row, when, what was lost), for the test to report. It
+// only waits: measure with Probe afterwards, where every attempt counts.
+func (c *Cluster) WaitReachable(ctx context.Context, checks []Check, timeout time.Duration) (time.Duration, []string, error) {
 	start := time.Now()
 	servers, errs := serveEchoes(checks)
 	defer closeEchoes(servers)
-	pending, failed := checks, 0
+	pending := checks
+	var failed []string
 	for {
 		var still []Check
 		var last Attempt
 		for _, ch := range pending {
 			var r Result
 			r.Check = ch
+			tried := time.Since(start)
 			r.add(probe(ctx, ch, errs[ch.To.NS]))
 			if !r.OK() {
 				still, last = append(still, ch), r.Attempts[0]
+				failed = append(failed, fmt.Sprintf("%s -> %s over %s at %v: ICMP %d/%d, TCP source %v, %v",
+					ch.From, ch.To, ch.Path, tried.Round(time.Millisecond), last.ICMPReceived, last.ICMPSent, last.TCPSource, last.TCPErr))
 			}
 		}
-		failed += len(still)
 		if len(still) == 0 {
 			return time.Since(start), failed, nil
 		}
@@ -193,6 +196,15 @@ func (c *Cluster) WaitReachable(ctx context.Context, checks []Check, timeout tim
 		pending = still
 		time.Sleep(200 * time.Millisecond)
 	}
+}
+
+// Lines formats lines for a log message after its first line: each on its own line, indented; nothing for
+// none.
+func Lines(lines []string) string {
+	if len(lines) == 0 {
+		return ""
+	}
+	return ":\n\t" + strings.Join(lines, "\n\t") + "\n"
 }
 
 // serveEchoes starts an echo server in every destination namespace of the checks; errs holds the namespaces

@@ -264,7 +264,7 @@ func expectAllOK(t *testing.T, g Gomega, checks []cluster.Check, attempts int) {
 	t.Helper()
 	took, failed, err := c.WaitReachable(context.Background(), checks, timeout)
 	g.Expect(err).NotTo(HaveOccurred())
-	t.Logf("every row reachable after %v (%d tries failed meanwhile)", took.Round(time.Millisecond), failed)
+	t.Logf("every row reachable after %v (%d tries failed meanwhile%s)", took.Round(time.Millisecond), len(failed), cluster.Lines(failed))
 	results := c.Probe(context.Background(), checks, attempts)
 	t.Logf("\n%s", cluster.FormatTable(results))
 	for _, r := range results {
