@@ -39,7 +39,7 @@ func benchPass(b *testing.B, in Inputs, minFlows int) {
 // flows of its address.
 func BenchmarkIncrementalAddress(b *testing.B) {
 	in := bench1000Policies()
-	d := Compute(in, &conjIDs{})
+	index := Compute(in, &conjIDs{}).peers()
 	joiner := PodInfo{Namespace: "remote-00", Name: "joiner", IPs: []netip.Addr{netip.MustParseAddr("10.245.200.1")}}
 	key := types.NamespacedName{Namespace: joiner.Namespace, Name: joiner.Name}
 	labels := []map[string]string{{"role": "peer"}, {"role": "idle"}}
@@ -48,11 +48,11 @@ func BenchmarkIncrementalAddress(b *testing.B) {
 	for b.Loop() {
 		joiner.Labels = labels[i%2]
 		i++
-		clauses, err := d.peers.podChanged(key, &joiner)
+		clauses, err := index.podChanged(key, &joiner)
 		if err != nil || len(clauses) != 10 {
 			b.Fatalf("%d clauses, %v", len(clauses), err)
 		}
-		if flows := d.peers.flows(clauses); len(flows) != 1 {
+		if flows := index.flows(clauses); len(flows) != 1 {
 			b.Fatalf("%d peer flows", len(flows))
 		}
 	}

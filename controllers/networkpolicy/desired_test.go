@@ -2,6 +2,7 @@ package networkpolicy
 
 import (
 	"net/netip"
+	"slices"
 	"testing"
 
 	. "github.com/onsi/gomega"
@@ -282,4 +283,44 @@ func flowSet(flows []openflow.Flow) map[string]bool {
 		out[f.String()] = true
 	}
 	return out
+}
+
+// TestPeersKey: lists of peers share a memo key exactly when they are equal.
+func TestPeersKey(t *testing.T) {
+	g := NewWithT(t)
+	block := func(cidr string, except ...string) networkingv1.NetworkPolicyPeer {
+		return networkingv1.NetworkPolicyPeer{IPBlock: &networkingv1.IPBlock{CIDR: cidr, Except: except}}
+	}
+	pods := networkingv1.NetworkPolicyPeer{PodSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "web"}}}
+	lists := [][]networkingv1.NetworkPolicyPeer{
+		nil,
+		{block("10.0.0.0/8")},
+		{block("10.0.0.0/8", "10.1.0.0/16")},
+		{block("10.0.0.0/8"), block("10.1.0.0/16")},
+		{block("10.0.0.0/8", "10.1.0.0/16", "10.2.0.0/16")},
+		{block("10.0.0.0/8", "10.1.0.0/16"), block("10.2.0.0/16")},
+		// Not valid CIDRs (the API server refuses them), but the key must not rely on that.
+		{block("10.0.0.0/8", "10.1.0.0/1610.2.0.0/16")},
+		{pods},
+		{pods, block("10.0.0.0/8")},
+		{block("10.0.0.0/8"), pods},
+	}
+	keys := map[string]int{}
+	for i, l := range lists {
+		for _, ns := range []string{"x", "y"} {
+			k := peersKey(ns, l)
+			g.Expect(keys).NotTo(HaveKey(k), "list %d in %s has the key of list %d", i, ns, keys[k])
+			keys[k] = i
+			g.Expect(peersKey(ns, slices.Clone(l))).To(Equal(k), "an equal list has another key")
+		}
+	}
+}
+
+// TestUniquePrefixes: sorted by address then length, each once.
+func TestUniquePrefixes(t *testing.T) {
+	g := NewWithT(t)
+	p := netip.MustParsePrefix
+	g.Expect(uniquePrefixes([]netip.Prefix{p("10.0.0.2/32"), p("10.0.0.0/24"), p("9.0.0.0/8"), p("10.0.0.0/16"), p("10.0.0.2/32"), p("10.0.0.0/24")})).
+		To(Equal([]netip.Prefix{p("9.0.0.0/8"), p("10.0.0.0/16"), p("10.0.0.0/24"), p("10.0.0.2/32")}))
+	g.Expect(uniquePrefixes(nil)).To(BeEmpty())
 }

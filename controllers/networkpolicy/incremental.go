@@ -80,10 +80,14 @@ type setRule struct {
 // newPeerIndex indexes what Compute resolved: every peer set of the pass (m.peers) and the peer
 // clauses of the final, merged rules.
 func newPeerIndex(in Inputs, m *memo, rules []compiledRule) *peerIndex {
+	clauses := 0
+	for _, r := range rules {
+		clauses += len(r.Peers)
+	}
 	x := &peerIndex{
 		namespaces:     in.Namespaces,
-		local:          map[types.NamespacedName]bool{},
-		clauses:        map[peerClause][]pipeline.PeerConjunction{},
+		local:          make(map[types.NamespacedName]bool, len(in.Local)),
+		clauses:        make(map[peerClause][]pipeline.PeerConjunction, clauses),
 		namedEgressAll: m.namedEgressAll,
 	}
 	for _, lp := range in.Local {
@@ -92,8 +96,8 @@ func newPeerIndex(in Inputs, m *memo, rules []compiledRule) *peerIndex {
 	byKey := map[string]*peerSet{}
 	for k, r := range m.peers {
 		ns, peers := m.peerSpecs[k].ns, m.peerSpecs[k].peers
-		s := &peerSet{selectors: peerSelectors(ns, peers), members: map[types.NamespacedName][]netip.Prefix{},
-			count: map[netip.Prefix]int{}, namedEgress: m.namedEgress[k]}
+		s := &peerSet{selectors: peerSelectors(ns, peers), members: make(map[types.NamespacedName][]netip.Prefix, len(r.pods)),
+			count: make(map[netip.Prefix]int, len(r.blocks)+len(r.pods)), namedEgress: m.namedEgress[k]}
 		for _, b := range r.blocks {
 			s.count[b.Masked()]++
 		}

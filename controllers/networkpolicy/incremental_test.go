@@ -77,7 +77,7 @@ func playIncremental(t *testing.T, seed int64, policies []networkingv1.NetworkPo
 	ids := &conjIDs{}
 	d := Compute(in, ids)
 	ids.keepOnly(d.ids)
-	index := d.peers
+	index := d.peers()
 	sw := newFlowTable(node.PolicyFlows(d.Policy))
 	for step := range steps {
 		// One change: a remote Pod created, changed or deleted, or (sometimes) a local Pod relabelled.
@@ -111,7 +111,7 @@ func playIncremental(t *testing.T, seed int64, policies []networkingv1.NetworkPo
 		switch {
 		case errors.Is(err, errFullPass):
 			full++
-			index = want.peers
+			index = want.peers()
 			sw = newFlowTable(node.PolicyFlows(want.Policy))
 			continue
 		case err != nil:

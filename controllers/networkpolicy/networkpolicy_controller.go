@@ -177,7 +177,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 		if len(pods) == 0 {
 			return ctrl.Result{}, nil // a full pass took them
 		}
-		err := r.applyPods(ctx, rz, pods, changed)
+		err := r.applyPods(ctx, rz, pods, changed, time.Since(changed))
 		if err == nil {
 			return ctrl.Result{}, nil
 		}
@@ -205,15 +205,15 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 		return ctrl.Result{}, fmt.Errorf("installing NetworkPolicy flows: %w", err)
 	}
 	r.ids.keepOnly(d.ids)
-	r.last, r.index, r.indexFlows = d, d.peers, rz.Flows
+	r.last, r.index, r.indexFlows = d, d.peers(), rz.Flows
 	r.State.FlowsSynced(ctx, nodenetwork.PolicyFlows, rz.Flows)
 	observePass(d, synced.Mods() > 0, time.Since(changed))
 	r.State.SetPolicies(nodenetwork.PoliciesResult{Policies: d.Policies, Rules: d.Rules})
 	if synced.Mods() > 0 {
-		// latency runs from the first change seen; read, compute and sync are the pass's steps
-		// (reading the caches, compiling the flows, the bundle committed).
+		// latency runs from the first change seen; queued, read, compute and sync are its steps
+		// (waiting for this pass, reading the caches, compiling the flows, the bundle committed).
 		log.Info("Synced NetworkPolicy flows", "policies", d.Policies, "rules", d.Rules, "flowMods", synced.Mods(),
-			"latency", time.Since(changed), "read", read, "compute", compute, "sync", sync)
+			"latency", time.Since(changed), "queued", passStart.Sub(changed), "read", read, "compute", compute, "sync", sync)
 	}
 	resync := r.ResyncPeriod
 	if resync == 0 {
@@ -224,8 +224,10 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 
 // applyPods applies the changes of the given Pods to the last full pass's flows: only the peer
 // flows of the addresses that joined or left a peer set, in one bundle (incremental.go). It
-// returns errFullPass when a change needs the full pass.
-func (r *Reconciler) applyPods(ctx context.Context, rz nodenetwork.Realized, pods map[types.NamespacedName]bool, changed time.Time) error {
+// returns errFullPass when a change needs the full pass. changed is when the first of the changes
+// was seen, queued how long they waited for this pass (both for the log).
+func (r *Reconciler) applyPods(ctx context.Context, rz nodenetwork.Realized, pods map[types.NamespacedName]bool, changed time.Time, queued time.Duration) error {
+	start := time.Now()
 	if r.index == nil || r.indexFlows != rz.Flows {
 		return fmt.Errorf("no full pass on this bridge yet: %w", errFullPass)
 	}
@@ -256,13 +258,24 @@ func (r *Reconciler) applyPods(ctx context.Context, rz nodenetwork.Realized, pod
 		}
 		clauses = append(clauses, c...)
 	}
-	synced, err := rz.Flows.SyncObjects(ctx, pipeline.CategoryPolicy, r.index.flows(clauses))
+	flows := r.index.flows(clauses)
+	compute := time.Since(start)
+	var trace openflow.SendTrace
+	synced, err := rz.Flows.SyncObjects(openflow.WithSendTrace(ctx, &trace), pipeline.CategoryPolicy, flows)
 	if err != nil {
 		return fmt.Errorf("installing NetworkPolicy peer flows: %w", err)
 	}
 	observePass(r.last, synced.Mods() > 0, time.Since(changed))
 	if synced.Mods() > 0 {
-		ctrl.LoggerFrom(ctx).Info("Synced NetworkPolicy flows", "pods", len(pods), "flowMods", synced.Mods(), "latency", time.Since(changed))
+		// latency runs from the first change seen; queued, compute and sync are its steps (waiting
+		// for this pass, reading the Pods and compiling their flows, the change committed), and
+		// locked, written and answered the times into sync when the bridge's lock was taken, the
+		// change written to the switch and its answer read (0: it shared another call's bundle).
+		sync := time.Since(start) - compute
+		ctrl.LoggerFrom(ctx).Info("Synced NetworkPolicy flows", "pods", len(pods), "flowMods", synced.Mods(), "latency", time.Since(changed),
+			"queued", queued, "compute", compute, "sync", sync, "locked", sinceOrZero(trace.Locked, start.Add(compute)),
+			"written", sinceOrZero(trace.Written, start.Add(compute)),
+			"answered", sinceOrZero(trace.Answered, start.Add(compute)))
 	}
 	return nil
 }
@@ -336,6 +349,14 @@ func (r *Reconciler) warn(ctx context.Context, policies []networkingv1.NetworkPo
 				r.NodeName, strings.Join(what, "; "))
 		}
 	}
+}
+
+// sinceOrZero is t - from, or 0 for a zero t.
+func sinceOrZero(t, from time.Time) time.Duration {
+	if t.IsZero() {
+		return 0
+	}
+	return t.Sub(from)
 }
 
 func containsAddr(ips []netip.Addr, ip netip.Addr) bool {

@@ -629,6 +629,9 @@ func (b *Bridge) sync(ctx context.Context, req *syncReq) {
 
 // commitSyncs sends the queued requests, as few bundles as batchLen allows; the caller holds b.mu.
 func (b *Bridge) commitSyncs(ctx context.Context, queue []*syncReq) {
+	if trace := sendTraceFrom(ctx); trace != nil {
+		trace.Locked = time.Now()
+	}
 	for len(queue) > 0 {
 		n := batchLen(queue)
 		b.syncBatch(ctx, queue[:n])

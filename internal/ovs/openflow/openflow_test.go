@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -607,4 +608,51 @@ func TestBundlesShareAConnection(t *testing.T) {
 	g.Eventually(func() []string { got, _ := e.ovs.DumpFlows(bridge); return got }).
 		WithTimeout(5 * time.Second).Should(Equal(rendered(e.br.Installed(6))))
 	g.Expect(e.br.Installed(6)).To(HaveLen(12))
+}
+
+// TestOneFlowModIsSentWithoutBundle: a change of one flow_mod goes to the switch as the flow_mod
+// and a barrier (one round trip), a larger change as a bundle; ovs-vswitchd's own log of what it
+// received (vconn at debug level) tells which.
+func TestOneFlowModIsSentWithoutBundle(t *testing.T) {
+	g := NewWithT(t)
+	e := setup(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	_, err := e.br.SyncObject(ctx, 6, 1, []openflow.Flow{objectRoute(1)}) // the bundle connection is open
+	g.Expect(err).NotTo(HaveOccurred())
+	_, err = e.ovs.Appctl("vlog/set", "vconn:file:dbg")
+	g.Expect(err).NotTo(HaveOccurred())
+	logFile := filepath.Join(e.ovs.Dir, "ovs-vswitchd.log")
+	received := func(sync func()) string {
+		before, err := os.ReadFile(logFile)
+		g.Expect(err).NotTo(HaveOccurred())
+		sync()
+		after, err := os.ReadFile(logFile)
+		g.Expect(err).NotTo(HaveOccurred())
+		return string(after[len(before):])
+	}
+
+	one := received(func() {
+		res, err := e.br.SyncObject(ctx, 6, 2, []openflow.Flow{objectRoute(2)})
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(res.Mods()).To(Equal(1))
+	})
+	g.Expect(one).To(ContainSubstring("received: OFPT_FLOW_MOD"))
+	g.Expect(one).To(ContainSubstring("received: OFPT_BARRIER_REQUEST"))
+	g.Expect(one).NotTo(ContainSubstring("OFPT_BUNDLE"))
+
+	two := received(func() {
+		second := objectRoute(3)
+		second.Priority = 100
+		res, err := e.br.SyncObject(ctx, 6, 3, []openflow.Flow{objectRoute(3), second})
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(res.Mods()).To(Equal(2))
+	})
+	g.Expect(two).To(ContainSubstring("received: OFPT_BUNDLE_CONTROL"))
+	g.Expect(two).To(ContainSubstring("received: OFPT_BUNDLE_ADD_MESSAGE"))
+
+	got, err := e.ovs.DumpFlows(bridge)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(got).To(Equal(rendered(e.br.Installed(6))))
+	g.Expect(got).To(HaveLen(4))
 }

@@ -21,7 +21,11 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -88,14 +92,26 @@ func TestBenchNetpol(t *testing.T) {
 	np, last := cidrPolicy()
 	time.Sleep(2 * time.Second) // let the passes that followed the Pods' attachment end
 	seen := benchutil.MonitorFlow(t, ctx, node.Node, networkv1alpha1.DefaultBridgeName, fmt.Sprintf("table=%d,ip,nw_src=%s", pipeline.IngressRuleTable, last))
+	// BENCH_NETPOL_PROFILE=cidr profiles this process (the agent included) over the 5,000-rule
+	// policy's realisation, =policies over the 1,000 policies and the added address.
+	stopProfile := startProfile(t, "cidr")
+	policyWatched := watchPolicies(t, ctx, server, np.Namespace)
 	start := time.Now()
 	mustCreate(t, c, np)
+	created := time.Since(start)
 	at, ok := <-seen
 	if !ok {
 		t.Fatal("the flows of the 5,000-rule policy did not appear")
 	}
 	ours := at.Sub(start)
+	stopProfile()
 	cidrPass := syncedPass(t, logFile, start)
+	policyWatchAt, ok := <-policyWatched
+	if !ok {
+		t.Fatal("the plain watch of the policies saw no creation")
+	}
+	fmt.Printf("bench-netpol cidr_rules=%d: steps, in ms from the create call: create returned %.1f; a plain watch saw the policy %.1f; %s; then ovs-vswitchd answered an echo in %.1f (median of 5)\n",
+		cidrRules, ms(created), ms(policyWatchAt.Sub(start)), cidrPass.steps(start, at), ms(benchutil.SwitchEcho(t, node.Node, networkv1alpha1.DefaultBridgeName)))
 	flowFile := filepath.Join(t.TempDir(), "policy.flows")
 	n := dumpPolicyFlows(t, node.Node, flowFile)
 	ofctl := ofctlReference(t, node.Node, flowFile)
@@ -133,24 +149,14 @@ func TestBenchNetpol(t *testing.T) {
 		return createRemotePod(ctx, c, ns, name, role, ip)
 	})
 
-	var profile func()
-	if os.Getenv("BENCH_NETPOL_PROFILE") != "" {
-		f, err := os.Create(filepath.Join(framework.RepoRoot(), "bin", "bench-netpol.cpu.pprof"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := pprof.StartCPUProfile(f); err != nil {
-			t.Fatal(err)
-		}
-		profile = func() { pprof.StopCPUProfile(); _ = f.Close() }
-	}
+	stopProfile = startProfile(t, "policies")
 	// The last policy has a port of its own: its flow appears when it is realised, and with it every
 	// policy created before it (the agent's cache sees them in order).
 	lastSeen := benchutil.MonitorFlow(t, ctx, node.Node, networkv1alpha1.DefaultBridgeName, fmt.Sprintf("table=%d,tcp,tp_dst=9999", pipeline.IngressRuleTable))
 	start = time.Now()
 	parallel(t, policies-1, func(i int) error { return c.Create(ctx, benchPolicy(i, 8000+i%10)) })
 	mustCreate(t, c, benchPolicy(policies-1, 9999))
-	created := time.Since(start)
+	created = time.Since(start)
 	at, ok = <-lastSeen
 	if !ok {
 		t.Fatal("the flows of the 1,000 policies did not appear")
@@ -171,26 +177,53 @@ func TestBenchNetpol(t *testing.T) {
 	if err := c.Get(ctx, client.ObjectKey{Namespace: remoteNamespace(remotePods), Name: "joiner"}, joiner); err != nil {
 		t.Fatal(err)
 	}
+	// A plain watch of the joiner, beside the agent's informer: when the API server delivers the
+	// change to a watcher that does nothing else.
+	watched := watchPod(t, ctx, server, joiner)
 	before := joiner.DeepCopy()
 	joiner.Labels = map[string]string{"role": "peer"}
 	start = time.Now()
 	if err := c.Patch(ctx, joiner, client.MergeFrom(before)); err != nil {
 		t.Fatal(err)
 	}
+	patched := time.Since(start)
 	at, ok = <-joined
 	if !ok {
-		t.Fatal("the added address's flow did not appear")
+		flows, _ := node.OVS.DumpFlows(networkv1alpha1.DefaultBridgeName, "-O", "OpenFlow15", fmt.Sprintf("table=%d,ip,nw_src=%s", pipeline.IngressRuleTable, joinerAddress))
+		t.Fatalf("the flow monitor did not see the added address's flow (see its last lines above); the switch has %q; the agent's first pass after the change: %+v",
+			flows, syncedPass(t, logFile, start))
 	}
 	incr := at.Sub(start)
-	if profile != nil {
-		profile()
-	}
+	stopProfile()
 	incrPass := syncedPass(t, logFile, start)
+	watchAt, ok := <-watched
+	if !ok {
+		t.Fatal("the plain watch of the joiner saw no change")
+	}
 	fmt.Printf("bench-netpol added one address to the peers of %d policies: flow present %.1f ms after the label change (the agent's pass, from the Pod event to its bundle committed: %.1f ms), %d flow mods in the agent's pass\n",
 		policies, ms(incr), incrPass.Latency, incrPass.FlowMods)
+	fmt.Printf("bench-netpol added one address: steps, in ms from the patch call: patch returned %.1f; a plain watch saw the change %.1f; %s; then ovs-vswitchd answered an echo in %.1f (median of 5)\n",
+		ms(patched), ms(watchAt.Sub(start)), incrPass.steps(start, at), ms(benchutil.SwitchEcho(t, node.Node, networkv1alpha1.DefaultBridgeName)))
 	fmt.Printf("bench-netpol load average at the end: %s (the numbers are only comparable on a quiet machine)\n", loadAverage())
 	fmt.Printf("bench-netpol cidr_rules=%d ours_ms=%d ofctl_ms=%d ratio=%.2f policies=%d policies_ms=%d incr_ms=%.1f incr_msgs=%d\n",
 		cidrRules, ours.Milliseconds(), ofctl.Milliseconds(), float64(ours)/float64(ofctl), policies, policiesTime.Milliseconds(), ms(incr), incrPass.FlowMods)
+}
+
+// startProfile starts a CPU profile of this process into bin/bench-netpol-<part>.cpu.pprof when
+// BENCH_NETPOL_PROFILE is part, and returns what stops it.
+func startProfile(t *testing.T, part string) func() {
+	t.Helper()
+	if os.Getenv("BENCH_NETPOL_PROFILE") != part {
+		return func() {}
+	}
+	f, err := os.Create(filepath.Join(framework.RepoRoot(), "bin", "bench-netpol-"+part+".cpu.pprof"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		t.Fatal(err)
+	}
+	return func() { pprof.StopCPUProfile(); _ = f.Close() }
 }
 
 func remoteNamespace(i int) string { return fmt.Sprintf("remote-%02d", i%namespaces) }
@@ -322,10 +355,90 @@ func ofctlReference(t *testing.T, node *simnode.Node, file string) time.Duration
 // mods and, in ms, its latency (from the change the agent saw to its bundle committed) and, for a
 // full pass, its steps.
 type pass struct {
-	TS                           time.Time `json:"ts"`
-	Msg                          string    `json:"msg"`
-	FlowMods                     int       `json:"flowMods"`
-	Latency, Read, Compute, Sync float64
+	TS                                   time.Time `json:"ts"`
+	Msg                                  string    `json:"msg"`
+	FlowMods                             int       `json:"flowMods"`
+	Latency, Queued, Read, Compute, Sync float64
+	// Locked, Written and Answered are, within Sync, when the incremental path's change took the
+	// bridge's lock, was written to the switch and had its answer read.
+	Locked, Written, Answered float64
+}
+
+// steps renders the pass's steps as times from start (the bench's API call) and the time the
+// flow monitor saw the flow, at: the agent's event handler (the pass's latency counts from it),
+// the pass starting, reading the caches (full pass only), compiling, the bundle committed, and
+// the log line written just after.
+func (p pass) steps(start, at time.Time) string {
+	event := ms(p.TS.Sub(start)) - p.Latency
+	read := event + p.Queued + p.Read
+	s := fmt.Sprintf("the agent's handler saw the event %.1f; its pass started %.1f", event, event+p.Queued)
+	if p.Read > 0 {
+		s += fmt.Sprintf("; read the caches %.1f", read)
+	}
+	s += fmt.Sprintf("; compiled %.1f", read+p.Compute)
+	if p.Written > 0 {
+		s += fmt.Sprintf("; took the bridge's lock %.1f; written to the switch %.1f; its answer read %.1f",
+			read+p.Compute+p.Locked, read+p.Compute+p.Written, read+p.Compute+p.Answered)
+	}
+	return s + fmt.Sprintf("; committed %.1f (logged %.1f); the flow monitor saw the flow %.1f",
+		read+p.Compute+p.Sync, ms(p.TS.Sub(start)), ms(at.Sub(start)))
+}
+
+// watchPod watches pod from its current version with a client of its own and sends the time of
+// the first change it sees.
+func watchPod(t *testing.T, ctx context.Context, server *framework.APIServer, pod *corev1.Pod) <-chan time.Time {
+	t.Helper()
+	w, err := plainClient(t, server).CoreV1().Pods(pod.Namespace).Watch(ctx, metav1.ListOptions{
+		FieldSelector: "metadata.name=" + pod.Name, ResourceVersion: pod.ResourceVersion})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return firstEvent(t, w, watch.Modified)
+}
+
+// watchPolicies watches the NetworkPolicies of namespace ns with a client of its own and sends the
+// time of the first creation it sees.
+func watchPolicies(t *testing.T, ctx context.Context, server *framework.APIServer, ns string) <-chan time.Time {
+	t.Helper()
+	cs := plainClient(t, server)
+	list, err := cs.NetworkingV1().NetworkPolicies(ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := cs.NetworkingV1().NetworkPolicies(ns).Watch(ctx, metav1.ListOptions{ResourceVersion: list.ResourceVersion})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return firstEvent(t, w, watch.Added)
+}
+
+// plainClient is a client of its own for the bench's watches, speaking protobuf as the agent's
+// client does for built-in kinds.
+func plainClient(t *testing.T, server *framework.APIServer) *kubernetes.Clientset {
+	t.Helper()
+	cfg := rest.CopyConfig(server.Config)
+	cfg.ContentType = runtime.ContentTypeProtobuf
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cs
+}
+
+// firstEvent sends the time of w's first event of type typ and stops w.
+func firstEvent(t *testing.T, w watch.Interface, typ watch.EventType) <-chan time.Time {
+	t.Cleanup(w.Stop)
+	seen := make(chan time.Time, 1)
+	go func() {
+		defer close(seen)
+		for ev := range w.ResultChan() {
+			if ev.Type == typ {
+				seen <- time.Now()
+				return
+			}
+		}
+	}()
+	return seen
 }
 
 // syncedPass returns the agent's first NetworkPolicy pass that changed the switch after since.
