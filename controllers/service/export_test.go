@@ -14,6 +14,8 @@ import (
 // FullPassFromScratch runs a full pass that computes every Service again, as if the reconciler had
 // computed none before (their group ids and cookie objects stay theirs).
 func (r *Reconciler) FullPassFromScratch(ctx context.Context) error {
+	r.passes.Lock()
+	defer r.passes.Unlock()
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	rz, ok := r.State.Realized()
@@ -26,6 +28,8 @@ func (r *Reconciler) FullPassFromScratch(ctx context.Context) error {
 
 // CheckDrift runs the drift check.
 func (r *Reconciler) CheckDrift(ctx context.Context) error {
+	r.passes.Lock()
+	defer r.passes.Unlock()
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	rz, ok := r.State.Realized()
@@ -45,6 +49,13 @@ func (r *Reconciler) WrapNet(wrap func(hostnet.Interface) hostnet.Interface) {
 	defer r.mu.Unlock()
 	r.Net = wrap(r.Net)
 	r.routed = nil
+}
+
+// WrapNodePorts replaces the host NAT of NodePorts the reconciler uses with wrap's.
+func (r *Reconciler) WrapNodePorts(wrap func(hostnet.NodePortNAT) hostnet.NodePortNAT) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.NodePorts = wrap(r.NodePorts)
 }
 
 // FullPasses is the number of full passes that completed.

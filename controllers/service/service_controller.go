@@ -40,6 +40,11 @@ const DefaultResyncPeriod = 10 * time.Second
 // for (5 minutes with the default period): the safety net of the per-Service passes.
 const fullPassEvery = 30
 
+// serviceWorkers is how many Services' passes can be under way at once: at most that many changes
+// of different Services share one of the switch's bundles. A worker waiting for the switch costs a
+// goroutine.
+const serviceWorkers = 16
+
 // notReadyRetry is how soon Services look again for a node network that is not ready yet.
 const notReadyRetry = 200 * time.Millisecond
 
@@ -93,7 +98,18 @@ type Reconciler struct {
 	// Clock tells when the host's routes were last read back; nil is the real clock.
 	Clock clock.PassiveClock
 
-	// mu guards what follows: the controller runs one pass at a time, and tests look in.
+	// passes lets the passes of several Services run at once (the controller's workers never run
+	// two passes of one Service at once), each holding it for reading, while the full pass and the
+	// drift check hold it for writing: they run alone. A Service's pass releases mu while the
+	// switch commits its bundle, so that the changes of the Services queued behind it are computed
+	// meanwhile and share the next bundle (the bridge commits the Syncs that wait for it together)
+	// instead of each waiting for the one before to be committed. What a pass reads and changes of
+	// the state below is its own Service's (its realised entry, group ids, cookie object, UDP
+	// zones) or counts that other passes change by adding to them (hairpin, clusterIPs, nodePorts,
+	// totals), so the order in which concurrent passes of different Services finish does not
+	// matter.
+	passes sync.RWMutex
+	// mu guards what follows, and tests look in.
 	mu sync.Mutex
 	// groups holds the group id of each Service port (and kind), objects the cookie object of
 	// each Service's flows.
@@ -118,9 +134,11 @@ type Reconciler struct {
 	totals     counts
 	clusterIPs map[netip.Addr]int
 	// nodePorts counts the Services of each NodePort (the host NAT they need); natted is the set
-	// the host NATs, as last applied (nil: apply it next pass).
+	// the host NATs, as last applied, when nattedOK (otherwise: apply it next pass). No NodePort
+	// at all is a set too: it is applied once, not on every pass.
 	nodePorts map[hostnet.NodePort]int
 	natted    []hostnet.NodePort
+	nattedOK  bool
 	// fullPasses counts the full passes that completed; checks counts the drift checks since the
 	// last one; synced is the bridge's invalidation count it started from.
 	fullPasses int
@@ -176,9 +194,10 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	})
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("service").
-		// Two workers: while the drift check reads the host's routes back (without the lock,
-		// listHostRoutes), the other worker runs the Services' passes.
-		WithOptions(controller.Options{MaxConcurrentReconciles: 2}).
+		// Several workers: the passes of several Services are under way at once and their changes
+		// share the switch's bundles (see passes); the drift check reads the host's routes back
+		// (without the lock, listHostRoutes) while Services' passes run.
+		WithOptions(controller.Options{MaxConcurrentReconciles: serviceWorkers}).
 		Watches(&corev1.Service{}, &handler.EnqueueRequestForObject{}).
 		Watches(&discoveryv1.EndpointSlice{}, ofSlice).
 		WatchesRawSource(onRealized).
@@ -187,40 +206,68 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 
 // Reconcile runs the full pass, the drift check, or the pass of the Service named. The outcome is
 // reported to the node network reconciler, which writes it as ServicesReady.
-func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Result, retErr error) {
+func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	if req != fullPass && req != driftCheck {
+		if built, err := r.reconcileService(ctx, req.NamespacedName); built {
+			return ctrl.Result{}, err
+		}
+		// Nothing to build on yet on this node network: the full pass (queued when the node
+		// network changed) covers this Service too.
+		req = fullPass
+	}
 	var listed *hostRoutes
 	if req == driftCheck {
 		listed = r.listHostRoutes(ctx)
 	}
+	// The full pass and the drift check run alone: no Service's pass is under way meanwhile.
+	r.passes.Lock()
+	defer r.passes.Unlock()
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	rz, ok := r.State.Realized()
 	if !ok {
-		switch req {
-		case fullPass:
-			ctrl.LoggerFrom(ctx).V(1).Info("Node network not ready; Services wait for it")
-			return ctrl.Result{RequeueAfter: notReadyRetry}, nil
-		case driftCheck:
+		if req == driftCheck {
 			return ctrl.Result{RequeueAfter: r.resync()}, nil
 		}
-		return ctrl.Result{}, nil // the full pass waits for the node network, and covers this Service
+		ctrl.LoggerFrom(ctx).V(1).Info("Node network not ready; Services wait for it")
+		return ctrl.Result{RequeueAfter: notReadyRetry}, nil
 	}
-	defer func() {
-		if retErr != nil {
-			r.State.SetServices(nodenetwork.ServicesResult{Err: retErr.Error()})
-		}
-	}()
-	switch {
-	case req == fullPass:
-		return ctrl.Result{}, r.reconcileAll(ctx, rz)
-	case req == driftCheck:
-		return ctrl.Result{RequeueAfter: r.resync()}, r.checkDrift(ctx, rz, listed)
-	case !r.complete || !r.builtOn(rz, nodeIPs(rz)):
-		// Nothing to build on yet on this node network: the full pass (queued when the node
-		// network changed) covers this Service too.
-		return ctrl.Result{}, r.reconcileAll(ctx, rz)
+	var err error
+	if req == fullPass {
+		err = r.reconcileAll(ctx, rz)
+	} else {
+		err = r.checkDrift(ctx, rz, listed)
 	}
-	return ctrl.Result{}, r.reconcileOne(ctx, rz, req.NamespacedName)
+	if err != nil {
+		r.State.SetServices(nodenetwork.ServicesResult{Err: err.Error()})
+	}
+	if req == driftCheck {
+		return ctrl.Result{RequeueAfter: r.resync()}, err
+	}
+	return ctrl.Result{}, err
+}
+
+// reconcileService runs the pass of one Service, beside the passes of other Services (see
+// passes), and tells whether there was something to build it on: a full pass that completed on
+// the node network realised now. A Service whose node network is not ready yet counts as built:
+// the full pass covers it once the node network is.
+func (r *Reconciler) reconcileService(ctx context.Context, name types.NamespacedName) (built bool, err error) {
+	r.passes.RLock()
+	defer r.passes.RUnlock()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	rz, ok := r.State.Realized()
+	if !ok {
+		return true, nil
+	}
+	if !r.complete || !r.builtOn(rz, nodeIPs(rz)) {
+		return false, nil
+	}
+	if err := r.reconcileOne(ctx, rz, name); err != nil {
+		r.State.SetServices(nodenetwork.ServicesResult{Err: err.Error()})
+		return true, err
+	}
+	return true, nil
 }
 
 // checkDrift runs every ResyncPeriod. It runs the full pass when the per-Service passes have
@@ -289,7 +336,8 @@ func (r *Reconciler) resync() time.Duration {
 // reconcileOne converges one Service: its groups and the flows of its cookie object in one bundle,
 // the shared hairpin flows when its local endpoint addresses changed the node's set, and the host
 // route of its ClusterIP. Nothing is sent when its Service and EndpointSlice versions are those it
-// was computed from.
+// was computed from. The caller holds passes for reading and mu, which reconcileOne releases while
+// the switch commits the Service's bundle.
 func (r *Reconciler) reconcileOne(ctx context.Context, rz nodenetwork.Realized, name types.NamespacedName) error {
 	start := time.Now()
 	svc := &corev1.Service{}
@@ -331,9 +379,22 @@ func (r *Reconciler) reconcileOne(ctx context.Context, rz nodenetwork.Realized, 
 			goneIDs = append(goneIDs, id)
 		}
 	}
+	// mu is released while the switch commits the bundle: the passes of other Services go on
+	// meanwhile, and their changes share the next bundle (see passes). This Service's state stays
+	// as it was until the commit: no other pass of it runs, its group ids and cookie object stay
+	// given out, and its gone groups' ids are released only once the switch deleted them.
+	r.mu.Unlock()
 	flowRes, groupRes, err := rz.Flows.SyncObjectWithGroups(ctx, openflow.ObjectFlows{
 		Category: pipeline.CategoryService, Object: object, Flows: rs.flows, Groups: rs.groups, GoneGroups: goneIDs,
 	})
+	if err == nil && flowRes.Mods()+groupRes.Mods() > 0 {
+		// Logged as soon as the switch replied to the commit: the Service's data path is the
+		// versions in inputs from now on (make bench-services times its changes by this line).
+		// V(1): at 100 endpoint changes a second, a line each would be the log's bulk.
+		ctrl.LoggerFrom(ctx).V(1).Info("Committed Service flows", "inputs", rs.inputs.String(), "ports", rs.counts.ports, "endpoints", rs.counts.endpoints,
+			"flowMods", flowRes.Mods(), "groupMods", groupRes.Mods(), "took", time.Since(start))
+	}
+	r.mu.Lock()
 	if err != nil {
 		return fmt.Errorf("installing the flows of Service %s: %w", name, err)
 	}
@@ -377,11 +438,6 @@ func (r *Reconciler) reconcileOne(ctx context.Context, rz nodenetwork.Realized, 
 	changed := flowRes.Mods()+groupRes.Mods() > 0
 	observePass(r.totals, changed, time.Since(start))
 	r.State.SetServices(nodenetwork.ServicesResult{Services: r.totals.services, Ports: r.totals.ports, Endpoints: r.totals.endpoints})
-	if changed {
-		// V(1): at 100 endpoint changes a second, a line each would be the log's bulk.
-		ctrl.LoggerFrom(ctx).V(1).Info("Synced Service flows", "ports", rs.counts.ports, "endpoints", rs.counts.endpoints,
-			"flowMods", flowRes.Mods(), "groupMods", groupRes.Mods(), "took", time.Since(start))
-	}
 	return r.flushStaleZones(ctx, rz)
 }
 
@@ -677,15 +733,15 @@ func (r *Reconciler) syncNodePortNAT(ctx context.Context, force bool) error {
 	ports := slices.SortedFunc(maps.Keys(r.nodePorts), func(a, b hostnet.NodePort) int {
 		return cmp.Or(cmp.Compare(a.Protocol, b.Protocol), cmp.Compare(a.Port, b.Port))
 	})
-	if !force && r.natted != nil && slices.Equal(ports, r.natted) {
+	if !force && r.nattedOK && slices.Equal(ports, r.natted) {
 		return nil
 	}
 	ctrl.LoggerFrom(ctx).V(1).Info("NATing the host's own connections to its NodePorts", "nodePorts", len(ports), "target", pipeline.NodePortVirtualIP)
 	if err := r.NodePorts.ReconcileNodePorts(ctx, pipeline.NodePortVirtualIP, ports); err != nil {
-		r.natted = nil
+		r.nattedOK = false
 		return fmt.Errorf("NATing the host's own connections to its NodePorts: %w", err)
 	}
-	r.natted = ports
+	r.natted, r.nattedOK = ports, true
 	return nil
 }
 

@@ -942,6 +942,12 @@ func (b *Bridge) Invalidate() {
 // Sync, and syncs its whole category again when the count changed.
 func (b *Bridge) Invalidations() uint64 { return b.invalidations.Load() }
 
+// Queued is the number of Syncs waiting for the bundle after the one in flight.
+func (b *Bridge) Queued() int { return b.syncs.Len() }
+
+// Bundles is the number of bundles the switch committed.
+func (b *Bridge) Bundles() uint64 { return b.bundles.Load() }
+
 // Installed returns the flows of a category as installed (with full cookies).
 func (b *Bridge) Installed(category uint8) []Flow {
 	b.mu.Lock()

@@ -8,9 +8,13 @@
 // How "programmed" is observed:
 //   - winnet: in the switch. Cold: the Services' DNAT flows counted with ovs-ofctl dump-aggregate
 //     (the agent installs a Service's group before its flow), then every group checked. Incremental
-//     and churn: ovs-vswitchd's own log of the OpenFlow messages it receives (vconn at debug level):
-//     an endpoint is programmed when the switch replies to the commit of the bundle whose group_mod
-//     carries it; the flow and group messages counted are those the switch received.
+//     and churn: the agent's log line "Committed Service flows" (V(1)), written as soon as the switch
+//     replied to the commit of a Service's bundle, with the EndpointSlice versions the bundle
+//     carried: a change is programmed at the first line with its slice's version or a later one.
+//     The flow and group messages of the incremental change are counted in ovs-vswitchd's own log
+//     of the OpenFlow messages it receives (vconn at debug level, on for that step only: it makes
+//     ovs-vswitchd format every message it sends, its periodic 20,000-flow dumps included, which
+//     slowed the commits the churn timed when they were timed by it).
 //   - kube-proxy: its rules in the kernel's nftables, never its metrics. Cold: the elements of its
 //     service-ips map (nft list map, polled); incremental and churn: the kernel's nftables
 //     notifications (what `nft monitor` prints, sent once a transaction is committed, read from

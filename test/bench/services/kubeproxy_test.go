@@ -367,7 +367,7 @@ func (m *nftMonitor) waitProgrammed(t *testing.T, addrs []netip.Addr, timeout ti
 // to its Service's dnat rule with it in the kernel.
 func (r *kubeProxyRun) addEndpoint(t *testing.T, ctx context.Context, w *writer, objs *scenario, m *nftMonitor) increment {
 	t.Helper()
-	addr, done, took, err := w.addEndpoint(ctx, objs, len(objs.slices)/2)
+	addr, _, done, took, err := w.addEndpoint(ctx, objs, len(objs.slices)/2)
 	if err != nil {
 		t.Fatal(err)
 	}

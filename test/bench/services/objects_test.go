@@ -7,6 +7,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"net/netip"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -15,6 +16,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
@@ -146,7 +148,7 @@ func (w *writer) deleteScenario(t *testing.T, objs *scenario) {
 
 // addEndpoint adds a new endpoint to the i-th Service's slice and returns its address, when the
 // write completed and how long it took.
-func (w *writer) addEndpoint(ctx context.Context, objs *scenario, i int) (netip.Addr, time.Time, time.Duration, error) {
+func (w *writer) addEndpoint(ctx context.Context, objs *scenario, i int) (netip.Addr, sliceVersion, time.Time, time.Duration, error) {
 	objs.mu[i].Lock()
 	defer objs.mu[i].Unlock()
 	s := objs.slices[i].DeepCopy()
@@ -154,16 +156,33 @@ func (w *writer) addEndpoint(ctx context.Context, objs *scenario, i int) (netip.
 	s.Endpoints = append(s.Endpoints, readyEndpoint(addr))
 	start := time.Now()
 	if err := w.c.Update(ctx, s); err != nil {
-		return addr, time.Time{}, 0, fmt.Errorf("adding endpoint %s to EndpointSlice %s: %w", addr, s.Name, err)
+		return addr, sliceVersion{}, time.Time{}, 0, fmt.Errorf("adding endpoint %s to EndpointSlice %s: %w", addr, s.Name, err)
 	}
 	done := time.Now()
 	objs.slices[i] = s
-	return addr, done, done.Sub(start), nil
+	v, err := versionOf(s)
+	return addr, v, done, done.Sub(start), err
+}
+
+// sliceVersion identifies the version of an EndpointSlice a write made: its UID and its
+// resourceVersion as a number (the API server's etcd revision, which grows with every write).
+type sliceVersion struct {
+	uid types.UID
+	rv  uint64
+}
+
+func versionOf(s *discoveryv1.EndpointSlice) (sliceVersion, error) {
+	rv, err := strconv.ParseUint(s.ResourceVersion, 10, 64)
+	if err != nil {
+		return sliceVersion{}, fmt.Errorf("EndpointSlice %s has resourceVersion %q: want a number: %w", s.Name, s.ResourceVersion, err)
+	}
+	return sliceVersion{s.UID, rv}, nil
 }
 
 // replaceEndpoint replaces the k-th endpoint (modulo their number) of the i-th Service with a new
-// address and returns it, the address it replaced and when the write completed.
-func (w *writer) replaceEndpoint(ctx context.Context, objs *scenario, i, k int) (addr, old netip.Addr, done time.Time, err error) {
+// address and returns it, the address it replaced, the slice's version written and when the write
+// completed.
+func (w *writer) replaceEndpoint(ctx context.Context, objs *scenario, i, k int) (addr, old netip.Addr, v sliceVersion, done time.Time, err error) {
 	objs.mu[i].Lock()
 	defer objs.mu[i].Unlock()
 	s := objs.slices[i].DeepCopy()
@@ -172,10 +191,12 @@ func (w *writer) replaceEndpoint(ctx context.Context, objs *scenario, i, k int) 
 	old = netip.MustParseAddr(e.Addresses[0])
 	*e = readyEndpoint(addr)
 	if err := w.c.Update(ctx, s); err != nil {
-		return addr, old, time.Time{}, fmt.Errorf("replacing an endpoint of EndpointSlice %s: %w", s.Name, err)
+		return addr, old, v, time.Time{}, fmt.Errorf("replacing an endpoint of EndpointSlice %s: %w", s.Name, err)
 	}
+	done = time.Now()
 	objs.slices[i] = s
-	return addr, old, time.Now(), nil
+	v, err = versionOf(s)
+	return addr, old, v, done, err
 }
 
 // parallel runs f for 0..n-1 on 16 workers and returns the first error.

@@ -196,8 +196,10 @@ type churnWritten struct {
 	// both changes at once rightly never programs them. Only scenarios with fewer Services than
 	// changes have any.
 	superseded map[netip.Addr]bool
-	// slice names the EndpointSlice each address was written to.
-	slice map[netip.Addr]string
+	// slice names the EndpointSlice each address was written to, version is the slice's version
+	// the write made.
+	slice   map[netip.Addr]string
+	version map[netip.Addr]sliceVersion
 }
 
 // current are the addresses the churn added that it did not replace.
@@ -216,7 +218,7 @@ func (c churnWritten) current() []netip.Addr {
 func churnWrites(t *testing.T, ctx context.Context, w *writer, objs *scenario, d time.Duration) churnWritten {
 	t.Helper()
 	var mu sync.Mutex
-	written := churnWritten{done: map[netip.Addr]time.Time{}, superseded: map[netip.Addr]bool{}, slice: map[netip.Addr]string{}}
+	written := churnWritten{done: map[netip.Addr]time.Time{}, superseded: map[netip.Addr]bool{}, slice: map[netip.Addr]string{}, version: map[netip.Addr]sliceVersion{}}
 	var wg sync.WaitGroup
 	tick := time.NewTicker(10 * time.Millisecond)
 	defer tick.Stop()
@@ -230,7 +232,7 @@ func churnWrites(t *testing.T, ctx context.Context, w *writer, objs *scenario, d
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			addr, old, done, err := w.replaceEndpoint(ctx, objs, i, k)
+			addr, old, v, done, err := w.replaceEndpoint(ctx, objs, i, k)
 			if err != nil {
 				select {
 				case errs <- err:
@@ -245,6 +247,7 @@ func churnWrites(t *testing.T, ctx context.Context, w *writer, objs *scenario, d
 			written.done[addr] = done
 			written.superseded[old] = true
 			written.slice[addr] = slice
+			written.version[addr] = v
 			mu.Unlock()
 		}()
 	}

@@ -4,13 +4,16 @@ package services
 
 import (
 	"bufio"
+	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/netip"
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -18,6 +21,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	networkv1alpha1 "github.com/winnet-io/winnet/api/v1alpha1"
 	"github.com/winnet-io/winnet/internal/pipeline"
@@ -66,6 +70,12 @@ func startWinnet(t *testing.T, s *framework.APIServer, bin string, u *simnode.Un
 	if profile {
 		r.pprof = framework.FreeAddress(t)
 		args = append(args, "--pprof-bind-address", r.pprof)
+	}
+	if level, err := strconv.Atoi(os.Getenv("BENCH_AGENT_LOG_LEVEL")); err != nil || level < 2 {
+		// The commits of the Services' bundles are logged at V(1) (commitLog). Level 2: below it,
+		// controller-runtime's logger samples (the first 100 lines of a message a second, then one
+		// in 100), which would drop commits.
+		args = append(args, "--zap-log-level", "2")
 	}
 	logFile := filepath.Join(framework.RepoRoot(), "bin", "bench-services-"+name+".log")
 	r.agent = benchutil.StartAgent(t, bin, s.KubeconfigPath, node, logFile, nil, args...)
@@ -292,21 +302,127 @@ func (l *switchLog) waitProgrammed(t *testing.T, addrs func() []netip.Addr, time
 	}
 }
 
+// commitLog reads the agent's log of the Services' bundles the switch committed: the agent logs
+// "Committed Service flows" (V(1)) with the Service and EndpointSlice versions a pass computed as
+// soon as the switch replied to the commit of the pass's bundle. A change is programmed at the
+// first such line that carries its slice's version or a later one: the span is the same as the
+// switch's own COMMIT_REPLY in its message log (EndpointSlice write -> data path), read on the
+// agent's side of the connection. The switch's message log (vconn at debug level) is not used for
+// the churn: it makes ovs-vswitchd format every message it sends, the node network's periodic
+// dump of 20,000+ flows included (140 ms of its CPU against 40 ms without), and so slowed the
+// commits it timed.
+type commitLog struct {
+	f    *os.File
+	rest []byte // a partial last line, for the next read
+	// commits holds, by EndpointSlice, the versions of it that committed bundles carried, in
+	// the log's order, with when.
+	commits map[types.UID][]commit
+}
+
+type commit struct {
+	rv uint64
+	at time.Time
+}
+
+// watchCommits reads the agent's log from now on.
+func (r *winnetRun) watchCommits(t *testing.T) *commitLog {
+	t.Helper()
+	f, err := os.Open(r.agent.Log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.Seek(0, io.SeekEnd); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = f.Close() })
+	return &commitLog{f: f, commits: map[types.UID][]commit{}}
+}
+
+// read consumes what the log holds so far.
+func (l *commitLog) read(t *testing.T) {
+	t.Helper()
+	data, err := io.ReadAll(l.f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data = append(l.rest, data...)
+	last := bytes.LastIndexByte(data, '\n')
+	l.rest = slices.Clone(data[last+1:])
+	for line := range bytes.Lines(data[:last+1]) {
+		if !bytes.Contains(line, []byte(`"Committed Service flows"`)) {
+			continue
+		}
+		var e struct {
+			TS     time.Time `json:"ts"`
+			Inputs string    `json:"inputs"`
+		}
+		if err := json.Unmarshal(line, &e); err != nil {
+			t.Fatalf("reading the agent's log line %q: %v", line, err)
+		}
+		for v := range strings.SplitSeq(e.Inputs, ",") {
+			uid, rv, ok := strings.Cut(v, "/")
+			n, err := strconv.ParseUint(rv, 10, 64)
+			if !ok || err != nil {
+				t.Fatalf("the agent's log line %q: inputs %q: want <uid>/<resourceVersion>,...", line, e.Inputs)
+			}
+			l.commits[types.UID(uid)] = append(l.commits[types.UID(uid)], commit{rv: n, at: e.TS})
+		}
+	}
+}
+
+// programmed returns when the switch committed the version v of a slice, or a later one.
+func (l *commitLog) programmed(v sliceVersion) (time.Time, bool) {
+	for _, c := range l.commits[v.uid] {
+		if c.rv >= v.rv {
+			return c.at, true
+		}
+	}
+	return time.Time{}, false
+}
+
+// waitProgrammed reads the log until every change of written that no later change superseded is
+// programmed, or the timeout passes, and returns when each change was programmed.
+func (l *commitLog) waitProgrammed(t *testing.T, written churnWritten, timeout time.Duration) map[netip.Addr]time.Time {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		l.read(t)
+		programmed := map[netip.Addr]time.Time{}
+		all := true
+		for addr, v := range written.version {
+			if at, ok := l.programmed(v); ok {
+				programmed[addr] = at
+			} else if !written.superseded[addr] {
+				all = false
+			}
+		}
+		if all || time.Now().After(deadline) {
+			return programmed
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
 // addEndpoint adds one endpoint to the Service in the middle of the scenario and measures the time
-// to the switch's commit of its group, and the messages the switch received for it (in the second
-// after, so that a late extra message is counted).
+// to the switch's commit of its group (commitLog), and the messages the switch received for it (its
+// message log, in the second after, so that a late extra message is counted).
 func (r *winnetRun) addEndpoint(t *testing.T, ctx context.Context, w *writer, objs *scenario) increment {
 	t.Helper()
 	l := r.watchSwitch(t)
 	defer l.stop(t)
-	addr, done, took, err := w.addEndpoint(ctx, objs, len(objs.slices)/2)
+	commits := r.watchCommits(t)
+	addr, v, done, took, err := w.addEndpoint(ctx, objs, len(objs.slices)/2)
 	if err != nil {
 		t.Fatal(err)
 	}
-	l.waitProgrammed(t, func() []netip.Addr { return []netip.Addr{addr} }, time.Minute)
-	at, ok := l.programmed[addr]
+	written := churnWritten{version: map[netip.Addr]sliceVersion{addr: v}}
+	at, ok := commits.waitProgrammed(t, written, time.Minute)[addr]
 	if !ok {
 		t.Fatalf("winnet did not program the added endpoint %s within a minute", addr)
+	}
+	l.waitProgrammed(t, func() []netip.Addr { return []netip.Addr{addr} }, time.Minute)
+	if _, ok := l.programmed[addr]; !ok {
+		t.Fatalf("the switch's message log shows no commit of the added endpoint %s within a minute", addr)
 	}
 	time.Sleep(time.Second)
 	l.read(t)
@@ -314,23 +430,44 @@ func (r *winnetRun) addEndpoint(t *testing.T, ctx context.Context, w *writer, ob
 	return increment{took: max(0, at.Sub(done)), write: took, flowMods: l.flowMods, groupMods: l.groupMods}
 }
 
-// churn runs the churn and measures each change from its write to the switch's commit.
+// churn runs the churn and measures each change from its write to the switch's commit (commitLog).
 func (r *winnetRun) churn(t *testing.T, ctx context.Context, w *writer, objs *scenario, d time.Duration, profile bool) churnResult {
 	t.Helper()
-	l := r.watchSwitch(t)
-	defer l.stop(t)
+	l := r.watchCommits(t)
 	if profile {
 		<-r.coldProfile // one CPU profile at a time
 		go benchutil.FetchProfile(t, r.pprof, fmt.Sprintf("profile?seconds=%d", int(d.Seconds())),
 			filepath.Join(framework.RepoRoot(), "bin", "bench-services-"+r.name+"-churn.cpu.pprof"))
 	}
 	agent0, switch0 := r.agentCPU(t), r.vswitchdCPU(t)
-	// The log is read once the writes are done: its entries carry their own times.
+	// The log is read once the writes are done: its lines carry their own times.
 	written := churnWrites(t, ctx, w, objs, d)
-	addrs := written.current()
-	l.waitProgrammed(t, func() []netip.Addr { return addrs }, 30*time.Second)
+	programmed := l.waitProgrammed(t, written, 30*time.Second)
+	l.explainMissing(t, r, written, programmed)
 	res := churnResult{cpu: r.agentCPU(t) - agent0, cpuSwitch: r.vswitchdCPU(t) - switch0}
-	res.p50, res.p99, res.max = percentiles(latencies(t, "winnet", written, l.programmed))
+	res.p50, res.p99, res.max = percentiles(latencies(t, "winnet", written, programmed))
 	res.changes = len(written.done)
 	return res
+}
+
+// explainMissing logs, for the changes never programmed, what the agent's log and the switch hold.
+func (l *commitLog) explainMissing(t *testing.T, r *winnetRun, written churnWritten, programmed map[netip.Addr]time.Time) {
+	var groups string
+	n := 0
+	for addr, v := range written.version {
+		if _, ok := programmed[addr]; ok || written.superseded[addr] {
+			continue
+		}
+		if groups == "" {
+			g, err := r.node.OVS.DumpGroups("br-int")
+			if err != nil {
+				t.Fatal(err)
+			}
+			groups = strings.Join(g, "\n")
+		}
+		if n++; n <= 5 {
+			t.Logf("not programmed: %s in slice %s version %s/%d, written %s; commits of the slice: %v; in the switch's groups: %v",
+				addr, written.slice[addr], v.uid, v.rv, written.done[addr].Format(time.RFC3339Nano), l.commits[v.uid], strings.Contains(groups, "nat(dst="+addr.String()+":"))
+		}
+	}
 }
