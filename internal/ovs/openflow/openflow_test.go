@@ -623,16 +623,23 @@ func TestOneFlowModIsSentWithoutBundle(t *testing.T) {
 	_, err = e.ovs.Appctl("vlog/set", "vconn:file:dbg")
 	g.Expect(err).NotTo(HaveOccurred())
 	logFile := filepath.Join(e.ovs.Dir, "ovs-vswitchd.log")
-	received := func(sync func()) string {
+	// received returns what ovs-vswitchd logged receiving during sync, up to the line with last, the
+	// change's last message: ovs-vswitchd writes its log asynchronously, so the lines can come after
+	// its reply (a read right after the reply found nothing, idle, 1 run in 3).
+	received := func(last string, sync func()) string {
 		before, err := os.ReadFile(logFile)
 		g.Expect(err).NotTo(HaveOccurred())
 		sync()
-		after, err := os.ReadFile(logFile)
-		g.Expect(err).NotTo(HaveOccurred())
-		return string(after[len(before):])
+		var got string
+		g.Eventually(func() (string, error) {
+			after, err := os.ReadFile(logFile)
+			got = string(after[len(before):])
+			return got, err
+		}).WithTimeout(10*time.Second).Should(ContainSubstring(last), "ovs-vswitchd's log of what it received")
+		return got
 	}
 
-	one := received(func() {
+	one := received("received: OFPT_BARRIER_REQUEST", func() {
 		res, err := e.br.SyncObject(ctx, 6, 2, []openflow.Flow{objectRoute(2)})
 		g.Expect(err).NotTo(HaveOccurred())
 		g.Expect(res.Mods()).To(Equal(1))
@@ -641,7 +648,7 @@ func TestOneFlowModIsSentWithoutBundle(t *testing.T) {
 	g.Expect(one).To(ContainSubstring("received: OFPT_BARRIER_REQUEST"))
 	g.Expect(one).NotTo(ContainSubstring("OFPT_BUNDLE"))
 
-	two := received(func() {
+	two := received("COMMIT_REQUEST", func() {
 		second := objectRoute(3)
 		second.Priority = 100
 		res, err := e.br.SyncObject(ctx, 6, 3, []openflow.Flow{objectRoute(3), second})
