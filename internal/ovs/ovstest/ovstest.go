@@ -311,8 +311,23 @@ func (o *OVS) Appctl(args ...string) (string, error) {
 // an action the flow tables no longer have; fixed in OVS 3.1.3 (commit 21410ff80, "dpif-netdev: Fix
 // dpif_netdev_flow_put"; hack/ovs-stale-megaflow.sh reproduces it). It lasts until ovs-vswitchd
 // restarts.
+//
+// ovs-vswitchd registers its upcall/ commands only when it creates its first datapath, after it
+// read its configuration: a call right after it started is refused as "not a valid command", so
+// this waits up to 10 s for the command to exist.
 func (o *OVS) ExactMatchDatapath(t testing.TB) {
 	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		out, err := o.Appctl("list-commands")
+		if err == nil && strings.Contains(out, "upcall/disable-megaflows") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("disabling megaflows: ovs-vswitchd has no upcall/disable-megaflows command after 10 s (%v): %s", err, out)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 	if out, err := o.Appctl("upcall/disable-megaflows"); err != nil {
 		t.Fatalf("disabling megaflows: %v: %s", err, out)
 	}
