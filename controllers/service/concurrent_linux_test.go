@@ -6,7 +6,6 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
-	"slices"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -114,15 +113,7 @@ func TestChangesShareTheNextBundle(t *testing.T) {
 	g.Expect(nat.calls.Load()).To(BeZero(), "the passes of Services without NodePorts applied the host's NodePort NAT again")
 
 	// What the concurrent passes left is what a full pass computed from scratch installs.
-	dump := func() []string {
-		flows, err := n.OVS.Ofctl("dump-flows", "br-int", "--no-stats")
-		g.Expect(err).NotTo(HaveOccurred())
-		groups, err := n.OVS.DumpGroups("br-int")
-		g.Expect(err).NotTo(HaveOccurred())
-		lines := append(strings.Split(strings.TrimSpace(flows), "\n"), groups...)
-		slices.Sort(lines)
-		return lines
-	}
+	dump := func() []string { return switchState(g, n.OVS) }
 	concurrent := dump()
 	g.Expect(r.FullPassFromScratch(ctx)).To(Succeed())
 	full := dump()

@@ -23,6 +23,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/winnet-io/winnet/controllers/service"
+	"github.com/winnet-io/winnet/internal/ovs/ovstest"
 	"github.com/winnet-io/winnet/test/framework"
 	"github.com/winnet-io/winnet/test/simnode"
 )
@@ -52,16 +53,7 @@ func TestIncrementalPassesMatchAFullPass(t *testing.T) {
 	r := n.Agent.Services
 	g.Expect(server.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: testNamespace}})).To(Succeed())
 
-	// dump returns the switch's flows and groups, sorted.
-	dump := func() []string {
-		flows, err := n.OVS.Ofctl("dump-flows", "br-int", "--no-stats")
-		g.Expect(err).NotTo(HaveOccurred())
-		groups, err := n.OVS.DumpGroups("br-int")
-		g.Expect(err).NotTo(HaveOccurred())
-		lines := append(strings.Split(strings.TrimSpace(flows), "\n"), groups...)
-		slices.Sort(lines)
-		return lines
-	}
+	dump := func() []string { return switchState(g, n.OVS) }
 	for range 6 {
 		m.create(ctx)
 	}
@@ -99,6 +91,17 @@ func TestIncrementalPassesMatchAFullPass(t *testing.T) {
 const testNamespace = "svcinc"
 
 // without returns the lines of a that b has not.
+// switchState returns the switch's flows and groups, sorted.
+func switchState(g Gomega, o *ovstest.OVS) []string {
+	flows, err := o.Ofctl("dump-flows", "br-int", "--no-stats")
+	g.Expect(err).NotTo(HaveOccurred())
+	groups, err := o.DumpGroups("br-int")
+	g.Expect(err).NotTo(HaveOccurred())
+	lines := append(strings.Split(strings.TrimSpace(flows), "\n"), groups...)
+	slices.Sort(lines)
+	return lines
+}
+
 func without(a, b []string) []string {
 	var out []string
 	for _, l := range a {
