@@ -47,7 +47,7 @@ install_debian_packages() {
 	command -v iptables >/dev/null || need+=(iptables)
 	[ -x "$ROOT/bin/flannel-$FLANNEL_VERSION/flanneld" ] || command -v gcc >/dev/null || need+=(gcc)
 	# kube-proxy's nftables mode and the benchmark reading its rules (make bench-services).
-	[ "$WITH_KUBE_PROXY" = 1 ] && ! command -v nft >/dev/null && need+=(nftables)
+	command -v nft >/dev/null || need+=(nftables)
 	if [ ${#need[@]} -eq 0 ]; then return; fi
 	if [ "$(id -u)" != 0 ]; then
 		log "missing Debian packages ${need[*]} and not root: run 'sudo $0' once"
