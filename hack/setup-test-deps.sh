@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs everything `make test` needs on a fresh Debian 12 machine, idempotently:
-#   - Debian packages: Open vSwitch (userspace datapath), CNI plugins (host-local IPAM), iproute2, ping,
-#     python3 (raw packets)
+#   - Debian packages: those of every command on test/hostcmd's list (Open vSwitch on the userspace
+#     datapath, CNI plugins, iproute2, nftables, ping, python3 for raw packets, iptables for flanneld...)
 #   - kube-apiserver, kube-controller-manager, kubectl and etcd built from the Go module proxy into
 #     bin/k8s/<version>/ (cached by version)
 #   - CoreDNS (a main with the plugins the e2e cluster's kube-dns uses) built from the Go module proxy
@@ -9,8 +9,8 @@
 #   - flanneld built from the Go module proxy into bin/flannel-<version>/ (the e2e cluster's Linux
 #     flannel node runs it; the Pods there use Debian's bridge and host-local CNI plugins)
 #   - helm built from the Go module proxy (the tool in go.mod) into bin/helm-<version>/ (chart tests)
-#   - with the argument `kube-proxy` (make bench-services only): also Debian's nftables (nft) and
-#     kube-proxy, built like kube-apiserver into bin/k8s/<version>/
+#   - with the argument `kube-proxy` (make bench-services only): also kube-proxy, built like
+#     kube-apiserver into bin/k8s/<version>/
 # Run as root. Safe to run again: every step checks before it acts.
 set -euo pipefail
 
@@ -36,18 +36,12 @@ log() { echo "setup-test-deps: $*" >&2; }
 
 install_debian_packages() {
 	local need=()
-	command -v ovs-vswitchd >/dev/null || need+=(openvswitch-switch)
-	[ -x /usr/lib/cni/host-local ] || need+=(containernetworking-plugins)
-	command -v ip >/dev/null || need+=(iproute2)
-	command -v ping >/dev/null || need+=(iputils-ping)
-	# Raw IP, ICMP and GRE/ESP packets in the datapath tests (test/integration/datapath).
-	[ -x /usr/bin/python3 ] || need+=(python3)
-	# flanneld (the e2e cluster's Linux flannel node) runs iptables in its default mode; building it
-	# needs gcc (its udp backend is cgo).
-	command -v iptables >/dev/null || need+=(iptables)
+	# The commands tests, benchmarks and the demo run, with their Debian packages, are listed once, in
+	# test/hostcmd/hostcmd.go (nftables among them: test/e2e/cluster runs nft in node namespaces).
+	# shellcheck disable=SC2207
+	need=($(cd "$ROOT" && go run ./test/hostcmd/check -packages))
+	# Building flanneld needs gcc (its udp backend is cgo).
 	[ -x "$ROOT/bin/flannel-$FLANNEL_VERSION/flanneld" ] || command -v gcc >/dev/null || need+=(gcc)
-	# kube-proxy's nftables mode and the benchmark reading its rules (make bench-services).
-	command -v nft >/dev/null || need+=(nftables)
 	if [ ${#need[@]} -eq 0 ]; then return; fi
 	if [ "$(id -u)" != 0 ]; then
 		log "missing Debian packages ${need[*]} and not root: run 'sudo $0' once"
@@ -202,7 +196,9 @@ build_flanneld
 "$ASSETS/etcd" --version >/dev/null
 "$ASSETS/kubectl" version --client >/dev/null
 "$ASSETS/kube-controller-manager" --version >/dev/null
-if [ "$WITH_KUBE_PROXY" = 1 ]; then "$ASSETS/kube-proxy" --version >/dev/null; nft --version >/dev/null; fi
+if [ "$WITH_KUBE_PROXY" = 1 ]; then "$ASSETS/kube-proxy" --version >/dev/null; fi
+# Every command on the list is here, or this fails now, naming each missing one and its package.
+(cd "$ROOT" && go run ./test/hostcmd/check >&2)
 "$ROOT/bin/coredns-$COREDNS_VERSION/coredns" -plugins >/dev/null
 "$ROOT/bin/flannel-$FLANNEL_VERSION/flanneld" --version >/dev/null 2>&1
 echo "$ASSETS"

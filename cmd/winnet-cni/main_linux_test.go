@@ -22,6 +22,7 @@ import (
 	. "github.com/onsi/gomega"
 
 	"github.com/winnet-io/winnet/internal/cni"
+	"github.com/winnet-io/winnet/test/hostcmd"
 )
 
 // These tests build the real winnet-cni binary and drive it through libcni, the CNI library
@@ -38,7 +39,7 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, "creating temp dir:", err)
 		os.Exit(1)
 	}
-	cmd := exec.Command("go", "build", "-o", filepath.Join(dir, pluginName), ".")
+	cmd := hostcmd.Command("go", "build", "-o", filepath.Join(dir, pluginName), ".")
 	cmd.Env = append(os.Environ(), "GOTOOLCHAIN=local")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		fmt.Fprintf(os.Stderr, "building %s: %v\n%s", pluginName, err, out)
@@ -486,7 +487,7 @@ func TestCommandLine(t *testing.T) {
 			g := NewWithT(t)
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
-			cmd := exec.CommandContext(ctx, filepath.Join(shimDir, pluginName), tt.args...)
+			cmd := hostcmd.CommandContext(ctx, filepath.Join(shimDir, pluginName), tt.args...)
 			for _, kv := range os.Environ() {
 				if !strings.HasPrefix(kv, "CNI_") {
 					cmd.Env = append(cmd.Env, kv)

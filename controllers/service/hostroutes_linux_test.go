@@ -8,7 +8,6 @@ import (
 	"math/rand/v2"
 	"net/netip"
 	"os"
-	"os/exec"
 	"slices"
 	"testing"
 	"time"
@@ -19,6 +18,7 @@ import (
 	"github.com/winnet-io/winnet/controllers/nodenetwork"
 	"github.com/winnet-io/winnet/internal/hostnet"
 	"github.com/winnet-io/winnet/internal/pipeline"
+	"github.com/winnet-io/winnet/test/hostcmd"
 )
 
 // countingHost is the real host network (netlink in a namespace of the test's) counting how often
@@ -45,12 +45,12 @@ func TestHostRoutesReadBackOncePerResync(t *testing.T) {
 	ns := fmt.Sprintf("wn-svcroutes-%d", rand.IntN(1<<30))
 	run := func(args ...string) {
 		t.Helper()
-		if out, err := exec.Command(args[0], args[1:]...).CombinedOutput(); err != nil {
+		if out, err := hostcmd.Command(args[0], args[1:]...).CombinedOutput(); err != nil {
 			t.Fatalf("%v: %v: %s", args, err, out)
 		}
 	}
 	run("ip", "netns", "add", ns)
-	t.Cleanup(func() { _ = exec.Command("ip", "netns", "del", ns).Run() })
+	t.Cleanup(func() { _ = hostcmd.Command("ip", "netns", "del", ns).Run() })
 	run("ip", "-n", ns, "link", "add", "gw0", "type", "veth", "peer", "name", "gw0p")
 	run("ip", "-n", ns, "link", "set", "gw0", "up")
 	run("ip", "-n", ns, "link", "set", "gw0p", "up")

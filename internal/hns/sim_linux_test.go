@@ -11,7 +11,6 @@ import (
 	"net"
 	"net/netip"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"sync"
 	"testing"
@@ -20,6 +19,8 @@ import (
 	. "github.com/onsi/gomega"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
+
+	"github.com/winnet-io/winnet/test/hostcmd"
 )
 
 // newNetNS creates a named network namespace with ip netns and deletes it at cleanup. The Linux-backed tests need
@@ -29,17 +30,17 @@ func newNetNS(t *testing.T, prefix string) (name, path string) {
 	if os.Geteuid() != 0 {
 		t.Fatalf("the Linux-backed HNS simulator test needs root to create network namespaces and veth pairs (euid %d); run it as root", os.Geteuid())
 	}
-	if _, err := exec.LookPath("ip"); err != nil {
-		t.Fatalf("the Linux-backed HNS simulator test needs iproute2's ip (ip netns): %v; install iproute2 (hack/ installs the test dependencies)", err)
+	if err := hostcmd.Check("ip"); err != nil {
+		t.Fatalf("the Linux-backed HNS simulator test needs ip netns: %v", err)
 	}
 	suffix := make([]byte, 3)
 	_, _ = rand.Read(suffix)
 	name = prefix + "-" + hex.EncodeToString(suffix)
-	if out, err := exec.Command("ip", "netns", "add", name).CombinedOutput(); err != nil {
+	if out, err := hostcmd.Command("ip", "netns", "add", name).CombinedOutput(); err != nil {
 		t.Fatalf("ip netns add %s: %v: %s", name, err, out)
 	}
 	t.Cleanup(func() {
-		if out, err := exec.Command("ip", "netns", "delete", name).CombinedOutput(); err != nil {
+		if out, err := hostcmd.Command("ip", "netns", "delete", name).CombinedOutput(); err != nil {
 			t.Errorf("ip netns delete %s: %v: %s", name, err, out)
 		}
 	})
@@ -149,7 +150,7 @@ func TestLinuxSim(t *testing.T) {
 		g.Expect(err).NotTo(HaveOccurred())
 		g.Expect(netlink.AddrAdd(link, &netlink.Addr{IPNet: &net.IPNet{IP: net.IPv4(10, 244, 1, 1), Mask: net.CIDRMask(24, 32)}})).To(Succeed())
 	})
-	out, err := exec.Command("ip", "netns", "exec", podName, "ping", "-c", "1", "-W", "2", "10.244.1.1").CombinedOutput()
+	out, err := hostcmd.Command("ip", "netns", "exec", podName, "ping", "-c", "1", "-W", "2", "10.244.1.1").CombinedOutput()
 	g.Expect(err).NotTo(HaveOccurred(), "ping from the Pod to the host end: %s", out)
 
 	// A second endpoint with a long name, attached by path to the same namespace, becomes eth1; its host end
@@ -246,7 +247,7 @@ func TestLinuxSimPodNamespaceGone(t *testing.T) {
 	g.Expect(s.AttachEndpoint(ctx, ep.ID, podName)).To(Succeed())
 
 	// Deleting the namespace destroys the container end and with it the host end.
-	out, err := exec.Command("ip", "netns", "delete", podName).CombinedOutput()
+	out, err := hostcmd.Command("ip", "netns", "delete", podName).CombinedOutput()
 	g.Expect(err).NotTo(HaveOccurred(), "%s", out)
 	g.Eventually(func() []string { return hostLinks(t, nodePath) }).Should(ConsistOf("lo"))
 
@@ -255,7 +256,7 @@ func TestLinuxSimPodNamespaceGone(t *testing.T) {
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(got.NamespaceID).To(BeEmpty())
 	g.Expect(s.DeleteEndpoint(ctx, ep.ID)).To(Succeed())
-	out, err = exec.Command("ip", "netns", "add", podName).CombinedOutput() // for the cleanup's delete
+	out, err = hostcmd.Command("ip", "netns", "add", podName).CombinedOutput() // for the cleanup's delete
 	g.Expect(err).NotTo(HaveOccurred(), "%s", out)
 	_, err = s.GetEndpointByName(ctx, "pod-a")
 	g.Expect(err).To(MatchError(ErrNotFound))

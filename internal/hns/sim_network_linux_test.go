@@ -7,7 +7,6 @@ import (
 	"errors"
 	"net"
 	"net/netip"
-	"os/exec"
 	"slices"
 	"strings"
 	"testing"
@@ -17,6 +16,7 @@ import (
 	"github.com/vishvananda/netlink"
 
 	"github.com/winnet-io/winnet/internal/hostnet"
+	"github.com/winnet-io/winnet/test/hostcmd"
 )
 
 const (
@@ -42,7 +42,7 @@ func newNodeNS(t *testing.T, dhcp bool) (name, path string) {
 		addr,
 		{"ip", "-n", name, "route", "add", "default", "via", testHostGateway, "dev", testAdapter},
 	} {
-		if out, err := exec.Command(args[0], args[1:]...).CombinedOutput(); err != nil {
+		if out, err := hostcmd.Command(args[0], args[1:]...).CombinedOutput(); err != nil {
 			t.Fatalf("%s: %v: %s", strings.Join(args, " "), err, out)
 		}
 	}

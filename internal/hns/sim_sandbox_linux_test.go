@@ -6,13 +6,14 @@ import (
 	"context"
 	"net/netip"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/google/uuid"
 	. "github.com/onsi/gomega"
+
+	"github.com/winnet-io/winnet/test/hostcmd"
 )
 
 // newGUIDNetNS creates a network namespace named by a lower-case GUID, as an HCN namespace ID, and deletes it
@@ -20,11 +21,11 @@ import (
 func newGUIDNetNS(t *testing.T) string {
 	t.Helper()
 	name := uuid.NewString()
-	if out, err := exec.Command("ip", "netns", "add", name).CombinedOutput(); err != nil {
+	if out, err := hostcmd.Command("ip", "netns", "add", name).CombinedOutput(); err != nil {
 		t.Fatalf("ip netns add %s: %v: %s", name, err, out)
 	}
 	t.Cleanup(func() {
-		_ = exec.Command("ip", "netns", "delete", name).Run()
+		_ = hostcmd.Command("ip", "netns", "delete", name).Run()
 		_ = os.RemoveAll(filepath.Join(netnsEtcDir, name))
 	})
 	return name
@@ -55,7 +56,7 @@ func TestLinuxSimVNICAppearsWhenSandboxStarts(t *testing.T) {
 		return err
 	}).Should(Succeed())
 	g.Expect(string(resolv)).To(Equal("search default.svc.cluster.local svc.cluster.local\nnameserver 10.96.0.10\noptions ndots:5\n"))
-	out, err := exec.Command("ip", "netns", "exec", podNS, "cat", "/etc/resolv.conf").CombinedOutput()
+	out, err := hostcmd.Command("ip", "netns", "exec", podNS, "cat", "/etc/resolv.conf").CombinedOutput()
 	g.Expect(err).NotTo(HaveOccurred(), "%s", out)
 	g.Expect(string(out)).To(Equal(string(resolv)), "the Pod's own resolver configuration")
 
@@ -82,7 +83,7 @@ func TestLinuxSimTrapInternalPortBeforeVNIC(t *testing.T) {
 	g.Expect(s.AttachEndpoint(ctx, ep.ID, podNS)).To(Succeed())
 	// What OVS's netdev datapath does for an internal port: a tap of the port's name.
 	nodeNS := filepath.Base(nodePath)
-	if out, err := exec.Command("ip", "-n", nodeNS, "tuntap", "add", "mode", "tap", "name", "pod-a").CombinedOutput(); err != nil {
+	if out, err := hostcmd.Command("ip", "-n", nodeNS, "tuntap", "add", "mode", "tap", "name", "pod-a").CombinedOutput(); err != nil {
 		t.Fatalf("creating the tap: %v: %s", err, out)
 	}
 	g.Expect(StartSandbox(sandboxes, podNS)).To(Succeed())

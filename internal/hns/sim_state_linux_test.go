@@ -8,12 +8,13 @@ import (
 	"net"
 	"net/netip"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"testing"
 
 	. "github.com/onsi/gomega"
 	"github.com/vishvananda/netlink"
+
+	"github.com/winnet-io/winnet/test/hostcmd"
 )
 
 // TestLinuxSimStateFile checks that a simulator with a state file hands its networks, endpoints and attachments
@@ -52,7 +53,7 @@ func TestLinuxSimStateFile(t *testing.T) {
 	g.Expect(onDisk.Endpoints[0].MAC).To(Equal(a.MAC.String()))
 
 	// pod-b's pair disappears while no simulator runs: the next one drops it and keeps the rest.
-	out, err := exec.Command("ip", "-n", filepath.Base(nodePath), "link", "del", "pod-b").CombinedOutput()
+	out, err := hostcmd.Command("ip", "-n", filepath.Base(nodePath), "link", "del", "pod-b").CombinedOutput()
 	g.Expect(err).NotTo(HaveOccurred(), "%s", out)
 
 	second := open()
@@ -136,7 +137,7 @@ func TestLinuxSimFinishesAHalfMadeVNIC(t *testing.T) {
 	g.Expect(first.Close()).To(Succeed())
 
 	ip := func(args ...string) {
-		out, err := exec.Command("ip", args...).CombinedOutput()
+		out, err := hostcmd.Command("ip", args...).CombinedOutput()
 		g.Expect(err).NotTo(HaveOccurred(), "ip %v: %s", args, out)
 	}
 	// pod-a's container end as LinkAdd left it; pod-b's renamed, nothing more.

@@ -9,7 +9,6 @@ import (
 	"net"
 	"net/netip"
 	"os"
-	"os/exec"
 	"slices"
 	"strings"
 	"testing"
@@ -19,6 +18,8 @@ import (
 	. "github.com/onsi/gomega"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
+
+	"github.com/winnet-io/winnet/test/hostcmd"
 )
 
 func TestLinkLookup(t *testing.T) {
@@ -581,13 +582,13 @@ func TestNetNSPath(t *testing.T) {
 	requireRoot(t)
 	g := NewWithT(t)
 	name := fmt.Sprintf("hostnet-test-%d", os.Getpid())
-	g.Expect(exec.Command("ip", "netns", "add", name).Run()).To(Succeed())
-	t.Cleanup(func() { _ = exec.Command("ip", "netns", "del", name).Run() })
+	g.Expect(hostcmd.Command("ip", "netns", "add", name).Run()).To(Succeed())
+	t.Cleanup(func() { _ = hostcmd.Command("ip", "netns", "del", name).Run() })
 	path := "/var/run/netns/" + name
 	other, err := ns.GetNS(path)
 	g.Expect(err).NotTo(HaveOccurred())
 	t.Cleanup(func() { _ = other.Close() })
-	g.Expect(exec.Command("ip", "-n", name, "link", "add", "nsveth0", "type", "veth", "peer", "name", "nsveth1").Run()).To(Succeed())
+	g.Expect(hostcmd.Command("ip", "-n", name, "link", "add", "nsveth0", "type", "veth", "peer", "name", "nsveth1").Run()).To(Succeed())
 
 	h := newHost(g, Options{NetNSPath: path})
 	ctx := context.Background()
@@ -617,11 +618,11 @@ func TestSetSwitchPort(t *testing.T) {
 	name := fmt.Sprintf("hostnet-sp-%d", os.Getpid())
 	peer := name + "-p"
 	for _, ns := range []string{name, peer} {
-		g.Expect(exec.Command("ip", "netns", "add", ns).Run()).To(Succeed())
-		t.Cleanup(func() { _ = exec.Command("ip", "netns", "del", ns).Run() })
+		g.Expect(hostcmd.Command("ip", "netns", "add", ns).Run()).To(Succeed())
+		t.Cleanup(func() { _ = hostcmd.Command("ip", "netns", "del", ns).Run() })
 	}
 	run := func(ns string, args ...string) error {
-		return exec.Command("ip", append([]string{"netns", "exec", ns}, args...)...).Run()
+		return hostcmd.Command("ip", append([]string{"netns", "exec", ns}, args...)...).Run()
 	}
 	g.Expect(run(name, "ip", "link", "add", "name", "sp0", "type", "veth", "peer", "name", "sp1", "netns", peer)).To(Succeed())
 	g.Expect(run(name, "ip", "addr", "add", "10.78.0.1/24", "dev", "sp0")).To(Succeed())

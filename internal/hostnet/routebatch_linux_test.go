@@ -9,7 +9,6 @@ import (
 	"net"
 	"net/netip"
 	"os"
-	"os/exec"
 	"slices"
 	"strings"
 	"testing"
@@ -19,6 +18,8 @@ import (
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
+
+	"github.com/winnet-io/winnet/test/hostcmd"
 )
 
 // namedNetNS creates a network namespace under /var/run/netns, as a simulated node has, holding
@@ -31,12 +32,12 @@ func namedNetNS(tb testing.TB) (string, *netlink.Handle) {
 	name := fmt.Sprintf("hostnet-batch-%d-%d", os.Getpid(), time.Now().UnixNano())
 	run := func(args ...string) {
 		tb.Helper()
-		if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
+		if out, err := hostcmd.Command("ip", args...).CombinedOutput(); err != nil {
 			tb.Fatalf("ip %s: %v: %s", strings.Join(args, " "), err, out)
 		}
 	}
 	run("netns", "add", name)
-	tb.Cleanup(func() { _ = exec.Command("ip", "netns", "del", name).Run() })
+	tb.Cleanup(func() { _ = hostcmd.Command("ip", "netns", "del", name).Run() })
 	run("-n", name, "link", "add", "eth0", "type", "veth", "peer", "name", "eth0p")
 	run("-n", name, "link", "set", "eth0", "up")
 	run("-n", name, "link", "set", "eth0p", "up")
@@ -165,9 +166,9 @@ func TestEnsureRoutesBatched(t *testing.T) {
 	}
 	g.Expect(sortedStrings(gotKernel)).To(Equal(sortedStrings(wantKernel)))
 	// iproute2 sees them too: owned ones with winnet's protocol number.
-	out, err := exec.Command("ip", "-n", strings.TrimPrefix(path, "/var/run/netns/"), "route", "show", "proto", "241").Output()
+	out, err := hostcmd.Command("ip", "-n", strings.TrimPrefix(path, "/var/run/netns/"), "route", "show", "proto", "241").Output()
 	g.Expect(err).NotTo(HaveOccurred())
-	out6, err := exec.Command("ip", "-6", "-n", strings.TrimPrefix(path, "/var/run/netns/"), "route", "show", "proto", "241").Output()
+	out6, err := hostcmd.Command("ip", "-6", "-n", strings.TrimPrefix(path, "/var/run/netns/"), "route", "show", "proto", "241").Output()
 	g.Expect(err).NotTo(HaveOccurred())
 	owned := len(slices.DeleteFunc(slices.Clone(routes), func(r Route) bool { return !r.Owned }))
 	g.Expect(strings.Count(string(out)+string(out6), "\n")).To(Equal(owned))
@@ -323,7 +324,7 @@ func benchmarkEnsureRoutes(b *testing.B, routes []Route) {
 		defer b.StartTimer()
 		for _, family := range []string{"-4", "-6"} {
 			for _, proto := range []string{"241", "static"} {
-				out, err := exec.Command("ip", family, "-n", strings.TrimPrefix(path, "/var/run/netns/"), "route", "flush", "proto", proto).CombinedOutput()
+				out, err := hostcmd.Command("ip", family, "-n", strings.TrimPrefix(path, "/var/run/netns/"), "route", "flush", "proto", proto).CombinedOutput()
 				if err != nil {
 					b.Fatalf("flushing routes: %v: %s", err, out)
 				}

@@ -6,13 +6,14 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"sync"
 	"testing"
 
 	"github.com/google/nftables"
 	. "github.com/onsi/gomega"
 	"github.com/vishvananda/netns"
+
+	"github.com/winnet-io/winnet/test/hostcmd"
 )
 
 // TestSetSwitchPortBatches queues SetSwitchPort calls behind a transaction in flight: the next
@@ -21,15 +22,15 @@ func TestSetSwitchPortBatches(t *testing.T) {
 	requireRoot(t)
 	g := NewWithT(t)
 	name := fmt.Sprintf("hostnet-spb-%d", os.Getpid())
-	g.Expect(exec.Command("ip", "netns", "add", name).Run()).To(Succeed())
-	t.Cleanup(func() { _ = exec.Command("ip", "netns", "del", name).Run() })
+	g.Expect(hostcmd.Command("ip", "netns", "add", name).Run()).To(Succeed())
+	t.Cleanup(func() { _ = hostcmd.Command("ip", "netns", "del", name).Run() })
 	h := newHost(g, Options{NetNSPath: "/var/run/netns/" + name}).(*netlinkHost)
 	ctx := context.Background()
 	const links = 6
 	index := map[string]int{}
 	for i := range links {
 		port := fmt.Sprintf("spb%d", i)
-		out, err := exec.Command("ip", "netns", "exec", name, "ip", "link", "add", port, "type", "veth", "peer", "name", port+"-p").CombinedOutput()
+		out, err := hostcmd.Command("ip", "netns", "exec", name, "ip", "link", "add", port, "type", "veth", "peer", "name", port+"-p").CombinedOutput()
 		g.Expect(err).NotTo(HaveOccurred(), "%s", out)
 		l, err := h.LinkByName(ctx, port)
 		g.Expect(err).NotTo(HaveOccurred())
@@ -78,7 +79,7 @@ func TestSetSwitchPortBatches(t *testing.T) {
 
 	// spb5 goes after its call was queued: its chain goes with the others' in one transaction.
 	errs := setAll(false, func() {
-		out, err := exec.Command("ip", "netns", "exec", name, "ip", "link", "del", "spb5").CombinedOutput()
+		out, err := hostcmd.Command("ip", "netns", "exec", name, "ip", "link", "del", "spb5").CombinedOutput()
 		g.Expect(err).NotTo(HaveOccurred(), "%s", out)
 	})
 	for port, err := range errs {
@@ -89,7 +90,7 @@ func TestSetSwitchPortBatches(t *testing.T) {
 	// A chain whose link went away is deleted by the background sweep the next transaction starts.
 	g.Expect(h.SetSwitchPort(ctx, index["spb0"], true)).To(Succeed())
 	g.Expect(h.SetSwitchPort(ctx, index["spb1"], true)).To(Succeed())
-	out, err := exec.Command("ip", "netns", "exec", name, "ip", "link", "del", "spb1").CombinedOutput()
+	out, err := hostcmd.Command("ip", "netns", "exec", name, "ip", "link", "del", "spb1").CombinedOutput()
 	g.Expect(err).NotTo(HaveOccurred(), "%s", out)
 	g.Expect(chains()).To(ConsistOf("port-spb0", "port-spb1"), "the kernel keeps the chain of a deleted link")
 	g.Expect(h.SetSwitchPort(ctx, index["spb2"], true)).To(Succeed())

@@ -4,12 +4,12 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"sync"
 	"testing"
 
 	"github.com/winnet-io/winnet/internal/cni"
+	"github.com/winnet-io/winnet/test/hostcmd"
 )
 
 var (
@@ -27,7 +27,7 @@ func BuildShim(t testing.TB) string {
 		if shimErr != nil {
 			return
 		}
-		cmd := exec.Command("go", "build", "-o", filepath.Join(shimDir, cni.PluginType), "./cmd/winnet-cni")
+		cmd := hostcmd.Command("go", "build", "-o", filepath.Join(shimDir, cni.PluginType), "./cmd/winnet-cni")
 		cmd.Dir = RepoRoot()
 		cmd.Env = append(os.Environ(), "GOTOOLCHAIN=local")
 		if out, err := cmd.CombinedOutput(); err != nil {

@@ -10,7 +10,6 @@ import (
 	"net"
 	"net/netip"
 	"os"
-	"os/exec"
 	"regexp"
 	"strconv"
 	"strings"
@@ -18,6 +17,7 @@ import (
 	"testing"
 
 	"github.com/winnet-io/winnet/internal/ovs/ovstest"
+	"github.com/winnet-io/winnet/test/hostcmd"
 )
 
 // Topology (all names are per-test unique; everything lives in namespaces, nothing in the root one):
@@ -108,8 +108,8 @@ func CheckPrerequisites() error {
 		problems = append(problems, "must run as root (network namespaces, veths, bridges)")
 	}
 	for _, b := range []string{"ip", "ping"} {
-		if _, err := exec.LookPath(b); err != nil {
-			problems = append(problems, "missing "+b)
+		if err := hostcmd.Check(b); err != nil {
+			problems = append(problems, err.Error())
 		}
 	}
 	if len(problems) > 0 {
@@ -264,7 +264,7 @@ func Exec(ns string, args ...string) (string, error) {
 	if ns != "" {
 		args = append([]string{"ip", "netns", "exec", ns}, args...)
 	}
-	out, err := exec.Command(args[0], args[1:]...).CombinedOutput()
+	out, err := hostcmd.Command(args[0], args[1:]...).CombinedOutput()
 	if err != nil {
 		return string(out), fmt.Errorf("%s: %w: %s", strings.Join(args, " "), err, strings.TrimSpace(string(out)))
 	}
@@ -282,7 +282,7 @@ func Output(ns string, args ...string) (string, error) {
 		args = append([]string{"ip", "netns", "exec", ns}, args...)
 	}
 	var stderr strings.Builder
-	cmd := exec.Command(args[0], args[1:]...)
+	cmd := hostcmd.Command(args[0], args[1:]...)
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
 	if err != nil {
@@ -331,7 +331,7 @@ func mustRun(t testing.TB, ns string, cmds ...[]string) {
 // deleteNS deletes a namespace; its veths go with it (their peers too). Processes still inside keep
 // the namespace alive, which is why OVS (started after the namespace) is stopped before this runs.
 func deleteNS(t testing.TB, ns string) {
-	if out, err := exec.Command("ip", "netns", "del", ns).CombinedOutput(); err != nil {
+	if out, err := hostcmd.Command("ip", "netns", "del", ns).CombinedOutput(); err != nil {
 		t.Errorf("simnode: deleting namespace %s: %v: %s", ns, err, out)
 	}
 }

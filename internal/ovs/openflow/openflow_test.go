@@ -7,7 +7,6 @@ import (
 	"net"
 	"net/netip"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -20,6 +19,7 @@ import (
 	"github.com/winnet-io/winnet/internal/ovs/openflow"
 	"github.com/winnet-io/winnet/internal/ovs/ovsdb"
 	"github.com/winnet-io/winnet/internal/ovs/ovstest"
+	"github.com/winnet-io/winnet/test/hostcmd"
 )
 
 const bridge = "br-int"
@@ -415,7 +415,7 @@ func TestIncrementalSyncSendsOnlyChanges(t *testing.T) {
 // marker flow and waiting for its event: events arrive in order.
 func monitorFlows(t *testing.T, e *env) func() []string {
 	t.Helper()
-	cmd := exec.Command("ovs-ofctl", "-O", "OpenFlow15", "monitor", "unix:"+e.ovs.MgmtSocket(bridge), "watch:!initial")
+	cmd := hostcmd.Command("ovs-ofctl", "-O", "OpenFlow15", "monitor", "unix:"+e.ovs.MgmtSocket(bridge), "watch:!initial")
 	cmd.Env = append(os.Environ(), "OVS_RUNDIR="+e.ovs.Dir) // for its control socket
 	// ovs-ofctl monitor prints the events on stderr.
 	out, w, err := os.Pipe()

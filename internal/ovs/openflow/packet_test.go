@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/hex"
 	"net/netip"
-	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -12,6 +11,7 @@ import (
 	. "github.com/onsi/gomega"
 
 	"github.com/winnet-io/winnet/internal/ovs/openflow"
+	"github.com/winnet-io/winnet/test/hostcmd"
 )
 
 // TestPacketInAndOut: a flow's output to CONTROLLER reaches the bridge's packet-in handler (the
@@ -25,7 +25,7 @@ func TestPacketInAndOut(t *testing.T) {
 	defer cancel()
 	e.ovs.MustVsctl(t, "add-port", bridge, "p1", "--", "set", "interface", "p1", "type=internal", "ofport_request=5")
 	// A tap that is down drops what OVS outputs to it (tx drop): bring it up.
-	if out, err := exec.Command("ip", "netns", "exec", e.ovs.NetNS(), "ip", "link", "set", "p1", "up").CombinedOutput(); err != nil {
+	if out, err := hostcmd.Command("ip", "netns", "exec", e.ovs.NetNS(), "ip", "link", "set", "p1", "up").CombinedOutput(); err != nil {
 		t.Fatalf("bringing p1 up: %v: %s", err, out)
 	}
 

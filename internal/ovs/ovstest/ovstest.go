@@ -14,6 +14,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/winnet-io/winnet/test/hostcmd"
 )
 
 // Binaries the harness needs; all come with Debian's openvswitch-switch.
@@ -105,12 +107,12 @@ func New(opts Options) (*OVS, error) {
 	o := &OVS{Dir: dir, opts: opts}
 	if opts.NetNS == "" {
 		o.opts.NetNS = "wn" + filepath.Base(dir)
-		if out, err := exec.Command("ip", "netns", "add", o.opts.NetNS).CombinedOutput(); err != nil {
+		if out, err := hostcmd.Command("ip", "netns", "add", o.opts.NetNS).CombinedOutput(); err != nil {
 			_ = os.RemoveAll(dir)
 			return nil, fmt.Errorf("creating network namespace %s: %w: %s", o.opts.NetNS, err, out)
 		}
 		o.ownNS = true
-		_ = exec.Command("ip", "netns", "exec", o.opts.NetNS, "ip", "link", "set", "lo", "up").Run()
+		_ = hostcmd.Command("ip", "netns", "exec", o.opts.NetNS, "ip", "link", "set", "lo", "up").Run()
 	}
 	schema, err := schemaPath()
 	if err != nil {
@@ -159,9 +161,9 @@ func (o *OVS) command(name string, args ...string) *exec.Cmd {
 	}
 	var cmd *exec.Cmd
 	if o.opts.NetNS != "" {
-		cmd = exec.Command("ip", append([]string{"netns", "exec", o.opts.NetNS, path}, args...)...)
+		cmd = hostcmd.Command("ip", append([]string{"netns", "exec", o.opts.NetNS, path}, args...)...)
 	} else {
-		cmd = exec.Command(path, args...)
+		cmd = hostcmd.Command(path, args...)
 	}
 	cmd.Env = o.env()
 	cmd.Dir = o.Dir
@@ -280,7 +282,7 @@ func (o *OVS) Stop() {
 		_ = stopDaemon(o.dbCmd, o.dbDone, syscall.SIGTERM)
 		o.mu.Unlock()
 		if o.ownNS {
-			_ = exec.Command("ip", "netns", "del", o.opts.NetNS).Run()
+			_ = hostcmd.Command("ip", "netns", "del", o.opts.NetNS).Run()
 		}
 		_ = os.RemoveAll(o.Dir)
 	})
@@ -395,7 +397,7 @@ func (o *OVS) run(name string, args ...string) (string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	cmd := o.command(name, args...)
-	c := exec.CommandContext(ctx, cmd.Path, cmd.Args[1:]...)
+	c := hostcmd.CommandContext(ctx, cmd.Path, cmd.Args[1:]...)
 	c.Env, c.Dir = cmd.Env, cmd.Dir
 	out, err := c.CombinedOutput()
 	if err != nil {

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/winnet-io/winnet/test/framework"
+	"github.com/winnet-io/winnet/test/hostcmd"
 	"github.com/winnet-io/winnet/test/simnode"
 )
 
@@ -42,7 +43,7 @@ func BuildAgent(t *testing.T, pprofOverlay string) string {
 		}
 		args = append(args, "-overlay", file)
 	}
-	build := exec.Command("go", append(args, "./cmd/winnet-agent")...)
+	build := hostcmd.Command("go", append(args, "./cmd/winnet-agent")...)
 	build.Dir = framework.RepoRoot()
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("building winnet-agent: %v\n%s", err, out)
@@ -74,7 +75,7 @@ func StartAgent(t *testing.T, bin, kubeconfig string, node *simnode.Node, logFil
 	if level := os.Getenv("BENCH_AGENT_LOG_LEVEL"); level != "" {
 		args = append(args, "--zap-log-level", level)
 	}
-	cmd := exec.Command(bin, append(args, extraArgs...)...)
+	cmd := hostcmd.Command(bin, append(args, extraArgs...)...)
 	cmd.Stdout, cmd.Stderr = f, f
 	cmd.Env = append(os.Environ(), env...)
 	if err := cmd.Start(); err != nil {
@@ -133,7 +134,7 @@ func FetchProfile(t *testing.T, addr, what, file string) <-chan struct{} {
 // VswitchdPID finds the node's ovs-vswitchd.
 func VswitchdPID(t *testing.T, node *simnode.Node) int {
 	t.Helper()
-	out, err := exec.Command("pgrep", "-f", "ovs-vswitchd unix:"+node.OVS.DBSocket()).Output()
+	out, err := hostcmd.Command("pgrep", "-f", "ovs-vswitchd unix:"+node.OVS.DBSocket()).Output()
 	if err != nil {
 		t.Fatalf("finding the node's ovs-vswitchd: %v", err)
 	}

@@ -10,12 +10,12 @@ import (
 	"io"
 	"net"
 	"os"
-	"os/exec"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/winnet-io/winnet/test/hostcmd"
 	"github.com/winnet-io/winnet/test/simnode"
 )
 
@@ -30,7 +30,7 @@ import (
 func MonitorFlow(t *testing.T, ctx context.Context, node *simnode.Node, bridge, spec string) <-chan time.Time {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
-	cmd := exec.CommandContext(ctx, "ovs-ofctl", "-O", "OpenFlow15", "monitor", "unix:"+node.OVS.MgmtSocket(bridge), "watch:"+spec)
+	cmd := hostcmd.CommandContext(ctx, "ovs-ofctl", "-O", "OpenFlow15", "monitor", "unix:"+node.OVS.MgmtSocket(bridge), "watch:"+spec)
 	cmd.Env = append(os.Environ(), "OVS_RUNDIR="+node.OVS.Dir) // for its control socket
 	// It prints the monitor's reply on stdout but the updates on stderr (unbuffered): read both.
 	out, w, err := os.Pipe()

@@ -11,7 +11,6 @@ import (
 	"net/http"
 	"net/netip"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -36,6 +35,7 @@ import (
 	"github.com/winnet-io/winnet/internal/hns"
 	"github.com/winnet-io/winnet/internal/ovs/ovsdb"
 	"github.com/winnet-io/winnet/test/framework"
+	"github.com/winnet-io/winnet/test/hostcmd"
 	"github.com/winnet-io/winnet/test/simnode"
 )
 
@@ -59,7 +59,7 @@ func TestBenchCNI(t *testing.T) {
 	defer func() { _ = server.Stop() }()
 	binDir := t.TempDir()
 	for _, cmd := range []string{"winnet-agent", "winnet-cni"} {
-		build := exec.Command("go", "build", "-o", filepath.Join(binDir, cmd), "./cmd/"+cmd)
+		build := hostcmd.Command("go", "build", "-o", filepath.Join(binDir, cmd), "./cmd/"+cmd)
 		build.Dir = framework.RepoRoot()
 		build.Env = append(os.Environ(), "GOTOOLCHAIN=local")
 		if out, err := build.CombinedOutput(); err != nil {
@@ -382,7 +382,7 @@ func startAgent(t *testing.T, bin, logFile string, node *simnode.Node, extra ...
 	if addr := os.Getenv("BENCH_AGENT_PPROF"); addr != "" { // e.g. 127.0.0.1:6060 to profile the agent
 		args = append(args, "--pprof-bind-address", addr)
 	}
-	cmd := exec.Command(bin, args...)
+	cmd := hostcmd.Command(bin, args...)
 	cmd.Stdout, cmd.Stderr = f, f
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("starting winnet-agent: %v", err)

@@ -25,6 +25,7 @@ import (
 
 	"github.com/winnet-io/winnet/test/bench/benchutil"
 	"github.com/winnet-io/winnet/test/framework"
+	"github.com/winnet-io/winnet/test/hostcmd"
 	"github.com/winnet-io/winnet/test/simnode"
 )
 
@@ -40,8 +41,8 @@ func kubeProxyBinary(t *testing.T) string {
 	if _, err := os.Stat(bin); err != nil {
 		t.Fatalf("bench-services needs kube-proxy at %s: run `hack/setup-test-deps.sh kube-proxy` (make bench-services does)", bin)
 	}
-	if _, err := exec.LookPath("nft"); err != nil {
-		t.Fatal("bench-services needs nft (Debian's nftables): run `hack/setup-test-deps.sh kube-proxy` (make bench-services does)")
+	if err := hostcmd.Check("nft"); err != nil {
+		t.Fatal(err)
 	}
 	return bin
 }
@@ -131,7 +132,7 @@ func (h *kubeProxyHost) start(t *testing.T, tag string) *kubeProxyRun {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = f.Close() })
-	cmd := exec.Command("ip", "netns", "exec", h.host.NS, h.bin,
+	cmd := hostcmd.Command("ip", "netns", "exec", h.host.NS, h.bin,
 		"--kubeconfig", h.kubeconfig, "--proxy-mode", "nftables", "--hostname-override", "kp",
 		"--cluster-cidr", "10.244.0.0/16",
 		"--metrics-bind-address", "127.0.0.1:10249", "--healthz-bind-address", "127.0.0.1:10256",

@@ -11,7 +11,6 @@ import (
 	"net"
 	"net/netip"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"sort"
@@ -26,6 +25,7 @@ import (
 
 	"github.com/winnet-io/winnet/internal/ovs/ovstest"
 	"github.com/winnet-io/winnet/test/framework"
+	"github.com/winnet-io/winnet/test/hostcmd"
 	"github.com/winnet-io/winnet/test/simnode"
 )
 
@@ -321,7 +321,7 @@ var agentFlagsNeeded = []string{"state-dir", "cni-socket", "cni-conf-dir"}
 
 // checkAgentFlags fails unless the agent binary has every flag of agentFlagsNeeded in its usage.
 func (c *Cluster) checkAgentFlags() error {
-	out, err := exec.Command(filepath.Join(c.BinDir, "winnet-agent"), "--help").CombinedOutput()
+	out, err := hostcmd.Command(filepath.Join(c.BinDir, "winnet-agent"), "--help").CombinedOutput()
 	if err != nil {
 		return fmt.Errorf("winnet-agent --help: %w: %s", err, out)
 	}

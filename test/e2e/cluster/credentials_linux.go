@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 
@@ -23,6 +22,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/winnet-io/winnet/test/framework"
+	"github.com/winnet-io/winnet/test/hostcmd"
 )
 
 // The agents run with the credentials winnet's Helm chart gives winnet-agent: its ServiceAccount in the
@@ -57,7 +57,7 @@ func (c *Cluster) installAgentCredentials(ctx context.Context) error {
 		return err
 	}
 	home := filepath.Join(c.RunDir, "helm")
-	cmd := exec.CommandContext(ctx, helm, "template", "winnet", framework.ChartDir(), "--namespace", AgentNamespace,
+	cmd := hostcmd.CommandContext(ctx, helm, "template", "winnet", framework.ChartDir(), "--namespace", AgentNamespace,
 		"--show-only", "templates/serviceaccounts.yaml", "--show-only", "templates/rbac.yaml", "--show-only", "templates/admission-policy.yaml")
 	// Keep helm away from the user's repositories, plugins and cache.
 	cmd.Env = append(os.Environ(), "HELM_CACHE_HOME="+filepath.Join(home, "cache"), "HELM_CONFIG_HOME="+filepath.Join(home, "config"),

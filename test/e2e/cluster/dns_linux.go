@@ -10,7 +10,6 @@ import (
 	"net/http"
 	"net/netip"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"sort"
@@ -29,6 +28,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/winnet-io/winnet/test/framework"
+	"github.com/winnet-io/winnet/test/hostcmd"
 )
 
 // The cluster DNS, as kubeadm deploys it: CoreDNS Pods labelled k8s-app=kube-dns behind kube-system/kube-dns.
@@ -318,7 +318,7 @@ var gitVersionRE = regexp.MustCompile(`"gitVersion":\s*"([^"]*)"`)
 // the Pod's own resolver configuration.
 func (c *Cluster) KubernetesDefault(p *Pod) (KubernetesDefaultAnswer, error) {
 	var a KubernetesDefaultAnswer
-	out, err := exec.Command("ip", "netns", "exec", p.NS, "/usr/bin/python3", "-c", kubernetesDefault, c.CAFile, APIServerName).CombinedOutput()
+	out, err := hostcmd.Command("ip", "netns", "exec", p.NS, "/usr/bin/python3", "-c", kubernetesDefault, c.CAFile, APIServerName).CombinedOutput()
 	if err != nil {
 		return a, fmt.Errorf("https://kubernetes.default/version from %s: %w: %s", p.Name, err, out)
 	}

@@ -7,13 +7,13 @@ import (
 	"net"
 	"net/netip"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
+	"github.com/winnet-io/winnet/test/hostcmd"
 	"github.com/winnet-io/winnet/test/simnode"
 )
 
@@ -61,7 +61,7 @@ func deleteNS(ns string) error {
 	if _, err := os.Stat(nsPath(ns)); os.IsNotExist(err) {
 		return nil
 	}
-	if out, err := exec.Command("ip", "netns", "pids", ns).Output(); err == nil {
+	if out, err := hostcmd.Command("ip", "netns", "pids", ns).Output(); err == nil {
 		pids := map[int]string{}
 		for _, f := range strings.Fields(string(out)) {
 			if pid, err := strconv.Atoi(f); err == nil {
@@ -71,7 +71,7 @@ func deleteNS(ns string) error {
 		}
 		waitGone(pids)
 	}
-	out, err := exec.Command("ip", "netns", "del", ns).CombinedOutput()
+	out, err := hostcmd.Command("ip", "netns", "del", ns).CombinedOutput()
 	if err != nil {
 		return fmt.Errorf("deleting namespace %s: %w: %s", ns, err, out)
 	}

@@ -14,6 +14,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/winnet-io/winnet/test/hostcmd"
 )
 
 // A run directory holds, besides logs and per-node state:
@@ -76,7 +78,7 @@ func (p *process) start(r *registry, detached bool) error {
 	if err != nil {
 		return fmt.Errorf("opening the log of %s: %w", p.name, err)
 	}
-	cmd := exec.Command(p.args[0], p.args[1:]...)
+	cmd := hostcmd.Command(p.args[0], p.args[1:]...)
 	cmd.Stdout, cmd.Stderr = log, log
 	if len(p.env) > 0 {
 		cmd.Env = append(os.Environ(), p.env...)

@@ -6,13 +6,14 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"testing"
 	"time"
 
 	. "github.com/onsi/gomega"
+
+	"github.com/winnet-io/winnet/test/hostcmd"
 )
 
 // startSleep starts `sleep 300`, inside namespace ns when given, and reaps it when it dies.
@@ -22,7 +23,7 @@ func startSleep(t *testing.T, ns string) int {
 	if ns != "" {
 		args = append([]string{"ip", "netns", "exec", ns}, args...)
 	}
-	cmd := exec.Command(args[0], args[1:]...)
+	cmd := hostcmd.Command(args[0], args[1:]...)
 	NewWithT(t).Expect(cmd.Start()).To(Succeed())
 	go func() { _ = cmd.Wait() }()
 	t.Cleanup(func() { _ = cmd.Process.Kill() })
@@ -44,7 +45,7 @@ func TestSweepRemovesDeadRuns(t *testing.T) {
 	g.Expect(os.MkdirAll(dead, 0o755)).To(Succeed())
 	t.Cleanup(func() { _ = Teardown(dead) })
 
-	finished := exec.Command("true")
+	finished := hostcmd.Command("true")
 	g.Expect(finished.Run()).To(Succeed())
 	ns := prefix + "-node"
 	g.Expect(addNS(ns)).To(Succeed())

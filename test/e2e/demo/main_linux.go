@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
-	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"strconv"
@@ -23,6 +22,7 @@ import (
 
 	networkv1alpha1 "github.com/winnet-io/winnet/api/v1alpha1"
 	"github.com/winnet-io/winnet/test/e2e/cluster"
+	"github.com/winnet-io/winnet/test/hostcmd"
 )
 
 // Files in the demo directory.
@@ -98,7 +98,7 @@ func up(dir string) error {
 	if err != nil {
 		return err
 	}
-	cmd := exec.Command(self, "serve", "--dir", dir)
+	cmd := hostcmd.Command(self, "serve", "--dir", dir)
 	cmd.Stdout, cmd.Stderr = log, log
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true} // outlives this command and its terminal
 	fmt.Println("Starting the demo cluster (API server, winnet-controller, two winnet nodes with two Pods each, the flannel node linux-a with one); log:", log.Name())
@@ -288,7 +288,7 @@ func build(ctx context.Context, c *cluster.Cluster, dir string) (string, *servic
 		return "", nil, nil, err
 	}
 	results := c.Probe(ctx, checks, 1)
-	get, err := exec.CommandContext(ctx, c.Kubectl, "--kubeconfig", kc, "get", "winnet", "-A", "-o", "wide").CombinedOutput()
+	get, err := hostcmd.CommandContext(ctx, c.Kubectl, "--kubeconfig", kc, "get", "winnet", "-A", "-o", "wide").CombinedOutput()
 	if err != nil {
 		return "", nil, nil, fmt.Errorf("kubectl get winnet: %w: %s", err, get)
 	}

@@ -6,7 +6,6 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
-	"os/exec"
 	"sort"
 	"strings"
 	"text/tabwriter"
@@ -19,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/winnet-io/winnet/test/e2e/cluster"
+	"github.com/winnet-io/winnet/test/hostcmd"
 )
 
 // The demo's Service: web (NodePort, port 80 to the endpoints' named port "http") over echo servers that
@@ -163,7 +163,7 @@ func (d *servicesDemo) table(ctx context.Context, pods map[string]*cluster.Pod) 
 	fmt.Fprintf(w, "FROM\tTO\tRESOLVED / VIA\tANSWERED BY (%d new connections)\tSOURCE SEEN\n", asks)
 	name := serviceName + "." + cluster.PodNamespace + ".svc." + cluster.ClusterDomain
 	for _, p := range []*cluster.Pod{pods["pod-a1"], pods["pod-b1"]} {
-		out, err := exec.CommandContext(ctx, "ip", "netns", "exec", p.NS, "getent", "hosts", name).CombinedOutput()
+		out, err := hostcmd.CommandContext(ctx, "ip", "netns", "exec", p.NS, "getent", "hosts", name).CombinedOutput()
 		fields := strings.Fields(string(out))
 		if err != nil || len(fields) == 0 {
 			fmt.Fprintf(w, "%s\t%s:80\tDNS failed: %v %s\t-\t-\n", p.Name, name, err, strings.TrimSpace(string(out)))

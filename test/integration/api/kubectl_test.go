@@ -4,7 +4,6 @@ package api
 
 import (
 	"context"
-	"os/exec"
 	"regexp"
 	"strings"
 	"testing"
@@ -15,6 +14,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	networkv1alpha1 "github.com/winnet-io/winnet/api/v1alpha1"
+
+	"github.com/winnet-io/winnet/test/hostcmd"
 )
 
 // TestKubectlGetShowsColumns runs the real kubectl against the test server and reads the columns a
@@ -92,7 +93,7 @@ func TestKubectlGetShowsColumns(t *testing.T) {
 
 func kubectl(t *testing.T, args ...string) string {
 	t.Helper()
-	cmd := exec.Command(server.Kubectl, append([]string{"--kubeconfig", server.KubeconfigPath}, args...)...)
+	cmd := hostcmd.Command(server.Kubectl, append([]string{"--kubeconfig", server.KubeconfigPath}, args...)...)
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		t.Fatalf("kubectl %s: %v\n%s", strings.Join(args, " "), err, out)

@@ -1,20 +1,20 @@
 package binaries
 
 import (
-	"os/exec"
 	"path/filepath"
 	"testing"
 
 	. "github.com/onsi/gomega"
 
 	"github.com/winnet-io/winnet/test/framework"
+	"github.com/winnet-io/winnet/test/hostcmd"
 )
 
 // TestBinariesAnswerHelp builds each command and runs it with --help: it must exit 0 and print its
 // usage, without needing a cluster, OVS or an agent.
 func TestBinariesAnswerHelp(t *testing.T) {
 	dir := t.TempDir()
-	build := exec.Command("go", "build", "-o", dir+string(filepath.Separator), "./cmd/...")
+	build := hostcmd.Command("go", "build", "-o", dir+string(filepath.Separator), "./cmd/...")
 	build.Dir = framework.RepoRoot()
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("go build ./cmd/...: %v\n%s", err, out)
@@ -31,7 +31,7 @@ func TestBinariesAnswerHelp(t *testing.T) {
 		for _, flag := range []string{"--help", "-h"} {
 			t.Run(tc.binary+" "+flag, func(t *testing.T) {
 				g := NewWithT(t)
-				out, err := exec.Command(filepath.Join(dir, tc.binary), flag).CombinedOutput()
+				out, err := hostcmd.Command(filepath.Join(dir, tc.binary), flag).CombinedOutput()
 				g.Expect(err).NotTo(HaveOccurred(), "%s %s must exit 0; printed:\n%s", tc.binary, flag, out)
 				for _, w := range tc.want {
 					g.Expect(string(out)).To(ContainSubstring(w))

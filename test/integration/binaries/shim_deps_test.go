@@ -2,13 +2,13 @@ package binaries
 
 import (
 	"os"
-	"os/exec"
 	"strings"
 	"testing"
 
 	. "github.com/onsi/gomega"
 
 	"github.com/winnet-io/winnet/test/framework"
+	"github.com/winnet-io/winnet/test/hostcmd"
 )
 
 // TestShimLinksNoAgentCode: kubelet starts winnet-cni for every CNI call, so the shim links only
@@ -28,7 +28,7 @@ func TestShimLinksNoAgentCode(t *testing.T) {
 	for _, goos := range []string{"linux", "windows"} {
 		t.Run(goos, func(t *testing.T) {
 			g := NewWithT(t)
-			list := exec.Command("go", "list", "-deps", "./cmd/winnet-cni")
+			list := hostcmd.Command("go", "list", "-deps", "./cmd/winnet-cni")
 			list.Dir = framework.RepoRoot()
 			list.Env = append(os.Environ(), "GOOS="+goos)
 			out, err := list.Output()

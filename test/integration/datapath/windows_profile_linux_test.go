@@ -6,7 +6,6 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
-	"os/exec"
 	"regexp"
 	"strings"
 	"testing"
@@ -21,6 +20,7 @@ import (
 	networkv1alpha1 "github.com/winnet-io/winnet/api/v1alpha1"
 	"github.com/winnet-io/winnet/controllers/nodenetwork"
 	"github.com/winnet-io/winnet/test/framework"
+	"github.com/winnet-io/winnet/test/hostcmd"
 	"github.com/winnet-io/winnet/test/simnode"
 )
 
@@ -84,7 +84,7 @@ func converged(t *testing.T, name string) (*simnode.Node, *simnode.Host) {
 // background runs a python script in namespace ns and returns a function waiting for its output.
 func background(t *testing.T, ns, script string, args ...string) func() (string, error) {
 	t.Helper()
-	cmd := exec.Command("ip", append([]string{"netns", "exec", ns, python, "-c", script}, args...)...)
+	cmd := hostcmd.Command("ip", append([]string{"netns", "exec", ns, python, "-c", script}, args...)...)
 	var out strings.Builder
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Start(); err != nil {

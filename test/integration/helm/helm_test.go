@@ -5,7 +5,6 @@ import (
 	"flag"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -13,6 +12,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/winnet-io/winnet/test/framework"
+	"github.com/winnet-io/winnet/test/hostcmd"
 )
 
 // helmVersion is the helm that hack/setup-test-deps.sh builds (the tool pinned in go.mod).
@@ -38,7 +38,7 @@ func helmBinary(t *testing.T) string {
 // runHelm runs helm with args and returns stdout, stderr and the error.
 func runHelm(t *testing.T, args ...string) (string, string, error) {
 	t.Helper()
-	cmd := exec.Command(helmBinary(t), args...)
+	cmd := hostcmd.Command(helmBinary(t), args...)
 	// Keep helm away from the user's repositories, plugins and cache.
 	home := t.TempDir()
 	cmd.Env = append(os.Environ(), "HELM_CACHE_HOME="+filepath.Join(home, "cache"), "HELM_CONFIG_HOME="+filepath.Join(home, "config"),

@@ -8,7 +8,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"testing"
 	"time"
@@ -32,6 +31,7 @@ import (
 	networkv1alpha1 "github.com/winnet-io/winnet/api/v1alpha1"
 	winnetscheme "github.com/winnet-io/winnet/internal/scheme"
 	"github.com/winnet-io/winnet/test/framework"
+	"github.com/winnet-io/winnet/test/hostcmd"
 )
 
 const (
@@ -314,7 +314,7 @@ func runController(ctx context.Context, t *testing.T, server *framework.APIServe
 	t.Helper()
 	dir := t.TempDir()
 	bin := filepath.Join(dir, "winnet-controller")
-	build := exec.CommandContext(ctx, "go", "build", "-o", bin, "./cmd/winnet-controller")
+	build := hostcmd.CommandContext(ctx, "go", "build", "-o", bin, "./cmd/winnet-controller")
 	build.Dir = framework.RepoRoot()
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("go build ./cmd/winnet-controller: %v\n%s", err, out)
@@ -352,7 +352,7 @@ func runController(ctx context.Context, t *testing.T, server *framework.APIServe
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(bin, args...)
+	cmd := hostcmd.Command(bin, args...)
 	cmd.Stdout, cmd.Stderr = log, log
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("starting winnet-controller: %v", err)

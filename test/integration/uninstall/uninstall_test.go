@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -33,6 +32,7 @@ import (
 	"github.com/winnet-io/winnet/internal/hns"
 	winnetscheme "github.com/winnet-io/winnet/internal/scheme"
 	"github.com/winnet-io/winnet/test/framework"
+	"github.com/winnet-io/winnet/test/hostcmd"
 	"github.com/winnet-io/winnet/test/simnode"
 )
 
@@ -137,7 +137,7 @@ func renderedChart(t *testing.T, values ...string) map[string][]byte {
 	for _, v := range values {
 		args = append(args, "--set", v)
 	}
-	cmd := exec.Command(helm, args...)
+	cmd := hostcmd.Command(helm, args...)
 	home := t.TempDir()
 	cmd.Env = append(os.Environ(), "HELM_CACHE_HOME="+filepath.Join(home, "cache"), "HELM_CONFIG_HOME="+filepath.Join(home, "config"),
 		"HELM_DATA_HOME="+filepath.Join(home, "data"))
@@ -178,7 +178,7 @@ func decode(t *testing.T, objs map[string][]byte, key string, into any) {
 func buildController(t *testing.T) string {
 	t.Helper()
 	bin := filepath.Join(t.TempDir(), "winnet-controller")
-	cmd := exec.Command("go", "build", "-o", bin, "./cmd/winnet-controller")
+	cmd := hostcmd.Command("go", "build", "-o", bin, "./cmd/winnet-controller")
 	cmd.Dir = framework.RepoRoot()
 	cmd.Env = append(os.Environ(), "GOTOOLCHAIN=local")
 	if out, err := cmd.CombinedOutput(); err != nil {
@@ -273,7 +273,7 @@ func TestHelmUninstallLeavesNoTrace(t *testing.T) {
 	container := job.Spec.Template.Spec.Containers[0]
 	g.Expect(container.Command).To(BeEmpty(), "the hook runs the image's entrypoint, winnet-controller")
 	var out bytes.Buffer
-	hook := exec.Command(bin, append(container.Args, "--kubeconfig="+server.KubeconfigPath)...)
+	hook := hostcmd.Command(bin, append(container.Args, "--kubeconfig="+server.KubeconfigPath)...)
 	hook.Stdout, hook.Stderr = &out, &out
 	start := time.Now()
 	g.Expect(hook.Run()).To(Succeed(), "winnet-controller %s:\n%s", strings.Join(container.Args, " "), &out)
