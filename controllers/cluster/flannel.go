@@ -16,8 +16,7 @@ import (
 // Flannel interop: winnet nodes join a cluster whose Linux nodes run stock flanneld (VXLAN backend, kube
 // subnet manager). flanneld learns its peers from annotations on their Node objects and writes its own;
 // while the FlannelInterop named default exists, winnet-controller writes the record of every winnet node
-// and turns every flanneld node's record into its RemoteSubnetRoute. See the README's "Joining a flannel
-// cluster".
+// and turns every flanneld node's record into its RemoteSubnetRoute. See docs/flannel.md.
 const (
 	// DefaultFlannelAnnotationPrefix is flanneld's default --kube-annotation-prefix.
 	DefaultFlannelAnnotationPrefix = networkv1alpha1.DefaultFlannelAnnotationPrefix
