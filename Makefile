@@ -104,7 +104,7 @@ bench-routes: test-deps ## Benchmark remote routes at 1,000/5,000/10,000 nodes a
 	@grep '^bench-routes ' bin/bench-routes.log
 
 .PHONY: bench-cni
-bench-cni: test-deps ## Benchmark 200 Pods' CNI ADD+DEL at concurrency 1 and 8 against host-local IPAM alone, then 8 with simulated HNS latency for information (needs root).
+bench-cni: test-deps ## Benchmark 200 Pods' CNI ADD+DEL at concurrency 1 and 8 against the floor (the same veth, OVS port and flows without winnet), then 8 with simulated HNS latency for information (needs root).
 	@mkdir -p bin
 	$(GO) test -tags bench -count=1 -timeout 20m -run '^TestBenchCNI$$' -v ./test/bench/cni/ > bin/bench-cni.log 2>&1 || { tail -50 bin/bench-cni.log; exit 1; }
 	@grep '^bench-cni ' bin/bench-cni.log

@@ -299,7 +299,7 @@ type WindowsNodeNetworkStatus struct {
 	// +optional
 	RemoteRoutes RemoteRoutesStatus `json:"remoteRoutes,omitzero"`
 
-	// services counts the Services and endpoints the agent realised in OVS.
+	// services counts the Services and Service ports the agent realised in OVS.
 	// +optional
 	Services ServicesStatus `json:"services,omitzero"`
 
@@ -325,8 +325,9 @@ type ServicesStatus struct {
 	Services int32 `json:"services"`
 	// ports is the number of Service ports realised.
 	Ports int32 `json:"ports"`
-	// endpoints is the number of endpoints behind them.
-	Endpoints int32 `json:"endpoints"`
+	// The number of endpoints is on the agent's metrics (winnet_service_realised{kind="endpoints"}), not
+	// here: a count that changes with any endpoint of the cluster would make every node write its status
+	// on every endpoint change.
 }
 
 // PortStatus is an OVS port as realised.

@@ -54,6 +54,11 @@ func main() {
 		opts.Defaults.WindowsNodeSelector = sel
 		return err
 	})
+	// client-go's defaults (5 requests/s, burst 10; controller-runtime raises them to 20 and 30) are
+	// sized for one object at a time; at 5,000 Nodes a resync of every Node's route and network
+	// would take minutes.
+	qps := fs.Float64("kube-api-qps", 100, "requests per second to the API server (client-side rate limit)")
+	burst := fs.Int("kube-api-burst", 200, "requests to the API server allowed at once above --kube-api-qps")
 	kubeconfig := fs.String("kubeconfig", "", "path to a kubeconfig (default: $KUBECONFIG, the in-cluster config, then ~/.kube/config)")
 	zopts := zap.Options{}
 	zopts.BindFlags(fs)
@@ -71,6 +76,11 @@ func main() {
 		log.Error(err, "Cannot load a kubeconfig: use --kubeconfig, $KUBECONFIG or the in-cluster config")
 		os.Exit(1)
 	}
+	if *qps <= 0 || *burst <= 0 {
+		log.Error(nil, "--kube-api-qps and --kube-api-burst must be positive", "qps", *qps, "burst", *burst)
+		os.Exit(2)
+	}
+	cfg.QPS, cfg.Burst = float32(*qps), *burst
 	mgr, err := controller.NewManager(cfg, opts)
 	if err != nil {
 		log.Error(err, "Cannot create the controller")

@@ -13,6 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	networkv1alpha1 "github.com/winnet-io/winnet/api/v1alpha1"
@@ -61,9 +62,11 @@ func (r *NodeReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	})
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("node").
-		For(&corev1.Node{}).
+		For(&corev1.Node{}, builder.WithPredicates(nodeFactsChanged())).
 		Watches(&networkv1alpha1.RemoteSubnetRoute{}, byName, builder.OnlyMetadata).
-		Watches(&networkv1alpha1.WindowsNodeNetwork{}, anyByName).
+		// Only a WindowsNodeNetwork's existence and spec feed the Node's record: the agent's status
+		// writes are no work here.
+		Watches(&networkv1alpha1.WindowsNodeNetwork{}, anyByName, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		Watches(&networkv1alpha1.FlannelInterop{}, everyNode).
 		Complete(r)
 }

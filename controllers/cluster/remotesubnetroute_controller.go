@@ -74,7 +74,7 @@ func (r *RouteConflictReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	return builder.TypedControllerManagedBy[conflictRequest](mgr).
 		Named("remotesubnetroute-conflicts").
 		Watches(&networkv1alpha1.RemoteSubnetRoute{}, of(routeKind)).
-		Watches(&corev1.Node{}, of(nodeKind)).
+		Watches(&corev1.Node{}, of(nodeKind), builder.WithPredicates(nodeCIDRsChanged())).
 		WatchesRawSource(start).
 		WithLogConstructor(func(req *conflictRequest) logr.Logger {
 			log := mgr.GetLogger().WithValues("controller", "remotesubnetroute-conflicts")

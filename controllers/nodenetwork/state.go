@@ -46,8 +46,10 @@ type RoutesResult struct {
 }
 
 // ServicesResult is what the Service reconciler realised in its last pass: counts, or why it failed.
+// Endpoints are not counted here (they are on the Service reconciler's metrics): a change of any
+// endpoint in the cluster would wake the node network and write its status.
 type ServicesResult struct {
-	Services, Ports, Endpoints int
+	Services, Ports int
 	// Err says why the pass failed; empty when it succeeded.
 	Err string
 }

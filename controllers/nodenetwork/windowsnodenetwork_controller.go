@@ -11,6 +11,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
@@ -152,6 +153,12 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 
 	before := wnn.DeepCopy()
 	defer func() {
+		// A converged node network is reconciled every resync period and on every report: when
+		// nothing changed, nothing is written (controller-runtime would send an empty patch, one API
+		// write per node per period).
+		if equality.Semantic.DeepEqual(before.Status, wnn.Status) {
+			return
+		}
 		if err := r.Client.Status().Patch(ctx, wnn, client.MergeFrom(before)); err != nil && !apierrors.IsNotFound(err) {
 			retErr = errors.Join(retErr, fmt.Errorf("writing the status of WindowsNodeNetwork %s: %w", wnn.Name, err))
 		}
@@ -217,6 +224,9 @@ func (r *Reconciler) patchRoutesStatus(ctx context.Context, reader client.Reader
 		setPoliciesCondition(wnn, policies)
 	}
 	setReadyCondition(wnn)
+	if equality.Semantic.DeepEqual(before.Status, wnn.Status) {
+		return true, nil // the report changes nothing: no write (the optimistic lock would make it one)
+	}
 	return true, client.IgnoreNotFound(r.Client.Status().Patch(ctx, wnn, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})))
 }
 

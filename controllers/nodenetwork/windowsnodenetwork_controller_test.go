@@ -19,6 +19,7 @@ import (
 	eventsv1 "k8s.io/api/events/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -149,6 +150,18 @@ func TestNodeNetworkConvergesAndHeals(t *testing.T) {
 	n := startNode(t, "win-a", "192.168.10.11/24", "10.244.1.0/24")
 	g.Expect(server.Client.Create(ctx, nodeNetwork("win-a", "10.244.1.0/24", "192.168.10.11"))).To(Succeed())
 	g.Eventually(ready("win-a")).WithTimeout(converge).Should(Equal(metav1.ConditionTrue))
+
+	t.Run("idle, it writes nothing", func(t *testing.T) {
+		// The agent reconciles its node network every resync period (1 s here) and on every report;
+		// once the status says what is, no write may follow, not even an empty patch: at thousands of
+		// nodes each write is one API request and one event to every watcher.
+		g := NewWithT(t)
+		g.Eventually(func(g Gomega) {
+			before := statusPatches(g)
+			time.Sleep(3 * time.Second)
+			g.Expect(statusPatches(g)-before).To(BeZero(), "PATCH requests of windowsnodenetworks/status in 3 s")
+		}).WithTimeout(20 * time.Second).Should(Succeed())
+	})
 
 	t.Run("converged from nothing", func(t *testing.T) {
 		g := NewWithT(t)
@@ -444,4 +457,25 @@ func eventReasons(g Gomega, ctx context.Context, name string) []string {
 		}
 	}
 	return reasons
+}
+
+// statusPatches is the API server's count of PATCH requests to windowsnodenetworks/status so far
+// (apiserver_request_total, empty patches included).
+func statusPatches(g Gomega) float64 {
+	cs, err := kubernetes.NewForConfig(server.Config)
+	g.Expect(err).NotTo(HaveOccurred())
+	raw, err := cs.Discovery().RESTClient().Get().AbsPath("/metrics").DoRaw(context.Background())
+	g.Expect(err).NotTo(HaveOccurred())
+	var total float64
+	for _, line := range strings.Split(string(raw), "\n") {
+		if !strings.HasPrefix(line, "apiserver_request_total{") || !strings.Contains(line, `resource="windowsnodenetworks"`) ||
+			!strings.Contains(line, `subresource="status"`) || !strings.Contains(line, `verb="PATCH"`) {
+			continue
+		}
+		var v float64
+		_, err := fmt.Sscan(line[strings.LastIndex(line, " ")+1:], &v)
+		g.Expect(err).NotTo(HaveOccurred(), line)
+		total += v
+	}
+	return total
 }

@@ -116,11 +116,11 @@ func setRoutesCondition(w *networkv1alpha1.WindowsNodeNetwork, r RoutesResult) {
 
 // setServicesCondition reports what the Service reconciler realised.
 func setServicesCondition(w *networkv1alpha1.WindowsNodeNetwork, r ServicesResult) {
-	w.Status.Services = networkv1alpha1.ServicesStatus{Services: int32(r.Services), Ports: int32(r.Ports), Endpoints: int32(r.Endpoints)}
+	w.Status.Services = networkv1alpha1.ServicesStatus{Services: int32(r.Services), Ports: int32(r.Ports)}
 	c := metav1.Condition{Type: networkv1alpha1.ServicesReadyCondition, ObservedGeneration: w.Generation}
 	if r.Err == "" {
 		c.Status, c.Reason = metav1.ConditionTrue, networkv1alpha1.ReadyReason
-		c.Message = fmt.Sprintf("%d Services (%d ports, %d endpoints) realised in OVS", r.Services, r.Ports, r.Endpoints)
+		c.Message = fmt.Sprintf("%d Services (%d ports) realised in OVS", r.Services, r.Ports)
 	} else {
 		c.Status, c.Reason, c.Message = metav1.ConditionFalse, networkv1alpha1.ServicesFailedReason, r.Err
 	}

@@ -437,7 +437,7 @@ func (r *Reconciler) reconcileOne(ctx context.Context, rz nodenetwork.Realized, 
 	r.totals.add(rs.counts, 1)
 	changed := flowRes.Mods()+groupRes.Mods() > 0
 	observePass(r.totals, changed, time.Since(start))
-	r.State.SetServices(nodenetwork.ServicesResult{Services: r.totals.services, Ports: r.totals.ports, Endpoints: r.totals.endpoints})
+	r.State.SetServices(nodenetwork.ServicesResult{Services: r.totals.services, Ports: r.totals.ports})
 	return r.flushStaleZones(ctx, rz)
 }
 
@@ -545,7 +545,7 @@ func (r *Reconciler) reconcileAll(ctx context.Context, rz nodenetwork.Realized) 
 	changed := synced.Mods() > 0 || gs.Mods() > 0
 	log.V(1).Info("Full Service pass", "services", r.totals.services, "changed", changed, "took", time.Since(start))
 	observePass(r.totals, changed, time.Since(start))
-	r.State.SetServices(nodenetwork.ServicesResult{Services: r.totals.services, Ports: r.totals.ports, Endpoints: r.totals.endpoints})
+	r.State.SetServices(nodenetwork.ServicesResult{Services: r.totals.services, Ports: r.totals.ports})
 	if changed {
 		log.Info("Synced Service flows", "services", r.totals.services, "ports", r.totals.ports, "endpoints", r.totals.endpoints,
 			"flowMods", synced.Mods(), "groupMods", gs.Mods(), "groups", len(groups), "took", time.Since(start))

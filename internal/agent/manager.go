@@ -7,6 +7,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/selection"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -67,10 +69,12 @@ func NewManager(cfg *rest.Config, opts Options) (manager.Manager, error) {
 				&corev1.Node{}:                        {Field: byName},
 				&networkv1alpha1.PodEndpoint{}:        {Field: onNode},
 				&corev1.Pod{}:                         {Field: onNode},
-				// Every Service and EndpointSlice of the cluster (10,000 Services hold 50,000 or
-				// more endpoints): kept without what no reconciler reads.
-				&corev1.Service{}:            {Transform: cache.TransformStripManagedFields()},
-				&discoveryv1.EndpointSlice{}: {Transform: trimEndpointSlice},
+				// Every Service and EndpointSlice of the cluster that winnet serves (10,000 Services
+				// hold 50,000 or more endpoints), selected by the API server as kube-proxy selects
+				// them (no other proxy's, no headless Service's slices), kept without what no
+				// reconciler reads.
+				&corev1.Service{}:            {Label: proxiedBy, Transform: cache.TransformStripManagedFields()},
+				&discoveryv1.EndpointSlice{}: {Label: proxiedBy, Transform: trimEndpointSlice},
 			},
 		},
 	})
@@ -85,6 +89,23 @@ func NewManager(cfg *rest.Config, opts Options) (manager.Manager, error) {
 	}
 	return mgr, nil
 }
+
+// proxiedBy selects the Services and EndpointSlices a node's proxy serves, as kube-proxy does
+// (cmd/kube-proxy/app/server.go): none labelled service.kubernetes.io/service-proxy-name (another
+// proxy serves them) or service.kubernetes.io/headless (the endpoint slice controller labels a headless
+// Service's slices so; such a Service has no ClusterIP to serve). A Service that gains the label
+// leaves the watch as if deleted, and its flows go.
+var proxiedBy = func() labels.Selector {
+	noProxyName, err := labels.NewRequirement("service.kubernetes.io/service-proxy-name", selection.DoesNotExist, nil)
+	if err != nil {
+		panic(err)
+	}
+	noHeadless, err := labels.NewRequirement(corev1.IsHeadlessService, selection.DoesNotExist, nil)
+	if err != nil {
+		panic(err)
+	}
+	return labels.NewSelector().Add(*noProxyName, *noHeadless)
+}()
 
 // trimEndpointSlice drops of an EndpointSlice what the Services reconciler does not read: its
 // managed fields and each endpoint's reference to its Pod and hostname.

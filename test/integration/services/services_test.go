@@ -178,7 +178,7 @@ func TestClusterIPAndNodePort(t *testing.T) {
 			g.Expect(c.Status).To(Equal(metav1.ConditionTrue))
 			g.Expect(c.Message).To(ContainSubstring("realised in OVS"))
 			g.Expect(w.Status.Services.Services).To(BeNumerically(">=", 2))
-			g.Expect(w.Status.Services.Endpoints).To(BeNumerically(">=", 2))
+			g.Expect(w.Status.Services.Ports).To(BeNumerically(">=", 2))
 		}).WithTimeout(10 * time.Second).Should(Succeed())
 	})
 
