@@ -56,9 +56,9 @@ func (p *PodNetwork) NodeNetworkRemoved(ctx context.Context) error {
 	for _, a := range p.Pods.Store().List() {
 		sandboxes = append(sandboxes, a.SandboxID)
 	}
-	// The conflist first, then the agent's Pod state: nothing on the node needs it any more.
-	remove := []string{p.confList, filepath.Join(p.stateDir, "ipam"), filepath.Join(p.stateDir, "pods")}
-	finished, err := cni.Retire(p.stateDir, cni.Retirement{Remove: remove, Shim: p.shim, By: "winnet-agent: WindowsNodeNetwork deleted", Time: time.Now()}, sandboxes)
+	// The conflist first, then the agent's Pod state (cni.StateSubdirs): nothing on the node needs
+	// it any more.
+	finished, err := cni.Retire(p.stateDir, filepath.Dir(p.confList), cni.Retirement{Shim: p.shim, By: "winnet-agent: WindowsNodeNetwork deleted", Time: time.Now()}, sandboxes)
 	if err != nil {
 		return err
 	}

@@ -335,7 +335,7 @@ func (r *resetter) retireCNI(_ context.Context) (bool, error) {
 	if r.opts.DryRun {
 		return true, nil
 	}
-	_, err = cni.Retire(r.opts.StateDir, cni.Retirement{Remove: []string{confList}, Shim: r.opts.CNIShimPath, By: "winnet-agent reset", Time: time.Now()}, sandboxes)
+	_, err = cni.Retire(r.opts.StateDir, r.opts.CNIConfDir, cni.Retirement{Shim: r.opts.CNIShimPath, By: "winnet-agent reset", Time: time.Now()}, sandboxes)
 	return true, err
 }
 
