@@ -62,6 +62,9 @@ func (o HostOptions) withDefaults() HostOptions {
 // connections live as long as ctx.
 func SetupNodeNetwork(ctx context.Context, mgr ctrl.Manager, nodeName string, opts HostOptions) error {
 	opts = opts.withDefaults()
+	if err := protectDirectories(ctx, mgr.GetClient(), nodeName, opts); err != nil {
+		return err
+	}
 	db, err := ovsdb.New(ctx, ovsdb.Options{Address: opts.OVSDBAddress})
 	if err != nil {
 		return fmt.Errorf("connecting to ovsdb-server: %w", err)

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 
@@ -85,6 +86,11 @@ func SetupPodNetwork(ctx context.Context, mgr ctrl.Manager, opts PodNetworkOptio
 	store, err := podendpoint.OpenStore(filepath.Join(opts.StateDir, "pods"))
 	if err != nil {
 		return nil, err
+	}
+	for _, a := range store.SetAside() {
+		ctrl.LoggerFrom(ctx).Info("Set aside a Pod attachment record the agent does not trust", "record", a.Record, "movedTo", a.Path, "reason", a.Err.Error())
+		nodeEvent(ctx, mgr.GetClient(), opts.NodeName, corev1.EventTypeWarning, RecordSetAsideReason,
+			fmt.Sprintf("Set aside the Pod attachment record %s as %s, not trusted: %v", a.Record, a.Path, a.Err))
 	}
 	pods := podendpoint.NewPods(podendpoint.Options{
 		Reader: mgr.GetClient(), NodeName: opts.NodeName, Host: opts.Host, State: opts.State, Store: store,
