@@ -115,7 +115,7 @@ func TestMetricsNeedATokenAllowedToGetThem(t *testing.T) {
 		b, err := io.ReadAll(resp.Body)
 		return resp.StatusCode, string(b), err
 	}
-	g.Eventually(func() error { _, _, err := scrape("https", ""); return err }).WithTimeout(30 * time.Second).Should(Succeed(), "the metrics endpoint starts")
+	g.Eventually(func() error { _, _, err := scrape("https", ""); return err }).WithTimeout(30*time.Second).Should(Succeed(), "the metrics endpoint starts")
 
 	code, _, err := scrape("https", "")
 	g.Expect(err).NotTo(HaveOccurred())
