@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"fmt"
+	"path/filepath"
 	"time"
 
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -65,7 +66,7 @@ func SetupNodeNetwork(ctx context.Context, mgr ctrl.Manager, nodeName string, op
 	if err := protectDirectories(ctx, mgr.GetClient(), nodeName, opts); err != nil {
 		return err
 	}
-	db, err := ovsdb.New(ctx, ovsdb.Options{Address: opts.OVSDBAddress})
+	db, err := ovsdb.New(ctx, ovsdb.Options{Address: opts.OVSDBAddress, SocketDir: filepath.Join(opts.StateDir, "run")})
 	if err != nil {
 		return fmt.Errorf("connecting to ovsdb-server: %w", err)
 	}

@@ -87,7 +87,7 @@ func (o ResetOptions) withDefaults() ResetOptions {
 // (SetupNodeNetwork). The returned function closes the connections.
 func NewResetHost(ctx context.Context, opts HostOptions) (ResetHost, func(), error) {
 	opts = opts.withDefaults()
-	db, err := ovsdb.New(ctx, ovsdb.Options{Address: opts.OVSDBAddress})
+	db, err := ovsdb.New(ctx, ovsdb.Options{Address: opts.OVSDBAddress, SocketDir: filepath.Join(opts.StateDir, "run")})
 	if err != nil {
 		return ResetHost{}, nil, fmt.Errorf("connecting to ovsdb-server: %w", err)
 	}

@@ -14,6 +14,8 @@ import (
 
 	"github.com/containernetworking/cni/pkg/types"
 	. "github.com/onsi/gomega"
+
+	"github.com/winnet-io/winnet/internal/peertrust"
 )
 
 // recorder is a test Handler that records requests and answers with respond.
@@ -480,4 +482,27 @@ func TestServeIdleConnectionsDoNotDelayARequest(t *testing.T) {
 	g.Expect(resp.Error).To(BeNil())
 	t.Logf("ADD answered in %s behind 1000 idle connections", time.Since(start))
 	g.Expect(time.Since(start)).To(BeNumerically("<", 5*time.Second))
+}
+
+// refuse is a ServerVerifier that refuses every server.
+type refuse struct{}
+
+func (refuse) Verify(net.Conn) error {
+	return fmt.Errorf("server process 42: user S-1-5-21-1-2-3-1001: %w", peertrust.ErrUntrustedServer)
+}
+
+// TestClientSendsNothingToAnUntrustedServer: when the server end is not the node's administrators'
+// (a user created the pipe's name while the agent was down), the client sends nothing and reports
+// the agent unreachable, saying why.
+func TestClientSendsNothingToAnUntrustedServer(t *testing.T) {
+	g := NewWithT(t)
+	rec := &recorder{}
+	address := startServer(t, rec, ServeOptions{})
+	_, err := NewClient(ClientOptions{Address: address, Server: refuse{}}).Do(context.Background(), addRequest)
+	g.Expect(err).To(MatchError(ErrAgentUnreachable))
+	g.Expect(err).To(MatchError(peertrust.ErrUntrustedServer))
+	time.Sleep(100 * time.Millisecond)
+	g.Expect(rec.Requests()).To(BeEmpty(), "nothing was sent")
+	_, err = NewClient(ClientOptions{Address: address}).Do(context.Background(), addRequest)
+	g.Expect(err).NotTo(HaveOccurred(), "the platform's check trusts a server run by this test's user")
 }
