@@ -78,6 +78,11 @@ func SetupPodNetwork(ctx context.Context, mgr ctrl.Manager, opts PodNetworkOptio
 	if err := cni.ValidateShimPath(opts.CNIShimPath); err != nil {
 		return nil, err
 	}
+	// Before anything in them is read (SetupNodeNetwork did it already; this is a check then).
+	if err := protectDirectories(ctx, mgr.GetClient(), opts.NodeName,
+		HostOptions{StateDir: opts.StateDir, CNIConfDir: opts.CNIConfDir, CNIShimPath: opts.CNIShimPath}); err != nil {
+		return nil, err
+	}
 	hostLocal, err := ipam.New(ipam.Options{DataDir: filepath.Join(opts.StateDir, "ipam")})
 	if err != nil {
 		return nil, err
