@@ -78,7 +78,7 @@ func TestStateDirectoryAtStart(t *testing.T) {
 
 		g.Expect(start(g, "node-corrupt", stateDir)).To(Succeed())
 		g.Expect(record).NotTo(BeAnExistingFile())
-		g.Expect(record + ".untrusted-1").To(BeAnExistingFile(), "kept for a person to look at")
+		g.Expect(record+".untrusted-1").To(BeAnExistingFile(), "kept for a person to look at")
 		g.Eventually(func(g Gomega) []string { return events(g, "node-corrupt") }).Should(
 			ContainElement(And(HavePrefix(agent.RecordSetAsideReason+": "), ContainSubstring(record))))
 	})
