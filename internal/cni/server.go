@@ -103,7 +103,10 @@ func Serve(ctx context.Context, l net.Listener, h Handler) error {
 // Response. When ctx ends it closes l, waits for the requests in flight and returns nil; if accepting
 // fails for another reason it closes l, waits likewise and returns that error. A request that violates
 // the protocol is answered with a CNI error without calling h; a panic in h is answered with
-// ErrInternal. Problems with single connections are logged through the logr logger in ctx.
+// ErrInternal. At most opts.MaxConnections connections are served and opts.MaxConcurrent requests
+// handled at once; a request that finds no handling slot within opts.QueueTimeout is answered with
+// ErrTryAgainLater (11) without calling h. Problems with single connections are logged through the
+// logr logger in ctx.
 func ServeWithOptions(ctx context.Context, l net.Listener, h Handler, opts ServeOptions) error {
 	opts = opts.withDefaults()
 	log := logr.FromContextOrDiscard(ctx).WithValues("address", l.Addr().String())
