@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/url"
 	"os"
+	"path/filepath"
 	"runtime"
 	"strings"
 
@@ -48,9 +49,9 @@ func main() {
 		printShownDefaults(fs)
 	}
 	fs.StringVar(&opts.NodeName, "node-name", os.Getenv("NODE_NAME"), "name of the Node this agent runs on (default $NODE_NAME)")
-	fs.StringVar(&opts.MetricsBindAddress, "metrics-bind-address", "0", `address of the metrics endpoint, such as ":8080" ("0" disables it)`)
-	fs.StringVar(&opts.HealthProbeBindAddress, "health-probe-bind-address", ":8081", `address of /healthz and /readyz ("0" disables it)`)
-	fs.StringVar(&opts.PprofBindAddress, "pprof-bind-address", "0", `address of the Go profiler's /debug/pprof endpoints, such as "127.0.0.1:6060" ("0" disables them)`)
+	fs.StringVar(&opts.MetricsBindAddress, "metrics-bind-address", "0", `address of the metrics endpoint, such as ":8443" ("0" disables it); HTTPS, each scrape authenticated and authorized by the API server (get on /metrics)`)
+	fs.StringVar(&opts.HealthProbeBindAddress, "health-probe-bind-address", "127.0.0.1:8081", `address of /healthz and /readyz, plain HTTP ("0" disables it)`)
+	fs.StringVar(&opts.PprofBindAddress, "pprof-bind-address", "0", `address of the Go profiler's /debug/pprof endpoints, loopback only, such as "127.0.0.1:6060" ("0" disables them)`)
 	hostOpts := agent.HostOptions{}
 	fs.StringVar(&hostOpts.OVSDBAddress, "ovsdb", "", "ovsdb-server socket (Linux) or named pipe (Windows) (default: the platform's)")
 	fs.StringVar(&hostOpts.OVSRunDir, "ovs-rundir", "", "OVS's run directory: the bridges' OpenFlow management sockets <dir>/<bridge>.mgmt, on Windows the named pipes OVS derives from those paths (default: the platform's)")
@@ -84,6 +85,9 @@ func main() {
 		log.Error(err, "Cannot load a kubeconfig: use --kubeconfig, $KUBECONFIG or the in-cluster config")
 		os.Exit(1)
 	}
+	// The metrics certificate, if an administrator provides one, lives in the protected state
+	// directory (internal/securefs), never under %TEMP%.
+	opts.MetricsCertDir = filepath.Join(hostOpts.StateDir, "metrics-certs")
 	mgr, err := agent.NewManager(cfg, opts)
 	if err != nil {
 		log.Error(err, "Cannot create the agent")

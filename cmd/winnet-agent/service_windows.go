@@ -21,6 +21,8 @@ import (
 	"golang.org/x/sys/windows/svc"
 	"golang.org/x/sys/windows/svc/mgr"
 	ctrl "sigs.k8s.io/controller-runtime"
+
+	"github.com/winnet-io/winnet/internal/securefs"
 )
 
 const (
@@ -140,8 +142,10 @@ func installService(opts serviceOptions, agentArgs []string) error {
 		}
 		agentArgs = append(agentArgs, "--node-name="+strings.ToLower(host))
 	}
-	if err := os.MkdirAll(opts.home, 0o755); err != nil {
-		return fmt.Errorf("creating the home directory %s: %w", opts.home, err)
+	// The home is the service's working directory and the default place of its log: SYSTEM and
+	// Administrators only (internal/securefs); one owned by anyone else is refused.
+	if _, err := securefs.EnsureDir(opts.home, securefs.Private); err != nil {
+		return fmt.Errorf("preparing the home directory %s: %w", opts.home, err)
 	}
 	m, err := mgr.Connect()
 	if err != nil {
@@ -309,8 +313,8 @@ func prepareServiceRun(opts serviceOptions, agentArgs []string) error {
 	if !inService {
 		return errors.New("'service run' is what the Service Control Manager starts: use 'winnet-agent service start' instead")
 	}
-	if err := os.MkdirAll(opts.home, 0o755); err != nil {
-		return fmt.Errorf("creating the home directory %s: %w", opts.home, err)
+	if _, err := securefs.EnsureDir(opts.home, securefs.Private); err != nil {
+		return fmt.Errorf("preparing the home directory %s: %w", opts.home, err)
 	}
 	if err := os.Chdir(opts.home); err != nil {
 		return fmt.Errorf("changing to the home directory %s: %w", opts.home, err)
@@ -328,8 +332,8 @@ func prepareServiceRun(opts serviceOptions, agentArgs []string) error {
 // redirectOutput sends stdout and stderr (where the agent's logger writes) to the log file, moving a
 // log larger than logRotateSize to <file>.1 first.
 func redirectOutput(path string) error {
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		return fmt.Errorf("creating the log directory of %s: %w", path, err)
+	if _, err := securefs.EnsureDir(filepath.Dir(path), securefs.Private); err != nil {
+		return fmt.Errorf("preparing the log directory of %s: %w", path, err)
 	}
 	if fi, err := os.Stat(path); err == nil && fi.Size() > logRotateSize {
 		_ = os.Rename(path, path+".1")

@@ -21,7 +21,11 @@ func main() {
 	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
-	shim := cni.NewShim(cni.ShimOptions{Stdout: os.Stdout})
+	self, err := os.Executable()
+	if err != nil {
+		self = "" // never remove the shim when it cannot tell which file it is
+	}
+	shim := cni.NewShim(cni.ShimOptions{Stdout: os.Stdout, Stderr: os.Stderr, Executable: self})
 	funcs := shim.Funcs(ctx)
 	// PluginMainFuncs exits the process on error, so stop explicitly rather than by defer.
 	skel.PluginMainFuncs(funcs, cni.PluginVersionInfo(), about)

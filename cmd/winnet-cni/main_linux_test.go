@@ -512,3 +512,29 @@ func TestCommandLine(t *testing.T) {
 		})
 	}
 }
+
+// TestRealShimIgnoresAPlantedRemoveList: the real shim, run by libcni for DEL on a retired node,
+// never removes what a retirement record lists: a record naming a directory outside the state
+// directory (as an older agent wrote it, or as a user could plant it while the directory was open)
+// leaves that directory where it is; the conflist, by name, and the record go with the last sandbox.
+func TestRealShimIgnoresAPlantedRemoveList(t *testing.T) {
+	g := NewWithT(t)
+	dir := t.TempDir()
+	stateDir, confDir := filepath.Join(dir, "state"), filepath.Join(dir, "net.d")
+	victim := filepath.Join(dir, "precious", "data")
+	g.Expect(os.MkdirAll(victim, 0o755)).To(Succeed())
+	address := filepath.Join(dir, "no-agent.sock")
+	_, err := cni.WriteConfList(confDir, address, stateDir)
+	g.Expect(err).NotTo(HaveOccurred())
+	_, err = cni.Retire(stateDir, confDir, cni.Retirement{By: "test"}, []string{"c1"})
+	g.Expect(err).NotTo(HaveOccurred())
+	planted := fmt.Sprintf(`{"remove":[%q,%q],"by":"planted"}`, filepath.Dir(victim), victim)
+	g.Expect(os.WriteFile(filepath.Join(stateDir, cni.RetiredDir, cni.RetiredFile), []byte(planted), 0o600)).To(Succeed())
+
+	list, err := libcni.ConfListFromFile(filepath.Join(confDir, cni.ConfListName))
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(newCNIConfig(t).DelNetworkList(context.Background(), list, runtimeConf("c1"))).To(Succeed())
+	g.Expect(victim).To(BeADirectory(), "a path the record names survives")
+	g.Expect(filepath.Join(confDir, cni.ConfListName)).NotTo(BeAnExistingFile(), "the conflist, derived by name, goes with the last sandbox")
+	g.Expect(filepath.Join(stateDir, cni.RetiredDir)).NotTo(BeAnExistingFile())
+}

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/winnet-io/winnet/internal/hostnet"
+	"github.com/winnet-io/winnet/internal/securefs"
 )
 
 // AdapterRecordFile is the file, in the agent's state directory, where the agent records the uplink
@@ -29,15 +30,24 @@ type AdapterRecord struct {
 	IPConfig hostnet.IPConfig `json:"ipConfig"`
 }
 
-// ReadAdapterRecord reads a record written by the agent; a missing file wraps fs.ErrNotExist.
+// maxAdapterRecordSize bounds an adapter record read from the state directory.
+const maxAdapterRecordSize = 64 << 10
+
+// ReadAdapterRecord reads a record written by the agent; a missing file wraps fs.ErrNotExist. The
+// record feeds the host adapter's IP configuration, so it must be a bounded regular file owned by
+// the node's administrators and closed to others (internal/securefs), and name the adapter its file
+// name says.
 func ReadAdapterRecord(path string) (AdapterRecord, error) {
-	b, err := os.ReadFile(path)
+	b, err := securefs.ReadFile(path, securefs.Private, maxAdapterRecordSize)
 	if err != nil {
 		return AdapterRecord{}, fmt.Errorf("reading the adapter record: %w", err)
 	}
 	var rec AdapterRecord
 	if err := json.Unmarshal(b, &rec); err != nil {
 		return AdapterRecord{}, fmt.Errorf("decoding the adapter record %s: %w", path, err)
+	}
+	if rec.Adapter == "" || AdapterRecordFile(filepath.Dir(path), rec.Adapter) != path {
+		return AdapterRecord{}, fmt.Errorf("the adapter record %s names adapter %q", path, rec.Adapter)
 	}
 	return rec, nil
 }
@@ -83,15 +93,10 @@ func (a *adapterRecords) put(adapter string, cfg hostnet.IPConfig) error {
 		if err != nil {
 			return fmt.Errorf("encoding the adapter record: %w", err)
 		}
-		if err := os.MkdirAll(a.dir, 0o700); err != nil {
+		if _, err := securefs.EnsureDir(a.dir, securefs.Private); err != nil {
 			return fmt.Errorf("recording adapter %s: %w", adapter, err)
 		}
-		path := AdapterRecordFile(a.dir, adapter)
-		tmp := path + ".tmp"
-		if err := os.WriteFile(tmp, append(b, '\n'), 0o600); err != nil {
-			return fmt.Errorf("recording adapter %s: %w", adapter, err)
-		}
-		if err := os.Rename(tmp, path); err != nil {
+		if err := securefs.WriteFile(AdapterRecordFile(a.dir, adapter), append(b, '\n'), securefs.Private); err != nil {
 			return fmt.Errorf("recording adapter %s: %w", adapter, err)
 		}
 	}

@@ -1,6 +1,7 @@
 package podendpoint
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -17,6 +18,8 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/winnet-io/winnet/internal/securefs"
 )
 
 // endpointPrefix starts the name of every Pod's HNS endpoint and OVS port: with the hash that
@@ -93,12 +96,27 @@ type Store struct {
 	// bySandbox holds every attachment; byPod the sandboxes of each Pod.
 	bySandbox map[string]*Attachment
 	byPod     map[types.NamespacedName][]string
+	// setAside are the records OpenStore did not trust and moved aside.
+	setAside []SetAside
 }
 
-// OpenStore loads the attachments recorded under dir, creating it if needed.
+// MaxAttachmentSize bounds an attachment record read at start; the agent writes about 1 KiB.
+const MaxAttachmentSize = 64 << 10
+
+// SetAside is a record OpenStore did not trust: it was moved to Path (beside its old name, never
+// read again nor removed) for the reason Err, and the agent went on without it.
+type SetAside struct {
+	Record, Path string
+	Err          error
+}
+
+// OpenStore loads the attachments recorded under dir, creating it protected if needed
+// (internal/securefs; its owner must be the node's administrators). A record that is not a bounded
+// regular file owned by them, or not a valid attachment of the sandbox its name says, is moved
+// aside (SetAside lists them) and never crashes the agent nor deletes anything.
 func OpenStore(dir string) (*Store, error) {
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return nil, fmt.Errorf("creating the attachment store %s: %w", dir, err)
+	if _, err := securefs.EnsureDir(dir, securefs.Private); err != nil {
+		return nil, fmt.Errorf("preparing the attachment store: %w", err)
 	}
 	s := &Store{dir: dir, bySandbox: map[string]*Attachment{}, byPod: map[types.NamespacedName][]string{}}
 	entries, err := os.ReadDir(dir)
@@ -109,17 +127,60 @@ func OpenStore(dir string) (*Store, error) {
 		if e.IsDir() || !strings.HasSuffix(e.Name(), ".json") {
 			continue
 		}
-		b, err := os.ReadFile(filepath.Join(dir, e.Name()))
+		path := filepath.Join(dir, e.Name())
+		a, err := readAttachment(path, strings.TrimSuffix(e.Name(), ".json"))
 		if err != nil {
-			return nil, fmt.Errorf("reading attachment %s: %w", e.Name(), err)
-		}
-		a := &Attachment{}
-		if err := json.Unmarshal(b, a); err != nil {
-			return nil, fmt.Errorf("decoding attachment %s: %w", e.Name(), err)
+			aside, merr := securefs.MoveAside(path)
+			if merr != nil {
+				return nil, fmt.Errorf("setting aside the untrusted record %s (%w): %w", path, err, merr)
+			}
+			s.setAside = append(s.setAside, SetAside{Record: path, Path: aside, Err: err})
+			continue
 		}
 		s.index(a)
 	}
 	return s, nil
+}
+
+// readAttachment reads and validates the record of sandboxID at path.
+func readAttachment(path, sandboxID string) (*Attachment, error) {
+	b, err := securefs.ReadFile(path, securefs.Private, MaxAttachmentSize)
+	if err != nil {
+		return nil, err
+	}
+	a := &Attachment{}
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(a); err != nil {
+		return nil, fmt.Errorf("decoding attachment %s: %w", path, err)
+	}
+	if err := a.validate(sandboxID); err != nil {
+		return nil, fmt.Errorf("attachment %s: %w", path, err)
+	}
+	return a, nil
+}
+
+// validate checks an attachment read from a file: it is the sandbox its file name says, of a Pod,
+// with the endpoint name winnet derives and the address fields well-formed.
+func (a *Attachment) validate(sandboxID string) error {
+	switch {
+	case a.SandboxID != sandboxID:
+		return fmt.Errorf("records sandbox %q, not %q", a.SandboxID, sandboxID)
+	case a.PodNamespace == "" || a.PodName == "":
+		return errors.New("names no Pod")
+	case a.EndpointName != EndpointName(a.SandboxID):
+		return fmt.Errorf("endpoint name %q is not winnet's %q", a.EndpointName, EndpointName(a.SandboxID))
+	case !a.IP.IsValid():
+		return errors.New("has no valid IP")
+	case len(a.Containers) > 1024:
+		return fmt.Errorf("lists %d containers", len(a.Containers))
+	}
+	return nil
+}
+
+// SetAside returns the records OpenStore did not trust and moved aside.
+func (s *Store) SetAside() []SetAside {
+	return slices.Clone(s.setAside)
 }
 
 func (s *Store) index(a *Attachment) {
@@ -202,27 +263,13 @@ func (s *Store) path(sandboxID string) string {
 	return filepath.Join(s.dir, sandboxID+".json")
 }
 
-// writeFileAtomic writes data to a temporary file beside path and renames it over path, so that a
-// crash leaves the old record or the new one. The directory is made again if it is gone: a
-// retired node's last CNI DEL removes the agent's state (cni.Retire), and the node network may
-// come back while the agent runs.
+// writeFileAtomic writes data to a temporary file of a unique name beside path and renames it
+// over path, so that a crash leaves the old record or the new one. The directory is made again
+// (protected) if it is gone: a retired node's last CNI DEL removes the agent's state (cni.Retire),
+// and the node network may come back while the agent runs.
 func writeFileAtomic(path string, data []byte) error {
-	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+	if _, err := securefs.EnsureDir(filepath.Dir(path), securefs.Private); err != nil {
 		return err
 	}
-	tmp, err := os.CreateTemp(filepath.Dir(path), ".tmp-*")
-	if err != nil {
-		return err
-	}
-	_, err = tmp.Write(data)
-	if cerr := tmp.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp.Name(), path)
-	}
-	if err != nil {
-		_ = os.Remove(tmp.Name())
-	}
-	return err
+	return securefs.WriteFile(path, data, securefs.Private)
 }

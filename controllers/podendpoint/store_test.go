@@ -1,7 +1,11 @@
 package podendpoint
 
 import (
+	"bytes"
+	"encoding/json"
 	"net/netip"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -33,7 +37,7 @@ func TestStoreSurvivesRestart(t *testing.T) {
 	}
 	g.Expect(s.Put(a)).To(Succeed())
 	b := *a
-	b.SandboxID, b.Containers = "s2", []string{"s2"}
+	b.SandboxID, b.Containers, b.EndpointName = "s2", []string{"s2"}, EndpointName("s2")
 	g.Expect(s.Put(&b)).To(Succeed())
 
 	reopened, err := OpenStore(dir)
@@ -55,4 +59,49 @@ func TestStoreSurvivesRestart(t *testing.T) {
 	got.Containers[0] = "changed"
 	kept, _ := again.Get("s2")
 	g.Expect(kept.Containers).To(Equal([]string{"s2"}))
+}
+
+// TestStoreSetsAsideUntrustedRecords: a record that is corrupt, too large, of another sandbox than
+// its name, or owned by another user is moved aside (kept, never read again) and the store opens
+// with the good records.
+func TestStoreSetsAsideUntrustedRecords(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Fatal("this test chowns a file: run it as root")
+	}
+	g := NewWithT(t)
+	dir := t.TempDir()
+	s, err := OpenStore(dir)
+	g.Expect(err).NotTo(HaveOccurred())
+	good := &Attachment{SandboxID: "good", PodNamespace: "default", PodName: "web", EndpointName: EndpointName("good"),
+		IP: netip.MustParsePrefix("10.244.1.5/24"), Containers: []string{"good"}}
+	g.Expect(s.Put(good)).To(Succeed())
+	other := *good
+	other.SandboxID = "other"
+	otherJSON, err := json.Marshal(&other)
+	g.Expect(err).NotTo(HaveOccurred())
+	planted := map[string][]byte{
+		"corrupt.json": []byte(`{"sandboxID":`),
+		"large.json":   append([]byte(`{"sandboxID":"large","podName":"`), bytes.Repeat([]byte("x"), MaxAttachmentSize)...),
+		"renamed.json": otherJSON,
+		"unknown.json": []byte(`{"sandboxID":"unknown","remove":["/"]}`),
+		"foreign.json": otherJSON,
+	}
+	for name, b := range planted {
+		g.Expect(os.WriteFile(filepath.Join(dir, name), b, 0o600)).To(Succeed())
+	}
+	g.Expect(os.Chown(filepath.Join(dir, "foreign.json"), 65534, 65534)).To(Succeed())
+
+	reopened, err := OpenStore(dir)
+	g.Expect(err).NotTo(HaveOccurred(), "untrusted records never stop the agent")
+	g.Expect(reopened.List()).To(ConsistOf(HaveField("SandboxID", "good")))
+	aside := reopened.SetAside()
+	g.Expect(aside).To(HaveLen(len(planted)))
+	for _, a := range aside {
+		g.Expect(a.Record).NotTo(BeAnExistingFile())
+		g.Expect(a.Path).To(BeAnExistingFile(), "kept for a person to look at")
+		g.Expect(a.Err).To(HaveOccurred())
+	}
+	again, err := OpenStore(dir)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(again.SetAside()).To(BeEmpty(), "a record set aside is not read again")
 }

@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"fmt"
+	"path/filepath"
 	"time"
 
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -62,7 +63,10 @@ func (o HostOptions) withDefaults() HostOptions {
 // connections live as long as ctx.
 func SetupNodeNetwork(ctx context.Context, mgr ctrl.Manager, nodeName string, opts HostOptions) error {
 	opts = opts.withDefaults()
-	db, err := ovsdb.New(ctx, ovsdb.Options{Address: opts.OVSDBAddress})
+	if err := protectDirectories(ctx, mgr.GetClient(), nodeName, opts); err != nil {
+		return err
+	}
+	db, err := ovsdb.New(ctx, ovsdb.Options{Address: opts.OVSDBAddress, SocketDir: filepath.Join(opts.StateDir, "run")})
 	if err != nil {
 		return fmt.Errorf("connecting to ovsdb-server: %w", err)
 	}

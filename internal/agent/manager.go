@@ -3,6 +3,8 @@ package agent
 import (
 	"errors"
 	"fmt"
+	"net"
+	"net/netip"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -15,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
+	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	networkv1alpha1 "github.com/winnet-io/winnet/api/v1alpha1"
@@ -29,8 +32,13 @@ type Options struct {
 	MetricsBindAddress string
 	// HealthProbeBindAddress is the address of /healthz and /readyz ("0" disables it).
 	HealthProbeBindAddress string
-	// PprofBindAddress is the address of the Go profiler's endpoints ("" or "0" disables them).
+	// PprofBindAddress is the address of the Go profiler's endpoints ("" or "0" disables them); only
+	// a loopback address is accepted: the profiler is unauthenticated.
 	PprofBindAddress string
+	// MetricsCertDir holds the metrics endpoint's tls.crt and tls.key; without them (or empty) it
+	// serves a self-signed certificate made at start. It belongs in the protected state directory:
+	// controller-runtime's default, under %TEMP%, is writable by every user of a Windows node.
+	MetricsCertDir string
 	// SeveralAgentsPerProcess allows more than one agent manager in a process, as tests of
 	// simulated nodes run them (controller names are otherwise unique per process).
 	SeveralAgentsPerProcess bool
@@ -41,7 +49,41 @@ func (o Options) Validate() error {
 	if o.NodeName == "" {
 		return errors.New("the node name is required: pass --node-name or set NODE_NAME (the Pod's spec.nodeName)")
 	}
+	if err := ValidateLoopback(o.PprofBindAddress); err != nil {
+		return fmt.Errorf("--pprof-bind-address: %w", err)
+	}
 	return nil
+}
+
+// ValidateLoopback accepts "" or "0" (disabled) or host:port whose host is a loopback address
+// (127.0.0.0/8, ::1) or "localhost": an endpoint without authentication must not be reachable
+// from Pods or other hosts.
+func ValidateLoopback(address string) error {
+	if address == "" || address == "0" {
+		return nil
+	}
+	host, _, err := net.SplitHostPort(address)
+	if err != nil {
+		return fmt.Errorf("%q is not host:port: %w", address, err)
+	}
+	if host == "localhost" {
+		return nil
+	}
+	if ip, err := netip.ParseAddr(host); err == nil && ip.IsLoopback() {
+		return nil
+	}
+	return fmt.Errorf("%q is not a loopback address: the profiler has no authentication, bind it to 127.0.0.1 or [::1]", address)
+}
+
+// metricsOptions serves metrics over HTTPS, to callers the API server authenticates and allows
+// get on the non-resource URL /metrics (the chart's winnet-metrics-reader ClusterRole).
+func metricsOptions(opts Options) metricsserver.Options {
+	return metricsserver.Options{
+		BindAddress:    opts.MetricsBindAddress,
+		SecureServing:  true,
+		FilterProvider: filters.WithAuthenticationAndAuthorization,
+		CertDir:        opts.MetricsCertDir,
+	}
 }
 
 // NewManager returns the agent's manager. Its caches watch only the objects of opts.NodeName: its
@@ -59,7 +101,7 @@ func NewManager(cfg *rest.Config, opts Options) (manager.Manager, error) {
 	onNode := fields.OneTermEqualSelector("spec.nodeName", opts.NodeName)
 	mgr, err := manager.New(cfg, manager.Options{
 		Scheme:                 scheme,
-		Metrics:                metricsserver.Options{BindAddress: opts.MetricsBindAddress},
+		Metrics:                metricsOptions(opts),
 		HealthProbeBindAddress: opts.HealthProbeBindAddress,
 		PprofBindAddress:       opts.PprofBindAddress,
 		Controller:             config.Controller{SkipNameValidation: &opts.SeveralAgentsPerProcess},

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 
@@ -56,9 +57,9 @@ func (p *PodNetwork) NodeNetworkRemoved(ctx context.Context) error {
 	for _, a := range p.Pods.Store().List() {
 		sandboxes = append(sandboxes, a.SandboxID)
 	}
-	// The conflist first, then the agent's Pod state: nothing on the node needs it any more.
-	remove := []string{p.confList, filepath.Join(p.stateDir, "ipam"), filepath.Join(p.stateDir, "pods")}
-	finished, err := cni.Retire(p.stateDir, cni.Retirement{Remove: remove, Shim: p.shim, By: "winnet-agent: WindowsNodeNetwork deleted", Time: time.Now()}, sandboxes)
+	// The conflist first, then the agent's Pod state (cni.StateSubdirs): nothing on the node needs
+	// it any more.
+	finished, err := cni.Retire(p.stateDir, filepath.Dir(p.confList), cni.Retirement{Shim: p.shim, By: "winnet-agent: WindowsNodeNetwork deleted", Time: time.Now()}, sandboxes)
 	if err != nil {
 		return err
 	}
@@ -77,6 +78,11 @@ func SetupPodNetwork(ctx context.Context, mgr ctrl.Manager, opts PodNetworkOptio
 	if err := cni.ValidateShimPath(opts.CNIShimPath); err != nil {
 		return nil, err
 	}
+	// Before anything in them is read (SetupNodeNetwork did it already; this is a check then).
+	if err := protectDirectories(ctx, mgr.GetClient(), opts.NodeName,
+		HostOptions{StateDir: opts.StateDir, CNIConfDir: opts.CNIConfDir, CNIShimPath: opts.CNIShimPath}); err != nil {
+		return nil, err
+	}
 	hostLocal, err := ipam.New(ipam.Options{DataDir: filepath.Join(opts.StateDir, "ipam")})
 	if err != nil {
 		return nil, err
@@ -85,6 +91,11 @@ func SetupPodNetwork(ctx context.Context, mgr ctrl.Manager, opts PodNetworkOptio
 	store, err := podendpoint.OpenStore(filepath.Join(opts.StateDir, "pods"))
 	if err != nil {
 		return nil, err
+	}
+	for _, a := range store.SetAside() {
+		ctrl.LoggerFrom(ctx).Info("Set aside a Pod attachment record the agent does not trust", "record", a.Record, "movedTo", a.Path, "reason", a.Err.Error())
+		nodeEvent(ctx, mgr.GetClient(), opts.NodeName, corev1.EventTypeWarning, RecordSetAsideReason,
+			fmt.Sprintf("Set aside the Pod attachment record %s as %s, not trusted: %v", a.Record, a.Path, a.Err))
 	}
 	pods := podendpoint.NewPods(podendpoint.Options{
 		Reader: mgr.GetClient(), NodeName: opts.NodeName, Host: opts.Host, State: opts.State, Store: store,

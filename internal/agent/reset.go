@@ -87,7 +87,7 @@ func (o ResetOptions) withDefaults() ResetOptions {
 // (SetupNodeNetwork). The returned function closes the connections.
 func NewResetHost(ctx context.Context, opts HostOptions) (ResetHost, func(), error) {
 	opts = opts.withDefaults()
-	db, err := ovsdb.New(ctx, ovsdb.Options{Address: opts.OVSDBAddress})
+	db, err := ovsdb.New(ctx, ovsdb.Options{Address: opts.OVSDBAddress, SocketDir: filepath.Join(opts.StateDir, "run")})
 	if err != nil {
 		return ResetHost{}, nil, fmt.Errorf("connecting to ovsdb-server: %w", err)
 	}
@@ -335,7 +335,7 @@ func (r *resetter) retireCNI(_ context.Context) (bool, error) {
 	if r.opts.DryRun {
 		return true, nil
 	}
-	_, err = cni.Retire(r.opts.StateDir, cni.Retirement{Remove: []string{confList}, Shim: r.opts.CNIShimPath, By: "winnet-agent reset", Time: time.Now()}, sandboxes)
+	_, err = cni.Retire(r.opts.StateDir, r.opts.CNIConfDir, cni.Retirement{Shim: r.opts.CNIShimPath, By: "winnet-agent reset", Time: time.Now()}, sandboxes)
 	return true, err
 }
 

@@ -7,6 +7,8 @@ import (
 	"net"
 	"os"
 	"time"
+
+	"github.com/winnet-io/winnet/internal/peertrust"
 )
 
 const (
@@ -31,10 +33,20 @@ type ClientOptions struct {
 	DialTimeout time.Duration
 	// RequestTimeout bounds the whole request; zero means DefaultRequestTimeout.
 	RequestTimeout time.Duration
+	// Server checks, on every connection and before anything is sent, that the agent's end is run
+	// by the node's administrators; nil means peertrust.NewVerifier() (the named pipe's server
+	// process on Windows, the socket's peer on Linux).
+	Server ServerVerifier
+}
+
+// ServerVerifier checks who serves the other end of a connection (peertrust.Verifier).
+type ServerVerifier interface {
+	Verify(conn net.Conn) error
 }
 
 // Client sends Requests to the agent, one connection per request.
 type Client struct {
+	server         ServerVerifier
 	address        string
 	dialTimeout    time.Duration
 	requestTimeout time.Duration
@@ -43,12 +55,16 @@ type Client struct {
 // NewClient returns a Client for the agent described by opts.
 func NewClient(opts ClientOptions) *Client {
 	c := &Client{
+		server:         opts.Server,
 		address:        opts.Address,
 		dialTimeout:    opts.DialTimeout,
 		requestTimeout: opts.RequestTimeout,
 	}
 	if c.address == "" {
 		c.address = DefaultAddress
+	}
+	if c.server == nil {
+		c.server = peertrust.NewVerifier()
 	}
 	if c.dialTimeout <= 0 {
 		c.dialTimeout = DefaultDialTimeout
@@ -82,6 +98,11 @@ func (c *Client) Do(ctx context.Context, req Request) (Response, error) {
 		return Response{}, fmt.Errorf("dialing %q: %w: %w", c.address, ErrAgentUnreachable, err)
 	}
 	defer conn.Close()
+	// A user may create the pipe's name while the agent is down: send nothing to a server that is
+	// not the node's administrators'.
+	if err := c.server.Verify(conn); err != nil {
+		return Response{}, fmt.Errorf("checking who serves %q: %w: %w", c.address, ErrAgentUnreachable, err)
+	}
 
 	resp, err := exchange(ctx, conn, req)
 	if err != nil {

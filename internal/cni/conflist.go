@@ -8,6 +8,8 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+
+	"github.com/winnet-io/winnet/internal/securefs"
 )
 
 const (
@@ -22,13 +24,16 @@ const (
 )
 
 // ConfList returns the network configuration list the container runtime reads: one plugin, the
-// shim, told where the agent listens and where its state directory is (for DEL on a retired node,
-// see Retire), and asking the runtime for the Pod's DNS settings (the "dns" capability:
-// runtimeConfig.dns).
-func ConfList(agentSocket, stateDir string) []byte {
+// shim, told where the agent listens, where its state directory is and where this conflist is
+// (for DEL on a retired node, see Retire), and asking the runtime for the Pod's DNS settings (the
+// "dns" capability: runtimeConfig.dns).
+func ConfList(agentSocket, stateDir, confDir string) []byte {
 	plugin := map[string]any{"type": PluginType, "agentSocket": agentSocket, "capabilities": map[string]bool{"dns": true}}
 	if stateDir != "" {
 		plugin["stateDir"] = stateDir
+	}
+	if confDir != "" {
+		plugin["confDir"] = confDir
 	}
 	conf := map[string]any{
 		"cniVersion": ConfListVersion,
@@ -42,49 +47,24 @@ func ConfList(agentSocket, stateDir string) []byte {
 	return append(b, '\n')
 }
 
-// WriteConfList writes ConfList(agentSocket, stateDir) to dir/ConfListName unless the file already holds it,
-// atomically: a runtime reading the directory sees the old file or the new one, never a part. It
-// reports whether it wrote.
+// WriteConfList writes ConfList(agentSocket, stateDir, dir) to dir/ConfListName unless the file
+// already holds it, atomically through a temporary file of a unique name: a runtime reading the
+// directory sees the old file or the new one, never a part. The directory is created, checked and
+// repaired as a public one (internal/securefs: only the administrators may add a conflist that
+// the runtime, as SYSTEM, would run). It reports whether it wrote.
 func WriteConfList(dir, agentSocket, stateDir string) (bool, error) {
-	want := ConfList(agentSocket, stateDir)
+	if _, err := securefs.EnsureDir(dir, securefs.Public); err != nil {
+		return false, fmt.Errorf("preparing the CNI configuration directory: %w", err)
+	}
+	want := ConfList(agentSocket, stateDir, dir)
 	path := filepath.Join(dir, ConfListName)
-	if have, err := os.ReadFile(path); err == nil && bytes.Equal(have, want) {
+	if have, err := os.ReadFile(path); err == nil && bytes.Equal(have, want) && securefs.CheckFile(path, securefs.Public) == nil {
 		return false, nil
 	} else if err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return false, fmt.Errorf("reading %s: %w", path, err)
 	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return false, fmt.Errorf("creating CNI configuration directory %s: %w", dir, err)
-	}
-	if err := writeFileAtomic(path, want, 0o644); err != nil {
+	if err := securefs.WriteFile(path, want, securefs.Public); err != nil {
 		return false, err
 	}
 	return true, nil
-}
-
-// writeFileAtomic writes data to a temporary file beside path and renames it over path.
-func writeFileAtomic(path string, data []byte, perm fs.FileMode) error {
-	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-*")
-	if err != nil {
-		return fmt.Errorf("writing %s: %w", path, err)
-	}
-	name := tmp.Name()
-	_, err = tmp.Write(data)
-	if err == nil {
-		err = tmp.Sync()
-	}
-	if cerr := tmp.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Chmod(name, perm)
-	}
-	if err == nil {
-		err = os.Rename(name, path)
-	}
-	if err != nil {
-		_ = os.Remove(name)
-		return fmt.Errorf("writing %s: %w", path, err)
-	}
-	return nil
 }

@@ -17,7 +17,7 @@ func TestWriteConfList(t *testing.T) {
 	b, err := os.ReadFile(filepath.Join(dir, ConfListName))
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(b).To(MatchJSON(`{"cniVersion":"1.1.0","name":"winnet","plugins":[
-		{"type":"winnet-cni","agentSocket":"/run/winnet/cni.sock","stateDir":"/var/lib/winnet","capabilities":{"dns":true}}]}`))
+		{"type":"winnet-cni","agentSocket":"/run/winnet/cni.sock","stateDir":"/var/lib/winnet","confDir":"` + dir + `","capabilities":{"dns":true}}]}`))
 
 	written, err = WriteConfList(dir, "/run/winnet/cni.sock", "/var/lib/winnet")
 	g.Expect(err).NotTo(HaveOccurred())

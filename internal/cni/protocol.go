@@ -1,6 +1,7 @@
 package cni
 
 import (
+	"bytes"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
@@ -153,11 +154,17 @@ func readFrame(r io.Reader, v any) error {
 	if n > MaxMessageSize {
 		return fmt.Errorf("reading message of %d bytes: %w", n, ErrMessageTooLarge)
 	}
-	body := make([]byte, n)
-	if _, err := io.ReadFull(r, body); err != nil {
-		return fmt.Errorf("reading message body of %d bytes: %w", n, err)
+	// The buffer grows as bytes arrive (bytes.Buffer.ReadFrom, from 512 bytes by doubling): a peer
+	// that declares a large frame and sends little makes the reader allocate what it sent, not
+	// what it declared.
+	var body bytes.Buffer
+	if got, err := io.CopyN(&body, r, int64(n)); err != nil {
+		if errors.Is(err, io.EOF) {
+			err = io.ErrUnexpectedEOF
+		}
+		return fmt.Errorf("reading message body of %d bytes (got %d): %w", n, got, err)
 	}
-	if err := json.Unmarshal(body, v); err != nil {
+	if err := json.Unmarshal(body.Bytes(), v); err != nil {
 		return fmt.Errorf("%w: decoding message: %w", ErrProtocol, err)
 	}
 	return nil

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"runtime"
 	"strings"
 	"testing"
 
@@ -296,4 +297,25 @@ func TestWriteRequestValidates(t *testing.T) {
 	g.Expect(err).To(MatchError(ErrProtocol))
 	g.Expect(err.Error()).To(ContainSubstring(`unknown command "add"`))
 	g.Expect(buf.Len()).To(BeZero())
+}
+
+// TestReadFrameAllocatesWhatArrives: a frame that declares MaxMessageSize (8 MiB) and sends 10 bytes
+// makes the reader allocate about what arrived, not what was declared (under 64 KiB per frame).
+func TestReadFrameAllocatesWhatArrives(t *testing.T) {
+	g := NewWithT(t)
+	frame := make([]byte, frameHeaderSize+10)
+	binary.BigEndian.PutUint32(frame, MaxMessageSize)
+	copy(frame[frameHeaderSize:], `{"command"`)
+	const runs = 20
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	for range runs {
+		_, err := ReadRequest(bytes.NewReader(frame))
+		g.Expect(err).To(MatchError(io.ErrUnexpectedEOF))
+	}
+	runtime.ReadMemStats(&after)
+	perFrame := (after.TotalAlloc - before.TotalAlloc) / runs
+	t.Logf("a frame declaring %d bytes and sending 10 allocated %d bytes", MaxMessageSize, perFrame)
+	g.Expect(perFrame).To(BeNumerically("<", 64<<10))
 }

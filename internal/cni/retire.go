@@ -10,6 +10,8 @@ import (
 	"os"
 	"path/filepath"
 	"time"
+
+	"github.com/winnet-io/winnet/internal/securefs"
 )
 
 // A node is retired when winnet's node network is gone for good: the agent tore it down because its
@@ -19,16 +21,20 @@ import (
 // DEL to succeed for what is already gone) even when no agent is left to answer.
 //
 // So the teardown leaves, in the agent's state directory, RetiredDir holding:
-//   - RetiredFile, the Retirement: the conflist (and what else) to remove with the last sandbox;
+//   - RetiredFile, the Retirement: who retired the node, and whether the shim goes too;
 //   - sandboxes/, one empty file per sandbox left on the node (named by the SHA-256 of its ID).
 //
 // The conflist stays (without it containerd fails every DEL before running any plugin), and so does
-// the shim. The shim reads "stateDir" from the conflist; when RetiredFile exists it answers DEL
-// itself, without the agent: it forgets the sandbox and, with the last one, removes the conflist, the
-// rest of the agent's state, the shim binary winnet installed (Retirement.Shim, only when the
-// agent's configuration names it) and RetiredDir. Without RetiredFile an unreachable agent is restarting, and the shim answers
-// try-again-later as before. An agent that makes the node network Ready again removes RetiredDir
-// (Unretire) before it writes the conflist.
+// the shim. The shim reads "stateDir" and "confDir" from the conflist; when RetiredFile exists it
+// answers DEL itself, without the agent: it forgets the sandbox and, with the last one, removes what
+// it derives itself — the conflist ConfListName in confDir, the state directory's own
+// subdirectories (StateSubdirs), its own executable when the Retirement names it, and RetiredDir.
+// It never removes a path a file names: the state directory is protected (internal/securefs), and
+// the shim checks that it is before it trusts anything in it; a record it does not trust is skipped
+// (the shim then asks the agent, as on a node that is not retired) and the reason written to stderr.
+// Without RetiredFile an unreachable agent is restarting, and the shim answers try-again-later as
+// before. An agent that makes the node network Ready again removes RetiredDir (Unretire) before it
+// writes the conflist.
 const (
 	// RetiredDir is the directory under the agent's state directory that marks a retired node.
 	RetiredDir = "retired"
@@ -36,16 +42,22 @@ const (
 	RetiredFile = "node.json"
 	// retiredSandboxes, in RetiredDir, holds one file per sandbox left on the node.
 	retiredSandboxes = "sandboxes"
+	// MaxRetirementSize bounds the Retirement file the shim reads.
+	MaxRetirementSize = 16 << 10
+	// maxRetiredBy bounds Retirement.By.
+	maxRetiredBy = 1024
 )
+
+// StateSubdirs are the agent's directories in its state directory that a finished retirement
+// removes: IPAM allocations and Pod attachments. They are named here, never read from a file.
+var StateSubdirs = []string{"ipam", "pods"}
 
 // Retirement is what the teardown leaves for the shim.
 type Retirement struct {
-	// Remove are the files and directories the shim removes with the node's last sandbox: the
-	// conflist first, then what is left of the agent's state (IPAM allocations, attachments).
-	Remove []string `json:"remove"`
-	// Shim is the shim binary winnet installed (the agent's --cni-shim-path), removed with the
-	// node's last sandbox after Remove; empty leaves the shim where it is (installed by someone
-	// else). Only a file named like the shim (PluginType, with ".exe" on Windows) is removed.
+	// Shim is the shim binary winnet installed (the agent's --cni-shim-path); the shim removes
+	// its own executable with the node's last sandbox only when this names it (the same file).
+	// Empty leaves the shim where it is (installed by someone else). The agent removes it itself
+	// when no sandbox is left.
 	Shim string `json:"shim,omitempty"`
 	// By says what retired the node, for a person reading the file.
 	By string `json:"by"`
@@ -53,22 +65,39 @@ type Retirement struct {
 	Time time.Time `json:"time"`
 }
 
-// Retire retires the node: with sandboxes left, it records them and the Retirement in stateDir
-// and keeps the conflist; with none, it removes what r.Remove and r.Shim name now and returns true
-// (finished). It is idempotent: retiring a retired node again records the sandboxes given as well.
-func Retire(stateDir string, r Retirement, sandboxes []string) (finished bool, err error) {
+// Validate checks a Retirement read from a file: bounded and of the right shape.
+func (r Retirement) Validate() error {
 	if err := ValidateShimPath(r.Shim); err != nil {
+		return err
+	}
+	if len(r.By) > maxRetiredBy {
+		return fmt.Errorf("the retirement's \"by\" is %d bytes, more than %d", len(r.By), maxRetiredBy)
+	}
+	return nil
+}
+
+// Retire retires the node: with sandboxes left, it records them and the Retirement in stateDir
+// and keeps the conflist; with none, it removes now the conflist in confDir, the state
+// subdirectories and r.Shim, and returns true (finished). It is idempotent: retiring a retired
+// node again records the sandboxes given as well.
+func Retire(stateDir, confDir string, r Retirement, sandboxes []string) (finished bool, err error) {
+	if err := r.Validate(); err != nil {
 		return false, err
 	}
 	if len(sandboxes) == 0 {
-		return true, finishRetirement(stateDir, r)
+		return true, finishRetirement(stateDir, confDir, r.Shim)
 	}
-	dir := filepath.Join(stateDir, RetiredDir, retiredSandboxes)
-	if err := os.MkdirAll(dir, 0o700); err != nil {
+	if _, err := securefs.EnsureDir(stateDir, securefs.Private); err != nil {
 		return false, fmt.Errorf("recording the sandboxes left on the node: %w", err)
 	}
+	dir := filepath.Join(stateDir, RetiredDir, retiredSandboxes)
+	for _, d := range []string{filepath.Dir(dir), dir} {
+		if _, err := securefs.EnsureDir(d, securefs.Private); err != nil {
+			return false, fmt.Errorf("recording the sandboxes left on the node: %w", err)
+		}
+	}
 	for _, id := range sandboxes {
-		if err := os.WriteFile(filepath.Join(dir, sandboxKey(id)), nil, 0o600); err != nil {
+		if err := securefs.WriteFile(filepath.Join(dir, sandboxKey(id)), nil, securefs.Private); err != nil {
 			return false, fmt.Errorf("recording sandbox %s: %w", id, err)
 		}
 	}
@@ -76,7 +105,7 @@ func Retire(stateDir string, r Retirement, sandboxes []string) (finished bool, e
 	if err != nil {
 		return false, fmt.Errorf("encoding the retirement: %w", err)
 	}
-	return false, writeFileAtomic(filepath.Join(stateDir, RetiredDir, RetiredFile), append(b, '\n'), 0o600)
+	return false, securefs.WriteFile(filepath.Join(stateDir, RetiredDir, RetiredFile), append(b, '\n'), securefs.Private)
 }
 
 // Unretire removes the retirement: the node network is back and the agent answers again.
@@ -87,16 +116,33 @@ func Unretire(stateDir string) error {
 	return nil
 }
 
-// ReadRetirement returns the node's Retirement; ok is false when the node is not retired.
+// ErrUntrustedRetirement is wrapped by ReadRetirement when the record, or a directory holding it,
+// is not protected (internal/securefs) or not a valid Retirement: it is not acted upon.
+var ErrUntrustedRetirement = errors.New("untrusted retirement record")
+
+// ReadRetirement returns the node's Retirement; ok is false when the node is not retired. The
+// state directory, RetiredDir and the record must be owned by the node's administrators and closed
+// to others, and the record bounded (MaxRetirementSize) and valid; otherwise the error wraps
+// ErrUntrustedRetirement.
 func ReadRetirement(stateDir string) (r Retirement, ok bool, err error) {
-	b, err := os.ReadFile(filepath.Join(stateDir, RetiredDir, RetiredFile))
-	if errors.Is(err, fs.ErrNotExist) {
+	path := filepath.Join(stateDir, RetiredDir, RetiredFile)
+	if _, err := os.Lstat(path); errors.Is(err, fs.ErrNotExist) {
 		return Retirement{}, false, nil
-	} else if err != nil {
-		return Retirement{}, false, fmt.Errorf("reading the retirement of the node: %w", err)
+	}
+	for _, d := range []string{stateDir, filepath.Join(stateDir, RetiredDir), filepath.Join(stateDir, RetiredDir, retiredSandboxes)} {
+		if err := securefs.CheckDir(d, securefs.Private); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return Retirement{}, false, fmt.Errorf("%w: %w", ErrUntrustedRetirement, err)
+		}
+	}
+	b, err := securefs.ReadFile(path, securefs.Private, MaxRetirementSize)
+	if err != nil {
+		return Retirement{}, false, fmt.Errorf("%w: %w", ErrUntrustedRetirement, err)
 	}
 	if err := json.Unmarshal(b, &r); err != nil {
-		return Retirement{}, false, fmt.Errorf("decoding %s: %w", filepath.Join(stateDir, RetiredDir, RetiredFile), err)
+		return Retirement{}, false, fmt.Errorf("%w: decoding %s: %w", ErrUntrustedRetirement, path, err)
+	}
+	if err := r.Validate(); err != nil {
+		return Retirement{}, false, fmt.Errorf("%w: %s: %w", ErrUntrustedRetirement, path, err)
 	}
 	return r, true, nil
 }
@@ -110,40 +156,79 @@ func RetiredSandboxes(stateDir string) (int, error) {
 	return len(entries), err
 }
 
-// DelRetired answers DEL of containerID on a retired node, without the agent: the sandbox is
-// forgotten and, when it was the last, the conflist and the retirement go. handled is false when
-// the node is not retired. Deleting an unknown container (a workload container, a repeated DEL)
-// succeeds.
-func DelRetired(stateDir, containerID string) (handled bool, err error) {
-	r, ok, err := ReadRetirement(stateDir)
-	if !ok || err != nil {
-		return false, err
-	}
-	path := filepath.Join(stateDir, RetiredDir, retiredSandboxes, sandboxKey(containerID))
-	if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return true, fmt.Errorf("forgetting sandbox %s: %w", containerID, err)
-	}
-	left, err := RetiredSandboxes(stateDir)
-	if err != nil {
-		return true, fmt.Errorf("counting the sandboxes left: %w", err)
-	}
-	if left > 0 {
-		return true, nil
-	}
-	return true, finishRetirement(stateDir, r)
+// RetiredNode is what the shim knows of its node, all of it derived by the shim itself: the
+// directories from the conflist the runtime passed, its own executable from the process.
+type RetiredNode struct {
+	// StateDir is the agent's state directory ("stateDir" of the conflist).
+	StateDir string
+	// ConfDir is the directory of the conflist ("confDir" of the conflist); empty leaves the
+	// conflist in place.
+	ConfDir string
+	// Self is the shim's own executable; the retirement removes it only when the Retirement
+	// names the same file. Empty never removes it.
+	Self string
 }
 
-// finishRetirement removes the conflist and the rest of the agent's state, then the shim winnet
-// installed, then the retirement: the node holds nothing of winnet's any more. When a removal
-// fails the retirement stays, so the next DEL (the runtime retries) finishes it.
-func finishRetirement(stateDir string, r Retirement) error {
-	for _, path := range r.Remove {
+// DelRetired answers DEL of containerID on a retired node, without the agent: the sandbox is
+// forgotten and, when it was the last, the conflist and the retirement go. handled is false when
+// the node is not retired or its record is not trusted (skipped is then the reason, for the
+// runtime's log): the caller asks the agent. Deleting an unknown container (a workload
+// container, a repeated DEL) succeeds.
+func (n RetiredNode) DelRetired(containerID string) (handled bool, skipped, err error) {
+	r, ok, err := ReadRetirement(n.StateDir)
+	if errors.Is(err, ErrUntrustedRetirement) {
+		return false, err, nil
+	}
+	if !ok || err != nil {
+		return false, nil, err
+	}
+	path := filepath.Join(n.StateDir, RetiredDir, retiredSandboxes, sandboxKey(containerID))
+	if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return true, nil, fmt.Errorf("forgetting sandbox %s: %w", containerID, err)
+	}
+	left, err := RetiredSandboxes(n.StateDir)
+	if err != nil {
+		return true, nil, fmt.Errorf("counting the sandboxes left: %w", err)
+	}
+	if left > 0 {
+		return true, nil, nil
+	}
+	shim := ""
+	if n.Self != "" && r.Shim != "" && sameFile(n.Self, r.Shim) {
+		shim = n.Self
+	}
+	return true, nil, finishRetirement(n.StateDir, n.ConfDir, shim)
+}
+
+// sameFile reports whether a and b name the same existing file.
+func sameFile(a, b string) bool {
+	fa, err := os.Stat(a)
+	if err != nil {
+		return false
+	}
+	fb, err := os.Stat(b)
+	return err == nil && os.SameFile(fa, fb)
+}
+
+// finishRetirement removes the conflist (ConfListName in confDir, if confDir is set) and the
+// state subdirectories, then shim (already checked by the caller), then the retirement: the node
+// holds nothing of winnet's any more. When a removal fails the retirement stays, so the next DEL
+// (the runtime retries) finishes it.
+func finishRetirement(stateDir, confDir, shim string) error {
+	var remove []string
+	if confDir != "" {
+		remove = append(remove, filepath.Join(confDir, ConfListName))
+	}
+	for _, d := range StateSubdirs {
+		remove = append(remove, filepath.Join(stateDir, d))
+	}
+	for _, path := range remove {
 		if err := os.RemoveAll(path); err != nil {
 			return fmt.Errorf("removing %s: %w", path, err)
 		}
 	}
-	if r.Shim != "" {
-		if err := RemoveShim(r.Shim); err != nil {
+	if shim != "" {
+		if err := RemoveShim(shim); err != nil {
 			return err
 		}
 	}

@@ -1,8 +1,10 @@
 package cni
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
@@ -42,7 +44,7 @@ func TestRetiredNodeAnswersDELWithoutTheAgent(t *testing.T) {
 	g.Expect(err).To(HaveField("Code", uint(types.ErrTryAgainLater)), "not retired: the agent is restarting")
 	g.Expect(confList).To(BeAnExistingFile())
 
-	finished, err := Retire(stateDir, Retirement{Remove: []string{confList}, By: "test"}, []string{"sandbox-a", "sandbox-b"})
+	finished, err := Retire(stateDir, confDir, Retirement{By: "test"}, []string{"sandbox-a", "sandbox-b"})
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(finished).To(BeFalse())
 	g.Expect(RetiredSandboxes(stateDir)).To(Equal(2))
@@ -77,20 +79,21 @@ func TestTheLastSandboxTakesTheInstalledShim(t *testing.T) {
 			dir := t.TempDir()
 			stateDir, confList := filepath.Join(dir, "state"), filepath.Join(dir, ConfListName)
 			installed, other := filepath.Join(dir, "bin", PluginType), filepath.Join(dir, "other", PluginType)
+			node := RetiredNode{StateDir: stateDir, ConfDir: dir, Self: installed}
 			for _, p := range []string{installed, other, confList} {
 				g.Expect(os.MkdirAll(filepath.Dir(p), 0o755)).To(Succeed())
 				g.Expect(os.WriteFile(p, []byte("binary"), 0o755)).To(Succeed())
 			}
-			r := Retirement{Remove: []string{confList}, By: "test"}
+			r := Retirement{By: "test"}
 			if tc.named {
 				r.Shim = installed
 			}
-			_, err := Retire(stateDir, r, []string{"sandbox-a", "sandbox-b"})
+			_, err := Retire(stateDir, dir, r, []string{"sandbox-a", "sandbox-b"})
 			g.Expect(err).NotTo(HaveOccurred())
 
-			g.Expect(DelRetired(stateDir, "sandbox-a")).To(BeTrue())
+			g.Expect(node.DelRetired("sandbox-a")).To(BeTrue())
 			g.Expect(installed).To(BeAnExistingFile(), "a sandbox is left: the runtime still runs the shim for its DEL")
-			g.Expect(DelRetired(stateDir, "sandbox-b")).To(BeTrue())
+			g.Expect(node.DelRetired("sandbox-b")).To(BeTrue())
 			g.Expect(confList).NotTo(BeAnExistingFile())
 			if tc.wantRemove {
 				g.Expect(installed).NotTo(BeAnExistingFile(), "the installed shim goes with the last sandbox")
@@ -111,11 +114,11 @@ func TestRetireWithoutSandboxesRemovesTheShim(t *testing.T) {
 	dir := t.TempDir()
 	shim := filepath.Join(dir, PluginType)
 	g.Expect(os.WriteFile(shim, []byte("binary"), 0o755)).To(Succeed())
-	finished, err := Retire(filepath.Join(dir, "state"), Retirement{Shim: shim}, nil)
+	finished, err := Retire(filepath.Join(dir, "state"), dir, Retirement{Shim: shim}, nil)
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(finished).To(BeTrue())
 	g.Expect(shim).NotTo(BeAnExistingFile())
-	finished, err = Retire(filepath.Join(dir, "state"), Retirement{Shim: shim}, nil)
+	finished, err = Retire(filepath.Join(dir, "state"), dir, Retirement{Shim: shim}, nil)
 	g.Expect(err).NotTo(HaveOccurred(), "a shim already gone")
 	g.Expect(finished).To(BeTrue())
 }
@@ -128,9 +131,9 @@ func TestRetireRefusesAPathNotNamedLikeTheShim(t *testing.T) {
 	victim := filepath.Join(dir, "host-local")
 	g.Expect(os.WriteFile(victim, []byte("binary"), 0o755)).To(Succeed())
 	for _, shim := range []string{victim, PluginType, dir} {
-		_, err := Retire(filepath.Join(dir, "state"), Retirement{Shim: shim}, nil)
+		_, err := Retire(filepath.Join(dir, "state"), dir, Retirement{Shim: shim}, nil)
 		g.Expect(err).To(MatchError(ContainSubstring("CNI shim path")), shim)
-		_, err = Retire(filepath.Join(dir, "state"), Retirement{Shim: shim}, []string{"s"})
+		_, err = Retire(filepath.Join(dir, "state"), dir, Retirement{Shim: shim}, []string{"s"})
 		g.Expect(err).To(MatchError(ContainSubstring("CNI shim path")), shim)
 	}
 	g.Expect(victim).To(BeAnExistingFile())
@@ -142,7 +145,7 @@ func TestRetireWithoutSandboxesRemovesTheConfList(t *testing.T) {
 	dir := t.TempDir()
 	_, err := WriteConfList(dir, "/run/winnet/cni.sock", filepath.Join(dir, "state"))
 	g.Expect(err).NotTo(HaveOccurred())
-	finished, err := Retire(filepath.Join(dir, "state"), Retirement{Remove: []string{filepath.Join(dir, ConfListName)}}, nil)
+	finished, err := Retire(filepath.Join(dir, "state"), dir, Retirement{}, nil)
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(finished).To(BeTrue())
 	g.Expect(filepath.Join(dir, ConfListName)).NotTo(BeAnExistingFile())
@@ -154,7 +157,7 @@ func TestRetireWithoutSandboxesRemovesTheConfList(t *testing.T) {
 func TestUnretire(t *testing.T) {
 	g := NewWithT(t)
 	stateDir := t.TempDir()
-	_, err := Retire(stateDir, Retirement{Remove: []string{"/nonexistent/10-winnet.conflist"}}, []string{"s"})
+	_, err := Retire(stateDir, "/nonexistent", Retirement{}, []string{"s"})
 	g.Expect(err).NotTo(HaveOccurred())
 	_, retired, err := ReadRetirement(stateDir)
 	g.Expect(err).NotTo(HaveOccurred())
@@ -163,7 +166,76 @@ func TestUnretire(t *testing.T) {
 	_, retired, err = ReadRetirement(stateDir)
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(retired).To(BeFalse())
-	handled, err := DelRetired(stateDir, "s")
+	handled, skipped, err := RetiredNode{StateDir: stateDir}.DelRetired("s")
 	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(skipped).NotTo(HaveOccurred())
 	g.Expect(handled).To(BeFalse(), "the agent answers again")
+}
+
+// TestPlantedRetirementRemovesNothingOutside: a retirement record naming paths outside the state
+// directory — an old agent's record, or one planted while the state directory was open to users
+// — never makes DEL remove them: the shim removes only what it derives itself (the conflist by
+// name, the state directory's own subdirectories). A record in a directory users may write, or
+// owned by another user, is not acted upon at all: DEL goes to the agent instead, and the shim
+// says why on stderr.
+func TestPlantedRetirementRemovesNothingOutside(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Fatal("this test chowns a file: run it as root")
+	}
+	for _, tc := range []struct {
+		name string
+		// plant prepares stateDir (already holding a retired node with one sandbox) after the
+		// record was replaced by the planted one.
+		plant       func(g *WithT, stateDir string)
+		wantHandled bool
+	}{
+		{name: "a record in the protected state directory", wantHandled: true},
+		{name: "a state directory users may write", plant: func(g *WithT, stateDir string) {
+			g.Expect(os.Chmod(stateDir, 0o777)).To(Succeed())
+		}},
+		{name: "a record owned by another user", plant: func(g *WithT, stateDir string) {
+			g.Expect(os.Chown(filepath.Join(stateDir, RetiredDir, RetiredFile), 65534, 65534)).To(Succeed())
+		}},
+		{name: "a record larger than its bound", plant: func(g *WithT, stateDir string) {
+			big := append([]byte(`{"by":"`), make([]byte, MaxRetirementSize)...)
+			for i := 7; i < len(big); i++ {
+				big[i] = 'x'
+			}
+			g.Expect(os.WriteFile(filepath.Join(stateDir, RetiredDir, RetiredFile), append(big, `"}`...), 0o600)).To(Succeed())
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g := NewWithT(t)
+			dir := t.TempDir()
+			stateDir, confDir := filepath.Join(dir, "state"), filepath.Join(dir, "net.d")
+			victim := filepath.Join(dir, "precious")
+			g.Expect(os.MkdirAll(filepath.Join(victim, "data"), 0o755)).To(Succeed())
+			_, err := WriteConfList(confDir, filepath.Join(dir, "no-agent.sock"), stateDir)
+			g.Expect(err).NotTo(HaveOccurred())
+			_, err = Retire(stateDir, confDir, Retirement{By: "test"}, []string{"sandbox-a"})
+			g.Expect(err).NotTo(HaveOccurred())
+			planted := fmt.Sprintf(`{"remove":[%q,%q],"by":"planted"}`, victim, filepath.Join(victim, "data"))
+			g.Expect(os.WriteFile(filepath.Join(stateDir, RetiredDir, RetiredFile), []byte(planted), 0o600)).To(Succeed())
+			if tc.plant != nil {
+				tc.plant(g, stateDir)
+			}
+
+			var stderr bytes.Buffer
+			shim := NewShim(ShimOptions{Stderr: &stderr})
+			conf := fmt.Sprintf(`{"cniVersion":"1.1.0","name":"winnet","type":"winnet-cni","agentSocket":%q,"stateDir":%q,"confDir":%q}`,
+				filepath.Join(dir, "no-agent.sock"), stateDir, confDir)
+			err = shim.Run(context.Background(), CommandDel, &skel.CmdArgs{ContainerID: "sandbox-a", Netns: "/run/netns/x", IfName: "eth0", StdinData: []byte(conf)})
+
+			g.Expect(filepath.Join(victim, "data")).To(BeADirectory(), "a path the record names survives")
+			if tc.wantHandled {
+				g.Expect(err).NotTo(HaveOccurred())
+				g.Expect(filepath.Join(confDir, ConfListName)).NotTo(BeAnExistingFile(), "the conflist, derived by name, goes")
+				g.Expect(filepath.Join(stateDir, RetiredDir)).NotTo(BeAnExistingFile())
+				return
+			}
+			g.Expect(err).To(HaveField("Code", uint(types.ErrTryAgainLater)), "not trusted: the agent is asked, as on a node not retired")
+			g.Expect(stderr.String()).To(ContainSubstring("skipping the retirement record"))
+			g.Expect(filepath.Join(confDir, ConfListName)).To(BeAnExistingFile())
+		})
+	}
 }

@@ -40,13 +40,31 @@ const (
 	DefaultHandleTimeout = DefaultRequestTimeout
 	// DefaultWriteTimeout bounds writing the response.
 	DefaultWriteTimeout = 10 * time.Second
+	// DefaultMaxConnections bounds the connections served at once (reading a request, waiting,
+	// being handled, writing the answer): one goroutine and one small buffer each. Beyond it the
+	// server stops accepting until one ends, and new connections wait in the listener's backlog.
+	DefaultMaxConnections = 4096
+	// DefaultMaxConcurrent bounds the requests handled at once; the others wait for a slot.
+	DefaultMaxConcurrent = 64
+	// DefaultQueueTimeout bounds how long a request waits for a slot before it is answered with
+	// ErrTryAgainLater (the runtime retries); it leaves the shim's request time to handle it.
+	DefaultQueueTimeout = 30 * time.Second
 )
 
-// ServeOptions configures Serve's per-connection deadlines. Zero values select the defaults.
+// ServeOptions configures Serve's per-connection deadlines and bounds. Zero values select the
+// defaults.
 type ServeOptions struct {
 	ReadTimeout   time.Duration
 	HandleTimeout time.Duration
 	WriteTimeout  time.Duration
+	// MaxConnections bounds the connections served at once (DefaultMaxConnections). A connection
+	// that has not sent its request holds no handling slot: idle connections never delay a
+	// request that arrived.
+	MaxConnections int
+	// MaxConcurrent bounds the requests handled at once (DefaultMaxConcurrent).
+	MaxConcurrent int
+	// QueueTimeout bounds the wait for a handling slot (DefaultQueueTimeout).
+	QueueTimeout time.Duration
 }
 
 func (o ServeOptions) withDefaults() ServeOptions {
@@ -59,7 +77,21 @@ func (o ServeOptions) withDefaults() ServeOptions {
 	if o.WriteTimeout <= 0 {
 		o.WriteTimeout = DefaultWriteTimeout
 	}
+	if o.MaxConnections <= 0 {
+		o.MaxConnections = DefaultMaxConnections
+	}
+	if o.MaxConcurrent <= 0 {
+		o.MaxConcurrent = DefaultMaxConcurrent
+	}
+	if o.QueueTimeout <= 0 {
+		o.QueueTimeout = DefaultQueueTimeout
+	}
 	return o
+}
+
+// limits are a server's semaphores.
+type limits struct {
+	conns, handlers chan struct{}
 }
 
 // Serve serves h on l with the default deadlines until ctx ends; see ServeWithOptions.
@@ -71,7 +103,10 @@ func Serve(ctx context.Context, l net.Listener, h Handler) error {
 // Response. When ctx ends it closes l, waits for the requests in flight and returns nil; if accepting
 // fails for another reason it closes l, waits likewise and returns that error. A request that violates
 // the protocol is answered with a CNI error without calling h; a panic in h is answered with
-// ErrInternal. Problems with single connections are logged through the logr logger in ctx.
+// ErrInternal. At most opts.MaxConnections connections are served and opts.MaxConcurrent requests
+// handled at once; a request that finds no handling slot within opts.QueueTimeout is answered with
+// ErrTryAgainLater (11) without calling h. Problems with single connections are logged through the
+// logr logger in ctx.
 func ServeWithOptions(ctx context.Context, l net.Listener, h Handler, opts ServeOptions) error {
 	opts = opts.withDefaults()
 	log := logr.FromContextOrDiscard(ctx).WithValues("address", l.Addr().String())
@@ -83,10 +118,17 @@ func ServeWithOptions(ctx context.Context, l net.Listener, h Handler, opts Serve
 	stop := context.AfterFunc(ctx, func() { _ = l.Close() })
 	defer stop()
 
-	log.V(1).Info("Serving CNI requests")
+	lim := limits{conns: make(chan struct{}, opts.MaxConnections), handlers: make(chan struct{}, opts.MaxConcurrent)}
+	log.V(1).Info("Serving CNI requests", "maxConnections", opts.MaxConnections, "maxConcurrent", opts.MaxConcurrent)
 	for {
+		select {
+		case lim.conns <- struct{}{}:
+		case <-ctx.Done():
+			return nil
+		}
 		conn, err := l.Accept()
 		if err != nil {
+			<-lim.conns
 			if ctx.Err() != nil {
 				return nil
 			}
@@ -96,13 +138,15 @@ func ServeWithOptions(ctx context.Context, l net.Listener, h Handler, opts Serve
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			serveConn(ctx, conn, h, opts, log)
+			defer func() { <-lim.conns }()
+			serveConn(ctx, conn, h, opts, lim, log)
 		}()
 	}
 }
 
-// serveConn answers the one request on conn.
-func serveConn(ctx context.Context, conn net.Conn, h Handler, opts ServeOptions, log logr.Logger) {
+// serveConn answers the one request on conn: it reads it, waits for a handling slot (bounded by
+// opts.QueueTimeout, then ErrTryAgainLater), and calls h.
+func serveConn(ctx context.Context, conn net.Conn, h Handler, opts ServeOptions, lim limits, log logr.Logger) {
 	defer conn.Close()
 
 	if err := conn.SetReadDeadline(time.Now().Add(opts.ReadTimeout)); err != nil {
@@ -125,9 +169,24 @@ func serveConn(ctx context.Context, conn net.Conn, h Handler, opts ServeOptions,
 		return
 	}
 	reqLog := log.WithValues("command", req.Command, "containerID", req.ContainerID, "ifName", req.IfName)
+	queued := time.NewTimer(opts.QueueTimeout)
+	select {
+	case lim.handlers <- struct{}{}:
+		queued.Stop()
+	case <-queued.C:
+		reqLog.Info("Too many CNI requests in flight: answering try again later", "maxConcurrent", opts.MaxConcurrent, "waited", opts.QueueTimeout)
+		writeResponse(conn, ErrorResponse(types.ErrTryAgainLater,
+			fmt.Sprintf("the winnet agent is handling %d requests; try again later", opts.MaxConcurrent), ""), opts, reqLog)
+		return
+	case <-ctx.Done():
+		queued.Stop()
+		writeResponse(conn, ErrorResponse(types.ErrTryAgainLater, "the winnet agent is stopping; try again later", ""), opts, reqLog)
+		return
+	}
 	hctx, cancel := context.WithTimeout(logr.NewContext(ctx, reqLog), opts.HandleTimeout)
 	resp := callHandler(hctx, h, req)
 	cancel()
+	<-lim.handlers
 
 	if resp.Error == nil && len(resp.Result) > 0 && !json.Valid(resp.Result) {
 		resp = ErrorResponse(types.ErrInternal, "winnet agent produced an invalid CNI result", "result is not valid JSON")

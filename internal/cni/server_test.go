@@ -14,6 +14,8 @@ import (
 
 	"github.com/containernetworking/cni/pkg/types"
 	. "github.com/onsi/gomega"
+
+	"github.com/winnet-io/winnet/internal/peertrust"
 )
 
 // recorder is a test Handler that records requests and answers with respond.
@@ -414,4 +416,93 @@ func TestServeRefusesConfigurationOverTheLimit(t *testing.T) {
 	g.Expect(resp.Error.Code).To(BeEquivalentTo(types.ErrInvalidNetworkConfig))
 	g.Expect(resp.Error.Msg).To(ContainSubstring("limit of 4194304 bytes"))
 	g.Expect(rec.Requests()).To(BeEmpty())
+}
+
+// TestServeBoundsConcurrentRequests: with MaxConcurrent requests being handled, the next one waits
+// for a slot; one that waits longer than QueueTimeout is answered try-again-later (code 11) without
+// reaching the handler, and one whose slot frees in time is handled.
+func TestServeBoundsConcurrentRequests(t *testing.T) {
+	g := NewWithT(t)
+	release := make(chan struct{})
+	var inHandler atomic.Int32
+	rec := &recorder{respond: func(ctx context.Context, req Request) Response {
+		inHandler.Add(1)
+		defer inHandler.Add(-1)
+		if req.ContainerID != "quick" {
+			<-release
+		}
+		return Response{}
+	}}
+	address := startServer(t, rec, ServeOptions{MaxConcurrent: 2, QueueTimeout: 500 * time.Millisecond})
+	client := NewClient(ClientOptions{Address: address})
+	do := func(id string) chan Response {
+		ch := make(chan Response, 1)
+		go func() {
+			req := addRequest
+			req.ContainerID = id
+			resp, err := client.Do(context.Background(), req)
+			if err != nil {
+				resp = ErrorResponse(types.ErrInternal, err.Error(), "")
+			}
+			ch <- resp
+		}()
+		return ch
+	}
+	first, second := do("slow-1"), do("slow-2")
+	g.Eventually(inHandler.Load).Should(BeEquivalentTo(2))
+
+	start := time.Now()
+	excess := <-do("quick")
+	g.Expect(excess.Error).NotTo(BeNil())
+	g.Expect(excess.Error.Code).To(BeEquivalentTo(types.ErrTryAgainLater))
+	g.Expect(time.Since(start)).To(BeNumerically(">=", 500*time.Millisecond), "it waited for a slot first")
+	g.Expect(rec.Requests()).To(HaveLen(2), "the excess request never reached the handler")
+
+	waiting := do("quick")
+	time.Sleep(100 * time.Millisecond)
+	close(release)
+	g.Expect((<-waiting).Error).To(BeNil(), "a slot freed while it waited")
+	g.Expect((<-first).Error).To(BeNil())
+	g.Expect((<-second).Error).To(BeNil())
+}
+
+// TestServeIdleConnectionsDoNotDelayARequest: 1,000 connections that never send a request hold no
+// handling slot: a request arriving after them is answered at once.
+func TestServeIdleConnectionsDoNotDelayARequest(t *testing.T) {
+	g := NewWithT(t)
+	address := startServer(t, &recorder{}, ServeOptions{MaxConcurrent: 4, ReadTimeout: time.Minute})
+	for range 1000 {
+		conn, err := Dial(context.Background(), address)
+		g.Expect(err).NotTo(HaveOccurred())
+		t.Cleanup(func() { _ = conn.Close() })
+	}
+	start := time.Now()
+	resp, err := NewClient(ClientOptions{Address: address, RequestTimeout: 10 * time.Second}).Do(context.Background(), addRequest)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(resp.Error).To(BeNil())
+	t.Logf("ADD answered in %s behind 1000 idle connections", time.Since(start))
+	g.Expect(time.Since(start)).To(BeNumerically("<", 5*time.Second))
+}
+
+// refuse is a ServerVerifier that refuses every server.
+type refuse struct{}
+
+func (refuse) Verify(net.Conn) error {
+	return fmt.Errorf("server process 42: user S-1-5-21-1-2-3-1001: %w", peertrust.ErrUntrustedServer)
+}
+
+// TestClientSendsNothingToAnUntrustedServer: when the server end is not the node's administrators'
+// (a user created the pipe's name while the agent was down), the client sends nothing and reports
+// the agent unreachable, saying why.
+func TestClientSendsNothingToAnUntrustedServer(t *testing.T) {
+	g := NewWithT(t)
+	rec := &recorder{}
+	address := startServer(t, rec, ServeOptions{})
+	_, err := NewClient(ClientOptions{Address: address, Server: refuse{}}).Do(context.Background(), addRequest)
+	g.Expect(err).To(MatchError(ErrAgentUnreachable))
+	g.Expect(err).To(MatchError(peertrust.ErrUntrustedServer))
+	time.Sleep(100 * time.Millisecond)
+	g.Expect(rec.Requests()).To(BeEmpty(), "nothing was sent")
+	_, err = NewClient(ClientOptions{Address: address}).Do(context.Background(), addRequest)
+	g.Expect(err).NotTo(HaveOccurred(), "the platform's check trusts a server run by this test's user")
 }

@@ -30,12 +30,19 @@ type ShimNetConf struct {
 	AgentSocket string `json:"agentSocket,omitempty"`
 	// StateDir is the agent's state directory, where a retired node's record is (see Retire).
 	StateDir string `json:"stateDir,omitempty"`
+	// ConfDir is the directory of the conflist, which a retired node's last DEL removes by name.
+	ConfDir string `json:"confDir,omitempty"`
 }
 
 // ShimOptions configures a Shim.
 type ShimOptions struct {
 	// Stdout receives the CNI result of ADD.
 	Stdout io.Writer
+	// Stderr receives what the shim logs for the runtime's log (a retirement record it skipped).
+	Stderr io.Writer
+	// Executable is the shim's own binary (os.Executable), which a retired node's last DEL
+	// removes when the retirement names it; empty never removes it.
+	Executable string
 	// DefaultAddress is used when the configuration has no agentSocket; empty means DefaultAddress.
 	DefaultAddress string
 	// DialTimeout and RequestTimeout configure the Client; zero selects the defaults.
@@ -56,6 +63,9 @@ func NewShim(opts ShimOptions) *Shim {
 	}
 	if opts.Stdout == nil {
 		opts.Stdout = io.Discard
+	}
+	if opts.Stderr == nil {
+		opts.Stderr = io.Discard
 	}
 	return &Shim{opts: opts}
 }
@@ -99,10 +109,16 @@ func (s *Shim) Run(ctx context.Context, cmd Command, args *skel.CmdArgs) error {
 		return types.NewError(types.ErrDecodingFailure, fmt.Sprintf("decoding network configuration: %v", err), "")
 	}
 	if cmd == CommandDel && conf.StateDir != "" {
-		if handled, err := DelRetired(conf.StateDir, args.ContainerID); err != nil {
+		node := RetiredNode{StateDir: conf.StateDir, ConfDir: conf.ConfDir, Self: s.opts.Executable}
+		handled, skipped, err := node.DelRetired(args.ContainerID)
+		switch {
+		case err != nil:
 			return types.NewError(types.ErrIOFailure, "deleting a sandbox of a node winnet left", err.Error())
-		} else if handled {
+		case handled:
 			return nil
+		case skipped != nil:
+			// Not trusted: not acted upon, and DEL goes to the agent as on a node not retired.
+			fmt.Fprintf(s.opts.Stderr, "winnet-cni: DEL of %s: skipping the retirement record: %v\n", args.ContainerID, skipped)
 		}
 	}
 	client := NewClient(ClientOptions{

@@ -103,6 +103,8 @@ type Bridge struct {
 	opts Options
 	log  logr.Logger
 	ctrl *ofctrl.Controller
+	// unsplice stops the splice of the switch's address (splice); set once by Connect.
+	unsplice func()
 
 	connMu    sync.Mutex
 	sw        *ofctrl.OFSwitch
@@ -208,17 +210,26 @@ func Connect(ctx context.Context, opts Options) (*Bridge, error) {
 		replays:    make(chan struct{}, 1),
 		closed:     make(chan struct{}),
 		repairs:    repairQueue{wake: make(chan struct{}, 1)},
+		unsplice:   func() {},
 	}
 	previous, round, err := b.nextRound(ctx)
 	if err != nil {
 		return nil, err
 	}
 	b.previous, b.round = previous, round
+	// Every connection to the switch (ofctrl's, the bundle and monitor connections) goes through
+	// splice: on Windows a private pipe of the agent's, whose every connection is joined to OVS's
+	// pipe only once its server proved to be SYSTEM or an administrator (splice_windows.go).
+	address, unsplice, err := splice(ctx, b.log, opts.Address)
+	if err != nil {
+		return nil, fmt.Errorf("connecting to bridge %q at %q: %w", opts.Bridge, opts.Address, err)
+	}
+	b.opts.Address, b.unsplice = address, unsplice
 	b.ctrl = ofctrl.NewController(&app{b})
 	b.wg.Add(1)
 	go func() {
 		defer b.wg.Done()
-		if err := b.ctrl.Connect(opts.Address); err != nil {
+		if err := b.ctrl.Connect(b.opts.Address); err != nil {
 			b.connErr <- err
 		}
 	}()
@@ -288,6 +299,7 @@ func (b *Bridge) Close() {
 		b.ctrl.Delete()
 		b.bundleConns.close()
 		b.wg.Wait()
+		b.unsplice()
 	})
 }
 

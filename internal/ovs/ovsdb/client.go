@@ -65,6 +65,10 @@ type Options struct {
 	// Address is the ovsdb-server unix socket path (Linux) or named pipe
 	// (Windows). Empty means DefaultAddress.
 	Address string
+	// SocketDir, on Windows, is the protected directory (internal/securefs, the agent's state
+	// directory) where the client's private socket bridging libovsdb to the named pipe is made;
+	// empty means DefaultSocketDir. Unused on Linux.
+	SocketDir string
 	// Owner is the value written under OwnerKey; empty means DefaultOwner.
 	Owner string
 	// Timeout bounds connecting, monitoring and each reconnect attempt; default 10s.
@@ -224,7 +228,7 @@ func New(ctx context.Context, opts Options) (*Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("building OVSDB client model: %w", err)
 	}
-	endpoint, closeFn, err := dialEndpoint(ctx, log, opts.Address)
+	endpoint, closeFn, err := dialEndpoint(ctx, log, opts.Address, opts.SocketDir)
 	if err != nil {
 		return nil, err
 	}

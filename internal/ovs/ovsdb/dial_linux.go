@@ -10,6 +10,6 @@ import (
 const DefaultAddress = "/var/run/openvswitch/db.sock"
 
 // dialEndpoint returns the libovsdb endpoint for a unix socket path.
-func dialEndpoint(_ context.Context, _ logr.Logger, address string) (string, func(), error) {
+func dialEndpoint(_ context.Context, _ logr.Logger, address, _ string) (string, func(), error) {
 	return "unix:" + address, func() {}, nil
 }

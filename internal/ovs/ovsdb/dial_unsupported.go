@@ -13,6 +13,6 @@ import (
 // DefaultAddress is empty where winnet does not run.
 const DefaultAddress = ""
 
-func dialEndpoint(_ context.Context, _ logr.Logger, address string) (string, func(), error) {
+func dialEndpoint(_ context.Context, _ logr.Logger, address, _ string) (string, func(), error) {
 	return "", nil, fmt.Errorf("connecting to OVSDB at %q: %w", address, errors.ErrUnsupported)
 }

@@ -25,6 +25,7 @@ import (
 
 	networkv1alpha1 "github.com/winnet-io/winnet/api/v1alpha1"
 	"github.com/winnet-io/winnet/controllers/podendpoint"
+	"github.com/winnet-io/winnet/internal/cni"
 	"github.com/winnet-io/winnet/internal/cni/ipam"
 	"github.com/winnet-io/winnet/internal/hns"
 	"github.com/winnet-io/winnet/test/framework"
@@ -69,6 +70,22 @@ func TestPodNetwork(t *testing.T) {
 		}
 		_ = ip2
 		g.Expect(n.leftovers(g)).To(BeEmpty())
+	})
+
+	t.Run("1,000 idle connections to the agent's socket do not stop a real ADD", func(t *testing.T) {
+		g := NewWithT(t)
+		for range 1000 {
+			conn, err := cni.Dial(ctx, n.agent.CNISocket)
+			g.Expect(err).NotTo(HaveOccurred())
+			t.Cleanup(func() { _ = conn.Close() })
+		}
+		p := n.newPod(t, "behind-idle", true)
+		start := time.Now()
+		r := n.add(t, p)
+		t.Logf("ADD through the shim took %s behind 1,000 idle connections", time.Since(start))
+		g.Expect(time.Since(start)).To(BeNumerically("<", cni.DefaultReadTimeout), "not delayed until the idle connections time out")
+		g.Expect(n.podCIDR.Contains(podIP(g, r))).To(BeTrue())
+		g.Expect(n.cni.DelNetworkList(ctx, n.list, p.rt)).To(Succeed())
 	})
 
 	t.Run("20 concurrent ADDs, their vNICs appearing 0-500 ms after in random order, each Pod reaches the gateway, 20 concurrent DELs", func(t *testing.T) {

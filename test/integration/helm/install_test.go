@@ -86,7 +86,7 @@ func TestInstallAndLeastPrivilege(t *testing.T) {
 		}
 		g.Expect(got).To(ConsistOf(
 			"ServiceAccount/winnet-controller", "ServiceAccount/winnet-agent", "ConfigMap/winnet-agent-config",
-			"ClusterRole/winnet-agent", "ClusterRole/winnet-controller",
+			"ClusterRole/winnet-agent", "ClusterRole/winnet-controller", "ClusterRole/winnet-metrics-reader",
 			"ClusterRoleBinding/winnet-agent", "ClusterRoleBinding/winnet-controller",
 			"DaemonSet/winnet-agent", "Deployment/winnet-controller",
 			"ValidatingAdmissionPolicy/winnet-agent-own-node", "ValidatingAdmissionPolicyBinding/winnet-agent-own-node"))

@@ -1,0 +1,92 @@
+package openflow
+
+import (
+	"context"
+	"crypto/rand"
+	encodinghex "encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/Microsoft/go-winio"
+	"github.com/go-logr/logr"
+
+	"github.com/winnet-io/winnet/internal/peertrust"
+)
+
+// spliceSecurityDescriptor lets only SYSTEM and Administrators open the private pipe, with a
+// protected DACL.
+const spliceSecurityDescriptor = "D:P(A;;GA;;;SY)(A;;GA;;;BA)"
+
+// splice puts a private named pipe of the agent's between ofctrl (which dials the switch's pipe
+// itself, so that no check can sit in it) and OVS's pipe at address: a random name, created first
+// (go-winio creates the first instance with FILE_CREATE, so a name someone else made is refused),
+// that only SYSTEM and Administrators may open. Every connection accepted on it — ofctrl's first
+// and every reconnect, the bundle and monitor connections — is joined to a fresh connection to
+// address only once the process serving address proved to run as SYSTEM or an administrator
+// (peertrust); otherwise it is closed and nothing is sent. It returns the private pipe's name and
+// the function that stops it.
+func splice(ctx context.Context, log logr.Logger, address string) (string, func(), error) {
+	var nonce [16]byte
+	if _, err := rand.Read(nonce[:]); err != nil {
+		return "", nil, fmt.Errorf("naming the private OpenFlow pipe: %w", err)
+	}
+	private := `\\.\pipe\winnet-openflow-` + encodinghex.EncodeToString(nonce[:])
+	ln, err := winio.ListenPipe(private, &winio.PipeConfig{SecurityDescriptor: spliceSecurityDescriptor})
+	if err != nil {
+		return "", nil, fmt.Errorf("listening on the private OpenFlow pipe %s: %w", private, err)
+	}
+	sctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			conn, err := ln.Accept()
+			if err != nil {
+				if !errors.Is(err, net.ErrClosed) {
+					log.Error(err, "Accepting on the private OpenFlow pipe stopped", "pipe", private)
+				}
+				return
+			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				spliceConn(sctx, log, conn, address)
+			}()
+		}
+	}()
+	stop := func() {
+		cancel()
+		_ = ln.Close()
+		wg.Wait()
+	}
+	return private, stop, nil
+}
+
+// spliceConn joins local to a new connection to the switch's pipe, once its server is trusted.
+func spliceConn(ctx context.Context, log logr.Logger, local net.Conn, address string) {
+	defer local.Close()
+	dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	remote, err := winio.DialPipeContext(dctx, address)
+	cancel()
+	if err != nil {
+		log.V(2).Info("Dialing the switch's OpenFlow pipe failed", "pipe", address, "err", err.Error())
+		return
+	}
+	defer remote.Close()
+	if err := peertrust.NewVerifier().Verify(remote); err != nil {
+		log.Error(err, "Refusing the switch's OpenFlow pipe: its server is not SYSTEM or an administrator", "pipe", address)
+		return
+	}
+	done := make(chan struct{}, 2)
+	go func() { _, _ = io.Copy(remote, local); done <- struct{}{} }()
+	go func() { _, _ = io.Copy(local, remote); done <- struct{}{} }()
+	select {
+	case <-done:
+	case <-ctx.Done():
+	}
+}

@@ -1,0 +1,159 @@
+package securefs
+
+import (
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+
+	. "github.com/onsi/gomega"
+)
+
+// nobody is a uid that is neither root nor the test's.
+const nobody = 65534
+
+func mode(g *WithT, path string) fs.FileMode {
+	fi, err := os.Lstat(path)
+	g.Expect(err).NotTo(HaveOccurred())
+	return fi.Mode().Perm()
+}
+
+func TestEnsureDirCreatesProtected(t *testing.T) {
+	for _, tc := range []struct {
+		a    Access
+		want fs.FileMode
+	}{{Private, 0o700}, {Public, 0o755}} {
+		t.Run(tc.a.String(), func(t *testing.T) {
+			g := NewWithT(t)
+			dir := filepath.Join(t.TempDir(), "a", "b")
+			old := syscall.Umask(0)
+			defer syscall.Umask(old)
+			res, err := EnsureDir(dir, tc.a)
+			g.Expect(err).NotTo(HaveOccurred())
+			g.Expect(res.Created).To(BeTrue())
+			g.Expect(mode(g, dir)).To(Equal(tc.want))
+			g.Expect(mode(g, filepath.Dir(dir))).To(Equal(tc.want), "a missing parent is created the same way")
+			res, err = EnsureDir(dir, tc.a)
+			g.Expect(err).NotTo(HaveOccurred())
+			g.Expect(res).To(Equal(Result{}), "nothing to do the second time")
+		})
+	}
+}
+
+// TestEnsureDirRefusesAnotherOwner: a directory owned by another uid is refused and left as it is.
+func TestEnsureDirRefusesAnotherOwner(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Fatal("this test chowns a directory: run it as root")
+	}
+	g := NewWithT(t)
+	dir := filepath.Join(t.TempDir(), "state")
+	g.Expect(os.Mkdir(dir, 0o700)).To(Succeed())
+	g.Expect(os.Chown(dir, nobody, nobody)).To(Succeed())
+	_, err := EnsureDir(dir, Private)
+	g.Expect(err).To(MatchError(ErrUntrustedOwner))
+	g.Expect(err.Error()).To(ContainSubstring(dir))
+	fi, err := os.Lstat(dir)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(fi.Sys().(*syscall.Stat_t).Uid).To(BeEquivalentTo(nobody), "left as it is")
+	g.Expect(CheckDir(dir, Private)).To(MatchError(ErrUntrustedOwner))
+}
+
+// TestEnsureDirRepairsATooOpenTree: a directory only too open is narrowed with everything in it,
+// including what another user planted, and every repaired path is listed.
+func TestEnsureDirRepairsATooOpenTree(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Fatal("this test chowns files: run it as root")
+	}
+	g := NewWithT(t)
+	old := syscall.Umask(0)
+	defer syscall.Umask(old)
+	dir := filepath.Join(t.TempDir(), "state")
+	sub := filepath.Join(dir, "pods")
+	g.Expect(os.MkdirAll(sub, 0o777)).To(Succeed())
+	g.Expect(os.Chmod(dir, 0o777)).To(Succeed())
+	good := filepath.Join(sub, "good.json")
+	planted := filepath.Join(sub, "planted.json")
+	g.Expect(os.WriteFile(good, []byte("{}"), 0o600)).To(Succeed())
+	g.Expect(os.WriteFile(planted, []byte("{}"), 0o666)).To(Succeed())
+	g.Expect(os.Chown(planted, nobody, nobody)).To(Succeed())
+
+	res, err := EnsureDir(dir, Private)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(res.Repaired).To(ConsistOf(dir, sub, planted))
+	g.Expect(mode(g, dir)).To(Equal(fs.FileMode(0o700)))
+	g.Expect(mode(g, sub)).To(Equal(fs.FileMode(0o700)))
+	g.Expect(mode(g, planted)).To(Equal(fs.FileMode(0o600)))
+	g.Expect(CheckFile(planted, Private)).To(Succeed(), "now owned by root")
+	g.Expect(CheckDir(dir, Private)).To(Succeed())
+}
+
+func TestCheckDirRefusesTooOpen(t *testing.T) {
+	g := NewWithT(t)
+	dir := t.TempDir()
+	g.Expect(os.Chmod(dir, 0o733)).To(Succeed())
+	g.Expect(CheckDir(dir, Private)).To(MatchError(ErrTooOpen))
+	g.Expect(os.Chmod(dir, 0o755)).To(Succeed())
+	g.Expect(CheckDir(dir, Private)).To(MatchError(ErrTooOpen), "others may read private state")
+	g.Expect(CheckDir(dir, Public)).To(Succeed())
+	g.Expect(os.Chmod(dir, 0o775)).To(Succeed())
+	g.Expect(CheckDir(dir, Public)).To(MatchError(ErrTooOpen), "the group may write")
+}
+
+// TestWriteFileUsesAUniqueTemporaryName: a file prepared where a fixed temporary name would be is
+// neither used nor followed, and the written file has the Access's mode.
+func TestWriteFileUsesAUniqueTemporaryName(t *testing.T) {
+	g := NewWithT(t)
+	dir := t.TempDir()
+	_, err := EnsureDir(dir, Private)
+	g.Expect(err).NotTo(HaveOccurred())
+	victim := filepath.Join(t.TempDir(), "victim")
+	g.Expect(os.WriteFile(victim, []byte("precious"), 0o644)).To(Succeed())
+	path := filepath.Join(dir, "adapter-eth0.json")
+	g.Expect(os.Symlink(victim, path+".tmp")).To(Succeed())
+
+	g.Expect(WriteFile(path, []byte("new"), Private)).To(Succeed())
+	g.Expect(os.ReadFile(path)).To(BeEquivalentTo("new"))
+	g.Expect(mode(g, path)).To(Equal(fs.FileMode(0o600)))
+	g.Expect(os.ReadFile(victim)).To(BeEquivalentTo("precious"))
+	entries, err := os.ReadDir(dir)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(entries).To(HaveLen(2), "the file and the prepared link; no temporary file left")
+}
+
+func TestReadFileRefusesWhatItCannotTrust(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Fatal("this test chowns a file: run it as root")
+	}
+	g := NewWithT(t)
+	dir := t.TempDir()
+	ok := filepath.Join(dir, "ok")
+	g.Expect(WriteFile(ok, []byte("{}"), Private)).To(Succeed())
+	g.Expect(ReadFile(ok, Private, 2)).To(BeEquivalentTo("{}"))
+
+	_, err := ReadFile(ok, Private, 1)
+	g.Expect(err).To(MatchError(ErrTooLarge))
+
+	open := filepath.Join(dir, "open")
+	g.Expect(os.WriteFile(open, []byte("{}"), 0o600)).To(Succeed())
+	g.Expect(os.Chmod(open, 0o666)).To(Succeed())
+	_, err = ReadFile(open, Private, 10)
+	g.Expect(err).To(MatchError(ErrTooOpen))
+
+	other := filepath.Join(dir, "other")
+	g.Expect(os.WriteFile(other, []byte("{}"), 0o600)).To(Succeed())
+	g.Expect(os.Chown(other, nobody, nobody)).To(Succeed())
+	_, err = ReadFile(other, Private, 10)
+	g.Expect(err).To(MatchError(ErrUntrustedOwner))
+
+	link := filepath.Join(dir, "link")
+	g.Expect(os.Symlink(ok, link)).To(Succeed())
+	_, err = ReadFile(link, Private, 10)
+	g.Expect(err).To(HaveOccurred(), "a link is never followed")
+
+	aside, err := MoveAside(other)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(strings.HasPrefix(aside, other+".untrusted-")).To(BeTrue())
+	g.Expect(other).NotTo(BeAnExistingFile())
+}
