@@ -28,5 +28,16 @@ func main() {
 		fmt.Fprintf(os.Stderr, "hostcmd: %d command(s) missing: run hack/setup-test-deps.sh as root\n", len(errs))
 		os.Exit(1)
 	}
-	fmt.Printf("hostcmd: all %d commands present\n", len(hostcmd.List()))
+	fmt.Printf("hostcmd: every installed command of the list is present (%d of %d; the built ones are checked where they are built)\n",
+		len(hostcmd.List())-built(), len(hostcmd.List()))
+}
+
+func built() int {
+	n := 0
+	for _, c := range hostcmd.List() {
+		if c.Kind == hostcmd.Built {
+			n++
+		}
+	}
+	return n
 }
