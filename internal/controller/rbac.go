@@ -1,6 +1,11 @@
 package controller
 
 // The permissions winnet-controller needs; `make manifests` turns them into config/rbac/controller.
+//
+// Leases: in winnet-controller's own namespace only (a Role; the Helm chart puts it in the release
+// namespace): leader election (get, create, update: client-go's LeaseLock) and the uninstall Lease
+// (get). Never cluster-wide: a Lease write elsewhere could take kube-controller-manager's or
+// kube-scheduler's leader election or forge a node heartbeat in kube-node-lease.
 
 // +kubebuilder:rbac:groups=network.winnet.io,resources=windowsnodenetworks,verbs=get;list;watch;create;update;patch
 // +kubebuilder:rbac:groups=network.winnet.io,resources=remotesubnetroutes,verbs=get;list;watch;create;update;patch;delete
@@ -9,4 +14,4 @@ package controller
 // +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch;patch
 // +kubebuilder:rbac:groups="",resources=events,verbs=create;patch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
-// +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;create;update,namespace=winnet-system

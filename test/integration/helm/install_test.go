@@ -88,6 +88,7 @@ func TestInstallAndLeastPrivilege(t *testing.T) {
 			"ServiceAccount/winnet-controller", "ServiceAccount/winnet-agent", "ConfigMap/winnet-agent-config",
 			"ClusterRole/winnet-agent", "ClusterRole/winnet-controller",
 			"ClusterRoleBinding/winnet-agent", "ClusterRoleBinding/winnet-controller",
+			"Role/winnet-controller", "RoleBinding/winnet-controller",
 			"DaemonSet/winnet-agent", "Deployment/winnet-controller",
 			"ValidatingAdmissionPolicy/winnet-agent-own-node", "ValidatingAdmissionPolicyBinding/winnet-agent-own-node"))
 		for _, crd := range []string{"windowsnodenetworks", "remotesubnetroutes", "podendpoints"} {
