@@ -16,6 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
@@ -93,7 +94,7 @@ func testNodeAndLeaseRefusals(ctx context.Context, t *testing.T, admin, identity
 		t.Run("no Lease "+lease.String(), func(t *testing.T) {
 			g := NewWithT(t)
 			existing := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: lease.Namespace, Name: lease.Name},
-				Spec: coordinationv1.LeaseSpec{HolderIdentity: ptrTo("the-real-holder")}}
+				Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To("the-real-holder")}}
 			if err := admin.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: lease.Namespace}}); err != nil && !apierrors.IsAlreadyExists(err) {
 				t.Fatal(err)
 			}
@@ -104,7 +105,7 @@ func testNodeAndLeaseRefusals(ctx context.Context, t *testing.T, admin, identity
 			g.Expect(forbidden(identity.Patch(ctx, existing.DeepCopy(), merge(`{"spec":{"holderIdentity":"`+user+`"}}`)))).To(Succeed(), "patch")
 			taken := existing.DeepCopy()
 			g.Expect(admin.Get(ctx, lease, taken)).To(Succeed())
-			taken.Spec.HolderIdentity = ptrTo(user)
+			taken.Spec.HolderIdentity = ptr.To(user)
 			g.Expect(forbidden(identity.Update(ctx, taken))).To(Succeed(), "update")
 			g.Expect(forbidden(identity.Delete(ctx, existing.DeepCopy()))).To(Succeed(), "delete")
 			g.Expect(forbidden(identity.Create(ctx, &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: lease.Namespace, Name: "forged-" + lease.Name}}))).
@@ -181,5 +182,3 @@ func testFlannelRecordWrites(ctx context.Context, t *testing.T, admin, identity 
 	g.Expect(k.Annotations).NotTo(HaveKey("flannel.alpha.coreos.com/public-ip"))
 	g.Expect(k.Annotations).NotTo(HaveKey(cluster.FlannelRecordAnnotation))
 }
-
-func ptrTo[T any](v T) *T { return &v }
