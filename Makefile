@@ -47,8 +47,13 @@ fmt: ## Run gofmt on the tree.
 	gofmt -w $$(git ls-files '*.go')
 
 .PHONY: verify
-verify: ## Regenerate code and manifests and fail if anything changed; check gofmt.
+verify: ## Regenerate code and manifests and fail if anything changed; check gofmt; check the builds for known vulnerabilities.
 	hack/verify-generated.sh
+	@$(MAKE) --no-print-directory vulncheck
+
+.PHONY: vulncheck
+vulncheck: ## govulncheck the linux and windows builds against golang.org/x/vulndb (built into bin/); fails on a called advisory that hack/vulncheck-allow.yaml does not allow.
+	hack/vulncheck.sh
 
 .PHONY: vet
 vet: ## go vet for linux and windows (the test-only module test/netpol too).

@@ -195,7 +195,8 @@ func (r *NodeReconciler) reconcileFlannelRecord(ctx context.Context, flannel Fla
 	} else {
 		ctrl.LoggerFrom(ctx).Info("Publishing the node's flannel record", "record", want)
 	}
-	if err := r.Client.Patch(ctx, node, client.RawPatch(types.MergePatchType, patch)); err != nil {
+	// Through nodes/status, as flanneld writes its own record: winnet-controller may not patch Nodes.
+	if err := r.Client.Status().Patch(ctx, node, client.RawPatch(types.MergePatchType, patch)); err != nil {
 		return fmt.Errorf("patching the flannel record of Node %s: %w", node.Name, err)
 	}
 	return nil

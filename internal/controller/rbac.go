@@ -1,12 +1,23 @@
 package controller
 
 // The permissions winnet-controller needs; `make manifests` turns them into config/rbac/controller.
+//
+// Nodes: read, and write through nodes/status only, as flanneld writes its own record there (the status
+// subresource keeps a merge patch of metadata.annotations and drops any change to the spec). The Helm
+// chart's admission policy winnet-node-flannel-record lets that write change nothing but the flannel
+// record's annotations: a Node's labels, taints, spec and status are not winnet's.
+//
+// Leases: in winnet-controller's own namespace only (a Role; the Helm chart puts it in the release
+// namespace): leader election (get, create, update: client-go's LeaseLock) and the uninstall Lease
+// (get). Never cluster-wide: a Lease write elsewhere could take kube-controller-manager's or
+// kube-scheduler's leader election or forge a node heartbeat in kube-node-lease.
 
 // +kubebuilder:rbac:groups=network.winnet.io,resources=windowsnodenetworks,verbs=get;list;watch;create;update;patch
 // +kubebuilder:rbac:groups=network.winnet.io,resources=remotesubnetroutes,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups=network.winnet.io,resources=remotesubnetroutes/status,verbs=get;update;patch
 // +kubebuilder:rbac:groups=network.winnet.io,resources=flannelinterops,verbs=get;list;watch
-// +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch;patch
+// +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch
+// +kubebuilder:rbac:groups="",resources=nodes/status,verbs=patch
 // +kubebuilder:rbac:groups="",resources=events,verbs=create;patch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
-// +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;create;update,namespace=winnet-system

@@ -325,7 +325,8 @@ func (u *uninstaller) removeFlannelAnnotations(ctx context.Context, nodes []stri
 		if len(removed) == 0 {
 			continue
 		}
-		if err := u.c.Patch(ctx, node, client.MergeFrom(before)); err != nil {
+		// Through nodes/status, as winnet-controller wrote them: the uninstall may not patch Nodes.
+		if err := u.c.Status().Patch(ctx, node, client.MergeFrom(before)); err != nil {
 			return fmt.Errorf("removing the flannel annotations of Node %s: %w", name, err)
 		}
 		slices.Sort(removed)

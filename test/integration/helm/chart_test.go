@@ -168,26 +168,43 @@ func TestTemplateWorkloads(t *testing.T) {
 	g.Expect(string(script)).To(And(ContainSubstring("$server = $env:WINNET_APISERVER"), ContainSubstring("server: $server")))
 }
 
-// TestChartRBACMatchesGenerated: the chart's ClusterRoles are config/rbac's generated roles.
+// TestChartRBACMatchesGenerated: the chart's ClusterRoles and the controller's Role are config/rbac's
+// generated roles, and the controller may write Leases in the release namespace only.
 func TestChartRBACMatchesGenerated(t *testing.T) {
 	g := NewWithT(t)
 	manifest, err := renderChart(t)
 	g.Expect(err).NotTo(HaveOccurred())
 	objs := splitManifest(t, manifest)
-	generated := func(component string) []rbacv1.PolicyRule {
+	// generated returns the rules of the generated role of kind in config/rbac/<component>/role.yaml.
+	generated := func(component, kind string) []rbacv1.PolicyRule {
 		b, err := os.ReadFile(filepath.Join(framework.RepoRoot(), "config", "rbac", component, "role.yaml"))
 		g.Expect(err).NotTo(HaveOccurred())
-		role := &rbacv1.ClusterRole{}
-		g.Expect(yaml.UnmarshalStrict(b, role)).To(Succeed())
-		return role.Rules
+		for _, o := range splitManifest(t, string(b)) {
+			if o.Kind == kind {
+				role := &rbacv1.ClusterRole{}
+				g.Expect(yaml.UnmarshalStrict(o.YAML, role)).To(Succeed())
+				return role.Rules
+			}
+		}
+		t.Fatalf("config/rbac/%s/role.yaml has no %s", component, kind)
+		return nil
 	}
 	controller := &rbacv1.ClusterRole{}
 	find(t, objs, "ClusterRole", "winnet-controller", controller)
-	g.Expect(controller.Rules).To(Equal(generated("controller")))
+	g.Expect(controller.Rules).To(Equal(generated("controller", "ClusterRole")))
+	g.Expect(controller.Rules).NotTo(ContainElement(HaveField("Resources", ContainElement("leases"))), "no Lease cluster-wide")
+	controllerNS := &rbacv1.Role{}
+	find(t, objs, "Role", "winnet-controller", controllerNS)
+	g.Expect(controllerNS.Namespace).To(Equal("winnet-system"), "the release namespace")
+	g.Expect(controllerNS.Rules).To(Equal(generated("controller", "Role")))
+	binding := &rbacv1.RoleBinding{}
+	find(t, objs, "RoleBinding", "winnet-controller", binding)
+	g.Expect(binding.RoleRef).To(Equal(rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "winnet-controller"}))
+	g.Expect(binding.Subjects).To(Equal([]rbacv1.Subject{{Kind: "ServiceAccount", Name: "winnet-controller", Namespace: "winnet-system"}}))
 
 	agent := &rbacv1.ClusterRole{}
 	find(t, objs, "ClusterRole", "winnet-agent", agent)
-	g.Expect(agent.Rules).To(Equal(generated("agent")))
+	g.Expect(agent.Rules).To(Equal(generated("agent", "ClusterRole")))
 }
 
 // TestSchemaRejectsInvalidValues: values.schema.json turns wrong values into an error naming the field.

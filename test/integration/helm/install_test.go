@@ -29,6 +29,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	networkv1alpha1 "github.com/winnet-io/winnet/api/v1alpha1"
+	"github.com/winnet-io/winnet/controllers/cluster"
 	winnetscheme "github.com/winnet-io/winnet/internal/scheme"
 	"github.com/winnet-io/winnet/test/framework"
 	"github.com/winnet-io/winnet/test/hostcmd"
@@ -44,7 +45,7 @@ const (
 // an agent token bound to a Pod on node A may write node A's objects and is denied node B's.
 func TestInstallAndLeastPrivilege(t *testing.T) {
 	g := NewWithT(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 80*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 240*time.Second)
 	defer cancel()
 
 	// Without the framework's CRDs: the chart's crds/ are what gets installed.
@@ -88,8 +89,10 @@ func TestInstallAndLeastPrivilege(t *testing.T) {
 			"ServiceAccount/winnet-controller", "ServiceAccount/winnet-agent", "ConfigMap/winnet-agent-config",
 			"ClusterRole/winnet-agent", "ClusterRole/winnet-controller", "ClusterRole/winnet-metrics-reader",
 			"ClusterRoleBinding/winnet-agent", "ClusterRoleBinding/winnet-controller",
+			"Role/winnet-controller", "RoleBinding/winnet-controller",
 			"DaemonSet/winnet-agent", "Deployment/winnet-controller",
-			"ValidatingAdmissionPolicy/winnet-agent-own-node", "ValidatingAdmissionPolicyBinding/winnet-agent-own-node"))
+			"ValidatingAdmissionPolicy/winnet-agent-own-node", "ValidatingAdmissionPolicyBinding/winnet-agent-own-node",
+			"ValidatingAdmissionPolicy/winnet-node-flannel-record", "ValidatingAdmissionPolicyBinding/winnet-node-flannel-record"))
 		for _, crd := range []string{"windowsnodenetworks", "remotesubnetroutes", "podendpoints"} {
 			c := &apiextensionsv1.CustomResourceDefinition{}
 			g.Expect(admin.Get(ctx, client.ObjectKey{Name: crd + ".network.winnet.io"}, c)).To(Succeed(), "the chart installs CRD %s", crd)
@@ -114,9 +117,10 @@ func TestInstallAndLeastPrivilege(t *testing.T) {
 	agentB := agentClient(ctx, t, server, "win-b")
 	controllerToken := requestToken(ctx, t, server, "winnet-controller", nil)
 
+	// It runs until the test ends: the flannel record subtest below needs it too.
+	runController(ctx, t, server, controllerToken)
 	t.Run("winnet-controller as its ServiceAccount derives both nodes' objects", func(t *testing.T) {
 		g := NewWithT(t)
-		runController(ctx, t, server, controllerToken)
 		for _, name := range []string{"win-a", "win-b"} {
 			g.Eventually(func() error {
 				return admin.Get(ctx, client.ObjectKey{Name: name}, &networkv1alpha1.WindowsNodeNetwork{})
@@ -146,6 +150,50 @@ func TestInstallAndLeastPrivilege(t *testing.T) {
 		g.Expect(c.Status().Patch(ctx, rsr, client.RawPatch(types.MergePatchType, []byte(`{"status":{"observedGeneration":1}}`)))).To(Succeed())
 		err = c.Create(ctx, podEndpoint("default", "stolen", "win-a"))
 		g.Expect(apierrors.IsForbidden(err)).To(BeTrue(), "the controller writes no PodEndpoints: %v", err)
+	})
+
+	// A Node that is neither winnet's nor flannel's, for the writes the chart's identities are refused.
+	target := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "linux-target", Labels: map[string]string{corev1.LabelOSStable: "linux"},
+		Annotations: map[string]string{"example.com/owner": "someone else"}},
+		Spec: corev1.NodeSpec{PodCIDR: "10.244.50.0/24", PodCIDRs: []string{"10.244.50.0/24"}}}
+	g.Expect(admin.Create(ctx, target)).To(Succeed())
+	target.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "192.168.10.50"}}
+	g.Expect(admin.Status().Update(ctx, target)).To(Succeed())
+
+	t.Run("winnet-controller as its ServiceAccount publishes and withdraws the flannel records through nodes/status", func(t *testing.T) {
+		g := NewWithT(t)
+		interop := &networkv1alpha1.FlannelInterop{ObjectMeta: metav1.ObjectMeta{Name: "default"},
+			Spec: networkv1alpha1.FlannelInteropSpec{VNI: 4096, AnnotationPrefix: networkv1alpha1.DefaultFlannelAnnotationPrefix}}
+		g.Expect(admin.Create(ctx, interop)).To(Succeed())
+		for i, name := range []string{"win-a", "win-b"} {
+			g.Eventually(func(g Gomega) {
+				k := &corev1.Node{}
+				g.Expect(admin.Get(ctx, client.ObjectKey{Name: name}, k)).To(Succeed())
+				g.Expect(k.Annotations).To(HaveKeyWithValue("flannel.alpha.coreos.com/public-ip", fmt.Sprintf("192.168.10.%d", 11+i)))
+				g.Expect(k.Annotations).To(HaveKeyWithValue(cluster.FlannelRecordAnnotation, "flannel.alpha.coreos.com"))
+			}, 30*time.Second, 200*time.Millisecond).Should(Succeed(), "winnet-controller publishes the flannel record of %s", name)
+		}
+		g.Expect(admin.Delete(ctx, interop)).To(Succeed())
+		for _, name := range []string{"win-a", "win-b"} {
+			g.Eventually(func(g Gomega) {
+				k := &corev1.Node{}
+				g.Expect(admin.Get(ctx, client.ObjectKey{Name: name}, k)).To(Succeed())
+				g.Expect(k.Annotations).NotTo(HaveKey(HavePrefix("flannel.alpha.coreos.com/")))
+				g.Expect(k.Annotations).NotTo(HaveKey(cluster.FlannelRecordAnnotation))
+			}, 30*time.Second, 200*time.Millisecond).Should(Succeed(), "winnet-controller withdraws the flannel record of %s", name)
+		}
+	})
+
+	t.Run("winnet-controller changes nothing on a Node but the flannel record, and no Lease outside its namespace", func(t *testing.T) {
+		testNodeAndLeaseRefusals(ctx, t, admin, tokenClient(t, server, controllerToken), "system:serviceaccount:winnet-system:winnet-controller", target.Name)
+	})
+
+	uninstallToken := installUninstallIdentity(ctx, t, server)
+	t.Run("the uninstall hook's ServiceAccount writes and removes a flannel record through nodes/status", func(t *testing.T) {
+		testFlannelRecordWrites(ctx, t, admin, tokenClient(t, server, uninstallToken), target.Name)
+	})
+	t.Run("the uninstall hook's ServiceAccount changes nothing on a Node but the flannel record, and no Lease outside its namespace", func(t *testing.T) {
+		testNodeAndLeaseRefusals(ctx, t, admin, tokenClient(t, server, uninstallToken), "system:serviceaccount:winnet-system:winnet-uninstall", target.Name)
 	})
 
 	t.Run("agent tokens carry their node", func(t *testing.T) {

@@ -49,6 +49,16 @@ app.kubernetes.io/component: {{ .component }}
 {{- printf "system:serviceaccount:%s:%s" .Release.Namespace .Values.serviceAccount.agent.name -}}
 {{- end -}}
 
+{{/* ServiceAccount user name of winnet-controller. */}}
+{{- define "winnet.controllerUser" -}}
+{{- printf "system:serviceaccount:%s:%s" .Release.Namespace .Values.serviceAccount.controller.name -}}
+{{- end -}}
+
+{{/* ServiceAccount user name of the uninstall hook's Job (its ServiceAccount is winnet-uninstall). */}}
+{{- define "winnet.uninstallUser" -}}
+{{- printf "system:serviceaccount:%s:winnet-uninstall" .Release.Namespace -}}
+{{- end -}}
+
 {{/* Name of the agent's ConfigMap. */}}
 {{- define "winnet.agentConfigName" -}}
 winnet-agent-config
