@@ -29,6 +29,6 @@ func (n Node) PodFlows(p Pod) []openflow.Flow {
 		flow(L3ForwardingTable, priorityNormal, match(openflow.IPv4(), openflow.EthDst(GlobalVirtualMAC), openflow.NwDst(host)),
 			openflow.SetEthSrc(n.GatewayMAC), openflow.SetEthDst(p.MAC), openflow.GotoTable(L2ForwardingCalcTable)),
 		flow(L2ForwardingCalcTable, priorityNormal, match(openflow.EthDst(p.MAC)),
-			loadReg(TargetOFPortField, p.OFPort), loadReg(OFPortFoundField, 1), openflow.GotoTable(IngressRuleTable)),
+			loadReg(TargetOFPortField, p.OFPort), loadReg(OFPortFoundField, 1), openflow.GotoTable(IngressPeerClassTable)),
 	}
 }
