@@ -75,6 +75,9 @@ func (p *Pods) runVNICWaiter(ctx context.Context, sandbox, port string, since ti
 	defer p.stopVNICWaiter(sandbox)
 	log := ctrl.LoggerFrom(ctx).WithValues("sandbox", sandbox, "port", port)
 	ctx = ctrl.LoggerInto(ctx, log)
+	if !p.awaitPolicies(ctx, sandbox) {
+		return
+	}
 	deadline := since.Add(p.opts.VNICTimeout)
 	missing := false
 	for {
@@ -227,7 +230,7 @@ func (p *Pods) bindVNIC(ctx context.Context, sandbox string, appeared time.Time)
 		return err
 	}
 	took := time.Since(appeared)
-	a.WaitingForVNIC, a.VNICMissing = false, false
+	a.WaitingForVNIC, a.VNICMissing, a.PolicyPending = false, false, false
 	a.VNICToForwarding = took.Round(time.Microsecond)
 	if err := p.opts.Store.Put(a); err != nil {
 		return err
@@ -237,6 +240,59 @@ func (p *Pods) bindVNIC(ctx context.Context, sandbox string, appeared time.Time)
 	ctrl.LoggerFrom(ctx).V(1).Info("The Pod's vNIC forwards", "ofPort", a.OFPort, "vnicToForwarding", took)
 	p.notify(a.Pod())
 	return nil
+}
+
+// awaitPolicies waits, before the port is bound, until the NetworkPolicy flows for the Pod are
+// committed (PolicyGate): a Pod that policies select is isolated from its first packet. The port
+// is unbound meanwhile, so nothing reaches the Pod. After Options.PolicyTimeout the attachment
+// records PolicyPending (its PodEndpoint says why) and the wait goes on: the Pod stays isolated
+// until its policies hold. It returns false when the waiter is stopped.
+func (p *Pods) awaitPolicies(ctx context.Context, sandbox string) bool {
+	gate := p.policyGate()
+	if gate == nil {
+		return true
+	}
+	a, ok := p.opts.Store.Get(sandbox)
+	if !ok || a.Deleting || !a.WaitingForVNIC {
+		return true // bindVNIC finds out
+	}
+	pod, ofport := a.Pod(), a.OFPort
+	start := time.Now()
+	wctx, cancel := context.WithTimeout(ctx, p.opts.PolicyTimeout)
+	err := gate.WaitPolicies(wctx, pod, ofport)
+	cancel()
+	if err != nil && ctx.Err() == nil {
+		p.setPolicyPending(ctx, sandbox, true)
+		err = gate.WaitPolicies(ctx, pod, ofport)
+	}
+	if err != nil {
+		return false // stopped
+	}
+	if a.PolicyPending {
+		p.setPolicyPending(ctx, sandbox, false)
+	}
+	observePolicyWait(time.Since(start))
+	ctrl.LoggerFrom(ctx).V(1).Info("The Pod's NetworkPolicy flows are committed; binding its port when its vNIC appears", "waited", time.Since(start))
+	return true
+}
+
+// setPolicyPending records whether the Pod's port still waits for its NetworkPolicy flows.
+func (p *Pods) setPolicyPending(ctx context.Context, sandbox string, pending bool) {
+	p.sweep.RLock()
+	defer p.sweep.RUnlock()
+	defer p.locks.Lock(sandbox)()
+	a, ok := p.opts.Store.Get(sandbox)
+	if !ok || a.Deleting || a.PolicyPending == pending {
+		return
+	}
+	a.PolicyPending = pending
+	if err := p.opts.Store.Put(a); err != nil {
+		ctrl.LoggerFrom(ctx).Error(err, "Recording the wait for the Pod's NetworkPolicy flows failed")
+	}
+	if pending {
+		ctrl.LoggerFrom(ctx).Info("The Pod's NetworkPolicy flows are not committed yet; its port stays unbound", "timeout", p.opts.PolicyTimeout)
+	}
+	p.notify(a.Pod())
 }
 
 // markVNICMissing records that the vNIC did not appear in time; the PodEndpoint says so, and DEL
