@@ -3,6 +3,7 @@ package podendpoint
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"time"
 
@@ -221,7 +222,12 @@ func (p *Pods) bindVNIC(ctx context.Context, sandbox string, appeared time.Time)
 	if err != nil {
 		return err
 	}
-	if ofport != requested {
+	switch gate := p.policyGate(); {
+	case gate != nil && (ofport != requested || a.PolicyPending):
+		if err := p.moveFlowsGated(ctx, n, a, ofport, gate); err != nil {
+			return err
+		}
+	case ofport != requested:
 		if err := p.moveFlows(ctx, n, a, ofport); err != nil {
 			return err
 		}
@@ -274,6 +280,36 @@ func (p *Pods) awaitPolicies(ctx context.Context, sandbox string) bool {
 	observePolicyWait(time.Since(start))
 	ctrl.LoggerFrom(ctx).V(1).Info("The Pod's NetworkPolicy flows are committed; binding its port when its vNIC appears", "waited", time.Since(start))
 	return true
+}
+
+// moveFlowsGated moves the flows of a Pod whose port OVS gave another ofport than requested, when
+// policy gates new Pods: the policies were compiled for the requested ofport, so the Pod's flows
+// (without which nothing reaches it, or leaves it) go, the attachment records the new ofport (the
+// next policy pass compiles them for it), and the flows come back at the new ofport once that pass
+// is committed. The caller holds the sandbox's lock, so a DEL waits for this (at most
+// PolicyTimeout); past it the attachment stays PolicyPending with no flows and the bind is
+// retried, which ends here again.
+func (p *Pods) moveFlowsGated(ctx context.Context, n node, a *Attachment, ofport int32, gate PolicyGate) error {
+	if a.OFPort != ofport {
+		ctrl.LoggerFrom(ctx).Info("OVS gave the Pod's port another ofport than requested; its flows wait for its NetworkPolicy flows there", "port", a.EndpointName, "requested", a.OFPort, "ofPort", ofport)
+		if err := p.removeFlows(ctx, a.OFPort, a.SandboxID); err != nil {
+			return err
+		}
+		p.releaseOFPort(a.OFPort, a.SandboxID)
+		a.OFPort, a.PolicyPending = ofport, true
+		if err := p.opts.Store.Put(a); err != nil {
+			return err
+		}
+		p.notify(a.Pod())
+	}
+	wctx, cancel := context.WithTimeout(ctx, p.opts.PolicyTimeout)
+	err := gate.WaitPolicies(wctx, a.Pod(), ofport)
+	cancel()
+	if err != nil {
+		return fmt.Errorf("waiting for the NetworkPolicy flows of the Pod at ofport %d: %w", ofport, err)
+	}
+	_, err = p.installFlows(ctx, n.realized, a)
+	return err
 }
 
 // setPolicyPending records whether the Pod's port still waits for its NetworkPolicy flows.
