@@ -4,7 +4,10 @@ import (
 	"context"
 	"sync"
 
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
+	ctrl "sigs.k8s.io/controller-runtime"
 )
 
 // The policy gate: a new local Pod's port is bound (it forwards) only once a pass that knew the
@@ -58,10 +61,12 @@ func (r *Reconciler) covered(in Inputs) {
 
 // WaitPolicies returns once a committed pass has compiled the policies of local Pod pod at ofport
 // (its flows, isolation included, are in the switch), or with ctx's error. It asks for a pass when
-// the last one did not cover the Pod.
+// the last one did not cover the Pod. A Pod the API server does not have (read past the cache,
+// after a pass that did not cover it) is selected by no policy and does not wait: kubelet creates
+// a Pod before its sandbox, so only a sandbox of no Pod, or of a Pod already deleted, is such.
 func (r *Reconciler) WaitPolicies(ctx context.Context, pod types.NamespacedName, ofport int32) error {
 	g := &r.gate
-	for asked := false; ; asked = true {
+	for passes := 0; ; passes++ {
 		g.mu.Lock()
 		g.init()
 		ok := ofport > 0 && g.covered[pod] == uint32(ofport)
@@ -70,7 +75,14 @@ func (r *Reconciler) WaitPolicies(ctx context.Context, pod types.NamespacedName,
 		if ok {
 			return nil
 		}
-		if !asked {
+		if passes == 1 && r.APIReader != nil {
+			err := r.APIReader.Get(ctx, pod, &corev1.Pod{})
+			if apierrors.IsNotFound(err) {
+				ctrl.LoggerFrom(ctx).Info("The API server has no such Pod: no NetworkPolicy selects it", "pod", pod)
+				return nil
+			}
+		}
+		if passes == 0 {
 			r.markChanged(nil)
 			select {
 			case g.wake <- struct{}{}:

@@ -72,6 +72,8 @@ type Reconciler struct {
 	// Pods reads Pods of every node; PodSource is the same cache, for the watch.
 	Pods      client.Reader
 	PodSource cache.Cache
+	// APIReader reads past the caches: whether a Pod the gate waits for exists at all (gate.go).
+	APIReader client.Reader
 	Local     Attachments
 	Recorder  events.EventRecorder
 	NodeName  string

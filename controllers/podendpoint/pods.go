@@ -432,13 +432,22 @@ func (p *Pods) deletePort(ctx context.Context, a *Attachment) error {
 	return nil
 }
 
-// podFlows are the flows of the attachment, their cookie object its ofport.
-func podFlows(rz nodenetwork.Realized, a *Attachment) ([]openflow.Flow, error) {
+// podFlows are the flows of the attachment, their cookie object its ofport. While the port waits
+// for its vNIC in an agent whose new Pods wait for their NetworkPolicy flows (PolicyGate), they
+// also refuse every packet to the Pod (pipeline.PodPolicyPendingFlows): such a packet would
+// otherwise pass the policy tables, which do not isolate the Pod yet, and be committed to
+// conntrack before its output to the unbound port fails, and the later packets of its connection,
+// once the port is bound, would pass as established.
+func (p *Pods) podFlows(rz nodenetwork.Realized, a *Attachment) ([]openflow.Flow, error) {
 	mac, err := net.ParseMAC(a.MAC)
 	if err != nil {
 		return nil, fmt.Errorf("MAC of endpoint %s: %w", a.EndpointName, err)
 	}
-	flows := rz.Node.PodFlows(pipeline.Pod{OFPort: uint32(a.OFPort), MAC: mac, IP: a.IP.Addr()})
+	pod := pipeline.Pod{OFPort: uint32(a.OFPort), MAC: mac, IP: a.IP.Addr()}
+	flows := rz.Node.PodFlows(pod)
+	if a.WaitingForVNIC && p.policyGate() != nil {
+		flows = append(flows, rz.Node.PodPolicyPendingFlows(pod)...)
+	}
 	for i := range flows {
 		flows[i].Cookie = uint64(a.OFPort)
 	}
@@ -448,7 +457,7 @@ func podFlows(rz nodenetwork.Realized, a *Attachment) ([]openflow.Flow, error) {
 // installFlows installs the attachment's flows where they are missing, taking its ofport over from
 // any earlier owner.
 func (p *Pods) installFlows(ctx context.Context, rz nodenetwork.Realized, a *Attachment) (openflow.SyncResult, error) {
-	flows, err := podFlows(rz, a)
+	flows, err := p.podFlows(rz, a)
 	if err != nil {
 		return openflow.SyncResult{}, err
 	}

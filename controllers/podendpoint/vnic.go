@@ -235,8 +235,16 @@ func (p *Pods) bindVNIC(ctx context.Context, sandbox string, appeared time.Time)
 	if err := p.configurePodInterface(ctx, a); err != nil {
 		return err
 	}
-	took := time.Since(appeared)
+	pending := a.WaitingForVNIC && p.policyGate() != nil
 	a.WaitingForVNIC, a.VNICMissing, a.PolicyPending = false, false, false
+	if pending {
+		// The Pod's policies hold (awaitPolicies): its flows stop refusing what is sent to it.
+		if _, err := p.installFlows(ctx, n.realized, a); err != nil {
+			a.WaitingForVNIC = true
+			return err
+		}
+	}
+	took := time.Since(appeared)
 	a.VNICToForwarding = took.Round(time.Microsecond)
 	if err := p.opts.Store.Put(a); err != nil {
 		return err

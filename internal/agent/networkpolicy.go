@@ -42,7 +42,7 @@ func SetupNetworkPolicy(mgr ctrl.Manager, opts NetworkPolicyOptions) error {
 		return fmt.Errorf("adding the cache of every node's Pods: %w", err)
 	}
 	r := &networkpolicy.Reconciler{
-		Client: mgr.GetClient(), Pods: pods, PodSource: pods, Local: opts.Local,
+		Client: mgr.GetClient(), Pods: pods, PodSource: pods, APIReader: mgr.GetAPIReader(), Local: opts.Local,
 		Recorder: mgr.GetEventRecorder("winnet-agent"), NodeName: opts.NodeName, State: opts.State, ResyncPeriod: opts.ResyncPeriod,
 	}
 	if err := r.SetupWithManager(mgr); err != nil {

@@ -151,3 +151,10 @@ func testPolicy() Policy {
 		EgressClasses:  []PeerClass{{Prefix: netip.MustParsePrefix("8.0.0.0/8"), ID: 1}, {Prefix: netip.MustParsePrefix("8.8.8.8/32"), ID: 2}},
 	}
 }
+
+// TestPodPolicyPendingFlows: a Pod whose policies are not committed yet refuses every IP packet
+// sent to it, above the exemptions (priority 210) and the established-connection skips.
+func TestPodPolicyPendingFlows(t *testing.T) {
+	g := NewWithT(t)
+	g.Expect(strs(testNode().PodPolicyPendingFlows(npPod1))).To(Equal([]string{"table=90, priority=220,ip,reg1=0xa actions=drop"}))
+}

@@ -25,6 +25,7 @@ import (
 
 	networkv1alpha1 "github.com/winnet-io/winnet/api/v1alpha1"
 	"github.com/winnet-io/winnet/controllers/networkpolicy"
+	"github.com/winnet-io/winnet/internal/pipeline"
 	"github.com/winnet-io/winnet/test/framework"
 	"github.com/winnet-io/winnet/test/simnode"
 )
@@ -376,8 +377,22 @@ func TestNetworkPolicy(t *testing.T) {
 						{PodSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "client"}}}}}},
 				},
 			})
-			// Let the agent realise the policy (it selects no Pod yet): client-b, refused by it, then
-			// sends to the new Pod every millisecond from before its vNIC exists.
+			// A node whose policy passes take a while (three policies of 4,000 exceptions on web):
+			// the pass that first knows the new Pod ends well after its vNIC could forward.
+			for i := range 3 {
+				np := exceptPolicy(fmt.Sprintf("load-%d", i), networkpolicy.MaxExceptsPerRule, netip.AddrFrom4([4]byte{192, 0, 2, byte(i)}))
+				for j := range np.Spec.Ingress[0].From[0].IPBlock.Except[1:] {
+					np.Spec.Ingress[0].From[0].IPBlock.Except[1+j] = netip.AddrFrom4([4]byte{byte(100 + i), 64, byte(j >> 8), byte(j)}).String() + "/32"
+				}
+				np.Spec.Ingress[0].Ports[0].Port = ptr.To(intstr.FromInt32(int32(1 + i)))
+				createPolicy(t, np)
+			}
+			// Let the agent realise the policies (fresh selects no Pod yet): client-b, refused by
+			// fresh, then sends to the new Pod every millisecond from before its vNIC exists.
+			g.Eventually(func() (int, error) {
+				flows, err := a.OVS.DumpFlows("br-int", "-O", "OpenFlow15", fmt.Sprintf("table=%d", pipeline.IngressPeerClassTable))
+				return len(flows), err
+			}).WithTimeout(converge).Should(BeNumerically(">", 3*networkpolicy.MaxExceptsPerRule))
 			time.Sleep(time.Second)
 			var received atomic.Int64
 			stop := make(chan struct{})
