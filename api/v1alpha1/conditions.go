@@ -106,11 +106,18 @@ const (
 	ServicesFailedReason = "ServicesFailed"
 	// PoliciesFailedReason: the agent could not program the NetworkPolicies into OVS.
 	PoliciesFailedReason = "PoliciesFailed"
+	// PolicyRulesRefusedReason: PoliciesReady is False because rules of NetworkPolicies exceed the
+	// agent's size limit (the message names the policies and rules): they admit nothing, the rest
+	// of the policies is realised.
+	PolicyRulesRefusedReason = "PolicyRulesRefused"
 	// PortMissingReason: the OVS port is gone and the agent is recreating it.
 	PortMissingReason = "PortMissing"
 	// WaitingForVNICReason: the endpoint and the Pod's flows are in place; the OVS port waits for
 	// the endpoint's vNIC, which appears when the runtime starts the sandbox after CNI ADD.
 	WaitingForVNICReason = "WaitingForVNIC"
+	// PoliciesPendingReason: the NetworkPolicy flows for the Pod were not committed within the
+	// agent's wait; its port stays unbound (the Pod isolated) until they are.
+	PoliciesPendingReason = "PoliciesPending"
 	// VNICMissingReason: the endpoint's vNIC did not appear within the agent's wait after ADD.
 	VNICMissingReason = "VNICMissing"
 	// PodGoneReason: the Pod no longer exists; the attachment is being torn down.

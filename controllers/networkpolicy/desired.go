@@ -60,6 +60,9 @@ type Desired struct {
 	Policies, Rules int
 	// Unsupported lists, per policy, the parts winnet cannot realise (SCTP ports).
 	Unsupported map[types.NamespacedName][]string
+	// Refused lists, per policy, the rules refused for their size (MaxExceptsPerRule): they admit
+	// nothing, the policy's other rules apply.
+	Refused map[types.NamespacedName][]string
 	// ids are the conjunction ids of every rule of this pass, merged ones included (conjIDs.keepOnly).
 	ids map[uint32]bool
 	// peers indexes what the pass resolved, for the incremental compiler (incremental.go). Only
@@ -78,10 +81,17 @@ type RuleKey struct {
 	Ports     string
 }
 
-// IDs allocates conjunction ids.
+// IDs allocates conjunction ids, and the ids of the peer classes (pipeline.PeerClass).
 type IDs interface {
 	ID(RuleKey) uint32
+	ClassID(pipeline.PolicyDirection, netip.Prefix) uint32
 }
+
+// MaxExceptsPerRule is the most ipBlock exceptions one rule (all its ipBlocks together) may have.
+// A rule with more is refused: it admits nothing, the policy's other rules apply, and the node's
+// PoliciesReady condition and a Warning Event on the policy say why. Each exception costs one flow
+// of the peer class stage and its share of every pass; 4,000 /32s are about 150 KB of policy.
+const MaxExceptsPerRule = 4000
 
 // compiledPorts is a rule's port set for one group of Pods: any port, or the listed ones (which
 // may be none: named ports that do not resolve match nothing).
@@ -106,7 +116,7 @@ func (c compiledPorts) key() string {
 // distinct port set (named ports resolve per Pod: the target Pods for ingress, the destination
 // Pods for egress, as the Kubernetes specification says).
 func Compute(in Inputs, ids IDs) Desired {
-	d := Desired{Unsupported: map[types.NamespacedName][]string{}, ids: map[uint32]bool{}}
+	d := Desired{Unsupported: map[types.NamespacedName][]string{}, Refused: map[types.NamespacedName][]string{}, ids: map[uint32]bool{}}
 	podInfo := map[types.NamespacedName]*PodInfo{}
 	for i := range in.Pods {
 		p := &in.Pods[i]
@@ -139,6 +149,10 @@ func Compute(in Inputs, ids IDs) Desired {
 				ingressIsolated[t.pod.OFPort] = t.pod
 			}
 			for ri, rule := range np.Spec.Ingress {
+				if n := countExcepts(rule.From); n > MaxExceptsPerRule {
+					d.Refused[key] = append(d.Refused[key], refusal("ingress", ri, n))
+					continue
+				}
 				rules = append(rules, ingressRules(np, ri, rule, targets, m, ruleID)...)
 			}
 		}
@@ -147,13 +161,19 @@ func Compute(in Inputs, ids IDs) Desired {
 				egressIsolated[t.pod.OFPort] = t.pod
 			}
 			for ri, rule := range np.Spec.Egress {
+				if n := countExcepts(rule.To); n > MaxExceptsPerRule {
+					d.Refused[key] = append(d.Refused[key], refusal("egress", ri, n))
+					continue
+				}
 				rules = append(rules, egressRules(np, ri, rule, targets, m, ruleID)...)
 			}
 		}
 	}
 	// A rule whose peers resolve to nothing allows nothing: it has no flows and does not count.
-	rules = slices.DeleteFunc(rules, func(r compiledRule) bool { return !r.AnyPeer && len(r.Peers) == 0 })
+	rules = slices.DeleteFunc(rules, func(r compiledRule) bool { return !r.AnyPeer && len(r.Peers) == 0 && len(r.excepts) == 0 })
 	rules = mergeRules(rules)
+	d.Policy.IngressClasses = assignClasses(pipeline.PolicyIngress, rules, ids)
+	d.Policy.EgressClasses = assignClasses(pipeline.PolicyEgress, rules, ids)
 	slices.SortFunc(rules, func(a, b compiledRule) int { return int(a.ID) - int(b.ID) })
 	d.Policy.IngressIsolated = sortedPods(ingressIsolated)
 	d.Policy.EgressIsolated = sortedPods(egressIsolated)
@@ -172,6 +192,8 @@ func Compute(in Inputs, ids IDs) Desired {
 type compiledRule struct {
 	pipeline.PolicyRule
 	set string
+	// excepts are the rule's ipBlocks with exceptions, which become its Classes (assignClasses).
+	excepts []exceptBlock
 }
 
 // mergeRules merges the rules that allow the same peer set on the same ports in the same direction
@@ -361,7 +383,7 @@ func ingressRules(np *networkingv1.NetworkPolicy, index int, rule networkingv1.N
 		}
 		r, ok := groups[k]
 		if !ok {
-			r = &compiledRule{set: set, PolicyRule: pipeline.PolicyRule{
+			r = &compiledRule{set: set, excepts: peers.excepts, PolicyRule: pipeline.PolicyRule{
 				ID: ruleID(RuleKey{Policy: np.UID, Direction: pipeline.PolicyIngress, Index: index, Ports: k}), Direction: pipeline.PolicyIngress,
 				AnyPeer: anyPeer, Peers: peers.all, Ports: ports.ports, Pods: make([]pipeline.Pod, 0, len(targets)),
 			}}
@@ -390,6 +412,7 @@ func egressRules(np *networkingv1.NetworkPolicy, index int, rule networkingv1.Ne
 		ports   compiledPorts
 		anyPeer bool
 		peers   []netip.Prefix
+		excepts []exceptBlock
 	}
 	groups := map[string]*group{}
 	var order []string
@@ -411,6 +434,9 @@ func egressRules(np *networkingv1.NetworkPolicy, index int, rule networkingv1.Ne
 	peers, set := m.resolvePeers(np.Namespace, rule.To)
 	if !named {
 		add(resolvePorts(rule.Ports, nil), len(rule.To) == 0, peers.all...)
+		if g := groups[resolvePorts(rule.Ports, nil).key()]; g != nil {
+			g.excepts = peers.excepts
+		}
 	} else {
 		// The rule's groups are not its peer set's addresses: a change of a Pod in the set
 		// needs a full pass (incremental.go).
@@ -426,6 +452,9 @@ func egressRules(np *networkingv1.NetworkPolicy, index int, rule networkingv1.Ne
 			}
 		} else {
 			add(resolvePorts(rule.Ports, nil), false, peers.blocks...)
+			if g := groups[resolvePorts(rule.Ports, nil).key()]; g != nil {
+				g.excepts = peers.excepts
+			}
 			for _, p := range peers.pods {
 				add(resolvePorts(rule.Ports, p), false, hostPrefixes(p.IPs)...)
 			}
@@ -434,7 +463,7 @@ func egressRules(np *networkingv1.NetworkPolicy, index int, rule networkingv1.Ne
 	var out []compiledRule
 	for _, k := range order {
 		g := groups[k]
-		out = append(out, compiledRule{set: set, PolicyRule: pipeline.PolicyRule{
+		out = append(out, compiledRule{set: set, excepts: g.excepts, PolicyRule: pipeline.PolicyRule{
 			ID: ruleID(RuleKey{Policy: np.UID, Direction: pipeline.PolicyEgress, Index: index, Ports: k}), Direction: pipeline.PolicyEgress,
 			Pods: pods, AnyPeer: g.anyPeer, Peers: uniquePrefixes(g.peers), Ports: g.ports.ports,
 		}})
@@ -497,6 +526,8 @@ var protocols = map[corev1.Protocol]uint8{corev1.ProtocolTCP: openflow.ProtoTCP,
 type resolvedPeers struct {
 	pods   []*PodInfo
 	blocks []netip.Prefix
+	// excepts are the ipBlocks with exceptions, matched through the peer class stage.
+	excepts []exceptBlock
 	// all is prefixes(), once (memo.resolvePeers).
 	all []netip.Prefix
 }
@@ -515,8 +546,16 @@ func (r resolvedPeers) prefixes() []netip.Prefix {
 func resolvePeers(ns string, peers []networkingv1.NetworkPolicyPeer, in Inputs) resolvedPeers {
 	var out resolvedPeers
 	for _, peer := range peers {
-		if peer.IPBlock != nil {
-			out.blocks = appendIPBlockPrefixes(out.blocks, peer.IPBlock)
+		if peer.IPBlock == nil {
+			continue
+		}
+		plain, ex, ok := parseIPBlock(peer.IPBlock)
+		switch {
+		case !ok:
+		case ex != nil:
+			out.excepts = append(out.excepts, *ex)
+		default:
+			out.blocks = append(out.blocks, plain)
 		}
 	}
 	seen := map[*PodInfo]bool{}
@@ -584,55 +623,132 @@ func (l peerSelectorList) match(p *PodInfo, namespaces map[string]map[string]str
 	return slices.ContainsFunc(l, func(s peerSelector) bool { return s.matches(p, namespaces) })
 }
 
-// appendIPBlockPrefixes appends an ipBlock's prefixes (ipBlockPrefixes) to out.
-func appendIPBlockPrefixes(out []netip.Prefix, b *networkingv1.IPBlock) []netip.Prefix {
-	if len(b.Except) == 0 {
-		cidr, err := netip.ParsePrefix(b.CIDR)
-		if err != nil || !cidr.Addr().Is4() {
-			return out
-		}
-		return append(out, cidr.Masked())
-	}
-	return append(out, ipBlockPrefixes(b)...)
+// exceptBlock is an ipBlock with exceptions: its CIDR and the exceptions inside it.
+type exceptBlock struct {
+	cidr    netip.Prefix
+	excepts []netip.Prefix
 }
 
-// ipBlockPrefixes is an ipBlock's CIDR minus its exceptions, as the fewest prefixes (IPv4 only:
-// the pipeline is IPv4 for now).
-func ipBlockPrefixes(b *networkingv1.IPBlock) []netip.Prefix {
+// parseIPBlock reads an ipBlock (IPv4 only: the pipeline is IPv4 for now): a plain prefix when no
+// exception takes anything from the CIDR, or the CIDR with its exceptions; ok is false when it
+// admits nothing (an unreadable or IPv6 CIDR, an exception covering the whole CIDR). Exceptions
+// outside the CIDR take nothing from it and are left out; an unreadable or IPv6 exception is left
+// out too (the API server rejects both).
+func parseIPBlock(b *networkingv1.IPBlock) (plain netip.Prefix, ex *exceptBlock, ok bool) {
 	cidr, err := netip.ParsePrefix(b.CIDR)
 	if err != nil || !cidr.Addr().Is4() {
-		return nil
+		return netip.Prefix{}, nil, false
 	}
-	out := []netip.Prefix{cidr.Masked()}
+	cidr = cidr.Masked()
+	var excepts []netip.Prefix
 	for _, e := range b.Except {
-		ex, err := netip.ParsePrefix(e)
-		if err != nil || !ex.Addr().Is4() {
+		p, err := netip.ParsePrefix(e)
+		if err != nil || !p.Addr().Is4() {
 			continue
 		}
-		var next []netip.Prefix
-		for _, p := range out {
-			next = append(next, subtract(p, ex.Masked())...)
+		p = p.Masked()
+		switch {
+		case !cidr.Overlaps(p):
+		case p.Bits() <= cidr.Bits():
+			return netip.Prefix{}, nil, false // the exception covers the whole CIDR
+		default:
+			excepts = append(excepts, p)
 		}
-		out = next
 	}
-	return out
+	if len(excepts) == 0 {
+		return cidr, nil, true
+	}
+	return netip.Prefix{}, &exceptBlock{cidr: cidr, excepts: uniquePrefixes(excepts)}, true
 }
 
-// subtract returns p without ex, as prefixes.
-func subtract(p, ex netip.Prefix) []netip.Prefix {
-	if !p.Overlaps(ex) {
-		return []netip.Prefix{p}
+// countExcepts is the number of ipBlock exceptions of a rule's peers, as written.
+func countExcepts(peers []networkingv1.NetworkPolicyPeer) int {
+	n := 0
+	for _, p := range peers {
+		if p.IPBlock != nil {
+			n += len(p.IPBlock.Except)
+		}
 	}
-	if ex.Bits() <= p.Bits() {
-		return nil // ex covers p
+	return n
+}
+
+// refusal says why a rule is refused.
+func refusal(dir string, index, excepts int) string {
+	return fmt.Sprintf("%s rule %d: %d ipBlock exceptions, above the limit of %d per rule; the rule admits nothing", dir, index+1, excepts, MaxExceptsPerRule)
+}
+
+// assignClasses builds the peer class stage of one direction and gives each rule of that direction
+// its Classes. The stage's prefixes P are every distinct CIDR and exception of the direction's
+// ipBlocks with exceptions; an address's class is its longest matching prefix in P (0: none).
+// Prefixes nest or are disjoint, so an address is in a CIDR c (or an exception e) of P exactly when
+// its class is c or a prefix inside c: a rule admits the classes inside one of its CIDRs and inside
+// none of that CIDR's exceptions. Sorted by address then length, P lists every prefix right before
+// the prefixes inside it (its subtree), so a block's classes are one walk over its CIDR's subtree
+// that jumps over the subtrees of its exceptions: linear in what the block covers.
+func assignClasses(dir pipeline.PolicyDirection, rules []compiledRule, ids IDs) []pipeline.PeerClass {
+	var all []netip.Prefix
+	for _, r := range rules {
+		if r.Direction != dir {
+			continue
+		}
+		for _, b := range r.excepts {
+			all = append(all, b.cidr)
+			all = append(all, b.excepts...)
+		}
 	}
-	// Split p in halves and keep the half without ex whole.
-	lo := netip.PrefixFrom(p.Addr(), p.Bits()+1)
-	hiAddr := p.Addr().As4()
-	bit := p.Bits()
-	hiAddr[bit/8] |= 0x80 >> (bit % 8)
-	hi := netip.PrefixFrom(netip.AddrFrom4(hiAddr), p.Bits()+1)
-	return append(subtract(lo, ex), subtract(hi, ex)...)
+	if len(all) == 0 {
+		return nil
+	}
+	all = uniquePrefixes(all) // by address, then length: pre-order of the nesting
+	index := make(map[netip.Prefix]int, len(all))
+	for i, p := range all {
+		index[p] = i
+	}
+	// end[i] is the index after the last prefix inside all[i].
+	end := make([]int, len(all))
+	var stack []int
+	for i, p := range all {
+		for len(stack) > 0 && !all[stack[len(stack)-1]].Contains(p.Addr()) {
+			end[stack[len(stack)-1]] = i
+			stack = stack[:len(stack)-1]
+		}
+		stack = append(stack, i)
+	}
+	for _, j := range stack {
+		end[j] = len(all)
+	}
+	classes := make([]pipeline.PeerClass, len(all))
+	for i, p := range all {
+		classes[i] = pipeline.PeerClass{Prefix: p, ID: ids.ClassID(dir, p)}
+	}
+	skip := map[int]bool{}
+	for ri := range rules {
+		r := &rules[ri]
+		if r.Direction != dir || len(r.excepts) == 0 {
+			continue
+		}
+		seen := map[int]bool{}
+		for _, b := range r.excepts {
+			clear(skip)
+			for _, e := range b.excepts {
+				skip[index[e]] = true
+			}
+			c := index[b.cidr]
+			for i := c; i < end[c]; {
+				if skip[i] {
+					i = end[i]
+					continue
+				}
+				if !seen[i] {
+					seen[i] = true
+					r.Classes = append(r.Classes, classes[i].ID)
+				}
+				i++
+			}
+		}
+		slices.Sort(r.Classes)
+	}
+	return classes
 }
 
 func hostPrefixes(ips []netip.Addr) []netip.Prefix {

@@ -69,13 +69,25 @@ type ruleView struct {
 	Pods    []uint32
 	AnyPeer bool
 	Peers   []netip.Prefix
+	// Classes are the prefixes of the peer classes the rule admits.
+	Classes []netip.Prefix
 	Ports   []pipeline.PolicyPort
 }
 
-func view(rules []pipeline.PolicyRule) []ruleView {
+func view(p pipeline.Policy) []ruleView {
 	var out []ruleView
-	for _, r := range rules {
+	prefix := map[pipeline.PolicyDirection]map[uint32]netip.Prefix{pipeline.PolicyIngress: {}, pipeline.PolicyEgress: {}}
+	for _, c := range p.IngressClasses {
+		prefix[pipeline.PolicyIngress][c.ID] = c.Prefix
+	}
+	for _, c := range p.EgressClasses {
+		prefix[pipeline.PolicyEgress][c.ID] = c.Prefix
+	}
+	for _, r := range p.Rules {
 		v := ruleView{Dir: r.Direction, AnyPeer: r.AnyPeer, Peers: r.Peers, Ports: r.Ports}
+		for _, id := range r.Classes {
+			v.Classes = append(v.Classes, prefix[r.Direction][id])
+		}
 		for _, p := range r.Pods {
 			v.Pods = append(v.Pods, p.OFPort)
 		}
@@ -139,8 +151,8 @@ func TestCompute(t *testing.T) {
 				From:  []networkingv1.NetworkPolicyPeer{{IPBlock: &networkingv1.IPBlock{CIDR: "10.0.0.0/16", Except: []string{"10.0.1.0/24"}}}},
 				Ports: []networkingv1.NetworkPolicyPort{{Port: ptr.To(intstr.FromInt32(80)), EndPort: ptr.To(int32(85))}},
 			}}}),
-			want: []ruleView{{Dir: in, Pods: []uint32{11},
-				Peers: prefixes("10.0.0.0/24", "10.0.2.0/23", "10.0.4.0/22", "10.0.8.0/21", "10.0.16.0/20", "10.0.32.0/19", "10.0.64.0/18", "10.0.128.0/17"),
+			// The exception is a class of its own that the rule does not admit.
+			want: []ruleView{{Dir: in, Pods: []uint32{11}, Classes: prefixes("10.0.0.0/16"),
 				Ports: []pipeline.PolicyPort{tcpPort(80, 85)}}},
 			ingressPods: []uint32{11},
 		},
@@ -203,7 +215,7 @@ func TestCompute(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			g := NewWithT(t)
 			d := Compute(testInputs(tc.policy), &conjIDs{})
-			g.Expect(view(d.Policy.Rules)).To(Equal(tc.want))
+			g.Expect(view(d.Policy)).To(Equal(tc.want))
 			g.Expect(ofports(d.Policy.IngressIsolated)).To(Equal(tc.ingressPods))
 			g.Expect(ofports(d.Policy.EgressIsolated)).To(Equal(tc.egressPods))
 			g.Expect(d.Unsupported[types.NamespacedName{Namespace: "x", Name: tc.policy.Name}]).To(Equal(tc.unsupported))
@@ -223,7 +235,7 @@ func TestComputeKeepsIDs(t *testing.T) {
 	ids := &conjIDs{}
 	in := testInputs(np)
 	before := Compute(in, ids)
-	ids.keepOnly(before.ids)
+	ids.keepOnly(before.ids, before.Policy.IngressClasses, before.Policy.EgressClasses)
 	in.Pods[2].Labels = map[string]string{"app": "other"}
 	in.Pods[3].Namespace = "x"
 	after := Compute(in, ids)

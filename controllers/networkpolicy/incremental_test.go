@@ -76,7 +76,7 @@ func playIncremental(t *testing.T, seed int64, policies []networkingv1.NetworkPo
 	}
 	ids := &conjIDs{}
 	d := Compute(in, ids)
-	ids.keepOnly(d.ids)
+	ids.keepOnly(d.ids, d.Policy.IngressClasses, d.Policy.EgressClasses)
 	index := d.peers()
 	sw := newFlowTable(node.PolicyFlows(d.Policy))
 	for step := range steps {
@@ -105,7 +105,7 @@ func playIncremental(t *testing.T, seed int64, policies []networkingv1.NetworkPo
 			}
 		}
 		want := Compute(in, ids)
-		ids.keepOnly(want.ids)
+		ids.keepOnly(want.ids, want.Policy.IngressClasses, want.Policy.EgressClasses)
 
 		clauses, err := index.podChanged(key, info)
 		switch {

@@ -4,8 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"net"
 	"net/netip"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -42,6 +45,10 @@ const notReadyRetry = 200 * time.Millisecond
 // Windows datapath cannot realise (SCTP).
 const UnsupportedProtocolReason = "UnsupportedProtocol"
 
+// RuleRefusedReason is the reason of the Warning Event on a NetworkPolicy with a rule above the
+// size limit (MaxExceptsPerRule).
+const RuleRefusedReason = "RuleRefused"
+
 // allPolicies is the reconciler's work item for the full pass: the node's policy is one desired set
 // of flows, synced as one flow category, so every change is applied as its difference, in one
 // bundle. podChanges is the work item for the Pods queued since (incremental.go), which a full pass
@@ -65,6 +72,8 @@ type Reconciler struct {
 	// Pods reads Pods of every node; PodSource is the same cache, for the watch.
 	Pods      client.Reader
 	PodSource cache.Cache
+	// APIReader reads past the caches: whether a Pod the gate waits for exists at all (gate.go).
+	APIReader client.Reader
 	Local     Attachments
 	Recorder  events.EventRecorder
 	NodeName  string
@@ -73,8 +82,15 @@ type Reconciler struct {
 	ResyncPeriod time.Duration
 
 	ids conjIDs
-	// warned holds the policies (by UID and generation) already given a Warning Event.
-	warned map[types.UID]int64
+	// warned holds the policies (by UID and generation) already given a Warning Event, per reason.
+	warned map[warnKey]int64
+	// inputsHash is what the last full pass was compiled from (inputsHash), flows what it compiled
+	// and invalidations the bridge's count of Invalidate when it was synced: a resync whose inputs
+	// hash the same recompiles nothing, and sends the flows again only when the bridge was
+	// invalidated (the node network found drift, or ovs-vswitchd restarted).
+	inputsHash    uint64
+	flows         []openflow.Flow
+	invalidations uint64
 	// last is the last full pass's result, and index what it resolved for the Pods' changes that
 	// follow (nil: the next pass is a full one); indexFlows is the bridge it was realised on.
 	last       Desired
@@ -86,6 +102,8 @@ type Reconciler struct {
 	changedAt time.Time
 	needFull  bool
 	pods      map[types.NamespacedName]bool
+	// gate tells the Pod network when a new Pod's policies are in the switch (gate.go).
+	gate gate
 }
 
 // SetupWithManager registers the reconciler for NetworkPolicies, Namespaces, Pods (of every
@@ -98,6 +116,10 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		return []reconcile.Request{allPolicies}
 	})
 	realized := r.State.Subscribe()
+	r.gate.mu.Lock()
+	r.gate.init()
+	wake := r.gate.wake
+	r.gate.mu.Unlock()
 	onRealized := source.Func(func(ctx context.Context, q workqueue.TypedRateLimitingInterface[reconcile.Request]) error {
 		q.Add(allPolicies)
 		go func() {
@@ -106,6 +128,8 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 				case <-ctx.Done():
 					return
 				case <-realized:
+					q.Add(allPolicies)
+				case <-wake: // a new Pod waits for its policies (WaitPolicies)
 					q.Add(allPolicies)
 				}
 			}
@@ -188,15 +212,41 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 		}
 		log.V(1).Info("Pod changes need a full NetworkPolicy pass", "reason", err.Error())
 	}
+	resync := r.ResyncPeriod
+	if resync == 0 {
+		resync = DefaultResyncPeriod
+	}
+	index := r.index
 	r.index = nil
 	passStart := time.Now()
-	in, err := r.inputs(ctx)
+	in, hash, err := r.inputs(ctx)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
 	read := time.Since(passStart)
+	if index != nil && r.indexFlows == rz.Flows && hash == r.inputsHash {
+		// Nothing the flows are compiled from changed: verify the switch holds them (the node
+		// network compares it with the bridge's cache and invalidates it on drift) and send them
+		// again only if it did not.
+		r.index = index
+		if inv := rz.Flows.Invalidations(); inv != r.invalidations {
+			synced, err := rz.Flows.Sync(ctx, pipeline.CategoryPolicy, r.flows)
+			if err != nil {
+				r.index = nil
+				return ctrl.Result{}, fmt.Errorf("installing NetworkPolicy flows: %w", err)
+			}
+			r.invalidations = inv
+			log.Info("Sent the NetworkPolicy flows again: the bridge's flows were invalidated", "flowMods", synced.Mods())
+		}
+		r.State.FlowsSynced(ctx, nodenetwork.PolicyFlows, rz.Flows)
+		r.State.SetPolicies(r.result(r.last))
+		r.covered(in)
+		return ctrl.Result{RequeueAfter: resync}, nil
+	}
+	invalidations := rz.Flows.Invalidations()
 	d := Compute(in, &r.ids)
-	r.warn(ctx, in.Policies, d.Unsupported)
+	r.warn(ctx, in.Policies, d.Unsupported, UnsupportedProtocolReason)
+	r.warn(ctx, in.Policies, d.Refused, RuleRefusedReason)
 	flows := rz.Node.PolicyFlows(d.Policy)
 	compute := time.Since(passStart) - read
 	synced, err := rz.Flows.Sync(ctx, pipeline.CategoryPolicy, flows)
@@ -204,22 +254,32 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 	if err != nil {
 		return ctrl.Result{}, fmt.Errorf("installing NetworkPolicy flows: %w", err)
 	}
-	r.ids.keepOnly(d.ids)
+	r.ids.keepOnly(d.ids, d.Policy.IngressClasses, d.Policy.EgressClasses)
 	r.last, r.index, r.indexFlows = d, d.peers(), rz.Flows
+	r.inputsHash, r.flows, r.invalidations = hash, flows, invalidations
 	r.State.FlowsSynced(ctx, nodenetwork.PolicyFlows, rz.Flows)
 	observePass(d, synced.Mods() > 0, time.Since(changed))
-	r.State.SetPolicies(nodenetwork.PoliciesResult{Policies: d.Policies, Rules: d.Rules})
+	r.State.SetPolicies(r.result(d))
+	r.covered(in)
 	if synced.Mods() > 0 {
 		// latency runs from the first change seen; queued, read, compute and sync are its steps
 		// (waiting for this pass, reading the caches, compiling the flows, the bundle committed).
 		log.Info("Synced NetworkPolicy flows", "policies", d.Policies, "rules", d.Rules, "flowMods", synced.Mods(),
 			"latency", time.Since(changed), "queued", passStart.Sub(changed), "read", read, "compute", compute, "sync", sync)
 	}
-	resync := r.ResyncPeriod
-	if resync == 0 {
-		resync = DefaultResyncPeriod
-	}
 	return ctrl.Result{RequeueAfter: resync}, nil
+}
+
+// result is what a pass reports in the node's PoliciesReady condition.
+func (r *Reconciler) result(d Desired) nodenetwork.PoliciesResult {
+	res := nodenetwork.PoliciesResult{Policies: d.Policies, Rules: d.Rules}
+	for key, why := range d.Refused {
+		for _, w := range why {
+			res.Refused = append(res.Refused, key.String()+": "+w)
+		}
+	}
+	slices.Sort(res.Refused)
+	return res
 }
 
 // applyPods applies the changes of the given Pods to the last full pass's flows: only the peer
@@ -283,24 +343,41 @@ func (r *Reconciler) applyPods(ctx context.Context, rz nodenetwork.Realized, pod
 // inputs reads the facts Compute needs. The objects are the caches' own, not copies (a pass over
 // a thousand policies and Pods would spend most of its time copying them): nothing here or in
 // Compute changes them.
-func (r *Reconciler) inputs(ctx context.Context) (Inputs, error) {
+//
+// It also returns a hash of everything it read (the objects' UIDs and resourceVersions, the local
+// attachments), which is the same for two reads exactly when Compute's inputs are the same.
+func (r *Reconciler) inputs(ctx context.Context) (Inputs, uint64, error) {
 	var in Inputs
+	h := fnv.New64a()
+	write := func(ss ...string) {
+		for _, s := range ss {
+			_, _ = h.Write([]byte(s))
+			_, _ = h.Write([]byte{0})
+		}
+	}
 	policies := &networkingv1.NetworkPolicyList{}
 	if err := r.Client.List(ctx, policies, client.UnsafeDisableDeepCopy); err != nil {
-		return in, fmt.Errorf("listing NetworkPolicies: %w", err)
+		return in, 0, fmt.Errorf("listing NetworkPolicies: %w", err)
 	}
 	in.Policies = policies.Items
+	for i := range in.Policies {
+		write("np", string(in.Policies[i].UID), in.Policies[i].ResourceVersion)
+	}
 	namespaces := &corev1.NamespaceList{}
 	if err := r.Client.List(ctx, namespaces, client.UnsafeDisableDeepCopy); err != nil {
-		return in, fmt.Errorf("listing Namespaces: %w", err)
+		return in, 0, fmt.Errorf("listing Namespaces: %w", err)
 	}
 	in.Namespaces = map[string]map[string]string{}
 	for _, ns := range namespaces.Items {
 		in.Namespaces[ns.Name] = ns.Labels
+		write("ns", string(ns.UID), ns.ResourceVersion)
 	}
 	pods := &corev1.PodList{}
 	if err := r.Pods.List(ctx, pods, client.UnsafeDisableDeepCopy); err != nil {
-		return in, fmt.Errorf("listing Pods: %w", err)
+		return in, 0, fmt.Errorf("listing Pods: %w", err)
+	}
+	for i := range pods.Items {
+		write("pod", string(pods.Items[i].UID), pods.Items[i].ResourceVersion)
 	}
 	// A local Pod's address is known from its attachment before kubelet writes it to the status.
 	localIPs := map[types.NamespacedName]netip.Addr{}
@@ -315,6 +392,7 @@ func (r *Reconciler) inputs(ctx context.Context) (Inputs, error) {
 		}
 		in.Local = append(in.Local, LocalPod{Key: key, Pod: pipeline.Pod{OFPort: uint32(a.OFPort), MAC: mac, IP: a.IP.Addr()}})
 		localIPs[key] = a.IP.Addr()
+		write("local", key.String(), strconv.Itoa(int(a.OFPort)), mac.String(), a.IP.String())
 	}
 	for i := range pods.Items {
 		p := &pods.Items[i]
@@ -327,26 +405,44 @@ func (r *Reconciler) inputs(ctx context.Context) (Inputs, error) {
 		}
 		in.Pods = append(in.Pods, info)
 	}
-	return in, nil
+	return in, h.Sum64(), nil
 }
 
-// warn emits one Warning Event per policy generation for what it asks that cannot be realised.
-func (r *Reconciler) warn(ctx context.Context, policies []networkingv1.NetworkPolicy, unsupported map[types.NamespacedName][]string) {
+// warnKey is a policy and the reason of a Warning Event about it.
+type warnKey struct {
+	uid    types.UID
+	reason string
+}
+
+// warn emits one Warning Event per policy generation and reason for what it asks that is not
+// realised: ports the Windows datapath cannot realise (UnsupportedProtocolReason), rules above the
+// size limit (RuleRefusedReason).
+func (r *Reconciler) warn(ctx context.Context, policies []networkingv1.NetworkPolicy, what map[types.NamespacedName][]string, reason string) {
 	if r.warned == nil {
-		r.warned = map[types.UID]int64{}
+		r.warned = map[warnKey]int64{}
 	}
 	for i := range policies {
 		np := &policies[i]
-		what := unsupported[types.NamespacedName{Namespace: np.Namespace, Name: np.Name}]
-		if len(what) == 0 || r.warned[np.UID] == np.Generation {
+		parts := what[types.NamespacedName{Namespace: np.Namespace, Name: np.Name}]
+		k := warnKey{np.UID, reason}
+		if len(parts) == 0 || r.warned[k] == np.Generation {
 			continue
 		}
-		r.warned[np.UID] = np.Generation
-		ctrl.LoggerFrom(ctx).Info("NetworkPolicy has ports the Windows datapath cannot realise", "networkPolicy", client.ObjectKeyFromObject(np), "ports", what)
+		r.warned[k] = np.Generation
+		if reason == RuleRefusedReason {
+			ctrl.LoggerFrom(ctx).Info("NetworkPolicy has rules above the size limit; they admit nothing", "networkPolicy", client.ObjectKeyFromObject(np), "rules", parts)
+			if r.Recorder != nil {
+				r.Recorder.Eventf(np, nil, corev1.EventTypeWarning, RuleRefusedReason, "Realise",
+					"Refused on node %s: %s. Each ipBlock exception costs a flow on every node and work in every pass; split the rule, or use fewer, wider exceptions",
+					r.NodeName, strings.Join(parts, "; "))
+			}
+			continue
+		}
+		ctrl.LoggerFrom(ctx).Info("NetworkPolicy has ports the Windows datapath cannot realise", "networkPolicy", client.ObjectKeyFromObject(np), "ports", parts)
 		if r.Recorder != nil {
 			r.Recorder.Eventf(np, nil, corev1.EventTypeWarning, UnsupportedProtocolReason, "Realise",
 				"Not realised on node %s: %s. The Windows datapath's conntrack tracks only TCP, UDP and ICMP, so SCTP is dropped and these ports allow nothing",
-				r.NodeName, strings.Join(what, "; "))
+				r.NodeName, strings.Join(parts, "; "))
 		}
 	}
 }

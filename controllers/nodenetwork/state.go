@@ -58,6 +58,9 @@ type ServicesResult struct {
 // failed.
 type PoliciesResult struct {
 	Policies, Rules int
+	// Refused names the rules refused for their size ("namespace/name: ingress rule 1: why"); the
+	// rest was realised.
+	Refused []string
 	// Err says why the pass failed; empty when it succeeded.
 	Err string
 }
@@ -188,7 +191,7 @@ func (s *State) servicesResult() (ServicesResult, bool) {
 // node's status at once.
 func (s *State) SetPolicies(r PoliciesResult) {
 	s.mu.Lock()
-	changed := s.policies == nil || *s.policies != r
+	changed := s.policies == nil || s.policies.Policies != r.Policies || s.policies.Rules != r.Rules || s.policies.Err != r.Err || !slices.Equal(s.policies.Refused, r.Refused)
 	s.policies = &r
 	node := s.node
 	s.mu.Unlock()

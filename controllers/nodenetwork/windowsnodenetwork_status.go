@@ -131,10 +131,18 @@ func setServicesCondition(w *networkv1alpha1.WindowsNodeNetwork, r ServicesResul
 func setPoliciesCondition(w *networkv1alpha1.WindowsNodeNetwork, r PoliciesResult) {
 	w.Status.NetworkPolicies = networkv1alpha1.NetworkPoliciesStatus{Policies: int32(r.Policies), Rules: int32(r.Rules)}
 	c := metav1.Condition{Type: networkv1alpha1.PoliciesReadyCondition, ObservedGeneration: w.Generation}
-	if r.Err == "" {
+	switch {
+	case r.Err == "" && len(r.Refused) > 0:
+		refused := r.Refused
+		if len(refused) > maxNamedRoutes {
+			refused = append(refused[:maxNamedRoutes:maxNamedRoutes], fmt.Sprintf("and %d more", len(r.Refused)-maxNamedRoutes))
+		}
+		c.Status, c.Reason = metav1.ConditionFalse, networkv1alpha1.PolicyRulesRefusedReason
+		c.Message = fmt.Sprintf("%d NetworkPolicies (%d rules) realised in OVS; refused: %s", r.Policies, r.Rules, strings.Join(refused, "; "))
+	case r.Err == "":
 		c.Status, c.Reason = metav1.ConditionTrue, networkv1alpha1.ReadyReason
 		c.Message = fmt.Sprintf("%d NetworkPolicies (%d rules) realised in OVS", r.Policies, r.Rules)
-	} else {
+	default:
 		c.Status, c.Reason, c.Message = metav1.ConditionFalse, networkv1alpha1.PoliciesFailedReason, r.Err
 	}
 	meta.SetStatusCondition(&w.Status.Conditions, c)

@@ -15,7 +15,7 @@ const portCheckTimeout = 200 * time.Millisecond
 
 // verifyFlows checks that the Pod's flows are installed in the switch.
 func (p *Pods) verifyFlows(ctx context.Context, n node, a *Attachment) []string {
-	want, err := podFlows(n.realized, a)
+	want, err := p.podFlows(n.realized, a)
 	if err != nil {
 		return []string{err.Error()}
 	}

@@ -42,13 +42,23 @@ var (
 		Help:      "Time from a Pod's vNIC appearing (when the runtime starts the sandbox, after CNI ADD) to its OVS port forwarding.",
 		Buckets:   cniBuckets,
 	})
+	policyWait = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Namespace: "winnet",
+		Subsystem: "pod",
+		Name:      "policy_wait_seconds",
+		Help:      "Time a new Pod's port waited, from CNI ADD's end, for the NetworkPolicy flows for the Pod to be committed before it could be bound.",
+		Buckets:   cniBuckets,
+	})
 )
+
+// observePolicyWait records how long a new Pod's port waited for its NetworkPolicy flows.
+func observePolicyWait(took time.Duration) { policyWait.Observe(took.Seconds()) }
 
 // observeVNIC records how long a Pod's port took to forward once its vNIC appeared.
 func observeVNIC(took time.Duration) { vnicToForwarding.Observe(took.Seconds()) }
 
 func init() {
-	ctrlmetrics.Registry.MustRegister(cniRequestDuration, cniStepDuration, vnicToForwarding)
+	ctrlmetrics.Registry.MustRegister(cniRequestDuration, cniStepDuration, vnicToForwarding, policyWait)
 }
 
 // observeRequest records how long a CNI request took and how it ended (code 0: success).

@@ -40,6 +40,9 @@ func setReadyCondition(pep *networkv1alpha1.PodEndpoint, a *Attachment, repaired
 		c.Message += "; repaired: " + strings.Join(repaired, ", ")
 	}
 	switch {
+	case a.PolicyPending:
+		c.Status, c.Reason = metav1.ConditionFalse, networkv1alpha1.PoliciesPendingReason
+		c.Message = fmt.Sprintf("the NetworkPolicy flows for the Pod (ofport %d) are not committed yet; OVS port %s stays unbound, the Pod isolated, until they are (see the node's PoliciesReady)", a.OFPort, a.EndpointName)
 	case a.VNICMissing:
 		c.Status, c.Reason = metav1.ConditionFalse, networkv1alpha1.VNICMissingReason
 		c.Message = fmt.Sprintf("the vNIC of HNS endpoint %s did not appear after ADD (the runtime did not start the sandbox); its port %s forwards nothing", a.EndpointID, a.EndpointName)

@@ -57,7 +57,21 @@ type Options struct {
 	// VNICTimeout bounds how long the agent waits for a Pod's vNIC after ADD; zero means
 	// DefaultVNICTimeout.
 	VNICTimeout time.Duration
+	// PolicyTimeout is how long a new Pod's port waits for its NetworkPolicy flows before its
+	// PodEndpoint says so (it goes on waiting, unbound); zero means DefaultPolicyTimeout.
+	PolicyTimeout time.Duration
 }
+
+// PolicyGate tells when the NetworkPolicy flows of a new local Pod are in the switch
+// (networkpolicy.Reconciler): WaitPolicies returns once a pass that compiled the policies of the
+// Pod, attached at ofport, has committed its flows, or with ctx's error.
+type PolicyGate interface {
+	WaitPolicies(ctx context.Context, pod types.NamespacedName, ofport int32) error
+}
+
+// DefaultPolicyTimeout bounds how long a new Pod's port waits for its NetworkPolicy flows before
+// its PodEndpoint reports PoliciesPending.
+const DefaultPolicyTimeout = 10 * time.Second
 
 // Pods attaches Pod sandboxes to the node network and detaches them, driving the steps of
 // lifecycle.go. The CNI handler and the PodEndpoint reconciler share it: every change to one sandbox
@@ -92,6 +106,23 @@ type Pods struct {
 	baseCtx     context.Context
 	// links wakes the vNIC waiters when the host's links change.
 	links linkWatch
+	// gate is the NetworkPolicy gate new Pods' ports wait for (SetPolicyGate); nil: none.
+	gateMu sync.Mutex
+	gate   PolicyGate
+}
+
+// SetPolicyGate makes every new Pod's port wait for the gate before it is bound (vnic.go): an
+// agent that realises NetworkPolicy sets it before the manager starts.
+func (p *Pods) SetPolicyGate(g PolicyGate) {
+	p.gateMu.Lock()
+	defer p.gateMu.Unlock()
+	p.gate = g
+}
+
+func (p *Pods) policyGate() PolicyGate {
+	p.gateMu.Lock()
+	defer p.gateMu.Unlock()
+	return p.gate
 }
 
 // verification is when an attachment was last made or repaired, and on which bridge connection.
@@ -136,6 +167,9 @@ func NewPods(opts Options) *Pods {
 	}
 	if opts.VNICTimeout <= 0 {
 		opts.VNICTimeout = DefaultVNICTimeout
+	}
+	if opts.PolicyTimeout <= 0 {
+		opts.PolicyTimeout = DefaultPolicyTimeout
 	}
 	p := &Pods{opts: opts, ofportOwner: map[int32]string{}, verified: map[string]verification{},
 		vnicWaiters: map[string]context.CancelFunc{}, baseCtx: context.Background()}
@@ -398,13 +432,22 @@ func (p *Pods) deletePort(ctx context.Context, a *Attachment) error {
 	return nil
 }
 
-// podFlows are the flows of the attachment, their cookie object its ofport.
-func podFlows(rz nodenetwork.Realized, a *Attachment) ([]openflow.Flow, error) {
+// podFlows are the flows of the attachment, their cookie object its ofport. While the port waits
+// for its vNIC in an agent whose new Pods wait for their NetworkPolicy flows (PolicyGate), they
+// also refuse every packet to the Pod (pipeline.PodPolicyPendingFlows): such a packet would
+// otherwise pass the policy tables, which do not isolate the Pod yet, and be committed to
+// conntrack before its output to the unbound port fails, and the later packets of its connection,
+// once the port is bound, would pass as established.
+func (p *Pods) podFlows(rz nodenetwork.Realized, a *Attachment) ([]openflow.Flow, error) {
 	mac, err := net.ParseMAC(a.MAC)
 	if err != nil {
 		return nil, fmt.Errorf("MAC of endpoint %s: %w", a.EndpointName, err)
 	}
-	flows := rz.Node.PodFlows(pipeline.Pod{OFPort: uint32(a.OFPort), MAC: mac, IP: a.IP.Addr()})
+	pod := pipeline.Pod{OFPort: uint32(a.OFPort), MAC: mac, IP: a.IP.Addr()}
+	flows := rz.Node.PodFlows(pod)
+	if a.WaitingForVNIC && p.policyGate() != nil {
+		flows = append(flows, rz.Node.PodPolicyPendingFlows(pod)...)
+	}
 	for i := range flows {
 		flows[i].Cookie = uint64(a.OFPort)
 	}
@@ -414,7 +457,7 @@ func podFlows(rz nodenetwork.Realized, a *Attachment) ([]openflow.Flow, error) {
 // installFlows installs the attachment's flows where they are missing, taking its ofport over from
 // any earlier owner.
 func (p *Pods) installFlows(ctx context.Context, rz nodenetwork.Realized, a *Attachment) (openflow.SyncResult, error) {
-	flows, err := podFlows(rz, a)
+	flows, err := p.podFlows(rz, a)
 	if err != nil {
 		return openflow.SyncResult{}, err
 	}

@@ -72,6 +72,9 @@ type Attachment struct {
 	WaitingForVNIC bool `json:"waitingForVNIC,omitempty"`
 	// VNICMissing records that the vNIC did not appear within the agent's wait.
 	VNICMissing bool `json:"vnicMissing,omitempty"`
+	// PolicyPending records that the NetworkPolicy flows for the Pod were not committed within the
+	// agent's wait (Options.PolicyTimeout): the port stays unbound, the Pod isolated, until they are.
+	PolicyPending bool `json:"policyPending,omitempty"`
 	// VNICToForwarding is how long the port took to forward once the vNIC appeared.
 	VNICToForwarding time.Duration `json:"vnicToForwarding,omitempty"`
 }

@@ -3,6 +3,7 @@ package podendpoint
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"time"
 
@@ -75,6 +76,9 @@ func (p *Pods) runVNICWaiter(ctx context.Context, sandbox, port string, since ti
 	defer p.stopVNICWaiter(sandbox)
 	log := ctrl.LoggerFrom(ctx).WithValues("sandbox", sandbox, "port", port)
 	ctx = ctrl.LoggerInto(ctx, log)
+	if !p.awaitPolicies(ctx, sandbox) {
+		return
+	}
 	deadline := since.Add(p.opts.VNICTimeout)
 	missing := false
 	for {
@@ -218,7 +222,12 @@ func (p *Pods) bindVNIC(ctx context.Context, sandbox string, appeared time.Time)
 	if err != nil {
 		return err
 	}
-	if ofport != requested {
+	switch gate := p.policyGate(); {
+	case gate != nil && (ofport != requested || a.PolicyPending):
+		if err := p.moveFlowsGated(ctx, n, a, ofport, gate); err != nil {
+			return err
+		}
+	case ofport != requested:
 		if err := p.moveFlows(ctx, n, a, ofport); err != nil {
 			return err
 		}
@@ -226,8 +235,16 @@ func (p *Pods) bindVNIC(ctx context.Context, sandbox string, appeared time.Time)
 	if err := p.configurePodInterface(ctx, a); err != nil {
 		return err
 	}
+	pending := a.WaitingForVNIC && p.policyGate() != nil
+	a.WaitingForVNIC, a.VNICMissing, a.PolicyPending = false, false, false
+	if pending {
+		// The Pod's policies hold (awaitPolicies): its flows stop refusing what is sent to it.
+		if _, err := p.installFlows(ctx, n.realized, a); err != nil {
+			a.WaitingForVNIC = true
+			return err
+		}
+	}
 	took := time.Since(appeared)
-	a.WaitingForVNIC, a.VNICMissing = false, false
 	a.VNICToForwarding = took.Round(time.Microsecond)
 	if err := p.opts.Store.Put(a); err != nil {
 		return err
@@ -237,6 +254,89 @@ func (p *Pods) bindVNIC(ctx context.Context, sandbox string, appeared time.Time)
 	ctrl.LoggerFrom(ctx).V(1).Info("The Pod's vNIC forwards", "ofPort", a.OFPort, "vnicToForwarding", took)
 	p.notify(a.Pod())
 	return nil
+}
+
+// awaitPolicies waits, before the port is bound, until the NetworkPolicy flows for the Pod are
+// committed (PolicyGate): a Pod that policies select is isolated from its first packet. The port
+// is unbound meanwhile, so nothing reaches the Pod. After Options.PolicyTimeout the attachment
+// records PolicyPending (its PodEndpoint says why) and the wait goes on: the Pod stays isolated
+// until its policies hold. It returns false when the waiter is stopped.
+func (p *Pods) awaitPolicies(ctx context.Context, sandbox string) bool {
+	gate := p.policyGate()
+	if gate == nil {
+		return true
+	}
+	a, ok := p.opts.Store.Get(sandbox)
+	if !ok || a.Deleting || !a.WaitingForVNIC {
+		return true // bindVNIC finds out
+	}
+	pod, ofport := a.Pod(), a.OFPort
+	start := time.Now()
+	wctx, cancel := context.WithTimeout(ctx, p.opts.PolicyTimeout)
+	err := gate.WaitPolicies(wctx, pod, ofport)
+	cancel()
+	if err != nil && ctx.Err() == nil {
+		p.setPolicyPending(ctx, sandbox, true)
+		err = gate.WaitPolicies(ctx, pod, ofport)
+	}
+	if err != nil {
+		return false // stopped
+	}
+	if a.PolicyPending {
+		p.setPolicyPending(ctx, sandbox, false)
+	}
+	observePolicyWait(time.Since(start))
+	ctrl.LoggerFrom(ctx).V(1).Info("The Pod's NetworkPolicy flows are committed; binding its port when its vNIC appears", "waited", time.Since(start))
+	return true
+}
+
+// moveFlowsGated moves the flows of a Pod whose port OVS gave another ofport than requested, when
+// policy gates new Pods: the policies were compiled for the requested ofport, so the Pod's flows
+// (without which nothing reaches it, or leaves it) go, the attachment records the new ofport (the
+// next policy pass compiles them for it), and the flows come back at the new ofport once that pass
+// is committed. The caller holds the sandbox's lock, so a DEL waits for this (at most
+// PolicyTimeout); past it the attachment stays PolicyPending with no flows and the bind is
+// retried, which ends here again.
+func (p *Pods) moveFlowsGated(ctx context.Context, n node, a *Attachment, ofport int32, gate PolicyGate) error {
+	if a.OFPort != ofport {
+		ctrl.LoggerFrom(ctx).Info("OVS gave the Pod's port another ofport than requested; its flows wait for its NetworkPolicy flows there", "port", a.EndpointName, "requested", a.OFPort, "ofPort", ofport)
+		if err := p.removeFlows(ctx, a.OFPort, a.SandboxID); err != nil {
+			return err
+		}
+		p.releaseOFPort(a.OFPort, a.SandboxID)
+		a.OFPort, a.PolicyPending = ofport, true
+		if err := p.opts.Store.Put(a); err != nil {
+			return err
+		}
+		p.notify(a.Pod())
+	}
+	wctx, cancel := context.WithTimeout(ctx, p.opts.PolicyTimeout)
+	err := gate.WaitPolicies(wctx, a.Pod(), ofport)
+	cancel()
+	if err != nil {
+		return fmt.Errorf("waiting for the NetworkPolicy flows of the Pod at ofport %d: %w", ofport, err)
+	}
+	_, err = p.installFlows(ctx, n.realized, a)
+	return err
+}
+
+// setPolicyPending records whether the Pod's port still waits for its NetworkPolicy flows.
+func (p *Pods) setPolicyPending(ctx context.Context, sandbox string, pending bool) {
+	p.sweep.RLock()
+	defer p.sweep.RUnlock()
+	defer p.locks.Lock(sandbox)()
+	a, ok := p.opts.Store.Get(sandbox)
+	if !ok || a.Deleting || a.PolicyPending == pending {
+		return
+	}
+	a.PolicyPending = pending
+	if err := p.opts.Store.Put(a); err != nil {
+		ctrl.LoggerFrom(ctx).Error(err, "Recording the wait for the Pod's NetworkPolicy flows failed")
+	}
+	if pending {
+		ctrl.LoggerFrom(ctx).Info("The Pod's NetworkPolicy flows are not committed yet; its port stays unbound", "timeout", p.opts.PolicyTimeout)
+	}
+	p.notify(a.Pod())
 }
 
 // markVNICMissing records that the vNIC did not appear in time; the PodEndpoint says so, and DEL

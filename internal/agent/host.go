@@ -106,5 +106,5 @@ func SetupNodeNetwork(ctx context.Context, mgr ctrl.Manager, nodeName string, op
 		return err
 	}
 	nodes.Teardown = podNet
-	return SetupNetworkPolicy(mgr, NetworkPolicyOptions{NodeName: nodeName, State: state, Local: podNet.Pods.Store()})
+	return SetupNetworkPolicy(mgr, NetworkPolicyOptions{NodeName: nodeName, State: state, Local: podNet.Pods.Store(), Pods: podNet.Pods})
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/winnet-io/winnet/controllers/networkpolicy"
 	"github.com/winnet-io/winnet/controllers/nodenetwork"
+	"github.com/winnet-io/winnet/controllers/podendpoint"
 )
 
 // NetworkPolicyOptions configure the agent's NetworkPolicy reconciler.
@@ -19,6 +20,9 @@ type NetworkPolicyOptions struct {
 	State    *nodenetwork.State
 	// Local lists the Pods attached on the node (the Pod network's store).
 	Local networkpolicy.Attachments
+	// Pods, when set, is the Pod network whose new Pods' ports wait for their NetworkPolicy
+	// flows (podendpoint.PolicyGate).
+	Pods *podendpoint.Pods
 	// ResyncPeriod is the drift check period; zero means the default.
 	ResyncPeriod time.Duration
 }
@@ -38,10 +42,16 @@ func SetupNetworkPolicy(mgr ctrl.Manager, opts NetworkPolicyOptions) error {
 		return fmt.Errorf("adding the cache of every node's Pods: %w", err)
 	}
 	r := &networkpolicy.Reconciler{
-		Client: mgr.GetClient(), Pods: pods, PodSource: pods, Local: opts.Local,
+		Client: mgr.GetClient(), Pods: pods, PodSource: pods, APIReader: mgr.GetAPIReader(), Local: opts.Local,
 		Recorder: mgr.GetEventRecorder("winnet-agent"), NodeName: opts.NodeName, State: opts.State, ResyncPeriod: opts.ResyncPeriod,
 	}
-	return r.SetupWithManager(mgr)
+	if err := r.SetupWithManager(mgr); err != nil {
+		return err
+	}
+	if opts.Pods != nil {
+		opts.Pods.SetPolicyGate(r)
+	}
+	return nil
 }
 
 // trimPod keeps of a Pod what NetworkPolicy reads: name, namespace, labels, host networking, the

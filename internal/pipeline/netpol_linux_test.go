@@ -91,6 +91,18 @@ func TestPolicyPaths(t *testing.T) {
 			reject: notDenied,
 		},
 		{
+			name: "An egress ipBlock with an exception: an address of the CIDR gets its class and is allowed",
+			flow: fromPod2("tcp", "8.8.4.4", ",tp_dst=443"), ctNext: newConn,
+			want:   []string{`48\. ip,nw_dst=8\.0\.0\.0/8, priority 108`, `conj_id=6`},
+			reject: notDenied,
+		},
+		{
+			name: "An egress ipBlock with an exception: the exception gets a class of its own and is refused",
+			flow: fromPod2("tcp", "8.8.8.8", ",tp_dst=443"), ctNext: newConn,
+			want:   []string{`48\. ip,nw_dst=8\.8\.8\.8, priority 132`, deniedEgress},
+			reject: []string{`conj_id=6`},
+		},
+		{
 			name: "Replies and established packets skip egress policy",
 			flow: fromPod2("tcp", "8.8.8.8", ",tp_dst=443"), ctNext: []string{"trk,est"},
 			want:   []string{`50\. ct_state=-new\+est\+trk,ct_mark=0/0x10,ip, priority 210`},
@@ -123,6 +135,18 @@ func TestPolicyPaths(t *testing.T) {
 			name: "A source outside every rule is refused",
 			flow: fromTunnel("tcp", "10.244.3.7", ",tp_dst=80"), ctNext: newConn,
 			want: []string{deniedIngress},
+		},
+		{
+			name: "An ingress ipBlock with an exception admits an address of its CIDR",
+			flow: fromTunnel("tcp", "10.244.3.8", ",tp_dst=80"), ctNext: newConn,
+			want:   []string{`85\. ip,nw_src=10\.244\.3\.0/24, priority 124`, `conj_id=5`, "-> output port is 10"},
+			reject: notDenied,
+		},
+		{
+			name: "An ingress ipBlock with an exception refuses the exception",
+			flow: fromTunnel("tcp", "10.244.3.7", ",tp_dst=80"), ctNext: newConn,
+			want:   []string{`85\. ip,nw_src=10\.244\.3\.7, priority 132`, deniedIngress},
+			reject: []string{`conj_id=5`},
 		},
 		{
 			name:   "The node (through the gateway, from the gateway address) reaches an ingress-isolated Pod",

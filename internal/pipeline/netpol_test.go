@@ -142,6 +142,19 @@ func testPolicy() Policy {
 			{ID: 3, Direction: PolicyEgress, Pods: []Pod{npPod2}, Peers: []netip.Prefix{netip.MustParsePrefix("10.244.1.5/32")},
 				Ports: []PolicyPort{{Protocol: openflow.ProtoTCP, Port: 8080}}},
 			{ID: 4, Direction: PolicyEgress, Pods: []Pod{npPod2}, Peers: []netip.Prefix{netip.MustParsePrefix("192.168.10.0/24")}},
+			// ipBlocks with exceptions, through the peer class stage: npPod1 admits TCP 80 from
+			// 10.244.3.0/24 except 10.244.3.7, npPod2 may reach 8.0.0.0/8 except 8.8.8.8 on TCP 443.
+			{ID: 5, Direction: PolicyIngress, Pods: []Pod{npPod1}, Classes: []uint32{1}, Ports: []PolicyPort{{Protocol: openflow.ProtoTCP, Port: 80}}},
+			{ID: 6, Direction: PolicyEgress, Pods: []Pod{npPod2}, Classes: []uint32{1}, Ports: []PolicyPort{{Protocol: openflow.ProtoTCP, Port: 443}}},
 		},
+		IngressClasses: []PeerClass{{Prefix: netip.MustParsePrefix("10.244.3.0/24"), ID: 1}, {Prefix: netip.MustParsePrefix("10.244.3.7/32"), ID: 2}},
+		EgressClasses:  []PeerClass{{Prefix: netip.MustParsePrefix("8.0.0.0/8"), ID: 1}, {Prefix: netip.MustParsePrefix("8.8.8.8/32"), ID: 2}},
 	}
+}
+
+// TestPodPolicyPendingFlows: a Pod whose policies are not committed yet refuses every IP packet
+// sent to it, above the exemptions (priority 210) and the established-connection skips.
+func TestPodPolicyPendingFlows(t *testing.T) {
+	g := NewWithT(t)
+	g.Expect(strs(testNode().PodPolicyPendingFlows(npPod1))).To(Equal([]string{"table=90, priority=220,ip,reg1=0xa actions=drop"}))
 }

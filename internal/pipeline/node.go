@@ -155,7 +155,7 @@ func (n Node) conntrackFlows() []openflow.Flow {
 		flow(ConntrackStateTable, priorityLow, match(openflow.IPv4(), regMatch(PktSourceField, FromUplink)), openflow.Output(openflow.PortLocal)),
 		flow(ConntrackStateTable, prioritySkip, match(openflow.IPv4(), openflow.CTState(openflow.CTTrk|openflow.CTInv, 0)), openflow.Drop()),
 		flow(ConntrackStateTable, priorityMiss, nil, openflow.GotoTable(DNATTable)),
-		flow(DNATTable, priorityMiss, nil, openflow.GotoTable(EgressRuleTable)),
+		flow(DNATTable, priorityMiss, nil, openflow.GotoTable(EgressPeerClassTable)),
 	)
 }
 
@@ -165,7 +165,7 @@ func (n Node) conntrackFlows() []openflow.Flow {
 // CategoryPolicy), established and related packets skip the rules, and what no policy isolates
 // passes.
 func (n Node) forwardingFlows() []openflow.Flow {
-	ingress := IngressRuleTable
+	ingress := IngressPeerClassTable
 	// Replies skip policy; so do other established and related packets, except those of Service
 	// connections policy has not admitted (PolicyAdmittedCTMark).
 	skip := func(rules, next uint8) []openflow.Flow {
@@ -179,6 +179,10 @@ func (n Node) forwardingFlows() []openflow.Flow {
 	}
 	out := slices.Concat(skip(EgressRuleTable, EgressMetricTable), skip(IngressRuleTable, IngressMetricTable))
 	return append(out,
+		// The peer classes' miss: no prefix of an ipBlock with exceptions covers the address
+		// (class 0); NetworkPolicy adds the prefixes (CategoryPolicy).
+		flow(EgressPeerClassTable, priorityMiss, nil, openflow.GotoTable(EgressRuleTable)),
+		flow(IngressPeerClassTable, priorityMiss, nil, openflow.GotoTable(IngressRuleTable)),
 		flow(EgressRuleTable, priorityMiss, nil, openflow.GotoTable(EgressDefaultTable)),
 		flow(EgressDefaultTable, priorityMiss, nil, openflow.GotoTable(EgressMetricTable)),
 		flow(EgressMetricTable, priorityMiss, nil, openflow.GotoTable(L3ForwardingTable)),

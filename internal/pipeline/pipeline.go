@@ -45,6 +45,11 @@ const (
 	// EndpointDNATTable receives the connections a DNATTable group DNATed: they get the global
 	// virtual MAC (L3Forwarding delivers them like routed packets) and go on to L3Forwarding.
 	EndpointDNATTable uint8 = 45
+	// EgressPeerClassTable is the longest-prefix-match stage of egress ipBlocks with exceptions:
+	// one flow per distinct CIDR or exception of the node's egress rules (priority
+	// priorityPeerClass + prefix length) loads the class of the destination (the id of its longest
+	// matching prefix) into EgressPeerClassField; EgressRuleTable matches the classes a rule admits.
+	EgressPeerClassTable uint8 = 48
 	// EgressRuleTable evaluates the egress rules of NetworkPolicies on new connections, after
 	// Service DNAT (it sees the endpoint, not the ClusterIP): one conjunction per rule, whose
 	// clauses are the source Pods' ports, the destinations and the destination ports; a
@@ -60,6 +65,9 @@ const (
 	L3ForwardingTable uint8 = 70
 	// L2ForwardingCalcTable maps the destination MAC to the output port in TargetOFPortField.
 	L2ForwardingCalcTable uint8 = 80
+	// IngressPeerClassTable is EgressPeerClassTable for ingress: it classifies the source into
+	// IngressPeerClassField for IngressRuleTable.
+	IngressPeerClassTable uint8 = 85
 	// IngressRuleTable evaluates the ingress rules of NetworkPolicies on new connections, once
 	// the output port is known: one conjunction per rule, whose clauses are the sources, the
 	// target Pods' ports (TargetOFPortField) and the destination ports.
@@ -89,11 +97,13 @@ var TableNames = map[uint8]string{
 	AffinityDNATTable:     "AffinityDNAT",
 	AffinityLearnTable:    "AffinityLearn",
 	EndpointDNATTable:     "EndpointDNAT",
+	EgressPeerClassTable:  "EgressPeerClass",
 	EgressRuleTable:       "EgressRule",
 	EgressDefaultTable:    "EgressDefaultRule",
 	EgressMetricTable:     "EgressMetric",
 	L3ForwardingTable:     "L3Forwarding",
 	L2ForwardingCalcTable: "L2ForwardingCalc",
+	IngressPeerClassTable: "IngressPeerClass",
 	IngressRuleTable:      "IngressRule",
 	IngressDefaultTable:   "IngressDefaultRule",
 	IngressMetricTable:    "IngressMetric",
@@ -118,12 +128,16 @@ type RegField struct {
 //	reg0[19]     HairpinField: a packet of a Pod's connection to itself through a Service, output
 //	             on the port it came in on (OVS never outputs to in_port otherwise)
 //	reg1[0..31]  TargetOFPortField: the output port
+//	reg2[0..31]  EgressPeerClassField: the class of the destination among the prefixes of the
+//	             node's egress ipBlocks with exceptions (EgressPeerClassTable; 0: none covers it)
 //	reg3[0..31]  AffinityEndpointIPField: the endpoint a learned session-affinity flow chose
 //	reg4[0..31]  AffinityEndpointField: its port (bits 0..15) and the Service port's cluster group
 //	             (bits 16..31, never 0), so that a choice learned for one Service port is used
 //	             by that port only (AffinityPortField)
 //	reg5[0..31]  AffinityTimeoutField: the timeout the learned flow was learned with, so that a
 //	             choice learned under another timeout is not used (and is learned again)
+//	reg6[0..31]  IngressPeerClassField: the class of the source among the prefixes of the node's
+//	             ingress ipBlocks with exceptions (IngressPeerClassTable; 0: none covers it)
 var (
 	PktSourceField          = RegField{Reg: 0, Start: 0, End: 15}
 	OFPortFoundField        = RegField{Reg: 0, Start: 16, End: 16}
@@ -135,6 +149,8 @@ var (
 	AffinityEndpointField   = RegField{Reg: 4, Start: 0, End: 31}
 	AffinityPortField       = RegField{Reg: 4, Start: 16, End: 31}
 	AffinityTimeoutField    = RegField{Reg: 5, Start: 0, End: 31}
+	EgressPeerClassField    = RegField{Reg: 2, Start: 0, End: 31}
+	IngressPeerClassField   = RegField{Reg: 6, Start: 0, End: 31}
 )
 
 // Values of PktSourceField.
@@ -276,9 +292,12 @@ const (
 	priorityAllowAll uint16 = 205
 	priorityNormal   uint16 = 200
 	priorityLow      uint16 = 190
-	prioritySkip     uint16 = 180
-	prioritySNAT     uint16 = 10
-	priorityMiss     uint16 = 0
+	// priorityPeerClass is the base of the peer class stage's priorities: a prefix of length l
+	// is at priorityPeerClass + l, so the longest prefix that matches wins.
+	priorityPeerClass uint16 = 100
+	prioritySkip      uint16 = 180
+	prioritySNAT      uint16 = 10
+	priorityMiss      uint16 = 0
 )
 
 func mustMAC(s string) net.HardwareAddr {

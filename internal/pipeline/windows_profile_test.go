@@ -168,6 +168,7 @@ func TestBuildersPassWindowsProfile(t *testing.T) {
 				d.Flows = append(d.Flows, n.RouteFlows(r)...)
 			}
 			d.Flows = append(d.Flows, n.PolicyFlows(testPolicy())...)
+			d.Flows = append(d.Flows, n.PodPolicyPendingFlows(npPod1)...)
 			g.Expect(CheckWindows(d)).To(BeEmpty())
 		})
 	}

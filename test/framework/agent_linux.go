@@ -144,7 +144,7 @@ func StartAgentWith(t testing.TB, s *APIServer, node *simnode.Node, opts AgentOp
 		fail("Pod network", err)
 	}
 	nodes.Teardown = a.Pods
-	if err := agent.SetupNetworkPolicy(mgr, agent.NetworkPolicyOptions{NodeName: node.Name, State: state, Local: a.Pods.Pods.Store(), ResyncPeriod: resync}); err != nil {
+	if err := agent.SetupNetworkPolicy(mgr, agent.NetworkPolicyOptions{NodeName: node.Name, State: state, Local: a.Pods.Pods.Store(), Pods: a.Pods.Pods, ResyncPeriod: resync}); err != nil {
 		fail("NetworkPolicy reconciler", err)
 	}
 	done := make(chan error, 1)

@@ -122,6 +122,10 @@ type TestPodOptions struct {
 	Namespace string
 	Labels    map[string]string
 	Ports     []corev1.ContainerPort
+	// BeforeStart, when set, runs once ADD returned and before the runtime starts the sandbox
+	// (before the Pod's vNIC exists), with the Pod's namespace and address known: a test that
+	// probes the Pod from its vNIC's first moment starts its probes there.
+	BeforeStart func(*TestPod)
 }
 
 var podSeq struct {
@@ -175,6 +179,9 @@ func (n *PodNode) AddPod(t *testing.T, name string, opts TestPodOptions) *TestPo
 		t.Fatalf("ADD of %s gave no IPv4 address: %v", name, cur.IPs)
 	}
 	p.IP = ip
+	if opts.BeforeStart != nil {
+		opts.BeforeStart(p)
+	}
 	// The runtime starts the sandbox after ADD; where the simulated HNS is told so (when it waits for
 	// it) is the agent's hns-sandboxes directory, beside its state directory.
 	sandboxes := filepath.Join(filepath.Dir(n.Agent.StateDir), "hns-sandboxes")

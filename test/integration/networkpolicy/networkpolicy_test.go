@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/netip"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -24,6 +25,7 @@ import (
 
 	networkv1alpha1 "github.com/winnet-io/winnet/api/v1alpha1"
 	"github.com/winnet-io/winnet/controllers/networkpolicy"
+	"github.com/winnet-io/winnet/internal/pipeline"
 	"github.com/winnet-io/winnet/test/framework"
 	"github.com/winnet-io/winnet/test/simnode"
 )
@@ -31,7 +33,27 @@ import (
 const (
 	otherPort = 9090 // served by web over TCP and UDP, allowed by no rule once web is isolated
 	echoPort  = 7070 // web's echo server, inside the endPort range 7000-7100
+	probePort = 6060 // where client-b probes a new Pod from before its vNIC exists
 )
+
+// exceptPolicy admits TCP otherPort to web from 0.0.0.0/0 except n /32s: excepted first, then
+// addresses of 172.16.0.0/12.
+func exceptPolicy(name string, n int, excepted netip.Addr) *networkingv1.NetworkPolicy {
+	excepts := []string{excepted.String() + "/32"}
+	for i := 0; len(excepts) < n; i++ {
+		excepts = append(excepts, netip.AddrFrom4([4]byte{172, byte(16 + i>>16), byte(i >> 8), byte(i)}).String()+"/32")
+	}
+	return &networkingv1.NetworkPolicy{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "np-x", Name: name},
+		Spec: networkingv1.NetworkPolicySpec{
+			PodSelector: metav1.LabelSelector{MatchLabels: map[string]string{"app": "web"}},
+			Ingress: []networkingv1.NetworkPolicyIngressRule{{
+				From:  []networkingv1.NetworkPolicyPeer{{IPBlock: &networkingv1.IPBlock{CIDR: "0.0.0.0/0", Except: excepts}}},
+				Ports: []networkingv1.NetworkPolicyPort{{Protocol: ptr.To(corev1.ProtocolTCP), Port: ptr.To(intstr.FromInt32(otherPort))}},
+			}},
+		},
+	}
+}
 
 // expectAllowed waits until a new connection from the namespace to addr is answered by want.
 func expectAllowed(t *testing.T, nsName, network string, addr netip.AddrPort, want string) {
@@ -310,6 +332,118 @@ func TestNetworkPolicy(t *testing.T) {
 			NewWithT(t).Eventually(func(g Gomega) {
 				g.Expect(server.WarningReasons(ctx, "np-x", "sctp")).To(ContainElement(networkpolicy.UnsupportedProtocolReason))
 			}).WithTimeout(converge).Should(Succeed())
+		}},
+		{"an ingress ipBlock of 0.0.0.0/0 except 4,000 /32s refuses an excepted source and admits another, in fewer than 2 x 4,000 + 500 flows", func(t *testing.T) {
+			g := NewWithT(t)
+			createPolicy(t, exceptPolicy("except", networkpolicy.MaxExceptsPerRule, clientB.IP))
+			expectAllowed(t, clientA.NS, "tcp4", webOther, "web")
+			expectRefused(t, clientB.NS, "tcp4", webOther)
+			flows, err := a.OVS.DumpFlows("br-int", "-O", "OpenFlow15")
+			g.Expect(err).NotTo(HaveOccurred())
+			g.Expect(len(flows)).To(BeNumerically("<", 2*networkpolicy.MaxExceptsPerRule+500))
+		}},
+		{"a rule above 4,000 exceptions is refused: PoliciesReady names it, a Warning Event says why, the policy's other rules apply", func(t *testing.T) {
+			np := exceptPolicy("too-big", networkpolicy.MaxExceptsPerRule+1, clientB.IP)
+			// Its second rule admits client-b: the rule refused (which would admit client-a) does not
+			// take the policy's other rules with it.
+			np.Spec.Ingress = append(np.Spec.Ingress, networkingv1.NetworkPolicyIngressRule{
+				From: []networkingv1.NetworkPolicyPeer{{
+					NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"team": "y"}},
+					PodSelector:       &metav1.LabelSelector{MatchLabels: map[string]string{"app": "client"}},
+				}},
+				Ports: []networkingv1.NetworkPolicyPort{{Protocol: ptr.To(corev1.ProtocolTCP), Port: ptr.To(intstr.FromInt32(otherPort))}},
+			})
+			createPolicy(t, np)
+			expectAllowed(t, clientB.NS, "tcp4", webOther, "web")
+			expectRefused(t, clientA.NS, "tcp4", webOther)
+			NewWithT(t).Eventually(func(g Gomega) {
+				w := &networkv1alpha1.WindowsNodeNetwork{}
+				g.Expect(server.Client.Get(ctx, client.ObjectKey{Name: a.Name}, w)).To(Succeed())
+				c := meta.FindStatusCondition(w.Status.Conditions, networkv1alpha1.PoliciesReadyCondition)
+				g.Expect(c).NotTo(BeNil())
+				g.Expect(c.Status).To(Equal(metav1.ConditionFalse))
+				g.Expect(c.Reason).To(Equal(networkv1alpha1.PolicyRulesRefusedReason))
+				g.Expect(c.Message).To(ContainSubstring("np-x/too-big: ingress rule 1: 4001 ipBlock exceptions"))
+				g.Expect(server.WarningReasons(ctx, "np-x", "too-big")).To(ContainElement(networkpolicy.RuleRefusedReason))
+			}).WithTimeout(converge).Should(Succeed())
+		}},
+		{"a Pod created under a policy that selects it is refused from its first packet", func(t *testing.T) {
+			g := NewWithT(t)
+			createPolicy(t, &networkingv1.NetworkPolicy{
+				ObjectMeta: metav1.ObjectMeta{Namespace: "np-x", Name: "fresh"},
+				Spec: networkingv1.NetworkPolicySpec{
+					PodSelector: metav1.LabelSelector{MatchLabels: map[string]string{"app": "fresh"}},
+					Ingress: []networkingv1.NetworkPolicyIngressRule{{From: []networkingv1.NetworkPolicyPeer{
+						{PodSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "client"}}}}}},
+				},
+			})
+			// A node whose policy passes take a while (three policies of 4,000 exceptions on web):
+			// the pass that first knows the new Pod ends well after its vNIC could forward.
+			for i := range 3 {
+				np := exceptPolicy(fmt.Sprintf("load-%d", i), networkpolicy.MaxExceptsPerRule, netip.AddrFrom4([4]byte{192, 0, 2, byte(i)}))
+				for j := range np.Spec.Ingress[0].From[0].IPBlock.Except[1:] {
+					np.Spec.Ingress[0].From[0].IPBlock.Except[1+j] = netip.AddrFrom4([4]byte{byte(100 + i), 64, byte(j >> 8), byte(j)}).String() + "/32"
+				}
+				np.Spec.Ingress[0].Ports[0].Port = ptr.To(intstr.FromInt32(int32(1 + i)))
+				createPolicy(t, np)
+			}
+			// Let the agent realise the policies (fresh selects no Pod yet): client-b, refused by
+			// fresh, then sends to the new Pod every millisecond from before its vNIC exists.
+			g.Eventually(func() (int, error) {
+				flows, err := a.OVS.DumpFlows("br-int", "-O", "OpenFlow15", fmt.Sprintf("table=%d", pipeline.IngressPeerClassTable))
+				return len(flows), err
+			}).WithTimeout(converge).Should(BeNumerically(">", 3*networkpolicy.MaxExceptsPerRule))
+			time.Sleep(time.Second)
+			var received atomic.Int64
+			stop := make(chan struct{})
+			sent := make(chan int, 1)
+			fresh := a.AddPod(t, "fresh", framework.TestPodOptions{Namespace: "np-x", Labels: map[string]string{"app": "fresh"}, Ports: httpPorts,
+				BeforeStart: func(p *framework.TestPod) {
+					var pc net.PacketConn
+					var conn net.Conn
+					g.Expect(framework.InNS(p.NS, func() (err error) {
+						pc, err = net.ListenPacket("udp4", fmt.Sprintf(":%d", probePort))
+						return err
+					})).To(Succeed())
+					t.Cleanup(func() { pc.Close() })
+					go func() {
+						buf := make([]byte, 100)
+						for {
+							if _, _, err := pc.ReadFrom(buf); err != nil {
+								return
+							}
+							received.Add(1)
+						}
+					}()
+					g.Expect(framework.InNS(clientB.NS, func() (err error) {
+						conn, err = net.Dial("udp4", netip.AddrPortFrom(p.IP, probePort).String())
+						return err
+					})).To(Succeed())
+					go func() {
+						defer conn.Close()
+						n := 0
+						for {
+							select {
+							case <-stop:
+								sent <- n
+								return
+							default:
+							}
+							if _, err := conn.Write([]byte("probe")); err == nil {
+								n++
+							}
+							time.Sleep(time.Millisecond)
+						}
+					}()
+				}})
+			framework.Serve(t, fresh.NS, "fresh", httpPort)
+			// The Pod forwards: a client its policy admits reaches it.
+			expectAllowed(t, clientA.NS, "tcp4", netip.AddrPortFrom(fresh.IP, httpPort), "fresh")
+			time.Sleep(500 * time.Millisecond)
+			close(stop)
+			n := <-sent
+			g.Expect(n).To(BeNumerically(">", 100), "client-b sent too few probes to prove anything")
+			g.Expect(received.Load()).To(BeZero(), "the new Pod received %d of client-b's %d probes before its policy held", received.Load(), n)
 		}},
 		{"deleting the policies opens everything again and leaves no policy flow", func(t *testing.T) {
 			g := NewWithT(t)
