@@ -53,6 +53,8 @@ type desired struct {
 	// tunnel is nil in NoEncap mode.
 	tunnel *ovsdb.PortSpec
 	vni    uint32
+	// admitAny turns tunnel admission off (spec.encapsulation.tunnelAdmission Off).
+	admitAny bool
 	// vtepMAC is the node's VTEP MAC (vtep.MAC); set by the reconciler, which knows the node's name.
 	vtepMAC net.HardwareAddr
 	snat    bool
@@ -131,6 +133,7 @@ func desiredState(spec networkv1alpha1.WindowsNodeNetworkSpec, f facts) (desired
 		d.tunnel = &t
 	}
 	d.vni = uint32(enc.VNI)
+	d.admitAny = enc.TunnelAdmission == networkv1alpha1.TunnelAdmissionOff
 
 	d.snat = spec.SNAT.Enabled == nil || *spec.SNAT.Enabled
 	for _, list := range [][]networkv1alpha1.CIDR{spec.ClusterCIDRs, spec.ServiceCIDRs, spec.SNAT.ExcludeCIDRs} {
@@ -171,7 +174,7 @@ func (d desired) pipelineNode(gatewayMAC net.HardwareAddr, ofports map[string]in
 	}
 	if d.tunnel != nil {
 		n.TunnelOFPort = uint32(ofports[d.tunnel.Name])
-		n.VNI, n.VTEPMAC = d.vni, d.vtepMAC
+		n.VNI, n.VTEPMAC, n.AdmitAnyTunnelSource = d.vni, d.vtepMAC, d.admitAny
 	}
 	return n
 }
