@@ -53,6 +53,8 @@ type desired struct {
 	// tunnel is nil in NoEncap mode.
 	tunnel *ovsdb.PortSpec
 	vni    uint32
+	// tunnelUDPPort is the tunnel's UDP destination port.
+	tunnelUDPPort uint16
 	// admitAny turns tunnel admission off (spec.encapsulation.tunnelAdmission Off).
 	admitAny bool
 	// vtepMAC is the node's VTEP MAC (vtep.MAC); set by the reconciler, which knows the node's name.
@@ -131,6 +133,7 @@ func desiredState(spec networkv1alpha1.WindowsNodeNetworkSpec, f facts) (desired
 			LocalIP: d.nodeIP.String(), DstPort: tunnelPort(enc),
 		})
 		d.tunnel = &t
+		d.tunnelUDPPort = uint16(tunnelPort(enc))
 	}
 	d.vni = uint32(enc.VNI)
 	d.admitAny = enc.TunnelAdmission == networkv1alpha1.TunnelAdmissionOff
@@ -174,7 +177,7 @@ func (d desired) pipelineNode(gatewayMAC net.HardwareAddr, ofports map[string]in
 	}
 	if d.tunnel != nil {
 		n.TunnelOFPort = uint32(ofports[d.tunnel.Name])
-		n.VNI, n.VTEPMAC, n.AdmitAnyTunnelSource = d.vni, d.vtepMAC, d.admitAny
+		n.VNI, n.VTEPMAC, n.AdmitAnyTunnelSource, n.TunnelUDPPort = d.vni, d.vtepMAC, d.admitAny, d.tunnelUDPPort
 	}
 	return n
 }

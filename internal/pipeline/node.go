@@ -22,6 +22,9 @@ type Node struct {
 	UplinkOFPort uint32
 	// TunnelOFPort is the tunnel port; 0 when the node does not encapsulate (NoEncap).
 	TunnelOFPort uint32
+	// TunnelUDPPort is the tunnel's UDP destination port (4789, 6081, ...): the node's Pods may not
+	// send to it on any node (podTunnelGuard).
+	TunnelUDPPort uint16
 	// VNI is the tunnel's own VNI: the VNI of every peer whose route has none of its own.
 	VNI uint32
 	// AdmitAnyTunnelSource turns tunnel admission off: every IPv4 packet on the tunnel port goes
@@ -109,8 +112,23 @@ func (n Node) classifierFlows() []openflow.Flow {
 	)
 	if n.TunnelOFPort != 0 {
 		out = append(out, n.tunnelFlows()...)
+		out = append(out, n.podTunnelGuard(n.NodeIP)...)
 	}
 	return out
+}
+
+// podTunnelGuard drops the node's Pods' UDP to the tunnel port of the node at nodeIP (this node, or a
+// peer: RouteFlows), as Calico drops VXLAN from workloads: a Pod's traffic to a node IP is SNATed to
+// its own node's IP, so a tunnel packet a Pod built would reach the peer from its node's tunnel
+// endpoint, with inner sources of its node's Pod CIDR (another Pod, the gateway), and pass the peer's
+// admission.
+func (n Node) podTunnelGuard(nodeIP netip.Addr) []openflow.Flow {
+	if n.TunnelUDPPort == 0 || !nodeIP.Is4() {
+		return nil
+	}
+	return []openflow.Flow{flow(SpoofGuardTable, priorityHigh,
+		match(openflow.IPv4(), openflow.IPProto(openflow.ProtoUDP), regMatch(PktSourceField, FromLocalPod), openflow.NwDst(netip.PrefixFrom(nodeIP, 32)),
+			openflow.TpDst(openflow.ProtoUDP, n.TunnelUDPPort)), openflow.Drop())}
 }
 
 // tunnelFlows send what arrives on the tunnel port through TunnelAdmissionTable, whose miss drops

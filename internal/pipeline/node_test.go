@@ -19,6 +19,7 @@ func testNode() Node {
 		GatewayOFPort: 2,
 		UplinkOFPort:  3,
 		TunnelOFPort:  1,
+		TunnelUDPPort: 4789,
 		VNI:           1,
 		VTEPMAC:       mustMAC("0e:5e:00:00:00:0b"),
 		SNAT:          true,
@@ -128,6 +129,10 @@ func TestTunnelAdmissionFlows(t *testing.T) {
 		"table=1, priority=180,ip,nw_src=10.244.2.0/24 actions=learn(table=3,hard_timeout=60,priority=200,delete_learned,cookie=0xa0000000002,NXM_NX_TUN_IPV4_SRC[])",
 		"table=1, priority=180,ip,nw_src=192.168.10.12 actions=learn(table=3,hard_timeout=60,priority=200,delete_learned,cookie=0xa0000000002,NXM_NX_TUN_IPV4_SRC[])",
 	))
+	g.Expect(featureFlows(n, CategoryClassifier)).To(ContainElement("table=10, priority=210,udp,reg0=0x2/0xffff,nw_dst=192.168.10.11,tp_dst=4789 actions=drop"),
+		"the node's Pods may not send to its tunnel port")
+	g.Expect(n.RouteFlows(remote)).To(ContainElement(HaveField("String()", "table=10, priority=210,udp,reg0=0x2/0xffff,nw_dst=192.168.10.12,tp_dst=4789 actions=drop")),
+		"nor to a peer's")
 	n.AdmitAnyTunnelSource = true
 	g.Expect(featureFlows(n, CategoryClassifier)).To(ContainElement("table=1, priority=220,ip actions=goto_table:2"))
 	n.TunnelOFPort = 0

@@ -181,6 +181,12 @@ func TestPipelinePaths(t *testing.T) {
 			want: []string{"set_field:aa:bb:cc:dd:ee:ff->arp_sha", "set_field:10.244.2.1->arp_spa", "IN_PORT"},
 		},
 		{
+			name:   "A Pod's UDP to a peer's tunnel port is dropped (it would leave SNATed to the node IP, as the node's tunnel)",
+			flow:   fmt.Sprintf("in_port=10,udp,dl_src=%s,dl_dst=%s,nw_src=10.244.1.5,nw_dst=192.168.10.12,udp_src=40000,udp_dst=4789,nw_ttl=64", pod1.MAC, gw),
+			want:   []string{`10\. udp,reg0=0x2/0xffff,nw_dst=192\.168\.10\.12,tp_dst=4789, priority 210\n\s+drop`, "Datapath actions: drop"},
+			reject: []string{"nat(src="},
+		},
+		{
 			name: "A Pod's ARP with its own MAC and IP passes the spoof guard",
 			flow: fmt.Sprintf("in_port=10,arp,dl_src=%s,dl_dst=ff:ff:ff:ff:ff:ff,arp_op=2,arp_spa=10.244.1.5,arp_tpa=10.244.1.5,arp_sha=%s", pod1.MAC, pod1.MAC),
 			want: []string{"goto_table:20", "NORMAL"},

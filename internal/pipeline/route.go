@@ -82,7 +82,7 @@ func (n Node) admissionFlows(r RemoteRoute) []openflow.Flow {
 		Cookie: openflow.MakeCookie(0, CategoryTunnelSeen, r.Peer), DeleteLearned: true,
 		Match: []openflow.Field{openflow.FieldTunIPv4Src},
 	})
-	var out []openflow.Flow
+	out := n.podTunnelGuard(r.NodeIP)
 	for _, owned := range []netip.Prefix{r.CIDR, netip.PrefixFrom(r.NodeIP, 32)} {
 		out = append(out,
 			flow(TunnelAdmissionTable, priorityTunnelAdmit, match(openflow.IPv4(), peer, vni, openflow.NwSrc(owned)), openflow.GotoTable(TunnelClassifierTable)),
