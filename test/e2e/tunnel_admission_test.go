@@ -207,7 +207,7 @@ func TestForgedTunnelPacketsNeverReachAPod(t *testing.T) {
 			// Without admission the external host's forgeries are delivered; the Pod's still never leave its node.
 			setAdmission(t, b, networkv1alpha1.TunnelAdmissionOff)
 			g.Expect(cases[0].deliveredTo(t)).To(HavePrefix("listening\nreceived from "+a1.IP.String()), "admission Off: the forged packet is well-formed and delivered")
-			g.Expect(cases[1].deliveredTo(t)).To(HavePrefix("listening\nreceived from "+outside.String()))
+			g.Expect(cases[1].deliveredTo(t)).To(HavePrefix("listening\nreceived from " + outside.String()))
 			g.Expect(cases[2].deliveredTo(t)).To(Equal("listening\nnothing"), "a Pod's tunnel datagram is dropped on its own node")
 			setAdmission(t, b, networkv1alpha1.TunnelAdmissionEnforce)
 		})
