@@ -131,6 +131,10 @@ func TestTwoNodes(t *testing.T) {
 		g.Expect(a.flows(g)).To(ContainSubstring("nw_dst=10.244.2.0/24 actions=dec_ttl,set_field:"))
 		g.Expect(a.flows(g)).To(ContainSubstring("set_field:192.168.20.12->tun_dst"))
 		g.Expect(a.MustExec(t, "ip", "route", "show", "10.244.2.0/24")).To(ContainSubstring("via 10.244.2.1 dev winnet-gw0"))
+		// The peer's admission flows carry its route's cookie: one object, synced in one bundle.
+		route := cookieOf(g, a.flows(g), "table=70", "nw_dst=10.244.2.0/24 actions=dec_ttl")
+		g.Expect(cookieOf(g, a.flows(g), "table=1", "tun_src=192.168.20.12,nw_src=10.244.2.0/24 actions=goto_table:2")).To(Equal(route))
+		g.Expect(cookieOf(g, a.flows(g), "table=1", "tun_src=192.168.20.12,nw_src=192.168.20.12 actions=goto_table:2")).To(Equal(route))
 	})
 
 	t.Run("Geneve", func(t *testing.T) {
@@ -172,6 +176,8 @@ func TestTwoNodes(t *testing.T) {
 		g := NewWithT(t)
 		setInternalIP(g, "rt-b", "192.168.20.22")
 		g.Eventually(a.flows).WithTimeout(10 * time.Second).Should(ContainSubstring("set_field:192.168.20.22->tun_dst"))
+		g.Expect(a.flows(g)).To(ContainSubstring("tun_src=192.168.20.22,nw_src=10.244.2.0/24 actions=goto_table:2"), "admission follows the node IP")
+		g.Expect(a.flows(g)).NotTo(ContainSubstring("tun_src=192.168.20.12"))
 		setInternalIP(g, "rt-b", "192.168.20.12")
 		g.Eventually(gatewayPing(a, b)).WithTimeout(10 * time.Second).Should(Succeed())
 	})
@@ -197,7 +203,26 @@ func TestTwoNodes(t *testing.T) {
 		g := NewWithT(t)
 		g.Expect(server.Client.Delete(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "rt-b"}})).To(Succeed())
 		g.Eventually(a.flows).WithTimeout(10 * time.Second).ShouldNot(ContainSubstring("10.244.2.0/24"))
+		g.Expect(a.flows(g)).NotTo(ContainSubstring("tun_src="), "nothing of the peer is admitted any more")
 		g.Eventually(func() string { return a.MustExec(t, "ip", "route", "show", "10.244.2.0/24") }).WithTimeout(10 * time.Second).Should(BeEmpty())
 		g.Eventually(routesReady("rt-a", 0)).WithTimeout(timeout).Should(Succeed())
 	})
+}
+
+// cookieOf returns the cookie of the one flow whose dump line holds every part.
+func cookieOf(g Gomega, flows string, parts ...string) string {
+	var found []string
+	for _, l := range strings.Split(flows, "\n") {
+		ok := true
+		for _, p := range parts {
+			ok = ok && strings.Contains(l, p)
+		}
+		if ok {
+			found = append(found, l)
+		}
+	}
+	g.Expect(found).To(HaveLen(1), "flows with %q:\n%s", parts, flows)
+	cookie, _, _ := strings.Cut(strings.TrimSpace(found[0]), ",")
+	g.Expect(cookie).To(HavePrefix("cookie="))
+	return cookie
 }

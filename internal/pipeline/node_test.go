@@ -115,6 +115,10 @@ func TestTunnelAdmissionFlows(t *testing.T) {
 		"table=2, priority=0 actions=drop",
 	))
 	g.Expect(featureFlows(n, CategoryClassifier)).NotTo(ContainElement(ContainSubstring("table=1, priority=220")), "admission is on")
+	remote := RemoteRoute{
+		CIDR: netip.MustParsePrefix("10.244.2.0/24"), Tunnel: true, NodeIP: netip.MustParseAddr("192.168.10.12"),
+		VNI: 4096, DstMAC: GlobalVirtualMAC, GatewayIP: netip.MustParseAddr("10.244.2.1"), Peer: 0x2,
+	}
 	var route []string
 	for _, f := range n.RouteFlows(remote) {
 		if f.Table == TunnelAdmissionTable {
