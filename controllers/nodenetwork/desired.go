@@ -121,6 +121,7 @@ func desiredState(spec networkv1alpha1.WindowsNodeNetworkSpec, f facts) (desired
 	d.bridge = ovsdb.BridgeSpec{
 		Name: string(spec.Bridge.Name), DatapathType: string(spec.Bridge.DatapathType), HWAddr: f.uplinkMAC,
 		ExternalIDs: map[string]string{UplinkKey: f.uplinkName},
+		FlowLimits:  map[int]int{int(pipeline.TunnelSourceSeenTable): pipeline.TunnelSeenLimit},
 	}
 	d.uplink = ovsdb.PortSpec{Name: f.uplinkName, Type: ovsdb.PortTypeSystem, OFPortRequest: UplinkOFPort}
 	d.gatewayPort = ovsdb.PortSpec{Name: string(spec.Gateway.Name), Type: ovsdb.PortTypeInternal, OFPortRequest: GatewayOFPort}

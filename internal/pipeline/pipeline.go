@@ -190,6 +190,12 @@ const (
 	CategoryTunnelSeen uint8 = 10
 )
 
+// TunnelSeenLimit caps the flows of TunnelSourceSeenTable (the bridge's flow_limit for it): at most
+// that many addresses a peer's inner sources arrived from are remembered at once, however many
+// outer sources a forger uses; a learn beyond it is refused by ovs-vswitchd (the packet is dropped
+// all the same).
+const TunnelSeenLimit = 1024
+
 // TunnelSeenTimeout is how long (seconds) TunnelSourceSeenTable remembers an address a peer's inner
 // sources arrived from after its last packet.
 const TunnelSeenTimeout uint16 = 60
