@@ -179,6 +179,7 @@ func TestForgedTunnelPacketsNeverReachAPod(t *testing.T) {
 	a1, b1, c1 := pods["pod-a1"], pods["pod-b1"], pods["pod-c1"]
 	outside := netip.MustParseAddr("172.31.255.7")
 	start := time.Now()
+	t.Cleanup(func() { setEncapsulation(t, encapsulations[0]) })
 	// The addresses node-b learned go with the test (other tests count every flow of a node's round).
 	t.Cleanup(func() {
 		_, _ = b.OVS.Ofctl("del-flows", cluster.BridgeName, fmt.Sprintf("table=%d", pipeline.TunnelSourceSeenTable))
