@@ -127,6 +127,27 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if err := mgr.Add(follow); err != nil {
 		return fmt.Errorf("adding the route watch: %w", err)
 	}
+	// The routes' flows depend on the realised node network (its VNI, tunnel port and UDP port,
+	// admission): a change to it wakes a full pass at once rather than at the next ResyncPeriod.
+	if r.State != nil {
+		realized := r.State.Subscribe()
+		onRealized := manager.RunnableFunc(func(ctx context.Context) error {
+			for {
+				select {
+				case <-ctx.Done():
+					return nil
+				case <-realized:
+					select {
+					case drift <- event.GenericEvent{Object: &networkv1alpha1.RemoteSubnetRoute{}}:
+					default: // a wake-up is pending already
+					}
+				}
+			}
+		})
+		if err := mgr.Add(onRealized); err != nil {
+			return fmt.Errorf("adding the node network watch: %w", err)
+		}
+	}
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("remotesubnetroute").
 		WatchesRawSource(source.Channel(drift, all)).

@@ -189,6 +189,12 @@ func TestForgedTunnelPacketsNeverReachAPod(t *testing.T) {
 		t.Run(e.name, func(t *testing.T) {
 			g := NewWithT(t)
 			setEncapsulation(t, e)
+			port := networkv1alpha1.DefaultVXLANPort
+			if e.name == "geneve" {
+				port = networkv1alpha1.DefaultGenevePort
+			}
+			g.Eventually(node("node-c").Flows).WithTimeout(converge).Should(ContainSubstring(fmt.Sprintf("nw_dst=%s,tp_dst=%d actions=drop", b.IP, port)),
+				"node-c's route to node-b keeps its Pods from node-b's tunnel port")
 			t.Cleanup(func() { setAdmission(t, b, networkv1alpha1.TunnelAdmissionEnforce) })
 			g.Eventually(func() int {
 				_, received, _ := cluster.Ping(a1.Place(), b1.IP, 1)
@@ -207,7 +213,7 @@ func TestForgedTunnelPacketsNeverReachAPod(t *testing.T) {
 			trace, err := b.OVS.Appctl("ofproto/trace", "br-int", fmt.Sprintf("in_port=%d,udp,dl_dst=%s,nw_src=%s,nw_dst=%s,nw_ttl=64,udp_dst=47123,tun_id=1,tun_src=%s,tun_dst=%s",
 				nodenetwork.TunnelOFPort, pipeline.GlobalVirtualMAC, a1.IP, b1.IP, c.ExternalIP, b.IP))
 			g.Expect(err).NotTo(HaveOccurred(), trace)
-			g.Expect(trace).To(MatchRegexp(`1\. ip,nw_src=10\.244\.1\.0/24, priority 180\n\s+learn\(`))
+			g.Expect(trace).To(MatchRegexp(`1\. ip,nw_src=10\.244\.1\.0/24, priority 180, cookie 0x[0-9a-f]+\n\s+learn\(`))
 			g.Expect(trace).To(ContainSubstring("Datapath actions: drop"))
 
 			// Without admission the external host's forgeries are delivered; the Pod's still never leave its node.
