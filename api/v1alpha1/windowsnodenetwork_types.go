@@ -18,6 +18,22 @@ const (
 	EncapsulationModeHybrid EncapsulationMode = "Hybrid"
 )
 
+// TunnelAdmission says which tunnel traffic the node lets in.
+// +kubebuilder:validation:Enum=Enforce;Off
+type TunnelAdmission string
+
+const (
+	// TunnelAdmissionEnforce admits a tunnelled packet only from the node IP of a RemoteSubnetRoute,
+	// with that route's VNI, and with an inner source the route's node owns (its Pod CIDRs, its node
+	// IP); the rest is dropped and counted. A peer's traffic that arrives from another address (NAT
+	// between the nodes) is dropped too, with a Warning Event naming the peer and the address.
+	TunnelAdmissionEnforce TunnelAdmission = "Enforce"
+	// TunnelAdmissionOff admits every IPv4 packet of the tunnel port, whatever its tunnel source,
+	// VNI and inner source: for underlays that rewrite the nodes' addresses between them. Anything
+	// that can send a UDP datagram to the node then reaches its Pods.
+	TunnelAdmissionOff TunnelAdmission = "Off"
+)
+
 // TunnelType is the encapsulation protocol of the tunnel port.
 // +kubebuilder:validation:Enum=vxlan;geneve
 type TunnelType string
@@ -232,6 +248,13 @@ type EncapsulationSpec struct {
 	// Absent: a locally administered MAC derived from the node's name (stable across restarts).
 	// +optional
 	VTEPMAC MACAddress `json:"vtepMAC,omitempty"`
+
+	// tunnelAdmission: Enforce admits tunnelled traffic only from the node IPs of the
+	// RemoteSubnetRoutes, with their VNI and inner sources their nodes own; Off admits every IPv4
+	// packet of the tunnel, for underlays with NAT between the nodes. See docs/tunnel-admission.md.
+	// +optional
+	// +kubebuilder:default=Enforce
+	TunnelAdmission TunnelAdmission `json:"tunnelAdmission,omitempty"`
 
 	// mtu of Pod interfaces and the gateway. Absent: the uplink's MTU less the tunnel overhead
 	// (50 bytes for VXLAN, 58 for Geneve; none in NoEncap mode).

@@ -53,6 +53,10 @@ type desired struct {
 	// tunnel is nil in NoEncap mode.
 	tunnel *ovsdb.PortSpec
 	vni    uint32
+	// tunnelUDPPort is the tunnel's UDP destination port.
+	tunnelUDPPort uint16
+	// admitAny turns tunnel admission off (spec.encapsulation.tunnelAdmission Off).
+	admitAny bool
 	// vtepMAC is the node's VTEP MAC (vtep.MAC); set by the reconciler, which knows the node's name.
 	vtepMAC net.HardwareAddr
 	snat    bool
@@ -117,6 +121,7 @@ func desiredState(spec networkv1alpha1.WindowsNodeNetworkSpec, f facts) (desired
 	d.bridge = ovsdb.BridgeSpec{
 		Name: string(spec.Bridge.Name), DatapathType: string(spec.Bridge.DatapathType), HWAddr: f.uplinkMAC,
 		ExternalIDs: map[string]string{UplinkKey: f.uplinkName},
+		FlowLimits:  map[int]int{int(pipeline.TunnelSourceSeenTable): pipeline.TunnelSeenLimit},
 	}
 	d.uplink = ovsdb.PortSpec{Name: f.uplinkName, Type: ovsdb.PortTypeSystem, OFPortRequest: UplinkOFPort}
 	d.gatewayPort = ovsdb.PortSpec{Name: string(spec.Gateway.Name), Type: ovsdb.PortTypeInternal, OFPortRequest: GatewayOFPort}
@@ -129,8 +134,10 @@ func desiredState(spec networkv1alpha1.WindowsNodeNetworkSpec, f facts) (desired
 			LocalIP: d.nodeIP.String(), DstPort: tunnelPort(enc),
 		})
 		d.tunnel = &t
+		d.tunnelUDPPort = uint16(tunnelPort(enc))
 	}
 	d.vni = uint32(enc.VNI)
+	d.admitAny = enc.TunnelAdmission == networkv1alpha1.TunnelAdmissionOff
 
 	d.snat = spec.SNAT.Enabled == nil || *spec.SNAT.Enabled
 	for _, list := range [][]networkv1alpha1.CIDR{spec.ClusterCIDRs, spec.ServiceCIDRs, spec.SNAT.ExcludeCIDRs} {
@@ -171,7 +178,7 @@ func (d desired) pipelineNode(gatewayMAC net.HardwareAddr, ofports map[string]in
 	}
 	if d.tunnel != nil {
 		n.TunnelOFPort = uint32(ofports[d.tunnel.Name])
-		n.VNI, n.VTEPMAC = d.vni, d.vtepMAC
+		n.VNI, n.VTEPMAC, n.AdmitAnyTunnelSource, n.TunnelUDPPort = d.vni, d.vtepMAC, d.admitAny, d.tunnelUDPPort
 	}
 	return n
 }

@@ -11,6 +11,7 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -52,6 +53,8 @@ type Reconciler struct {
 	State    *nodenetwork.State
 	// ResyncPeriod is the drift check period; zero means DefaultResyncPeriod.
 	ResyncPeriod time.Duration
+	// Recorder emits the Events of tunnel admission (admission.go); nil emits none.
+	Recorder events.EventRecorder
 
 	// installed holds, per RemoteSubnetRoute, what was installed for it; a change to one route is
 	// applied against it without a pass over all routes. The full pass at start-up and every
@@ -61,6 +64,10 @@ type Reconciler struct {
 	failed    map[string]string
 	// routes is the cache of RemoteSubnetRoutes (see SetupWithManager).
 	routes cache.Cache
+	// peers maps the object part of the routes' cookies to their routes; admission what the
+	// last reads of tunnel admission's counters saw (admission.go).
+	peers     map[uint64]peer
+	admission admissionReport
 }
 
 // routeState is what was installed for one RemoteSubnetRoute.
@@ -119,6 +126,27 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	})
 	if err := mgr.Add(follow); err != nil {
 		return fmt.Errorf("adding the route watch: %w", err)
+	}
+	// The routes' flows depend on the realised node network (its VNI, tunnel port and UDP port,
+	// admission): a change to it wakes a full pass at once rather than at the next ResyncPeriod.
+	if r.State != nil {
+		realized := r.State.Subscribe()
+		onRealized := manager.RunnableFunc(func(ctx context.Context) error {
+			for {
+				select {
+				case <-ctx.Done():
+					return nil
+				case <-realized:
+					select {
+					case drift <- event.GenericEvent{Object: &networkv1alpha1.RemoteSubnetRoute{}}:
+					default: // a wake-up is pending already
+					}
+				}
+			}
+		})
+		if err := mgr.Add(onRealized); err != nil {
+			return fmt.Errorf("adding the node network watch: %w", err)
+		}
 	}
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("remotesubnetroute").
@@ -193,7 +221,9 @@ func (r *Reconciler) reconcileAll(ctx context.Context, rz nodenetwork.Realized, 
 
 	flows := make([]openflow.Flow, 0, 2*len(routes))
 	hostRoutes := make([]hostnet.Route, 0, len(routes))
+	r.peers = make(map[uint64]peer, len(routes))
 	for _, rt := range routes {
+		r.rememberPeer(rt.name, rt.nodeIP)
 		rf, hr, err := r.realise(ctx, rz, rt)
 		if err != nil {
 			failed[rt.name] = err.Error()
@@ -242,6 +272,7 @@ func (r *Reconciler) reconcileAll(ctx context.Context, rz nodenetwork.Realized, 
 	}
 	r.installed, r.failed = installed, failed
 	r.publish()
+	r.readAdmission(ctx, rz)
 	return ctrl.Result{RequeueAfter: resync}, nil
 }
 
@@ -269,6 +300,7 @@ func (r *Reconciler) reconcileOne(ctx context.Context, rz nodenetwork.Realized, 
 	}
 	var flows []openflow.Flow
 	for _, rt := range routes {
+		r.rememberPeer(rt.name, rt.nodeIP)
 		rf, hr, err := r.realise(ctx, rz, rt)
 		if err != nil {
 			state.failure = err.Error()
@@ -336,7 +368,8 @@ func (r *Reconciler) publish() {
 
 // realise returns the flows and the host route of one route.
 func (r *Reconciler) realise(ctx context.Context, rz nodenetwork.Realized, rt route) ([]openflow.Flow, hostnet.Route, error) {
-	rr := pipeline.RemoteRoute{CIDR: rt.cidr, Tunnel: rt.tunnel, NodeIP: rt.nodeIP, VNI: rt.vni, DstMAC: rt.dstMAC}
+	id := objectID(rt.name)
+	rr := pipeline.RemoteRoute{CIDR: rt.cidr, Tunnel: rt.tunnel, NodeIP: rt.nodeIP, VNI: rt.vni, DstMAC: rt.dstMAC, Peer: id}
 	host := hostnet.Route{Dst: rt.cidr, Owned: true}
 	if rt.tunnel {
 		rr.GatewayIP = rt.gatewayIP
@@ -350,7 +383,6 @@ func (r *Reconciler) realise(ctx context.Context, rz nodenetwork.Realized, rt ro
 		host.Gateway, host.LinkIndex = rt.nodeIP, rz.BridgeLinkIndex
 	}
 	flows := rz.Node.RouteFlows(rr)
-	id := objectID(rt.name)
 	for i := range flows {
 		flows[i].Cookie = id
 	}

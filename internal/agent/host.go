@@ -89,7 +89,7 @@ func SetupNodeNetwork(ctx context.Context, mgr ctrl.Manager, nodeName string, op
 	if err := nodes.SetupWithManager(mgr); err != nil {
 		return err
 	}
-	routes := &remoteroute.Reconciler{Client: mgr.GetClient(), NodeName: nodeName, Net: netClient, State: state}
+	routes := &remoteroute.Reconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("winnet-agent"), NodeName: nodeName, Net: netClient, State: state}
 	if err := routes.SetupWithManager(mgr); err != nil {
 		return err
 	}

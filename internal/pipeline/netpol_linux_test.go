@@ -2,6 +2,7 @@ package pipeline
 
 import (
 	"fmt"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"slices"
@@ -51,9 +52,14 @@ func TestPolicyPaths(t *testing.T) {
 		}
 		return fmt.Sprintf("in_port=11,%s,dl_src=%s,dl_dst=%s,nw_src=10.244.1.6,nw_dst=%s,nw_ttl=64%s", proto, pod2.MAC, dmac, dst, extra)
 	}
+	// A remote Pod's packet comes from the peer that owns its address (tunnel admission).
 	fromTunnel := func(proto, src, extra string) string {
-		return fmt.Sprintf("in_port=1,%s,dl_src=%s,dl_dst=%s,nw_src=%s,nw_dst=10.244.1.5,nw_ttl=64,tun_id=4096,tun_src=192.168.10.12,tun_dst=192.168.10.11%s",
-			proto, gw, GlobalVirtualMAC, src, extra)
+		peer, vni := remote.NodeIP, remote.VNI
+		if remote3.CIDR.Contains(netip.MustParseAddr(src)) {
+			peer, vni = remote3.NodeIP, remote3.VNI
+		}
+		return fmt.Sprintf("in_port=1,%s,dl_src=%s,dl_dst=%s,nw_src=%s,nw_dst=10.244.1.5,nw_ttl=64,tun_id=%d,tun_src=%s,tun_dst=192.168.10.11%s",
+			proto, gw, GlobalVirtualMAC, src, vni, peer, extra)
 	}
 	newConn := []string{"trk,new", "trk,new"}
 	deniedEgress := `60\. ip,in_port=11, priority 200\n\s+drop`
@@ -156,9 +162,9 @@ func TestPolicyPaths(t *testing.T) {
 			reject: notDenied,
 		},
 		{
-			name: "Traffic with the node's gateway address from the tunnel is not the node (Antrea issue 280)",
+			name: "Traffic with the node's gateway address from the tunnel is not the node (Antrea issue 280): no peer owns it",
 			flow: fromTunnel("tcp", "10.244.1.1", ",tp_dst=8080"), ctNext: newConn,
-			want: []string{deniedIngress},
+			want: []string{`1\. tun_id=0x1000,tun_src=192\.168\.10\.12, priority 195\n\s+drop`},
 		},
 		{
 			name: "Traffic a remote node masqueraded to its gateway address is not this node",

@@ -22,9 +22,16 @@ type Node struct {
 	UplinkOFPort uint32
 	// TunnelOFPort is the tunnel port; 0 when the node does not encapsulate (NoEncap).
 	TunnelOFPort uint32
-	// VNI is the tunnel's own VNI: accepted from every peer (a route with a VNI of its own adds that
-	// VNI from its peer only, RouteFlows).
+	// TunnelUDPPort is the tunnel's UDP destination port (4789, 6081, ...): the node's Pods may not
+	// send to it on any node (podTunnelGuard).
+	TunnelUDPPort uint16
+	// VNI is the tunnel's own VNI: the VNI of every peer whose route has none of its own.
 	VNI uint32
+	// AdmitAnyTunnelSource turns tunnel admission off: every IPv4 packet on the tunnel port goes
+	// on, whatever its tunnel source, VNI and inner source, as on an underlay that rewrites the
+	// peers' addresses (NAT). Off by default: only peers' tunnel endpoints with inner sources they
+	// own are admitted (RouteFlows).
+	AdmitAnyTunnelSource bool
 	// VTEPMAC is the node's VTEP MAC: tunnelled traffic to it is delivered like traffic to the global
 	// virtual MAC, and it is the inner source MAC of what the node encapsulates.
 	VTEPMAC net.HardwareAddr
@@ -104,31 +111,52 @@ func (n Node) classifierFlows() []openflow.Flow {
 		flow(SpoofGuardTable, priorityMiss, nil, openflow.Drop()),
 	)
 	if n.TunnelOFPort != 0 {
-		out = append(out, n.tunnelAcceptFlows(openflow.TunID(uint64(n.VNI)))...)
+		out = append(out, n.tunnelFlows()...)
+		out = append(out, n.podTunnelGuard(n.NodeIP)...)
 	}
 	return out
 }
 
-// tunnelAcceptFlows accept what arrives on the tunnel port with the VNI (and tunnel source) of m, and
-// nothing else reaches the pipeline from there (the table's miss drops it): a peer that sends with another
-// VNI belongs to another network, and only IPv4 goes on (conntrack drops the rest anyway). Traffic addressed
-// to the node's VTEP MAC (flannel's Linux nodes address each node by its own MAC) gets the global virtual MAC
-// that L3Forwarding delivers on the fast path.
+// podTunnelGuard drops the node's Pods' UDP to the tunnel port of the node at nodeIP (this node, or a
+// peer: RouteFlows), as Calico drops VXLAN from workloads: a Pod's traffic to a node IP is SNATed to
+// its own node's IP, so a tunnel packet a Pod built would reach the peer from its node's tunnel
+// endpoint, with inner sources of its node's Pod CIDR (another Pod, the gateway), and pass the peer's
+// admission.
+func (n Node) podTunnelGuard(nodeIP netip.Addr) []openflow.Flow {
+	if n.TunnelUDPPort == 0 || !nodeIP.Is4() {
+		return nil
+	}
+	return []openflow.Flow{flow(SpoofGuardTable, priorityHigh,
+		match(openflow.IPv4(), openflow.IPProto(openflow.ProtoUDP), regMatch(PktSourceField, FromLocalPod), openflow.NwDst(netip.PrefixFrom(nodeIP, 32)),
+			openflow.TpDst(openflow.ProtoUDP, n.TunnelUDPPort)), openflow.Drop())}
+}
+
+// tunnelFlows send what arrives on the tunnel port through TunnelAdmissionTable, whose miss drops
+// what comes from no peer (TunnelDropUnknownSource; the peers' flows are RouteFlows'), and classify
+// what it admits in TunnelClassifierTable. With admission off, every IPv4 packet is admitted.
 //
-// Decapsulated traffic to the node's Pods is routed by the node, so its TTL goes down by one, as the Linux
-// kernel does with what flannel.<VNI> decapsulates (ip_forward from the vxlan device to cni0): a packet
-// between Pods of two nodes arrives with two less, whichever side runs flannel. Traffic to the gateway
-// address is for the host itself (local delivery on Linux) and keeps its TTL.
-func (n Node) tunnelAcceptFlows(m ...openflow.MatchField) []openflow.Flow {
-	in := append(match(openflow.InPort(n.TunnelOFPort), openflow.IPv4()), m...)
-	toHost := append(slices.Clone(in), openflow.NwDst(netip.PrefixFrom(n.GatewayIP, 32)))
+// Admitted traffic addressed to the node's VTEP MAC (flannel's Linux nodes address each node by
+// its own MAC) gets the global virtual MAC that L3Forwarding delivers on the fast path.
+// Decapsulated traffic to the node's Pods is routed by the node, so its TTL goes down by one, as
+// the Linux kernel does with what flannel.<VNI> decapsulates (ip_forward from the vxlan device to
+// cni0): a packet between Pods of two nodes arrives with two less, whichever side runs flannel.
+// Traffic to the gateway address is for the host itself (local delivery on Linux) and keeps its TTL.
+func (n Node) tunnelFlows() []openflow.Flow {
+	in := match(openflow.IPv4())
 	out := []openflow.Flow{
-		flow(ClassifierTable, priorityNormal, in, openflow.DecTTL(), loadReg(PktSourceField, FromTunnel), openflow.GotoTable(ConntrackTable)),
+		flow(ClassifierTable, priorityNormal, match(openflow.InPort(n.TunnelOFPort)), openflow.GotoTable(TunnelAdmissionTable)),
+		flow(TunnelAdmissionTable, priorityMiss, nil, openflow.Drop()),
+		flow(TunnelClassifierTable, priorityNormal, in, openflow.DecTTL(), loadReg(PktSourceField, FromTunnel), openflow.GotoTable(ConntrackTable)),
 		// L3Forwarding gives traffic to the gateway address that carries the global virtual MAC the gateway's.
-		flow(ClassifierTable, priorityTop, toHost, openflow.SetEthDst(GlobalVirtualMAC), loadReg(PktSourceField, FromTunnel), openflow.GotoTable(ConntrackTable)),
+		flow(TunnelClassifierTable, priorityTop, append(slices.Clone(in), openflow.NwDst(netip.PrefixFrom(n.GatewayIP, 32))),
+			openflow.SetEthDst(GlobalVirtualMAC), loadReg(PktSourceField, FromTunnel), openflow.GotoTable(ConntrackTable)),
+		flow(TunnelClassifierTable, priorityMiss, nil, openflow.Drop()),
+	}
+	if n.AdmitAnyTunnelSource {
+		out = append(out, flow(TunnelAdmissionTable, priorityTunnelOpen, match(openflow.IPv4()), openflow.GotoTable(TunnelClassifierTable)))
 	}
 	if n.VTEPMAC != nil {
-		out = append(out, flow(ClassifierTable, priorityHigh, append(slices.Clone(in), openflow.EthDst(n.VTEPMAC)),
+		out = append(out, flow(TunnelClassifierTable, priorityHigh, append(slices.Clone(in), openflow.EthDst(n.VTEPMAC)),
 			openflow.SetEthDst(GlobalVirtualMAC), openflow.DecTTL(), loadReg(PktSourceField, FromTunnel), openflow.GotoTable(ConntrackTable)))
 	}
 	return out

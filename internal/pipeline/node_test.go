@@ -19,6 +19,7 @@ func testNode() Node {
 		GatewayOFPort: 2,
 		UplinkOFPort:  3,
 		TunnelOFPort:  1,
+		TunnelUDPPort: 4789,
 		VNI:           1,
 		VTEPMAC:       mustMAC("0e:5e:00:00:00:0b"),
 		SNAT:          true,
@@ -96,4 +97,48 @@ func TestNoEncapHasNoTunnelClassifier(t *testing.T) {
 	g.Expect(strings.Join(featureFlows(n, CategoryClassifier), "\n")).To(ContainSubstring("in_port=1 "))
 	n.TunnelOFPort = 0
 	g.Expect(strings.Join(featureFlows(n, CategoryClassifier), "\n")).NotTo(ContainSubstring("in_port=1 "))
+}
+
+// TestTunnelAdmissionFlows pins the tunnel admission flows: the classifier sends the tunnel port to
+// TunnelAdmission, whose miss drops; a route admits its peer's address with its VNI and inner sources
+// it owns, drops the rest of the peer's traffic by reason, and learns where its inner sources come
+// from otherwise; admitted traffic is classified as before.
+func TestTunnelAdmissionFlows(t *testing.T) {
+	g := NewWithT(t)
+	n := testNode()
+	g.Expect(featureFlows(n, CategoryClassifier)).To(ContainElements(
+		"priority=200,in_port=1 actions=goto_table:1",
+		"table=1, priority=0 actions=drop",
+		"table=2, priority=220,ip,nw_dst=10.244.1.1 actions=set_field:aa:bb:cc:dd:ee:ff->eth_dst,set_field:0/0xffff->reg0,goto_table:30",
+		"table=2, priority=210,ip,dl_dst=0e:5e:00:00:00:0b actions=set_field:aa:bb:cc:dd:ee:ff->eth_dst,dec_ttl,set_field:0/0xffff->reg0,goto_table:30",
+		"table=2, priority=200,ip actions=dec_ttl,set_field:0/0xffff->reg0,goto_table:30",
+		"table=2, priority=0 actions=drop",
+	))
+	g.Expect(featureFlows(n, CategoryClassifier)).NotTo(ContainElement(ContainSubstring("table=1, priority=220")), "admission is on")
+	remote := RemoteRoute{
+		CIDR: netip.MustParsePrefix("10.244.2.0/24"), Tunnel: true, NodeIP: netip.MustParseAddr("192.168.10.12"),
+		VNI: 4096, DstMAC: GlobalVirtualMAC, GatewayIP: netip.MustParseAddr("10.244.2.1"), Peer: 0x2,
+	}
+	var route []string
+	for _, f := range n.RouteFlows(remote) {
+		if f.Table == TunnelAdmissionTable {
+			route = append(route, f.String())
+		}
+	}
+	g.Expect(route).To(ConsistOf(
+		"table=1, priority=200,ip,tun_id=0x1000,tun_src=192.168.10.12,nw_src=10.244.2.0/24 actions=goto_table:2",
+		"table=1, priority=200,ip,tun_id=0x1000,tun_src=192.168.10.12,nw_src=192.168.10.12 actions=goto_table:2",
+		"table=1, priority=195,tun_id=0x1000,tun_src=192.168.10.12 actions=drop",
+		"table=1, priority=190,tun_src=192.168.10.12 actions=drop",
+		"table=1, priority=180,ip,nw_src=10.244.2.0/24 actions=learn(table=3,hard_timeout=60,priority=200,delete_learned,cookie=0xa0000000002,NXM_NX_TUN_IPV4_SRC[])",
+		"table=1, priority=180,ip,nw_src=192.168.10.12 actions=learn(table=3,hard_timeout=60,priority=200,delete_learned,cookie=0xa0000000002,NXM_NX_TUN_IPV4_SRC[])",
+	))
+	g.Expect(featureFlows(n, CategoryClassifier)).To(ContainElement("table=10, priority=210,udp,reg0=0x2/0xffff,nw_dst=192.168.10.11,tp_dst=4789 actions=drop"),
+		"the node's Pods may not send to its tunnel port")
+	g.Expect(n.RouteFlows(remote)).To(ContainElement(HaveField("String()", "table=10, priority=210,udp,reg0=0x2/0xffff,nw_dst=192.168.10.12,tp_dst=4789 actions=drop")),
+		"nor to a peer's")
+	n.AdmitAnyTunnelSource = true
+	g.Expect(featureFlows(n, CategoryClassifier)).To(ContainElement("table=1, priority=220,ip actions=goto_table:2"))
+	n.TunnelOFPort = 0
+	g.Expect(n.RouteFlows(remote)).NotTo(ContainElement(HaveField("Table", TunnelAdmissionTable)), "no tunnel, nothing to admit")
 }

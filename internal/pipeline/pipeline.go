@@ -13,6 +13,20 @@ const (
 	// ClassifierTable marks the packet's source in PktSourceField and sends host traffic between
 	// the uplink and the bridge's LOCAL port straight through.
 	ClassifierTable uint8 = 0
+	// TunnelAdmissionTable admits what arrives on the tunnel port only from a peer's tunnel endpoint
+	// (tun_src, the node IP of a RemoteSubnetRoute) with the peer's VNI and an inner source the peer
+	// owns (its Pod CIDRs, its node IP): RouteFlows. The rest is dropped by flows whose priority tells
+	// the reason (TunnelDropReasons); traffic carrying a peer's inner source from another address also
+	// records that address in TunnelSourceSeenTable. With admission off (Node.TunnelAdmission false)
+	// one flow admits every IPv4 packet.
+	TunnelAdmissionTable uint8 = 1
+	// TunnelClassifierTable marks admitted tunnel traffic as FromTunnel and routes it (TTL, MAC).
+	TunnelClassifierTable uint8 = 2
+	// TunnelSourceSeenTable holds only flows learned by TunnelAdmissionTable: one per tunnel source
+	// from which a peer's inner sources arrived, cookie CategoryTunnelSeen with the peer's route
+	// object, for TunnelSeenTimeout seconds. No packet walks it; the agent reads it to say which
+	// address a peer's dropped traffic comes from.
+	TunnelSourceSeenTable uint8 = 3
 	// SpoofGuardTable admits a Pod's packets only with the Pod's own MAC and IP.
 	SpoofGuardTable uint8 = 10
 	// ARPResponderTable answers ARP for remote gateways with the global virtual MAC.
@@ -88,6 +102,9 @@ const (
 // TableNames names every table, for logs and `kubectl describe`.
 var TableNames = map[uint8]string{
 	ClassifierTable:       "Classifier",
+	TunnelAdmissionTable:  "TunnelAdmission",
+	TunnelClassifierTable: "TunnelClassifier",
+	TunnelSourceSeenTable: "TunnelSourceSeen",
 	SpoofGuardTable:       "SpoofGuard",
 	ARPResponderTable:     "ARPResponder",
 	ConntrackTable:        "Conntrack",
@@ -182,7 +199,54 @@ const (
 	// port's cluster group and the timeout, so that a learning flow that changes (or goes) takes
 	// the flows it learned with it (learn's delete_learned).
 	CategoryAffinityLearned uint8 = 9
+	// CategoryTunnelSeen is the cookie category of the flows TunnelAdmissionTable learns into
+	// TunnelSourceSeenTable (never synced: ovs-vswitchd adds them); the object part is the object of
+	// the route whose inner sources arrived from the learned address, and they go with the route's
+	// flows (delete_learned).
+	CategoryTunnelSeen uint8 = 10
 )
+
+// TunnelSeenLimit caps the flows of TunnelSourceSeenTable (the bridge's flow_limit for it): at most
+// that many addresses a peer's inner sources arrived from are remembered at once, however many
+// outer sources a forger uses; a learn beyond it is refused by ovs-vswitchd (the packet is dropped
+// all the same).
+const TunnelSeenLimit = 1024
+
+// TunnelSeenTimeout is how long (seconds) TunnelSourceSeenTable remembers an address a peer's inner
+// sources arrived from after its last packet.
+const TunnelSeenTimeout uint16 = 60
+
+// Priorities of TunnelAdmissionTable; each drop priority is one reason (TunnelDropReasons).
+const (
+	// priorityTunnelOpen admits everything when admission is off.
+	priorityTunnelOpen = priorityTop
+	// priorityTunnelAdmit: a peer's address, its VNI, an inner source it owns.
+	priorityTunnelAdmit = priorityNormal
+	// priorityTunnelNotOwned: a peer's address and VNI, an inner source it does not own (or not IPv4).
+	priorityTunnelNotOwned uint16 = 195
+	// priorityTunnelWrongVNI: a peer's address with another VNI than the peer's.
+	priorityTunnelWrongVNI = priorityLow
+	// priorityTunnelPeerElsewhere: a peer's inner source from an address that is no peer's (NAT
+	// between the nodes, a flannel public-ip unlike the arrival address, or a forgery); learned.
+	priorityTunnelPeerElsewhere = prioritySkip
+	// priorityMiss: no peer's address and no peer's inner source.
+)
+
+// The reasons of tunnel admission drops, as metric labels.
+const (
+	TunnelDropUnknownSource = "unknown-source"
+	TunnelDropNotOwned      = "inner-source-not-owned"
+	TunnelDropWrongVNI      = "wrong-vni"
+	TunnelDropPeerElsewhere = "peer-from-other-address"
+)
+
+// TunnelDropReasons maps the priority of each drop flow of TunnelAdmissionTable to its reason.
+var TunnelDropReasons = map[uint16]string{
+	priorityTunnelNotOwned:      TunnelDropNotOwned,
+	priorityTunnelWrongVNI:      TunnelDropWrongVNI,
+	priorityTunnelPeerElsewhere: TunnelDropPeerElsewhere,
+	priorityMiss:                TunnelDropUnknownSource,
+}
 
 // BaseCategories are the categories of Node.Features, in install order.
 var BaseCategories = []uint8{CategoryClassifier, CategoryConntrack, CategoryForwarding, CategorySNAT}

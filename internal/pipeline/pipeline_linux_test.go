@@ -23,7 +23,12 @@ var (
 	pod2   = Pod{OFPort: 11, MAC: mustMAC("02:42:0a:f4:01:06"), IP: netip.MustParseAddr("10.244.1.6")}
 	remote = RemoteRoute{
 		CIDR: netip.MustParsePrefix("10.244.2.0/24"), Tunnel: true, NodeIP: netip.MustParseAddr("192.168.10.12"),
-		VNI: 4096, DstMAC: GlobalVirtualMAC, GatewayIP: netip.MustParseAddr("10.244.2.1"),
+		VNI: 4096, DstMAC: GlobalVirtualMAC, GatewayIP: netip.MustParseAddr("10.244.2.1"), Peer: 0x2,
+	}
+	// remote3 is a second peer, with the node's own VNI.
+	remote3 = RemoteRoute{
+		CIDR: netip.MustParsePrefix("10.244.3.0/24"), Tunnel: true, NodeIP: netip.MustParseAddr("192.168.10.13"),
+		VNI: 1, DstMAC: GlobalVirtualMAC, GatewayIP: netip.MustParseAddr("10.244.3.1"), Peer: 0x3,
 	}
 )
 
@@ -45,7 +50,7 @@ func loadPipeline(t *testing.T, n Node) (*ovstest.OVS, []string) {
 		args := []string{"add-port", "br-int", p.name, "--", "set", "interface", p.name, fmt.Sprintf("ofport_request=%d", p.ofport)}
 		o.MustVsctl(t, append(args, p.opts...)...)
 	}
-	flows := slices.Concat(n.BaseFlows(), n.PodFlows(pod1), n.PodFlows(pod2), n.RouteFlows(remote))
+	flows := slices.Concat(n.BaseFlows(), n.PodFlows(pod1), n.PodFlows(pod2), n.RouteFlows(remote), n.RouteFlows(remote3))
 	var text []string
 	for _, f := range flows {
 		text = append(text, f.String())
@@ -112,13 +117,13 @@ func TestPipelinePaths(t *testing.T) {
 		},
 		{
 			name:   "Tunnelled traffic to the node's VTEP MAC is delivered on the fast path, routed once (TTL 63)",
-			flow:   fmt.Sprintf("in_port=1,tcp,dl_src=%s,dl_dst=%s,nw_src=10.244.2.7,nw_dst=10.244.1.5,nw_ttl=64,tun_id=1,tun_src=192.168.10.12,tun_dst=192.168.10.11", gw, n.VTEPMAC),
+			flow:   fmt.Sprintf("in_port=1,tcp,dl_src=%s,dl_dst=%s,nw_src=10.244.2.7,nw_dst=10.244.1.5,nw_ttl=64,tun_id=4096,tun_src=192.168.10.12,tun_dst=192.168.10.11", gw, n.VTEPMAC),
 			ctNext: []string{"trk,new", "trk,new"},
 			want:   []string{fmt.Sprintf("set_field:%s->eth_dst", pod1.MAC), "-> output port is 10", `Datapath actions: .*ttl=63`},
 		},
 		{
 			name:   "Tunnelled traffic to the gateway address is for the host and keeps its TTL",
-			flow:   fmt.Sprintf("in_port=1,tcp,dl_src=%s,dl_dst=%s,nw_src=10.244.2.7,nw_dst=10.244.1.1,nw_ttl=64,tun_id=1,tun_src=192.168.10.12,tun_dst=192.168.10.11", gw, n.VTEPMAC),
+			flow:   fmt.Sprintf("in_port=1,tcp,dl_src=%s,dl_dst=%s,nw_src=10.244.2.7,nw_dst=10.244.1.1,nw_ttl=64,tun_id=4096,tun_src=192.168.10.12,tun_dst=192.168.10.11", gw, n.VTEPMAC),
 			ctNext: []string{"trk,new", "trk,new"},
 			want:   []string{"-> output port is 2"},
 			reject: []string{"dec_ttl", "ttl=63"},
@@ -175,8 +180,97 @@ func TestPipelinePaths(t *testing.T) {
 			flow: fmt.Sprintf("in_port=2,arp,dl_src=%s,dl_dst=ff:ff:ff:ff:ff:ff,arp_op=1,arp_spa=10.244.1.1,arp_tpa=10.244.2.1,arp_sha=%s", gw, gw),
 			want: []string{"set_field:aa:bb:cc:dd:ee:ff->arp_sha", "set_field:10.244.2.1->arp_spa", "IN_PORT"},
 		},
+		{
+			name:   "A Pod's UDP to a peer's tunnel port is dropped (it would leave SNATed to the node IP, as the node's tunnel)",
+			flow:   fmt.Sprintf("in_port=10,udp,dl_src=%s,dl_dst=%s,nw_src=10.244.1.5,nw_dst=192.168.10.12,udp_src=40000,udp_dst=4789,nw_ttl=64", pod1.MAC, gw),
+			want:   []string{`10\. udp,reg0=0x2/0xffff,nw_dst=192\.168\.10\.12,tp_dst=4789, priority 210\n\s+drop`, "Datapath actions: drop"},
+			reject: []string{"nat(src="},
+		},
+		{
+			name: "A Pod's ARP with its own MAC and IP passes the spoof guard",
+			flow: fmt.Sprintf("in_port=10,arp,dl_src=%s,dl_dst=ff:ff:ff:ff:ff:ff,arp_op=2,arp_spa=10.244.1.5,arp_tpa=10.244.1.5,arp_sha=%s", pod1.MAC, pod1.MAC),
+			want: []string{"goto_table:20", "NORMAL"},
+		},
+		{
+			name:   "A Pod announcing its own IP with another Pod's MAC (arp_sha) is dropped",
+			flow:   fmt.Sprintf("in_port=10,arp,dl_src=%s,dl_dst=ff:ff:ff:ff:ff:ff,arp_op=2,arp_spa=10.244.1.5,arp_tpa=10.244.1.5,arp_sha=%s", pod1.MAC, pod2.MAC),
+			want:   []string{`10\. priority 0\n\s+drop`, "Datapath actions: drop"},
+			reject: []string{"NORMAL", "goto_table:20"},
+		},
 	}
 	runTraces(t, o, cases)
+}
+
+// tunnelled is a TCP packet from the tunnel to pod1 with the tunnel source, VNI and inner source given.
+func tunnelled(n Node, tunSrc string, vni int, innerSrc string) string {
+	return fmt.Sprintf("in_port=1,tcp,dl_src=%s,dl_dst=%s,nw_src=%s,nw_dst=10.244.1.5,nw_ttl=64,tun_id=%d,tun_src=%s,tun_dst=192.168.10.11",
+		n.GatewayMAC, GlobalVirtualMAC, innerSrc, vni, tunSrc)
+}
+
+// TestTunnelAdmissionPaths traces tunnelled packets: only a peer's tunnel endpoint, with its VNI and
+// an inner source it owns, reaches a Pod; every other packet ends in the drop flow of its reason.
+func TestTunnelAdmissionPaths(t *testing.T) {
+	n := testNode()
+	o, _ := loadPipeline(t, n)
+	delivered := []string{"-> output port is 10", `Datapath actions: .*ttl=63`}
+	cases := []traceCase{
+		{
+			name: "A peer's Pod from the peer's address with its VNI is admitted",
+			flow: tunnelled(n, "192.168.10.13", 1, "10.244.3.9"), ctNext: []string{"trk,new", "trk,new"},
+			want: append([]string{`1\. ip,tun_id=0x1,tun_src=192\.168\.10\.13,nw_src=10\.244\.3\.0/24, priority 200`}, delivered...),
+		},
+		{
+			name: "The peer's host (inner source its node IP) is admitted",
+			flow: tunnelled(n, "192.168.10.12", 4096, "192.168.10.12"), ctNext: []string{"trk,new", "trk,new"},
+			want: delivered,
+		},
+		{
+			name:   "A host that is no peer, with inner source a peer's Pod, is dropped and its address learned for the peer",
+			flow:   tunnelled(n, "192.168.10.254", 1, "10.244.3.9"),
+			want:   []string{`1\. ip,nw_src=10\.244\.3\.0/24, priority 180\n\s+learn\(table=3,hard_timeout=60,priority=200,delete_learned,cookie=0xa0000000003,NXM_NX_TUN_IPV4_SRC\[\]\)`, "Datapath actions: drop"},
+			reject: []string{"output port", "goto_table:2\n"},
+		},
+		{
+			name:   "A host that is no peer, with an inner source no peer owns, is dropped",
+			flow:   tunnelled(n, "192.168.10.254", 1, "172.16.0.9"),
+			want:   []string{`1\. priority 0\n\s+drop`, "Datapath actions: drop"},
+			reject: []string{"output port"},
+		},
+		{
+			name:   "A peer sending another peer's Pod address is dropped",
+			flow:   tunnelled(n, "192.168.10.12", 4096, "10.244.3.9"),
+			want:   []string{`1\. tun_id=0x1000,tun_src=192\.168\.10\.12, priority 195\n\s+drop`, "Datapath actions: drop"},
+			reject: []string{"output port", "learn("},
+		},
+		{
+			name:   "A peer sending this node's gateway address is dropped",
+			flow:   tunnelled(n, "192.168.10.12", 4096, "10.244.1.1"),
+			want:   []string{`priority 195\n\s+drop`, "Datapath actions: drop"},
+			reject: []string{"output port"},
+		},
+		{
+			name:   "A peer with another VNI than its own is dropped",
+			flow:   tunnelled(n, "192.168.10.12", 1, "10.244.2.7"),
+			want:   []string{`1\. tun_src=192\.168\.10\.12, priority 190\n\s+drop`, "Datapath actions: drop"},
+			reject: []string{"output port"},
+		},
+	}
+	runTraces(t, o, cases)
+}
+
+// TestTunnelAdmissionOff traces the packets admission drops through a node with admission off: they
+// reach the Pod.
+func TestTunnelAdmissionOff(t *testing.T) {
+	n := testNode()
+	n.AdmitAnyTunnelSource = true
+	o, _ := loadPipeline(t, n)
+	runTraces(t, o, []traceCase{
+		{
+			name: "A host that is no peer reaches the Pod",
+			flow: tunnelled(n, "192.168.10.254", 7, "172.16.0.9"), ctNext: []string{"trk,new", "trk,new"},
+			want: []string{`1\. ip, priority 220\n\s+goto_table:2`, "-> output port is 10"},
+		},
+	})
 }
 
 // traceCase is a packet traced through the installed pipeline with ofproto/trace.

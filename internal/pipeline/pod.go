@@ -15,8 +15,9 @@ type Pod struct {
 }
 
 // PodFlows are the flows of one local Pod: it is classified as a local Pod, may send only with its
-// own MAC and IP, is reached by its MAC, and packets routed to it (from the tunnel, or un-NATed
-// replies) get its MAC and the gateway's as source.
+// own MAC and IP (ARP too: sender MAC and IP, arp_sha and arp_spa, as Antrea's SpoofGuard checks, so
+// that a Pod cannot announce its own IP with another Pod's MAC), is reached by its MAC, and packets
+// routed to it (from the tunnel, or un-NATed replies) get its MAC and the gateway's as source.
 func (n Node) PodFlows(p Pod) []openflow.Flow {
 	host := netip.PrefixFrom(p.IP, p.IP.BitLen())
 	return []openflow.Flow{
@@ -24,7 +25,7 @@ func (n Node) PodFlows(p Pod) []openflow.Flow {
 			loadReg(PktSourceField, FromLocalPod), openflow.GotoTable(SpoofGuardTable)),
 		flow(SpoofGuardTable, priorityNormal, match(openflow.InPort(p.OFPort), openflow.IPv4(), openflow.EthSrc(p.MAC), openflow.NwSrc(host)),
 			openflow.GotoTable(ConntrackTable)),
-		flow(SpoofGuardTable, priorityNormal, match(openflow.InPort(p.OFPort), openflow.ARP(), openflow.EthSrc(p.MAC), openflow.NwSrc(host)),
+		flow(SpoofGuardTable, priorityNormal, match(openflow.InPort(p.OFPort), openflow.ARP(), openflow.EthSrc(p.MAC), openflow.NwSrc(host), openflow.ARPSHA(p.MAC)),
 			openflow.GotoTable(ARPResponderTable)),
 		flow(L3ForwardingTable, priorityNormal, match(openflow.IPv4(), openflow.EthDst(GlobalVirtualMAC), openflow.NwDst(host)),
 			openflow.SetEthSrc(n.GatewayMAC), openflow.SetEthDst(p.MAC), openflow.GotoTable(L2ForwardingCalcTable)),

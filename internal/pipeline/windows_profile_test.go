@@ -130,6 +130,9 @@ func nodeVariants() map[string]Node {
 			}
 		}
 	}
+	n := testNode()
+	n.AdmitAnyTunnelSource = true
+	out["encap,tunnel admission off"] = n
 	return out
 }
 

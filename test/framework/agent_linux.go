@@ -123,7 +123,7 @@ func StartAgentWith(t testing.TB, s *APIServer, node *simnode.Node, opts AgentOp
 	if err := nodes.SetupWithManager(mgr); err != nil {
 		fail("node network reconciler", err)
 	}
-	routes := &remoteroute.Reconciler{Client: mgr.GetClient(), NodeName: node.Name, Net: net, State: state, ResyncPeriod: resync}
+	routes := &remoteroute.Reconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("winnet-agent"), NodeName: node.Name, Net: net, State: state, ResyncPeriod: resync}
 	if err := routes.SetupWithManager(mgr); err != nil {
 		fail("remote route reconciler", err)
 	}

@@ -166,6 +166,8 @@ var (
 	FieldPktMark = Field{"NXM_NX_PKT_MARK", 32}
 	FieldIPv6Src = Field{"NXM_NX_IPV6_SRC", 128}
 	FieldIPv6Dst = Field{"NXM_NX_IPV6_DST", 128}
+	// FieldTunIPv4Src is the tunnel source (tun_src) of a decapsulated packet.
+	FieldTunIPv4Src = Field{"NXM_NX_TUN_IPV4_SRC", 32}
 )
 
 // FieldReg is register idx as a whole field.

@@ -209,7 +209,7 @@ const (
 	kindNwProto  // printed where arp_op is; a flow has one or the other
 	kindICMPType // icmp_type, printed after the network fields
 	kindTpDst    // tp_dst (TCP or UDP, the protocol in reg), printed after the network fields
-	kindARPSha   // set_field only
+	kindARPSha   // arp_sha, printed after the network fields of ARP
 	kindPktMark  // set_field only
 )
 
@@ -329,6 +329,9 @@ func NwDst(p netip.Prefix) MatchField { return MatchField{kind: kindNwDst, prefi
 func ARPTPA(ip netip.Addr) MatchField {
 	return MatchField{kind: kindNwDst, prefix: netip.PrefixFrom(ip, ip.BitLen())}
 }
+
+// ARPSHA matches the ARP sender hardware address.
+func ARPSHA(mac net.HardwareAddr) MatchField { return MatchField{kind: kindARPSha, mac: mac} }
 
 // ARPOp matches the ARP opcode.
 func ARPOp(op uint16) MatchField { return MatchField{kind: kindARPOp, value: uint64(op)} }
@@ -492,6 +495,8 @@ func (m MatchField) text(arp bool) string {
 		return "nw_dst=" + prefixText(m.prefix)
 	case kindARPOp:
 		return fmt.Sprintf("arp_op=%d", m.value)
+	case kindARPSha:
+		return "arp_sha=" + m.mac.String()
 	case kindNwProto:
 		return fmt.Sprintf("nw_proto=%d", m.value)
 	case kindICMPType:

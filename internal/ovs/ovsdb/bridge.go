@@ -3,6 +3,7 @@ package ovsdb
 import (
 	"context"
 	"fmt"
+	"maps"
 	"net"
 	"slices"
 	"strings"
@@ -36,6 +37,10 @@ type BridgeSpec struct {
 	DatapathID uint64
 	// ExternalIDs are added to the bridge's external_ids (existing keys are kept).
 	ExternalIDs map[string]string
+	// FlowLimits caps the number of flows of OpenFlow tables (table -> limit; flow_limit of the
+	// table's Flow_Table row, overflow policy refuse): a flow added beyond it, learned ones included,
+	// is refused. Tables not named keep theirs.
+	FlowLimits map[int]int
 }
 
 func (s BridgeSpec) otherConfig() map[string]string {
@@ -111,6 +116,16 @@ func (c *Client) planCreateBridge(ctx context.Context, t *txn, spec BridgeSpec) 
 		ExternalIDs:  c.ownerIDs(spec.ExternalIDs),
 		Ports:        []string{portUUID},
 	}
+	for table, limit := range spec.FlowLimits {
+		uuid, err := c.planFlowTable(t, limit)
+		if err != nil {
+			return err
+		}
+		if br.FlowTables == nil {
+			br.FlowTables = map[int]string{}
+		}
+		br.FlowTables[table] = uuid
+	}
 	if err := t.add(c.ovs.Create(br)); err != nil {
 		return err
 	}
@@ -144,6 +159,33 @@ func (c *Client) planUpdateBridge(ctx context.Context, t *txn, br *vswitchd.Brid
 		updated.ExternalIDs = ids
 		fields = append(fields, &updated.ExternalIDs)
 	}
+	tables := maps.Clone(br.FlowTables)
+	for table, limit := range spec.FlowLimits {
+		if uuid, ok := br.FlowTables[table]; ok {
+			ft := &vswitchd.FlowTable{UUID: uuid}
+			if err := c.ovs.Get(ctx, ft); err == nil {
+				if ft.FlowLimit == nil || *ft.FlowLimit != limit {
+					ft.FlowLimit = &limit
+					if err := t.add(c.ovs.Where(ft).Update(ft, &ft.FlowLimit)); err != nil {
+						return err
+					}
+				}
+				continue
+			}
+		}
+		uuid, err := c.planFlowTable(t, limit)
+		if err != nil {
+			return err
+		}
+		if tables == nil {
+			tables = map[int]string{}
+		}
+		tables[table] = uuid
+	}
+	if !maps.Equal(tables, br.FlowTables) {
+		updated.FlowTables = tables
+		fields = append(fields, &updated.FlowTables)
+	}
 	if len(fields) > 0 {
 		if err := t.add(c.ovs.Where(updated).Update(updated, fields...)); err != nil {
 			return err
@@ -151,6 +193,16 @@ func (c *Client) planUpdateBridge(ctx context.Context, t *txn, br *vswitchd.Brid
 	}
 	// The LOCAL port must exist too.
 	return c.planPort(ctx, t, br, PortSpec{Name: spec.Name, Type: PortTypeInternal})
+}
+
+// planFlowTable plans a Flow_Table row with the limit and returns its named UUID; it must be
+// referenced in the same transaction.
+func (c *Client) planFlowTable(t *txn, limit int) (string, error) {
+	ft := &vswitchd.FlowTable{UUID: t.named("flowtable"), FlowLimit: &limit}
+	if err := t.add(c.ovs.Create(ft)); err != nil {
+		return "", err
+	}
+	return ft.UUID, nil
 }
 
 // DeleteBridge deletes the bridge; its ports and interfaces go with it.

@@ -224,6 +224,7 @@ func New(ctx context.Context, opts Options) (*Client, error) {
 		vswitchd.BridgeTable:      &vswitchd.Bridge{},
 		vswitchd.PortTable:        &vswitchd.Port{},
 		vswitchd.InterfaceTable:   &vswitchd.Interface{},
+		vswitchd.FlowTableTable:   &vswitchd.FlowTable{},
 	})
 	if err != nil {
 		return nil, fmt.Errorf("building OVSDB client model: %w", err)
@@ -268,12 +269,13 @@ func New(ctx context.Context, opts Options) (*Client, error) {
 			c.rowChanged(m)
 		},
 	})
-	ovsRow, br, port, iface := &vswitchd.OpenvSwitch{}, &vswitchd.Bridge{}, &vswitchd.Port{}, &vswitchd.Interface{}
+	ovsRow, br, port, iface, ft := &vswitchd.OpenvSwitch{}, &vswitchd.Bridge{}, &vswitchd.Port{}, &vswitchd.Interface{}, &vswitchd.FlowTable{}
 	mon := ovs.NewMonitor(
 		client.WithTable(ovsRow, &ovsRow.UUID, &ovsRow.Bridges, &ovsRow.OtherConfig, &ovsRow.ExternalIDs, &ovsRow.OVSVersion,
 			&ovsRow.NextCfg, &ovsRow.CurCfg),
 		client.WithTable(br, &br.UUID, &br.Name, &br.Ports, &br.DatapathType, &br.Protocols, &br.FailMode,
-			&br.OtherConfig, &br.ExternalIDs),
+			&br.OtherConfig, &br.ExternalIDs, &br.FlowTables),
+		client.WithTable(ft, &ft.UUID, &ft.FlowLimit),
 		client.WithTable(port, &port.UUID, &port.Name, &port.Interfaces, &port.ExternalIDs),
 		client.WithTable(iface, &iface.UUID, &iface.Name, &iface.Type, &iface.Options, &iface.OfportRequest,
 			&iface.Ofport, &iface.Error, &iface.ExternalIDs, &iface.MTURequest),

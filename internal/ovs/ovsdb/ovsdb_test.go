@@ -380,3 +380,38 @@ func TestWatchRowsIgnoresPortsOfOthers(t *testing.T) {
 	o.MustVsctl(t, "del-port", "br-int", "gw0")
 	g.Eventually(changed).WithTimeout(5*time.Second).Should(Receive(), "a watched port deleted")
 }
+
+// TestBridgeFlowLimits caps a table's flows: the Flow_Table row is created with the bridge, a table
+// added later and a changed limit are applied to the existing bridge, and ovs-vswitchd refuses a flow
+// beyond the limit.
+func TestBridgeFlowLimits(t *testing.T) {
+	g := NewWithT(t)
+	o, c, ctx := withBridge(t)
+	spec := ovsdb.BridgeSpec{Name: "br-int", DatapathType: ovsdb.DatapathNetdev, FlowLimits: map[int]int{3: 2}}
+	changed, err := c.EnsureBridge(ctx, spec)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(changed).To(BeTrue())
+	changed, err = c.EnsureBridge(ctx, spec)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(changed).To(BeFalse(), "nothing to change the second time")
+	limit := func() string {
+		out, err := o.Vsctl("--columns=flow_limit", "list", "Flow_Table")
+		g.Expect(err).NotTo(HaveOccurred())
+		return out
+	}
+	g.Expect(limit()).To(MatchRegexp(`flow_limit\s+: 2\b`))
+	g.Eventually(func() error {
+		_, err := o.Ofctl("add-flow", "br-int", "table=3,priority=1,actions=drop")
+		return err
+	}).WithTimeout(10*time.Second).Should(Succeed(), "ovs-vswitchd has the bridge")
+	o.MustOfctl(t, "add-flow", "br-int", "table=3,priority=2,actions=drop")
+	_, err = o.Ofctl("add-flow", "br-int", "table=3,priority=3,actions=drop")
+	g.Expect(err).To(MatchError(ContainSubstring("OFPFMFC_TABLE_FULL")), "a third flow is refused")
+
+	spec.FlowLimits = map[int]int{3: 5, 4: 7}
+	changed, err = c.EnsureBridge(ctx, spec)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(changed).To(BeTrue())
+	g.Expect(limit()).To(And(MatchRegexp(`flow_limit\s+: 5\b`), MatchRegexp(`flow_limit\s+: 7\b`)))
+	g.Expect(o.Ofctl("add-flow", "br-int", "table=3,priority=3,actions=drop")).Error().NotTo(HaveOccurred())
+}

@@ -28,6 +28,8 @@ import (
 
 	networkv1alpha1 "github.com/winnet-io/winnet/api/v1alpha1"
 	"github.com/winnet-io/winnet/internal/controller"
+	"github.com/winnet-io/winnet/internal/ovs/openflow"
+	"github.com/winnet-io/winnet/internal/pipeline"
 	winnetscheme "github.com/winnet-io/winnet/internal/scheme"
 	"github.com/winnet-io/winnet/test/bench/benchutil"
 	"github.com/winnet-io/winnet/test/framework"
@@ -250,8 +252,8 @@ func watchFor(t *testing.T, ctx context.Context, c client.WithWatch, list client
 	return seen
 }
 
-// dumpRouteFlows writes the route flows (tables 70 and 20 at priority 200 with a route cookie) to
-// file in add-flows syntax and returns their number.
+// dumpRouteFlows writes the route flows (every flow with a route cookie: forwarding, ARP answers,
+// tunnel admission, the Pods' tunnel guard) to file in add-flows syntax and returns their number.
 func dumpRouteFlows(t *testing.T, node *simnode.Node, file string) int {
 	t.Helper()
 	lines, err := node.OVS.DumpFlows("br-int", "-O", "OpenFlow15", "--no-names")
@@ -260,7 +262,8 @@ func dumpRouteFlows(t *testing.T, node *simnode.Node, file string) int {
 	}
 	var keep []string
 	for _, l := range lines {
-		if strings.Contains(l, "priority=200") && (strings.Contains(l, "tun_dst") || strings.Contains(l, "arp_op=1")) {
+		cookie, _, _ := strings.Cut(strings.TrimPrefix(l, "cookie="), ",")
+		if c, err := strconv.ParseUint(cookie, 0, 64); err == nil && openflow.CookieCategory(c) == pipeline.CategoryRoute {
 			keep = append(keep, l)
 		}
 	}

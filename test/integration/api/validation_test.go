@@ -54,6 +54,7 @@ func invalidCases() []invalidCase {
 		{name: "wnn gateway is the network address", base: wnn, mutate: set("spec.gateway.ip", "10.244.1.0"), field: "spec.gateway.ip", message: "must not be the network address"},
 		{name: "wnn mode VXLAN", base: wnn, mutate: set("spec.encapsulation.mode", "VXLAN"), field: "spec.encapsulation.mode", message: `supported values: "Encap", "NoEncap", "Hybrid"`},
 		{name: "wnn tunnelType gre", base: wnn, mutate: set("spec.encapsulation.tunnelType", "gre"), field: "spec.encapsulation.tunnelType", message: `supported values: "vxlan", "geneve"`},
+		{name: "wnn tunnelAdmission Loose", base: wnn, mutate: set("spec.encapsulation.tunnelAdmission", "Loose"), field: "spec.encapsulation.tunnelAdmission", message: `supported values: "Enforce", "Off"`},
 		{name: "wnn vni 0", base: wnn, mutate: set("spec.encapsulation.vni", int64(0)), field: "spec.encapsulation.vni", message: "should be greater than or equal to 1"},
 		{name: "wnn vni above 24 bits", base: wnn, mutate: set("spec.encapsulation.vni", int64(16777216)), field: "spec.encapsulation.vni", message: "should be less than or equal to 16777215"},
 		{name: "wnn port 0", base: wnn, mutate: set("spec.encapsulation.port", int64(0)), field: "spec.encapsulation.port", message: "should be greater than or equal to 1"},
