@@ -6,7 +6,6 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
-	"os/exec"
 	"strings"
 	"sync"
 	"testing"
@@ -20,6 +19,7 @@ import (
 	"github.com/winnet-io/winnet/controllers/remoteroute"
 	"github.com/winnet-io/winnet/internal/pipeline"
 	"github.com/winnet-io/winnet/test/e2e/cluster"
+	"github.com/winnet-io/winnet/test/hostcmd"
 )
 
 // Tunnel admission with real packets: forged VXLAN and Geneve datagrams from the underlay's external host and
@@ -96,7 +96,7 @@ func (l *lockedBuffer) String() string {
 // listen starts udpReceiver in namespace ns and returns a function waiting for its verdict.
 func listen(t *testing.T, ns string, port int, marker string, secs float64) func() string {
 	t.Helper()
-	cmd := exec.Command("ip", "netns", "exec", ns, python3, "-u", "-c", udpReceiver, fmt.Sprint(port), marker, fmt.Sprint(secs))
+	cmd := hostcmd.Command("ip", "netns", "exec", ns, python3, "-u", "-c", udpReceiver, fmt.Sprint(port), marker, fmt.Sprint(secs))
 	out := &lockedBuffer{}
 	cmd.Stdout, cmd.Stderr = out, out
 	if err := cmd.Start(); err != nil {
@@ -148,7 +148,7 @@ func (f forged) deliveredTo(t *testing.T) string {
 	marker := fmt.Sprintf("winnet-forged-%d", time.Now().UnixNano())
 	const innerPort = 47123
 	wait := listen(t, f.dst.NS, innerPort, marker, 4)
-	out, err := exec.Command("ip", "netns", "exec", f.ns, python3, "-c", tunnelForger, f.kind, f.to.IP.String(), fmt.Sprint(port), fmt.Sprint(vni),
+	out, err := hostcmd.Command("ip", "netns", "exec", f.ns, python3, "-c", tunnelForger, f.kind, f.to.IP.String(), fmt.Sprint(port), fmt.Sprint(vni),
 		pipeline.GlobalVirtualMAC.String(), f.src.String(), f.dst.IP.String(), fmt.Sprint(innerPort), marker, "10").CombinedOutput()
 	g.Expect(err).NotTo(HaveOccurred(), "%s", out)
 	return wait()
@@ -308,13 +308,13 @@ func TestARPSpoofWithAnotherPodsMACIsDropped(t *testing.T) {
 	}{{macA1, "received"}, {macA2, "nothing"}} {
 		t.Run("sender MAC "+tc.sha, func(t *testing.T) {
 			g := NewWithT(t)
-			cmd := exec.Command("ip", "netns", "exec", a2.NS, python3, "-u", "-c", arpReceiver, tc.sha, a1.IP.String(), "4")
+			cmd := hostcmd.Command("ip", "netns", "exec", a2.NS, python3, "-u", "-c", arpReceiver, tc.sha, a1.IP.String(), "4")
 			out := &lockedBuffer{}
 			cmd.Stdout, cmd.Stderr = out, out
 			g.Expect(cmd.Start()).To(Succeed())
 			t.Cleanup(func() { _ = cmd.Process.Kill() })
 			g.Eventually(out.String).WithTimeout(10 * time.Second).Should(ContainSubstring("listening"))
-			sent, err := exec.Command("ip", "netns", "exec", a1.NS, python3, "-c", arpSender, ifA1, tc.sha, a1.IP.String(), "10").CombinedOutput()
+			sent, err := hostcmd.Command("ip", "netns", "exec", a1.NS, python3, "-c", arpSender, ifA1, tc.sha, a1.IP.String(), "10").CombinedOutput()
 			g.Expect(err).NotTo(HaveOccurred(), "%s", sent)
 			_ = cmd.Wait()
 			g.Expect(strings.TrimSpace(out.String())).To(Equal("listening\n" + tc.want))
