@@ -6,10 +6,8 @@ import (
 	encodinghex "encoding/hex"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"sync"
-	"time"
 
 	"github.com/Microsoft/go-winio"
 	"github.com/go-logr/logr"
@@ -55,7 +53,7 @@ func splice(ctx context.Context, log logr.Logger, address string) (string, func(
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				spliceConn(sctx, log, conn, address)
+				peertrust.SpliceTrusted(sctx, log, conn, address, "the switch's OpenFlow")
 			}()
 		}
 	}()
@@ -65,28 +63,4 @@ func splice(ctx context.Context, log logr.Logger, address string) (string, func(
 		wg.Wait()
 	}
 	return private, stop, nil
-}
-
-// spliceConn joins local to a new connection to the switch's pipe, once its server is trusted.
-func spliceConn(ctx context.Context, log logr.Logger, local net.Conn, address string) {
-	defer local.Close()
-	dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	remote, err := winio.DialPipeContext(dctx, address)
-	cancel()
-	if err != nil {
-		log.V(2).Info("Dialing the switch's OpenFlow pipe failed", "pipe", address, "err", err.Error())
-		return
-	}
-	defer remote.Close()
-	if err := peertrust.NewVerifier().Verify(remote); err != nil {
-		log.Error(err, "Refusing the switch's OpenFlow pipe: its server is not SYSTEM or an administrator", "pipe", address)
-		return
-	}
-	done := make(chan struct{}, 2)
-	go func() { _, _ = io.Copy(remote, local); done <- struct{}{} }()
-	go func() { _, _ = io.Copy(local, remote); done <- struct{}{} }()
-	select {
-	case <-done:
-	case <-ctx.Done():
-	}
 }

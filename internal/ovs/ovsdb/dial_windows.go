@@ -4,14 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"os"
 	"path/filepath"
 	"sync"
-	"time"
 
-	"github.com/Microsoft/go-winio"
 	"github.com/go-logr/logr"
 
 	"github.com/winnet-io/winnet/internal/peertrust"
@@ -66,7 +63,7 @@ func dialEndpoint(ctx context.Context, log logr.Logger, pipe, socketDir string) 
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				splice(bctx, log, conn, pipe)
+				peertrust.SpliceTrusted(bctx, log, conn, pipe, "OVSDB")
 			}()
 		}
 	}()
@@ -77,27 +74,4 @@ func dialEndpoint(ctx context.Context, log logr.Logger, pipe, socketDir string) 
 		_ = os.RemoveAll(dir)
 	}
 	return "unix:" + sock, closeFn, nil
-}
-
-func splice(ctx context.Context, log logr.Logger, local net.Conn, pipe string) {
-	defer local.Close()
-	dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	remote, err := winio.DialPipeContext(dctx, pipe)
-	cancel()
-	if err != nil {
-		log.V(2).Info("Dialing OVSDB named pipe failed", "pipe", pipe, "err", err.Error())
-		return
-	}
-	defer remote.Close()
-	if err := peertrust.NewVerifier().Verify(remote); err != nil {
-		log.Error(err, "Refusing the OVSDB named pipe: its server is not SYSTEM or an administrator", "pipe", pipe)
-		return
-	}
-	done := make(chan struct{}, 2)
-	go func() { _, _ = io.Copy(remote, local); done <- struct{}{} }()
-	go func() { _, _ = io.Copy(local, remote); done <- struct{}{} }()
-	select {
-	case <-done:
-	case <-ctx.Done():
-	}
 }
