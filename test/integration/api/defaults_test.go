@@ -34,6 +34,8 @@ func TestDefaultsAreApplied(t *testing.T) {
 			Mode:       networkv1alpha1.EncapsulationModeEncap,
 			TunnelType: networkv1alpha1.TunnelTypeVXLAN,
 			VNI:        networkv1alpha1.DefaultVNI,
+			// Tunnel admission is on unless turned off (docs/tunnel-admission.md).
+			TunnelAdmission: networkv1alpha1.TunnelAdmissionEnforce,
 		},
 		SNAT: networkv1alpha1.SNATSpec{Enabled: ptr.To(true)},
 	}))
