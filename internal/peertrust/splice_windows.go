@@ -2,8 +2,10 @@ package peertrust
 
 import (
 	"context"
+	"errors"
 	"io"
 	"net"
+	"sync"
 	"time"
 
 	"github.com/Microsoft/go-winio"
@@ -34,5 +36,35 @@ func SpliceTrusted(ctx context.Context, log logr.Logger, local net.Conn, pipe, w
 	select {
 	case <-done:
 	case <-ctx.Done():
+	}
+}
+
+// ServeSplices accepts connections on ln until the returned stop is called, and joins each to a new
+// connection to pipe with SpliceTrusted. stop closes ln and waits for every splice to end.
+func ServeSplices(ctx context.Context, log logr.Logger, ln net.Listener, pipe, what string) (stop func()) {
+	sctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			conn, err := ln.Accept()
+			if err != nil {
+				if !errors.Is(err, net.ErrClosed) {
+					log.Error(err, "Accepting connections to splice stopped", "pipe", pipe, "what", what)
+				}
+				return
+			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				SpliceTrusted(sctx, log, conn, pipe, what)
+			}()
+		}
+	}()
+	return func() {
+		cancel()
+		_ = ln.Close()
+		wg.Wait()
 	}
 }

@@ -4,10 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	encodinghex "encoding/hex"
-	"errors"
 	"fmt"
-	"net"
-	"sync"
 
 	"github.com/Microsoft/go-winio"
 	"github.com/go-logr/logr"
@@ -37,30 +34,6 @@ func splice(ctx context.Context, log logr.Logger, address string) (string, func(
 	if err != nil {
 		return "", nil, fmt.Errorf("listening on the private OpenFlow pipe %s: %w", private, err)
 	}
-	sctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for {
-			conn, err := ln.Accept()
-			if err != nil {
-				if !errors.Is(err, net.ErrClosed) {
-					log.Error(err, "Accepting on the private OpenFlow pipe stopped", "pipe", private)
-				}
-				return
-			}
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				peertrust.SpliceTrusted(sctx, log, conn, address, "the switch's OpenFlow")
-			}()
-		}
-	}()
-	stop := func() {
-		cancel()
-		_ = ln.Close()
-		wg.Wait()
-	}
+	stop := peertrust.ServeSplices(ctx, log, ln, address, "the switch's OpenFlow")
 	return private, stop, nil
 }

@@ -2,12 +2,10 @@ package ovsdb
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net"
 	"os"
 	"path/filepath"
-	"sync"
 
 	"github.com/go-logr/logr"
 
@@ -47,30 +45,9 @@ func dialEndpoint(ctx context.Context, log logr.Logger, pipe, socketDir string) 
 		_ = os.RemoveAll(dir)
 		return "", nil, fmt.Errorf("listening on %q to bridge named pipe %q: %w", sock, pipe, err)
 	}
-	bctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for {
-			conn, err := ln.Accept()
-			if err != nil {
-				if !errors.Is(err, net.ErrClosed) {
-					log.Error(err, "Accepting on the OVSDB pipe bridge stopped")
-				}
-				return
-			}
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				peertrust.SpliceTrusted(bctx, log, conn, pipe, "OVSDB")
-			}()
-		}
-	}()
+	stop := peertrust.ServeSplices(ctx, log, ln, pipe, "OVSDB")
 	closeFn := func() {
-		cancel()
-		_ = ln.Close()
-		wg.Wait()
+		stop()
 		_ = os.RemoveAll(dir)
 	}
 	return "unix:" + sock, closeFn, nil
