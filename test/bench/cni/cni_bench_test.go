@@ -7,8 +7,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"net/http"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -74,6 +72,11 @@ func TestBenchCNI(t *testing.T) {
 	socket, confDir := filepath.Join(dirs, "run", "cni.sock"), filepath.Join(dirs, "net.d")
 	logFile := filepath.Join(framework.RepoRoot(), "bin", "bench-cni-agent.log")
 	metricsAddr := framework.FreeAddress(t)
+	reader, err := server.NewMetricsReader(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	metrics := metricsEndpoint{reader: reader, address: metricsAddr}
 	stopAgent := startAgent(t, filepath.Join(binDir, "winnet-agent"), logFile, node,
 		"--kubeconfig", server.KubeconfigPath, "--cni-socket", socket, "--cni-conf-dir", confDir, "--state-dir", filepath.Join(dirs, "state"),
 		"--metrics-bind-address", metricsAddr)
@@ -98,7 +101,7 @@ func TestBenchCNI(t *testing.T) {
 
 	var last string
 	for _, conc := range []int{1, 8} {
-		last = benchPass(t, runtime, list, conc, namespaces, sb, metricsAddr, "")
+		last = benchPass(t, runtime, list, conc, namespaces, sb, metrics, "")
 	}
 	if last == "" {
 		t.Fatal("no run")
@@ -114,7 +117,7 @@ func TestBenchCNI(t *testing.T) {
 		"--kubeconfig", server.KubeconfigPath, "--cni-socket", socket, "--cni-conf-dir", confDir, "--state-dir", filepath.Join(dirs, "state"),
 		"--metrics-bind-address", metricsAddr, "--hns-sim-latency", hnsLatency.String())
 	list = waitConfList(t, filepath.Join(confDir, cni.ConfListName))
-	benchPass(t, runtime, list, 8, namespaces, sb, metricsAddr, "hns_latency="+hnsLatency.String()+" ")
+	benchPass(t, runtime, list, 8, namespaces, sb, metrics, "hns_latency="+hnsLatency.String()+" ")
 	// The last line stays the run without latency.
 	fmt.Println(last)
 }
@@ -124,15 +127,15 @@ const hnsLatency = 20 * time.Millisecond
 
 // benchPass times one run at concurrency conc, prints its lines (each after "bench-cni " and tag)
 // and returns its summary line.
-func benchPass(t *testing.T, runtime *libcni.CNIConfig, list *libcni.NetworkConfigList, conc int, namespaces []string, sb sandboxes, metricsAddr, tag string) string {
+func benchPass(t *testing.T, runtime *libcni.CNIConfig, list *libcni.NetworkConfigList, conc int, namespaces []string, sb sandboxes, metrics metricsEndpoint, tag string) string {
 	t.Helper()
 	ipam := ipamRun(t, conc)
 	floor := floorRun(t, sb.node, conc, namespaces)
-	before, stepsBefore := cpuTimes(), scrapeSteps(t, metricsAddr)
+	before, stepsBefore := cpuTimes(), scrapeSteps(t, metrics)
 	retries.Store(0)
 	add := cniRun(t, runtime, list, conc, namespaces, sb)
 	fmt.Printf("bench-cni %sconc=%d: CPU seconds during the %.1f s of ADD+DEL: %s\n", tag, conc, add.total.Seconds(), cpuTimes().since(before))
-	stepMeans := scrapeSteps(t, metricsAddr).since(stepsBefore)
+	stepMeans := scrapeSteps(t, metrics).since(stepsBefore)
 	if stepMeans == "" {
 		t.Fatal("the agent's metrics have no winnet_cni_step_duration_seconds for the run")
 	}
@@ -494,15 +497,16 @@ func (c cpu) since(before cpu) string {
 // steps are the sums and counts of the agent's step histogram, by "COMMAND step".
 type steps map[string][2]float64
 
+// metricsEndpoint is the agent's metrics endpoint and a reader allowed to scrape it.
+type metricsEndpoint struct {
+	reader  *framework.MetricsReader
+	address string
+}
+
 // scrapeSteps reads winnet_cni_step_duration_seconds from the agent's metrics endpoint.
-func scrapeSteps(t *testing.T, addr string) steps {
+func scrapeSteps(t *testing.T, m metricsEndpoint) steps {
 	t.Helper()
-	resp, err := http.Get("http://" + addr + "/metrics")
-	if err != nil {
-		t.Fatalf("scraping the agent's metrics: %v", err)
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
+	body, err := m.reader.Scrape(context.Background(), m.address)
 	if err != nil {
 		t.Fatalf("scraping the agent's metrics: %v", err)
 	}

@@ -1,0 +1,91 @@
+//go:build !windows
+
+package framework
+
+import (
+	"context"
+	"crypto/tls"
+	"fmt"
+	"io"
+	"net/http"
+	"time"
+
+	authenticationv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
+)
+
+// MetricsReader scrapes winnet's metrics endpoints as Prometheus does: over HTTPS, with the token of
+// a ServiceAccount allowed get on /metrics (the chart's winnet-metrics-reader role). The agent and
+// the controller serve metrics only to such callers.
+type MetricsReader struct {
+	token  string
+	client *http.Client
+}
+
+// NewMetricsReader creates the ServiceAccount metrics-reader in namespace default of the API server,
+// binds it to a role allowing get on /metrics and returns a reader with its token.
+func (s *APIServer) NewMetricsReader(ctx context.Context) (*MetricsReader, error) {
+	cs, err := kubernetes.NewForConfig(s.Config)
+	if err != nil {
+		return nil, fmt.Errorf("metrics reader: %w", err)
+	}
+	const ns, name = "default", "metrics-reader"
+	objects := []func() error{
+		func() error {
+			_, err := cs.CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{})
+			return err
+		},
+		func() error {
+			_, err := cs.RbacV1().ClusterRoles().Create(ctx, &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: name},
+				Rules: []rbacv1.PolicyRule{{NonResourceURLs: []string{"/metrics"}, Verbs: []string{"get"}}}}, metav1.CreateOptions{})
+			return err
+		},
+		func() error {
+			_, err := cs.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: name},
+				RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: name},
+				Subjects: []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: name, Namespace: ns}}}, metav1.CreateOptions{})
+			return err
+		},
+	}
+	for _, create := range objects {
+		if err := create(); err != nil && !apierrors.IsAlreadyExists(err) {
+			return nil, fmt.Errorf("metrics reader: %w", err)
+		}
+	}
+	tr, err := cs.CoreV1().ServiceAccounts(ns).CreateToken(ctx, name,
+		&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To(int64(24 * 3600))}}, metav1.CreateOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("metrics reader: requesting a token: %w", err)
+	}
+	return &MetricsReader{token: tr.Status.Token, client: &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{
+		TLSClientConfig: &tls.Config{InsecureSkipVerify: true}, //nolint:gosec // the agent's self-signed certificate, on loopback in a test
+	}}}, nil
+}
+
+// Scrape returns the metrics page served at address (host:port).
+func (r *MetricsReader) Scrape(ctx context.Context, address string) ([]byte, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "https://"+address+"/metrics", nil)
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Authorization", "Bearer "+r.token)
+	resp, err := r.client.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("scraping %s: %w", address, err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return nil, fmt.Errorf("scraping %s: %w", address, err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("scraping %s: %s: %.200s", address, resp.Status, body)
+	}
+	return body, nil
+}
+
