@@ -2,14 +2,29 @@ package v1alpha1
 
 import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 )
+
+// PodEndpointName is the name of the PodEndpoint of the Pod with uid on node: "<nodeName>.<podUID>".
+// The node comes first so that the admission policy can require an agent's PodEndpoints to carry its
+// own node's prefix (no agent can take another node's Pod's name first), and the Pod's UID makes the
+// name unique over the Pod's life. Node names of at most MaxPodEndpointNodeName characters fit an
+// object name.
+func PodEndpointName(nodeName string, podUID types.UID) string {
+	return nodeName + "." + string(podUID)
+}
+
+// MaxPodEndpointNodeName is the longest node name whose PodEndpoints' names fit the 253 characters
+// of an object name (a dot and a 36-character UID follow it).
+const MaxPodEndpointNodeName = 253 - 1 - 36
 
 // PodEndpointSpec is the network attachment of one Pod, as the node's agent made it in CNI ADD.
 //
 // +kubebuilder:validation:XValidation:rule="!has(self.gateway) || !isIP(self.gateway) || !self.ips.all(a, isCIDR(a)) || self.ips.exists(a, cidr(a).ip().family() == ip(self.gateway).family() && cidr(a).containsIP(self.gateway))",message="gateway must be inside the subnet of one of ips",fieldPath=".gateway",reason=FieldValueInvalid
 // +kubebuilder:validation:XValidation:rule="!has(self.gateway) || self.ips.all(a, !a.startsWith(self.gateway + '/'))",message="gateway must not be one of the Pod's own addresses",fieldPath=".gateway",reason=FieldValueInvalid
 type PodEndpointSpec struct {
-	// podName is the Pod's name; it is also the PodEndpoint's name.
+	// podName is the Pod's name (kubectl get pep shows it; the object is named
+	// "<nodeName>.<podUID>").
 	// Immutable: a PodEndpoint belongs to one Pod for its whole life.
 	// +required
 	// +kubebuilder:validation:MinLength=1
@@ -106,13 +121,15 @@ type PodEndpointStatus struct {
 }
 
 // PodEndpoint is the network attachment of one Pod: one HNS endpoint plus one OVS port of the same
-// name, its addresses and flows. It lives in the Pod's namespace, has the Pod's name and is owned by
-// the Pod.
+// name, its addresses and flows. It lives in the Pod's namespace, is named "<nodeName>.<podUID>"
+// (PodEndpointName) and is owned by the Pod. PodEndpoints written by earlier agents are named after
+// their Pod; agents adopt them (see the podendpoint controller).
 //
 // +kubebuilder:object:root=true
 // +kubebuilder:subresource:status
 // +kubebuilder:resource:scope=Namespaced,shortName=pep,categories=winnet
 // +kubebuilder:selectablefield:JSONPath=`.spec.nodeName`
+// +kubebuilder:printcolumn:name="Pod",type=string,JSONPath=`.spec.podName`
 // +kubebuilder:printcolumn:name="Node",type=string,JSONPath=`.spec.nodeName`
 // +kubebuilder:printcolumn:name="IPs",type=string,JSONPath=`.spec.ips`
 // +kubebuilder:printcolumn:name="MAC",type=string,JSONPath=`.spec.mac`
@@ -122,7 +139,7 @@ type PodEndpointStatus struct {
 // +kubebuilder:printcolumn:name="Sandbox",type=string,JSONPath=`.spec.sandboxID`,priority=1
 // +kubebuilder:printcolumn:name="Endpoint",type=string,JSONPath=`.status.hnsEndpointID`,priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
-// +kubebuilder:validation:XValidation:rule="self.metadata.name == self.spec.podName",message="metadata.name must equal spec.podName: a PodEndpoint is named after its Pod",fieldPath=".spec.podName",reason=FieldValueInvalid
+// +kubebuilder:validation:XValidation:rule="self.metadata.name == self.spec.nodeName + '.' + self.spec.podUID || self.metadata.name == self.spec.podName",message="metadata.name must be spec.nodeName + '.' + spec.podUID (or, for PodEndpoints of earlier releases, spec.podName)",fieldPath=".spec.podName",reason=FieldValueInvalid
 type PodEndpoint struct {
 	metav1.TypeMeta   `json:",inline"`
 	metav1.ObjectMeta `json:"metadata,omitempty"`

@@ -41,7 +41,7 @@ const (
 	maxRetryDelay = 5 * time.Second
 )
 
-// Reconciler records each Pod's attachment as its PodEndpoint (named after and owned by the Pod),
+// Reconciler records each Pod's attachment as its PodEndpoint (named "<node>.<Pod UID>", owned by the Pod),
 // repairs the attachment's drift, and tears it down — releasing the address — when the Pod is gone.
 // Its work items are Pods; the CNI handler wakes it after every ADD and DEL, so ADD never waits for
 // the API server: a PodEndpoint that cannot be written is retried with backoff.
@@ -82,9 +82,13 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if err := mgr.Add(r.Pods); err != nil {
 		return fmt.Errorf("adding the start-up pass of Pods: %w", err)
 	}
+	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &networkv1alpha1.PodEndpoint{}, podNameIndex,
+		func(o client.Object) []string { return []string{o.(*networkv1alpha1.PodEndpoint).Spec.PodName} }); err != nil {
+		return fmt.Errorf("indexing PodEndpoints by Pod name: %w", err)
+	}
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("podendpoint").
-		For(&networkv1alpha1.PodEndpoint{}, builder.WithPredicates(notOwnStatus())).
+		Watches(&networkv1alpha1.PodEndpoint{}, handler.EnqueueRequestsFromMapFunc(podOfEndpoint), builder.WithPredicates(notOwnStatus())).
 		Watches(&corev1.Pod{}, &handler.EnqueueRequestForObject{}, builder.WithPredicates(podLifecycle())).
 		WatchesRawSource(source.Func(wake.start)).
 		WatchesRawSource(everyPod).
@@ -93,6 +97,15 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 			RateLimiter:             workqueue.NewTypedItemExponentialFailureRateLimiter[reconcile.Request](50*time.Millisecond, maxRetryDelay),
 		}).
 		Complete(r)
+}
+
+// podOfEndpoint maps a PodEndpoint to its Pod, the reconciler's work item.
+func podOfEndpoint(_ context.Context, o client.Object) []reconcile.Request {
+	pep, ok := o.(*networkv1alpha1.PodEndpoint)
+	if !ok || pep.Spec.PodName == "" {
+		return nil
+	}
+	return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: pep.Namespace, Name: pep.Spec.PodName}}}
 }
 
 // podLifecycle passes a Pod's creation and deletion and the start of its termination.
@@ -147,7 +160,12 @@ func (w *wakeups) add(pod types.NamespacedName) {
 }
 
 // Reconcile converges one Pod: its live attachment is repaired and recorded as its PodEndpoint;
-// attachments whose Pod is gone are torn down; a PodEndpoint without attachment is removed.
+// attachments whose Pod is gone are torn down; PodEndpoints without attachment are removed.
+//
+// A Pod has one PodEndpoint, named PodEndpointName(node, Pod UID). Others recorded for the same Pod
+// name on this node are either of an earlier Pod of that name (their attachment is torn down) or
+// written by an earlier agent under the Pod's name: those are adopted — the new record is written
+// first, then the old one is removed — without touching the Pod's attachment.
 func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	pod := &corev1.Pod{}
 	if err := r.Client.Get(ctx, req.NamespacedName, pod); apierrors.IsNotFound(err) {
@@ -155,22 +173,29 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	} else if err != nil {
 		return ctrl.Result{}, fmt.Errorf("getting Pod %s: %w", req.NamespacedName, err)
 	}
-	pep := &networkv1alpha1.PodEndpoint{}
-	if err := r.Client.Get(ctx, req.NamespacedName, pep); apierrors.IsNotFound(err) {
-		pep = nil
-	} else if err != nil {
-		return ctrl.Result{}, fmt.Errorf("getting PodEndpoint %s: %w", req.NamespacedName, err)
+	peps, err := r.podEndpointsOf(ctx, req.NamespacedName)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	var pep *networkv1alpha1.PodEndpoint
+	var others []*networkv1alpha1.PodEndpoint
+	for _, p := range peps {
+		if pod != nil && p.Name == networkv1alpha1.PodEndpointName(r.NodeName, pod.UID) {
+			pep = p
+		} else {
+			others = append(others, p)
+		}
 	}
 
-	live, gone := r.classify(pod, pep, r.Pods.Store().ByPod(req.NamespacedName))
+	live, gone := r.classify(pod, peps, r.Pods.Store().ByPod(req.NamespacedName))
 	for _, a := range gone {
-		if err := r.tearDown(ctx, pod, pep, a); err != nil {
+		if err := r.tearDown(ctx, pod, recordOf(peps, a), a); err != nil {
 			return ctrl.Result{}, err
 		}
 	}
 	if live == nil {
-		if pep != nil {
-			if err := r.deletePodEndpoint(ctx, pep); err != nil {
+		for _, p := range peps {
+			if err := r.deletePodEndpoint(ctx, p); err != nil {
 				return ctrl.Result{}, err
 			}
 		}
@@ -179,15 +204,56 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if err := r.reconcileLive(ctx, pod, pep, live); err != nil {
 		return ctrl.Result{}, err
 	}
+	// The Pod's record exists now: the earlier records go (an earlier agent's, an earlier Pod's).
+	for _, p := range others {
+		if err := r.deletePodEndpoint(ctx, p); err != nil {
+			return ctrl.Result{}, err
+		}
+	}
 	return ctrl.Result{RequeueAfter: r.ResyncPeriod}, nil
 }
 
+// podNameIndex indexes the node's PodEndpoints by spec.podName: the reconciler's work items are Pods.
+const podNameIndex = "spec.podName"
+
+// podEndpointsOf returns the node's PodEndpoints recorded for the Pod name (the agent's cache holds
+// only its node's), whatever they are named.
+func (r *Reconciler) podEndpointsOf(ctx context.Context, pod types.NamespacedName) ([]*networkv1alpha1.PodEndpoint, error) {
+	list := &networkv1alpha1.PodEndpointList{}
+	if err := r.Client.List(ctx, list, client.InNamespace(pod.Namespace), client.MatchingFields{podNameIndex: pod.Name}); err != nil {
+		return nil, fmt.Errorf("listing the PodEndpoints of Pod %s: %w", pod, err)
+	}
+	out := make([]*networkv1alpha1.PodEndpoint, 0, len(list.Items))
+	for i := range list.Items {
+		if list.Items[i].Spec.NodeName == r.NodeName {
+			out = append(out, &list.Items[i])
+		}
+	}
+	return out, nil
+}
+
+// recordOf returns the PodEndpoint that recorded the attachment's sandbox, else any of them.
+func recordOf(peps []*networkv1alpha1.PodEndpoint, a *Attachment) *networkv1alpha1.PodEndpoint {
+	for _, p := range peps {
+		if p.Spec.SandboxID == a.SandboxID {
+			return p
+		}
+	}
+	if len(peps) > 0 {
+		return peps[0]
+	}
+	return nil
+}
+
 // classify sorts a Pod's attachments: the live one (the newest whose Pod is on this node) and those
-// whose Pod is gone — seen before, or recorded in its PodEndpoint, and no longer there or replaced
-// by another Pod of the same name. An attachment whose Pod has not been seen is neither: the Pod
-// object may reach the cache after the sandbox's ADD, and if it never does, the runtime's DEL and
-// GC remove the attachment.
-func (r *Reconciler) classify(pod *corev1.Pod, pep *networkv1alpha1.PodEndpoint, atts []*Attachment) (live *Attachment, gone []*Attachment) {
+// whose Pod is gone — seen before, or recorded in one of its PodEndpoints, and no longer there or
+// replaced by another Pod of the same name. An attachment whose Pod has not been seen is neither:
+// the Pod object may reach the cache after the sandbox's ADD, and if it never does, the runtime's
+// DEL and GC remove the attachment.
+func (r *Reconciler) classify(pod *corev1.Pod, peps []*networkv1alpha1.PodEndpoint, atts []*Attachment) (live *Attachment, gone []*Attachment) {
+	recorded := func(a *Attachment) bool {
+		return slices.ContainsFunc(peps, func(p *networkv1alpha1.PodEndpoint) bool { return p.Spec.SandboxID == a.SandboxID })
+	}
 	slices.SortFunc(atts, func(a, b *Attachment) int { return b.Created.Compare(a.Created) })
 	for _, a := range atts {
 		switch {
@@ -197,7 +263,7 @@ func (r *Reconciler) classify(pod *corev1.Pod, pep *networkv1alpha1.PodEndpoint,
 			live = a
 		case r.isPodOf(pod, a):
 			gone = append(gone, a) // an older sandbox of the same Pod whose DEL never came
-		case a.PodSeen || (pep != nil && pep.Spec.SandboxID == a.SandboxID):
+		case a.PodSeen || recorded(a):
 			gone = append(gone, a)
 		}
 	}
@@ -279,22 +345,16 @@ func (r *Reconciler) ensurePodEndpoint(ctx context.Context, pod *corev1.Pod, pep
 		MAC: networkv1alpha1.MACAddress(a.MAC), Gateway: networkv1alpha1.IPAddress(a.Gateway.String()),
 	}
 	owner := metav1.OwnerReference{APIVersion: "v1", Kind: "Pod", Name: pod.Name, UID: pod.UID, Controller: ptr.To(true)}
-	if pep != nil && pep.Spec.PodUID != string(pod.UID) {
-		// The record of an earlier Pod of the same name: its identity fields are immutable.
-		if err := r.deletePodEndpoint(ctx, pep); err != nil {
-			return nil, err
-		}
-		return nil, errRecreate
-	}
 	if pep == nil {
 		pep = &networkv1alpha1.PodEndpoint{
 			ObjectMeta: metav1.ObjectMeta{
-				Name: pod.Name, Namespace: pod.Namespace, OwnerReferences: []metav1.OwnerReference{owner}, Finalizers: []string{Finalizer},
+				Name: networkv1alpha1.PodEndpointName(r.NodeName, pod.UID), Namespace: pod.Namespace,
+				OwnerReferences: []metav1.OwnerReference{owner}, Finalizers: []string{Finalizer},
 			},
 			Spec: spec,
 		}
 		if err := r.Client.Create(ctx, pep); err != nil {
-			return nil, fmt.Errorf("creating PodEndpoint %s/%s: %w", pod.Namespace, pod.Name, err)
+			return nil, fmt.Errorf("creating PodEndpoint %s/%s of Pod %s: %w", pod.Namespace, pep.Name, pod.Name, err)
 		}
 		return pep, nil
 	}

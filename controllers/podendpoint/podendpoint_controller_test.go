@@ -51,7 +51,11 @@ func TestClassify(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			g := NewWithT(t)
-			live, gone := r.classify(tt.pod, tt.pep, tt.atts)
+			var peps []*networkv1alpha1.PodEndpoint
+			if tt.pep != nil {
+				peps = append(peps, tt.pep)
+			}
+			live, gone := r.classify(tt.pod, peps, tt.atts)
 			if tt.live == "" {
 				g.Expect(live).To(BeNil())
 			} else {

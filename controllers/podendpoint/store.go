@@ -79,7 +79,7 @@ type Attachment struct {
 	VNICToForwarding time.Duration `json:"vnicToForwarding,omitempty"`
 }
 
-// Pod returns the key of the attachment's Pod (and PodEndpoint).
+// Pod returns the key of the attachment's Pod (the PodEndpoint reconciler's work item).
 func (a *Attachment) Pod() types.NamespacedName {
 	return types.NamespacedName{Namespace: a.PodNamespace, Name: a.PodName}
 }

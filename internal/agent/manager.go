@@ -49,6 +49,10 @@ func (o Options) Validate() error {
 	if o.NodeName == "" {
 		return errors.New("the node name is required: pass --node-name or set NODE_NAME (the Pod's spec.nodeName)")
 	}
+	if len(o.NodeName) > networkv1alpha1.MaxPodEndpointNodeName {
+		return fmt.Errorf("node name %q has %d characters: winnet supports node names of at most %d, so that its PodEndpoints' names (\"<node>.<Pod UID>\") fit the 253 characters of an object name",
+			o.NodeName, len(o.NodeName), networkv1alpha1.MaxPodEndpointNodeName)
+	}
 	if err := ValidateLoopback(o.PprofBindAddress); err != nil {
 		return fmt.Errorf("--pprof-bind-address: %w", err)
 	}

@@ -4,6 +4,7 @@ package agent_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -22,6 +23,9 @@ func TestOptionsRequireNodeName(t *testing.T) {
 	g := NewWithT(t)
 	g.Expect(agent.Options{}.Validate()).To(MatchError(ContainSubstring("--node-name")))
 	g.Expect(agent.Options{NodeName: "win-node-1"}.Validate()).To(Succeed())
+	g.Expect(agent.Options{NodeName: strings.Repeat("n", 216)}.Validate()).To(Succeed())
+	g.Expect(agent.Options{NodeName: strings.Repeat("n", 217)}.Validate()).To(MatchError(ContainSubstring("at most 216")),
+		"a PodEndpoint's name <node>.<Pod UID> must fit 253 characters")
 }
 
 // TestManagerSeesOnlyItsNode starts the agent's manager for node-a against a real API server holding

@@ -567,9 +567,16 @@ func (ch *chaos) count(ctx context.Context, t *testing.T, live []*cluster.Pod) c
 	peps := &networkv1alpha1.PodEndpointList{}
 	errs = append(errs, ch.c.Client.List(ctx, peps, client.InNamespace(cluster.PodNamespace)))
 	for _, pep := range peps.Items {
-		if pep.Spec.NodeName == n.Name {
-			have["podendpoints"][pep.Name] = true
+		if pep.Spec.NodeName != n.Name {
+			continue
 		}
+		// Keyed by Pod name (PodEndpoints are named <node>.<Pod UID>); a second record of the same
+		// Pod is a leak.
+		key := pep.Spec.PodName
+		if have["podendpoints"][key] {
+			key += " (another record " + pep.Name + ")"
+		}
+		have["podendpoints"][key] = true
 	}
 	records, err := filepath.Glob(filepath.Join(n.StateDir, "pods", "*.json"))
 	errs = append(errs, err)

@@ -18,6 +18,7 @@ import (
 	networkv1alpha1 "github.com/winnet-io/winnet/api/v1alpha1"
 	"github.com/winnet-io/winnet/internal/scheme"
 	"github.com/winnet-io/winnet/test/e2e/cluster"
+	"github.com/winnet-io/winnet/test/framework"
 )
 
 // TestAgentCredentials runs as node-a's agent runs: with the kubeconfig the harness gives it (the Helm chart's
@@ -66,16 +67,26 @@ func TestAgentCredentials(t *testing.T) {
 	refused(agentA.Patch(ctx, wa, client.MergeFrom(beforeA)), "winnet-agent of node node-a may change only the status and the finalizers of")
 
 	// node-b's PodEndpoints: not its Pod's, not a new one.
-	pb := &networkv1alpha1.PodEndpoint{}
-	g.Expect(agentA.Get(ctx, client.ObjectKey{Namespace: cluster.PodNamespace, Name: "pod-b1"}, pb)).To(Succeed())
+	pb, err := framework.PodEndpointOf(ctx, agentA, cluster.PodNamespace, "pod-b1")
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(pb.Name).To(Equal("node-b."+pb.Spec.PodUID), "named <node>.<Pod UID>")
 	beforeB := pb.DeepCopy()
 	pb.Status.Conditions = nil
-	refused(agentA.Status().Patch(ctx, pb, client.MergeFrom(beforeB)), "may write only PodEndpoints whose spec.nodeName is node-a, not PodEndpoint default/pod-b1")
-	refused(agentA.Delete(ctx, beforeB.DeepCopy()), "may write only PodEndpoints whose spec.nodeName is node-a, not PodEndpoint default/pod-b1")
-	forged := &networkv1alpha1.PodEndpoint{ObjectMeta: metav1.ObjectMeta{Namespace: cluster.PodNamespace, Name: "forged-on-b"}, Spec: *beforeB.Spec.DeepCopy()}
-	forged.Spec.PodName = "forged-on-b"
-	refused(agentA.Create(ctx, forged), "may write only PodEndpoints whose spec.nodeName is node-a, not PodEndpoint default/forged-on-b")
-	g.Expect(c.Client.Get(ctx, client.ObjectKey{Namespace: cluster.PodNamespace, Name: "pod-b1"}, pb)).To(Succeed())
+	notB := "may write only PodEndpoints whose spec.nodeName is node-a, not PodEndpoint default/" + pb.Name
+	refused(agentA.Status().Patch(ctx, pb, client.MergeFrom(beforeB)), notB)
+	refused(agentA.Delete(ctx, beforeB.DeepCopy()), notB)
+	forged := &networkv1alpha1.PodEndpoint{ObjectMeta: metav1.ObjectMeta{Namespace: cluster.PodNamespace, Name: "node-b.forged"}, Spec: *beforeB.Spec.DeepCopy()}
+	forged.Spec.PodUID = "forged"
+	refused(agentA.Create(ctx, forged), "may write only PodEndpoints whose spec.nodeName is node-a, not PodEndpoint default/node-b.forged")
+	// Nor can it take a name first: neither node-b's name for a Pod (the Pod's name, as agents before
+	// <node>.<Pod UID> named them), nor one under node-b's prefix, even recorded for node-a.
+	for _, name := range []string{"pod-b2", beforeB.Name} {
+		squat := &networkv1alpha1.PodEndpoint{ObjectMeta: metav1.ObjectMeta{Namespace: cluster.PodNamespace, Name: name}, Spec: *beforeB.Spec.DeepCopy()}
+		squat.Spec.NodeName, squat.Spec.PodName = "node-a", name
+		refused(agentA.Create(ctx, squat), "may create only PodEndpoints named node-a.<Pod UID>, not default/"+name)
+	}
+	pb, err = framework.PodEndpointOf(ctx, c.Client, cluster.PodNamespace, "pod-b1")
+	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(meta.IsStatusConditionTrue(pb.Status.Conditions, networkv1alpha1.ReadyCondition)).To(BeTrue(), "node-b's PodEndpoint is untouched")
 
 	// Meanwhile node-a's agent does its job with these credentials: a new Pod gets its network and its

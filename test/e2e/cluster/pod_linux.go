@@ -24,6 +24,7 @@ import (
 
 	networkv1alpha1 "github.com/winnet-io/winnet/api/v1alpha1"
 	"github.com/winnet-io/winnet/internal/hns"
+	"github.com/winnet-io/winnet/test/framework"
 	"github.com/winnet-io/winnet/test/simnode"
 )
 
@@ -304,8 +305,7 @@ func (n *Node) waitConflist(timeout time.Duration) (*libcni.NetworkConfigList, e
 func (c *Cluster) WaitPodForwarding(ctx context.Context, p *Pod, timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
 	for {
-		pep := &networkv1alpha1.PodEndpoint{}
-		err := c.Client.Get(ctx, client.ObjectKey{Namespace: p.Namespace, Name: p.Name}, pep)
+		pep, err := framework.PodEndpointOf(ctx, c.Client, p.Namespace, p.Name)
 		if err == nil {
 			if cond := meta.FindStatusCondition(pep.Status.Conditions, networkv1alpha1.ReadyCondition); cond != nil &&
 				cond.Status == metav1.ConditionTrue && pep.Spec.SandboxID == p.ContainerID {

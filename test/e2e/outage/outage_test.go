@@ -27,6 +27,7 @@ import (
 	networkv1alpha1 "github.com/winnet-io/winnet/api/v1alpha1"
 	"github.com/winnet-io/winnet/controllers/podendpoint"
 	"github.com/winnet-io/winnet/test/e2e/cluster"
+	"github.com/winnet-io/winnet/test/framework"
 )
 
 // A cluster of its own, so that this package runs beside the e2e package (make test runs packages in
@@ -204,11 +205,11 @@ func TestAPIServerOutage(t *testing.T) {
 	g.Expect(c.Client.Delete(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: gone.Namespace, Name: gone.Name}},
 		client.GracePeriodSeconds(0))).To(Succeed())
 	g.Eventually(func(g Gomega) {
-		err := c.Client.Get(ctx, client.ObjectKey{Namespace: gone.Namespace, Name: gone.Name}, &networkv1alpha1.PodEndpoint{})
+		_, err := framework.PodEndpointOf(ctx, c.Client, gone.Namespace, gone.Name)
 		g.Expect(apierrors.IsNotFound(err)).To(BeTrue(), "outage-gone's PodEndpoint goes: %v", err)
 		for name, p := range pods {
-			pep := &networkv1alpha1.PodEndpoint{}
-			g.Expect(c.Client.Get(ctx, client.ObjectKey{Namespace: p.Namespace, Name: name}, pep)).To(Succeed())
+			pep, err := framework.PodEndpointOf(ctx, c.Client, p.Namespace, name)
+			g.Expect(err).NotTo(HaveOccurred())
 			g.Expect(pep.Spec.SandboxID).To(Equal(p.ContainerID), "PodEndpoint %s names the current sandbox", name)
 			g.Expect(pep.Spec.IPs).To(ConsistOf(networkv1alpha1.InterfaceAddress(p.IP.String()+"/24")), "PodEndpoint %s", name)
 			g.Expect(meta.IsStatusConditionTrue(pep.Status.Conditions, networkv1alpha1.ReadyCondition)).To(BeTrue(), "PodEndpoint %s is Ready", name)

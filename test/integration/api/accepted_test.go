@@ -65,6 +65,7 @@ func TestValidVariantsAreAccepted(t *testing.T) {
 		{"rsr dual stack", validRSR, set("spec.podCIDRs", []any{"10.244.3.0/24", "fd00:10:244:3::/64"})},
 		{"pep dual stack", validPEP, set("spec.ips", []any{"10.244.1.5/24", "fd00:10:244:1::5/64"})},
 		{"pep without gateway", validPEP, del("spec.gateway")},
+		{"pep of an earlier agent, named after its Pod", legacyPEP, func(*unstructured.Unstructured) {}},
 		{"wnn own vtepMAC", validWNN, set("spec.encapsulation.vtepMAC", "0e:6a:5e:1b:23:9c")},
 		{"fi VNI 1 (Linux-only flannel)", validFI, set("spec.vni", int64(1))},
 		{"fi custom annotation prefix", validFI, set("spec.annotationPrefix", "flannel.example.com")},

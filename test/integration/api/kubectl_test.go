@@ -40,7 +40,7 @@ func TestKubectlGetShowsColumns(t *testing.T) {
 		},
 	}
 	pep := &networkv1alpha1.PodEndpoint{
-		ObjectMeta: metav1.ObjectMeta{Name: "kubectl-pod", Namespace: "default"},
+		ObjectMeta: metav1.ObjectMeta{Name: "kubectl-node.0d1e2f3a-4b5c-4d6e-8f70-8192a3b4c5d6", Namespace: "default"},
 		Spec: networkv1alpha1.PodEndpointSpec{
 			PodName: "kubectl-pod", PodUID: "0d1e2f3a-4b5c-4d6e-8f70-8192a3b4c5d6", NodeName: "kubectl-node",
 			SandboxID: "abc123", IPs: []networkv1alpha1.InterfaceAddress{"10.244.11.5/24"}, MAC: "02:42:0a:f4:0b:05",
@@ -76,16 +76,17 @@ func TestKubectlGetShowsColumns(t *testing.T) {
 	g.Expect(header).To(Equal([]string{"NAME", "NODE", "POD CIDRS", "NODE IP", "MODE", "ACCEPTED", "CONFLICT", "AGE"}))
 	g.Expect(row[:7]).To(Equal([]string{"kubectl-route", "linux-node-7", `["10.244.12.0/24"]`, "192.168.10.42", "Tunnel", "True", "False"}))
 
-	header, row = kubectlTable(t, "get", "pep", "kubectl-pod", "-n", "default")
-	g.Expect(header).To(Equal([]string{"NAME", "NODE", "IPS", "MAC", "PORT", "OFPORT", "READY", "AGE"}))
-	g.Expect(row[:7]).To(Equal([]string{"kubectl-pod", "kubectl-node", `["10.244.11.5/24"]`, "02:42:0a:f4:0b:05", "kubectl-p-abc1", "9", "True"}))
+	// A PodEndpoint's name is "<node>.<Pod UID>": the Pod column says whose it is.
+	header, row = kubectlTable(t, "get", "pep", pep.Name, "-n", "default")
+	g.Expect(header).To(Equal([]string{"NAME", "POD", "NODE", "IPS", "MAC", "PORT", "OFPORT", "READY", "AGE"}))
+	g.Expect(row[:8]).To(Equal([]string{pep.Name, "kubectl-pod", "kubectl-node", `["10.244.11.5/24"]`, "02:42:0a:f4:0b:05", "kubectl-p-abc1", "9", "True"}))
 
 	// The category lists all three kinds.
 	out := kubectl(t, "get", "winnet", "-A")
 	for _, want := range []string{
 		"windowsnodenetwork.network.winnet.io/kubectl-node",
 		"remotesubnetroute.network.winnet.io/kubectl-route",
-		"podendpoint.network.winnet.io/kubectl-pod",
+		"podendpoint.network.winnet.io/" + pep.Name,
 	} {
 		g.Expect(out).To(ContainSubstring(want))
 	}

@@ -52,6 +52,16 @@ func validRSR(name string) *unstructured.Unstructured {
 	})
 }
 
+// legacyPEP is a valid PodEndpoint named after its Pod, as agents named them before "<node>.<Pod UID>".
+func legacyPEP(name string) *unstructured.Unstructured {
+	pep := validPEP(name)
+	pep.SetName(name)
+	if err := unstructured.SetNestedField(pep.Object, name, "spec", "podName"); err != nil {
+		panic(err)
+	}
+	return pep
+}
+
 // validFI is a valid FlannelInterop. It is always named default (the only name the API server accepts),
 // whatever name the table gives.
 func validFI(string) *unstructured.Unstructured {
@@ -61,11 +71,12 @@ func validFI(string) *unstructured.Unstructured {
 	})
 }
 
-// validPEP is a valid PodEndpoint named after its Pod.
+// validPEP is a valid PodEndpoint, named as agents name them: "<node>.<Pod UID>" (the table's name
+// stands in for the UID).
 func validPEP(name string) *unstructured.Unstructured {
-	return newObject("PodEndpoint", "default", name, map[string]any{
-		"podName":       name,
-		"podUID":        "6f2c1a9e-3b4d-4e5f-8a7b-9c0d1e2f3a4b",
+	return newObject("PodEndpoint", "default", "win-node-1."+name, map[string]any{
+		"podName":       "web",
+		"podUID":        name,
 		"nodeName":      "win-node-1",
 		"sandboxID":     "4b9d2f0c7e1a3b5d",
 		"interfaceName": "eth0",

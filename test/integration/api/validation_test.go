@@ -105,7 +105,8 @@ func invalidCases() []invalidCase {
 		{name: "fi vni changed to 0", base: fi, update: true, mutate: set("spec.vni", int64(0)), field: "spec.vni", message: "should be greater than or equal to 1"},
 
 		// PodEndpoint.
-		{name: "pep named differently from its Pod", base: pep, mutate: set("spec.podName", "other-pod"), field: "spec.podName", message: "metadata.name must equal spec.podName"},
+		{name: "pep not named <node>.<Pod UID>", base: pep, mutate: set("spec.podUID", "other-uid"), field: "spec.podName", message: "metadata.name must be spec.nodeName + '.' + spec.podUID"},
+		{name: "pep of an earlier agent renamed", base: legacyPEP, mutate: set("spec.podName", "other-pod"), field: "spec.podName", message: "metadata.name must be spec.nodeName + '.' + spec.podUID"},
 		{name: "pep without ips", base: pep, mutate: del("spec.ips"), field: "spec.ips", message: "Required value"},
 		{name: "pep ip without prefix length", base: pep, mutate: set("spec.ips", []any{"10.244.1.5"}), field: "spec.ips[0]", message: "must be an address with its prefix length"},
 		{name: "pep two IPv4 addresses", base: pep, mutate: set("spec.ips", []any{"10.244.1.5/24", "10.244.1.6/24"}), field: "spec.ips", message: "at most one address per IP family"},

@@ -255,7 +255,7 @@ func TestPodNetwork(t *testing.T) {
 		g.Expect(n.cni.DelNetworkList(ctx, n.list, p.rt)).To(Succeed())
 		g.Expect(n.leftovers(g)).To(BeEmpty())
 		g.Eventually(func() bool {
-			return apierrors.IsNotFound(server.Client.Get(ctx, client.ObjectKey{Namespace: "default", Name: p.name}, &networkv1alpha1.PodEndpoint{}))
+			return apierrors.IsNotFound(podEndpointErr(p.name))
 		}).WithTimeout(repair).Should(BeTrue(), "the PodEndpoint goes with the attachment")
 	})
 
@@ -348,7 +348,7 @@ func TestPodNetwork(t *testing.T) {
 		g.Expect(e.Msg).To(ContainSubstring("deleting HNS endpoint"))
 		g.Eventually(n.leftovers).WithTimeout(repair).Should(BeEmpty(), "the agent finishes the DEL")
 		g.Eventually(func() bool {
-			return apierrors.IsNotFound(server.Client.Get(ctx, client.ObjectKey{Namespace: "default", Name: p.name}, &networkv1alpha1.PodEndpoint{}))
+			return apierrors.IsNotFound(podEndpointErr(p.name))
 		}).WithTimeout(repair).Should(BeTrue())
 		g.Expect(n.cni.DelNetworkList(ctx, n.list, p.rt)).To(Succeed(), "the runtime's retry finds nothing left")
 	})
@@ -397,9 +397,58 @@ func TestPodNetwork(t *testing.T) {
 		g.Expect(server.Client.Delete(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: p.name}}, client.GracePeriodSeconds(0))).To(Succeed())
 		g.Eventually(n.leftovers).WithTimeout(repair).Should(BeEmpty(), "address released, endpoint, port and flows removed")
 		g.Eventually(func() bool {
-			return apierrors.IsNotFound(server.Client.Get(ctx, client.ObjectKey{Namespace: "default", Name: p.name}, &networkv1alpha1.PodEndpoint{}))
+			return apierrors.IsNotFound(podEndpointErr(p.name))
 		}).WithTimeout(repair).Should(BeTrue())
 		g.Expect(n.cni.DelNetworkList(ctx, n.list, p.rt)).To(Succeed(), "the late DEL finds nothing and succeeds")
+	})
+
+	// Agents before "<node>.<Pod UID>" named PodEndpoints after their Pod. After an upgrade the agent
+	// adopts such a record: it keeps its own, removes the old one (finalizer first), and leaves the
+	// Pod's network alone. One whose Pod is gone is removed too: no finalizer stays behind to hang a
+	// namespace's deletion.
+	t.Run("PodEndpoints named after their Pod by an earlier agent are adopted without re-plumbing", func(t *testing.T) {
+		g := NewWithT(t)
+		p := n.newPod(t, "legacy", true)
+		n.add(t, p)
+		var current *networkv1alpha1.PodEndpoint
+		g.Eventually(func(g Gomega) {
+			current = podEndpoint(g, p.name)
+			g.Expect(readyStatus(current)).To(Equal(metav1.ConditionTrue))
+		}).WithTimeout(repair).Should(Succeed())
+		g.Expect(current.Name).To(Equal(n.Name+"."+p.uid), "named <node>.<Pod UID>")
+		attached, ok := n.agent.Pods.Pods.Store().Get(p.sandbox)
+		g.Expect(ok).To(BeTrue())
+
+		legacy := func(namespace, pod string) *networkv1alpha1.PodEndpoint {
+			old := &networkv1alpha1.PodEndpoint{
+				ObjectMeta: metav1.ObjectMeta{Name: pod, Namespace: namespace, Finalizers: []string{podendpoint.Finalizer}},
+				Spec:       *current.Spec.DeepCopy(),
+			}
+			old.Spec.PodName = pod
+			g.Expect(server.Client.Create(ctx, old)).To(Succeed())
+			return old
+		}
+		old := legacy("default", p.name)
+		orphan := legacy("default", "legacy-gone") // its Pod went while no agent ran
+		for _, o := range []*networkv1alpha1.PodEndpoint{old, orphan} {
+			g.Eventually(func() bool {
+				return apierrors.IsNotFound(server.Client.Get(ctx, client.ObjectKeyFromObject(o), &networkv1alpha1.PodEndpoint{}))
+			}).WithTimeout(repair).Should(BeTrue(), "the agent removes %s, finalizer and all", o.Name)
+		}
+
+		after := podEndpoint(g, p.name)
+		g.Expect(after.UID).To(Equal(current.UID), "the agent's own record stays")
+		g.Expect(after.Status.OFPort).To(Equal(current.Status.OFPort))
+		g.Expect(after.Status.HNSEndpointID).To(Equal(current.Status.HNSEndpointID))
+		now, ok := n.agent.Pods.Pods.Store().Get(p.sandbox)
+		g.Expect(ok).To(BeTrue())
+		g.Expect(now.Created).To(Equal(attached.Created), "the attachment was not made again")
+		g.Expect(now.IP).To(Equal(attached.IP))
+		sent, received, err := simnode.Ping(p.ns, n.gateway, 1)
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(received).To(Equal(sent), "the Pod's network never went")
+		g.Expect(n.cni.DelNetworkList(ctx, n.list, p.rt)).To(Succeed())
+		g.Expect(n.leftovers(g)).To(BeEmpty())
 	})
 }
 

@@ -285,9 +285,15 @@ func (n *testNode) leftovers(g Gomega) []string {
 
 // podEndpoint returns the Pod's PodEndpoint.
 func podEndpoint(g Gomega, name string) *networkv1alpha1.PodEndpoint {
-	pep := &networkv1alpha1.PodEndpoint{}
-	g.Expect(server.Client.Get(context.Background(), client.ObjectKey{Namespace: "default", Name: name}, pep)).To(Succeed())
+	pep, err := framework.PodEndpointOf(context.Background(), server.Client, "default", name)
+	g.Expect(err).NotTo(HaveOccurred())
 	return pep
+}
+
+// podEndpointErr returns the error of looking the Pod's PodEndpoint up (NotFound once it is gone).
+func podEndpointErr(name string) error {
+	_, err := framework.PodEndpointOf(context.Background(), server.Client, "default", name)
+	return err
 }
 
 func readyStatus(pep *networkv1alpha1.PodEndpoint) metav1.ConditionStatus {

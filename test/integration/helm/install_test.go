@@ -263,11 +263,11 @@ func TestInstallAndLeastPrivilege(t *testing.T) {
 		g.Expect(agentA.c.Create(ctx, own)).To(Succeed())
 		g.Expect(agentA.c.Status().Patch(ctx, own, client.RawPatch(types.MergePatchType, []byte(`{"status":{"hnsEndpointID":"ep-a"}}`)))).To(Succeed())
 
-		want := "winnet-agent of node win-a may write only PodEndpoints whose spec.nodeName is win-a, not PodEndpoint default/web-b"
-		g.Expect(agentA.c.Create(ctx, podEndpoint("default", "web-b", "win-b"))).To(beDenied(want))
+		theirs := podEndpoint("default", "web-b", "win-b")
+		want := "winnet-agent of node win-a may write only PodEndpoints whose spec.nodeName is win-a, not PodEndpoint default/" + theirs.Name
+		g.Expect(agentA.c.Create(ctx, theirs.DeepCopy())).To(beDenied(want))
 
 		// B's agent creates its own; A may neither change, take over nor delete it.
-		theirs := podEndpoint("default", "web-b", "win-b")
 		g.Expect(agentB.c.Create(ctx, theirs)).To(Succeed())
 		g.Expect(agentA.c.Status().Patch(ctx, theirs, client.RawPatch(types.MergePatchType, []byte(`{"status":{"hnsEndpointID":"evil"}}`)))).To(beDenied(want))
 		// Taking it over fails too (the CRD already makes spec.nodeName immutable, which is checked
@@ -275,6 +275,22 @@ func TestInstallAndLeastPrivilege(t *testing.T) {
 		g.Expect(agentA.c.Patch(ctx, theirs, client.RawPatch(types.MergePatchType, []byte(`{"spec":{"nodeName":"win-a"}}`)))).To(HaveOccurred())
 		g.Expect(agentA.c.Delete(ctx, theirs)).To(beDenied(want))
 		g.Expect(agentA.c.Delete(ctx, own)).To(Succeed())
+	})
+
+	t.Run("agent A cannot take the name of node B's PodEndpoints first", func(t *testing.T) {
+		g := NewWithT(t)
+		// Recorded for node A (so the spec.nodeName rule passes) but named as node B's agent names
+		// its Pods' records, or as agents named them before "<node>.<Pod UID>" (the Pod's name).
+		for _, name := range []string{"win-b." + podUID, "web-b"} {
+			squat := podEndpoint("default", "web-b", "win-a")
+			squat.Name, squat.Spec.PodName = name, name
+			g.Expect(agentA.c.Create(ctx, squat)).To(beDenied("winnet-agent of node win-a may create only PodEndpoints named win-a.<Pod UID>, not default/" + name))
+		}
+		theirs := podEndpoint("default", "web-b2", "win-b")
+		theirs.Spec.PodUID = "0a1b2c3d-4e5f-4a6b-8c7d-9e0f1a2b3c4d"
+		theirs.Name = networkv1alpha1.PodEndpointName("win-b", types.UID(theirs.Spec.PodUID))
+		g.Expect(agentB.c.Create(ctx, theirs)).To(Succeed(), "node B records its Pod under its own name")
+		g.Expect(agentB.c.Delete(ctx, theirs)).To(Succeed())
 	})
 
 	t.Run("agent tokens without a node are denied", func(t *testing.T) {
@@ -302,9 +318,12 @@ func beDenied(message string) OmegaMatcher {
 		ContainSubstring(message)))
 }
 
-func podEndpoint(namespace, name, node string) *networkv1alpha1.PodEndpoint {
-	return &networkv1alpha1.PodEndpoint{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace},
-		Spec: networkv1alpha1.PodEndpointSpec{PodName: name, PodUID: "6f2c1a9e-3b4d-4e5f-8a7b-9c0d1e2f3a4b", NodeName: node,
+const podUID = "6f2c1a9e-3b4d-4e5f-8a7b-9c0d1e2f3a4b"
+
+// podEndpoint returns the PodEndpoint that node's agent writes for the Pod pod.
+func podEndpoint(namespace, pod, node string) *networkv1alpha1.PodEndpoint {
+	return &networkv1alpha1.PodEndpoint{ObjectMeta: metav1.ObjectMeta{Name: networkv1alpha1.PodEndpointName(node, podUID), Namespace: namespace},
+		Spec: networkv1alpha1.PodEndpointSpec{PodName: pod, PodUID: podUID, NodeName: node,
 			SandboxID: "4b9d2f0c7e1a3b5d", InterfaceName: "eth0", IPs: []networkv1alpha1.InterfaceAddress{"10.244.1.5/24"},
 			MAC: "02:42:0a:f4:01:05"}}
 }

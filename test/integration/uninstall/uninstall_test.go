@@ -119,7 +119,7 @@ func startNode(t *testing.T, underlay *simnode.Underlay, name string, ip netip.P
 		g.Expect(server.Client.List(ctx, peps, client.InNamespace("default"))).To(Succeed())
 		names := []string{}
 		for _, p := range peps.Items {
-			names = append(names, p.Name)
+			names = append(names, p.Spec.PodName)
 		}
 		g.Expect(names).To(ContainElements(n.pods[0].Name, n.pods[1].Name))
 	}).WithTimeout(converge).Should(Succeed(), "the agent records the Pods' PodEndpoints")
