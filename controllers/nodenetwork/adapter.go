@@ -124,7 +124,10 @@ const AdapterIPWait = 10 * time.Second
 // RestoreAdapter waits, bounded by wait, for the adapter to hold ip again after HNS deleted the
 // network, and re-applies the recorded configuration cfg when HNS did not give it back. It reports
 // whether it re-applied it; it fails when the adapter does not hold ip even then.
-func RestoreAdapter(ctx context.Context, h hostnet.Interface, adapter hostnet.Link, cfg hostnet.IPConfig, ip netip.Addr, wait time.Duration) (bool, error) {
+func RestoreAdapter(ctx context.Context, h interface {
+	hostnet.Links
+	hostnet.Adapters
+}, adapter hostnet.Link, cfg hostnet.IPConfig, ip netip.Addr, wait time.Duration) (bool, error) {
 	deadline := time.Now().Add(wait)
 	for {
 		if p, err := addressOf(ctx, h, adapter.Index, ip); err != nil {

@@ -68,7 +68,7 @@ func (c *flowConn) close() {
 }
 
 // waitLink waits for an interface OVS creates (the bridge's LOCAL port, an internal port) to appear.
-func waitLink(ctx context.Context, h hostnet.Interface, name string) (hostnet.Link, error) {
+func waitLink(ctx context.Context, h hostnet.Links, name string) (hostnet.Link, error) {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	for {
@@ -86,7 +86,7 @@ func waitLink(ctx context.Context, h hostnet.Interface, name string) (hostnet.Li
 
 // waitLinkGone waits for an interface OVS removes (the LOCAL port of a deleted bridge) to disappear,
 // so that a bridge recreated under the same name is not confused with the old one.
-func waitLinkGone(ctx context.Context, h hostnet.Interface, name string) error {
+func waitLinkGone(ctx context.Context, h hostnet.Links, name string) error {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	for {
@@ -103,7 +103,7 @@ func waitLinkGone(ctx context.Context, h hostnet.Interface, name string) error {
 }
 
 // addressOf returns the link's address holding ip, with its prefix length; invalid when none does.
-func addressOf(ctx context.Context, h hostnet.Interface, link int, ip netip.Addr) (netip.Prefix, error) {
+func addressOf(ctx context.Context, h hostnet.Links, link int, ip netip.Addr) (netip.Prefix, error) {
 	addrs, err := h.Addresses(ctx, link)
 	if err != nil {
 		return netip.Prefix{}, err

@@ -58,7 +58,7 @@ func (r *Reconciler) watchHost(ctx context.Context, wake chan<- event.GenericEve
 // removed on one of links (hostnet.Interface.WatchAddresses; nil: any link), until ctx ends. A watch that fails is subscribed
 // again after watchRetry, and changed is called then too, since changes may have gone unseen. On
 // a platform without such notifications it returns at once: the periodic passes find drift there.
-func FollowAddresses(ctx context.Context, h hostnet.Interface, links func() []int, changed func()) {
+func FollowAddresses(ctx context.Context, h hostnet.Watches, links func() []int, changed func()) {
 	if h == nil {
 		return
 	}

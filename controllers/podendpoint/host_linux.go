@@ -12,7 +12,6 @@ import (
 	"github.com/vishvananda/netlink"
 
 	"github.com/winnet-io/winnet/internal/hns"
-	"github.com/winnet-io/winnet/internal/hostnet"
 	"github.com/winnet-io/winnet/internal/ovs/ovsdb"
 )
 
@@ -23,7 +22,7 @@ const podPortType = ovsdb.PortTypeSystem
 // setSwitchPort makes the host end of the endpoint a switch port only (on), so that the kernel
 // leaves its packets to OVS, or releases it (off): the host end goes with the endpoint, so its mark
 // is dropped in the background rather than while a CNI call waits.
-func setSwitchPort(ctx context.Context, h hostnet.Interface, name string, on bool) error {
+func setSwitchPort(ctx context.Context, h HostNet, name string, on bool) error {
 	if !on {
 		return h.ReleaseSwitchPort(ctx, name)
 	}

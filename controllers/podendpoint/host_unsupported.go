@@ -13,7 +13,7 @@ import (
 // podPortType is the type of a Pod's OVS port; this platform runs no agent.
 const podPortType = ovsdb.PortTypeInternal
 
-func setSwitchPort(context.Context, hostnet.Interface, string, bool) error {
+func setSwitchPort(context.Context, HostNet, string, bool) error {
 	return errors.ErrUnsupported
 }
 

@@ -5,7 +5,6 @@ import (
 	"fmt"
 
 	"github.com/winnet-io/winnet/internal/hns"
-	"github.com/winnet-io/winnet/internal/hostnet"
 	"github.com/winnet-io/winnet/internal/ovs/ovsdb"
 )
 
@@ -14,7 +13,7 @@ import (
 const podPortType = ovsdb.PortTypeInternal
 
 // setSwitchPort does nothing on Windows: the Hyper-V switch owns the endpoint's port.
-func setSwitchPort(context.Context, hostnet.Interface, string, bool) error { return nil }
+func setSwitchPort(context.Context, HostNet, string, bool) error { return nil }
 
 // vnicName is the alias Windows gives the vNIC of the HNS endpoint named port on the host.
 func vnicName(port string) string { return hns.WindowsManagementVNICName(port) }

@@ -39,8 +39,16 @@ const cleanupTimeout = 30 * time.Second
 type Host struct {
 	HNS   hns.Interface
 	OVSDB ovsdb.Interface
-	Net   hostnet.Interface
+	Net   HostNet
 	IPAM  *ipam.HostLocal
+}
+
+// HostNet is the host plumbing a Pod's attachment needs: its vNIC's link (found by name, its MTU
+// set), made a port of the virtual switch only, and a watch of links for vNICs that appear.
+type HostNet interface {
+	hostnet.Links
+	hostnet.SwitchPorts
+	hostnet.Watches
 }
 
 // Options configure Pods.

@@ -137,7 +137,7 @@ type linkWatch struct {
 
 // next returns a channel that is closed at the next change of the host's links, and whether a
 // watch reports them; it starts the watch on first use, and again after it ended.
-func (w *linkWatch) next(ctx context.Context, h hostnet.Interface) (<-chan struct{}, bool) {
+func (w *linkWatch) next(ctx context.Context, h hostnet.Watches) (<-chan struct{}, bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.changed == nil {

@@ -42,6 +42,13 @@ const notReadyRetry = 200 * time.Millisecond
 // one flow category, so every change is applied as the difference of that set.
 var allRoutes = reconcile.Request{NamespacedName: types.NamespacedName{Name: "remote-subnet-routes"}}
 
+// HostNet is the host plumbing remote routes need: the routes and their next hops, and a watch
+// that reports when someone removed one.
+type HostNet interface {
+	hostnet.Routing
+	hostnet.Watches
+}
+
 // Reconciler installs the host routes and flows of every RemoteSubnetRoute but the node's own, and
 // reports the outcome through the node network's State (the node network reconciler writes it into
 // the WindowsNodeNetwork's status as RoutesReady and remoteRoutes).
@@ -49,7 +56,7 @@ type Reconciler struct {
 	// Client reads the node's objects; RemoteSubnetRoutes come from a cache of their own.
 	Client   client.Client
 	NodeName string
-	Net      hostnet.Interface
+	Net      HostNet
 	State    *nodenetwork.State
 	// ResyncPeriod is the drift check period; zero means DefaultResyncPeriod.
 	ResyncPeriod time.Duration

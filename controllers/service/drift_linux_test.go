@@ -26,14 +26,14 @@ import (
 // slowRoutes is the real host network whose route listing waits until release is closed, once
 // listing is closed.
 type slowRoutes struct {
-	hostnet.Interface
+	hostnet.Routing
 	listing, release chan struct{}
 }
 
 func (h *slowRoutes) Routes(ctx context.Context, f hostnet.RouteFilter) ([]hostnet.Route, error) {
 	close(h.listing)
 	<-h.release
-	return h.Interface.Routes(ctx, f)
+	return h.Routing.Routes(ctx, f)
 }
 
 // TestDriftCheckListsRoutesWithoutHoldingPasses: the drift check reads the host's ClusterIP routes
@@ -69,10 +69,10 @@ func TestDriftCheckListsRoutesWithoutHoldingPasses(t *testing.T) {
 	}
 	g.Eventually(inGroups("10.244.66.10"), 30*time.Second, 50*time.Millisecond).Should(Succeed())
 
-	var real hostnet.Interface
+	var real hostnet.Routing
 	slow := &slowRoutes{listing: make(chan struct{}), release: make(chan struct{})}
-	r.WrapNet(func(h hostnet.Interface) hostnet.Interface {
-		real, slow.Interface = h, h
+	r.WrapNet(func(h hostnet.Routing) hostnet.Routing {
+		real, slow.Routing = h, h
 		return slow
 	})
 	// The ClusterIP's route, deleted behind the agent's back: the read-back puts it back.

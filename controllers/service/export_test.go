@@ -44,7 +44,7 @@ var DriftCheck = driftCheck
 
 // WrapNet replaces the host network the reconciler uses with wrap's, and has the next drift check
 // read the host's routes back.
-func (r *Reconciler) WrapNet(wrap func(hostnet.Interface) hostnet.Interface) {
+func (r *Reconciler) WrapNet(wrap func(hostnet.Routing) hostnet.Routing) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.Net = wrap(r.Net)

@@ -24,13 +24,13 @@ import (
 // countingHost is the real host network (netlink in a namespace of the test's) counting how often
 // the routes are listed.
 type countingHost struct {
-	hostnet.Interface
+	hostnet.Routing
 	listings int
 }
 
 func (h *countingHost) Routes(ctx context.Context, f hostnet.RouteFilter) ([]hostnet.Route, error) {
 	h.listings++
-	return h.Interface.Routes(ctx, f)
+	return h.Routing.Routes(ctx, f)
 }
 
 // TestHostRoutesReadBackOncePerResync: the ClusterIP routes follow the Services on every pass, but
@@ -57,7 +57,7 @@ func TestHostRoutesReadBackOncePerResync(t *testing.T) {
 	run("ip", "-n", ns, "addr", "add", "10.244.1.1/24", "dev", "gw0") // the gateway holds the Pod subnet's first address
 	real, err := hostnet.New(hostnet.Options{NetNSPath: "/run/netns/" + ns})
 	g.Expect(err).NotTo(HaveOccurred())
-	host := &countingHost{Interface: real}
+	host := &countingHost{Routing: real}
 	gw, err := real.LinkByName(ctx, "gw0")
 	g.Expect(err).NotTo(HaveOccurred())
 	rz := nodenetwork.Realized{GatewayLinkIndex: gw.Index}

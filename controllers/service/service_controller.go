@@ -88,7 +88,7 @@ type Reconciler struct {
 	State    *nodenetwork.State
 	// Net routes the host's traffic to ClusterIPs into the gateway; nil leaves the host without
 	// ClusterIP routes.
-	Net hostnet.Interface
+	Net hostnet.Routing
 	// NodePorts NATs the host's own connections to its NodePorts to pipeline.NodePortVirtualIP,
 	// which Net routes into the gateway and the switch balances over the ports' endpoints; nil
 	// leaves the host unable to reach its own NodePorts.

@@ -40,11 +40,20 @@ type ResetOVSDB interface {
 
 var _ ResetOVSDB = (*ovsdb.Client)(nil)
 
+// ResetNet is what Reset needs of the host network: the uplink and the management vNIC (links and
+// addresses), the adapter's recorded IP configuration, and the switch-port mark. It never touches
+// routes: HNS gives them back with the adapter's configuration.
+type ResetNet interface {
+	hostnet.Links
+	hostnet.Adapters
+	hostnet.SwitchPorts
+}
+
 // ResetHost is the node's host plumbing Reset acts on, the same the agent uses.
 type ResetHost struct {
 	OVSDB ResetOVSDB
 	HNS   hns.Interface
-	Net   hostnet.Interface
+	Net   ResetNet
 	// NodePorts is the host's NAT of its own NodePorts (hostnet.NodePortNAT), which outlives the
 	// HNS network (a NetNat is the host's); nil leaves it.
 	NodePorts hostnet.NodePortNAT
@@ -384,7 +393,7 @@ func (r *resetter) verifyAdapter(ctx context.Context, link hostnet.Link, cfg hos
 	return err
 }
 
-func holds(ctx context.Context, h hostnet.Interface, linkIndex int, ip netip.Addr) (bool, error) {
+func holds(ctx context.Context, h hostnet.Links, linkIndex int, ip netip.Addr) (bool, error) {
 	addrs, err := h.Addresses(ctx, linkIndex)
 	if err != nil {
 		return false, fmt.Errorf("reading the addresses of link %d: %w", linkIndex, err)

@@ -210,7 +210,10 @@ func New(opts Options) (Interface, error) {
 	return newPlatform(opts)
 }
 
-// Interface is the host network plumbing the node-network and remote-route reconcilers need.
+// Interface is the host's network plumbing, split by concern: Links (links and their addresses),
+// Routing (routes and next hops), Adapters (an adapter's IP configuration), SwitchPorts and Watches.
+// A consumer depends on the parts it uses; the node-network reconciler and the HNS simulator use
+// all of it.
 //
 // Contract, on every platform:
 //   - Ensure* creates the object or fixes it to match, and changes nothing when it already
@@ -225,6 +228,15 @@ func New(opts Options) (Interface, error) {
 // On Linux the implementation acts on the network namespace of the calling OS thread: a caller
 // that switched namespaces must hold runtime.LockOSThread.
 type Interface interface {
+	Links
+	Routing
+	Adapters
+	SwitchPorts
+	Watches
+}
+
+// Links reads and configures the host's links and their addresses. The contract of Interface holds.
+type Links interface {
 	// LinkByName returns the link with this name (Linux) or alias (Windows).
 	LinkByName(ctx context.Context, name string) (Link, error)
 	// LinkByAddress returns the link holding the unicast address ip, e.g. the uplink holding
@@ -250,31 +262,17 @@ type Interface interface {
 	// ForwardingEnabled. IPv6 forwarding is left alone (on Linux it would stop router
 	// advertisements from configuring the host).
 	EnsureForwarding(ctx context.Context, linkIndex int) error
-	// SetSwitchPort makes the link a port of the virtual switch only (on), or a host interface
-	// again (off). The host's IP stack neither forwards nor delivers what arrives on a switch port:
-	// the switch does. On Windows the Hyper-V switch owns its ports and this changes nothing; on
-	// Linux, where the userspace datapath reads the link beside the kernel, an nftables netdev
-	// ingress chain (table "winnet") drops the kernel's copy.
-	SetSwitchPort(ctx context.Context, linkIndex int, on bool) error
-	// ReleaseSwitchPort drops the switch-port mark of an interface that is gone, or goes with its
-	// port, without waiting: on Linux its chain is deleted in the background, together with the
-	// other released chains, in one transaction. SetSwitchPort(on) for the name cancels it.
-	ReleaseSwitchPort(ctx context.Context, name string) error
-	// WatchLinks reports changes of the host's links until ctx ends: the channel it returns
-	// receives a value when a link is added, changes or goes (several changes may give one
-	// value; look again at what you wait for), and is closed when the watch ends — ctx ended or
-	// the platform's notifications failed (watch again). On Linux it is rtnetlink's link group; on
-	// Windows it fails with errors.ErrUnsupported, and callers poll.
-	WatchLinks(ctx context.Context) (<-chan struct{}, error)
-	// WatchAddresses reports drift of the host's addresses and routes until ctx ends, as WatchLinks
-	// reports links: a value when a unicast address is added to or removed from a link, or a route
-	// is removed (routes added are left out: winnet adds thousands, and a route someone added does
-	// not take one of winnet's away). Only changes on the links whose indexes links returns count
-	// (asked at every change; nil, or a nil result, counts every link), and changes the platform
-	// reports without a link: a Pod's vNIC coming and going (its link-local address and routes)
-	// must not wake a pass over the whole node. On Linux it is rtnetlink's address and route
-	// groups, on Windows NotifyUnicastIpAddressChange and NotifyRouteChange2.
-	WatchAddresses(ctx context.Context, links func() []int) (<-chan struct{}, error)
+	// RenameLink gives the link a new name (Linux) or alias (Windows), keeping its addresses and
+	// routes: the agent renames the management vNIC HNS created, "vEthernet (<adapter>)", to the
+	// bridge name so that OVS adopts it as the bridge's LOCAL port (Antrea PR 3067). On Linux,
+	// where a link must be down to be renamed and going down drops its routes, the routes are put
+	// back; on Windows it is MSFT_NetAdapter.Rename (WMI: iphlpapi has no call for it).
+	RenameLink(ctx context.Context, linkIndex int, name string) error
+}
+
+// Routing reads and configures the main routing table's unicast routes and resolves their on-link
+// next hops; only routes carrying winnet's ownership mark are ever removed by ReconcileRoutes. The contract of Interface holds.
+type Routing interface {
 	// Routes returns the unicast routes of the main table that were configured rather than
 	// derived by the system from an address: on Linux routes of protocol "kernel" are left out,
 	// on Windows routes of origin well-known or protocol local, and loopback routes. Multipath
@@ -295,12 +293,15 @@ type Interface interface {
 	// ReconcileRoutes deletes every route carrying winnet's mark that matches no route of
 	// desired. It does not create the desired routes: EnsureRoute does.
 	ReconcileRoutes(ctx context.Context, desired []Route) error
-	// RenameLink gives the link a new name (Linux) or alias (Windows), keeping its addresses and
-	// routes: the agent renames the management vNIC HNS created, "vEthernet (<adapter>)", to the
-	// bridge name so that OVS adopts it as the bridge's LOCAL port (Antrea PR 3067). On Linux,
-	// where a link must be down to be renamed and going down drops its routes, the routes are put
-	// back; on Windows it is MSFT_NetAdapter.Rename (WMI: iphlpapi has no call for it).
-	RenameLink(ctx context.Context, linkIndex int, name string) error
+	// Neighbor returns the hardware address of the on-link neighbour ip, starting address
+	// resolution (ARP / neighbour discovery) when it is not known and waiting for it within
+	// the context and Options.NeighborTimeout. An ip that is not on-link is an error.
+	Neighbor(ctx context.Context, ip netip.Addr) (net.HardwareAddr, error)
+}
+
+// Adapters reads and applies an adapter's IP configuration: what HNS moves from the uplink to the
+// management vNIC, and gives back. The contract of Interface holds.
+type Adapters interface {
 	// ReadIPConfig returns the link's IP configuration as HNS moves it from an adapter to the
 	// management vNIC: its movable addresses, its routes, its DNS servers and whether IPv4 comes
 	// from DHCP. The agent records it before creating the HNS network.
@@ -310,10 +311,39 @@ type Interface interface {
 	// lifetime), a static one gets its addresses; then the routes and the DNS servers (Windows
 	// only: Linux has no per-link resolvers). It is idempotent.
 	ApplyIPConfig(ctx context.Context, linkIndex int, cfg IPConfig) error
-	// Neighbor returns the hardware address of the on-link neighbour ip, starting address
-	// resolution (ARP / neighbour discovery) when it is not known and waiting for it within
-	// the context and Options.NeighborTimeout. An ip that is not on-link is an error.
-	Neighbor(ctx context.Context, ip netip.Addr) (net.HardwareAddr, error)
+}
+
+// SwitchPorts marks links as ports of the virtual switch only. The contract of Interface holds.
+type SwitchPorts interface {
+	// SetSwitchPort makes the link a port of the virtual switch only (on), or a host interface
+	// again (off). The host's IP stack neither forwards nor delivers what arrives on a switch port:
+	// the switch does. On Windows the Hyper-V switch owns its ports and this changes nothing; on
+	// Linux, where the userspace datapath reads the link beside the kernel, an nftables netdev
+	// ingress chain (table "winnet") drops the kernel's copy.
+	SetSwitchPort(ctx context.Context, linkIndex int, on bool) error
+	// ReleaseSwitchPort drops the switch-port mark of an interface that is gone, or goes with its
+	// port, without waiting: on Linux its chain is deleted in the background, together with the
+	// other released chains, in one transaction. SetSwitchPort(on) for the name cancels it.
+	ReleaseSwitchPort(ctx context.Context, name string) error
+}
+
+// Watches reports changes of the host's links, addresses and routes. The contract of Interface holds.
+type Watches interface {
+	// WatchLinks reports changes of the host's links until ctx ends: the channel it returns
+	// receives a value when a link is added, changes or goes (several changes may give one
+	// value; look again at what you wait for), and is closed when the watch ends — ctx ended or
+	// the platform's notifications failed (watch again). On Linux it is rtnetlink's link group; on
+	// Windows it fails with errors.ErrUnsupported, and callers poll.
+	WatchLinks(ctx context.Context) (<-chan struct{}, error)
+	// WatchAddresses reports drift of the host's addresses and routes until ctx ends, as WatchLinks
+	// reports links: a value when a unicast address is added to or removed from a link, or a route
+	// is removed (routes added are left out: winnet adds thousands, and a route someone added does
+	// not take one of winnet's away). Only changes on the links whose indexes links returns count
+	// (asked at every change; nil, or a nil result, counts every link), and changes the platform
+	// reports without a link: a Pod's vNIC coming and going (its link-local address and routes)
+	// must not wake a pass over the whole node. On Linux it is rtnetlink's address and route
+	// groups, on Windows NotifyUnicastIpAddressChange and NotifyRouteChange2.
+	WatchAddresses(ctx context.Context, links func() []int) (<-chan struct{}, error)
 }
 
 // reconcileRoutes implements ReconcileRoutes on top of Routes and DeleteRoute. norm puts a desired
