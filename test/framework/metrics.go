@@ -88,4 +88,3 @@ func (r *MetricsReader) Scrape(ctx context.Context, address string) ([]byte, err
 	}
 	return body, nil
 }
-
