@@ -27,47 +27,79 @@ import (
 )
 
 // PodNode is a simulated node whose network is Ready: its agent runs, its Node and WindowsNodeNetwork
-// exist, and a CNI client is set up like a runtime's to attach Pods. The integration tests that need
-// Pods on converged nodes (Services, NetworkPolicy) share it.
+// exist, and a CNI client is set up like a runtime's to attach Pods. Every integration test that
+// needs a converged node starts it here (StartPodNode, or StartPodNodeOn for a node it prepared).
 type PodNode struct {
 	*simnode.Node
 	Agent   *Agent
 	PodCIDR netip.Prefix
+	// CNI calls the winnet-cni shim as a runtime does; ConfList is the conflist the agent wrote
+	// (nil until the node network is Ready).
+	CNI      *libcni.CNIConfig
+	ConfList *libcni.NetworkConfigList
 
 	server *APIServer
-	cni    *libcni.CNIConfig
-	list   *libcni.NetworkConfigList
+}
+
+// PodNodeOptions configure StartPodNodeWith and StartPodNodeOn.
+type PodNodeOptions struct {
+	// Agent are the agent's options.
+	Agent AgentOptions
+	// Spec, when set, changes the WindowsNodeNetwork's spec before it is created.
+	Spec func(*networkv1alpha1.WindowsNodeNetworkSpec)
+	// NoNetwork leaves the WindowsNodeNetwork to the test (CreateNetwork): the node, its Node
+	// object and its agent only.
+	NoNetwork bool
 }
 
 // StartPodNode adds a node to the underlay, runs its agent, creates its Node and WindowsNodeNetwork
 // and waits (up to timeout) for the conflist the agent writes once the node network is Ready.
 func StartPodNode(t *testing.T, s *APIServer, u *simnode.Underlay, name, nodeIP, podCIDR string, timeout time.Duration) *PodNode {
 	t.Helper()
-	return StartPodNodeWith(t, s, u, name, nodeIP, podCIDR, timeout, AgentOptions{})
+	return StartPodNodeWith(t, s, u, name, nodeIP, podCIDR, timeout, PodNodeOptions{})
 }
 
-// StartPodNodeWith is StartPodNode with the agent's options.
-func StartPodNodeWith(t *testing.T, s *APIServer, u *simnode.Underlay, name, nodeIP, podCIDR string, timeout time.Duration, opts AgentOptions) *PodNode {
+// StartPodNodeWith is StartPodNode with options.
+func StartPodNodeWith(t *testing.T, s *APIServer, u *simnode.Underlay, name, nodeIP, podCIDR string, timeout time.Duration, opts PodNodeOptions) *PodNode {
 	t.Helper()
-	ctx := context.Background()
 	node := u.AddNode(t, name, netip.MustParsePrefix(nodeIP), simnode.NodeOptions{StartOVS: true})
-	k := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: corev1.NodeSpec{PodCIDR: podCIDR, PodCIDRs: []string{podCIDR}}}
-	if err := s.Client.Create(ctx, k); err != nil {
+	return StartPodNodeOn(t, s, node, podCIDR, timeout, opts)
+}
+
+// StartPodNodeOn is StartPodNodeWith on a node the test added to its underlay itself (to look at the
+// node before winnet touches it, for example).
+func StartPodNodeOn(t *testing.T, s *APIServer, node *simnode.Node, podCIDR string, timeout time.Duration, opts PodNodeOptions) *PodNode {
+	t.Helper()
+	k := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node.Name}, Spec: corev1.NodeSpec{PodCIDR: podCIDR, PodCIDRs: []string{podCIDR}}}
+	if err := s.Client.Create(context.Background(), k); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = s.Client.Delete(context.Background(), k) })
-	n := &PodNode{Node: node, Agent: StartAgentWith(t, s, node, opts), PodCIDR: netip.MustParsePrefix(podCIDR), server: s,
-		cni: libcni.NewCNIConfigWithCacheDir([]string{BuildShim(t)}, t.TempDir(), nil)}
+	n := &PodNode{Node: node, Agent: StartAgentWith(t, s, node, opts.Agent), PodCIDR: netip.MustParsePrefix(podCIDR), server: s,
+		CNI: libcni.NewCNIConfigWithCacheDir([]string{BuildShim(t)}, t.TempDir(), nil)}
+	if !opts.NoNetwork {
+		n.CreateNetwork(t, timeout, opts.Spec)
+	}
+	return n
+}
+
+// CreateNetwork creates the node's WindowsNodeNetwork (spec, when set, changes it first) and waits
+// (up to timeout) for the conflist the agent writes once the node network is Ready.
+func (n *PodNode) CreateNetwork(t *testing.T, timeout time.Duration, spec func(*networkv1alpha1.WindowsNodeNetworkSpec)) {
+	t.Helper()
 	wnn := &networkv1alpha1.WindowsNodeNetwork{
-		ObjectMeta: metav1.ObjectMeta{Name: name},
+		ObjectMeta: metav1.ObjectMeta{Name: n.Name},
 		Spec: networkv1alpha1.WindowsNodeNetworkSpec{
-			PodCIDRs:     []networkv1alpha1.CIDR{networkv1alpha1.CIDR(podCIDR)},
-			NodeIP:       networkv1alpha1.IPv4Address(node.NodeIP.Addr().String()),
+			PodCIDRs:     []networkv1alpha1.CIDR{networkv1alpha1.CIDR(n.PodCIDR.String())},
+			NodeIP:       networkv1alpha1.IPv4Address(n.NodeIP.Addr().String()),
 			Bridge:       networkv1alpha1.BridgeSpec{DatapathType: networkv1alpha1.DatapathTypeNetdev},
 			ClusterCIDRs: []networkv1alpha1.CIDR{"10.244.0.0/16"},
 		},
 	}
-	if err := s.Client.Create(ctx, wnn); err != nil {
+	if spec != nil {
+		spec(&wnn.Spec)
+	}
+	if err := n.server.Client.Create(context.Background(), wnn); err != nil {
 		t.Fatal(err)
 	}
 	confFile := filepath.Join(n.Agent.CNIConfDir, cni.ConfListName)
@@ -75,15 +107,14 @@ func StartPodNodeWith(t *testing.T, s *APIServer, u *simnode.Underlay, name, nod
 		if _, err := os.Stat(confFile); err == nil {
 			break
 		} else if time.Now().After(deadline) {
-			t.Fatalf("the agent of %s wrote no conflist within %v (it does once the node network is Ready): %v", name, timeout, err)
+			t.Fatalf("the agent of %s wrote no conflist within %v (it does once the node network is Ready): %v", n.Name, timeout, err)
 		}
 	}
 	list, err := libcni.ConfListFromFile(confFile)
 	if err != nil {
 		t.Fatal(err)
 	}
-	n.list = list
-	return n
+	n.ConfList = list
 }
 
 // Route creates the RemoteSubnetRoute to the node's Pod subnet, Accepted (winnet-controller's job;
@@ -165,11 +196,11 @@ func (n *PodNode) AddPod(t *testing.T, name string, opts TestPodOptions) *TestPo
 		Args: [][2]string{{"IgnoreUnknown", "1"}, {"K8S_POD_NAMESPACE", opts.Namespace}, {"K8S_POD_NAME", name},
 			{"K8S_POD_INFRA_CONTAINER_ID", sandbox}, {"K8S_POD_UID", string(pod.UID)}},
 	}
-	res, err := n.cni.AddNetworkList(ctx, n.list, rt)
+	res, err := n.CNI.AddNetworkList(ctx, n.ConfList, rt)
 	if err != nil {
 		t.Fatalf("ADD of %s: %v", name, err)
 	}
-	t.Cleanup(func() { _ = n.cni.DelNetworkList(context.Background(), n.list, rt) })
+	t.Cleanup(func() { _ = n.CNI.DelNetworkList(context.Background(), n.ConfList, rt) })
 	cur, err := types100.NewResultFromResult(res)
 	if err != nil {
 		t.Fatal(err)
@@ -203,7 +234,7 @@ func (n *PodNode) AddPod(t *testing.T, name string, opts TestPodOptions) *TestPo
 // DEL, the sandbox stopped, the Pod object and its network namespace deleted. (AddPod's cleanup,
 // which does the same at the end of the test, then finds nothing left.)
 func (n *PodNode) DeletePod(ctx context.Context, p *TestPod) error {
-	if err := n.cni.DelNetworkList(ctx, n.list, p.rt); err != nil {
+	if err := n.CNI.DelNetworkList(ctx, n.ConfList, p.rt); err != nil {
 		return fmt.Errorf("DEL of %s/%s: %w", p.Namespace, p.Name, err)
 	}
 	if err := hns.StopSandbox(p.sandboxes, p.rt.NetNS); err != nil {

@@ -44,7 +44,7 @@ func TestPodNetwork(t *testing.T) {
 		g.Expect(err).NotTo(HaveOccurred())
 		g.Expect(received).To(Equal(sent), "the gateway answers the first ping right after ADD")
 		ip1 := podIP(g, r1)
-		g.Expect(n.podCIDR.Contains(ip1)).To(BeTrue())
+		g.Expect(n.PodCIDR.Contains(ip1)).To(BeTrue())
 		g.Expect(r1.IPs[0].Gateway.String()).To(Equal(n.gateway.String()))
 		g.Expect(r1.Interfaces[0].Mtu).To(Equal(1450))
 		g.Expect(r1.DNS.Nameservers).To(Equal([]string{"10.96.0.10"}))
@@ -55,7 +55,7 @@ func TestPodNetwork(t *testing.T) {
 		g.Expect(err).NotTo(HaveOccurred())
 		g.Expect(received).To(Equal(sent), "Pod to Pod on the node")
 
-		g.Expect(n.cni.CheckNetworkList(ctx, n.list, p1.rt)).To(Succeed())
+		g.Expect(n.CNI.CheckNetworkList(ctx, n.ConfList, p1.rt)).To(Succeed())
 		g.Eventually(func(g Gomega) {
 			pep := podEndpoint(g, p1.name)
 			g.Expect(readyStatus(pep)).To(Equal(metav1.ConditionTrue))
@@ -65,8 +65,8 @@ func TestPodNetwork(t *testing.T) {
 		}).WithTimeout(repair).Should(Succeed())
 
 		for _, p := range []*testPod{p1, p2} {
-			g.Expect(n.cni.DelNetworkList(ctx, n.list, p.rt)).To(Succeed())
-			g.Expect(n.cni.DelNetworkList(ctx, n.list, p.rt)).To(Succeed(), "a second DEL succeeds")
+			g.Expect(n.CNI.DelNetworkList(ctx, n.ConfList, p.rt)).To(Succeed())
+			g.Expect(n.CNI.DelNetworkList(ctx, n.ConfList, p.rt)).To(Succeed(), "a second DEL succeeds")
 		}
 		_ = ip2
 		g.Expect(n.leftovers(g)).To(BeEmpty())
@@ -75,7 +75,7 @@ func TestPodNetwork(t *testing.T) {
 	t.Run("1,000 idle connections to the agent's socket do not stop a real ADD", func(t *testing.T) {
 		g := NewWithT(t)
 		for range 1000 {
-			conn, err := cni.Dial(ctx, n.agent.CNISocket)
+			conn, err := cni.Dial(ctx, n.Agent.CNISocket)
 			g.Expect(err).NotTo(HaveOccurred())
 			t.Cleanup(func() { _ = conn.Close() })
 		}
@@ -84,8 +84,8 @@ func TestPodNetwork(t *testing.T) {
 		r := n.add(t, p)
 		t.Logf("ADD through the shim took %s behind 1,000 idle connections", time.Since(start))
 		g.Expect(time.Since(start)).To(BeNumerically("<", cni.DefaultReadTimeout), "not delayed until the idle connections time out")
-		g.Expect(n.podCIDR.Contains(podIP(g, r))).To(BeTrue())
-		g.Expect(n.cni.DelNetworkList(ctx, n.list, p.rt)).To(Succeed())
+		g.Expect(n.PodCIDR.Contains(podIP(g, r))).To(BeTrue())
+		g.Expect(n.CNI.DelNetworkList(ctx, n.ConfList, p.rt)).To(Succeed())
 	})
 
 	t.Run("20 concurrent ADDs, their vNICs appearing 0-500 ms after in random order, each Pod reaches the gateway, 20 concurrent DELs", func(t *testing.T) {
@@ -99,7 +99,7 @@ func TestPodNetwork(t *testing.T) {
 		var wg sync.WaitGroup
 		for i, p := range pods {
 			wg.Go(func() {
-				res, err := n.cni.AddNetworkList(ctx, n.list, p.rt)
+				res, err := n.CNI.AddNetworkList(ctx, n.ConfList, p.rt)
 				if errs[i] = err; err != nil {
 					return
 				}
@@ -110,7 +110,7 @@ func TestPodNetwork(t *testing.T) {
 				ips[i] = cur
 				// containerd starts the sandbox once ADD returned: its vNIC appears then.
 				time.Sleep(time.Duration(mathrand.IntN(500)) * time.Millisecond)
-				errs[i] = hns.StartSandbox(n.agent.SandboxDir, p.rt.NetNS)
+				errs[i] = hns.StartSandbox(n.Agent.SandboxDir, p.rt.NetNS)
 			})
 		}
 		wg.Wait()
@@ -133,7 +133,7 @@ func TestPodNetwork(t *testing.T) {
 		slices.Sort(took)
 		t.Logf("vNIC to forwarding over %d Pods: p50 %v, p99 %v", len(took), took[len(took)/2], took[len(took)*99/100])
 		for i, p := range pods {
-			wg.Go(func() { errs[i] = n.cni.DelNetworkList(ctx, n.list, p.rt) })
+			wg.Go(func() { errs[i] = n.CNI.DelNetworkList(ctx, n.ConfList, p.rt) })
 		}
 		wg.Wait()
 		for i := range pods {
@@ -153,7 +153,7 @@ func TestPodNetwork(t *testing.T) {
 		g.Expect(strings.Join(n.podFlows(g), "\n")).To(ContainSubstring(podIP(g, first).String()), "the Pod's flows are in place before the vNIC")
 		again := n.addOnly(t, p)
 		g.Expect(again.IPs[0].Address.String()).To(Equal(first.IPs[0].Address.String()))
-		g.Expect(n.cni.CheckNetworkList(ctx, n.list, p.rt)).To(Succeed(), "CHECK of a Pod waiting for its vNIC")
+		g.Expect(n.CNI.CheckNetworkList(ctx, n.ConfList, p.rt)).To(Succeed(), "CHECK of a Pod waiting for its vNIC")
 		g.Eventually(func(g Gomega) {
 			c := meta.FindStatusCondition(podEndpoint(g, p.name).Status.Conditions, networkv1alpha1.ReadyCondition)
 			g.Expect(c).NotTo(BeNil())
@@ -168,19 +168,19 @@ func TestPodNetwork(t *testing.T) {
 		g.Expect(err).NotTo(HaveOccurred())
 		g.Expect(received).To(Equal(sent))
 		g.Expect(n.addOnly(t, p).IPs[0].Address.String()).To(Equal(first.IPs[0].Address.String()))
-		g.Expect(n.cni.CheckNetworkList(ctx, n.list, p.rt)).To(Succeed())
+		g.Expect(n.CNI.CheckNetworkList(ctx, n.ConfList, p.rt)).To(Succeed())
 		g.Eventually(func(g Gomega) {
 			c := meta.FindStatusCondition(podEndpoint(g, p.name).Status.Conditions, networkv1alpha1.ReadyCondition)
 			g.Expect(c).NotTo(BeNil())
 			g.Expect(c.Status).To(Equal(metav1.ConditionTrue))
 		}).WithTimeout(repair).Should(Succeed())
-		g.Expect(n.cni.DelNetworkList(ctx, n.list, p.rt)).To(Succeed())
+		g.Expect(n.CNI.DelNetworkList(ctx, n.ConfList, p.rt)).To(Succeed())
 		g.Expect(n.leftovers(g)).To(BeEmpty())
 
 		// DEL before the vNIC ever appeared leaves nothing either.
 		q := n.newPod(t, "never-started", true)
 		n.addOnly(t, q)
-		g.Expect(n.cni.DelNetworkList(ctx, n.list, q.rt)).To(Succeed())
+		g.Expect(n.CNI.DelNetworkList(ctx, n.ConfList, q.rt)).To(Succeed())
 		g.Expect(n.leftovers(g)).To(BeEmpty())
 	})
 
@@ -194,7 +194,7 @@ func TestPodNetwork(t *testing.T) {
 			g.Expect(c.Reason).To(Equal(networkv1alpha1.VNICMissingReason))
 			g.Expect(c.Message).To(ContainSubstring("did not appear"))
 		}).WithTimeout(framework.TestVNICTimeout + repair).Should(Succeed())
-		g.Expect(n.cni.DelNetworkList(ctx, n.list, p.rt)).To(Succeed())
+		g.Expect(n.CNI.DelNetworkList(ctx, n.ConfList, p.rt)).To(Succeed())
 		g.Expect(n.leftovers(g)).To(BeEmpty())
 	})
 
@@ -202,16 +202,16 @@ func TestPodNetwork(t *testing.T) {
 		g := NewWithT(t)
 		p := n.newPod(t, "hung-delete", true)
 		n.add(t, p)
-		release := n.agent.HNS.Hang(hns.OpDeleteEndpoint)
+		release := n.Agent.HNS.Hang(hns.OpDeleteEndpoint)
 		defer release()
-		before := n.agent.HNS.Calls(hns.OpDeleteEndpoint)
+		before := n.Agent.HNS.Calls(hns.OpDeleteEndpoint)
 		for range 2 {
-			e := cniError(g, n.cni.DelNetworkList(ctx, n.list, p.rt))
+			e := cniError(g, n.CNI.DelNetworkList(ctx, n.ConfList, p.rt))
 			g.Expect(e.Code).To(BeEquivalentTo(cnitypes.ErrTryAgainLater), "%s", e.Msg)
 		}
-		g.Expect(n.agent.HNS.Calls(hns.OpDeleteEndpoint)-before).To(Equal(1), "the retry joins the hung delete")
+		g.Expect(n.Agent.HNS.Calls(hns.OpDeleteEndpoint)-before).To(Equal(1), "the retry joins the hung delete")
 		release()
-		g.Eventually(func() error { return n.cni.DelNetworkList(ctx, n.list, p.rt) }).WithTimeout(repair).Should(Succeed())
+		g.Eventually(func() error { return n.CNI.DelNetworkList(ctx, n.ConfList, p.rt) }).WithTimeout(repair).Should(Succeed())
 		g.Expect(n.leftovers(g)).To(BeEmpty())
 	})
 
@@ -222,13 +222,13 @@ func TestPodNetwork(t *testing.T) {
 		work := p.runtimeConf("workload0002")
 		work.NetNS = "container:" + p.sandbox
 		work.Args = slices.DeleteFunc(slices.Clone(work.Args), func(kv [2]string) bool { return kv[0] == "K8S_POD_INFRA_CONTAINER_ID" })
-		res, err := n.cni.AddNetworkList(ctx, n.list, work)
+		res, err := n.CNI.AddNetworkList(ctx, n.ConfList, work)
 		g.Expect(err).NotTo(HaveOccurred())
 		ip, err := types100FromResult(res)
 		g.Expect(err).NotTo(HaveOccurred())
 		g.Expect(ip.String() + "/24").To(Equal(first.IPs[0].Address.String()))
-		g.Expect(n.cni.DelNetworkList(ctx, n.list, work)).To(Succeed())
-		g.Expect(n.cni.DelNetworkList(ctx, n.list, p.rt)).To(Succeed())
+		g.Expect(n.CNI.DelNetworkList(ctx, n.ConfList, work)).To(Succeed())
+		g.Expect(n.CNI.DelNetworkList(ctx, n.ConfList, p.rt)).To(Succeed())
 		g.Expect(n.leftovers(g)).To(BeEmpty())
 	})
 
@@ -240,7 +240,7 @@ func TestPodNetwork(t *testing.T) {
 		g.Expect(again.IPs[0].Address.String()).To(Equal(first.IPs[0].Address.String()))
 		g.Expect(again.Interfaces[0].Mac).To(Equal(first.Interfaces[0].Mac))
 		work := p.runtimeConf("workload0001")
-		res, err := n.cni.AddNetworkList(ctx, n.list, work)
+		res, err := n.CNI.AddNetworkList(ctx, n.ConfList, work)
 		g.Expect(err).NotTo(HaveOccurred())
 		ip, err := types100FromResult(res)
 		g.Expect(err).NotTo(HaveOccurred())
@@ -248,11 +248,11 @@ func TestPodNetwork(t *testing.T) {
 		g.Eventually(func(g Gomega) {
 			g.Expect(podEndpoint(g, p.name).Status.AttachedContainers).To(ConsistOf(p.sandbox, "workload0001"))
 		}).WithTimeout(repair).Should(Succeed())
-		g.Expect(n.cni.DelNetworkList(ctx, n.list, work)).To(Succeed())
+		g.Expect(n.CNI.DelNetworkList(ctx, n.ConfList, work)).To(Succeed())
 		sent, received, err := simnode.Ping(p.ns, n.gateway, 1)
 		g.Expect(err).NotTo(HaveOccurred())
 		g.Expect(received).To(Equal(sent), "the workload container's DEL leaves the sandbox's network")
-		g.Expect(n.cni.DelNetworkList(ctx, n.list, p.rt)).To(Succeed())
+		g.Expect(n.CNI.DelNetworkList(ctx, n.ConfList, p.rt)).To(Succeed())
 		g.Expect(n.leftovers(g)).To(BeEmpty())
 		g.Eventually(func() bool {
 			return apierrors.IsNotFound(podEndpointErr(p.name))
@@ -273,28 +273,28 @@ func TestPodNetwork(t *testing.T) {
 			// find them back already.
 			{"Pod flows deleted", func(g Gomega) { n.OVS.MustOfctl(t, "del-flows", "br-int", "-O", "OpenFlow15", "in_port="+port) }, "flows are missing from the switch"},
 			{"HNS endpoint deleted", func(g Gomega) {
-				ep, err := n.agent.HNS.GetEndpointByName(ctx, port)
+				ep, err := n.Agent.HNS.GetEndpointByName(ctx, port)
 				g.Expect(err).NotTo(HaveOccurred())
-				g.Expect(n.agent.HNS.DeleteEndpoint(ctx, ep.ID)).To(Succeed())
+				g.Expect(n.Agent.HNS.DeleteEndpoint(ctx, ep.ID)).To(Succeed())
 			}, "HNS endpoint " + port + " is missing"},
 		} {
 			t.Run(d.name, func(t *testing.T) {
 				g := NewWithT(t)
-				g.Expect(n.cni.CheckNetworkList(ctx, n.list, p.rt)).To(Succeed())
+				g.Expect(n.CNI.CheckNetworkList(ctx, n.ConfList, p.rt)).To(Succeed())
 				d.drift(g)
-				if err := n.cni.CheckNetworkList(ctx, n.list, p.rt); err != nil || d.name != "Pod flows deleted" {
+				if err := n.CNI.CheckNetworkList(ctx, n.ConfList, p.rt); err != nil || d.name != "Pod flows deleted" {
 					e := cniError(g, err)
 					g.Expect(e.Code).To(BeEquivalentTo(cnitypes.ErrInternal))
 					g.Expect(e.Msg).To(ContainSubstring(d.want))
 				}
-				g.Eventually(func() error { return n.cni.CheckNetworkList(ctx, n.list, p.rt) }).WithTimeout(repair).Should(Succeed(), "repaired")
+				g.Eventually(func() error { return n.CNI.CheckNetworkList(ctx, n.ConfList, p.rt) }).WithTimeout(repair).Should(Succeed(), "repaired")
 				sent, received, err := simnode.Ping(p.ns, n.gateway, 2)
 				g.Expect(err).NotTo(HaveOccurred())
 				g.Expect(received).To(BeNumerically(">", 0), "the repaired Pod reaches the gateway (of %d)", sent)
 			})
 		}
 		g := NewWithT(t)
-		g.Expect(n.cni.DelNetworkList(ctx, n.list, p.rt)).To(Succeed())
+		g.Expect(n.CNI.DelNetworkList(ctx, n.ConfList, p.rt)).To(Succeed())
 		g.Expect(n.leftovers(g)).To(BeEmpty())
 	})
 
@@ -303,11 +303,11 @@ func TestPodNetwork(t *testing.T) {
 		keep, stale := n.newPod(t, "gc-keep", true), n.newPod(t, "gc-stale", true)
 		n.add(t, keep)
 		// The stale Pod was added by a runtime whose cache is gone: only the plugin's GC can find it.
-		other := libcni.NewCNIConfigWithCacheDir(n.cni.Path, t.TempDir(), nil)
-		_, err := other.AddNetworkList(ctx, n.list, stale.rt)
+		other := libcni.NewCNIConfigWithCacheDir(n.CNI.Path, t.TempDir(), nil)
+		_, err := other.AddNetworkList(ctx, n.ConfList, stale.rt)
 		g.Expect(err).NotTo(HaveOccurred())
 		valid := []cnitypes.GCAttachment{{ContainerID: keep.sandbox, IfName: "eth0"}}
-		g.Expect(n.cni.GCNetworkList(ctx, n.list, &libcni.GCArgs{ValidAttachments: valid})).To(Succeed())
+		g.Expect(n.CNI.GCNetworkList(ctx, n.ConfList, &libcni.GCArgs{ValidAttachments: valid})).To(Succeed())
 		left := n.leftovers(g)
 		g.Expect(left).To(ContainElement("attachment " + keep.sandbox))
 		g.Expect(left).NotTo(ContainElement(ContainSubstring(stale.sandbox)), "no attachment or allocation of the stale Pod")
@@ -318,39 +318,39 @@ func TestPodNetwork(t *testing.T) {
 		// winnet's marks but no attachment. GC removes them too.
 		w := &networkv1alpha1.WindowsNodeNetwork{}
 		g.Expect(server.Client.Get(ctx, client.ObjectKey{Name: n.Name}, w)).To(Succeed())
-		_, err = n.agent.HNS.CreateEndpoint(ctx, hns.EndpointSpec{Name: "winnet-deadbeef", NetworkID: w.Status.HNSNetworkID, IP: n.podCIDR.Addr().Next().Next()})
+		_, err = n.Agent.HNS.CreateEndpoint(ctx, hns.EndpointSpec{Name: "winnet-deadbeef", NetworkID: w.Status.HNSNetworkID, IP: n.PodCIDR.Addr().Next().Next()})
 		g.Expect(err).NotTo(HaveOccurred())
 		n.OVS.MustVsctl(t, "add-port", "br-int", "winnet-0badf00d", "--", "set", "interface", "winnet-0badf00d", "type=internal",
 			"--", "set", "port", "winnet-0badf00d", "external_ids:winnet-owner=winnet")
-		_, err = n.agent.Pods.IPAM.Allocate(ctx, ipam.Request{ContainerID: "orphan", IfName: "eth0", Subnet: n.podCIDR})
+		_, err = n.Agent.Pods.IPAM.Allocate(ctx, ipam.Request{ContainerID: "orphan", IfName: "eth0", Subnet: n.PodCIDR})
 		g.Expect(err).NotTo(HaveOccurred())
 		g.Expect(n.leftovers(g)).To(ContainElements("HNS endpoint winnet-deadbeef", "OVS port winnet-0badf00d", ContainSubstring("for orphan")))
-		g.Expect(n.cni.GCNetworkList(ctx, n.list, &libcni.GCArgs{ValidAttachments: valid})).To(Succeed())
+		g.Expect(n.CNI.GCNetworkList(ctx, n.ConfList, &libcni.GCArgs{ValidAttachments: valid})).To(Succeed())
 		g.Expect(n.leftovers(g)).NotTo(ContainElements(ContainSubstring("winnet-deadbeef"), ContainSubstring("winnet-0badf00d"), ContainSubstring("orphan")))
 
-		g.Expect(n.cni.DelNetworkList(ctx, n.list, keep.rt)).To(Succeed())
+		g.Expect(n.CNI.DelNetworkList(ctx, n.ConfList, keep.rt)).To(Succeed())
 		g.Expect(n.leftovers(g)).To(BeEmpty())
 	})
 
 	t.Run("HNS failing: ADD is rolled back; a DEL that fails half-way is finished by the agent", func(t *testing.T) {
 		g := NewWithT(t)
 		p := n.newPod(t, "hns-fails", true)
-		n.agent.HNS.FailNext(hns.OpAttachEndpoint, 1, nil)
-		e := cniError(g, func() error { _, err := n.cni.AddNetworkList(ctx, n.list, p.rt); return err }())
+		n.Agent.HNS.FailNext(hns.OpAttachEndpoint, 1, nil)
+		e := cniError(g, func() error { _, err := n.CNI.AddNetworkList(ctx, n.ConfList, p.rt); return err }())
 		g.Expect(e.Code).To(BeEquivalentTo(cnitypes.ErrInternal))
 		g.Expect(e.Msg).To(ContainSubstring("attaching HNS endpoint"))
 		g.Expect(n.leftovers(g)).To(BeEmpty(), "address, endpoint, port and flows rolled back")
 
 		n.add(t, p)
 		g.Eventually(func(g Gomega) { podEndpoint(g, p.name) }).WithTimeout(repair).Should(Succeed())
-		n.agent.HNS.FailNext(hns.OpDeleteEndpoint, 1, nil)
-		e = cniError(g, n.cni.DelNetworkList(ctx, n.list, p.rt))
+		n.Agent.HNS.FailNext(hns.OpDeleteEndpoint, 1, nil)
+		e = cniError(g, n.CNI.DelNetworkList(ctx, n.ConfList, p.rt))
 		g.Expect(e.Msg).To(ContainSubstring("deleting HNS endpoint"))
 		g.Eventually(n.leftovers).WithTimeout(repair).Should(BeEmpty(), "the agent finishes the DEL")
 		g.Eventually(func() bool {
 			return apierrors.IsNotFound(podEndpointErr(p.name))
 		}).WithTimeout(repair).Should(BeTrue())
-		g.Expect(n.cni.DelNetworkList(ctx, n.list, p.rt)).To(Succeed(), "the runtime's retry finds nothing left")
+		g.Expect(n.CNI.DelNetworkList(ctx, n.ConfList, p.rt)).To(Succeed(), "the runtime's retry finds nothing left")
 	})
 
 	t.Run("Pods keep their network through an ovs-vswitchd restart", func(t *testing.T) {
@@ -363,8 +363,8 @@ func TestPodNetwork(t *testing.T) {
 			g.Expect(err).NotTo(HaveOccurred())
 			g.Expect(received).To(Equal(sent))
 		}).WithTimeout(converge).Should(Succeed(), "the Pod reaches the gateway again")
-		g.Eventually(func() error { return n.cni.CheckNetworkList(ctx, n.list, p.rt) }).WithTimeout(repair).Should(Succeed())
-		g.Expect(n.cni.DelNetworkList(ctx, n.list, p.rt)).To(Succeed())
+		g.Eventually(func() error { return n.CNI.CheckNetworkList(ctx, n.ConfList, p.rt) }).WithTimeout(repair).Should(Succeed())
+		g.Expect(n.CNI.DelNetworkList(ctx, n.ConfList, p.rt)).To(Succeed())
 		g.Expect(n.leftovers(g)).To(BeEmpty())
 	})
 
@@ -385,7 +385,7 @@ func TestPodNetwork(t *testing.T) {
 			g.Expect(pep.Spec.IPs).To(ConsistOf(BeEquivalentTo(res.IPs[0].Address.String())))
 			g.Expect(readyStatus(pep)).To(Equal(metav1.ConditionTrue))
 		}).WithTimeout(converge).Should(Succeed())
-		g.Expect(n.cni.DelNetworkList(ctx, n.list, p.rt)).To(Succeed())
+		g.Expect(n.CNI.DelNetworkList(ctx, n.ConfList, p.rt)).To(Succeed())
 		g.Expect(n.leftovers(g)).To(BeEmpty())
 	})
 
@@ -399,7 +399,7 @@ func TestPodNetwork(t *testing.T) {
 		g.Eventually(func() bool {
 			return apierrors.IsNotFound(podEndpointErr(p.name))
 		}).WithTimeout(repair).Should(BeTrue())
-		g.Expect(n.cni.DelNetworkList(ctx, n.list, p.rt)).To(Succeed(), "the late DEL finds nothing and succeeds")
+		g.Expect(n.CNI.DelNetworkList(ctx, n.ConfList, p.rt)).To(Succeed(), "the late DEL finds nothing and succeeds")
 	})
 
 	// Agents before "<node>.<Pod UID>" named PodEndpoints after their Pod. After an upgrade the agent
@@ -416,7 +416,7 @@ func TestPodNetwork(t *testing.T) {
 			g.Expect(readyStatus(current)).To(Equal(metav1.ConditionTrue))
 		}).WithTimeout(repair).Should(Succeed())
 		g.Expect(current.Name).To(Equal(n.Name+"."+p.uid), "named <node>.<Pod UID>")
-		attached, ok := n.agent.Pods.Pods.Store().Get(p.sandbox)
+		attached, ok := n.Agent.Pods.Pods.Store().Get(p.sandbox)
 		g.Expect(ok).To(BeTrue())
 
 		legacy := func(namespace, pod string) *networkv1alpha1.PodEndpoint {
@@ -440,14 +440,14 @@ func TestPodNetwork(t *testing.T) {
 		g.Expect(after.UID).To(Equal(current.UID), "the agent's own record stays")
 		g.Expect(after.Status.OFPort).To(Equal(current.Status.OFPort))
 		g.Expect(after.Status.HNSEndpointID).To(Equal(current.Status.HNSEndpointID))
-		now, ok := n.agent.Pods.Pods.Store().Get(p.sandbox)
+		now, ok := n.Agent.Pods.Pods.Store().Get(p.sandbox)
 		g.Expect(ok).To(BeTrue())
 		g.Expect(now.Created).To(Equal(attached.Created), "the attachment was not made again")
 		g.Expect(now.IP).To(Equal(attached.IP))
 		sent, received, err := simnode.Ping(p.ns, n.gateway, 1)
 		g.Expect(err).NotTo(HaveOccurred())
 		g.Expect(received).To(Equal(sent), "the Pod's network never went")
-		g.Expect(n.cni.DelNetworkList(ctx, n.list, p.rt)).To(Succeed())
+		g.Expect(n.CNI.DelNetworkList(ctx, n.ConfList, p.rt)).To(Succeed())
 		g.Expect(n.leftovers(g)).To(BeEmpty())
 	})
 }

@@ -28,7 +28,7 @@ type shimCall struct {
 }
 
 func (n *testNode) conf(extra map[string]any) []byte {
-	conf := map[string]any{"cniVersion": "1.1.0", "name": "winnet", "type": cni.PluginType, "agentSocket": n.agent.CNISocket}
+	conf := map[string]any{"cniVersion": "1.1.0", "name": "winnet", "type": cni.PluginType, "agentSocket": n.Agent.CNISocket}
 	for k, v := range extra {
 		if v == nil {
 			delete(conf, k)
@@ -83,10 +83,10 @@ func TestErrors(t *testing.T) {
 		e = shimCall{command: "STATUS", stdin: n.conf(nil)}.run(t)
 		g.Expect(e).NotTo(BeNil())
 		g.Expect(e.Code).To(BeEquivalentTo(cnitypes.ErrPluginNotAvailable))
-		_, err := os.Stat(filepath.Join(n.agent.CNIConfDir, cni.ConfListName))
+		_, err := os.Stat(filepath.Join(n.Agent.CNIConfDir, cni.ConfListName))
 		g.Expect(err).To(MatchError(os.ErrNotExist))
 	})
-	n.createNetwork(t)
+	n.CreateNetwork(t, converge, nil)
 	NewWithT(t).Expect(shimCall{command: "STATUS", stdin: n.conf(nil)}.run(t)).To(BeNil(), "STATUS once Ready")
 	add := func(id string, mutate func(c *shimCall)) shimCall {
 		c := shimCall{command: "ADD", containerID: id, netns: ns, ifName: "eth0", args: podArgs("err-" + id), stdin: n.conf(nil)}

@@ -30,7 +30,6 @@ import (
 
 	networkv1alpha1 "github.com/winnet-io/winnet/api/v1alpha1"
 	"github.com/winnet-io/winnet/controllers/podendpoint"
-	"github.com/winnet-io/winnet/internal/cni"
 	"github.com/winnet-io/winnet/internal/hns"
 	"github.com/winnet-io/winnet/internal/pipeline"
 	"github.com/winnet-io/winnet/test/framework"
@@ -48,14 +47,11 @@ const (
 	repair   = 10 * time.Second
 )
 
-// testNode is a simulated node whose agent serves CNI, with a CNI client set up like a runtime's.
+// testNode is a simulated node whose agent serves CNI, with a CNI client set up like a runtime's
+// (framework.PodNode); the tests here call CNI themselves.
 type testNode struct {
-	*simnode.Node
-	agent   *framework.Agent
-	podCIDR netip.Prefix
+	*framework.PodNode
 	gateway netip.Addr
-	cni     *libcni.CNIConfig
-	list    *libcni.NetworkConfigList
 }
 
 // startNode builds a simulated node, runs its agent, creates its WindowsNodeNetwork and waits for
@@ -63,7 +59,7 @@ type testNode struct {
 func startNode(t *testing.T, name, nodeIP, podCIDR string) *testNode {
 	t.Helper()
 	n := newNode(t, name, nodeIP, podCIDR)
-	n.createNetwork(t)
+	n.CreateNetwork(t, converge, nil)
 	return n
 }
 
@@ -71,39 +67,9 @@ func startNode(t *testing.T, name, nodeIP, podCIDR string) *testNode {
 // not exist yet.
 func newNode(t *testing.T, name, nodeIP, podCIDR string) *testNode {
 	t.Helper()
-	g := NewWithT(t)
 	underlay := simnode.NewUnderlay(t, netip.MustParsePrefix(netip.MustParsePrefix(nodeIP).Masked().String()))
-	node := underlay.AddNode(t, name, netip.MustParsePrefix(nodeIP), simnode.NodeOptions{StartOVS: true})
-	k := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: corev1.NodeSpec{PodCIDR: podCIDR, PodCIDRs: []string{podCIDR}}}
-	g.Expect(server.Client.Create(context.Background(), k)).To(Succeed())
-	t.Cleanup(func() { _ = server.Client.Delete(context.Background(), k) })
-	prefix := netip.MustParsePrefix(podCIDR)
-	return &testNode{
-		Node: node, agent: framework.StartAgent(t, server, node), podCIDR: prefix, gateway: prefix.Addr().Next(),
-		cni: libcni.NewCNIConfigWithCacheDir([]string{framework.BuildShim(t)}, t.TempDir(), nil),
-	}
-}
-
-// createNetwork creates the node's WindowsNodeNetwork and waits for the agent's conflist.
-func (n *testNode) createNetwork(t *testing.T) {
-	t.Helper()
-	g := NewWithT(t)
-	wnn := &networkv1alpha1.WindowsNodeNetwork{
-		ObjectMeta: metav1.ObjectMeta{Name: n.Name},
-		Spec: networkv1alpha1.WindowsNodeNetworkSpec{
-			PodCIDRs:     []networkv1alpha1.CIDR{networkv1alpha1.CIDR(n.podCIDR.String())},
-			NodeIP:       networkv1alpha1.IPv4Address(n.NodeIP.Addr().String()),
-			Bridge:       networkv1alpha1.BridgeSpec{DatapathType: networkv1alpha1.DatapathTypeNetdev},
-			ClusterCIDRs: []networkv1alpha1.CIDR{"10.244.0.0/16"},
-		},
-	}
-	g.Expect(server.Client.Create(context.Background(), wnn)).To(Succeed())
-	confFile := filepath.Join(n.agent.CNIConfDir, cni.ConfListName)
-	g.Eventually(func() error { _, err := os.Stat(confFile); return err }).WithTimeout(converge).
-		Should(Succeed(), "the agent writes the conflist once the node network is Ready")
-	list, err := libcni.ConfListFromFile(confFile)
-	g.Expect(err).NotTo(HaveOccurred())
-	n.list = list
+	pn := framework.StartPodNodeWith(t, server, underlay, name, nodeIP, podCIDR, converge, framework.PodNodeOptions{NoNetwork: true})
+	return &testNode{PodNode: pn, gateway: pn.PodCIDR.Addr().Next()}
 }
 
 // testPod is a Pod on a test node: its network namespace, its object and its runtime config.
@@ -172,7 +138,7 @@ func (n *testNode) add(t *testing.T, p *testPod) *types100.Result {
 // addOnly calls ADD for the Pod's sandbox and returns the result, leaving the sandbox unstarted.
 func (n *testNode) addOnly(t *testing.T, p *testPod) *types100.Result {
 	t.Helper()
-	res, err := n.cni.AddNetworkList(context.Background(), n.list, p.rt)
+	res, err := n.CNI.AddNetworkList(context.Background(), n.ConfList, p.rt)
 	if err != nil {
 		t.Fatalf("ADD of %s: %v", p.name, err)
 	}
@@ -186,10 +152,10 @@ func (n *testNode) addOnly(t *testing.T, p *testPod) *types100.Result {
 // startSandbox starts the Pod's sandbox, as the runtime does after ADD: its endpoint's vNIC appears.
 func (n *testNode) startSandbox(t *testing.T, p *testPod) {
 	t.Helper()
-	if err := hns.StartSandbox(n.agent.SandboxDir, p.rt.NetNS); err != nil {
+	if err := hns.StartSandbox(n.Agent.SandboxDir, p.rt.NetNS); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = hns.StopSandbox(n.agent.SandboxDir, p.rt.NetNS) })
+	t.Cleanup(func() { _ = hns.StopSandbox(n.Agent.SandboxDir, p.rt.NetNS) })
 }
 
 // waitForwarding waits until the agent bound the Pod's OVS port to its vNIC (the attachment no
@@ -199,7 +165,7 @@ func (n *testNode) waitForwarding(t *testing.T, p *testPod) {
 	port := podendpoint.EndpointName(p.sandbox)
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		a, ok := n.agent.Pods.Pods.Store().Get(p.sandbox)
+		a, ok := n.Agent.Pods.Pods.Store().Get(p.sandbox)
 		out, err := n.OVS.Vsctl("get", "interface", port, "ofport")
 		if ok && !a.WaitingForVNIC && err == nil {
 			if ofport, err := strconv.Atoi(strings.TrimSpace(out)); err == nil && ofport > 0 {
@@ -255,19 +221,19 @@ func (n *testNode) podFlows(g Gomega) []string {
 func (n *testNode) leftovers(g Gomega) []string {
 	ctx := context.Background()
 	var out []string
-	allocs, err := n.agent.Pods.IPAM.Allocations()
+	allocs, err := n.Agent.Pods.IPAM.Allocations()
 	g.Expect(err).NotTo(HaveOccurred())
 	for _, a := range allocs {
 		out = append(out, "IPAM "+a.IP.String()+" for "+a.ContainerID)
 	}
 	w := &networkv1alpha1.WindowsNodeNetwork{}
 	g.Expect(server.Client.Get(ctx, client.ObjectKey{Name: n.Name}, w)).To(Succeed())
-	eps, err := n.agent.HNS.ListEndpoints(ctx, w.Status.HNSNetworkID)
+	eps, err := n.Agent.HNS.ListEndpoints(ctx, w.Status.HNSNetworkID)
 	g.Expect(err).NotTo(HaveOccurred())
 	for _, ep := range eps {
 		out = append(out, "HNS endpoint "+ep.Name)
 	}
-	ports, err := n.agent.OVSDB.OwnedPorts(ctx, "br-int")
+	ports, err := n.Agent.OVSDB.OwnedPorts(ctx, "br-int")
 	g.Expect(err).NotTo(HaveOccurred())
 	for _, p := range ports {
 		if strings.HasPrefix(p.Name, "winnet-") && p.Name != "winnet-gw0" && p.Name != "winnet-tun0" {
@@ -277,7 +243,7 @@ func (n *testNode) leftovers(g Gomega) []string {
 	for _, f := range n.podFlows(g) {
 		out = append(out, "flow "+f)
 	}
-	for _, a := range n.agent.Pods.Pods.Store().List() {
+	for _, a := range n.Agent.Pods.Pods.Store().List() {
 		out = append(out, "attachment "+a.SandboxID)
 	}
 	return out

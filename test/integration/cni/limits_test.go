@@ -192,7 +192,7 @@ func TestLimits(t *testing.T) {
 
 // ipamOf returns the node's IPAM allocations for a container.
 func ipamOf(g Gomega, n *testNode, containerID string) []string {
-	allocs, err := n.agent.Pods.IPAM.Allocations()
+	allocs, err := n.Agent.Pods.IPAM.Allocations()
 	g.Expect(err).NotTo(HaveOccurred())
 	var out []string
 	for _, a := range allocs {

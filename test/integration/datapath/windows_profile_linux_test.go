@@ -3,7 +3,6 @@
 package datapath_test
 
 import (
-	"context"
 	"fmt"
 	"net/netip"
 	"regexp"
@@ -12,12 +11,7 @@ import (
 	"time"
 
 	. "github.com/onsi/gomega"
-	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/meta"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	networkv1alpha1 "github.com/winnet-io/winnet/api/v1alpha1"
 	"github.com/winnet-io/winnet/controllers/nodenetwork"
 	"github.com/winnet-io/winnet/test/framework"
 	"github.com/winnet-io/winnet/test/hostcmd"
@@ -43,42 +37,20 @@ const (
 	externalIP = "192.168.10.254"
 )
 
-// converged starts a node with its agent and a WindowsNodeNetwork and waits until it is Ready.
+// converged starts a node with its agent and a WindowsNodeNetwork, waits until it is Ready and the
+// external host reaches it through the bridge.
 func converged(t *testing.T, name string) (*simnode.Node, *simnode.Host) {
 	t.Helper()
 	g := NewWithT(t)
-	ctx := context.Background()
 	underlay := simnode.NewUnderlay(t, netip.MustParsePrefix("192.168.10.0/24"))
-	node := underlay.AddNode(t, name, netip.MustParsePrefix(nodeIP+"/24"), simnode.NodeOptions{StartOVS: true})
-	podCIDR := "10.244.1.0/24"
-	k := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: corev1.NodeSpec{PodCIDR: podCIDR, PodCIDRs: []string{podCIDR}}}
-	g.Expect(server.Client.Create(ctx, k)).To(Succeed())
-	t.Cleanup(func() { _ = server.Client.Delete(context.Background(), k) })
-	framework.StartAgent(t, server, node)
-	w := &networkv1alpha1.WindowsNodeNetwork{
-		ObjectMeta: metav1.ObjectMeta{Name: name},
-		Spec: networkv1alpha1.WindowsNodeNetworkSpec{
-			PodCIDRs:     []networkv1alpha1.CIDR{networkv1alpha1.CIDR(podCIDR)},
-			NodeIP:       nodeIP,
-			Bridge:       networkv1alpha1.BridgeSpec{DatapathType: networkv1alpha1.DatapathTypeNetdev},
-			ClusterCIDRs: []networkv1alpha1.CIDR{"10.244.0.0/16"},
-		},
-	}
-	g.Expect(server.Client.Create(ctx, w)).To(Succeed())
-	g.Eventually(func(g Gomega) {
-		got := &networkv1alpha1.WindowsNodeNetwork{}
-		g.Expect(server.Client.Get(ctx, client.ObjectKey{Name: name}, got)).To(Succeed())
-		c := meta.FindStatusCondition(got.Status.Conditions, networkv1alpha1.ReadyCondition)
-		g.Expect(c).NotTo(BeNil())
-		g.Expect(c.Status).To(Equal(metav1.ConditionTrue))
-	}).WithTimeout(30 * time.Second).Should(Succeed())
+	node := framework.StartPodNode(t, server, underlay, name, nodeIP+"/24", "10.244.1.0/24", 30*time.Second)
 	ext := underlay.External()
 	g.Eventually(func(g Gomega) {
 		sent, received, err := simnode.Ping(ext.NS, netip.MustParseAddr(nodeIP), 2)
 		g.Expect(err).NotTo(HaveOccurred())
 		g.Expect(received).To(Equal(sent))
 	}).WithTimeout(10*time.Second).Should(Succeed(), "the external host reaches the node through the bridge")
-	return node, ext
+	return node.Node, ext
 }
 
 // background runs a python script in namespace ns and returns a function waiting for its output.

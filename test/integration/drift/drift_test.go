@@ -39,8 +39,8 @@ const (
 func TestDriftIsRepairedFromEvents(t *testing.T) {
 	u := simnode.NewUnderlay(t, netip.MustParsePrefix("192.168.71.0/24"))
 	opts := framework.AgentOptions{ResyncPeriod: resync}
-	a := framework.StartPodNodeWith(t, server, u, "drift-a", "192.168.71.11/24", "10.244.71.0/24", converge, opts)
-	b := framework.StartPodNodeWith(t, server, u, "drift-b", "192.168.71.12/24", "10.244.72.0/24", converge, opts)
+	a := framework.StartPodNodeWith(t, server, u, "drift-a", "192.168.71.11/24", "10.244.71.0/24", converge, framework.PodNodeOptions{Agent: opts})
+	b := framework.StartPodNodeWith(t, server, u, "drift-b", "192.168.71.12/24", "10.244.72.0/24", converge, framework.PodNodeOptions{Agent: opts})
 	a.Route(t)
 	b.Route(t)
 	podA := a.AddPod(t, "drift-pod-a", framework.TestPodOptions{})

@@ -12,9 +12,6 @@ import (
 	"time"
 
 	. "github.com/onsi/gomega"
-	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/meta"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	networkv1alpha1 "github.com/winnet-io/winnet/api/v1alpha1"
@@ -49,37 +46,20 @@ func TestResetGivesTheNodeItsNetworkBack(t *testing.T) {
 	const name = "win-r"
 	underlay := simnode.NewUnderlay(t, netip.MustParsePrefix("192.168.10.0/24"))
 	n := underlay.AddNode(t, name, netip.MustParsePrefix("192.168.10.21/24"), simnode.NodeOptions{StartOVS: true})
-	k := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: corev1.NodeSpec{PodCIDR: "10.244.3.0/24", PodCIDRs: []string{"10.244.3.0/24"}}}
-	g.Expect(server.Client.Create(ctx, k)).To(Succeed())
-	t.Cleanup(func() { _ = server.Client.Delete(context.Background(), k) })
-
 	before := takeSnapshot(g, n)
 	g.Expect(before.UplinkAddrs).To(ContainSubstring("192.168.10.21/24"))
 	g.Expect(before.Bridges).To(BeEmpty())
 
 	shim := framework.InstallShim(t)
-	a := framework.StartAgentWith(t, server, n, framework.AgentOptions{CNIShimPath: shim})
-	wnn := &networkv1alpha1.WindowsNodeNetwork{
-		ObjectMeta: metav1.ObjectMeta{Name: name},
-		Spec: networkv1alpha1.WindowsNodeNetworkSpec{
-			PodCIDRs:     []networkv1alpha1.CIDR{"10.244.3.0/24"},
-			NodeIP:       "192.168.10.21",
-			Bridge:       networkv1alpha1.BridgeSpec{DatapathType: networkv1alpha1.DatapathTypeNetdev},
-			ClusterCIDRs: []networkv1alpha1.CIDR{"10.244.0.0/16"},
-			ServiceCIDRs: []networkv1alpha1.CIDR{"10.96.0.0/12"},
+	pn := framework.StartPodNodeOn(t, server, n, "10.244.3.0/24", 30*time.Second, framework.PodNodeOptions{
+		Agent: framework.AgentOptions{CNIShimPath: shim},
+		Spec: func(s *networkv1alpha1.WindowsNodeNetworkSpec) {
+			s.ServiceCIDRs = []networkv1alpha1.CIDR{"10.96.0.0/12"}
 		},
-	}
-	g.Expect(server.Client.Create(ctx, wnn)).To(Succeed())
+	})
+	a := pn.Agent
 	record := nodenetwork.AdapterRecordFile(a.StateDir, simnode.UplinkName)
 	conflist := filepath.Join(a.CNIConfDir, cni.ConfListName)
-	g.Eventually(func(g Gomega) {
-		w := &networkv1alpha1.WindowsNodeNetwork{}
-		g.Expect(server.Client.Get(ctx, client.ObjectKey{Name: name}, w)).To(Succeed())
-		c := meta.FindStatusCondition(w.Status.Conditions, networkv1alpha1.ReadyCondition)
-		g.Expect(c).NotTo(BeNil())
-		g.Expect(c.Status).To(Equal(metav1.ConditionTrue))
-		g.Expect(conflist).To(BeAnExistingFile())
-	}).WithTimeout(30 * time.Second).Should(Succeed())
 	g.Expect(record).To(BeAnExistingFile())
 
 	// A Pod runs on the node.
