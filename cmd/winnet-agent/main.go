@@ -3,20 +3,17 @@
 package main
 
 import (
-	"flag"
 	"fmt"
-	"net/url"
 	"os"
 	"path/filepath"
 	"runtime"
 	"strings"
 
-	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	"github.com/winnet-io/winnet/internal/agent"
+	"github.com/winnet-io/winnet/internal/cmdline"
 	"github.com/winnet-io/winnet/internal/cni"
 )
 
@@ -39,15 +36,11 @@ func main() {
 		return
 	}
 	opts := agent.Options{}
-	fs := flag.NewFlagSet("winnet-agent", flag.ContinueOnError)
-	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "Usage: winnet-agent [flags]\n       winnet-agent reset [--dry-run] [flags]   (give this node its network back, offline)\n\n"+
-			"The per-node agent of winnet: it converges this node's network (HNS network, OVS bridge,\n"+
-			"uplink, gateway, tunnel, OpenFlow pipeline) toward its WindowsNodeNetwork\n"+
-			"(group network.winnet.io) and reports it in the object's status. It serves the winnet-cni\n"+
-			"shim: Pod addresses from host-local's allocator, one HNS endpoint and OVS port per Pod, PodEndpoints.\n\nFlags:\n")
-		printShownDefaults(fs)
-	}
+	fs := cmdline.FlagSet("winnet-agent", "Usage: winnet-agent [flags]\n       winnet-agent reset [--dry-run] [flags]   (give this node its network back, offline)\n\n"+
+		"The per-node agent of winnet: it converges this node's network (HNS network, OVS bridge,\n"+
+		"uplink, gateway, tunnel, OpenFlow pipeline) toward its WindowsNodeNetwork\n"+
+		"(group network.winnet.io) and reports it in the object's status. It serves the winnet-cni\n"+
+		"shim: Pod addresses from host-local's allocator, one HNS endpoint and OVS port per Pod, PodEndpoints.", hnsSimLatencyFlag)
 	fs.StringVar(&opts.NodeName, "node-name", os.Getenv("NODE_NAME"), "name of the Node this agent runs on (default $NODE_NAME)")
 	fs.StringVar(&opts.MetricsBindAddress, "metrics-bind-address", "0", `address of the metrics endpoint, such as ":8443" ("0" disables it); HTTPS, each scrape authenticated and authorized by the API server (get on /metrics)`)
 	fs.StringVar(&opts.HealthProbeBindAddress, "health-probe-bind-address", "127.0.0.1:8081", `address of /healthz and /readyz, plain HTTP ("0" disables it)`)
@@ -67,20 +60,19 @@ func main() {
 	if runtime.GOOS == "linux" {
 		fs.DurationVar(&hostOpts.HNSSimLatency, hnsSimLatencyFlag, 0, "Linux only: latency added to every call of the HNS simulator (benchmarks)")
 	}
-	kubeconfig := fs.String("kubeconfig", "", "path to a kubeconfig (default: $KUBECONFIG, the in-cluster config, then ~/.kube/config)")
+	kubeconfig := cmdline.KubeconfigFlag(fs)
 	apiServer := fs.String("apiserver", "", "URL of the API server (https://host:port), overriding the kubeconfig's: winnet provides Services on this node, so the agent must not depend on the kubernetes Service's ClusterIP")
 	zopts := zap.Options{}
 	zopts.BindFlags(fs)
-	if err := fs.Parse(os.Args[1:]); err != nil {
-		if err == flag.ErrHelp {
-			os.Exit(0)
-		}
+	if help, err := cmdline.Parse(fs, os.Args[1:]); help {
+		os.Exit(0)
+	} else if err != nil {
 		os.Exit(2)
 	}
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zopts)))
 	log := ctrl.Log.WithName("winnet-agent")
 
-	cfg, err := restConfig(*kubeconfig, *apiServer)
+	cfg, err := cmdline.RESTConfig(*kubeconfig, *apiServer)
 	if err != nil {
 		log.Error(err, "Cannot load a kubeconfig: use --kubeconfig, $KUBECONFIG or the in-cluster config")
 		os.Exit(1)
@@ -108,39 +100,3 @@ func main() {
 
 // hnsSimLatencyFlag is a hidden flag: the benchmarks' knob of the HNS simulator.
 const hnsSimLatencyFlag = "hns-sim-latency"
-
-// printShownDefaults prints the flags' defaults but the hidden ones'.
-func printShownDefaults(fs *flag.FlagSet) {
-	shown := flag.NewFlagSet(fs.Name(), flag.ContinueOnError)
-	shown.SetOutput(fs.Output())
-	fs.VisitAll(func(f *flag.Flag) {
-		if f.Name != hnsSimLatencyFlag {
-			shown.Var(f.Value, f.Name, f.Usage)
-			shown.Lookup(f.Name).DefValue = f.DefValue
-		}
-	})
-	shown.PrintDefaults()
-}
-
-// restConfig loads the kubeconfig at path, or controller-runtime's default chain when path is empty;
-// a non-empty apiServer replaces the server it names (credentials and CA stay).
-func restConfig(path, apiServer string) (*rest.Config, error) {
-	var cfg *rest.Config
-	var err error
-	if path == "" {
-		cfg, err = ctrl.GetConfig()
-	} else {
-		cfg, err = clientcmd.BuildConfigFromFlags("", path)
-	}
-	if err != nil {
-		return nil, err
-	}
-	if apiServer != "" {
-		u, err := url.Parse(apiServer)
-		if err != nil || u.Scheme != "https" || u.Host == "" {
-			return nil, fmt.Errorf("--apiserver %q is not an https://host:port URL", apiServer)
-		}
-		cfg.Host = apiServer
-	}
-	return cfg, nil
-}

@@ -2,13 +2,12 @@ package main
 
 import (
 	"context"
-	"flag"
-	"fmt"
 	"os"
 	"os/signal"
 	"syscall"
 
 	"github.com/winnet-io/winnet/internal/agent"
+	"github.com/winnet-io/winnet/internal/cmdline"
 	"github.com/winnet-io/winnet/internal/cni"
 )
 
@@ -18,18 +17,14 @@ func runResetCommand(args []string) (handled bool, err error) {
 	if len(args) == 0 || args[0] != "reset" {
 		return false, nil
 	}
-	fs := flag.NewFlagSet("winnet-agent reset", flag.ContinueOnError)
-	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "Usage: winnet-agent reset [flags]\n\n"+
-			"Gives this node its network back without the API server: deletes the OVS bridges winnet owns,\n"+
-			"releases the uplink adapter, deletes the HNS network (HNS gives the adapter its IP configuration\n"+
-			"back), checks the adapter holds its recorded address again (re-applying the record if not), and\n"+
-			"removes the adapter record, the CNI conflist, the agent's state (ipam/, pods/) and, with\n"+
-			"--cni-shim-path, the shim winnet installed. While Pod sandboxes are left the conflist and the shim\n"+
-			"stay: the shim then answers their DEL without the agent and removes both with the last. Stop the\n"+
-			"agent first. Running it again is a no-op.\n\nFlags:\n")
-		fs.PrintDefaults()
-	}
+	fs := cmdline.FlagSet("winnet-agent reset", "Usage: winnet-agent reset [flags]\n\n"+
+		"Gives this node its network back without the API server: deletes the OVS bridges winnet owns,\n"+
+		"releases the uplink adapter, deletes the HNS network (HNS gives the adapter its IP configuration\n"+
+		"back), checks the adapter holds its recorded address again (re-applying the record if not), and\n"+
+		"removes the adapter record, the CNI conflist, the agent's state (ipam/, pods/) and, with\n"+
+		"--cni-shim-path, the shim winnet installed. While Pod sandboxes are left the conflist and the shim\n"+
+		"stay: the shim then answers their DEL without the agent and removes both with the last. Stop the\n"+
+		"agent first. Running it again is a no-op.")
 	hostOpts := agent.HostOptions{}
 	opts := agent.ResetOptions{Out: os.Stdout}
 	fs.BoolVar(&opts.DryRun, "dry-run", false, "list what would be removed and change nothing")
@@ -39,14 +34,11 @@ func runResetCommand(args []string) (handled bool, err error) {
 	fs.StringVar(&hostOpts.CNIConfDir, "cni-conf-dir", agent.DefaultCNIConfDir, "directory the agent wrote "+cni.ConfListName+" into")
 	fs.StringVar(&hostOpts.StateDir, "state-dir", agent.DefaultStateDir, "the agent's state directory")
 	fs.StringVar(&opts.CNIShimPath, "cni-shim-path", "", "the "+cni.PluginType+" binary winnet installed (the agent's --cni-shim-path): removed with the conflist, or with the last sandbox when some are left (default: leave the shim alone)")
-	if err := fs.Parse(args[1:]); err != nil {
-		if err == flag.ErrHelp {
-			return true, nil
-		}
+	if help, err := cmdline.Parse(fs, args[1:]); help || err != nil {
 		return true, err
 	}
-	if fs.NArg() > 0 {
-		return true, fmt.Errorf("reset takes no arguments, got %q", fs.Args())
+	if err := cmdline.NoArgs(fs); err != nil {
+		return true, err
 	}
 	opts.StateDir, opts.CNIConfDir = hostOpts.StateDir, hostOpts.CNIConfDir
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)

@@ -3,17 +3,15 @@
 package main
 
 import (
-	"flag"
 	"fmt"
 	"os"
 	"strings"
 
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
+	"github.com/winnet-io/winnet/internal/cmdline"
 	"github.com/winnet-io/winnet/internal/controller"
 )
 
@@ -26,16 +24,12 @@ func main() {
 		return
 	}
 	opts := controller.Options{}
-	fs := flag.NewFlagSet("winnet-controller", flag.ContinueOnError)
-	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "Usage: winnet-controller [flags]\n\n"+
-			"The cluster-wide controller of winnet (group network.winnet.io), leader-elected among its\n"+
-			"replicas. From every Node it derives a RemoteSubnetRoute (and, for Windows nodes, a default\n"+
-			"WindowsNodeNetwork), and it reports overlapping routes as conflicts. While the FlannelInterop\n"+
-			"named default exists, it joins winnet's nodes to a flannel cluster (`kubectl explain flannelinterop`).\n\n"+
-			"`winnet-controller uninstall --help` describes the uninstall (the Helm chart's pre-delete hook).\n\nFlags:\n")
-		fs.PrintDefaults()
-	}
+	fs := cmdline.FlagSet("winnet-controller", "Usage: winnet-controller [flags]\n\n"+
+		"The cluster-wide controller of winnet (group network.winnet.io), leader-elected among its\n"+
+		"replicas. From every Node it derives a RemoteSubnetRoute (and, for Windows nodes, a default\n"+
+		"WindowsNodeNetwork), and it reports overlapping routes as conflicts. While the FlannelInterop\n"+
+		"named default exists, it joins winnet's nodes to a flannel cluster (`kubectl explain flannelinterop`).\n\n"+
+		"`winnet-controller uninstall --help` describes the uninstall (the Helm chart's pre-delete hook).")
 	fs.BoolVar(&opts.LeaderElection, "leader-elect", true, "elect a leader among the replicas; only the leader reconciles")
 	fs.StringVar(&opts.LeaderElectionNamespace, "leader-election-namespace", "", "namespace of the leader election Lease (default: the Pod's namespace)")
 	fs.DurationVar(&opts.LeaseDuration, "leader-election-lease-duration", 0, "how long a lost leader keeps the Lease (default: controller-runtime's 15s)")
@@ -59,19 +53,18 @@ func main() {
 	// would take minutes.
 	qps := fs.Float64("kube-api-qps", 100, "requests per second to the API server (client-side rate limit)")
 	burst := fs.Int("kube-api-burst", 200, "requests to the API server allowed at once above --kube-api-qps")
-	kubeconfig := fs.String("kubeconfig", "", "path to a kubeconfig (default: $KUBECONFIG, the in-cluster config, then ~/.kube/config)")
+	kubeconfig := cmdline.KubeconfigFlag(fs)
 	zopts := zap.Options{}
 	zopts.BindFlags(fs)
-	if err := fs.Parse(os.Args[1:]); err != nil {
-		if err == flag.ErrHelp {
-			os.Exit(0)
-		}
+	if help, err := cmdline.Parse(fs, os.Args[1:]); help {
+		os.Exit(0)
+	} else if err != nil {
 		os.Exit(2)
 	}
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zopts)))
 	log := ctrl.Log.WithName("winnet-controller")
 
-	cfg, err := restConfig(*kubeconfig)
+	cfg, err := cmdline.RESTConfig(*kubeconfig, "")
 	if err != nil {
 		log.Error(err, "Cannot load a kubeconfig: use --kubeconfig, $KUBECONFIG or the in-cluster config")
 		os.Exit(1)
@@ -91,14 +84,6 @@ func main() {
 		log.Error(err, "winnet-controller stopped")
 		os.Exit(1)
 	}
-}
-
-// restConfig loads the kubeconfig at path, or controller-runtime's default chain when path is empty.
-func restConfig(path string) (*rest.Config, error) {
-	if path == "" {
-		return ctrl.GetConfig()
-	}
-	return clientcmd.BuildConfigFromFlags("", path)
 }
 
 func splitList(v string) []string {

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"os"
 	"os/signal"
@@ -12,6 +11,7 @@ import (
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/winnet-io/winnet/internal/cmdline"
 	"github.com/winnet-io/winnet/internal/controller"
 	winnetscheme "github.com/winnet-io/winnet/internal/scheme"
 )
@@ -22,38 +22,32 @@ func runUninstallCommand(args []string) (handled bool, err error) {
 	if len(args) == 0 || args[0] != "uninstall" {
 		return false, nil
 	}
-	fs := flag.NewFlagSet("winnet-controller uninstall", flag.ContinueOnError)
-	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "Usage: winnet-controller uninstall [flags]\n\n"+
-			"Removes winnet from the cluster (the Helm chart runs it before `helm uninstall` deletes anything):\n"+
-			"stops winnet-controller from creating WindowsNodeNetworks, deletes them and waits until each\n"+
-			"agent has given its node its network back, deletes the agents' DaemonSet, then every remaining\n"+
-			"winnet object, the flannel annotations of winnet's nodes and, with --delete-crds, the CRDs.\n"+
-			"Exits 1 naming the nodes that did not finish in time: run `winnet-agent reset` on them.\n\nFlags:\n")
-		fs.PrintDefaults()
-	}
+	fs := cmdline.FlagSet("winnet-controller uninstall", "Usage: winnet-controller uninstall [flags]\n\n"+
+		"Removes winnet from the cluster (the Helm chart runs it before `helm uninstall` deletes anything):\n"+
+		"stops winnet-controller from creating WindowsNodeNetworks, deletes them and waits until each\n"+
+		"agent has given its node its network back, deletes the agents' DaemonSet, then every remaining\n"+
+		"winnet object, the flannel annotations of winnet's nodes and, with --delete-crds, the CRDs.\n"+
+		"Exits 1 naming the nodes that did not finish in time: run `winnet-agent reset` on them.")
 	opts := controller.UninstallOptions{Out: os.Stdout}
 	fs.StringVar(&opts.Namespace, "namespace", "", "the release namespace (winnet-controller's and the agents'); required")
 	fs.StringVar(&opts.ControllerDeployment, "controller-deployment", "winnet-controller", "name of winnet-controller's Deployment")
 	fs.StringVar(&opts.AgentDaemonSet, "agent-daemonset", "winnet-agent", "name of the agents' DaemonSet")
 	fs.DurationVar(&opts.Timeout, "timeout", 3*time.Minute, "how long to wait for the agents to give their nodes their network back")
 	fs.BoolVar(&opts.DeleteCRDs, "delete-crds", false, "delete winnet's CRDs too (Helm never deletes a chart's crds/)")
-	kubeconfig := fs.String("kubeconfig", "", "path to a kubeconfig (default: $KUBECONFIG, the in-cluster config, then ~/.kube/config)")
-	if err := fs.Parse(args[1:]); err != nil {
-		if err == flag.ErrHelp {
-			return true, nil
-		}
+	kubeconfig := cmdline.KubeconfigFlag(fs)
+	if help, err := cmdline.Parse(fs, args[1:]); help || err != nil {
+		return true, err
+	}
+	if err := cmdline.NoArgs(fs); err != nil {
 		return true, err
 	}
 	switch {
-	case fs.NArg() > 0:
-		return true, fmt.Errorf("uninstall takes no arguments, got %q", fs.Args())
 	case opts.Namespace == "":
 		return true, fmt.Errorf("uninstall needs --namespace, the release namespace")
 	case opts.Timeout <= 0:
 		return true, fmt.Errorf("--timeout must be positive, got %s", opts.Timeout)
 	}
-	cfg, err := restConfig(*kubeconfig)
+	cfg, err := cmdline.RESTConfig(*kubeconfig, "")
 	if err != nil {
 		return true, fmt.Errorf("loading a kubeconfig: %w", err)
 	}

@@ -1,0 +1,81 @@
+package cmdline
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"net/url"
+	"slices"
+
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	ctrl "sigs.k8s.io/controller-runtime"
+)
+
+// FlagSet returns the flag set of the command name: parsing returns errors rather than exiting, and
+// -help prints usage followed by "Flags:" and every flag's default but those named in hidden.
+func FlagSet(name, usage string, hidden ...string) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), usage+"\n\nFlags:\n")
+		shown := flag.NewFlagSet(name, flag.ContinueOnError)
+		shown.SetOutput(fs.Output())
+		fs.VisitAll(func(f *flag.Flag) {
+			if !slices.Contains(hidden, f.Name) {
+				shown.Var(f.Value, f.Name, f.Usage)
+				shown.Lookup(f.Name).DefValue = f.DefValue
+			}
+		})
+		shown.PrintDefaults()
+	}
+	return fs
+}
+
+// Parse parses args. help reports that -h or -help was given (the usage was printed): the command
+// stops and succeeds. Any other error was printed with the usage.
+func Parse(fs *flag.FlagSet, args []string) (help bool, err error) {
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return true, nil
+		}
+		return false, err
+	}
+	return false, nil
+}
+
+// NoArgs fails when fs was given positional arguments.
+func NoArgs(fs *flag.FlagSet) error {
+	if fs.NArg() > 0 {
+		return fmt.Errorf("%s takes no arguments, got %q", fs.Name(), fs.Args())
+	}
+	return nil
+}
+
+// KubeconfigFlag defines --kubeconfig on fs.
+func KubeconfigFlag(fs *flag.FlagSet) *string {
+	return fs.String("kubeconfig", "", "path to a kubeconfig (default: $KUBECONFIG, the in-cluster config, then ~/.kube/config)")
+}
+
+// RESTConfig loads the kubeconfig at path, or, when path is empty, $KUBECONFIG, the in-cluster
+// configuration, then ~/.kube/config. apiServer, when set, replaces the kubeconfig's server and must
+// be an https://host:port URL.
+func RESTConfig(path, apiServer string) (*rest.Config, error) {
+	var cfg *rest.Config
+	var err error
+	if path == "" {
+		cfg, err = ctrl.GetConfig()
+	} else {
+		cfg, err = clientcmd.BuildConfigFromFlags("", path)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if apiServer != "" {
+		u, err := url.Parse(apiServer)
+		if err != nil || u.Scheme != "https" || u.Host == "" {
+			return nil, fmt.Errorf("--apiserver %q is not an https://host:port URL", apiServer)
+		}
+		cfg.Host = apiServer
+	}
+	return cfg, nil
+}
