@@ -3,7 +3,6 @@
 package main
 
 import (
-	"fmt"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -20,21 +19,9 @@ import (
 func main() {
 	// `winnet-agent service ...` manages the Windows service; `service run` (under the SCM) sets the
 	// process up and continues below with the agent flags (service_windows.go).
-	if handled, err := runServiceCommand(os.Args[1:]); handled || err != nil {
-		if err != nil {
-			fmt.Fprintln(os.Stderr, "winnet-agent:", err)
-			os.Exit(1)
-		}
-		return
-	}
+	cmdline.Subcommand("winnet-agent", os.Args[1:], runServiceCommand)
 	// `winnet-agent reset ...` gives the node its network back offline (reset.go).
-	if handled, err := runResetCommand(os.Args[1:]); handled || err != nil {
-		if err != nil {
-			fmt.Fprintln(os.Stderr, "winnet-agent reset:", err)
-			os.Exit(1)
-		}
-		return
-	}
+	cmdline.Subcommand("winnet-agent reset", os.Args[1:], runResetCommand)
 	opts := agent.Options{}
 	fs := cmdline.FlagSet("winnet-agent", "Usage: winnet-agent [flags]\n       winnet-agent reset [--dry-run] [flags]   (give this node its network back, offline)\n\n"+
 		"The per-node agent of winnet: it converges this node's network (HNS network, OVS bridge,\n"+

@@ -3,7 +3,6 @@
 package main
 
 import (
-	"fmt"
 	"os"
 	"strings"
 
@@ -16,13 +15,7 @@ import (
 )
 
 func main() {
-	if handled, err := runUninstallCommand(os.Args[1:]); handled {
-		if err != nil {
-			fmt.Fprintln(os.Stderr, "winnet-controller uninstall:", err)
-			os.Exit(1)
-		}
-		return
-	}
+	cmdline.Subcommand("winnet-controller uninstall", os.Args[1:], runUninstallCommand)
 	opts := controller.Options{}
 	fs := cmdline.FlagSet("winnet-controller", "Usage: winnet-controller [flags]\n\n"+
 		"The cluster-wide controller of winnet (group network.winnet.io), leader-elected among its\n"+

@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"net/url"
+	"os"
 	"slices"
 
 	"k8s.io/client-go/rest"
@@ -78,4 +79,18 @@ func RESTConfig(path, apiServer string) (*rest.Config, error) {
 		cfg.Host = apiServer
 	}
 	return cfg, nil
+}
+
+// Subcommand runs run, the subcommand of the command, when it handles args (args start with its
+// name): the process then ends, with status 1 and the error after prefix on stderr when it failed.
+// It returns when run does not handle args.
+func Subcommand(prefix string, args []string, run func(args []string) (handled bool, err error)) {
+	handled, err := run(args)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, prefix+":", err)
+		os.Exit(1)
+	}
+	if handled {
+		os.Exit(0)
+	}
 }
