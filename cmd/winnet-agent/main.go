@@ -8,9 +8,6 @@ import (
 	"runtime"
 	"strings"
 
-	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/log/zap"
-
 	"github.com/winnet-io/winnet/internal/agent"
 	"github.com/winnet-io/winnet/internal/cmdline"
 	"github.com/winnet-io/winnet/internal/cni"
@@ -49,15 +46,7 @@ func main() {
 	}
 	kubeconfig := cmdline.KubeconfigFlag(fs)
 	apiServer := fs.String("apiserver", "", "URL of the API server (https://host:port), overriding the kubeconfig's: winnet provides Services on this node, so the agent must not depend on the kubernetes Service's ClusterIP")
-	zopts := zap.Options{}
-	zopts.BindFlags(fs)
-	if help, err := cmdline.Parse(fs, os.Args[1:]); help {
-		os.Exit(0)
-	} else if err != nil {
-		os.Exit(2)
-	}
-	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zopts)))
-	log := ctrl.Log.WithName("winnet-agent")
+	log := cmdline.ParseMain(fs, os.Args[1:])
 
 	cfg, err := cmdline.RESTConfig(*kubeconfig, *apiServer)
 	if err != nil {

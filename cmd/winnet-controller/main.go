@@ -8,7 +8,6 @@ import (
 
 	"k8s.io/apimachinery/pkg/labels"
 	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	"github.com/winnet-io/winnet/internal/cmdline"
 	"github.com/winnet-io/winnet/internal/controller"
@@ -47,15 +46,7 @@ func main() {
 	qps := fs.Float64("kube-api-qps", 100, "requests per second to the API server (client-side rate limit)")
 	burst := fs.Int("kube-api-burst", 200, "requests to the API server allowed at once above --kube-api-qps")
 	kubeconfig := cmdline.KubeconfigFlag(fs)
-	zopts := zap.Options{}
-	zopts.BindFlags(fs)
-	if help, err := cmdline.Parse(fs, os.Args[1:]); help {
-		os.Exit(0)
-	} else if err != nil {
-		os.Exit(2)
-	}
-	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zopts)))
-	log := ctrl.Log.WithName("winnet-controller")
+	log := cmdline.ParseMain(fs, os.Args[1:])
 
 	cfg, err := cmdline.RESTConfig(*kubeconfig, "")
 	if err != nil {

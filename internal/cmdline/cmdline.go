@@ -8,9 +8,11 @@ import (
 	"os"
 	"slices"
 
+	"github.com/go-logr/logr"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 )
 
 // FlagSet returns the flag set of the command name: parsing returns errors rather than exiting, and
@@ -93,4 +95,19 @@ func Subcommand(prefix string, args []string, run func(args []string) (handled b
 	if handled {
 		os.Exit(0)
 	}
+}
+
+// ParseMain parses a daemon's flags with zap's logging flags bound to fs: on -help the process ends
+// with status 0, on a bad flag with 2 (the error and the usage printed). It then sets
+// controller-runtime's logger from the logging flags and returns it, named after fs.
+func ParseMain(fs *flag.FlagSet, args []string) logr.Logger {
+	zopts := zap.Options{}
+	zopts.BindFlags(fs)
+	if help, err := Parse(fs, args); help {
+		os.Exit(0)
+	} else if err != nil {
+		os.Exit(2)
+	}
+	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zopts)))
+	return ctrl.Log.WithName(fs.Name())
 }
