@@ -6,6 +6,8 @@ import (
 	"testing"
 
 	. "github.com/onsi/gomega"
+
+	"github.com/winnet-io/winnet/test/wine"
 )
 
 // TestRestConfigAPIServer: --apiserver replaces the server of the kubeconfig (the kubernetes Service's
@@ -13,7 +15,7 @@ import (
 // is refused.
 func TestRestConfigAPIServer(t *testing.T) {
 	g := NewWithT(t)
-	path := filepath.Join(t.TempDir(), "kubeconfig")
+	path := filepath.Join(wine.TempDir(t), "kubeconfig")
 	g.Expect(os.WriteFile(path, []byte(`apiVersion: v1
 kind: Config
 clusters:
