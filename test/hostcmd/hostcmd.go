@@ -71,6 +71,11 @@ var list = []Entry{
 	{Name: "bridge", Kind: Debian, Package: "iproute2"}, // bridge fdb: flanneld's forwarding entries
 	{Name: "cni-bridge", Kind: Plugin, Package: "containernetworking-plugins", Path: "/usr/lib/cni/bridge"},
 	{Name: "cni-host-local", Kind: Plugin, Package: "containernetworking-plugins", Path: "/usr/lib/cni/host-local"},
+	// make test-windows: Wine runs the Windows test binaries; hack/setup-wine.sh builds the prefix's
+	// bcryptprimitives.dll (test/wine/bcryptprimitives) with MinGW-w64's gcc.
+	{Name: "wine64", Kind: Debian, Package: "wine64", Path: "/usr/lib/wine/wine64"},
+	{Name: "wineserver64", Kind: Debian, Package: "wine64", Path: "/usr/lib/wine/wineserver64"},
+	{Name: "x86_64-w64-mingw32-gcc-win32", Kind: Debian, Package: "gcc-mingw-w64-x86-64-win32"},
 	{Name: "go", Kind: Toolchain, From: "the Go toolchain the machine comes with (/usr/local/go)"},
 	{Name: "kube-apiserver", Kind: Built, From: fromSetup},
 	{Name: "kube-controller-manager", Kind: Built, From: fromSetup},
