@@ -42,9 +42,11 @@ func main() {
 	if err != nil {
 		fail(err)
 	}
+	t0 := time.Now()
 	if err := checkCoverage(ctx, root, pkgs, *packages); err != nil {
 		fail(err)
 	}
+	fmt.Printf("test-windows: every package with Windows tests is in %s (checked in %.1fs)\n", *packages, time.Since(t0).Seconds())
 	skipList, err := readSkips(*skips, pkgs)
 	if err != nil {
 		fail(err)
@@ -75,8 +77,8 @@ func main() {
 		}
 		r, err := runPackage(ctx, root, *out, *prefix, p.path, skipsOf(skipList, p.path), *timeout)
 		total.add(r)
-		fmt.Printf("test-windows %-26s %3d passed, %d failed, %d skipped by the list  build %5.1fs  run %5.1fs\n",
-			p.path, r.passed, len(r.failed), r.listed, r.build.Seconds(), r.run.Seconds())
+		fmt.Printf("test-windows %-26s %3d passed, %d failed, %d skipped by the list  build %5.1fs  list %4.1fs  run %5.1fs\n",
+			p.path, r.passed, len(r.failed), r.listed, r.build.Seconds(), r.list.Seconds(), r.run.Seconds())
 		if err != nil {
 			failed = true
 			fmt.Printf("test-windows %s: %v\n", p.path, err)
@@ -210,9 +212,9 @@ func eachLine(file string, fn func(n int, fields []string) error) error {
 }
 
 type result struct {
-	passed, listed int
-	failed         []string
-	build, run     time.Duration
+	passed, listed   int
+	failed           []string
+	build, list, run time.Duration
 }
 
 func (r *result) add(o result) {
@@ -220,6 +222,7 @@ func (r *result) add(o result) {
 	r.listed += o.listed
 	r.failed = append(r.failed, o.failed...)
 	r.build += o.build
+	r.list += o.list
 	r.run += o.run
 }
 
@@ -249,9 +252,8 @@ func runPackage(ctx context.Context, root, out, prefix, p string, skipped []stri
 
 	env := append(os.Environ(), "WINEPREFIX="+prefix, "WINEDEBUG=-all")
 	// Every listed name must be a test of the binary: a stale entry would hide nothing and say so.
-	list := hostcmd.CommandContext(ctx, "wine64", exe, "-test.list", ".")
-	list.Env = env
-	b, err := list.Output()
+	listFile := filepath.Join(out, name+".list")
+	b, err := runToFile(ctx, env, "", listFile, exe, "-test.list", ".")
 	if err != nil {
 		return r, fmt.Errorf("listing the tests under Wine: %w", err)
 	}
@@ -265,6 +267,7 @@ func runPackage(ctx context.Context, root, out, prefix, p string, skipped []stri
 		}
 	}
 	r.listed = len(skipped)
+	r.list = time.Since(t0) - r.build
 
 	args := []string{exe, "-test.v", "-test.count=1", "-test.timeout", timeout.String()}
 	if len(skipped) > 0 {
@@ -274,14 +277,12 @@ func runPackage(ctx context.Context, root, out, prefix, p string, skipped []stri
 	rctx, cancel := context.WithTimeout(ctx, timeout+time.Minute)
 	defer cancel()
 	t1 := time.Now()
-	cmd := hostcmd.CommandContext(rctx, "wine64", args...)
-	cmd.Dir = filepath.Join(root, p) // as go test does: a test finds its testdata
-	cmd.Env = env
-	output, runErr := cmd.CombinedOutput()
-	r.run = time.Since(t1)
 	logFile := filepath.Join(out, name+".log")
-	if err := os.WriteFile(logFile, output, 0o644); err != nil {
-		return r, err
+	// In the package's directory, as go test does: a test finds its testdata.
+	output, runErr := runToFile(rctx, env, filepath.Join(root, p), logFile, args...)
+	r.run = time.Since(t1)
+	if output == nil {
+		return r, runErr
 	}
 	r.passed = len(topPass.FindAll(output, -1))
 	for _, m := range topFail.FindAllSubmatch(output, -1) {
@@ -335,4 +336,27 @@ func tail(b []byte, n int) string {
 		lines = lines[len(lines)-n:]
 	}
 	return strings.Join(lines, "\n")
+}
+
+// runToFile runs wine64 ARGS with its output in file, and returns what it wrote. A file, not a pipe:
+// the prefix's services (started by the first program) inherit the output and outlive the program,
+// and a pipe would be read until they exit.
+func runToFile(ctx context.Context, env []string, dir, file string, args ...string) ([]byte, error) {
+	f, err := os.Create(file)
+	if err != nil {
+		return nil, err
+	}
+	cmd := hostcmd.CommandContext(ctx, "wine64", args...)
+	cmd.Dir = dir
+	cmd.Env = env
+	cmd.Stdout, cmd.Stderr = f, f
+	runErr := cmd.Run()
+	if err := f.Close(); err != nil {
+		return nil, err
+	}
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return nil, err
+	}
+	return b, runErr
 }
