@@ -518,6 +518,15 @@ func TestClientSendsNothingToAnUntrustedServer(t *testing.T) {
 	g.Expect(err).To(MatchError(peertrust.ErrUntrustedServer))
 	time.Sleep(100 * time.Millisecond)
 	g.Expect(rec.Requests()).To(BeEmpty(), "nothing was sent")
-	_, err = NewClient(ClientOptions{Address: address}).Do(context.Background(), addRequest)
+}
+
+// TestClientsPlatformCheckTrustsTheTestsServer: the platform's check (the default) trusts a server
+// run by this test's user: root on Linux, an elevated administrator on Windows.
+func TestClientsPlatformCheckTrustsTheTestsServer(t *testing.T) {
+	g := NewWithT(t)
+	rec := &recorder{}
+	address := startServer(t, rec, ServeOptions{})
+	_, err := NewClient(ClientOptions{Address: address}).Do(context.Background(), addRequest)
 	g.Expect(err).NotTo(HaveOccurred(), "the platform's check trusts a server run by this test's user")
+	g.Expect(rec.Requests()).To(HaveLen(1))
 }
