@@ -76,9 +76,14 @@ test-deps: ## Install the test dependencies (Debian packages, kube-apiserver and
 	hack/setup-test-deps.sh
 
 .PHONY: test
-test: test-deps verify vet build ## Run unit, API (real kube-apiserver) and OVS (real Open vSwitch) tests, and a sample of the cyclonus NetworkPolicy cases; needs root.
+test: test-deps verify vet build test-windows ## Run unit, API (real kube-apiserver) and OVS (real Open vSwitch) tests, the Windows test binaries under Wine, and a sample of the cyclonus NetworkPolicy cases; needs root.
 	$(GO) test $(GO_TEST_FLAGS) ./...
 	@$(MAKE) --no-print-directory conformance-netpol-sample
+
+.PHONY: test-windows
+test-windows: test-deps ## Build the Windows test binaries of test/wine/packages.txt and run them under Wine (Debian's wine64); prints the tests it cannot run there, from test/wine/skips.txt, with their reasons.
+	@hack/setup-wine.sh >/dev/null
+	$(GO) run ./test/wine/run
 
 .PHONY: conformance-netpol-sample
 conformance-netpol-sample: ## The fixed sample of cyclonus NetworkPolicy cases that make test runs (needs root).

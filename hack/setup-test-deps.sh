@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs everything `make test` needs on a fresh Debian 12 machine, idempotently:
 #   - Debian packages: those of every command on test/hostcmd's list (Open vSwitch on the userspace
-#     datapath, CNI plugins, iproute2, nftables, ping, python3 for raw packets, iptables for flanneld...)
+#     datapath, CNI plugins, iproute2, nftables, ping, python3 for raw packets, iptables for flanneld,
+#     wine64 and MinGW-w64's gcc for make test-windows, whose prefix hack/setup-wine.sh makes...)
 #   - kube-apiserver, kube-controller-manager, kubectl and etcd built from the Go module proxy into
 #     bin/k8s/<version>/ (cached by version)
 #   - CoreDNS (a main with the plugins the e2e cluster's kube-dns uses) built from the Go module proxy

@@ -11,6 +11,8 @@ import (
 
 	. "github.com/onsi/gomega"
 	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/winnet-io/winnet/test/wine"
 )
 
 func TestEndpointName(t *testing.T) {
@@ -27,7 +29,7 @@ func TestEndpointName(t *testing.T) {
 
 func TestStoreSurvivesRestart(t *testing.T) {
 	g := NewWithT(t)
-	dir := t.TempDir()
+	dir := wine.TempDir(t)
 	s, err := OpenStore(dir)
 	g.Expect(err).NotTo(HaveOccurred())
 	a := &Attachment{
@@ -69,7 +71,7 @@ func TestStoreSetsAsideUntrustedRecords(t *testing.T) {
 		t.Fatal("this test chowns a file: run it as root")
 	}
 	g := NewWithT(t)
-	dir := t.TempDir()
+	dir := wine.TempDir(t)
 	s, err := OpenStore(dir)
 	g.Expect(err).NotTo(HaveOccurred())
 	good := &Attachment{SandboxID: "good", PodNamespace: "default", PodName: "web", EndpointName: EndpointName("good"),

@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	. "github.com/onsi/gomega"
+
+	"github.com/winnet-io/winnet/test/wine"
 )
 
 // TestRESTConfigAPIServer: --apiserver replaces the server of the kubeconfig (the kubernetes Service's
@@ -14,7 +16,7 @@ import (
 // is refused.
 func TestRESTConfigAPIServer(t *testing.T) {
 	g := NewWithT(t)
-	path := filepath.Join(t.TempDir(), "kubeconfig")
+	path := filepath.Join(wine.TempDir(t), "kubeconfig")
 	g.Expect(os.WriteFile(path, []byte(`apiVersion: v1
 kind: Config
 clusters:

@@ -3,6 +3,7 @@ package cni
 import (
 	"os"
 	"path/filepath"
+	"runtime"
 	"testing"
 
 	. "github.com/onsi/gomega"
@@ -31,5 +32,11 @@ func TestWriteConfList(t *testing.T) {
 	g.Expect(entries).To(HaveLen(1), "no temporary file is left beside the conflist")
 	fi, err := os.Stat(filepath.Join(dir, ConfListName))
 	g.Expect(err).NotTo(HaveOccurred())
-	g.Expect(fi.Mode().Perm()).To(Equal(os.FileMode(0o644)))
+	// On Windows the permission bits only reflect the read-only attribute (a writable file reads
+	// 0666): who may change the file is its DACL, which internal/securefs sets and checks.
+	wantMode := os.FileMode(0o644)
+	if runtime.GOOS == "windows" {
+		wantMode = 0o666
+	}
+	g.Expect(fi.Mode().Perm()).To(Equal(wantMode))
 }

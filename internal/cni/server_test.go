@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -16,6 +17,7 @@ import (
 	. "github.com/onsi/gomega"
 
 	"github.com/winnet-io/winnet/internal/peertrust"
+	"github.com/winnet-io/winnet/test/wine"
 )
 
 // recorder is a test Handler that records requests and answers with respond.
@@ -51,6 +53,7 @@ func startServer(t *testing.T, h Handler, opts ServeOptions) string {
 		cancel()
 		t.Fatalf("Listen(%q): %v", address, err)
 	}
+	wine.AfterListen(t, address)
 	done := make(chan error, 1)
 	go func() { done <- ServeWithOptions(ctx, l, h, opts) }()
 	t.Cleanup(func() {
@@ -65,6 +68,15 @@ func startServer(t *testing.T, h Handler, opts ServeOptions) string {
 		}
 	})
 	return address
+}
+
+// newTestClient is NewClient with, under Wine only, the check of the server that Wine allows (see
+// wine.ServerVerifier): elsewhere the platform's check applies, as in production.
+func newTestClient(opts ClientOptions) *Client {
+	if opts.Server == nil {
+		opts.Server = wine.ServerVerifier()
+	}
+	return NewClient(opts)
 }
 
 var addRequest = Request{
@@ -113,7 +125,7 @@ func TestClientServerRoundTrip(t *testing.T) {
 			rec := &recorder{respond: tt.respond}
 			address := startServer(t, rec, ServeOptions{})
 
-			resp, err := NewClient(ClientOptions{Address: address}).Do(context.Background(), addRequest)
+			resp, err := newTestClient(ClientOptions{Address: address}).Do(context.Background(), addRequest)
 			g.Expect(err).NotTo(HaveOccurred())
 			g.Expect(resp.Error).To(Equal(tt.want.Error))
 			if tt.want.Result != nil {
@@ -140,7 +152,7 @@ func TestServeAnswersConcurrentRequests(t *testing.T) {
 		return Response{Result: json.RawMessage(fmt.Sprintf(`{"containerID":%q}`, req.ContainerID))}
 	}}
 	address := startServer(t, rec, ServeOptions{})
-	client := NewClient(ClientOptions{Address: address})
+	client := newTestClient(ClientOptions{Address: address})
 
 	const n = 32
 	var wg sync.WaitGroup
@@ -231,7 +243,7 @@ func TestServeHandleTimeoutCancelsHandlerContext(t *testing.T) {
 	}}
 	address := startServer(t, rec, ServeOptions{HandleTimeout: 200 * time.Millisecond})
 
-	resp, err := NewClient(ClientOptions{Address: address}).Do(context.Background(), addRequest)
+	resp, err := newTestClient(ClientOptions{Address: address}).Do(context.Background(), addRequest)
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(resp.Error).To(Equal(&types.Error{Code: 11, Msg: "handler gave up", Details: context.DeadlineExceeded.Error()}))
 }
@@ -243,6 +255,7 @@ func TestServeStopsAndWaitsForRequestsInFlight(t *testing.T) {
 	defer cancel()
 	l, err := Listen(ctx, address)
 	g.Expect(err).NotTo(HaveOccurred())
+	wine.AfterListen(t, address)
 
 	entered := make(chan struct{})
 	var handlerSawCancel atomic.Bool
@@ -262,7 +275,7 @@ func TestServeStopsAndWaitsForRequestsInFlight(t *testing.T) {
 	}
 	answered := make(chan answer, 1)
 	go func() {
-		resp, err := NewClient(ClientOptions{Address: address}).Do(context.Background(), addRequest)
+		resp, err := newTestClient(ClientOptions{Address: address}).Do(context.Background(), addRequest)
 		answered <- answer{resp, err}
 	}()
 	g.Eventually(entered).WithTimeout(10 * time.Second).Should(BeClosed())
@@ -276,7 +289,7 @@ func TestServeStopsAndWaitsForRequestsInFlight(t *testing.T) {
 	g.Expect(a.resp.Error).To(Equal(&types.Error{Code: 11, Msg: "agent shutting down"}))
 
 	// The listener is closed: new requests find no agent.
-	_, err = NewClient(ClientOptions{Address: address, DialTimeout: time.Second}).Do(context.Background(), addRequest)
+	_, err = newTestClient(ClientOptions{Address: address, DialTimeout: time.Second}).Do(context.Background(), addRequest)
 	g.Expect(err).To(MatchError(ErrAgentUnreachable))
 }
 
@@ -289,6 +302,7 @@ func TestClientErrors(t *testing.T) {
 		if err != nil {
 			t.Fatalf("Listen: %v", err)
 		}
+		wine.AfterListen(t, address)
 		var wg sync.WaitGroup
 		t.Cleanup(func() { _ = l.Close(); wg.Wait() })
 		wg.Go(func() {
@@ -375,13 +389,14 @@ func TestClientErrors(t *testing.T) {
 				ctx, cancel = tt.ctx()
 			}
 			defer cancel()
-			client := NewClient(ClientOptions{Address: address, RequestTimeout: tt.timeout})
+			client := newTestClient(ClientOptions{Address: address, RequestTimeout: tt.timeout})
 
 			start := time.Now()
 			_, err := client.Do(ctx, addRequest)
 			g.Expect(err).To(HaveOccurred())
 			g.Expect(time.Since(start)).To(BeNumerically("<", 5*time.Second))
-			g.Expect(err.Error()).To(ContainSubstring(address))
+			// The client quotes the address (%q): a Windows pipe name's backslashes come doubled.
+			g.Expect(err.Error()).To(ContainSubstring(strconv.Quote(address)))
 			g.Expect(err.Error()).To(ContainSubstring(tt.wantMessage))
 			for _, target := range tt.wantIs {
 				g.Expect(errors.Is(err, target)).To(BeTrue(), "error %q should wrap %q", err, target)
@@ -410,7 +425,7 @@ func TestServeRefusesConfigurationOverTheLimit(t *testing.T) {
 	address := startServer(t, rec, ServeOptions{})
 	conf := append([]byte(`{"cniVersion":"1.1.0","name":"n","x":"`), bytes.Repeat([]byte("x"), MaxConfigSize)...)
 	conf = append(conf, `"}`...)
-	resp, err := NewClient(ClientOptions{Address: address}).Do(context.Background(), Request{Command: CommandAdd, ContainerID: "c", StdinData: conf})
+	resp, err := newTestClient(ClientOptions{Address: address}).Do(context.Background(), Request{Command: CommandAdd, ContainerID: "c", StdinData: conf})
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(resp.Error).NotTo(BeNil())
 	g.Expect(resp.Error.Code).To(BeEquivalentTo(types.ErrInvalidNetworkConfig))
@@ -434,7 +449,7 @@ func TestServeBoundsConcurrentRequests(t *testing.T) {
 		return Response{}
 	}}
 	address := startServer(t, rec, ServeOptions{MaxConcurrent: 2, QueueTimeout: 500 * time.Millisecond})
-	client := NewClient(ClientOptions{Address: address})
+	client := newTestClient(ClientOptions{Address: address})
 	do := func(id string) chan Response {
 		ch := make(chan Response, 1)
 		go func() {
@@ -477,7 +492,7 @@ func TestServeIdleConnectionsDoNotDelayARequest(t *testing.T) {
 		t.Cleanup(func() { _ = conn.Close() })
 	}
 	start := time.Now()
-	resp, err := NewClient(ClientOptions{Address: address, RequestTimeout: 10 * time.Second}).Do(context.Background(), addRequest)
+	resp, err := newTestClient(ClientOptions{Address: address, RequestTimeout: 10 * time.Second}).Do(context.Background(), addRequest)
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(resp.Error).To(BeNil())
 	t.Logf("ADD answered in %s behind 1000 idle connections", time.Since(start))
@@ -503,6 +518,15 @@ func TestClientSendsNothingToAnUntrustedServer(t *testing.T) {
 	g.Expect(err).To(MatchError(peertrust.ErrUntrustedServer))
 	time.Sleep(100 * time.Millisecond)
 	g.Expect(rec.Requests()).To(BeEmpty(), "nothing was sent")
-	_, err = NewClient(ClientOptions{Address: address}).Do(context.Background(), addRequest)
+}
+
+// TestClientsPlatformCheckTrustsTheTestsServer: the platform's check (the default) trusts a server
+// run by this test's user: root on Linux, an elevated administrator on Windows.
+func TestClientsPlatformCheckTrustsTheTestsServer(t *testing.T) {
+	g := NewWithT(t)
+	rec := &recorder{}
+	address := startServer(t, rec, ServeOptions{})
+	_, err := NewClient(ClientOptions{Address: address}).Do(context.Background(), addRequest)
 	g.Expect(err).NotTo(HaveOccurred(), "the platform's check trusts a server run by this test's user")
+	g.Expect(rec.Requests()).To(HaveLen(1))
 }

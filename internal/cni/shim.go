@@ -48,6 +48,9 @@ type ShimOptions struct {
 	// DialTimeout and RequestTimeout configure the Client; zero selects the defaults.
 	DialTimeout    time.Duration
 	RequestTimeout time.Duration
+	// Server is the Client's check of the agent's end (ClientOptions.Server); nil selects the
+	// platform's (peertrust.NewVerifier).
+	Server ServerVerifier
 }
 
 // Shim is the CNI plugin side of winnet: it forwards every CNI command to the agent and reports the
@@ -125,6 +128,7 @@ func (s *Shim) Run(ctx context.Context, cmd Command, args *skel.CmdArgs) error {
 		Address:        s.address(conf),
 		DialTimeout:    s.opts.DialTimeout,
 		RequestTimeout: s.opts.RequestTimeout,
+		Server:         s.opts.Server,
 	})
 	resp, err := client.Do(ctx, Request{
 		Command:     cmd,

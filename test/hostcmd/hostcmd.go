@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"sort"
 	"strings"
 )
@@ -71,6 +72,11 @@ var list = []Entry{
 	{Name: "bridge", Kind: Debian, Package: "iproute2"}, // bridge fdb: flanneld's forwarding entries
 	{Name: "cni-bridge", Kind: Plugin, Package: "containernetworking-plugins", Path: "/usr/lib/cni/bridge"},
 	{Name: "cni-host-local", Kind: Plugin, Package: "containernetworking-plugins", Path: "/usr/lib/cni/host-local"},
+	// make test-windows: Wine runs the Windows test binaries; hack/setup-wine.sh builds the prefix's
+	// bcryptprimitives.dll (test/wine/bcryptprimitives) with MinGW-w64's gcc.
+	{Name: "wine64", Kind: Debian, Package: "wine64", Path: "/usr/lib/wine/wine64"},
+	{Name: "wineserver64", Kind: Debian, Package: "wine64", Path: "/usr/lib/wine/wineserver64"},
+	{Name: "x86_64-w64-mingw32-gcc-win32", Kind: Debian, Package: "gcc-mingw-w64-x86-64-win32"},
 	{Name: "go", Kind: Toolchain, From: "the Go toolchain the machine comes with (/usr/local/go)"},
 	{Name: "kube-apiserver", Kind: Built, From: fromSetup},
 	{Name: "kube-controller-manager", Kind: Built, From: fromSetup},
@@ -117,6 +123,10 @@ func (c Entry) Source() string {
 // executable file. The error names the command and where it comes from.
 func Check(name string) error {
 	base := filepath.Base(name)
+	if runtime.GOOS == "windows" {
+		// A Windows test (make test-windows) runs winnet's binaries as NAME.exe.
+		base = strings.TrimSuffix(base, ".exe")
+	}
 	c, ok := lookup(base)
 	if !ok {
 		return fmt.Errorf("hostcmd: %q is not on the list of commands tests may run (test/hostcmd/hostcmd.go): add it with the package that provides it", name)
@@ -154,7 +164,8 @@ func executable(path string) error {
 		}
 		return err
 	}
-	if st.IsDir() || st.Mode().Perm()&0o111 == 0 {
+	// Windows has no execute bits (Go reports 0666 or 0444): there, a file is enough.
+	if st.IsDir() || (runtime.GOOS != "windows" && st.Mode().Perm()&0o111 == 0) {
 		return errors.New("not an executable file")
 	}
 	return nil

@@ -9,11 +9,13 @@ import (
 
 	"github.com/containernetworking/cni/pkg/types"
 	. "github.com/onsi/gomega"
+
+	"github.com/winnet-io/winnet/test/wine"
 )
 
 func newTestIPAM(t *testing.T) *HostLocal {
 	t.Helper()
-	ipam, err := New(Options{DataDir: t.TempDir()})
+	ipam, err := New(Options{DataDir: wine.TempDir(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
