@@ -66,6 +66,7 @@ func main() {
 	fs.StringVar(&hostOpts.StateDir, "state-dir", agent.DefaultStateDir, "directory of the agent's state: IPAM allocations (ipam/), Pod attachments (pods/)")
 	if runtime.GOOS == "linux" {
 		fs.DurationVar(&hostOpts.HNSSimLatency, hnsSimLatencyFlag, 0, "Linux only: latency added to every call of the HNS simulator (benchmarks)")
+		fs.StringVar(&hostOpts.HNSSimContainerd, hnsSimContainerdFlag, "", "Linux only: containerd socket whose task events start and stop the HNS simulator's sandboxes (nodes with a real kubelet)")
 	}
 	kubeconfig := fs.String("kubeconfig", "", "path to a kubeconfig (default: $KUBECONFIG, the in-cluster config, then ~/.kube/config)")
 	apiServer := fs.String("apiserver", "", "URL of the API server (https://host:port), overriding the kubeconfig's: winnet provides Services on this node, so the agent must not depend on the kubernetes Service's ClusterIP")
@@ -109,12 +110,15 @@ func main() {
 // hnsSimLatencyFlag is a hidden flag: the benchmarks' knob of the HNS simulator.
 const hnsSimLatencyFlag = "hns-sim-latency"
 
+// hnsSimContainerdFlag is a hidden flag: the test clusters' nodes with a real kubelet and containerd.
+const hnsSimContainerdFlag = "hns-sim-containerd"
+
 // printShownDefaults prints the flags' defaults but the hidden ones'.
 func printShownDefaults(fs *flag.FlagSet) {
 	shown := flag.NewFlagSet(fs.Name(), flag.ContinueOnError)
 	shown.SetOutput(fs.Output())
 	fs.VisitAll(func(f *flag.Flag) {
-		if f.Name != hnsSimLatencyFlag {
+		if f.Name != hnsSimLatencyFlag && f.Name != hnsSimContainerdFlag {
 			shown.Var(f.Value, f.Name, f.Usage)
 			shown.Lookup(f.Name).DefValue = f.DefValue
 		}
