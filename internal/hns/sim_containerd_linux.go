@@ -34,6 +34,7 @@ const containerdRetry = time.Second
 // that owns the network namespace (the Pod's pause container, whose OCI spec names the namespace
 // by the path CNI ADD was given) until that task is deleted. It marks them in the simulator's
 // sandbox directory (StartSandbox, StopSandbox) from containerd's task events in namespace k8s.io
+// (start; exit or delete of the container's own process)
 // and, on every (re)connection, from the tasks that run then, so that starts and stops missed
 // while it was not connected are caught up. Containers sharing another's namespace (the Pod's
 // application containers: /proc/<pid>/ns/net) start nothing.
@@ -73,7 +74,7 @@ func (c ContainerdSandboxes) follow(ctx context.Context) error {
 	defer cancel()
 	// Subscribe first: a task that starts while the running ones are listed is then not missed.
 	stream, err := eventsapi.NewEventsClient(conn).Subscribe(ctx, &eventsapi.SubscribeRequest{
-		Filters: []string{`namespace==` + ContainerdNamespace + `,topic~="^/tasks/(start|delete)$"`},
+		Filters: []string{`namespace==` + ContainerdNamespace + `,topic~="^/tasks/(start|exit|delete)$"`},
 	})
 	if err != nil {
 		return fmt.Errorf("subscribing to containerd's task events: %w", err)
@@ -102,22 +103,35 @@ func (c ContainerdSandboxes) follow(ctx context.Context) error {
 			if err := c.started(ctx, containers, owners, e.ContainerID); err != nil {
 				c.Log.Error(err, "Starting a sandbox", "container", e.ContainerID)
 			}
-		case "/tasks/delete":
-			var e eventtypes.TaskDelete
-			if err := proto.Unmarshal(env.Event.GetValue(), &e); err != nil {
-				c.Log.Error(err, "Decoding a task delete event")
+		case "/tasks/exit", "/tasks/delete":
+			// containerd 2.x's sandbox controller deletes the pause task through the shim, without a
+			// delete event: its exit ends the sandbox, the delete (1.6) when the exit was missed.
+			var containerID, processID string
+			if env.Topic == "/tasks/exit" {
+				var e eventtypes.TaskExit
+				if err := proto.Unmarshal(env.Event.GetValue(), &e); err != nil {
+					c.Log.Error(err, "Decoding a task exit event")
+					continue
+				}
+				containerID, processID = e.ContainerID, e.ID
+			} else {
+				var e eventtypes.TaskDelete
+				if err := proto.Unmarshal(env.Event.GetValue(), &e); err != nil {
+					c.Log.Error(err, "Decoding a task delete event")
+					continue
+				}
+				containerID, processID = e.ContainerID, e.ID
+			}
+			// Exec processes exit too: only the container's own process ends it.
+			if processID != "" && processID != containerID {
 				continue
 			}
-			// Exec processes are deleted too: only the container's own task (no exec ID) ends it.
-			if e.ID != "" && e.ID != e.ContainerID {
-				continue
-			}
-			if nsPath, ok := owners[e.ContainerID]; ok {
-				delete(owners, e.ContainerID)
+			if nsPath, ok := owners[containerID]; ok {
+				delete(owners, containerID)
 				if err := StopSandbox(c.SandboxDir, nsPath); err != nil {
-					c.Log.Error(err, "Stopping a sandbox", "container", e.ContainerID)
+					c.Log.Error(err, "Stopping a sandbox", "container", containerID)
 				} else {
-					c.Log.Info("Sandbox stopped", "container", e.ContainerID, "netns", nsPath)
+					c.Log.Info("Sandbox stopped", "container", containerID, "netns", nsPath, "event", env.Topic)
 				}
 			}
 		}

@@ -440,7 +440,9 @@ func (k *kubeletNode) startKubelet(c *Cluster, n *Node) error {
 	return nil
 }
 
-// kubeletConfig is kubelet's configuration file.
+// kubeletConfig is kubelet's configuration file. kubelet serves on every address of the node's namespace:
+// bound to the node IP, it fails to start when the agent is moving that address from the uplink to the
+// bridge (as HNS moves it to the management vNIC), and a kubelet that exited is not started again here.
 func (k *kubeletNode) kubeletConfig(n *Node, resolv string) string {
 	return fmt.Sprintf(`apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
@@ -449,7 +451,7 @@ cgroupDriver: cgroupfs
 cgroupRoot: %s
 containerRuntimeEndpoint: unix://%s
 podLogsDir: %s
-address: %s
+address: 0.0.0.0
 port: 10250
 healthzPort: 0
 healthzBindAddress: 127.0.0.1
@@ -476,7 +478,7 @@ evictionHard:
   nodefs.inodesFree: "1%%"
 localStorageCapacityIsolation: false
 serializeImagePulls: false
-`, k.cgroup, k.socket(), filepath.Join(k.dir, "pod-logs"), n.IP, DNSServiceIP, ClusterDomain, resolv)
+`, k.cgroup, k.socket(), filepath.Join(k.dir, "pod-logs"), DNSServiceIP, ClusterDomain, resolv)
 }
 
 // writeNodeKubeconfig writes the admin kubeconfig with the API server reached through the API host's relay
