@@ -75,8 +75,12 @@ build: ## Build the three binaries for linux and windows into bin/ (bin/windows/
 test-deps: ## Install the test dependencies (Debian packages, kube-apiserver and etcd built into bin/).
 	hack/setup-test-deps.sh
 
+.PHONY: kubelet-deps
+kubelet-deps: test-deps ## Build kubelet, kube-scheduler, containerd 2.x and the test images (pause, agnhost) into bin/ for the nodes with a real kubelet (make test; not make demo).
+	hack/setup-kubelet-deps.sh
+
 .PHONY: test
-test: test-deps verify vet build test-windows ## Run unit, API (real kube-apiserver) and OVS (real Open vSwitch) tests, the Windows test binaries under Wine, and a sample of the cyclonus NetworkPolicy cases; needs root.
+test: test-deps kubelet-deps verify vet build test-windows ## Run unit, API (real kube-apiserver) and OVS (real Open vSwitch) tests, the e2e tests of nodes with a real kubelet and containerd, the Windows test binaries under Wine, and a sample of the cyclonus NetworkPolicy cases; needs root.
 	$(GO) test $(GO_TEST_FLAGS) ./...
 	@$(MAKE) --no-print-directory conformance-netpol-sample
 
@@ -136,6 +140,10 @@ bench-services: ## Benchmark Services (10,000 x 5 endpoints; cold, one endpoint 
 bench-ovs: test-deps ## Benchmark flow installation against ovs-ofctl --bundle (needs root).
 	@mkdir -p bin
 	$(GO) run ./test/bench/ovs 2> bin/bench-ovs.log || { tail -30 bin/bench-ovs.log; exit 1; }
+
+.PHONY: e2e-kubelet
+e2e-kubelet: kubelet-deps build ## Run only the e2e tests of the nodes with a real kubelet and containerd (1.6 and 2.x); needs root.
+	$(GO) test -count=1 -timeout 15m -v ./test/e2e/kubelet/
 
 .PHONY: e2e
 e2e: test-deps build ## Run only the e2e suite (three simulated nodes, the connectivity matrix, dynamic scenarios) with its tables and numbers; needs root.

@@ -12,6 +12,8 @@
 #   - helm built from the Go module proxy (the tool in go.mod) into bin/helm-<version>/ (chart tests)
 #   - with the argument `kube-proxy` (make bench-services only): also kube-proxy, built like
 #     kube-apiserver into bin/k8s/<version>/
+#   - with the argument `kubelet` (hack/setup-kubelet-deps.sh only): also kubelet and kube-scheduler,
+#     built like kube-apiserver into bin/k8s/<version>/
 # Run as root. Safe to run again: every step checks before it acts.
 set -euo pipefail
 
@@ -26,10 +28,12 @@ ASSETS="$ROOT/bin/k8s/$KUBE_VERSION-etcd-$ETCD_VERSION"
 export GOTOOLCHAIN=local
 export GOFLAGS=-mod=mod
 WITH_KUBE_PROXY=0
+WITH_KUBELET=0
 for arg in "$@"; do
 	case $arg in
 	kube-proxy) WITH_KUBE_PROXY=1 ;;
-	*) echo "usage: $0 [kube-proxy]" >&2; exit 2 ;;
+	kubelet) WITH_KUBELET=1 ;;
+	*) echo "usage: $0 [kube-proxy] [kubelet]" >&2; exit 2 ;;
 	esac
 done
 
@@ -71,6 +75,8 @@ build_in_module() {
 # does not run it.
 KUBE_BINARIES=(kube-apiserver kubectl kube-controller-manager)
 [ "$WITH_KUBE_PROXY" = 1 ] && KUBE_BINARIES+=(kube-proxy)
+# kubelet and kube-scheduler: the winnet nodes with a real kubelet (hack/setup-kubelet-deps.sh).
+[ "$WITH_KUBELET" = 1 ] && KUBE_BINARIES+=(kubelet kube-scheduler)
 
 build_kube() {
 	local missing=()
@@ -198,6 +204,7 @@ build_flanneld
 "$ASSETS/kubectl" version --client >/dev/null
 "$ASSETS/kube-controller-manager" --version >/dev/null
 if [ "$WITH_KUBE_PROXY" = 1 ]; then "$ASSETS/kube-proxy" --version >/dev/null; fi
+if [ "$WITH_KUBELET" = 1 ]; then "$ASSETS/kubelet" --version >/dev/null && "$ASSETS/kube-scheduler" --version >/dev/null; fi
 # Every command on the list is here, or this fails now, naming each missing one and its package.
 (cd "$ROOT" && go run ./test/hostcmd/check >&2)
 "$ROOT/bin/coredns-$COREDNS_VERSION/coredns" -plugins >/dev/null

@@ -24,7 +24,7 @@ func main() {
 		"The per-node agent of winnet: it converges this node's network (HNS network, OVS bridge,\n"+
 		"uplink, gateway, tunnel, OpenFlow pipeline) toward its WindowsNodeNetwork\n"+
 		"(group network.winnet.io) and reports it in the object's status. It serves the winnet-cni\n"+
-		"shim: Pod addresses from host-local's allocator, one HNS endpoint and OVS port per Pod, PodEndpoints.", hnsSimLatencyFlag)
+		"shim: Pod addresses from host-local's allocator, one HNS endpoint and OVS port per Pod, PodEndpoints.", hnsSimLatencyFlag, hnsSimContainerdFlag)
 	fs.StringVar(&opts.NodeName, "node-name", os.Getenv("NODE_NAME"), "name of the Node this agent runs on (default $NODE_NAME)")
 	fs.StringVar(&opts.MetricsBindAddress, "metrics-bind-address", "0", `address of the metrics endpoint, such as ":8443" ("0" disables it); HTTPS, each scrape authenticated and authorized by the API server (get on /metrics)`)
 	fs.StringVar(&opts.HealthProbeBindAddress, "health-probe-bind-address", "127.0.0.1:8081", `address of /healthz and /readyz, plain HTTP ("0" disables it)`)
@@ -43,6 +43,7 @@ func main() {
 	fs.StringVar(&hostOpts.StateDir, "state-dir", agent.DefaultStateDir, "directory of the agent's state: IPAM allocations (ipam/), Pod attachments (pods/)")
 	if runtime.GOOS == "linux" {
 		fs.DurationVar(&hostOpts.HNSSimLatency, hnsSimLatencyFlag, 0, "Linux only: latency added to every call of the HNS simulator (benchmarks)")
+		fs.StringVar(&hostOpts.HNSSimContainerd, hnsSimContainerdFlag, "", "Linux only: containerd socket whose task events start and stop the HNS simulator's sandboxes (nodes with a real kubelet)")
 	}
 	kubeconfig := cmdline.KubeconfigFlag(fs)
 	apiServer := fs.String("apiserver", "", "URL of the API server (https://host:port), overriding the kubeconfig's: winnet provides Services on this node, so the agent must not depend on the kubernetes Service's ClusterIP")
@@ -76,3 +77,6 @@ func main() {
 
 // hnsSimLatencyFlag is a hidden flag: the benchmarks' knob of the HNS simulator.
 const hnsSimLatencyFlag = "hns-sim-latency"
+
+// hnsSimContainerdFlag is a hidden flag: the test clusters' nodes with a real kubelet and containerd.
+const hnsSimContainerdFlag = "hns-sim-containerd"

@@ -538,3 +538,58 @@ func TestRealShimIgnoresAPlantedRemoveList(t *testing.T) {
 	g.Expect(filepath.Join(confDir, cni.ConfListName)).NotTo(BeAnExistingFile(), "the conflist, derived by name, goes with the last sandbox")
 	g.Expect(filepath.Join(stateDir, cni.RetiredDir)).NotTo(BeAnExistingFile())
 }
+
+// TestLibcniWinnetConfList runs the conflist the agent writes (cni.ConfList) through libcni as a
+// runtime that knows CNI spec 1.1's cniVersions (libcni 1.2 and later: containerd 2.x) and as one
+// that does not (libcni 1.1.x: containerd 1.6 and 1.7, which ignore the list and read cniVersion).
+// The first gets 1.1.0 results and STATUS; the second 1.0.0 results, the newest it understands.
+func TestLibcniWinnetConfList(t *testing.T) {
+	for _, tt := range []struct {
+		name        string
+		cniVersions bool
+		want        string
+	}{
+		{"runtime knows cniVersions", true, "1.1.0"},
+		{"runtime ignores cniVersions", false, "1.0.0"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			g := NewWithT(t)
+			ctx := context.Background()
+			agent := &fakeAgent{}
+			address := startAgent(t, agent)
+			raw := cni.ConfList(address, "", "")
+			if !tt.cniVersions {
+				var m map[string]any
+				g.Expect(json.Unmarshal(raw, &m)).To(Succeed())
+				g.Expect(m).To(HaveKey("cniVersions"))
+				delete(m, "cniVersions")
+				var err error
+				raw, err = json.Marshal(m)
+				g.Expect(err).NotTo(HaveOccurred())
+			}
+			list, err := libcni.NetworkConfFromBytes(raw)
+			g.Expect(err).NotTo(HaveOccurred())
+			g.Expect(list.CNIVersion).To(Equal(tt.want))
+			cfg := newCNIConfig(t)
+			rt := runtimeConf("pod-conflist")
+
+			res, err := cfg.AddNetworkList(ctx, list, rt)
+			g.Expect(err).NotTo(HaveOccurred())
+			g.Expect(res.Version()).To(Equal(tt.want), "the shim answers in the version the runtime asked for")
+			var stdin struct {
+				CNIVersion string `json:"cniVersion"`
+			}
+			g.Expect(json.Unmarshal(agent.Requests()[0].StdinData, &stdin)).To(Succeed())
+			g.Expect(stdin.CNIVersion).To(Equal(tt.want))
+
+			g.Expect(cfg.GetStatusNetworkList(ctx, list)).To(Succeed())
+			g.Expect(cfg.DelNetworkList(ctx, list, rt)).To(Succeed())
+			want := []cni.Command{cni.CommandAdd, cni.CommandDel}
+			if tt.want == "1.1.0" {
+				// libcni sends STATUS only to a 1.1.0 network.
+				want = []cni.Command{cni.CommandAdd, cni.CommandStatus, cni.CommandDel}
+			}
+			g.Expect(agent.Commands()).To(Equal(want))
+		})
+	}
+}

@@ -29,6 +29,7 @@ func newHNS(opts HostOptions) (hns.Interface, error) {
 		HostNetNS:   opts.NetNSPath,
 		HostIPDelay: SimHostIPDelay,
 		SandboxDir:  filepath.Join(opts.StateDir, SimSandboxDir),
+		Containerd:  opts.HNSSimContainerd,
 		StateFile:   filepath.Join(opts.StateDir, "hns-sim.json"),
 		Log:         ctrl.Log.WithName("hns-simulator"),
 	})

@@ -43,6 +43,10 @@ type HostOptions struct {
 	// HNSSimLatency, on Linux, is added to every call of the HNS simulator, so that a benchmark
 	// can run with HNS's own latency (hidden flag --hns-sim-latency).
 	HNSSimLatency time.Duration
+	// HNSSimContainerd, on Linux, is the socket of the containerd whose task events tell the HNS
+	// simulator which Pod sandboxes run (hns.ContainerdSandboxes): a simulated node with a real
+	// kubelet and containerd (hidden flag --hns-sim-containerd). Empty: a test harness tells it.
+	HNSSimContainerd string
 }
 
 func (o HostOptions) withDefaults() HostOptions {

@@ -19,12 +19,19 @@ const (
 	NetworkName = "winnet"
 	// PluginType is the shim's binary name, the "type" of the conflist's plugin.
 	PluginType = "winnet-cni"
-	// ConfListVersion is the CNI version of the conflist.
-	ConfListVersion = "1.1.0"
+	// ConfListVersion is the conflist's cniVersion: the version a runtime that does not know CNI
+	// spec 1.1's cniVersions list uses. 1.0.0, not 1.1.0: libcni 1.1.x (containerd 1.6 and 1.7, common
+	// on Windows nodes) refuses a 1.1.0 configuration ("unsupported CNI result version").
+	ConfListVersion = "1.0.0"
 )
 
-// ConfList returns the network configuration list the container runtime reads: one plugin, the
-// shim, told where the agent listens, where its state directory is and where this conflist is
+// ConfListVersions is the conflist's cniVersions (CNI spec 1.1): a runtime that knows it runs the
+// plugin in the highest of these it supports, so libcni 1.2 and later (containerd 2.x) use 1.1.0
+// and with it STATUS and GC. The shim answers in the version the runtime chose (Shim.Run).
+var ConfListVersions = []string{"1.0.0", "1.1.0"}
+
+// ConfList returns the network configuration list the container runtime reads (cniVersion
+// ConfListVersion, cniVersions ConfListVersions): one plugin, the shim, told where the agent listens, where its state directory is and where this conflist is
 // (for DEL on a retired node, see Retire), and asking the runtime for the Pod's DNS settings (the
 // "dns" capability: runtimeConfig.dns).
 func ConfList(agentSocket, stateDir, confDir string) []byte {
@@ -36,9 +43,10 @@ func ConfList(agentSocket, stateDir, confDir string) []byte {
 		plugin["confDir"] = confDir
 	}
 	conf := map[string]any{
-		"cniVersion": ConfListVersion,
-		"name":       NetworkName,
-		"plugins":    []any{plugin},
+		"cniVersion":  ConfListVersion,
+		"cniVersions": ConfListVersions,
+		"name":        NetworkName,
+		"plugins":     []any{plugin},
 	}
 	b, err := json.MarshalIndent(conf, "", "  ")
 	if err != nil {

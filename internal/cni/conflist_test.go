@@ -17,7 +17,7 @@ func TestWriteConfList(t *testing.T) {
 	g.Expect(written).To(BeTrue())
 	b, err := os.ReadFile(filepath.Join(dir, ConfListName))
 	g.Expect(err).NotTo(HaveOccurred())
-	g.Expect(b).To(MatchJSON(`{"cniVersion":"1.1.0","name":"winnet","plugins":[
+	g.Expect(b).To(MatchJSON(`{"cniVersion":"1.0.0","cniVersions":["1.0.0","1.1.0"],"name":"winnet","plugins":[
 		{"type":"winnet-cni","agentSocket":"/run/winnet/cni.sock","stateDir":"/var/lib/winnet","confDir":"` + dir + `","capabilities":{"dns":true}}]}`))
 
 	written, err = WriteConfList(dir, "/run/winnet/cni.sock", "/var/lib/winnet")

@@ -55,6 +55,9 @@ type LinuxSimOptions struct {
 	// realises every endpoint attached to that namespace, and realises at once those attached to a started
 	// one. Empty: an endpoint's vNIC appears when it is attached.
 	SandboxDir string
+	// Containerd, with SandboxDir, is the socket of the containerd whose task events start and stop the
+	// sandboxes (ContainerdSandboxes): a node with a real kubelet and containerd. Empty: a harness starts them.
+	Containerd string
 }
 
 // StartSandbox tells the simulators that watch dir (LinuxSimOptions.SandboxDir) that the runtime started the
@@ -140,6 +143,14 @@ func NewLinuxSim(opts LinuxSimOptions) (*Sim, error) {
 		b.stopWatch = make(chan struct{})
 		b.watchDone = make(chan struct{})
 		go sim.watchSandboxes(b)
+		if opts.Containerd != "" {
+			ctx, cancel := context.WithCancel(context.Background())
+			b.containerdCancel, b.containerdDone = cancel, make(chan struct{})
+			go func() {
+				defer close(b.containerdDone)
+				ContainerdSandboxes{Address: opts.Containerd, SandboxDir: opts.SandboxDir, Log: opts.Log.WithName("containerd")}.Run(ctx)
+			}()
+		}
 	}
 	return sim, nil
 }
@@ -390,8 +401,11 @@ type vethBackend struct {
 	resolvConfs map[string]string
 	// sandboxDir is LinuxSimOptions.SandboxDir; stopWatch and watchDone stop its watcher.
 	sandboxDir string
-	stopWatch  chan struct{}
-	watchDone  chan struct{}
+	// containerdCancel and containerdDone stop the containerd sandbox source (LinuxSimOptions.Containerd).
+	containerdCancel context.CancelFunc
+	containerdDone   chan struct{}
+	stopWatch        chan struct{}
+	watchDone        chan struct{}
 }
 
 // realised reports whether the endpoint's vNIC exists.
@@ -758,6 +772,11 @@ func (b *vethBackend) reboot(_ context.Context) error {
 }
 
 func (b *vethBackend) close() error {
+	if b.containerdCancel != nil {
+		b.containerdCancel()
+		<-b.containerdDone
+		b.containerdCancel = nil
+	}
 	if b.stopWatch != nil {
 		close(b.stopWatch)
 		<-b.watchDone

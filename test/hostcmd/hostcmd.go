@@ -77,6 +77,26 @@ var list = []Entry{
 	{Name: "wine64", Kind: Debian, Package: "wine64", Path: "/usr/lib/wine/wine64"},
 	{Name: "wineserver64", Kind: Debian, Package: "wine64", Path: "/usr/lib/wine/wineserver64"},
 	{Name: "x86_64-w64-mingw32-gcc-win32", Kind: Debian, Package: "gcc-mingw-w64-x86-64-win32"},
+	// The winnet nodes with a real kubelet (test/framework/kubeletnode): Debian's containerd 1.6 and
+	// runc, run by name; containerd 2.x (same names) is built by hack/setup-kubelet-deps.sh into
+	// bin/containerd-<version>/ and run by path. nsenter starts kubelet in the node's network namespace.
+	{Name: "containerd", Kind: Debian, Package: "containerd"},
+	{Name: "containerd-shim-runc-v2", Kind: Debian, Package: "containerd"},
+	{Name: "ctr", Kind: Debian, Package: "containerd"},
+	{Name: "runc", Kind: Debian, Package: "runc"},
+	{Name: "nsenter", Kind: Debian, Package: "util-linux"},
+	{Name: "unshare", Kind: Debian, Package: "util-linux"},
+	{Name: "mount", Kind: Debian, Package: "mount"},
+	// hack/setup-kubelet-deps.sh: pause is compiled with gcc -static (libc6-dev's libc.a), and the
+	// agnhost image's root filesystem is this machine's binaries with the libraries ldd names.
+	{Name: "gcc", Kind: Debian, Package: "gcc"},
+	{Name: "ldd", Kind: Debian, Package: "libc-bin"},
+	{Name: "curl", Kind: Debian, Package: "curl"},
+	{Name: "nc.openbsd", Kind: Debian, Package: "netcat-openbsd"},
+	{Name: "dig", Kind: Debian, Package: "bind9-dnsutils"},
+	{Name: "nslookup", Kind: Debian, Package: "bind9-dnsutils"},
+	{Name: "kubelet", Kind: Built, From: "hack/setup-kubelet-deps.sh (hack/setup-test-deps.sh kubelet)"},
+	{Name: "kube-scheduler", Kind: Built, From: "hack/setup-kubelet-deps.sh (hack/setup-test-deps.sh kubelet)"},
 	{Name: "go", Kind: Toolchain, From: "the Go toolchain the machine comes with (/usr/local/go)"},
 	{Name: "kube-apiserver", Kind: Built, From: fromSetup},
 	{Name: "kube-controller-manager", Kind: Built, From: fromSetup},

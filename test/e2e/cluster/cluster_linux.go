@@ -54,6 +54,9 @@ type Options struct {
 	Logf func(format string, args ...any)
 	// ControllerArgs are added to winnet-controller's command line.
 	ControllerArgs []string
+	// Kubelets prepares the cluster for nodes with a real kubelet (AddKubeletNode): kube-scheduler, the
+	// controllers Pods need, and the API server's way to the kubelets (exec, logs) over the underlay.
+	Kubelets bool
 }
 
 // Cluster is a running cluster. Its methods are safe for concurrent use unless they say otherwise.
@@ -92,8 +95,11 @@ type Cluster struct {
 	relay             net.Listener
 	controller        *process
 	controllerManager *process
-	stopLeases        chan struct{}
-	dns               *process
+	// scheduler and egress: clusters with Options.Kubelets (kube-scheduler, the API server's egress proxy).
+	scheduler  *process
+	egress     net.Listener
+	stopLeases chan struct{}
+	dns        *process
 
 	mu           sync.Mutex
 	nodes        map[string]*Node
@@ -130,6 +136,11 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 	if err := c.startAPIHost(); err != nil {
 		return c, fmt.Errorf("plugging the API server's host into the underlay: %w", err)
 	}
+	if c.opts.Kubelets {
+		if err := c.startEgressProxy(); err != nil {
+			return c, err
+		}
+	}
 	if err := c.startAPIServer(); err != nil {
 		return c, err
 	}
@@ -141,6 +152,11 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 	}
 	if err := c.startControllerManager(); err != nil {
 		return c, err
+	}
+	if c.opts.Kubelets {
+		if err := c.startScheduler(); err != nil {
+			return c, err
+		}
 	}
 	c.stopLeases = make(chan struct{})
 	go c.renewLeases(c.stopLeases)
@@ -258,7 +274,11 @@ func (c *Cluster) startUnderlay() error {
 
 func (c *Cluster) startAPIServer() error {
 	c.logf("Starting kube-apiserver and etcd")
-	api, err := framework.StartAPIServerWith(framework.APIServerOptions{Args: c.apiServerArgs()})
+	args, err := c.apiServerArgs()
+	if err != nil {
+		return err
+	}
+	api, err := framework.StartAPIServerWith(framework.APIServerOptions{Args: args})
 	if err != nil {
 		return fmt.Errorf("starting the API server: %w", err)
 	}
@@ -406,7 +426,19 @@ func Teardown(runDir string) error {
 		return fmt.Errorf("reading the prefix of run %s: %w", runDir, err)
 	}
 	killRecorded(runDir)
-	errs := []error{deleteNamespaces(strings.TrimSpace(string(prefix)))}
+	var errs []error
+	// The cgroups of nodes with a real kubelet: what containerd's shims run is in them, not recorded.
+	if cgroups, err := os.ReadFile(filepath.Join(runDir, cgroupsFile)); err == nil {
+		for _, cg := range strings.Fields(string(cgroups)) {
+			errs = append(errs, removeCgroups(cg))
+		}
+	}
+	if dirs, err := os.ReadFile(filepath.Join(runDir, emptyDirsFile)); err == nil {
+		for _, d := range strings.Fields(string(dirs)) {
+			_ = os.Remove(d) // only when empty: another run may use it still
+		}
+	}
+	errs = append(errs, deleteNamespaces(strings.TrimSpace(string(prefix))))
 	if dirs, err := os.ReadFile(filepath.Join(runDir, dirsFile)); err == nil {
 		for _, d := range strings.Fields(string(dirs)) {
 			errs = append(errs, os.RemoveAll(d))

@@ -72,11 +72,21 @@ func (c *Cluster) startAPIHost() error {
 
 // apiServerArgs make the API server advertise the API host's address (the endpoint of the kubernetes
 // Service) and allocate ClusterIPs from ServiceCIDR.
-func (c *Cluster) apiServerArgs() map[string]string {
-	return map[string]string{
+func (c *Cluster) apiServerArgs() (map[string]string, error) {
+	args := map[string]string{
 		"advertise-address":        c.APIHost.IP.Addr().String(),
 		"service-cluster-ip-range": ServiceCIDR.String(),
 	}
+	if c.opts.Kubelets {
+		// exec, logs and proxy reach the kubelets at their InternalIP, through the egress proxy.
+		egress, err := c.egressConfig()
+		if err != nil {
+			return nil, err
+		}
+		args["kubelet-preferred-address-types"] = "InternalIP"
+		args["egress-selector-config-file"] = egress
+	}
+	return args, nil
 }
 
 // startAPIRelay listens on the API host's address at the API server's port and relays every connection to the
@@ -150,10 +160,17 @@ func (c *Cluster) startControllerManager() error {
 		return fmt.Errorf("kube-controller-manager is missing in %s: run hack/setup-test-deps.sh (make test-deps): %w", assets, err)
 	}
 	c.logf("Starting kube-controller-manager")
+	controllers := "endpointslice,endpointslicemirroring,nodelifecycle,taint-eviction-controller,serviceaccount"
+	args := []string{bin, "--kubeconfig", c.Kubeconfig, "--leader-elect=false", "--secure-port=0",
+		"--service-cluster-ip-range", ServiceCIDR.String(), "--cluster-cidr", c.ClusterCIDR.String()}
+	if c.opts.Kubelets {
+		// What Pods made through the API need: their namespace's lifecycle, owners (Deployments, ReplicaSets,
+		// StatefulSets) and the kube-root-ca.crt ConfigMap every Pod mounts.
+		controllers += ",namespace-controller,garbage-collector-controller,pod-garbage-collector-controller,replicaset-controller,deployment-controller,statefulset-controller,endpoints-controller,root-ca-certificate-publisher-controller"
+		args = append(args, "--root-ca-file", c.CAFile)
+	}
 	p, err := c.reg.startProcess("kube-controller-manager", filepath.Join(c.RunDir, "kube-controller-manager.log"), false,
-		bin, "--kubeconfig", c.Kubeconfig, "--leader-elect=false", "--secure-port=0",
-		"--controllers=endpointslice,endpointslicemirroring,nodelifecycle,taint-eviction-controller,serviceaccount",
-		"--service-cluster-ip-range", ServiceCIDR.String(), "--cluster-cidr", c.ClusterCIDR.String())
+		append(args, "--controllers="+controllers)...)
 	if err != nil {
 		return err
 	}
@@ -198,6 +215,9 @@ func (c *Cluster) renewLeases(stop <-chan struct{}) {
 		case <-t.C:
 		}
 		for _, n := range c.Nodes() {
+			if n.HasKubelet() {
+				continue // its kubelet renews it
+			}
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			if err := c.renewLease(ctx, n.Name); err != nil {
 				c.logf("Renewing the Lease of Node %s: %v", n.Name, err)
@@ -265,7 +285,10 @@ func (c *Cluster) stopControlPlaneExtras() error {
 	if c.relay != nil {
 		errs = append(errs, ignoreClosed(c.relay.Close()))
 	}
-	for _, p := range []*process{c.dns, c.controllerManager} {
+	if c.egress != nil {
+		errs = append(errs, ignoreClosed(c.egress.Close()))
+	}
+	for _, p := range []*process{c.dns, c.scheduler, c.controllerManager} {
 		if p != nil {
 			errs = append(errs, p.stop(syscall.SIGTERM, 10*time.Second))
 		}

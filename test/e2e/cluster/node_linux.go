@@ -69,6 +69,8 @@ type Node struct {
 	c       *Cluster
 	agent   *process
 	network func(*networkv1alpha1.WindowsNodeNetwork)
+	// kubelet: a node with a real kubelet and containerd (AddKubeletNode).
+	kubelet *kubeletNode
 }
 
 // AddNode builds a node, creates its WindowsNodeNetwork and Node objects and starts its agent. It does not wait
@@ -198,6 +200,11 @@ func (n *Node) agentArgs() []string {
 		"--ovsdb", n.OVS.DBSocket(), "--ovs-rundir", n.OVS.Dir, "--netns", n.NSPath,
 		"--health-probe-bind-address", "0", "--metrics-bind-address", "0",
 		"--state-dir", n.StateDir, "--cni-socket", n.CNISocket, "--cni-conf-dir", n.CNIConfDir,
+	}
+	if n.kubelet != nil {
+		// In the node's mount namespace, where containerd mounts the Pods' network namespaces; containerd's
+		// task events start the simulator's sandboxes.
+		args = n.kubelet.nsenter("", append(args, "--hns-sim-containerd", n.kubelet.socket())...)
 	}
 	return args
 }
@@ -408,7 +415,11 @@ func (c *Cluster) DeleteNetwork(ctx context.Context, name string, timeout time.D
 
 // stop stops the agent and Open vSwitch and deletes the namespace; the Pods of the node go with it.
 func (n *Node) stop() error {
-	errs := []error{n.StopAgent(syscall.SIGTERM)}
+	var errs []error
+	if n.kubelet != nil {
+		errs = append(errs, n.kubelet.stop())
+	}
+	errs = append(errs, n.StopAgent(syscall.SIGTERM))
 	for _, p := range n.c.podsOf(n.Name) {
 		errs = append(errs, n.c.forgetPod(p))
 	}

@@ -106,6 +106,14 @@ func programName(args []string) string {
 	if len(args) > 4 && filepath.Base(args[0]) == "ip" && args[1] == "netns" && args[2] == "exec" {
 		return filepath.Base(args[4])
 	}
+	// nsenter and unshare exec the program after "--".
+	if b := filepath.Base(args[0]); b == "nsenter" || b == "unshare" {
+		for i, a := range args {
+			if a == "--" && i+1 < len(args) {
+				return filepath.Base(args[i+1])
+			}
+		}
+	}
 	return filepath.Base(args[0])
 }
 

@@ -1,0 +1,133 @@
+#!/usr/bin/env bash
+# Builds and caches by version what the winnet nodes with a real kubelet and containerd need
+# (test/framework/kubeletnode; make test calls this script, make demo does not):
+#   - kubelet and kube-scheduler: hack/setup-test-deps.sh kubelet (the same throwaway module and
+#     ldflags as kube-apiserver) into bin/k8s/<version>/
+#   - containerd 2.x (containerd, its runc shim containerd-shim-runc-v2, ctr) built from the Go module
+#     proxy with -tags no_btrfs into bin/containerd-<version>/; containerd 1.6 and runc are Debian's
+#     (test/hostcmd's list, installed by hack/setup-test-deps.sh)
+#   - the test images as OCI archives named exactly as e2e.test of the Kubernetes version names them
+#     (test/utils/image/manifest.go), into bin/images-<kube version>/: pause (Kubernetes'
+#     build/pause/linux/pause.c, gcc -static) and agnhost (k8s.io/kubernetes/test/images/agnhost) on a
+#     root filesystem of this machine's Debian binaries (dash as /bin/sh, bash, curl, nc, dig) with the
+#     libraries ldd names. Nothing is ever pulled: the harness imports them into each containerd.
+# Run as root. Safe to run again: every step checks before it acts. Prints the directories it built.
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+KUBE_VERSION=${KUBE_VERSION:-v1.37.0}
+CONTAINERD_VERSION=${CONTAINERD_VERSION:-v2.4.2}
+# The image tags of e2e.test $KUBE_VERSION (test/utils/image/manifest.go); checked against the
+# module's manifest.go below, so a new Kubernetes version fails here rather than pulling.
+PAUSE_IMAGE=registry.k8s.io/pause:3.10.2
+AGNHOST_IMAGE=registry.k8s.io/e2e-test-images/agnhost:2.66.1
+IMAGES="$ROOT/bin/images-$KUBE_VERSION"
+export GOTOOLCHAIN=local
+export GOFLAGS=-mod=mod
+
+log() { echo "setup-kubelet-deps: $*" >&2; }
+
+build_containerd() {
+	local out="$ROOT/bin/containerd-$CONTAINERD_VERSION"
+	local bins=(containerd containerd-shim-runc-v2 ctr) missing=()
+	for b in "${bins[@]}"; do [ -x "$out/$b" ] || missing+=("$b"); done
+	[ ${#missing[@]} -eq 0 ] && return
+	log "building containerd $CONTAINERD_VERSION (${missing[*]}) from the Go module proxy (a few minutes, once)"
+	local mod="$ROOT/bin/.build/containerd-$CONTAINERD_VERSION"
+	mkdir -p "$mod" "$out"
+	printf 'module winnet.local/build/containerd\n\ngo 1.26\n\nrequire github.com/containerd/containerd/v2 %s\n' "$CONTAINERD_VERSION" >"$mod/go.mod"
+	[ -f "$mod/go.sum" ] || : >"$mod/go.sum"
+	{
+		printf '//go:build tools\n\npackage tools\n\nimport (\n'
+		for b in "${bins[@]}"; do printf '\t_ "github.com/containerd/containerd/v2/cmd/%s"\n' "$b"; done
+		printf ')\n'
+	} >"$mod/tools.go"
+	(cd "$mod" && go mod tidy >/dev/null)
+	local ldflags="-s -w -X github.com/containerd/containerd/v2/version.Version=$CONTAINERD_VERSION"
+	for b in "${missing[@]}"; do
+		(cd "$mod" && go build -trimpath -tags no_btrfs -ldflags "$ldflags" -o "$out/$b.tmp" "github.com/containerd/containerd/v2/cmd/$b")
+		mv "$out/$b.tmp" "$out/$b"
+	done
+}
+
+kube_src() {
+	go mod download -json "k8s.io/kubernetes@$KUBE_VERSION" | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p'
+}
+
+check_image_names() {
+	local manifest
+	manifest="$(kube_src)/test/utils/image/manifest.go"
+	grep -q "configs\[Pause\] = Config{list.GcRegistry, \"pause\", \"${PAUSE_IMAGE##*:}\"}" "$manifest" ||
+		{ log "$manifest does not name $PAUSE_IMAGE: update PAUSE_IMAGE"; exit 1; }
+	grep -q "configs\[Agnhost\] = Config{list.PromoterE2eRegistry, \"agnhost\", \"${AGNHOST_IMAGE##*:}\"}" "$manifest" ||
+		{ log "$manifest does not name $AGNHOST_IMAGE: update AGNHOST_IMAGE"; exit 1; }
+}
+
+# copy_with_libs ROOTFS BINARY...: copies each binary and the shared libraries ldd lists for it.
+copy_with_libs() {
+	local rootfs=$1; shift
+	local f lib
+	for f in "$@"; do
+		f=$(readlink -f "$f")
+		mkdir -p "$rootfs$(dirname "$f")"
+		cp -n "$f" "$rootfs$f"
+		for lib in $(ldd "$f" | grep -o '/[^ ]*'); do
+			mkdir -p "$rootfs$(dirname "$lib")"
+			cp -nL "$lib" "$rootfs$lib"
+		done
+	done
+}
+
+build_images() {
+	local pause_tar="$IMAGES/pause.tar" agnhost_tar="$IMAGES/agnhost.tar"
+	[ -s "$pause_tar" ] && [ -s "$agnhost_tar" ] && return
+	check_image_names
+	log "building the images $PAUSE_IMAGE and $AGNHOST_IMAGE (a minute, once)"
+	local src work
+	src=$(kube_src)
+	work="$ROOT/bin/.build/images-$KUBE_VERSION"
+	rm -rf "$work"
+	mkdir -p "$work/pause/rootfs" "$work/agnhost/rootfs" "$IMAGES"
+
+	# gcc -static needs libc.a, which gcc only recommends.
+	if [ ! -f /usr/lib/x86_64-linux-gnu/libc.a ]; then
+		log "installing libc6-dev (gcc -static of pause)"
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends libc6-dev >/dev/null
+	fi
+	gcc -Os -Wall -Werror -static -DVERSION="v${PAUSE_IMAGE##*:}-winnet" -o "$work/pause/rootfs/pause" "$src/build/pause/linux/pause.c"
+	(cd "$ROOT" && go run ./hack/ociimage -name "$PAUSE_IMAGE" -root "$work/pause/rootfs" -out "$pause_tar" -entrypoint /pause)
+
+	# agnhost: built in the throwaway module of the Kubernetes binaries (hack/setup-test-deps.sh),
+	# with its own tools file so that module's go.mod keeps agnhost's requirements, and like them with
+	# cgo (their build cache serves most of it): the libraries it links go into the image below.
+	local mod="$ROOT/bin/.build/kubernetes-$KUBE_VERSION"
+	printf '//go:build tools\n\npackage tools\n\nimport _ "k8s.io/kubernetes/test/images/agnhost"\n' >"$mod/tools_agnhost.go"
+	(cd "$mod" && GONOSUMDB=k8s.io go mod tidy >/dev/null &&
+		go build -trimpath -ldflags "-s -w" -o "$work/agnhost/rootfs/agnhost" k8s.io/kubernetes/test/images/agnhost)
+	local r="$work/agnhost/rootfs"
+	ln -s agnhost "$r/agnhost-2"
+	mkdir -p "$r/bin" "$r/usr/bin" "$r/etc" "$r/tmp" "$r/uploads" "$r/root"
+	chmod 1777 "$r/tmp"
+	copy_with_libs "$r" /bin/dash /bin/bash /usr/bin/curl /bin/nc.openbsd /usr/bin/dig /usr/bin/nslookup \
+		/bin/ls /bin/cat /bin/sleep /bin/echo /bin/hostname /bin/ip /usr/bin/timeout
+	for lib in $(ldd "$r/agnhost" | grep -o '/[^ ]*'); do
+		mkdir -p "$r$(dirname "$lib")"
+		cp -nL "$lib" "$r$lib"
+	done
+	# e2e runs commands through /bin/sh -c, which must be dash: busybox's nc lacks -u.
+	ln -sf /bin/dash "$r/bin/sh"
+	[ -e "$r/bin/nc" ] || ln -s /bin/nc.openbsd "$r/bin/nc"
+	printf 'root:x:0:0:root:/root:/bin/sh\nuser-defined-in-image:x:1000:1000::/tmp:/bin/sh\n' >"$r/etc/passwd"
+	printf 'root:x:0:\ngroup-defined-in-image:x:50000:user-defined-in-image\n' >"$r/etc/group"
+	printf 'hosts: files dns\n' >"$r/etc/nsswitch.conf"
+	(cd "$ROOT" && go run ./hack/ociimage -name "$AGNHOST_IMAGE" -root "$r" -out "$agnhost_tar" -entrypoint /agnhost -cmd pause)
+	printf '%s pause.tar\n%s agnhost.tar\n' "$PAUSE_IMAGE" "$AGNHOST_IMAGE" >"$IMAGES/images.txt"
+}
+
+"$ROOT/hack/setup-test-deps.sh" kubelet >/dev/null
+build_containerd
+build_images
+"$ROOT/bin/containerd-$CONTAINERD_VERSION/containerd" --version >/dev/null
+"$ROOT/bin/containerd-$CONTAINERD_VERSION/ctr" --version >/dev/null
+echo "$ROOT/bin/containerd-$CONTAINERD_VERSION"
+echo "$IMAGES"
