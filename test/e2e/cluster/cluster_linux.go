@@ -54,6 +54,11 @@ type Options struct {
 	Logf func(format string, args ...any)
 	// ControllerArgs are added to winnet-controller's command line.
 	ControllerArgs []string
+	// APIServerArgs are kube-apiserver flags (name without dashes -> value) set over the harness's
+	// (an audit policy, say).
+	APIServerArgs map[string]string
+	// ControllerManagerArgs are added to kube-controller-manager's command line.
+	ControllerManagerArgs []string
 }
 
 // Cluster is a running cluster. Its methods are safe for concurrent use unless they say otherwise.

@@ -73,10 +73,14 @@ func (c *Cluster) startAPIHost() error {
 // apiServerArgs make the API server advertise the API host's address (the endpoint of the kubernetes
 // Service) and allocate ClusterIPs from ServiceCIDR.
 func (c *Cluster) apiServerArgs() map[string]string {
-	return map[string]string{
+	args := map[string]string{
 		"advertise-address":        c.APIHost.IP.Addr().String(),
 		"service-cluster-ip-range": ServiceCIDR.String(),
 	}
+	for name, value := range c.opts.APIServerArgs {
+		args[name] = value
+	}
+	return args
 }
 
 // startAPIRelay listens on the API host's address at the API server's port and relays every connection to the
@@ -150,10 +154,11 @@ func (c *Cluster) startControllerManager() error {
 		return fmt.Errorf("kube-controller-manager is missing in %s: run hack/setup-test-deps.sh (make test-deps): %w", assets, err)
 	}
 	c.logf("Starting kube-controller-manager")
-	p, err := c.reg.startProcess("kube-controller-manager", filepath.Join(c.RunDir, "kube-controller-manager.log"), false,
-		bin, "--kubeconfig", c.Kubeconfig, "--leader-elect=false", "--secure-port=0",
+	args := []string{bin, "--kubeconfig", c.Kubeconfig, "--leader-elect=false", "--secure-port=0",
 		"--controllers=endpointslice,endpointslicemirroring,nodelifecycle,taint-eviction-controller,serviceaccount",
-		"--service-cluster-ip-range", ServiceCIDR.String(), "--cluster-cidr", c.ClusterCIDR.String())
+		"--service-cluster-ip-range", ServiceCIDR.String(), "--cluster-cidr", c.ClusterCIDR.String()}
+	p, err := c.reg.startProcess("kube-controller-manager", filepath.Join(c.RunDir, "kube-controller-manager.log"), false,
+		append(args, c.opts.ControllerManagerArgs...)...)
 	if err != nil {
 		return err
 	}

@@ -47,6 +47,8 @@ type NodeSpec struct {
 	PodCIDR netip.Prefix
 	// Network, optional, edits the WindowsNodeNetwork before it is created (encapsulation, SNAT exclusions).
 	Network func(*networkv1alpha1.WindowsNodeNetwork)
+	// AgentArgs are added to the agent's command line (a benchmark's --pprof-bind-address, say).
+	AgentArgs []string
 }
 
 // Node is a simulated node: a namespace with an uplink on the underlay, its own Open vSwitch and a
@@ -66,9 +68,10 @@ type Node struct {
 	CNISocket  string
 	CNIConfDir string
 
-	c       *Cluster
-	agent   *process
-	network func(*networkv1alpha1.WindowsNodeNetwork)
+	c              *Cluster
+	agent          *process
+	network        func(*networkv1alpha1.WindowsNodeNetwork)
+	extraAgentArgs []string
 }
 
 // AddNode builds a node, creates its WindowsNodeNetwork and Node objects and starts its agent. It does not wait
@@ -82,6 +85,7 @@ func (c *Cluster) AddNode(ctx context.Context, spec NodeSpec) (*Node, error) {
 	n := &Node{
 		Name: spec.Name, NS: c.Prefix + "-" + spec.Name, IP: spec.IP, PodCIDR: spec.PodCIDR.Masked(),
 		Gateway: spec.PodCIDR.Masked().Addr().Next(), Dir: filepath.Join(c.RunDir, spec.Name), c: c, network: spec.Network,
+		extraAgentArgs: spec.AgentArgs,
 	}
 	n.NSPath = nsPath(n.NS)
 	n.StateDir, n.CNISocket, n.CNIConfDir = filepath.Join(n.Dir, "state"), filepath.Join(n.Dir, "cni.sock"), filepath.Join(n.Dir, "net.d")
@@ -199,8 +203,19 @@ func (n *Node) agentArgs() []string {
 		"--health-probe-bind-address", "0", "--metrics-bind-address", "0",
 		"--state-dir", n.StateDir, "--cni-socket", n.CNISocket, "--cni-conf-dir", n.CNIConfDir,
 	}
-	return args
+	return append(args, n.extraAgentArgs...)
 }
+
+// AgentPID is the pid of the node's running agent process, 0 when none runs.
+func (n *Node) AgentPID() int {
+	if n.agent == nil || !n.agent.running() {
+		return 0
+	}
+	return n.agent.cmd.Process.Pid
+}
+
+// AgentLog is the path of the agent's log.
+func (n *Node) AgentLog() string { return filepath.Join(n.Dir, "winnet-agent.log") }
 
 // StartAgent starts the node's winnet-agent process, with winnet-agent's credentials (a token bound to the
 // node's Node object, see writeAgentKubeconfig).
