@@ -99,4 +99,17 @@ func TestManagerSeesOnlyItsNode(t *testing.T) {
 	g.Expect(names(&networkv1alpha1.PodEndpointList{})).To(ConsistOf("web-node-a"))
 	g.Expect(names(&corev1.PodList{})).To(ConsistOf("web-node-a"))
 	g.Expect(names(&networkv1alpha1.RemoteSubnetRouteList{})).To(ConsistOf("node-a", "node-b"), "every node routes to every other node")
+
+	// The API server gives every object written managed fields; no cached one keeps them.
+	for _, list := range []client.ObjectList{&networkv1alpha1.WindowsNodeNetworkList{}, &corev1.NodeList{}, &networkv1alpha1.PodEndpointList{},
+		&corev1.PodList{}, &networkv1alpha1.RemoteSubnetRouteList{}} {
+		g.Expect(mgr.GetCache().List(ctx, list)).To(Succeed())
+		items, err := meta.ExtractList(list)
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(items).NotTo(BeEmpty())
+		for _, item := range items {
+			obj := item.(client.Object)
+			g.Expect(obj.GetManagedFields()).To(BeEmpty(), "%T %s keeps its managed fields in the cache", obj, obj.GetName())
+		}
+	}
 }
