@@ -1,6 +1,6 @@
 // Package scale benchmarks what winnet costs as the cluster grows (`make bench-scale`, issue 37):
 // the real kube-apiserver and etcd, kube-controller-manager, winnet-controller and 1-3 real
-// winnet-agent processes on simulated nodes with about 30 local Pods each (the e2e harness,
+// winnet-agent processes on simulated nodes with 30 local Pods each (the e2e harness,
 // test/e2e/cluster), in a cluster written to the API server in parallel, with protobuf: Nodes that
 // exist only as objects (with heartbeats), their Pods (created, then their status written as
 // kubelet does), Namespaces, Services with EndpointSlices and NetworkPolicies. The cluster grows
@@ -39,6 +39,8 @@
 //
 // Environment: BENCH_SCALE_SIZES (comma-separated Pod counts, default 10000,30000,60000),
 // BENCH_SCALE_150K=1 (adds 150,000), BENCH_SCALE_AGENTS (1-3, default 3), BENCH_SCALE_BIN (the
-// directory of the winnet binaries to measure, default bin/linux: another build, such as main's, for
-// a reference measured the same way).
+// directory of the winnet binaries to measure, default bin/linux), BENCH_SCALE_REF_BIN (the
+// directory of a reference build, such as main's: as many agents of it run beside the measured ones
+// in the same cluster, at the same moments, and print bench-scale-ref lines; the watch numbers are
+// the same for both, their watches being the same).
 package scale

@@ -44,18 +44,22 @@ rules:
 
 // auditEvent is what the benchmark reads of an audit event.
 type auditEvent struct {
-	Stage     string                    `json:"stage"`
-	Verb      string                    `json:"verb"`
-	User      struct{ Username string } `json:"user"`
+	Stage string `json:"stage"`
+	Verb  string `json:"verb"`
+	User  struct {
+		Username string
+		Extra    map[string][]string
+	} `json:"user"`
 	ObjectRef struct {
 		Resource, Subresource, Name string
 	} `json:"objectRef"`
 	StageTimestamp time.Time `json:"stageTimestamp"`
 }
 
-// agentWrites counts the agents' completed writes in the audit log between from and to, and says
-// what they were (resource/subresource verb: count).
-func agentWrites(path string, from, to time.Time) (int, string, error) {
+// agentWrites counts the completed writes of the agents of nodes (their tokens are bound to their
+// Node, whose name the audit event carries) in the audit log between from and to, and says what
+// they were (resource/subresource verb: count).
+func agentWrites(path string, nodes map[string]bool, from, to time.Time) (int, string, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return 0, "", err
@@ -71,6 +75,9 @@ func agentWrites(path string, from, to time.Time) (int, string, error) {
 			return 0, "", fmt.Errorf("reading the audit log: %w", err)
 		}
 		if e.Stage != "ResponseComplete" || e.User.Username != agentUser || e.StageTimestamp.Before(from) || !e.StageTimestamp.Before(to) {
+			continue
+		}
+		if node := e.User.Extra["authentication.kubernetes.io/node-name"]; len(node) != 1 || !nodes[node[0]] {
 			continue
 		}
 		n++

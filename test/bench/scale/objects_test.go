@@ -262,8 +262,18 @@ func (w *writer) podAt(ctx context.Context, ns, name, node string, ip netip.Addr
 		Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue, LastTransitionTime: now},
 			{Type: corev1.ContainersReady, Status: corev1.ConditionTrue, LastTransitionTime: now}},
 	}
-	_, err = w.cs.CoreV1().Pods(ns).UpdateStatus(ctx, created, metav1.UpdateOptions{})
-	return err
+	for {
+		_, err = w.cs.CoreV1().Pods(ns).UpdateStatus(ctx, created, metav1.UpdateOptions{})
+		if !apierrors.IsConflict(err) {
+			return err
+		}
+		// Written meanwhile (kube-controller-manager): write the status over the latest.
+		status := created.Status
+		if created, err = w.cs.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{}); err != nil {
+			return err
+		}
+		created.Status = status
+	}
 }
 
 // headless: one Service in twenty has no ClusterIP (kube-proxy and the agent skip its slices).
@@ -383,6 +393,8 @@ func (w *writer) churn(ctx context.Context, perSecond, slicesPerSecond int) (int
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
 	var wg sync.WaitGroup
+	// created are the churn Pods written (status included), the oldest first: only those are
+	// deleted, a second or more later.
 	var created []string
 	for n := 0; ; n++ {
 		select {
@@ -394,29 +406,38 @@ func (w *writer) churn(ctx context.Context, perSecond, slicesPerSecond int) (int
 		for range perSecond {
 			k := int(w.churned.Add(1))
 			name := fmt.Sprintf("churn-%06d", k)
-			created = append(created, name)
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				fail(w.podAt(ctx, nsName(k%w.built.namespaces), name, nodeName(k%w.built.nodes), addrAt(churnBase, k), podLabels(k)))
+				err := w.podAt(ctx, nsName(k%w.built.namespaces), name, nodeName(k%w.built.nodes), addrAt(churnBase, k), podLabels(k))
+				fail(err)
 				writes.Add(2)
+				if err == nil {
+					mu.Lock()
+					created = append(created, name)
+					mu.Unlock()
+				}
 			}()
 		}
-		if len(created) > 2*perSecond {
-			for _, name := range created[:perSecond] {
-				k := 0
-				_, _ = fmt.Sscanf(name, "churn-%06d", &k)
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					err := w.cs.CoreV1().Pods(nsName(k%w.built.namespaces)).Delete(ctx, name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)})
-					if !apierrors.IsNotFound(err) {
-						fail(err)
-					}
-					writes.Add(1)
-				}()
-			}
+		mu.Lock()
+		var deleting []string
+		if len(created) > perSecond {
+			deleting = append(deleting, created[:perSecond]...)
 			created = created[perSecond:]
+		}
+		mu.Unlock()
+		for _, name := range deleting {
+			k := 0
+			_, _ = fmt.Sscanf(name, "churn-%06d", &k)
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				err := w.cs.CoreV1().Pods(nsName(k%w.built.namespaces)).Delete(ctx, name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)})
+				if !apierrors.IsNotFound(err) {
+					fail(err)
+				}
+				writes.Add(1)
+			}()
 		}
 		for j := range slicesPerSecond {
 			i := (n*slicesPerSecond + j) % w.built.services

@@ -78,6 +78,20 @@ type agent struct {
 	pprof string
 }
 
+// agentSet is the agents of one build: the one measured, or the reference (BENCH_SCALE_REF_BIN).
+type agentSet struct {
+	name   string
+	agents []*agent
+}
+
+func (s *agentSet) nodes() map[string]bool {
+	out := map[string]bool{}
+	for _, a := range s.agents {
+		out[a.node.Name] = true
+	}
+	return out
+}
+
 // TestBenchScale grows one cluster through the sizes and measures winnet at each (see doc.go).
 func TestBenchScale(t *testing.T) {
 	ctx := context.Background()
@@ -126,16 +140,28 @@ func TestBenchScale(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var nodes []*agent
-	for i := range agents {
-		a := &agent{pprof: framework.FreeAddress(t)}
-		a.node, err = c.AddNode(ctx, cluster.NodeSpec{Name: fmt.Sprintf("win-%c", 'a'+i), IP: netip.MustParseAddr(fmt.Sprintf("192.168.78.%d", 11+i)),
-			PodCIDR:   netip.MustParsePrefix(fmt.Sprintf("100.64.%d.0/24", 1+i)),
-			AgentArgs: []string{"--pprof-bind-address", a.pprof, "--zap-time-encoding", "rfc3339nano"}})
-		if err != nil {
-			t.Fatalf("adding node %d: %v\n%s", i, err, c.LogTails(30))
+	sets := []*agentSet{{name: "bench-scale"}}
+	if ref := os.Getenv("BENCH_SCALE_REF_BIN"); ref != "" {
+		sets = append(sets, &agentSet{name: "bench-scale-ref"})
+	}
+	var all []*agent
+	for si, set := range sets {
+		for i := range agents {
+			a := &agent{pprof: framework.FreeAddress(t)}
+			k := si*3 + i
+			spec := cluster.NodeSpec{Name: fmt.Sprintf("win-%c", 'a'+k), IP: netip.MustParseAddr(fmt.Sprintf("192.168.78.%d", 11+k)),
+				PodCIDR:   netip.MustParsePrefix(fmt.Sprintf("100.64.%d.0/24", 1+k)),
+				AgentArgs: []string{"--pprof-bind-address", a.pprof, "--zap-time-encoding", "rfc3339nano"}}
+			if si == 1 {
+				spec.AgentBinary = filepath.Join(os.Getenv("BENCH_SCALE_REF_BIN"), "winnet-agent")
+			}
+			a.node, err = c.AddNode(ctx, spec)
+			if err != nil {
+				t.Fatalf("adding node %s: %v\n%s", spec.Name, err, c.LogTails(30))
+			}
+			set.agents = append(set.agents, a)
+			all = append(all, a)
 		}
-		nodes = append(nodes, a)
 	}
 	if err := c.WaitReady(ctx, 3*time.Minute); err != nil {
 		t.Fatalf("the nodes did not get ready: %v\n%s", err, c.LogTails(30))
@@ -145,8 +171,8 @@ func TestBenchScale(t *testing.T) {
 	}
 	// The local Pods: one per local namespace on each agent's node, attached through CNI.
 	var wg sync.WaitGroup
-	errs := make([]error, agents)
-	for i, a := range nodes {
+	errs := make([]error, len(all))
+	for i, a := range all {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -165,15 +191,16 @@ func TestBenchScale(t *testing.T) {
 			t.Fatalf("attaching the local Pods: %v\n%s", err, c.LogTails(30))
 		}
 	}
-	fmt.Printf("bench-scale-info: %d winnet nodes with %d local Pods each up in %v\n", agents, localNamespaces, time.Since(start).Round(time.Second))
+	fmt.Printf("bench-scale-info: %d winnet nodes with %d local Pods each up in %v (the reference's agents: %d)\n", len(all), localNamespaces,
+		time.Since(start).Round(time.Second), len(all)-agents)
 	hbCtx, stopHeartbeats := context.WithCancel(ctx)
 	defer stopHeartbeats()
 	go w.heartbeats(hbCtx, heartbeatPeriod)
 
-	var results []result
+	var lines []string
 	for si, size := range sizes(t) {
 		s := shapeOf(size)
-		local := agents * localNamespaces
+		local := len(all) * localNamespaces
 		built := time.Now()
 		if err := w.grow(ctx, s, size-local); err != nil {
 			t.Fatalf("growing the cluster to %d Pods: %v", size, err)
@@ -183,41 +210,50 @@ func TestBenchScale(t *testing.T) {
 			t.Fatal(err)
 		}
 		writeTime := time.Since(built)
-		settle := settled(t, nodes)
+		settle := settled(t, all)
 		fmt.Printf("bench-scale-info pods=%d nodes=%d namespaces=%d services=%d policies=%d: written in %v, agents settled %v later (%v in all)\n",
 			size, s.nodes, s.namespaces, s.services, s.policies, writeTime.Round(time.Second), settle.Round(time.Second), time.Since(built).Round(time.Second))
-		r := result{s: s}
-		r.s.pods = size
-		for _, a := range nodes {
-			pid := a.node.AgentPID()
-			if pid == 0 {
-				t.Fatalf("the agent of %s is not running:\n%s", a.node.Name, c.LogTails(40))
+		rs := make([]result, len(sets))
+		for k, set := range sets {
+			rs[k].s = s
+			rs[k].s.pods = size
+			for _, a := range set.agents {
+				pid := a.node.AgentPID()
+				if pid == 0 {
+					t.Fatalf("the agent of %s is not running:\n%s", a.node.Name, c.LogTails(40))
+				}
+				h, err := heapMB(a.pprof)
+				if err != nil {
+					t.Fatal(err)
+				}
+				rss, err := rssMB(pid)
+				if err != nil {
+					t.Fatal(err)
+				}
+				rs[k].heapMB, rs[k].rssMB = max(rs[k].heapMB, h), max(rs[k].rssMB, rss)
 			}
-			h, err := heapMB(a.pprof)
-			if err != nil {
-				t.Fatal(err)
-			}
-			rss, err := rssMB(pid)
-			if err != nil {
-				t.Fatal(err)
-			}
-			r.heapMB, r.rssMB = max(r.heapMB, h), max(r.rssMB, rss)
 		}
 
 		// Idle: the heartbeats only.
-		cpu0 := agentCPU(t, nodes)
+		cpu0 := make([]time.Duration, len(sets))
+		for k, set := range sets {
+			cpu0[k] = agentCPU(t, set.agents)
+		}
 		idleFrom := time.Now()
 		time.Sleep(idleWindow)
 		idleTo := time.Now()
-		cpu1 := agentCPU(t, nodes)
-		r.idleCPU = float64(cpu1-cpu0) / float64(idleTo.Sub(idleFrom)) / float64(agents) * 100
-		time.Sleep(time.Second) // the audit log is written when a request completes
-		n, what, err := agentWrites(auditLog, idleFrom, idleTo)
-		if err != nil {
-			t.Fatal(err)
+		for k, set := range sets {
+			rs[k].idleCPU = float64(agentCPU(t, set.agents)-cpu0[k]) / float64(idleTo.Sub(idleFrom)) / float64(len(set.agents)) * 100
 		}
-		r.idleWrites = float64(n) / idleTo.Sub(idleFrom).Minutes()
-		fmt.Printf("bench-scale-info pods=%d: the agents' writes in %v idle: %d (%s)\n", size, idleWindow, n, what)
+		time.Sleep(time.Second) // the audit log is written when a request completes
+		for k, set := range sets {
+			n, what, err := agentWrites(auditLog, set.nodes(), idleFrom, idleTo)
+			if err != nil {
+				t.Fatal(err)
+			}
+			rs[k].idleWrites = float64(n) / idleTo.Sub(idleFrom).Minutes()
+			fmt.Printf("bench-scale-info pods=%d %s: the agents' writes in %v idle: %d (%s)\n", size, set.name, idleWindow, n, what)
+		}
 
 		// One endpoint of one Service changed, endpointChanges times.
 		epFrom := time.Now()
@@ -229,43 +265,58 @@ func TestBenchScale(t *testing.T) {
 		}
 		epTo := time.Now()
 		time.Sleep(time.Second)
-		n, what, err = agentWrites(auditLog, epFrom, epTo)
-		if err != nil {
-			t.Fatal(err)
+		for k, set := range sets {
+			n, what, err := agentWrites(auditLog, set.nodes(), epFrom, epTo)
+			if err != nil {
+				t.Fatal(err)
+			}
+			rs[k].epWrites = float64(n) / endpointChanges
+			fmt.Printf("bench-scale-info pods=%d %s: the agents' writes in the %v after %d endpoint changes: %d (%s)\n", size, set.name,
+				epTo.Sub(epFrom).Round(time.Second), endpointChanges, n, what)
 		}
-		r.epWrites = float64(n) / endpointChanges
-		fmt.Printf("bench-scale-info pods=%d: the agents' writes in the %v after %d endpoint changes: %d (%s)\n", size, epTo.Sub(epFrom).Round(time.Second), endpointChanges, n, what)
 
 		// The full pass: a policy selecting local Pods, created probes times.
-		var passes []time.Duration
+		passes := make([][]time.Duration, len(sets))
 		for k := range probes {
 			at := time.Now()
 			np := probePolicy(fmt.Sprintf("probe-%d-%d", si, k), int32(20000+si*10+k), map[string]string{"role": "peer"}, nsName(0), "a0")
 			if _, err := w.cs.NetworkingV1().NetworkPolicies(nsName(0)).Create(ctx, np, metav1.CreateOptions{}); err != nil {
 				t.Fatal(err)
 			}
-			for deadline := time.Now().Add(3 * time.Minute); ; time.Sleep(200 * time.Millisecond) {
-				ps, err := fullPasses(nodes[0].node.AgentLog(), at)
-				if err != nil {
-					t.Fatal(err)
-				}
-				if len(ps) > 0 {
-					passes = append(passes, ps[0])
-					break
-				}
-				if time.Now().After(deadline) {
-					t.Fatalf("no full NetworkPolicy pass of %s logged in 3 minutes after a policy's creation", nodes[0].node.Name)
+			for j, set := range sets {
+				first := set.agents[0].node
+				for deadline := time.Now().Add(3 * time.Minute); ; time.Sleep(200 * time.Millisecond) {
+					ps, err := fullPasses(first.AgentLog(), at)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if len(ps) > 0 {
+						passes[j] = append(passes[j], ps[0])
+						break
+					}
+					if time.Now().After(deadline) {
+						t.Fatalf("no full NetworkPolicy pass of %s logged in 3 minutes after a policy's creation", first.Name)
+					}
 				}
 			}
 			time.Sleep(2 * time.Second)
 		}
-		r.fullPass = median(passes)
-		fmt.Printf("bench-scale-info pods=%d: full passes %v\n", size, passes)
+		for k, set := range sets {
+			rs[k].fullPass = median(passes[k])
+			fmt.Printf("bench-scale-info pods=%d %s: full passes %v\n", size, set.name, passes[k])
+		}
 
-		r.burst = burst(t, ctx, w, nodes[0], si, s)
+		firsts := make([]*agent, len(sets))
+		for k, set := range sets {
+			firsts[k] = set.agents[0]
+		}
+		for k, d := range burst(t, ctx, w, firsts, si, s) {
+			rs[k].burst = d
+		}
 
-		// Churn, with the watches of one agent and one kube-proxy counting.
-		agentW, err := startWatches(ctx, c.Config, agentWatches(nodes[0].node.Name))
+		// Churn, with the watches of one agent and one kube-proxy counting (the same for both
+		// builds: their watches and selectors are the same).
+		agentW, err := startWatches(ctx, c.Config, agentWatches(firsts[0].node.Name))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -281,14 +332,18 @@ func TestBenchScale(t *testing.T) {
 			t.Fatalf("churn: %v", err)
 		}
 		elapsed := time.Since(churnStart).Seconds()
-		r.agentKBs, r.proxyKBs = float64(agentW.Stop())/1024/elapsed, float64(proxyW.Stop())/1024/elapsed
+		agentKBs, proxyKBs := float64(agentW.Stop())/1024/elapsed, float64(proxyW.Stop())/1024/elapsed
 		fmt.Printf("bench-scale-info pods=%d: churn of %d writes in %.0f s\n", size, writes, elapsed)
-		fmt.Println(r)
-		results = append(results, r)
+		for k, set := range sets {
+			rs[k].agentKBs, rs[k].proxyKBs = agentKBs, proxyKBs
+			line := strings.Replace(rs[k].String(), "bench-scale ", set.name+" ", 1)
+			fmt.Println(line)
+			lines = append(lines, line)
+		}
 	}
 	fmt.Printf("bench-scale-info: the run took %v\n", time.Since(start).Round(time.Second))
-	for _, r := range results {
-		fmt.Println(r)
+	for _, l := range lines {
+		fmt.Println(l)
 	}
 }
 
@@ -335,9 +390,10 @@ func settled(t *testing.T, nodes []*agent) time.Duration {
 	return time.Since(start)
 }
 
-// burst creates burstPods Pods in parallel, peers of the burst policy on the first agent's Pods,
-// and returns how long until that agent's switch has a peer flow for every one of their addresses.
-func burst(t *testing.T, ctx context.Context, w *writer, a *agent, si int, s shape) time.Duration {
+// burst creates burstPods Pods in parallel, peers of the burst policy on the agents' Pods, and
+// returns, for each agent, how long until its switch has a peer flow for every one of their
+// addresses.
+func burst(t *testing.T, ctx context.Context, w *writer, agents []*agent, si int, s shape) []time.Duration {
 	t.Helper()
 	addrs := make([]string, burstPods)
 	for k := range burstPods {
@@ -352,6 +408,7 @@ func burst(t *testing.T, ctx context.Context, w *writer, a *agent, si int, s sha
 		}()
 	}
 	table := fmt.Sprintf("table=%d", pipeline.IngressRuleTable)
+	out := make([]time.Duration, len(agents))
 	written := false
 	for deadline := time.Now().Add(5 * time.Minute); ; time.Sleep(100 * time.Millisecond) {
 		if !written {
@@ -363,22 +420,33 @@ func burst(t *testing.T, ctx context.Context, w *writer, a *agent, si int, s sha
 			written = true
 			fmt.Printf("bench-scale-info pods=%d: the burst's %d Pods written in %v\n", s.pods, burstPods, time.Since(start).Round(time.Millisecond))
 		}
-		flows, err := a.node.OVS.DumpFlows(cluster.BridgeName, table)
-		if err != nil {
-			t.Fatal(err)
-		}
-		dump := strings.Join(flows, "\n") + "\n"
-		missing := 0
-		for _, ip := range addrs {
-			if !strings.Contains(dump, "nw_src="+ip+",") && !strings.Contains(dump, "nw_src="+ip+" ") {
-				missing++
+		done := true
+		for i, a := range agents {
+			if out[i] != 0 {
+				continue
+			}
+			flows, err := a.node.OVS.DumpFlows(cluster.BridgeName, table)
+			if err != nil {
+				t.Fatal(err)
+			}
+			dump := strings.Join(flows, "\n") + "\n"
+			missing := 0
+			for _, ip := range addrs {
+				if !strings.Contains(dump, "nw_src="+ip+",") && !strings.Contains(dump, "nw_src="+ip+" ") {
+					missing++
+				}
+			}
+			if missing == 0 {
+				out[i] = time.Since(start)
+				continue
+			}
+			done = false
+			if time.Now().After(deadline) {
+				t.Fatalf("burst: %d of %d addresses still without a peer flow on %s after 5 minutes", missing, burstPods, a.node.Name)
 			}
 		}
-		if missing == 0 {
-			return time.Since(start)
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("burst: %d of %d addresses still without a peer flow on %s after 5 minutes", missing, burstPods, a.node.Name)
+		if done {
+			return out
 		}
 	}
 }

@@ -49,6 +49,9 @@ type NodeSpec struct {
 	Network func(*networkv1alpha1.WindowsNodeNetwork)
 	// AgentArgs are added to the agent's command line (a benchmark's --pprof-bind-address, say).
 	AgentArgs []string
+	// AgentBinary, when set, is the winnet-agent this node runs instead of BinDir's (a benchmark's
+	// reference build).
+	AgentBinary string
 }
 
 // Node is a simulated node: a namespace with an uplink on the underlay, its own Open vSwitch and a
@@ -72,6 +75,7 @@ type Node struct {
 	agent          *process
 	network        func(*networkv1alpha1.WindowsNodeNetwork)
 	extraAgentArgs []string
+	agentBinary    string
 }
 
 // AddNode builds a node, creates its WindowsNodeNetwork and Node objects and starts its agent. It does not wait
@@ -85,7 +89,7 @@ func (c *Cluster) AddNode(ctx context.Context, spec NodeSpec) (*Node, error) {
 	n := &Node{
 		Name: spec.Name, NS: c.Prefix + "-" + spec.Name, IP: spec.IP, PodCIDR: spec.PodCIDR.Masked(),
 		Gateway: spec.PodCIDR.Masked().Addr().Next(), Dir: filepath.Join(c.RunDir, spec.Name), c: c, network: spec.Network,
-		extraAgentArgs: spec.AgentArgs,
+		extraAgentArgs: spec.AgentArgs, agentBinary: spec.AgentBinary,
 	}
 	n.NSPath = nsPath(n.NS)
 	n.StateDir, n.CNISocket, n.CNIConfDir = filepath.Join(n.Dir, "state"), filepath.Join(n.Dir, "cni.sock"), filepath.Join(n.Dir, "net.d")
@@ -197,8 +201,12 @@ func (c *Cluster) createNode(ctx context.Context, n *Node) error {
 
 // agentArgs is the agent's command line.
 func (n *Node) agentArgs() []string {
+	bin := n.agentBinary
+	if bin == "" {
+		bin = filepath.Join(n.c.BinDir, "winnet-agent")
+	}
 	args := []string{
-		filepath.Join(n.c.BinDir, "winnet-agent"), "--node-name", n.Name, "--kubeconfig", n.AgentKubeconfig(),
+		bin, "--node-name", n.Name, "--kubeconfig", n.AgentKubeconfig(),
 		"--ovsdb", n.OVS.DBSocket(), "--ovs-rundir", n.OVS.Dir, "--netns", n.NSPath,
 		"--health-probe-bind-address", "0", "--metrics-bind-address", "0",
 		"--state-dir", n.StateDir, "--cni-socket", n.CNISocket, "--cni-conf-dir", n.CNIConfDir,
