@@ -110,6 +110,9 @@ type Reconciler struct {
 	// policies' namespace selectors read, and every namespace's labels then. nil before the first
 	// full pass: every Namespace event counts.
 	nsRead *namespacesRead
+	// reading: a full pass is reading its inputs and has not recorded nsRead yet (changedMu); a
+	// Namespace event then counts whatever it changed, since the keys being read are not known.
+	reading bool
 	// gate tells the Pod network when a new Pod's policies are in the switch (gate.go).
 	gate gate
 }
@@ -229,9 +232,9 @@ func (r *Reconciler) localNamespaces() map[string]bool {
 // saw of a namespace of this name, if any, and now).
 func (r *Reconciler) namespaceChanged(q workqueue.TypedRateLimitingInterface[reconcile.Request], name string, old, now map[string]string, created bool) {
 	r.changedMu.Lock()
-	read := r.nsRead
+	read, reading := r.nsRead, r.reading
 	r.changedMu.Unlock()
-	if read != nil {
+	if read != nil && !reading {
 		if created {
 			seen, ok := read.labels[name]
 			if !ok {
@@ -245,6 +248,12 @@ func (r *Reconciler) namespaceChanged(q workqueue.TypedRateLimitingInterface[rec
 	}
 	r.markChanged(nil)
 	q.Add(allPolicies)
+}
+
+func (r *Reconciler) setReading(reading bool) {
+	r.changedMu.Lock()
+	r.reading = reading
+	r.changedMu.Unlock()
 }
 
 // namespacesRead is what a full pass read of the namespaces.
@@ -366,6 +375,8 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 	r.index = nil
 	passStart := time.Now()
 	passes.WithLabelValues(PassFull).Inc()
+	r.setReading(true)
+	defer r.setReading(false)
 	in, hash, err := r.inputs(ctx)
 	if err != nil {
 		return ctrl.Result{}, err
@@ -400,7 +411,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 	r.inputsHash, r.flows, r.invalidations = hash, flows, invalidations
 	seen := readNamespaces(in.Policies, in.Namespaces)
 	r.changedMu.Lock()
-	r.nsRead = seen
+	r.nsRead, r.reading = seen, false
 	r.changedMu.Unlock()
 	r.State.FlowsSynced(ctx, nodenetwork.PolicyFlows, rz.Flows)
 	observePass(d, synced.Mods() > 0, time.Since(changed))
