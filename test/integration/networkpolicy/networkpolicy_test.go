@@ -352,7 +352,7 @@ func TestNetworkPolicy(t *testing.T) {
 			full := passCount(t, networkpolicy.PassFull)
 			createPolicy(t, &networkingv1.NetworkPolicy{
 				ObjectMeta: metav1.ObjectMeta{Namespace: "np-far", Name: "far"},
-				Spec: networkingv1.NetworkPolicySpec{PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress}},
+				Spec:       networkingv1.NetworkPolicySpec{PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress}},
 			})
 			time.Sleep(2 * time.Second)
 			g.Expect(passCount(t, networkpolicy.PassFull)).To(Equal(full), "a policy selecting no local Pod took a full pass")
