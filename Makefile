@@ -136,6 +136,13 @@ bench-services: ## Benchmark Services (10,000 x 5 endpoints; cold, one endpoint 
 	$(GO) test -tags bench -count=1 -timeout 60m -run '^TestBenchServices$$' -v ./test/bench/services/ > bin/bench-services.log 2>&1 || { tail -50 bin/bench-services.log; exit 1; }
 	@grep '^bench-services ' bin/bench-services.log
 
+.PHONY: bench-scale
+bench-scale: test-deps build ## Grow one cluster 10k -> 30k -> 60k Pods (BENCH_SCALE_150K=1 adds 150k) with 3 real agents (and 3 of BENCH_SCALE_REF_BIN's build beside them), winnet-controller and the real API server; measure winnet at each size (needs root; 30-45 min).
+	@mkdir -p bin
+	$(GO) test -tags bench -count=1 -timeout 90m -run '^TestBenchScale$$' -v ./test/bench/scale/ > bin/bench-scale.log 2>&1 || { grep -E '^bench-scale|scale_bench_test.go|measure_test.go' bin/bench-scale.log | tail -40; tail -20 bin/bench-scale.log; exit 1; }
+	@grep '^bench-scale-info' bin/bench-scale.log
+	@sed -n '/^bench-scale-info: the run took/,$$p' bin/bench-scale.log | grep -E '^bench-scale(-ref)? '
+
 .PHONY: bench-ovs
 bench-ovs: test-deps ## Benchmark flow installation against ovs-ofctl --bundle (needs root).
 	@mkdir -p bin

@@ -155,6 +155,11 @@ func (x *peerIndex) podChanged(key types.NamespacedName, info *PodInfo) ([]peerC
 	}
 	var now []netip.Prefix
 	if info != nil {
+		if _, ok := x.namespaces[info.Namespace]; !ok {
+			// A namespace created since the pass (its creation took no pass): its labels are
+			// not known here.
+			return nil, fmt.Errorf("pod %s is in a namespace the last pass did not see: %w", key, errFullPass)
+		}
 		now = hostPrefixes(info.IPs)
 	}
 	var changed []peerClause

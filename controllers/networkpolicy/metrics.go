@@ -24,10 +24,26 @@ var (
 		Name:      "realised",
 		Help:      "NetworkPolicies selecting local Pods and rules (conjunctions) the agent's last pass realised in OVS.",
 	}, []string{"kind"})
+	// passes counts the passes by kind: full (every input read: the policies of the local Pods'
+	// namespaces, the Namespaces, the Pods those policies may select), pods (the changed Pods
+	// alone, incremental.go) and check (nothing changed: the bridge's flows checked, nothing read).
+	passes = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: "winnet",
+		Subsystem: "networkpolicy",
+		Name:      "passes_total",
+		Help:      "NetworkPolicy passes of the agent by kind: full (inputs read and compiled), pods (changed Pods applied alone), check (nothing changed, nothing read).",
+	}, []string{"kind"})
+)
+
+// Pass kinds (the kind label of winnet_networkpolicy_passes_total).
+const (
+	PassFull  = "full"
+	PassPods  = "pods"
+	PassCheck = "check"
 )
 
 func init() {
-	ctrlmetrics.Registry.MustRegister(realisationLatency, realised)
+	ctrlmetrics.Registry.MustRegister(realisationLatency, realised, passes)
 }
 
 // observePass records a pass: its latency when it changed the switch, and what it realised.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"maps"
 	"net"
 	"net/netip"
 	"slices"
@@ -16,12 +17,15 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	k8slabels "k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/client-go/util/workqueue"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/source"
@@ -102,6 +106,13 @@ type Reconciler struct {
 	changedAt time.Time
 	needFull  bool
 	pods      map[types.NamespacedName]bool
+	// nsRead is what the last full pass read of the namespaces (changedMu): the label keys its
+	// policies' namespace selectors read, and every namespace's labels then. nil before the first
+	// full pass: every Namespace event counts.
+	nsRead *namespacesRead
+	// reading: a full pass is reading its inputs and has not recorded nsRead yet (changedMu); a
+	// Namespace event then counts whatever it changed, since the keys being read are not known.
+	reading bool
 	// gate tells the Pod network when a new Pod's policies are in the switch (gate.go).
 	gate gate
 }
@@ -115,12 +126,41 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		r.markChanged(nil)
 		return []reconcile.Request{allPolicies}
 	})
+	// A NetworkPolicy selects Pods of its own namespace only: one in a namespace without a local
+	// Pod has no flows here, whatever it says (a Pod attached later brings its own full pass).
+	policies := handler.TypedFuncs[client.Object, reconcile.Request]{
+		CreateFunc: func(_ context.Context, e event.TypedCreateEvent[client.Object], q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			r.policyChanged(q, e.Object)
+		},
+		UpdateFunc: func(_ context.Context, e event.TypedUpdateEvent[client.Object], q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			r.policyChanged(q, e.ObjectNew)
+		},
+		DeleteFunc: func(_ context.Context, e event.TypedDeleteEvent[client.Object], q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			r.policyChanged(q, e.Object)
+		},
+		GenericFunc: func(_ context.Context, e event.TypedGenericEvent[client.Object], q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			r.policyChanged(q, e.Object)
+		},
+	}
+	// A Namespace matters through its labels, to the namespace selectors of the policies: only a
+	// change of a label one of them reads needs a pass. A new namespace has no Pods yet (its Pods'
+	// events find it unknown to the last pass and take the full pass); a namespace created again
+	// under the name of one the last pass saw counts if its labels differ there.
+	namespaces := handler.TypedFuncs[client.Object, reconcile.Request]{
+		CreateFunc: func(_ context.Context, e event.TypedCreateEvent[client.Object], q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			r.namespaceChanged(q, e.Object.GetName(), nil, e.Object.GetLabels(), true)
+		},
+		UpdateFunc: func(_ context.Context, e event.TypedUpdateEvent[client.Object], q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			r.namespaceChanged(q, e.ObjectNew.GetName(), e.ObjectOld.GetLabels(), e.ObjectNew.GetLabels(), false)
+		},
+	}
 	realized := r.State.Subscribe()
 	r.gate.mu.Lock()
 	r.gate.init()
 	wake := r.gate.wake
 	r.gate.mu.Unlock()
 	onRealized := source.Func(func(ctx context.Context, q workqueue.TypedRateLimitingInterface[reconcile.Request]) error {
+		r.markChanged(nil)
 		q.Add(allPolicies)
 		go func() {
 			for {
@@ -128,8 +168,10 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 				case <-ctx.Done():
 					return
 				case <-realized:
+					r.markChanged(nil)
 					q.Add(allPolicies)
 				case <-wake: // a new Pod waits for its policies (WaitPolicies)
+					r.markChanged(nil)
 					q.Add(allPolicies)
 				}
 			}
@@ -138,8 +180,8 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	})
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("networkpolicy").
-		Watches(&networkingv1.NetworkPolicy{}, all).
-		Watches(&corev1.Namespace{}, all).
+		Watches(&networkingv1.NetworkPolicy{}, policies).
+		Watches(&corev1.Namespace{}, namespaces).
 		Watches(&networkv1alpha1.PodEndpoint{}, all).
 		WatchesRawSource(source.Kind(r.PodSource, &corev1.Pod{}, handler.TypedEnqueueRequestsFromMapFunc(func(_ context.Context, p *corev1.Pod) []reconcile.Request {
 			r.markChanged(&types.NamespacedName{Namespace: p.Namespace, Name: p.Name})
@@ -164,6 +206,101 @@ func (r *Reconciler) markChanged(pod *types.NamespacedName) {
 		r.pods = map[types.NamespacedName]bool{}
 	}
 	r.pods[*pod] = true
+}
+
+// policyChanged queues the full pass for a NetworkPolicy's event when its namespace holds a Pod
+// attached on this node.
+func (r *Reconciler) policyChanged(q workqueue.TypedRateLimitingInterface[reconcile.Request], np client.Object) {
+	if !r.localNamespaces()[np.GetNamespace()] {
+		return
+	}
+	r.markChanged(nil)
+	q.Add(allPolicies)
+}
+
+// localNamespaces are the namespaces of the Pods attached on this node.
+func (r *Reconciler) localNamespaces() map[string]bool {
+	out := map[string]bool{}
+	for _, a := range r.Local.List() {
+		out[a.PodNamespace] = true
+	}
+	return out
+}
+
+// namespaceChanged queues the full pass for a Namespace's event when a label that the last full
+// pass's namespace selectors read differs between old and now (created: between what that pass
+// saw of a namespace of this name, if any, and now).
+func (r *Reconciler) namespaceChanged(q workqueue.TypedRateLimitingInterface[reconcile.Request], name string, old, now map[string]string, created bool) {
+	r.changedMu.Lock()
+	read, reading := r.nsRead, r.reading
+	r.changedMu.Unlock()
+	if read != nil && !reading {
+		if created {
+			seen, ok := read.labels[name]
+			if !ok {
+				return
+			}
+			old = seen
+		}
+		if !read.differ(old, now) {
+			return
+		}
+	}
+	r.markChanged(nil)
+	q.Add(allPolicies)
+}
+
+func (r *Reconciler) setReading(reading bool) {
+	r.changedMu.Lock()
+	r.reading = reading
+	r.changedMu.Unlock()
+}
+
+// namespacesRead is what a full pass read of the namespaces.
+type namespacesRead struct {
+	// keys are the label keys the namespace selectors of its policies read.
+	keys map[string]bool
+	// labels are every namespace's labels it saw.
+	labels map[string]map[string]string
+}
+
+// differ reports whether a label the selectors read differs between a and b.
+func (n *namespacesRead) differ(a, b map[string]string) bool {
+	for k := range n.keys {
+		va, oka := a[k]
+		vb, okb := b[k]
+		if oka != okb || va != vb {
+			return true
+		}
+	}
+	return false
+}
+
+// readNamespaces records what policies' namespace selectors read and the namespaces' labels.
+func readNamespaces(policies []networkingv1.NetworkPolicy, labels map[string]map[string]string) *namespacesRead {
+	n := &namespacesRead{keys: map[string]bool{}, labels: labels}
+	add := func(peers []networkingv1.NetworkPolicyPeer) {
+		for _, p := range peers {
+			if p.NamespaceSelector == nil {
+				continue
+			}
+			for k := range p.NamespaceSelector.MatchLabels {
+				n.keys[k] = true
+			}
+			for _, e := range p.NamespaceSelector.MatchExpressions {
+				n.keys[e.Key] = true
+			}
+		}
+	}
+	for i := range policies {
+		for _, rule := range policies[i].Spec.Ingress {
+			add(rule.From)
+		}
+		for _, rule := range policies[i].Spec.Egress {
+			add(rule.To)
+		}
+	}
+	return n
 }
 
 // takeChanged returns and clears what changed since the last pass: the time of the first change
@@ -191,18 +328,22 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 		log.V(1).Info("Node network not ready; NetworkPolicies wait for it")
 		return ctrl.Result{RequeueAfter: notReadyRetry}, nil
 	}
+	changed, full, pods := r.takeChanged()
 	defer func() {
 		if retErr != nil {
 			r.State.SetPolicies(nodenetwork.PoliciesResult{Err: retErr.Error()})
+			if full {
+				r.markChanged(nil) // the retry is a full pass too
+			}
 		}
 	}()
-	changed, full, pods := r.takeChanged()
 	if req == podChanges && !full {
 		if len(pods) == 0 {
 			return ctrl.Result{}, nil // a full pass took them
 		}
 		err := r.applyPods(ctx, rz, pods, changed, time.Since(changed))
 		if err == nil {
+			passes.WithLabelValues(PassPods).Inc()
 			return ctrl.Result{}, nil
 		}
 		r.index = nil
@@ -216,9 +357,26 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 	if resync == 0 {
 		resync = DefaultResyncPeriod
 	}
+	if req == allPolicies && !full && r.index != nil && r.indexFlows == rz.Flows {
+		// The periodic check with nothing changed since the last full pass (every event that
+		// needs one marks it; the Pods' changes were applied by applyPods): nothing is read or
+		// compiled, the flows are sent again only if the bridge's were invalidated (the node
+		// network found drift, or ovs-vswitchd restarted).
+		passes.WithLabelValues(PassCheck).Inc()
+		if err := r.resend(ctx, rz); err != nil {
+			return ctrl.Result{}, err
+		}
+		r.State.FlowsSynced(ctx, nodenetwork.PolicyFlows, rz.Flows)
+		r.State.SetPolicies(r.result(r.last))
+		return ctrl.Result{RequeueAfter: resync}, nil
+	}
+	full = true // from here on, whatever brought it here, this is the full pass
 	index := r.index
 	r.index = nil
 	passStart := time.Now()
+	passes.WithLabelValues(PassFull).Inc()
+	r.setReading(true)
+	defer r.setReading(false)
 	in, hash, err := r.inputs(ctx)
 	if err != nil {
 		return ctrl.Result{}, err
@@ -229,14 +387,8 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 		// network compares it with the bridge's cache and invalidates it on drift) and send them
 		// again only if it did not.
 		r.index = index
-		if inv := rz.Flows.Invalidations(); inv != r.invalidations {
-			synced, err := rz.Flows.Sync(ctx, pipeline.CategoryPolicy, r.flows)
-			if err != nil {
-				r.index = nil
-				return ctrl.Result{}, fmt.Errorf("installing NetworkPolicy flows: %w", err)
-			}
-			r.invalidations = inv
-			log.Info("Sent the NetworkPolicy flows again: the bridge's flows were invalidated", "flowMods", synced.Mods())
+		if err := r.resend(ctx, rz); err != nil {
+			return ctrl.Result{}, err
 		}
 		r.State.FlowsSynced(ctx, nodenetwork.PolicyFlows, rz.Flows)
 		r.State.SetPolicies(r.result(r.last))
@@ -257,6 +409,10 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 	r.ids.keepOnly(d.ids, d.Policy.IngressClasses, d.Policy.EgressClasses)
 	r.last, r.index, r.indexFlows = d, d.peers(), rz.Flows
 	r.inputsHash, r.flows, r.invalidations = hash, flows, invalidations
+	seen := readNamespaces(in.Policies, in.Namespaces)
+	r.changedMu.Lock()
+	r.nsRead, r.reading = seen, false
+	r.changedMu.Unlock()
 	r.State.FlowsSynced(ctx, nodenetwork.PolicyFlows, rz.Flows)
 	observePass(d, synced.Mods() > 0, time.Since(changed))
 	r.State.SetPolicies(r.result(d))
@@ -268,6 +424,22 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 			"latency", time.Since(changed), "queued", passStart.Sub(changed), "read", read, "compute", compute, "sync", sync)
 	}
 	return ctrl.Result{RequeueAfter: resync}, nil
+}
+
+// resend sends the last full pass's flows again when the bridge's flows were invalidated since.
+func (r *Reconciler) resend(ctx context.Context, rz nodenetwork.Realized) error {
+	inv := rz.Flows.Invalidations()
+	if inv == r.invalidations {
+		return nil
+	}
+	synced, err := rz.Flows.Sync(ctx, pipeline.CategoryPolicy, r.flows)
+	if err != nil {
+		r.index = nil
+		return fmt.Errorf("installing NetworkPolicy flows: %w", err)
+	}
+	r.invalidations = inv
+	ctrl.LoggerFrom(ctx).Info("Sent the NetworkPolicy flows again: the bridge's flows were invalidated", "flowMods", synced.Mods())
+	return nil
 }
 
 // result is what a pass reports in the node's PoliciesReady condition.
@@ -348,18 +520,30 @@ func (r *Reconciler) applyPods(ctx context.Context, rz nodenetwork.Realized, pod
 // attachments), which is the same for two reads exactly when Compute's inputs are the same.
 func (r *Reconciler) inputs(ctx context.Context) (Inputs, uint64, error) {
 	var in Inputs
-	h := fnv.New64a()
+	// The hash is the sum of each object's: the caches list in no particular order.
+	var sum uint64
 	write := func(ss ...string) {
+		h := fnv.New64a()
 		for _, s := range ss {
 			_, _ = h.Write([]byte(s))
 			_, _ = h.Write([]byte{0})
 		}
+		sum += h.Sum64()
 	}
-	policies := &networkingv1.NetworkPolicyList{}
-	if err := r.Client.List(ctx, policies, client.UnsafeDisableDeepCopy); err != nil {
-		return in, 0, fmt.Errorf("listing NetworkPolicies: %w", err)
+	attached := r.Local.List()
+	local := map[string]bool{}
+	for _, a := range attached {
+		local[a.PodNamespace] = true
 	}
-	in.Policies = policies.Items
+	// Only the policies of the namespaces of local Pods select any (a policy selects Pods of its
+	// own namespace).
+	for _, ns := range slices.Sorted(maps.Keys(local)) {
+		policies := &networkingv1.NetworkPolicyList{}
+		if err := r.Client.List(ctx, policies, client.InNamespace(ns), client.UnsafeDisableDeepCopy); err != nil {
+			return in, 0, fmt.Errorf("listing the NetworkPolicies of namespace %s: %w", ns, err)
+		}
+		in.Policies = append(in.Policies, policies.Items...)
+	}
 	for i := range in.Policies {
 		write("np", string(in.Policies[i].UID), in.Policies[i].ResourceVersion)
 	}
@@ -372,16 +556,28 @@ func (r *Reconciler) inputs(ctx context.Context) (Inputs, uint64, error) {
 		in.Namespaces[ns.Name] = ns.Labels
 		write("ns", string(ns.UID), ns.ResourceVersion)
 	}
+	// Only the Pods of the namespaces the policies can select: the local Pods' (targets), and
+	// those of the namespaces their peers select; every Pod only when a peer may be anywhere.
 	pods := &corev1.PodList{}
-	if err := r.Pods.List(ctx, pods, client.UnsafeDisableDeepCopy); err != nil {
-		return in, 0, fmt.Errorf("listing Pods: %w", err)
+	if podNamespaces, all := peerNamespaces(in.Policies, in.Namespaces, local); all {
+		if err := r.Pods.List(ctx, pods, client.UnsafeDisableDeepCopy); err != nil {
+			return in, 0, fmt.Errorf("listing Pods: %w", err)
+		}
+	} else {
+		for _, ns := range slices.Sorted(maps.Keys(podNamespaces)) {
+			list := &corev1.PodList{}
+			if err := r.Pods.List(ctx, list, client.InNamespace(ns), client.UnsafeDisableDeepCopy); err != nil {
+				return in, 0, fmt.Errorf("listing the Pods of namespace %s: %w", ns, err)
+			}
+			pods.Items = append(pods.Items, list.Items...)
+		}
 	}
 	for i := range pods.Items {
 		write("pod", string(pods.Items[i].UID), pods.Items[i].ResourceVersion)
 	}
 	// A local Pod's address is known from its attachment before kubelet writes it to the status.
 	localIPs := map[types.NamespacedName]netip.Addr{}
-	for _, a := range r.Local.List() {
+	for _, a := range attached {
 		if a.Deleting || a.OFPort <= 0 || !a.IP.Addr().Is4() {
 			continue
 		}
@@ -405,7 +601,45 @@ func (r *Reconciler) inputs(ctx context.Context) (Inputs, uint64, error) {
 		}
 		in.Pods = append(in.Pods, info)
 	}
-	return in, h.Sum64(), nil
+	return in, sum, nil
+}
+
+// peerNamespaces returns the namespaces whose Pods the policies may select: the local ones (their
+// targets and peers of their own namespace) and the ones their peers' namespace selectors select;
+// all is set when Pods of any namespace may be peers (an egress rule with named ports and no
+// peers resolves them on every Pod; a selector that does not parse).
+func peerNamespaces(policies []networkingv1.NetworkPolicy, namespaces map[string]map[string]string, local map[string]bool) (map[string]bool, bool) {
+	out := maps.Clone(local)
+	all := false
+	add := func(peers []networkingv1.NetworkPolicyPeer) {
+		for _, p := range peers {
+			if p.NamespaceSelector == nil {
+				continue
+			}
+			sel, err := metav1.LabelSelectorAsSelector(p.NamespaceSelector)
+			if err != nil {
+				all = true
+				return
+			}
+			for ns, labels := range namespaces {
+				if sel.Matches(k8slabels.Set(labels)) {
+					out[ns] = true
+				}
+			}
+		}
+	}
+	for i := range policies {
+		for _, rule := range policies[i].Spec.Ingress {
+			add(rule.From)
+		}
+		for _, rule := range policies[i].Spec.Egress {
+			if len(rule.To) == 0 && hasNamedPort(rule.Ports) {
+				all = true
+			}
+			add(rule.To)
+		}
+	}
+	return out, all
 }
 
 // warnKey is a policy and the reason of a Warning Event about it.

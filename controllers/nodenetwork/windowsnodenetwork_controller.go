@@ -40,6 +40,23 @@ const Finalizer = "network.winnet.io/node-network"
 // flow, route or address) when nothing else triggers it.
 const DefaultResyncPeriod = 2 * time.Second
 
+// verifyResyncs is how many resync periods the flows' verification waits by default.
+const verifyResyncs = 5
+
+// verifyDue reports whether the flows of bridge are due for verification at now: a new bridge
+// connection's at once, then every VerifyPeriod.
+func (r *Reconciler) verifyDue(bridge *openflow.Bridge, now time.Time) bool {
+	period := r.VerifyPeriod
+	if period == 0 {
+		resync := r.ResyncPeriod
+		if resync == 0 {
+			resync = DefaultResyncPeriod
+		}
+		period = verifyResyncs * resync
+	}
+	return bridge != r.verified || now.Sub(r.lastVerify) >= period
+}
+
 // Reconciler converges the host toward the node's WindowsNodeNetwork.
 type Reconciler struct {
 	Client   client.Client
@@ -49,6 +66,14 @@ type Reconciler struct {
 	Host     Host
 	// ResyncPeriod is the drift check period; zero means DefaultResyncPeriod.
 	ResyncPeriod time.Duration
+	// VerifyPeriod is how often the drift check also dumps the switch's flows and compares them
+	// with the bridge's (Bridge.Verify): a dump of every table grows with the cluster (routes,
+	// Services, policies), and the flow monitor reports flows changed behind the agent's back as
+	// they happen. Zero means verifyResyncs resync periods (10 s by default).
+	VerifyPeriod time.Duration
+	// lastVerify is when the flows of verified, the bridge connection, were last verified.
+	lastVerify time.Time
+	verified   *openflow.Bridge
 	// State is shared with the reconcilers built on the node network; nil gets a private one.
 	State *State
 	// Teardown, when set, is told once the node network is gone, before the finalizer goes.
@@ -664,11 +689,16 @@ func (r *Reconciler) ensurePipeline(ctx context.Context, s *state) (outcome, err
 	if err != nil {
 		return outcome{}, failed(networkv1alpha1.OVSUnavailableReason, err)
 	}
-	if diffs, err := flows.Verify(ctx); err != nil {
-		return outcome{}, failed(networkv1alpha1.FlowInstallFailedReason, err)
-	} else if len(diffs) > 0 {
-		ctrl.LoggerFrom(ctx).Info("Flows drifted from the desired set; reinstalling", "differences", len(diffs), "first", diffs[0].Flow)
-		flows.Invalidate()
+	if now := time.Now(); r.verifyDue(flows, now) {
+		diffs, err := flows.Verify(ctx)
+		if err != nil {
+			return outcome{}, failed(networkv1alpha1.FlowInstallFailedReason, err)
+		}
+		r.lastVerify, r.verified = now, flows
+		if len(diffs) > 0 {
+			ctrl.LoggerFrom(ctx).Info("Flows drifted from the desired set; reinstalling", "differences", len(diffs), "first", diffs[0].Flow)
+			flows.Invalidate()
+		}
 	}
 	node := s.desired.pipelineNode(s.gateway.MAC, s.ofports)
 	s.flows, s.node = flows, node

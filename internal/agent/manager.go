@@ -110,6 +110,9 @@ func NewManager(cfg *rest.Config, opts Options) (manager.Manager, error) {
 		PprofBindAddress:       opts.PprofBindAddress,
 		Controller:             config.Controller{SkipNameValidation: &opts.SeveralAgentsPerProcess},
 		Cache: cache.Options{
+			// No reconciler reads managed fields: every cached object goes without them (a kind
+			// with a Transform of its own below drops them there).
+			DefaultTransform: cache.TransformStripManagedFields(),
 			ByObject: map[client.Object]cache.ByObject{
 				&networkv1alpha1.WindowsNodeNetwork{}: {Field: byName},
 				&corev1.Node{}:                        {Field: byName},

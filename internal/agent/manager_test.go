@@ -4,7 +4,9 @@ package agent_test
 
 import (
 	"context"
+	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -12,6 +14,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	networkv1alpha1 "github.com/winnet-io/winnet/api/v1alpha1"
@@ -81,7 +84,19 @@ func TestManagerSeesOnlyItsNode(t *testing.T) {
 		}
 	}
 
-	mgr, err := agent.NewManager(server.Config, agent.Options{NodeName: "node-a", MetricsBindAddress: "0", HealthProbeBindAddress: "0"})
+	// What the API server answers the agent, by path: its built-in kinds in protobuf.
+	cfg := rest.CopyConfig(server.Config)
+	var contentTypes sync.Map
+	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper {
+		return roundTripper(func(req *http.Request) (*http.Response, error) {
+			resp, err := rt.RoundTrip(req)
+			if err == nil {
+				contentTypes.Store(req.URL.Path, resp.Header.Get("Content-Type"))
+			}
+			return resp, err
+		})
+	})
+	mgr, err := agent.NewManager(cfg, agent.Options{NodeName: "node-a", MetricsBindAddress: "0", HealthProbeBindAddress: "0"})
 	g.Expect(err).NotTo(HaveOccurred())
 	done := make(chan error, 1)
 	go func() { done <- mgr.Start(ctx) }()
@@ -103,4 +118,27 @@ func TestManagerSeesOnlyItsNode(t *testing.T) {
 	g.Expect(names(&networkv1alpha1.PodEndpointList{})).To(ConsistOf("web-node-a"))
 	g.Expect(names(&corev1.PodList{})).To(ConsistOf("web-node-a"))
 	g.Expect(names(&networkv1alpha1.RemoteSubnetRouteList{})).To(ConsistOf("node-a", "node-b"), "every node routes to every other node")
+
+	for _, path := range []string{"/api/v1/pods", "/api/v1/nodes"} {
+		ct, ok := contentTypes.Load(path)
+		g.Expect(ok).To(BeTrue(), "the agent did not list %s", path)
+		g.Expect(ct).To(HavePrefix("application/vnd.kubernetes.protobuf"), "the agent reads %s as %s", path, ct)
+	}
+
+	// The API server gives every object written managed fields; no cached one keeps them.
+	for _, list := range []client.ObjectList{&networkv1alpha1.WindowsNodeNetworkList{}, &corev1.NodeList{}, &networkv1alpha1.PodEndpointList{},
+		&corev1.PodList{}, &networkv1alpha1.RemoteSubnetRouteList{}} {
+		g.Expect(mgr.GetCache().List(ctx, list)).To(Succeed())
+		items, err := meta.ExtractList(list)
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(items).NotTo(BeEmpty())
+		for _, item := range items {
+			obj := item.(client.Object)
+			g.Expect(obj.GetManagedFields()).To(BeEmpty(), "%T %s keeps its managed fields in the cache", obj, obj.GetName())
+		}
+	}
 }
+
+type roundTripper func(*http.Request) (*http.Response, error)
+
+func (f roundTripper) RoundTrip(req *http.Request) (*http.Response, error) { return f(req) }

@@ -57,6 +57,11 @@ type Options struct {
 	// Kubelets prepares the cluster for nodes with a real kubelet (AddKubeletNode): kube-scheduler, the
 	// controllers Pods need, and the API server's way to the kubelets (exec, logs) over the underlay.
 	Kubelets bool
+	// APIServerArgs are kube-apiserver flags (name without dashes -> value) set over the harness's
+	// (an audit policy, say).
+	APIServerArgs map[string]string
+	// ControllerManagerArgs are added to kube-controller-manager's command line.
+	ControllerManagerArgs []string
 }
 
 // Cluster is a running cluster. Its methods are safe for concurrent use unless they say otherwise.

@@ -86,6 +86,9 @@ func (c *Cluster) apiServerArgs() (map[string]string, error) {
 		args["kubelet-preferred-address-types"] = "InternalIP"
 		args["egress-selector-config-file"] = egress
 	}
+	for name, value := range c.opts.APIServerArgs {
+		args[name] = value
+	}
 	return args, nil
 }
 
@@ -170,7 +173,7 @@ func (c *Cluster) startControllerManager() error {
 		args = append(args, "--root-ca-file", c.CAFile)
 	}
 	p, err := c.reg.startProcess("kube-controller-manager", filepath.Join(c.RunDir, "kube-controller-manager.log"), false,
-		append(args, "--controllers="+controllers)...)
+		append(append(args, "--controllers="+controllers), c.opts.ControllerManagerArgs...)...)
 	if err != nil {
 		return err
 	}

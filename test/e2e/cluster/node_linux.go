@@ -47,6 +47,11 @@ type NodeSpec struct {
 	PodCIDR netip.Prefix
 	// Network, optional, edits the WindowsNodeNetwork before it is created (encapsulation, SNAT exclusions).
 	Network func(*networkv1alpha1.WindowsNodeNetwork)
+	// AgentArgs are added to the agent's command line (a benchmark's --pprof-bind-address, say).
+	AgentArgs []string
+	// AgentBinary, when set, is the winnet-agent this node runs instead of BinDir's (a benchmark's
+	// reference build).
+	AgentBinary string
 }
 
 // Node is a simulated node: a namespace with an uplink on the underlay, its own Open vSwitch and a
@@ -66,9 +71,11 @@ type Node struct {
 	CNISocket  string
 	CNIConfDir string
 
-	c       *Cluster
-	agent   *process
-	network func(*networkv1alpha1.WindowsNodeNetwork)
+	c              *Cluster
+	agent          *process
+	network        func(*networkv1alpha1.WindowsNodeNetwork)
+	extraAgentArgs []string
+	agentBinary    string
 	// kubelet: a node with a real kubelet and containerd (AddKubeletNode).
 	kubelet *kubeletNode
 }
@@ -84,6 +91,7 @@ func (c *Cluster) AddNode(ctx context.Context, spec NodeSpec) (*Node, error) {
 	n := &Node{
 		Name: spec.Name, NS: c.Prefix + "-" + spec.Name, IP: spec.IP, PodCIDR: spec.PodCIDR.Masked(),
 		Gateway: spec.PodCIDR.Masked().Addr().Next(), Dir: filepath.Join(c.RunDir, spec.Name), c: c, network: spec.Network,
+		extraAgentArgs: spec.AgentArgs, agentBinary: spec.AgentBinary,
 	}
 	n.NSPath = nsPath(n.NS)
 	n.StateDir, n.CNISocket, n.CNIConfDir = filepath.Join(n.Dir, "state"), filepath.Join(n.Dir, "cni.sock"), filepath.Join(n.Dir, "net.d")
@@ -195,12 +203,17 @@ func (c *Cluster) createNode(ctx context.Context, n *Node) error {
 
 // agentArgs is the agent's command line.
 func (n *Node) agentArgs() []string {
+	bin := n.agentBinary
+	if bin == "" {
+		bin = filepath.Join(n.c.BinDir, "winnet-agent")
+	}
 	args := []string{
-		filepath.Join(n.c.BinDir, "winnet-agent"), "--node-name", n.Name, "--kubeconfig", n.AgentKubeconfig(),
+		bin, "--node-name", n.Name, "--kubeconfig", n.AgentKubeconfig(),
 		"--ovsdb", n.OVS.DBSocket(), "--ovs-rundir", n.OVS.Dir, "--netns", n.NSPath,
 		"--health-probe-bind-address", "0", "--metrics-bind-address", "0",
 		"--state-dir", n.StateDir, "--cni-socket", n.CNISocket, "--cni-conf-dir", n.CNIConfDir,
 	}
+	args = append(args, n.extraAgentArgs...)
 	if n.kubelet != nil {
 		// In the node's mount namespace, where containerd mounts the Pods' network namespaces; containerd's
 		// task events start the simulator's sandboxes.
@@ -208,6 +221,17 @@ func (n *Node) agentArgs() []string {
 	}
 	return args
 }
+
+// AgentPID is the pid of the node's running agent process, 0 when none runs.
+func (n *Node) AgentPID() int {
+	if n.agent == nil || !n.agent.running() {
+		return 0
+	}
+	return n.agent.cmd.Process.Pid
+}
+
+// AgentLog is the path of the agent's log.
+func (n *Node) AgentLog() string { return filepath.Join(n.Dir, "winnet-agent.log") }
 
 // StartAgent starts the node's winnet-agent process, with winnet-agent's credentials (a token bound to the
 // node's Node object, see writeAgentKubeconfig).

@@ -99,6 +99,28 @@ func createPolicy(t *testing.T, np *networkingv1.NetworkPolicy) {
 	t.Cleanup(func() { _ = server.Client.Delete(context.Background(), np) })
 }
 
+// passCount is the agents' NetworkPolicy passes of a kind (both agents of the test run in this
+// process).
+func passCount(t *testing.T, kind string) float64 {
+	t.Helper()
+	families, err := ctrlmetrics.Registry.Gather()
+	NewWithT(t).Expect(err).NotTo(HaveOccurred())
+	var n float64
+	for _, f := range families {
+		if f.GetName() != "winnet_networkpolicy_passes_total" {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "kind" && l.GetValue() == kind {
+					n += m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return n
+}
+
 // clusterIPService creates a ClusterIP Service with a TCP and a UDP port 80 to the Pod's port and,
 // as the EndpointSlice controller would, its EndpointSlice; it returns the ClusterIP.
 func clusterIPService(t *testing.T, name string, p *framework.TestPod, port int32) netip.Addr {
@@ -311,6 +333,50 @@ func TestNetworkPolicy(t *testing.T) {
 				}
 			}
 			g.Expect(passes).To(BeNumerically(">", 0))
+		}},
+		// Issue 37: what holds no local Pod, and what nothing reads, costs no pass.
+		{"a node with nothing changing reads nothing in its periodic checks", func(t *testing.T) {
+			g := NewWithT(t)
+			time.Sleep(2 * time.Second) // the passes of the steps before end
+			full, checks := passCount(t, networkpolicy.PassFull), passCount(t, networkpolicy.PassCheck)
+			time.Sleep(3 * time.Second) // three resync periods of the test agents
+			g.Expect(passCount(t, networkpolicy.PassFull)).To(Equal(full), "a full pass (every input read) ran with nothing changed")
+			g.Expect(passCount(t, networkpolicy.PassCheck)).To(BeNumerically(">", checks), "the periodic check did not run")
+		}},
+		{"a NetworkPolicy in a namespace without a local Pod takes no pass", func(t *testing.T) {
+			g := NewWithT(t)
+			far := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "np-far", Labels: map[string]string{"team": "far"}}}
+			g.Expect(server.Client.Create(ctx, far)).To(Succeed())
+			t.Cleanup(func() { _ = server.Client.Delete(context.Background(), far) })
+			time.Sleep(2 * time.Second)
+			full := passCount(t, networkpolicy.PassFull)
+			createPolicy(t, &networkingv1.NetworkPolicy{
+				ObjectMeta: metav1.ObjectMeta{Namespace: "np-far", Name: "far"},
+				Spec:       networkingv1.NetworkPolicySpec{PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress}},
+			})
+			time.Sleep(2 * time.Second)
+			g.Expect(passCount(t, networkpolicy.PassFull)).To(Equal(full), "a policy selecting no local Pod took a full pass")
+		}},
+		{"a Namespace label no policy reads takes no pass, one a policy reads does", func(t *testing.T) {
+			g := NewWithT(t)
+			createPolicy(t, &networkingv1.NetworkPolicy{
+				ObjectMeta: metav1.ObjectMeta{Namespace: "np-x", Name: "from-tier"},
+				Spec: networkingv1.NetworkPolicySpec{
+					PodSelector: metav1.LabelSelector{MatchLabels: map[string]string{"app": "web"}},
+					PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress},
+					Ingress: []networkingv1.NetworkPolicyIngressRule{{From: []networkingv1.NetworkPolicyPeer{{
+						NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"tier": "front"}}}}}},
+				},
+			})
+			time.Sleep(2 * time.Second)
+			full := passCount(t, networkpolicy.PassFull)
+			setLabels(t, nsY, map[string]string{"team": "y", "unread": "1"})
+			time.Sleep(2 * time.Second)
+			g.Expect(passCount(t, networkpolicy.PassFull)).To(Equal(full), "a label no selector reads took a full pass")
+			setLabels(t, nsY, map[string]string{"team": "y", "tier": "front"})
+			g.Eventually(func() float64 { return passCount(t, networkpolicy.PassFull) }).WithTimeout(converge).Should(BeNumerically(">", full),
+				"a label a selector reads took no pass")
+			setLabels(t, nsY, map[string]string{"team": "y"})
 		}},
 		{"policies are enforced again after ovs-vswitchd is killed and restarted", func(t *testing.T) {
 			g := NewWithT(t)

@@ -1,0 +1,46 @@
+// Package scale benchmarks what winnet costs as the cluster grows (`make bench-scale`, issue 37):
+// the real kube-apiserver and etcd, kube-controller-manager, winnet-controller and 1-3 real
+// winnet-agent processes on simulated nodes with 30 local Pods each (the e2e harness,
+// test/e2e/cluster), in a cluster written to the API server in parallel, with protobuf: Nodes that
+// exist only as objects (with heartbeats), their Pods (created, then their status written as
+// kubelet does), Namespaces, Services with EndpointSlices and NetworkPolicies. The cluster grows
+// 10,000 -> 30,000 -> 60,000 Pods (BENCH_SCALE_150K=1 adds 150,000) with one Service and one
+// policy per six Pods (10,000 at 60,000 Pods, the goals' proportions) and 30 Pods per Node, and
+// at each size the benchmark prints one line, the largest last:
+//
+//	bench-scale pods=N services=S policies=P agent_heap_mb=.. agent_rss_mb=.. agent_idle_cpu_pct=..
+//	idle_writes_per_min=.. writes_per_endpoint_change=.. watch_kb_s_per_agent=..
+//	kubeproxy_watch_kb_s=.. full_pass_ms=.. burst_converge_ms=..
+//
+// What each number is:
+//   - agent_heap_mb: the agents' largest live heap after a GC (HeapAlloc of the agent's
+//     /debug/pprof/heap?gc=1, its loopback-only profiler); agent_rss_mb: the largest VmRSS.
+//   - agent_idle_cpu_pct: the agents' mean CPU (of one core, /proc/<pid>/stat) over 60 s in which
+//     only the Nodes' heartbeats are written.
+//   - idle_writes_per_min: the writes (create, update, patch, delete; empty patches included) of the
+//     agents' user (winnet-agent's ServiceAccount) in those 60 s, all agents together, counted in
+//     the API server's audit log (an audit policy that records only that user's writes).
+//   - writes_per_endpoint_change: the agents' writes in the 3 s after each of 5 changes of one
+//     endpoint of one EndpointSlice, per change.
+//   - watch_kb_s_per_agent and kubeproxy_watch_kb_s: the bytes a watch client receives, per
+//     second, during 30 s of churn (10 Pods created and 10 deleted per second, 5 EndpointSlice
+//     changes per second, the heartbeats): one with the agent's watches and selectors (every Pod,
+//     NetworkPolicy, Namespace and RemoteSubnetRoute, the Services and EndpointSlices kube-proxy
+//     would serve, its Node), one with kube-proxy's (those Services and EndpointSlices, its Node),
+//     both with protobuf as the agent and kube-proxy use; each stands for one node of many.
+//   - full_pass_ms: the agent's full NetworkPolicy pass (reading its inputs, compiling, the bundle)
+//     after a policy selecting local Pods is created, from the agent's log, median of 3.
+//   - burst_converge_ms: from the start of a burst of 100 Pods created in parallel (with their
+//     status), peers of a policy on the first agent's Pods, until the first agent's switch has a
+//     peer flow for each of their addresses.
+//
+// The build of each size (the objects written, then the agents settled) is timed on a line of its
+// own. The audit log, the agents' and winnet-controller's logs are kept in bin/bench-scale/.
+//
+// Environment: BENCH_SCALE_SIZES (comma-separated Pod counts, default 10000,30000,60000),
+// BENCH_SCALE_150K=1 (adds 150,000), BENCH_SCALE_AGENTS (1-3, default 3), BENCH_SCALE_BIN (the
+// directory of the winnet binaries to measure, default bin/linux), BENCH_SCALE_REF_BIN (the
+// directory of a reference build, such as main's: as many agents of it run beside the measured ones
+// in the same cluster, at the same moments, and print bench-scale-ref lines; the watch numbers are
+// the same for both, their watches being the same).
+package scale

@@ -1,0 +1,459 @@
+//go:build linux && bench
+
+package scale
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/winnet-io/winnet/internal/pipeline"
+	"github.com/winnet-io/winnet/test/e2e/cluster"
+	"github.com/winnet-io/winnet/test/framework"
+)
+
+const (
+	// idleWindow is how long the idle cost is measured; churnWindow how long the watches count.
+	idleWindow  = 60 * time.Second
+	churnWindow = 30 * time.Second
+	// heartbeatPeriod is how often each object Node's heartbeat is written (kubelet writes its
+	// status every 10 s when it changes and at least every 5 minutes).
+	heartbeatPeriod = time.Minute
+	// endpointChanges are made endpointGap apart; each one's writes are counted in that gap.
+	endpointChanges = 5
+	endpointGap     = 3 * time.Second
+	burstPods       = 100
+	probes          = 3
+	// settledCPU: the agents are settled when each used less than this share of a core over 5 s.
+	settledCPU = 0.15
+)
+
+// result is one size's line.
+type result struct {
+	s                                            shape
+	heapMB, rssMB, idleCPU, idleWrites, epWrites float64
+	agentKBs, proxyKBs                           float64
+	fullPass, burst                              time.Duration
+}
+
+func (r result) String() string {
+	return fmt.Sprintf("bench-scale pods=%d services=%d policies=%d agent_heap_mb=%.0f agent_rss_mb=%.0f agent_idle_cpu_pct=%.1f "+
+		"idle_writes_per_min=%.1f writes_per_endpoint_change=%.1f watch_kb_s_per_agent=%.1f kubeproxy_watch_kb_s=%.1f full_pass_ms=%.0f burst_converge_ms=%.0f",
+		r.s.pods, r.s.services, r.s.policies, r.heapMB, r.rssMB, r.idleCPU, r.idleWrites, r.epWrites, r.agentKBs, r.proxyKBs,
+		float64(r.fullPass.Microseconds())/1000, float64(r.burst.Microseconds())/1000)
+}
+
+func sizes(t *testing.T) []int {
+	out := []int{10000, 30000, 60000}
+	if v := os.Getenv("BENCH_SCALE_SIZES"); v != "" {
+		out = nil
+		for _, f := range strings.Split(v, ",") {
+			n, err := strconv.Atoi(strings.TrimSpace(f))
+			if err != nil || n < 1000 {
+				t.Fatalf("BENCH_SCALE_SIZES=%q: each size is a Pod count of at least 1000", v)
+			}
+			out = append(out, n)
+		}
+	}
+	if os.Getenv("BENCH_SCALE_150K") == "1" {
+		out = append(out, 150000)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// agent is one winnet node of the benchmark.
+type agent struct {
+	node  *cluster.Node
+	pprof string
+}
+
+// agentSet is the agents of one build: the one measured, or the reference (BENCH_SCALE_REF_BIN).
+type agentSet struct {
+	name   string
+	agents []*agent
+}
+
+func (s *agentSet) nodes() map[string]bool {
+	out := map[string]bool{}
+	for _, a := range s.agents {
+		out[a.node.Name] = true
+	}
+	return out
+}
+
+// TestBenchScale grows one cluster through the sizes and measures winnet at each (see doc.go).
+func TestBenchScale(t *testing.T) {
+	ctx := context.Background()
+	agents := 3
+	if v := os.Getenv("BENCH_SCALE_AGENTS"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > 3 {
+			t.Fatalf("BENCH_SCALE_AGENTS=%q: 1, 2 or 3", v)
+		}
+		agents = n
+	}
+	out := filepath.Join(framework.RepoRoot(), "bin", "bench-scale")
+	if err := os.MkdirAll(out, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	policyFile, auditLog := filepath.Join(out, "audit-policy.yaml"), filepath.Join(out, "audit.log")
+	_ = os.Remove(auditLog)
+	if err := os.WriteFile(policyFile, []byte(auditPolicy), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	c, err := cluster.Start(ctx, cluster.Options{
+		Logf:         func(f string, a ...any) { fmt.Fprintf(os.Stderr, "bench-scale: "+f+"\n", a...) },
+		BinDir:       os.Getenv("BENCH_SCALE_BIN"),
+		UnderlayCIDR: netip.MustParsePrefix("192.168.78.0/24"),
+		// Room for 5,000 Nodes' /24s (the object Nodes' are under 100.65.0.0).
+		ClusterCIDR:   netip.MustParsePrefix("100.64.0.0/10"),
+		APIServerArgs: map[string]string{"audit-policy-file": policyFile, "audit-log-path": auditLog},
+		// The object Nodes have no Lease: only their status heartbeats (every heartbeatPeriod)
+		// tell node lifecycle they live.
+		ControllerManagerArgs: []string{"--node-monitor-grace-period=2h", "--node-startup-grace-period=2h"},
+	})
+	if err != nil {
+		t.Fatalf("starting the cluster: %v", err)
+	}
+	defer func() {
+		for _, n := range c.Nodes() {
+			copyFile(n.AgentLog(), filepath.Join(out, "winnet-agent-"+n.Name+".log"))
+		}
+		copyFile(filepath.Join(c.RunDir, "winnet-controller.log"), filepath.Join(out, "winnet-controller.log"))
+		if err := c.Close(); err != nil {
+			t.Errorf("tearing the cluster down: %v", err)
+		}
+	}()
+	w, err := newWriter(c.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sets := []*agentSet{{name: "bench-scale"}}
+	if ref := os.Getenv("BENCH_SCALE_REF_BIN"); ref != "" {
+		sets = append(sets, &agentSet{name: "bench-scale-ref"})
+	}
+	var all []*agent
+	for si, set := range sets {
+		for i := range agents {
+			a := &agent{pprof: framework.FreeAddress(t)}
+			k := si*3 + i
+			spec := cluster.NodeSpec{Name: fmt.Sprintf("win-%c", 'a'+k), IP: netip.MustParseAddr(fmt.Sprintf("192.168.78.%d", 11+k)),
+				PodCIDR:   netip.MustParsePrefix(fmt.Sprintf("100.64.%d.0/24", 1+k)),
+				AgentArgs: []string{"--pprof-bind-address", a.pprof, "--zap-time-encoding", "rfc3339nano"}}
+			if si == 1 {
+				spec.AgentBinary = filepath.Join(os.Getenv("BENCH_SCALE_REF_BIN"), "winnet-agent")
+			}
+			a.node, err = c.AddNode(ctx, spec)
+			if err != nil {
+				t.Fatalf("adding node %s: %v\n%s", spec.Name, err, c.LogTails(30))
+			}
+			set.agents = append(set.agents, a)
+			all = append(all, a)
+		}
+	}
+	if err := c.WaitReady(ctx, 3*time.Minute); err != nil {
+		t.Fatalf("the nodes did not get ready: %v\n%s", err, c.LogTails(30))
+	}
+	if err := parallel(0, localNamespaces, func(i int) error { return w.namespace(ctx, i) }); err != nil {
+		t.Fatal(err)
+	}
+	// The local Pods: one per local namespace on each agent's node, attached through CNI.
+	var wg sync.WaitGroup
+	errs := make([]error, len(all))
+	for i, a := range all {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for j := range localNamespaces {
+				if _, err := c.AddPodWith(ctx, a.node, fmt.Sprintf("l%d-%02d", i, j), cluster.PodOptions{Namespace: nsName(j),
+					Labels: map[string]string{"app": fmt.Sprintf("a%d", j%5), "role": "local"}}, 2*time.Minute); err != nil {
+					errs[i] = err
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			t.Fatalf("attaching the local Pods: %v\n%s", err, c.LogTails(30))
+		}
+	}
+	fmt.Printf("bench-scale-info: %d winnet nodes with %d local Pods each up in %v (the reference's agents: %d)\n", len(all), localNamespaces,
+		time.Since(start).Round(time.Second), len(all)-agents)
+	hbCtx, stopHeartbeats := context.WithCancel(ctx)
+	defer stopHeartbeats()
+	go w.heartbeats(hbCtx, heartbeatPeriod)
+
+	var lines []string
+	for si, size := range sizes(t) {
+		s := shapeOf(size)
+		local := len(all) * localNamespaces
+		built := time.Now()
+		if err := w.grow(ctx, s, size-local); err != nil {
+			t.Fatalf("growing the cluster to %d Pods: %v", size, err)
+		}
+		burstPolicy := probePolicy(fmt.Sprintf("burst-%d", si), int32(7000+si), map[string]string{"role": fmt.Sprintf("burst%d", si)}, nsName(1), "a1")
+		if _, err := w.cs.NetworkingV1().NetworkPolicies(nsName(1)).Create(ctx, burstPolicy, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		writeTime := time.Since(built)
+		settle := settled(t, all)
+		fmt.Printf("bench-scale-info pods=%d nodes=%d namespaces=%d services=%d policies=%d: written in %v, agents settled %v later (%v in all)\n",
+			size, s.nodes, s.namespaces, s.services, s.policies, writeTime.Round(time.Second), settle.Round(time.Second), time.Since(built).Round(time.Second))
+		rs := make([]result, len(sets))
+		for k, set := range sets {
+			rs[k].s = s
+			rs[k].s.pods = size
+			for _, a := range set.agents {
+				pid := a.node.AgentPID()
+				if pid == 0 {
+					t.Fatalf("the agent of %s is not running:\n%s", a.node.Name, c.LogTails(40))
+				}
+				h, err := heapMB(a.pprof)
+				if err != nil {
+					t.Fatal(err)
+				}
+				rss, err := rssMB(pid)
+				if err != nil {
+					t.Fatal(err)
+				}
+				rs[k].heapMB, rs[k].rssMB = max(rs[k].heapMB, h), max(rs[k].rssMB, rss)
+			}
+		}
+
+		// Idle: the heartbeats only.
+		cpu0 := make([]time.Duration, len(sets))
+		for k, set := range sets {
+			cpu0[k] = agentCPU(t, set.agents)
+		}
+		idleFrom := time.Now()
+		time.Sleep(idleWindow)
+		idleTo := time.Now()
+		for k, set := range sets {
+			rs[k].idleCPU = float64(agentCPU(t, set.agents)-cpu0[k]) / float64(idleTo.Sub(idleFrom)) / float64(len(set.agents)) * 100
+		}
+		time.Sleep(time.Second) // the audit log is written when a request completes
+		for k, set := range sets {
+			n, what, err := agentWrites(auditLog, set.nodes(), idleFrom, idleTo)
+			if err != nil {
+				t.Fatal(err)
+			}
+			rs[k].idleWrites = float64(n) / idleTo.Sub(idleFrom).Minutes()
+			fmt.Printf("bench-scale-info pods=%d %s: the agents' writes in %v idle: %d (%s)\n", size, set.name, idleWindow, n, what)
+		}
+
+		// One endpoint of one Service changed, endpointChanges times.
+		epFrom := time.Now()
+		for range endpointChanges {
+			if err := w.changeEndpoint(ctx, 0, s.namespaces); err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(endpointGap)
+		}
+		epTo := time.Now()
+		time.Sleep(time.Second)
+		for k, set := range sets {
+			n, what, err := agentWrites(auditLog, set.nodes(), epFrom, epTo)
+			if err != nil {
+				t.Fatal(err)
+			}
+			rs[k].epWrites = float64(n) / endpointChanges
+			fmt.Printf("bench-scale-info pods=%d %s: the agents' writes in the %v after %d endpoint changes: %d (%s)\n", size, set.name,
+				epTo.Sub(epFrom).Round(time.Second), endpointChanges, n, what)
+		}
+
+		// The full pass: a policy selecting local Pods, created probes times.
+		passes := make([][]time.Duration, len(sets))
+		for k := range probes {
+			at := time.Now()
+			np := probePolicy(fmt.Sprintf("probe-%d-%d", si, k), int32(20000+si*10+k), map[string]string{"role": "peer"}, nsName(0), "a0")
+			if _, err := w.cs.NetworkingV1().NetworkPolicies(nsName(0)).Create(ctx, np, metav1.CreateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			for j, set := range sets {
+				first := set.agents[0].node
+				for deadline := time.Now().Add(3 * time.Minute); ; time.Sleep(200 * time.Millisecond) {
+					ps, err := fullPasses(first.AgentLog(), at)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if len(ps) > 0 {
+						passes[j] = append(passes[j], ps[0])
+						break
+					}
+					if time.Now().After(deadline) {
+						t.Fatalf("no full NetworkPolicy pass of %s logged in 3 minutes after a policy's creation", first.Name)
+					}
+				}
+			}
+			time.Sleep(2 * time.Second)
+		}
+		for k, set := range sets {
+			rs[k].fullPass = median(passes[k])
+			fmt.Printf("bench-scale-info pods=%d %s: full passes %v\n", size, set.name, passes[k])
+		}
+
+		firsts := make([]*agent, len(sets))
+		for k, set := range sets {
+			firsts[k] = set.agents[0]
+		}
+		for k, d := range burst(t, ctx, w, firsts, si, s) {
+			rs[k].burst = d
+		}
+
+		// Churn, with the watches of one agent and one kube-proxy counting (the same for both
+		// builds: their watches and selectors are the same).
+		agentW, err := startWatches(ctx, c.Config, agentWatches(firsts[0].node.Name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		proxyW, err := startWatches(ctx, c.Config, kubeProxyWatches(nodeName(0)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		churnCtx, stop := context.WithTimeout(ctx, churnWindow)
+		churnStart := time.Now()
+		writes, err := w.churn(churnCtx, 10, 5)
+		stop()
+		if err != nil {
+			t.Fatalf("churn: %v", err)
+		}
+		elapsed := time.Since(churnStart).Seconds()
+		agentKBs, proxyKBs := float64(agentW.Stop())/1024/elapsed, float64(proxyW.Stop())/1024/elapsed
+		fmt.Printf("bench-scale-info pods=%d: churn of %d writes in %.0f s\n", size, writes, elapsed)
+		for k, set := range sets {
+			rs[k].agentKBs, rs[k].proxyKBs = agentKBs, proxyKBs
+			line := strings.Replace(rs[k].String(), "bench-scale ", set.name+" ", 1)
+			fmt.Println(line)
+			lines = append(lines, line)
+		}
+	}
+	fmt.Printf("bench-scale-info: the run took %v\n", time.Since(start).Round(time.Second))
+	for _, l := range lines {
+		fmt.Println(l)
+	}
+}
+
+// agentCPU is the agents' CPU time together.
+func agentCPU(t *testing.T, nodes []*agent) time.Duration {
+	t.Helper()
+	var sum time.Duration
+	for _, a := range nodes {
+		d, err := cpuTime(a.node.AgentPID())
+		if err != nil {
+			t.Fatal(err)
+		}
+		sum += d
+	}
+	return sum
+}
+
+// settled waits until every agent used less than settledCPU of a core over 5 s (at most 10
+// minutes) and returns how long that took.
+func settled(t *testing.T, nodes []*agent) time.Duration {
+	t.Helper()
+	start := time.Now()
+	for time.Since(start) < 10*time.Minute {
+		before := make([]time.Duration, len(nodes))
+		for i, a := range nodes {
+			before[i], _ = cpuTime(a.node.AgentPID())
+		}
+		time.Sleep(5 * time.Second)
+		quiet := true
+		for i, a := range nodes {
+			d, err := cpuTime(a.node.AgentPID())
+			if err != nil {
+				t.Fatalf("the agent of %s: %v", a.node.Name, err)
+			}
+			if float64(d-before[i]) > settledCPU*float64(5*time.Second) {
+				quiet = false
+			}
+		}
+		if quiet {
+			return time.Since(start)
+		}
+	}
+	fmt.Printf("bench-scale-info: the agents were still busy after 10 minutes; measuring anyway\n")
+	return time.Since(start)
+}
+
+// burst creates burstPods Pods in parallel, peers of the burst policy on the agents' Pods, and
+// returns, for each agent, how long until its switch has a peer flow for every one of their
+// addresses.
+func burst(t *testing.T, ctx context.Context, w *writer, agents []*agent, si int, s shape) []time.Duration {
+	t.Helper()
+	addrs := make([]string, burstPods)
+	for k := range burstPods {
+		addrs[k] = addrAt(burstBase, si*256+k+1).String()
+	}
+	start := time.Now()
+	errc := make(chan error, burstPods)
+	for k := range burstPods {
+		go func() {
+			errc <- w.podAt(ctx, nsName(1), fmt.Sprintf("burst-%d-%03d", si, k), nodeName(k%s.nodes), addrAt(burstBase, si*256+k+1),
+				map[string]string{"role": fmt.Sprintf("burst%d", si), "app": "burst"})
+		}()
+	}
+	table := fmt.Sprintf("table=%d", pipeline.IngressRuleTable)
+	out := make([]time.Duration, len(agents))
+	written := false
+	for deadline := time.Now().Add(5 * time.Minute); ; time.Sleep(100 * time.Millisecond) {
+		if !written {
+			for range burstPods {
+				if err := <-errc; err != nil {
+					t.Fatalf("burst: %v", err)
+				}
+			}
+			written = true
+			fmt.Printf("bench-scale-info pods=%d: the burst's %d Pods written in %v\n", s.pods, burstPods, time.Since(start).Round(time.Millisecond))
+		}
+		done := true
+		for i, a := range agents {
+			if out[i] != 0 {
+				continue
+			}
+			flows, err := a.node.OVS.DumpFlows(cluster.BridgeName, table)
+			if err != nil {
+				t.Fatal(err)
+			}
+			dump := strings.Join(flows, "\n") + "\n"
+			missing := 0
+			for _, ip := range addrs {
+				if !strings.Contains(dump, "nw_src="+ip+",") && !strings.Contains(dump, "nw_src="+ip+" ") {
+					missing++
+				}
+			}
+			if missing == 0 {
+				out[i] = time.Since(start)
+				continue
+			}
+			done = false
+			if time.Now().After(deadline) {
+				t.Fatalf("burst: %d of %d addresses still without a peer flow on %s after 5 minutes", missing, burstPods, a.node.Name)
+			}
+		}
+		if done {
+			return out
+		}
+	}
+}
+
+// copyFile keeps a log of the run, which goes with the cluster's run directory.
+func copyFile(from, to string) {
+	if data, err := os.ReadFile(from); err == nil {
+		_ = os.WriteFile(to, data, 0o644)
+	}
+}
