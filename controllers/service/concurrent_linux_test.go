@@ -35,7 +35,7 @@ func TestChangesShareTheNextBundle(t *testing.T) {
 	ctx := context.Background()
 	u := simnode.NewUnderlay(t, netip.MustParsePrefix("192.168.67.0/24"))
 	n := framework.StartPodNodeWith(t, server, u, "svcconc-a", "192.168.67.11/24", "10.244.67.0/24", 30*time.Second,
-		framework.AgentOptions{ResyncPeriod: time.Hour})
+		framework.PodNodeOptions{Agent: framework.AgentOptions{ResyncPeriod: time.Hour}})
 	r := n.Agent.Services
 	const ns, services = "svcconc", 8
 	g.Expect(server.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})).To(Succeed())

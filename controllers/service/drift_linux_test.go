@@ -45,7 +45,7 @@ func TestDriftCheckListsRoutesWithoutHoldingPasses(t *testing.T) {
 	ctx := context.Background()
 	u := simnode.NewUnderlay(t, netip.MustParsePrefix("192.168.64.0/24"))
 	n := framework.StartPodNodeWith(t, server, u, "svcdrift-a", "192.168.64.11/24", "10.244.65.0/24", 30*time.Second,
-		framework.AgentOptions{ResyncPeriod: time.Hour})
+		framework.PodNodeOptions{Agent: framework.AgentOptions{ResyncPeriod: time.Hour}})
 	r := n.Agent.Services
 	const ns = "svcdrift"
 	g.Expect(server.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}})).To(Succeed())

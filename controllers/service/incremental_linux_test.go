@@ -49,7 +49,7 @@ func TestIncrementalPassesMatchAFullPass(t *testing.T) {
 	u := simnode.NewUnderlay(t, netip.MustParsePrefix("192.168.63.0/24"))
 	// No periodic full pass: what the switch gets between the checks comes from per-Service passes.
 	n := framework.StartPodNodeWith(t, server, u, m.node, "192.168.63.11/24", "10.244.63.0/24", 30*time.Second,
-		framework.AgentOptions{ResyncPeriod: time.Hour})
+		framework.PodNodeOptions{Agent: framework.AgentOptions{ResyncPeriod: time.Hour}})
 	r := n.Agent.Services
 	g.Expect(server.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: testNamespace}})).To(Succeed())
 
