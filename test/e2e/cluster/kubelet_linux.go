@@ -122,20 +122,12 @@ func (c *Cluster) AddKubeletNode(ctx context.Context, spec NodeSpec, rt Runtime)
 	if !c.opts.Kubelets {
 		return nil, errors.New("a node with a real kubelet needs a cluster started with Options.Kubelets")
 	}
-	c.mu.Lock()
-	if _, ok := c.nodes[spec.Name]; ok {
-		c.mu.Unlock()
-		return nil, fmt.Errorf("node %s exists", spec.Name)
+	n, err := c.register(spec, func(n *Node) {
+		n.kubelet = &kubeletNode{rt: rt, dir: filepath.Join(n.Dir, "k"), cgroup: "/" + n.NS}
+	})
+	if err != nil {
+		return nil, err
 	}
-	n := &Node{
-		Name: spec.Name, NS: c.Prefix + "-" + spec.Name, IP: spec.IP, PodCIDR: spec.PodCIDR.Masked(),
-		Gateway: spec.PodCIDR.Masked().Addr().Next(), Dir: filepath.Join(c.RunDir, spec.Name), c: c, network: spec.Network,
-	}
-	n.NSPath = nsPath(n.NS)
-	n.StateDir, n.CNISocket, n.CNIConfDir = filepath.Join(n.Dir, "state"), filepath.Join(n.Dir, "cni.sock"), filepath.Join(n.Dir, "net.d")
-	n.kubelet = &kubeletNode{rt: rt, dir: filepath.Join(n.Dir, "k"), cgroup: "/" + n.NS}
-	c.nodes[spec.Name] = n
-	c.mu.Unlock()
 
 	c.logf("Adding node %s (%s, Pod CIDR %s) with kubelet and %s", n.Name, n.IP, n.PodCIDR, rt.Name)
 	if err := n.build(); err != nil {

@@ -83,21 +83,10 @@ type Node struct {
 // AddNode builds a node, creates its WindowsNodeNetwork and Node objects and starts its agent. It does not wait
 // for the node to be ready (WaitReady).
 func (c *Cluster) AddNode(ctx context.Context, spec NodeSpec) (*Node, error) {
-	c.mu.Lock()
-	if _, ok := c.nodes[spec.Name]; ok {
-		c.mu.Unlock()
-		return nil, fmt.Errorf("node %s exists", spec.Name)
+	n, err := c.register(spec, nil)
+	if err != nil {
+		return nil, err
 	}
-	n := &Node{
-		Name: spec.Name, NS: c.Prefix + "-" + spec.Name, IP: spec.IP, PodCIDR: spec.PodCIDR.Masked(),
-		Gateway: spec.PodCIDR.Masked().Addr().Next(), Dir: filepath.Join(c.RunDir, spec.Name), c: c, network: spec.Network,
-		extraAgentArgs: spec.AgentArgs, agentBinary: spec.AgentBinary,
-	}
-	n.NSPath = nsPath(n.NS)
-	n.StateDir, n.CNISocket, n.CNIConfDir = filepath.Join(n.Dir, "state"), filepath.Join(n.Dir, "cni.sock"), filepath.Join(n.Dir, "net.d")
-	c.nodes[spec.Name] = n
-	c.mu.Unlock()
-
 	c.logf("Adding node %s (%s, Pod CIDR %s)", n.Name, n.IP, n.PodCIDR)
 	if err := n.build(); err != nil {
 		return n, fmt.Errorf("building node %s: %w", n.Name, err)
@@ -111,6 +100,28 @@ func (c *Cluster) AddNode(ctx context.Context, spec NodeSpec) (*Node, error) {
 	if err := n.StartAgent(); err != nil {
 		return n, err
 	}
+	return n, nil
+}
+
+// register makes the record of the node spec describes, lets with (when set) complete it, and adds it
+// to the cluster; it fails when a node of that name exists.
+func (c *Cluster) register(spec NodeSpec, with func(*Node)) (*Node, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if _, ok := c.nodes[spec.Name]; ok {
+		return nil, fmt.Errorf("node %s exists", spec.Name)
+	}
+	n := &Node{
+		Name: spec.Name, NS: c.Prefix + "-" + spec.Name, IP: spec.IP, PodCIDR: spec.PodCIDR.Masked(),
+		Gateway: spec.PodCIDR.Masked().Addr().Next(), Dir: filepath.Join(c.RunDir, spec.Name), c: c, network: spec.Network,
+		extraAgentArgs: spec.AgentArgs, agentBinary: spec.AgentBinary,
+	}
+	n.NSPath = nsPath(n.NS)
+	n.StateDir, n.CNISocket, n.CNIConfDir = filepath.Join(n.Dir, "state"), filepath.Join(n.Dir, "cni.sock"), filepath.Join(n.Dir, "net.d")
+	if with != nil {
+		with(n)
+	}
+	c.nodes[spec.Name] = n
 	return n, nil
 }
 
