@@ -13,7 +13,6 @@ import (
 	"path/filepath"
 	"runtime/pprof"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -33,7 +32,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	networkv1alpha1 "github.com/winnet-io/winnet/api/v1alpha1"
-	"github.com/winnet-io/winnet/internal/ovs/openflow"
 	"github.com/winnet-io/winnet/internal/pipeline"
 	"github.com/winnet-io/winnet/test/bench/benchutil"
 	"github.com/winnet-io/winnet/test/framework"
@@ -112,10 +110,10 @@ func TestBenchNetpol(t *testing.T) {
 		t.Fatal("the plain watch of the policies saw no creation")
 	}
 	fmt.Printf("bench-netpol cidr_rules=%d: steps, in ms from the create call: create returned %.1f; a plain watch saw the policy %.1f; %s; then ovs-vswitchd answered an echo in %.1f (median of 5)\n",
-		cidrRules, ms(created), ms(policyWatchAt.Sub(start)), cidrPass.steps(start, at), ms(benchutil.SwitchEcho(t, node.Node, networkv1alpha1.DefaultBridgeName)))
+		cidrRules, benchutil.MS(created), benchutil.MS(policyWatchAt.Sub(start)), cidrPass.steps(start, at), benchutil.MS(benchutil.SwitchEcho(t, node.Node, networkv1alpha1.DefaultBridgeName)))
 	flowFile := filepath.Join(t.TempDir(), "policy.flows")
-	n := dumpPolicyFlows(t, node.Node, flowFile)
-	ofctl := ofctlReference(t, node.Node, flowFile)
+	n := benchutil.DumpCategoryFlows(t, node.Node, networkv1alpha1.DefaultBridgeName, pipeline.CategoryPolicy, flowFile)
+	ofctl := benchutil.OfctlReference(t, node.Node, flowFile)
 	fmt.Printf("bench-netpol cidr_rules=%d: flows present %d ms after the policy's creation (the agent's pass, from the event to its bundle committed: %.1f ms, of which reading the caches %.1f ms, compiling %.1f ms, the bundle %.1f ms); ovs-ofctl --bundle add-flows of the same %d flows: %d ms\n",
 		cidrRules, ours.Milliseconds(), cidrPass.Latency, cidrPass.Read, cidrPass.Compute, cidrPass.Sync, n, ofctl.Milliseconds())
 	if err := c.Delete(ctx, np); err != nil {
@@ -150,7 +148,7 @@ func TestBenchNetpol(t *testing.T) {
 		node.AddPod(t, fmt.Sprintf("local-%03d", j), framework.TestPodOptions{Namespace: "bench", Labels: labels})
 	}
 	fmt.Printf("bench-netpol: %d local Pods attached through CNI in %v\n", localPods, time.Since(addStart).Round(time.Millisecond))
-	parallel(t, remotePods+1, func(i int) error {
+	mustParallel(t, remotePods+1, func(i int) error {
 		ns, name, role, ip := remoteNamespace(i), fmt.Sprintf("remote-%04d", i), "peer", fmt.Sprintf("10.245.%d.%d", i/250, 1+i%250)
 		if i == remotePods {
 			name, role, ip = "joiner", "idle", joinerAddress
@@ -163,7 +161,7 @@ func TestBenchNetpol(t *testing.T) {
 	// policy created before it (the agent's cache sees them in order).
 	lastSeen := benchutil.MonitorFlow(t, ctx, node.Node, networkv1alpha1.DefaultBridgeName, fmt.Sprintf("table=%d,tcp,tp_dst=9999", pipeline.IngressRuleTable))
 	start = time.Now()
-	parallel(t, policies-1, func(i int) error { return c.Create(ctx, benchPolicy(i, 8000+i%10)) })
+	mustParallel(t, policies-1, func(i int) error { return c.Create(ctx, benchPolicy(i, 8000+i%10)) })
 	mustCreate(t, c, benchPolicy(policies-1, 9999))
 	created = time.Since(start)
 	at, ok = <-lastSeen
@@ -175,7 +173,7 @@ func TestBenchNetpol(t *testing.T) {
 	if err := c.Get(ctx, client.ObjectKey{Name: benchNode}, wnn); err != nil {
 		t.Fatal(err)
 	}
-	policyFlows := dumpPolicyFlows(t, node.Node, filepath.Join(t.TempDir(), "policies.flows"))
+	policyFlows := benchutil.DumpCategoryFlows(t, node.Node, networkv1alpha1.DefaultBridgeName, pipeline.CategoryPolicy, filepath.Join(t.TempDir(), "policies.flows"))
 	fmt.Printf("bench-netpol policies=%d: flows present %d ms after the first policy's creation (creating them took %d ms); %d policy flows\n",
 		policies, policiesTime.Milliseconds(), created.Milliseconds(), policyFlows)
 
@@ -210,12 +208,12 @@ func TestBenchNetpol(t *testing.T) {
 		t.Fatal("the plain watch of the joiner saw no change")
 	}
 	fmt.Printf("bench-netpol added one address to the peers of %d policies: flow present %.1f ms after the label change (the agent's pass, from the Pod event to its bundle committed: %.1f ms), %d flow mods in the agent's pass\n",
-		policies, ms(incr), incrPass.Latency, incrPass.FlowMods)
+		policies, benchutil.MS(incr), incrPass.Latency, incrPass.FlowMods)
 	fmt.Printf("bench-netpol added one address: steps, in ms from the patch call: patch returned %.1f; a plain watch saw the change %.1f; %s; then ovs-vswitchd answered an echo in %.1f (median of 5)\n",
-		ms(patched), ms(watchAt.Sub(start)), incrPass.steps(start, at), ms(benchutil.SwitchEcho(t, node.Node, networkv1alpha1.DefaultBridgeName)))
-	fmt.Printf("bench-netpol load average at the end: %s (the numbers are only comparable on a quiet machine)\n", loadAverage())
+		benchutil.MS(patched), benchutil.MS(watchAt.Sub(start)), incrPass.steps(start, at), benchutil.MS(benchutil.SwitchEcho(t, node.Node, networkv1alpha1.DefaultBridgeName)))
+	fmt.Printf("bench-netpol load average at the end: %s (the numbers are only comparable on a quiet machine)\n", benchutil.LoadAverage())
 	fmt.Printf("bench-netpol cidr_rules=%d ours_ms=%d ofctl_ms=%d ratio=%.2f policies=%d policies_ms=%d incr_ms=%.1f incr_msgs=%d\n",
-		cidrRules, ours.Milliseconds(), ofctl.Milliseconds(), float64(ours)/float64(ofctl), policies, policiesTime.Milliseconds(), ms(incr), incrPass.FlowMods)
+		cidrRules, ours.Milliseconds(), ofctl.Milliseconds(), float64(ours)/float64(ofctl), policies, policiesTime.Milliseconds(), benchutil.MS(incr), incrPass.FlowMods)
 	fmt.Println(exceptLine)
 }
 
@@ -261,10 +259,10 @@ func benchExcept(t *testing.T, ctx context.Context, c client.Client, node *frame
 	realise := at.Sub(start)
 	after := cpuPercent(30 * time.Second)
 	flowFile := filepath.Join(t.TempDir(), "except.flows")
-	n := dumpPolicyFlows(t, node.Node, flowFile)
-	ofctl := ofctlReference(t, node.Node, flowFile)
+	n := benchutil.DumpCategoryFlows(t, node.Node, networkv1alpha1.DefaultBridgeName, pipeline.CategoryPolicy, flowFile)
+	ofctl := benchutil.OfctlReference(t, node.Node, flowFile)
 	fmt.Printf("bench-netpol-except excepts=%d: the agent's CPU over 30 s idle before the policy: %.1f%%; after its realisation: %.1f%%; load average %s\n",
-		excepts, idle, after, loadAverage())
+		excepts, idle, after, benchutil.LoadAverage())
 	if err := c.Delete(ctx, np); err != nil {
 		t.Fatal(err)
 	}
@@ -373,62 +371,6 @@ func mustCreate(t *testing.T, c client.Client, obj client.Object) {
 	}
 }
 
-// parallel runs f(0..n-1) on `workers` goroutines and fails on the first error.
-func parallel(t *testing.T, n int, f func(int) error) {
-	t.Helper()
-	work := make(chan int)
-	var wg sync.WaitGroup
-	var mu sync.Mutex
-	var firstErr error
-	for range workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := range work {
-				if err := f(i); err != nil {
-					mu.Lock()
-					firstErr = err
-					mu.Unlock()
-				}
-			}
-		}()
-	}
-	for i := range n {
-		work <- i
-	}
-	close(work)
-	wg.Wait()
-	if firstErr != nil {
-		t.Fatal(firstErr)
-	}
-}
-
-// dumpPolicyFlows writes the node's NetworkPolicy flows (the policy cookie category) to file in
-// add-flows syntax and returns their number.
-func dumpPolicyFlows(t *testing.T, node *simnode.Node, file string) int {
-	t.Helper()
-	mask := uint64(0xff) << 40
-	spec := fmt.Sprintf("cookie=%#x/%#x", openflow.MakeCookie(0, pipeline.CategoryPolicy, 0), mask)
-	lines, err := node.OVS.DumpFlows(networkv1alpha1.DefaultBridgeName, "-O", "OpenFlow15", "--no-names", spec)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(file, []byte(strings.Join(lines, "\n")+"\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return len(lines)
-}
-
-// ofctlReference installs the same flows with ovs-ofctl --bundle add-flows on a fresh bridge.
-func ofctlReference(t *testing.T, node *simnode.Node, file string) time.Duration {
-	t.Helper()
-	node.OVS.MustVsctl(t, "--may-exist", "add-br", "br-ref", "--", "set", "bridge", "br-ref", "datapath_type=netdev", "protocols=OpenFlow15")
-	node.OVS.MustOfctl(t, "-O", "OpenFlow15", "del-flows", "br-ref")
-	start := time.Now()
-	node.OVS.MustOfctl(t, "-O", "OpenFlow15", "--bundle", "add-flows", "br-ref", file)
-	return time.Since(start)
-}
-
 // pass is what the agent logged of a NetworkPolicy pass ("Synced NetworkPolicy flows"): its flow
 // mods and, in ms, its latency (from the change the agent saw to its bundle committed) and, for a
 // full pass, its steps.
@@ -447,7 +389,7 @@ type pass struct {
 // the pass starting, reading the caches (full pass only), compiling, the bundle committed, and
 // the log line written just after.
 func (p pass) steps(start, at time.Time) string {
-	event := ms(p.TS.Sub(start)) - p.Latency
+	event := benchutil.MS(p.TS.Sub(start)) - p.Latency
 	read := event + p.Queued + p.Read
 	s := fmt.Sprintf("the agent's handler saw the event %.1f; its pass started %.1f", event, event+p.Queued)
 	if p.Read > 0 {
@@ -459,7 +401,7 @@ func (p pass) steps(start, at time.Time) string {
 			read+p.Compute+p.Locked, read+p.Compute+p.Written, read+p.Compute+p.Answered)
 	}
 	return s + fmt.Sprintf("; committed %.1f (logged %.1f); the flow monitor saw the flow %.1f",
-		read+p.Compute+p.Sync, ms(p.TS.Sub(start)), ms(at.Sub(start)))
+		read+p.Compute+p.Sync, benchutil.MS(p.TS.Sub(start)), benchutil.MS(at.Sub(start)))
 }
 
 // watchPod watches pod from its current version with a client of its own and sends the time of
@@ -542,16 +484,13 @@ func syncedPass(t *testing.T, logFile string, since time.Time) pass {
 	return pass{}
 }
 
-func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
-
 // millis logs durations in milliseconds, to the microsecond (syncedPass reads them).
-func millis(d time.Duration, enc zapcore.PrimitiveArrayEncoder) { enc.AppendFloat64(ms(d)) }
+func millis(d time.Duration, enc zapcore.PrimitiveArrayEncoder) { enc.AppendFloat64(benchutil.MS(d)) }
 
-// loadAverage is /proc/loadavg's first three fields.
-func loadAverage() string {
-	b, err := os.ReadFile("/proc/loadavg")
-	if err != nil {
-		return "unknown"
+// mustParallel runs f(0..n-1) on `workers` goroutines and fails on the first error.
+func mustParallel(t *testing.T, n int, f func(int) error) {
+	t.Helper()
+	if err := benchutil.Parallel(0, n, workers, f); err != nil {
+		t.Fatal(err)
 	}
-	return strings.Join(strings.Fields(string(b))[:3], " ")
 }

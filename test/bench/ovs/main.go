@@ -26,6 +26,7 @@ import (
 	"github.com/winnet-io/winnet/internal/ovs/openflow"
 	"github.com/winnet-io/winnet/internal/ovs/ovsdb"
 	"github.com/winnet-io/winnet/internal/ovs/ovstest"
+	"github.com/winnet-io/winnet/test/bench/benchutil"
 )
 
 const (
@@ -136,7 +137,7 @@ func run(runs int) error {
 		// The most flow_mods any run sent for the one changed flow.
 		mods := slices.Max(collect(samples, func(s sample) float64 { return float64(s.incrMods) }))
 		incr := median(samples, func(s sample) float64 { return float64(s.incr) })
-		fmt.Printf("bench-ovs: medians of %d runs (ratio: median of per-run ratios; incr_mods: the most any run sent); load average at the end: %s\n", runs, loadAverage())
+		fmt.Printf("bench-ovs: medians of %d runs (ratio: median of per-run ratios; incr_mods: the most any run sent); load average at the end: %s\n", runs, benchutil.LoadAverage())
 		fmt.Printf("bench-ovs flows=%d ours_ms=%d ofctl_ms=%d ratio=%.2f incr_mods=%d incr_ms=%d\n", n, msOf(ours), msOf(ofctl), ratio, int(mods), msOf(incr))
 	}
 	return nil
@@ -290,16 +291,3 @@ func median(samples []sample, f func(sample) float64) float64 {
 }
 
 func msOf(d float64) int64 { return time.Duration(d).Milliseconds() }
-
-// loadAverage reads the 1, 5 and 15 minute load averages (Linux).
-func loadAverage() string {
-	data, err := os.ReadFile("/proc/loadavg")
-	if err != nil {
-		return "unknown"
-	}
-	f := strings.Fields(string(data))
-	if len(f) < 3 {
-		return "unknown"
-	}
-	return strings.Join(f[:3], " ")
-}

@@ -13,7 +13,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -28,7 +27,6 @@ import (
 
 	networkv1alpha1 "github.com/winnet-io/winnet/api/v1alpha1"
 	"github.com/winnet-io/winnet/internal/controller"
-	"github.com/winnet-io/winnet/internal/ovs/openflow"
 	"github.com/winnet-io/winnet/internal/pipeline"
 	winnetscheme "github.com/winnet-io/winnet/internal/scheme"
 	"github.com/winnet-io/winnet/test/bench/benchutil"
@@ -128,9 +126,9 @@ func TestBenchRoutes(t *testing.T) {
 			<-benchutil.FetchProfile(t, pprofAddr, "heap", filepath.Join(framework.RepoRoot(), "bin", name+".heap.pprof"))
 		}
 		flowFile := filepath.Join(t.TempDir(), name+".flows")
-		flows := dumpRouteFlows(t, node, flowFile)
+		flows := benchutil.DumpCategoryFlows(t, node, "br-int", pipeline.CategoryRoute, flowFile)
 		routes := strings.Count(node.MustExec(t, "ip", "route", "show", "proto", "241"), "\n")
-		ofctl := ofctlReference(t, node, flowFile)
+		ofctl := benchutil.OfctlReference(t, node, flowFile)
 		fmt.Printf("bench-routes nodes=%d converge_ms=%d ofctl_ms=%d rss_mb=%d flows=%d host_routes=%d "+
 			"(CPU while converging: agent %d ms, ovs-vswitchd %d ms)\n",
 			size, converge.Milliseconds(), ofctl.Milliseconds(), rss, flows, routes, agentCPU.Milliseconds(), vswitchdCPU.Milliseconds())
@@ -142,7 +140,7 @@ func TestBenchRoutes(t *testing.T) {
 			fmt.Printf("bench-routes added one route at %d: installed %.1f ms after its creation (seen by a flow monitor), "+
 				"accepted by winnet-controller after %.1f ms, %.1f ms in the agent; the agent logged the commit %.1f ms "+
 				"before the monitor saw the flow (observation lag)\n",
-				size, ms(inc.installed), ms(inc.accepted), ms(inc.installed-inc.accepted), ms(inc.lag))
+				size, benchutil.MS(inc.installed), benchutil.MS(inc.accepted), benchutil.MS(inc.installed-inc.accepted), benchutil.MS(inc.lag))
 			summary = fmt.Sprintf("bench-routes nodes=%d converge_ms=%d ofctl_ms=%d rss_mb=%d incr_ms=%d incr_mods=%d",
 				size, converge.Milliseconds(), ofctl.Milliseconds(), rss, inc.installed.Milliseconds(), inc.mods)
 		}
@@ -156,37 +154,17 @@ func routeCIDR(i int) string { return fmt.Sprintf("10.%d.%d.0/24", 100+i/256, i%
 
 func createRoutes(t *testing.T, c client.Client, from, to int) {
 	t.Helper()
-	work := make(chan int)
-	var wg sync.WaitGroup
-	var mu sync.Mutex
-	var firstErr error
-	for range 16 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := range work {
-				rsr := &networkv1alpha1.RemoteSubnetRoute{
-					ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("remote-%05d", i)},
-					Spec: networkv1alpha1.RemoteSubnetRouteSpec{
-						NodeName: fmt.Sprintf("remote-%05d", i), PodCIDRs: []networkv1alpha1.CIDR{networkv1alpha1.CIDR(routeCIDR(i))},
-						NodeIP: networkv1alpha1.IPAddress(fmt.Sprintf("172.16.%d.%d", i/250, 1+i%250)), Mode: networkv1alpha1.RouteModeTunnel,
-					},
-				}
-				if err := c.Create(context.Background(), rsr); err != nil {
-					mu.Lock()
-					firstErr = err
-					mu.Unlock()
-				}
-			}
-		}()
-	}
-	for i := from; i < to; i++ {
-		work <- i
-	}
-	close(work)
-	wg.Wait()
-	if firstErr != nil {
-		t.Fatalf("creating RemoteSubnetRoutes: %v", firstErr)
+	err := benchutil.Parallel(from, to, 16, func(i int) error {
+		return c.Create(context.Background(), &networkv1alpha1.RemoteSubnetRoute{
+			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("remote-%05d", i)},
+			Spec: networkv1alpha1.RemoteSubnetRouteSpec{
+				NodeName: fmt.Sprintf("remote-%05d", i), PodCIDRs: []networkv1alpha1.CIDR{networkv1alpha1.CIDR(routeCIDR(i))},
+				NodeIP: networkv1alpha1.IPAddress(fmt.Sprintf("172.16.%d.%d", i/250, 1+i%250)), Mode: networkv1alpha1.RouteModeTunnel,
+			},
+		})
+	})
+	if err != nil {
+		t.Fatalf("creating RemoteSubnetRoutes: %v", err)
 	}
 }
 
@@ -250,37 +228,6 @@ func watchFor(t *testing.T, ctx context.Context, c client.WithWatch, list client
 		}
 	}()
 	return seen
-}
-
-// dumpRouteFlows writes the route flows (every flow with a route cookie: forwarding, ARP answers,
-// tunnel admission, the Pods' tunnel guard) to file in add-flows syntax and returns their number.
-func dumpRouteFlows(t *testing.T, node *simnode.Node, file string) int {
-	t.Helper()
-	lines, err := node.OVS.DumpFlows("br-int", "-O", "OpenFlow15", "--no-names")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var keep []string
-	for _, l := range lines {
-		cookie, _, _ := strings.Cut(strings.TrimPrefix(l, "cookie="), ",")
-		if c, err := strconv.ParseUint(cookie, 0, 64); err == nil && openflow.CookieCategory(c) == pipeline.CategoryRoute {
-			keep = append(keep, l)
-		}
-	}
-	if err := os.WriteFile(file, []byte(strings.Join(keep, "\n")+"\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return len(keep)
-}
-
-// ofctlReference installs the same flows with ovs-ofctl --bundle add-flows on a fresh bridge.
-func ofctlReference(t *testing.T, node *simnode.Node, file string) time.Duration {
-	t.Helper()
-	node.OVS.MustVsctl(t, "--may-exist", "add-br", "br-ref", "--", "set", "bridge", "br-ref", "datapath_type=netdev", "protocols=OpenFlow15")
-	node.OVS.MustOfctl(t, "-O", "OpenFlow15", "del-flows", "br-ref")
-	start := time.Now()
-	node.OVS.MustOfctl(t, "-O", "OpenFlow15", "--bundle", "add-flows", "br-ref", file)
-	return time.Since(start)
 }
 
 // increment is what adding one route cost.
@@ -371,5 +318,3 @@ func routeSync(t *testing.T, logFile, route string) (time.Time, int, bool) {
 	}
 	return time.Time{}, 0, false
 }
-
-func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }

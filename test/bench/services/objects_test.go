@@ -22,6 +22,7 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/winnet-io/winnet/test/bench/benchutil"
 	"github.com/winnet-io/winnet/test/framework"
 )
 
@@ -89,7 +90,7 @@ func (w *writer) createScenario(t *testing.T, sc scale, base netip.Addr) *scenar
 	objs := &scenario{scale: sc, services: make([]*corev1.Service, sc.services), slices: make([]*discoveryv1.EndpointSlice, sc.services),
 		mu: make([]sync.Mutex, sc.services)}
 	prefix := fmt.Sprintf("s%d-", base.As4()[1]) // distinct names per scenario
-	err := parallel(sc.services, func(i int) error {
+	err := benchutil.Parallel(0, sc.services, 16, func(i int) error {
 		name := fmt.Sprintf("%s%05d", prefix, i)
 		ip := clusterIP(base, i).String()
 		svc := &corev1.Service{
@@ -132,7 +133,7 @@ func readyEndpoint(addr netip.Addr) discoveryv1.Endpoint {
 // deleteScenario deletes the scenario's Services and EndpointSlices.
 func (w *writer) deleteScenario(t *testing.T, objs *scenario) {
 	t.Helper()
-	err := parallel(len(objs.services), func(i int) error {
+	err := benchutil.Parallel(0, len(objs.services), 16, func(i int) error {
 		if err := w.c.Delete(context.Background(), objs.slices[i]); err != nil {
 			return fmt.Errorf("deleting EndpointSlice %s: %w", objs.slices[i].Name, err)
 		}
@@ -197,29 +198,4 @@ func (w *writer) replaceEndpoint(ctx context.Context, objs *scenario, i, k int) 
 	objs.slices[i] = s
 	v, err = versionOf(s)
 	return addr, old, v, done, err
-}
-
-// parallel runs f for 0..n-1 on 16 workers and returns the first error.
-func parallel(n int, f func(i int) error) error {
-	work := make(chan int)
-	var wg sync.WaitGroup
-	var once sync.Once
-	var firstErr error
-	for range 16 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := range work {
-				if err := f(i); err != nil {
-					once.Do(func() { firstErr = err })
-				}
-			}
-		}()
-	}
-	for i := range n {
-		work <- i
-	}
-	close(work)
-	wg.Wait()
-	return firstErr
 }

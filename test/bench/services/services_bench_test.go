@@ -54,14 +54,14 @@ func TestBenchServices(t *testing.T) {
 	bin := benchutil.BuildAgent(t, "")
 	underlay := simnode.NewUnderlay(t, netip.MustParsePrefix("192.168.41.0/24"))
 	kp := newKubeProxyHost(t, server, underlay, kubeProxyBin, netip.MustParsePrefix("192.168.41.20/24"))
-	fmt.Printf("bench-services load before: %s\n", loadAverage(t))
+	fmt.Printf("bench-services load before: %s\n", benchutil.LoadAverage())
 
 	if extraScale.services > 0 {
 		objs := writer.createScenario(t, extraScale, netip.MustParseAddr("10.104.0.0"))
 		ours := startWinnet(t, server, bin, underlay, "svc-x", netip.MustParsePrefix("192.168.41.11/24"), profile)
 		oursCold := ours.waitCold(t, objs)
 		ours.agent.Stop()
-		load := loadAverage(t)
+		load := benchutil.LoadAverage()
 		kpCold := kp.start(t, "x").waitCold(t, objs)
 		kp.stop()
 		fmt.Printf("bench-services cold services=%d endpoints=%d ours_ms=%d kubeproxy_ms=%d ratio=%.2f (load %s)\n",
@@ -79,31 +79,31 @@ func TestBenchServices(t *testing.T) {
 		<-benchutil.FetchProfile(t, ours.pprof, "heap", filepath.Join(framework.RepoRoot(), "bin", "bench-services-heap.pprof"))
 	}
 	fmt.Printf("bench-services winnet cold: %d ms, agent RSS %d MiB, CPU agent %d ms, ovs-vswitchd %d ms (load %s)\n",
-		oursCold.Milliseconds(), rss, ours.agentCPU(t).Milliseconds(), ours.vswitchdCPU(t).Milliseconds(), loadAverage(t))
+		oursCold.Milliseconds(), rss, ours.agentCPU(t).Milliseconds(), ours.vswitchdCPU(t).Milliseconds(), benchutil.LoadAverage())
 	settle()
 	oursIncr := ours.addEndpoint(t, ctx, writer, objs)
 	fmt.Printf("bench-services winnet one endpoint added: %.1f ms (write took %.1f ms), %d flow and %d group messages\n",
-		ms(oursIncr.took), ms(oursIncr.write), oursIncr.flowMods, oursIncr.groupMods)
+		benchutil.MS(oursIncr.took), benchutil.MS(oursIncr.write), oursIncr.flowMods, oursIncr.groupMods)
 	settle()
 	oursChurn := ours.churn(t, ctx, writer, objs, churnFor, profile)
 	fmt.Printf("bench-services winnet churn: %d changes in %s, p50 %.1f ms p99 %.1f ms max %.1f ms, CPU agent %d ms + ovs-vswitchd %d ms (load %s)\n",
-		oursChurn.changes, churnFor, ms(oursChurn.p50), ms(oursChurn.p99), ms(oursChurn.max), oursChurn.cpu.Milliseconds(), oursChurn.cpuSwitch.Milliseconds(), loadAverage(t))
+		oursChurn.changes, churnFor, benchutil.MS(oursChurn.p50), benchutil.MS(oursChurn.p99), benchutil.MS(oursChurn.max), oursChurn.cpu.Milliseconds(), oursChurn.cpuSwitch.Milliseconds(), benchutil.LoadAverage())
 	ours.agent.Stop()
 
 	// kube-proxy: the same, on the same objects.
 	kpRun := kp.start(t, "m")
 	kpCold := kpRun.waitCold(t, objs)
 	fmt.Printf("bench-services kube-proxy cold: %d ms, RSS %d MiB, CPU %d ms (load %s)\n",
-		kpCold.Milliseconds(), benchutil.RSSMB(t, kpRun.pid), kpRun.cpu(t).Milliseconds(), loadAverage(t))
+		kpCold.Milliseconds(), benchutil.RSSMB(t, kpRun.pid), kpRun.cpu(t).Milliseconds(), benchutil.LoadAverage())
 	monitor := kpRun.monitor(t)
 	defer monitor.stop()
 	settle()
 	kpIncr := kpRun.addEndpoint(t, ctx, writer, objs, monitor)
-	fmt.Printf("bench-services kube-proxy one endpoint added: %.1f ms (write took %.1f ms)\n", ms(kpIncr.took), ms(kpIncr.write))
+	fmt.Printf("bench-services kube-proxy one endpoint added: %.1f ms (write took %.1f ms)\n", benchutil.MS(kpIncr.took), benchutil.MS(kpIncr.write))
 	settle()
 	kpChurn := kpRun.churn(t, ctx, writer, objs, churnFor, monitor)
 	fmt.Printf("bench-services kube-proxy churn: %d changes in %s, p50 %.1f ms p99 %.1f ms max %.1f ms, CPU %d ms (load %s)\n",
-		kpChurn.changes, churnFor, ms(kpChurn.p50), ms(kpChurn.p99), ms(kpChurn.max), kpChurn.cpu.Milliseconds(), loadAverage(t))
+		kpChurn.changes, churnFor, benchutil.MS(kpChurn.p50), benchutil.MS(kpChurn.p99), benchutil.MS(kpChurn.max), kpChurn.cpu.Milliseconds(), benchutil.LoadAverage())
 	kp.stop()
 
 	fmt.Printf("bench-services services=%d endpoints=%d ours_ms=%d kubeproxy_ms=%d ratio=%.2f incr_ms=%d kp_incr_ms=%d incr_msgs=%d churn_p99_ms=%d rss_mb=%d\n",
@@ -145,19 +145,7 @@ func ratio(ours, ref time.Duration) float64 {
 	return float64(ours) / float64(ref)
 }
 
-func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
-
 func roundMs(d time.Duration) int64 { return (d + 500*time.Microsecond).Milliseconds() }
-
-// loadAverage is the machine's 1, 5 and 15 minute load, as uptime prints it.
-func loadAverage(t *testing.T) string {
-	t.Helper()
-	data, err := os.ReadFile("/proc/loadavg")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return strings.Join(strings.Fields(string(data))[:3], " ")
-}
 
 // percentiles returns the p50, p99 and maximum of the latencies.
 func percentiles(lat []time.Duration) (p50, p99, maxLat time.Duration) {
@@ -270,7 +258,7 @@ func latencies(t *testing.T, who string, written churnWritten, programmed map[ne
 	tsv.WriteString("slice\taddress\twritten\tprogrammed\tms\n")
 	for addr, w := range written.done {
 		if p, ok := programmed[addr]; ok {
-			fmt.Fprintf(&tsv, "%s\t%s\t%s\t%s\t%.1f\n", written.slice[addr], addr, w.UTC().Format(time.RFC3339Nano), p.UTC().Format(time.RFC3339Nano), ms(p.Sub(w)))
+			fmt.Fprintf(&tsv, "%s\t%s\t%s\t%s\t%.1f\n", written.slice[addr], addr, w.UTC().Format(time.RFC3339Nano), p.UTC().Format(time.RFC3339Nano), benchutil.MS(p.Sub(w)))
 		}
 	}
 	if err := os.WriteFile(filepath.Join(framework.RepoRoot(), "bin", "bench-services-churn-"+who+".tsv"), []byte(tsv.String()), 0o644); err != nil {
