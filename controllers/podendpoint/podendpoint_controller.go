@@ -28,6 +28,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	networkv1alpha1 "github.com/winnet-io/winnet/api/v1alpha1"
+	"github.com/winnet-io/winnet/controllers/nodenetwork"
 )
 
 // Finalizer keeps a PodEndpoint until the agent has torn its attachment down.
@@ -63,22 +64,13 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	}
 	wake := &wakeups{}
 	r.Pods.onChange(wake.add)
-	realized := r.Pods.opts.State.Subscribe()
-	everyPod := source.Func(func(ctx context.Context, q workqueue.TypedRateLimitingInterface[reconcile.Request]) error {
-		go func() {
-			for {
-				select {
-				case <-ctx.Done():
-					return
-				case <-realized:
-					for _, a := range r.Pods.Store().List() {
-						q.Add(reconcile.Request{NamespacedName: a.Pod()})
-					}
-				}
-			}
-		}()
-		return nil
-	})
+	// A node network realised anew (another bridge connection, another pipeline) resyncs every
+	// Pod's flows.
+	everyPod := nodenetwork.WakeSource(nil, func(q nodenetwork.Queue) {
+		for _, a := range r.Pods.Store().List() {
+			q.Add(reconcile.Request{NamespacedName: a.Pod()})
+		}
+	}, r.Pods.opts.State.Subscribe())
 	if err := mgr.Add(r.Pods); err != nil {
 		return fmt.Errorf("adding the start-up pass of Pods: %w", err)
 	}

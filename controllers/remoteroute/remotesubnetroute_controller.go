@@ -136,28 +136,15 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	}
 	// The routes' flows depend on the realised node network (its VNI, tunnel port and UDP port,
 	// admission): a change to it wakes a full pass at once rather than at the next ResyncPeriod.
+	var realized []<-chan struct{}
 	if r.State != nil {
-		realized := r.State.Subscribe()
-		onRealized := manager.RunnableFunc(func(ctx context.Context) error {
-			for {
-				select {
-				case <-ctx.Done():
-					return nil
-				case <-realized:
-					select {
-					case drift <- event.GenericEvent{Object: &networkv1alpha1.RemoteSubnetRoute{}}:
-					default: // a wake-up is pending already
-					}
-				}
-			}
-		})
-		if err := mgr.Add(onRealized); err != nil {
-			return fmt.Errorf("adding the node network watch: %w", err)
-		}
+		realized = append(realized, r.State.Subscribe())
 	}
+	onRealized := nodenetwork.WakeSource(nil, func(q nodenetwork.Queue) { q.Add(allRoutes) }, realized...)
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("remotesubnetroute").
 		WatchesRawSource(source.Channel(drift, all)).
+		WatchesRawSource(onRealized).
 		WatchesRawSource(source.Kind(routes, &networkv1alpha1.RemoteSubnetRoute{}, one)).
 		// Spec changes only: the node network's status changes with every route reported.
 		Watches(&networkv1alpha1.WindowsNodeNetwork{}, all, builder.WithPredicates(predicate.GenerationChangedPredicate{})).

@@ -17,14 +17,12 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
-	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
-	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	"github.com/winnet-io/winnet/controllers/nodenetwork"
 	"github.com/winnet-io/winnet/internal/hostnet"
@@ -176,22 +174,12 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		}
 		return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: o.GetNamespace(), Name: name}}}
 	})
-	realized := r.State.Subscribe()
-	onRealized := source.Func(func(ctx context.Context, q workqueue.TypedRateLimitingInterface[reconcile.Request]) error {
-		q.Add(fullPass)
-		q.Add(driftCheck)
-		go func() {
-			for {
-				select {
-				case <-ctx.Done():
-					return
-				case <-realized:
-					q.Add(fullPass)
-				}
-			}
-		}()
-		return nil
-	})
+	// The full pass (and the drift check) at start; the full pass again whenever the node network
+	// is realised anew.
+	onRealized := nodenetwork.WakeSource(
+		func(q nodenetwork.Queue) { q.Add(fullPass); q.Add(driftCheck) },
+		func(q nodenetwork.Queue) { q.Add(fullPass) },
+		r.State.Subscribe())
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("service").
 		// Several workers: the passes of several Services are under way at once and their changes
