@@ -22,9 +22,11 @@ help: ## Show the targets.
 ##@ Development
 
 .PHONY: generate
-generate: ## Generate deepcopy code and OVSDB models.
+generate: ## Generate deepcopy code, OVSDB models, the pipeline's page (docs/pipeline.md) and the API reference (docs/api-reference.md).
 	$(CONTROLLER_GEN) object:headerFile=hack/boilerplate.go.txt paths=./api/...
 	$(GO) generate ./internal/...
+	log=$$(mktemp) && $(GO) tool crd-ref-docs --source-path=./api/v1alpha1 --config=hack/crd-ref-docs.yaml \
+		--renderer=markdown --output-path=docs/api-reference.md > $$log 2>&1 || { cat $$log; rm -f $$log; exit 1; }; rm -f $$log
 
 .PHONY: manifests
 manifests: ## Generate CRDs (config/crd) and RBAC roles (config/rbac) from the markers.

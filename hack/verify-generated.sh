@@ -6,7 +6,7 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
-GENERATED=(api config/crd config/rbac config/helm/winnet/crds internal/ovs/ovsdb)
+GENERATED=(api config/crd config/rbac config/helm/winnet/crds internal/ovs/ovsdb docs/pipeline.md docs/api-reference.md)
 snapshot() {
 	local d
 	for d in "${GENERATED[@]}"; do [ ! -e "$d" ] || find "$d" -type f; done | LC_ALL=C sort | xargs -r sha256sum

@@ -181,10 +181,18 @@ const (
 
 // Flow categories: each feature's flows are synced as one category, stamped into the cookies.
 const (
+	// CategoryClassifier holds the base flows of ClassifierTable and SpoofGuardTable: where a packet
+	// entered, and host traffic passed straight through.
 	CategoryClassifier uint8 = 1
-	CategoryConntrack  uint8 = 2
+	// CategoryConntrack holds the base flows of ConntrackTable and ConntrackStateTable.
+	CategoryConntrack uint8 = 2
+	// CategoryForwarding holds the base flows of the forwarding stages (L3Forwarding,
+	// L2ForwardingCalc, ConntrackCommit, L2ForwardingOut) and the policy tables' defaults (what
+	// passes them when no policy isolates a Pod).
 	CategoryForwarding uint8 = 3
-	CategorySNAT       uint8 = 4
+	// CategorySNAT holds the flows that SNAT Pod-to-external traffic to the node IP (marked in
+	// L3Forwarding, committed with nat(src=NodeIP) in ConntrackCommit).
+	CategorySNAT uint8 = 4
 	// CategoryPod holds the flows of every local Pod; the object part of the cookie is the ofport.
 	CategoryPod uint8 = 5
 	// CategoryRoute holds the flows of every remote route.
