@@ -1,0 +1,216 @@
+package docs
+
+import (
+	"flag"
+	"maps"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	"sigs.k8s.io/yaml"
+)
+
+const root = "../.."
+
+// quoted returns the code of every Markdown page of the repository's docs (README.md and docs/):
+// the inline code spans and the fenced blocks, each with the page it is on. Prose is not checked:
+// only what a reader would copy.
+func quoted(t *testing.T) map[string][]string {
+	t.Helper()
+	pages, err := filepath.Glob(filepath.Join(root, "docs", "*.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pages = append(pages, filepath.Join(root, "README.md"))
+	fence := regexp.MustCompile("(?s)```[a-z]*\n(.*?)```")
+	span := regexp.MustCompile("`([^`\n]+)`")
+	out := map[string][]string{}
+	for _, p := range pages {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		text := string(b)
+		name := strings.TrimPrefix(p, root+"/")
+		for _, m := range fence.FindAllStringSubmatch(text, -1) {
+			out[name] = append(out[name], strings.Split(m[1], "\n")...)
+		}
+		for _, m := range span.FindAllStringSubmatch(fence.ReplaceAllString(text, ""), -1) {
+			out[name] = append(out[name], m[1])
+		}
+	}
+	return out
+}
+
+// TestMakeTargets: every `make TARGET` the docs quote is a target of the Makefile.
+func TestMakeTargets(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join(root, "Makefile"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	targets := map[string]bool{}
+	for _, m := range regexp.MustCompile(`(?m)^([a-zA-Z0-9_-]+):`).FindAllStringSubmatch(string(b), -1) {
+		targets[m[1]] = true
+	}
+	use := regexp.MustCompile(`(?:^|[\s;&|(])make\s+((?:[A-Z_]+=\S+\s+)*)([a-z][a-z0-9-]*)(\*?)`)
+	checked := 0
+	for page, lines := range quoted(t) {
+		for _, l := range lines {
+			for _, m := range use.FindAllStringSubmatch(l, -1) {
+				checked++
+				if m[3] == "*" { // `make bench-*`: some target has the prefix
+					if !slices.ContainsFunc(slices.Collect(maps.Keys(targets)), func(s string) bool { return strings.HasPrefix(s, m[2]) }) {
+						t.Errorf("%s quotes `make %s*`: no target of the Makefile starts with %q", page, m[2], m[2])
+					}
+				} else if !targets[m[2]] {
+					t.Errorf("%s quotes `make %s`: the Makefile has no target %q", page, m[2], m[2])
+				}
+			}
+		}
+	}
+	t.Logf("%d quoted make commands checked", checked)
+	if checked < 10 {
+		t.Fatalf("only %d quoted make commands found: the docs' parser is broken", checked)
+	}
+}
+
+// commands are winnet's binaries as the docs quote them.
+var commands = []string{"winnet-agent", "winnet-controller", "winnet-cni", "kubectl-winnet"}
+
+// TestCommands: every subcommand and flag quoted with one of winnet's commands exists. The flags
+// and subcommands are read from the commands' sources (both platforms': the Windows service's
+// flags too) and from the logging flags every command binds (controller-runtime's zap options).
+// A flag is accepted when any winnet command declares it.
+func TestCommands(t *testing.T) {
+	flags, subcommands := declared(t)
+	invocation := regexp.MustCompile(`(?:^|[\s/\\'"(])(winnet-agent|winnet-controller|winnet-cni|kubectl[ -]winnet)((?:\.exe)?(?:\s+[^\s|;&<>` + "`" + `]+)*)`)
+	checked := 0
+	for page, lines := range quoted(t) {
+		for _, l := range lines {
+			for _, m := range invocation.FindAllStringSubmatch(l, -1) {
+				cmd := strings.Replace(m[1], "kubectl winnet", "kubectl-winnet", 1)
+				args := strings.Fields(strings.TrimPrefix(m[2], ".exe"))
+				for i, a := range args {
+					switch {
+					case a == "--":
+						args = nil // what follows is another command's (the agent's flags after the service's)
+					case strings.HasPrefix(a, "-"):
+						name := strings.TrimLeft(strings.SplitN(a, "=", 2)[0], "-")
+						if name == "" || strings.ContainsAny(name, "<>[]{}$") {
+							continue
+						}
+						checked++
+						if !flags[name] {
+							t.Errorf("%s quotes `%s ... %s`: no winnet command declares the flag %q", page, cmd, a, name)
+						}
+					case i == 0 && regexp.MustCompile(`^[a-z][a-z-]*$`).MatchString(a):
+						checked++
+						if !slices.Contains(subcommands[cmd], a) {
+							t.Errorf("%s quotes `%s %s`: %s has no subcommand %q (it has %v)", page, cmd, a, cmd, a, subcommands[cmd])
+						}
+					}
+					if args == nil {
+						break
+					}
+				}
+			}
+		}
+	}
+	t.Logf("%d quoted subcommands and flags checked", checked)
+	if checked < 5 {
+		t.Fatalf("only %d quoted subcommands and flags found: the docs' parser is broken", checked)
+	}
+}
+
+// declared reads the flags and subcommands of winnet's commands from their sources.
+func declared(t *testing.T) (map[string]bool, map[string][]string) {
+	t.Helper()
+	flags := map[string]bool{"help": true, "h": true}
+	fs := flag.NewFlagSet("zap", flag.ContinueOnError)
+	(&zap.Options{}).BindFlags(fs)
+	fs.VisitAll(func(f *flag.Flag) { flags[f.Name] = true })
+
+	define := regexp.MustCompile(`\.(?:String|Bool|Int|Int64|Uint|Uint64|Float64|Duration|Func|BoolFunc|TextVar|StringVar|BoolVar|IntVar|Int64Var|UintVar|Uint64Var|Float64Var|DurationVar|Var)\((?:&?[\w.\[\]]+,\s*)?"([a-z][a-z0-9-]*)"`)
+	sub := regexp.MustCompile(`cmdline\.Subcommand\("([a-z-]+) ([a-z-]+)"|args\[0\] [!=]= "([a-z-]+)"`)
+	subcommands := map[string][]string{}
+	for _, dir := range []string{"cmd", "internal/cmdline"} {
+		err := filepath.WalkDir(filepath.Join(root, dir), func(p string, d os.DirEntry, err error) error {
+			if err != nil || d.IsDir() || !strings.HasSuffix(p, ".go") || strings.HasSuffix(p, "_test.go") {
+				return err
+			}
+			b, err := os.ReadFile(p)
+			if err != nil {
+				return err
+			}
+			for _, m := range define.FindAllStringSubmatch(string(b), -1) {
+				flags[m[1]] = true
+			}
+			cmd := filepath.Base(filepath.Dir(p))
+			for _, m := range sub.FindAllStringSubmatch(string(b), -1) {
+				if m[1] != "" {
+					subcommands[m[1]] = append(subcommands[m[1]], m[2])
+				} else {
+					subcommands[cmd] = append(subcommands[cmd], m[3])
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	for c := range subcommands {
+		slices.Sort(subcommands[c])
+		subcommands[c] = slices.Compact(subcommands[c])
+	}
+	for _, want := range []string{"node-name", "kubeconfig", "dry-run"} {
+		if !flags[want] {
+			t.Fatalf("the flag %q was not found in the sources: the sources' parser is broken", want)
+		}
+	}
+	if !slices.Contains(subcommands["winnet-agent"], "reset") {
+		t.Fatalf("winnet-agent's subcommand reset was not found in the sources (found %v): the sources' parser is broken", subcommands)
+	}
+	return flags, subcommands
+}
+
+// TestHelmValues: every value the docs set with `--set KEY=...` is a key of the chart's values.yaml.
+func TestHelmValues(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join(root, "config/helm/winnet/values.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var values map[string]any
+	if err := yaml.Unmarshal(b, &values); err != nil {
+		t.Fatal(err)
+	}
+	set := regexp.MustCompile(`--set(?:-string|-file)?[ =]([A-Za-z0-9_.]+)=`)
+	checked := 0
+	for page, lines := range quoted(t) {
+		for _, l := range lines {
+			for _, m := range set.FindAllStringSubmatch(l, -1) {
+				checked++
+				var node any = values
+				found := true
+				for _, k := range strings.Split(m[1], ".") {
+					mp, ok := node.(map[string]any)
+					if !ok {
+						found = false
+						break
+					}
+					if node, found = mp[k]; !found {
+						break
+					}
+				}
+				if !found {
+					t.Errorf("%s quotes `--set %s=`: the chart's values.yaml has no %s", page, m[1], m[1])
+				}
+			}
+		}
+	}
+	t.Logf("%d --set values checked", checked)
+}
