@@ -12,7 +12,12 @@ package controller
 // (get). Never cluster-wide: a Lease write elsewhere could take kube-controller-manager's or
 // kube-scheduler's leader election or forge a node heartbeat in kube-node-lease.
 
+// TokenReviews and SubjectAccessReviews: create, to authenticate and authorize each scrape of the
+// metrics endpoint (when metrics are on), as the agent does.
+
 // +kubebuilder:rbac:groups=network.winnet.io,resources=windowsnodenetworks,verbs=get;list;watch;create;update;patch
+// +kubebuilder:rbac:groups=authentication.k8s.io,resources=tokenreviews,verbs=create
+// +kubebuilder:rbac:groups=authorization.k8s.io,resources=subjectaccessreviews,verbs=create
 // +kubebuilder:rbac:groups=network.winnet.io,resources=remotesubnetroutes,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups=network.winnet.io,resources=remotesubnetroutes/status,verbs=get;update;patch
 // +kubebuilder:rbac:groups=network.winnet.io,resources=flannelinterops,verbs=get;list;watch

@@ -2,11 +2,15 @@ package docs
 
 import (
 	"flag"
+	"go/ast"
+	"go/parser"
+	"go/token"
 	"maps"
 	"os"
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -213,4 +217,81 @@ func TestHelmValues(t *testing.T) {
 		}
 	}
 	t.Logf("%d --set values checked", checked)
+}
+
+// TestMetricsDocumented: every winnet_ metric the code declares (a prometheus *Opts literal with
+// Namespace "winnet") is named in the docs, so that an operator can find what it means.
+func TestMetricsDocumented(t *testing.T) {
+	var docs strings.Builder
+	for _, lines := range quoted(t) {
+		docs.WriteString(strings.Join(lines, "\n"))
+	}
+	metrics := declaredMetrics(t)
+	if len(metrics) < 8 {
+		t.Fatalf("only %d metrics found in the sources (%v): the sources' parser is broken", len(metrics), metrics)
+	}
+	for _, m := range metrics {
+		if !strings.Contains(docs.String(), m) {
+			t.Errorf("the metric %s is not named (as code) in README.md or docs/", m)
+		}
+	}
+	t.Logf("%d metrics checked", len(metrics))
+}
+
+// declaredMetrics finds the prometheus option literals of the non-test sources and joins their
+// Namespace, Subsystem and Name as prometheus does.
+func declaredMetrics(t *testing.T) []string {
+	t.Helper()
+	var out []string
+	fset := token.NewFileSet()
+	for _, dir := range []string{"cmd", "controllers", "internal"} {
+		err := filepath.WalkDir(filepath.Join(root, dir), func(p string, d os.DirEntry, err error) error {
+			if err != nil || d.IsDir() || !strings.HasSuffix(p, ".go") || strings.HasSuffix(p, "_test.go") {
+				return err
+			}
+			f, err := parser.ParseFile(fset, p, nil, 0)
+			if err != nil {
+				return err
+			}
+			ast.Inspect(f, func(n ast.Node) bool {
+				lit, ok := n.(*ast.CompositeLit)
+				if !ok {
+					return true
+				}
+				sel, ok := lit.Type.(*ast.SelectorExpr)
+				if !ok || !strings.HasSuffix(sel.Sel.Name, "Opts") {
+					return true
+				}
+				fields := map[string]string{}
+				for _, e := range lit.Elts {
+					kv, ok := e.(*ast.KeyValueExpr)
+					if !ok {
+						continue
+					}
+					k, kok := kv.Key.(*ast.Ident)
+					v, vok := kv.Value.(*ast.BasicLit)
+					if kok && vok && v.Kind == token.STRING {
+						fields[k.Name], _ = strconv.Unquote(v.Value)
+					}
+				}
+				name := fields["Name"]
+				if fields["Subsystem"] != "" {
+					name = fields["Subsystem"] + "_" + name
+				}
+				if fields["Namespace"] != "" {
+					name = fields["Namespace"] + "_" + name
+				}
+				if strings.HasPrefix(name, "winnet_") {
+					out = append(out, name)
+				}
+				return true
+			})
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
 }

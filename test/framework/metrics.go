@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
+	"strings"
 	"time"
 
 	authenticationv1 "k8s.io/api/authentication/v1"
@@ -87,4 +89,73 @@ func (r *MetricsReader) Scrape(ctx context.Context, address string) ([]byte, err
 		return nil, fmt.Errorf("scraping %s: %s: %.200s", address, resp.Status, body)
 	}
 	return body, nil
+}
+
+// CheckMetricsAccess checks that the metrics endpoint at address (host:port, HTTPS) serves only
+// callers allowed get on /metrics: a scrape without a token, with a token the API server does not
+// know, or with the token of a ServiceAccount without that permission gets no metrics (401, 401 or
+// 500, 403); plain HTTP gets none; the reader of NewMetricsReader gets them. It returns the first
+// violation.
+func (s *APIServer) CheckMetricsAccess(ctx context.Context, address string) error {
+	reader, err := s.NewMetricsReader(ctx)
+	if err != nil {
+		return err
+	}
+	cs, err := kubernetes.NewForConfig(s.Config)
+	if err != nil {
+		return err
+	}
+	const ns, other = "default", "metrics-outsider"
+	if _, err := cs.CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: other}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return err
+	}
+	tr, err := cs.CoreV1().ServiceAccounts(ns).CreateToken(ctx, other, &authenticationv1.TokenRequest{}, metav1.CreateOptions{})
+	if err != nil {
+		return err
+	}
+	scrape := func(scheme, bearer string) (int, string, error) {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, scheme+"://"+address+"/metrics", nil)
+		if err != nil {
+			return 0, "", err
+		}
+		if bearer != "" {
+			req.Header.Set("Authorization", "Bearer "+bearer)
+		}
+		resp, err := reader.client.Do(req)
+		if err != nil {
+			return 0, "", err
+		}
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b), err
+	}
+	for _, c := range []struct {
+		what, bearer string
+		want         []int
+	}{
+		{"no token", "", []int{http.StatusUnauthorized}},
+		// controller-runtime's filter answers 500 ("Authentication failed") when the TokenReview
+		// reports an error with the unauthenticated status, as it does for a malformed token.
+		{"a token the API server does not know", "not-a-token", []int{http.StatusUnauthorized, http.StatusInternalServerError}},
+		{"a ServiceAccount not allowed get on /metrics", tr.Status.Token, []int{http.StatusForbidden}},
+	} {
+		code, body, err := scrape("https", c.bearer)
+		if err != nil {
+			return fmt.Errorf("%s: %w", c.what, err)
+		}
+		if !slices.Contains(c.want, code) || strings.Contains(body, "# HELP") {
+			return fmt.Errorf("%s: status %d (want one of %v), metrics served: %t", c.what, code, c.want, strings.Contains(body, "# HELP"))
+		}
+	}
+	if _, body, err := scrape("http", reader.token); err == nil && strings.Contains(body, "# HELP") {
+		return fmt.Errorf("plain HTTP got the metrics")
+	}
+	body, err := reader.Scrape(ctx, address)
+	if err != nil {
+		return fmt.Errorf("a ServiceAccount allowed get on /metrics: %w", err)
+	}
+	if !strings.Contains(string(body), "# HELP") {
+		return fmt.Errorf("a ServiceAccount allowed get on /metrics got no metrics: %.200s", body)
+	}
+	return nil
 }
