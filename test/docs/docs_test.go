@@ -91,7 +91,10 @@ var commands = []string{"winnet-agent", "winnet-controller", "winnet-cni", "kube
 // A flag is accepted when any winnet command declares it.
 func TestCommands(t *testing.T) {
 	flags, subcommands := declared(t)
-	invocation := regexp.MustCompile(`(?:^|[\s/\\'"(])(winnet-agent|winnet-controller|winnet-cni|kubectl[ -]winnet)((?:\.exe)?(?:\s+[^\s|;&<>` + "`" + `]+)*)`)
+	// A command at the start of a line or after a space, a quote or a parenthesis, or run from a
+	// path (./, /, bin/, C:\...); not an image (REGISTRY/winnet-controller) or an object
+	// (ds/winnet-agent) that merely has its name.
+	invocation := regexp.MustCompile(`(?:^|[\s'"(])(?:(?:\./|/|bin/|[A-Z]:\\)[\w./\\-]*)?(winnet-agent|winnet-controller|winnet-cni|kubectl[ -]winnet)((?:\.exe)?(?:\s+[^\s|;&<>` + "`" + `]+)*)`)
 	checked := 0
 	for page, lines := range quoted(t) {
 		for _, l := range lines {
