@@ -110,6 +110,8 @@ type Reconciler struct {
 	// policies' namespace selectors read, and every namespace's labels then. nil before the first
 	// full pass: every Namespace event counts.
 	nsRead *namespacesRead
+	// localRead is attachmentsSum of the attachments the last full pass read (changedMu).
+	localRead uint64
 	// reading: a full pass is reading its inputs and has not recorded nsRead yet (changedMu); a
 	// Namespace event then counts whatever it changed, since the keys being read are not known.
 	reading bool
@@ -122,10 +124,6 @@ type Reconciler struct {
 // the bridge's flow owners.
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	r.State.AddFlowOwner(nodenetwork.PolicyFlows)
-	all := handler.EnqueueRequestsFromMapFunc(func(context.Context, client.Object) []reconcile.Request {
-		r.markChanged(nil)
-		return []reconcile.Request{allPolicies}
-	})
 	// A NetworkPolicy selects Pods of its own namespace only: one in a namespace without a local
 	// Pod has no flows here, whatever it says (a Pod attached later brings its own full pass).
 	policies := handler.TypedFuncs[client.Object, reconcile.Request]{
@@ -154,6 +152,15 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 			r.namespaceChanged(q, e.ObjectNew.GetName(), e.ObjectOld.GetLabels(), e.ObjectNew.GetLabels(), false)
 		},
 	}
+	// A PodEndpoint event says the node's attachments may have changed: it counts only when what
+	// the pass reads of them did (attachmentsSum); the agent's own status writes, which change
+	// conditions and ids the pass does not read, take no pass.
+	endpoints := handler.EnqueueRequestsFromMapFunc(func(context.Context, client.Object) []reconcile.Request {
+		if !r.attachmentsChanged() {
+			return nil
+		}
+		return []reconcile.Request{allPolicies}
+	})
 	realized := r.State.Subscribe()
 	r.gate.mu.Lock()
 	r.gate.init()
@@ -182,7 +189,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Named("networkpolicy").
 		Watches(&networkingv1.NetworkPolicy{}, policies).
 		Watches(&corev1.Namespace{}, namespaces).
-		Watches(&networkv1alpha1.PodEndpoint{}, all).
+		Watches(&networkv1alpha1.PodEndpoint{}, endpoints).
 		WatchesRawSource(source.Kind(r.PodSource, &corev1.Pod{}, handler.TypedEnqueueRequestsFromMapFunc(func(_ context.Context, p *corev1.Pod) []reconcile.Request {
 			r.markChanged(&types.NamespacedName{Namespace: p.Namespace, Name: p.Name})
 			return []reconcile.Request{podChanges}
@@ -248,6 +255,42 @@ func (r *Reconciler) namespaceChanged(q workqueue.TypedRateLimitingInterface[rec
 	}
 	r.markChanged(nil)
 	q.Add(allPolicies)
+}
+
+// attachmentsChanged marks the full pass when what the pass reads of the node's attachments
+// differs from what the last full pass read (or one is reading, or none ran yet).
+func (r *Reconciler) attachmentsChanged() bool {
+	sum := attachmentsSum(r.Local.List())
+	r.changedMu.Lock()
+	same := r.nsRead != nil && !r.reading && sum == r.localRead
+	r.changedMu.Unlock()
+	if same {
+		return false
+	}
+	r.markChanged(nil)
+	return true
+}
+
+// attachmentsMoved tells whether what the pass reads of the attachments differs from what the last
+// full pass read.
+func (r *Reconciler) attachmentsMoved() bool {
+	sum := attachmentsSum(r.Local.List())
+	r.changedMu.Lock()
+	defer r.changedMu.Unlock()
+	return sum != r.localRead
+}
+
+// attachmentsSum is a hash of what the pass reads of the attachments: each one's Pod, whether it
+// is being detached, its ofport, MAC and address. It is the same for two lists exactly when the
+// pass would read the same of them, in any order.
+func attachmentsSum(attached []*podendpoint.Attachment) uint64 {
+	var sum uint64
+	for _, a := range attached {
+		h := fnv.New64a()
+		_, _ = fmt.Fprintf(h, "%s\x00%s\x00%t\x00%d\x00%s\x00%s", a.PodNamespace, a.PodName, a.Deleting, a.OFPort, a.MAC, a.IP)
+		sum += h.Sum64()
+	}
+	return sum
 }
 
 func (r *Reconciler) setReading(reading bool) {
@@ -357,10 +400,11 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 	if resync == 0 {
 		resync = DefaultResyncPeriod
 	}
-	if req == allPolicies && !full && r.index != nil && r.indexFlows == rz.Flows {
+	if req == allPolicies && !full && r.index != nil && r.indexFlows == rz.Flows && !r.attachmentsMoved() {
 		// The periodic check with nothing changed since the last full pass (every event that
-		// needs one marks it; the Pods' changes were applied by applyPods): nothing is read or
-		// compiled, the flows are sent again only if the bridge's were invalidated (the node
+		// needs one marks it; the Pods' changes were applied by applyPods; the node's
+		// attachments, which change without an event of their own, are compared with what the
+		// last pass read): nothing else is read or compiled, the flows are sent again only if the bridge's were invalidated (the node
 		// network found drift, or ovs-vswitchd restarted).
 		passes.WithLabelValues(PassCheck).Inc()
 		if err := r.resend(ctx, rz); err != nil {
@@ -377,7 +421,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 	passes.WithLabelValues(PassFull).Inc()
 	r.setReading(true)
 	defer r.setReading(false)
-	in, hash, err := r.inputs(ctx)
+	in, hash, localSum, err := r.inputs(ctx)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
@@ -387,6 +431,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 		// network compares it with the bridge's cache and invalidates it on drift) and send them
 		// again only if it did not.
 		r.index = index
+		r.changedMu.Lock()
+		r.localRead = localSum
+		r.changedMu.Unlock()
 		if err := r.resend(ctx, rz); err != nil {
 			return ctrl.Result{}, err
 		}
@@ -411,7 +458,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 	r.inputsHash, r.flows, r.invalidations = hash, flows, invalidations
 	seen := readNamespaces(in.Policies, in.Namespaces)
 	r.changedMu.Lock()
-	r.nsRead, r.reading = seen, false
+	r.nsRead, r.localRead, r.reading = seen, localSum, false
 	r.changedMu.Unlock()
 	r.State.FlowsSynced(ctx, nodenetwork.PolicyFlows, rz.Flows)
 	observePass(d, synced.Mods() > 0, time.Since(changed))
@@ -518,7 +565,7 @@ func (r *Reconciler) applyPods(ctx context.Context, rz nodenetwork.Realized, pod
 //
 // It also returns a hash of everything it read (the objects' UIDs and resourceVersions, the local
 // attachments), which is the same for two reads exactly when Compute's inputs are the same.
-func (r *Reconciler) inputs(ctx context.Context) (Inputs, uint64, error) {
+func (r *Reconciler) inputs(ctx context.Context) (Inputs, uint64, uint64, error) {
 	var in Inputs
 	// The hash is the sum of each object's: the caches list in no particular order.
 	var sum uint64
@@ -540,7 +587,7 @@ func (r *Reconciler) inputs(ctx context.Context) (Inputs, uint64, error) {
 	for _, ns := range slices.Sorted(maps.Keys(local)) {
 		policies := &networkingv1.NetworkPolicyList{}
 		if err := r.Client.List(ctx, policies, client.InNamespace(ns), client.UnsafeDisableDeepCopy); err != nil {
-			return in, 0, fmt.Errorf("listing the NetworkPolicies of namespace %s: %w", ns, err)
+			return in, 0, 0, fmt.Errorf("listing the NetworkPolicies of namespace %s: %w", ns, err)
 		}
 		in.Policies = append(in.Policies, policies.Items...)
 	}
@@ -549,7 +596,7 @@ func (r *Reconciler) inputs(ctx context.Context) (Inputs, uint64, error) {
 	}
 	namespaces := &corev1.NamespaceList{}
 	if err := r.Client.List(ctx, namespaces, client.UnsafeDisableDeepCopy); err != nil {
-		return in, 0, fmt.Errorf("listing Namespaces: %w", err)
+		return in, 0, 0, fmt.Errorf("listing Namespaces: %w", err)
 	}
 	in.Namespaces = map[string]map[string]string{}
 	for _, ns := range namespaces.Items {
@@ -561,13 +608,13 @@ func (r *Reconciler) inputs(ctx context.Context) (Inputs, uint64, error) {
 	pods := &corev1.PodList{}
 	if podNamespaces, all := peerNamespaces(in.Policies, in.Namespaces, local); all {
 		if err := r.Pods.List(ctx, pods, client.UnsafeDisableDeepCopy); err != nil {
-			return in, 0, fmt.Errorf("listing Pods: %w", err)
+			return in, 0, 0, fmt.Errorf("listing Pods: %w", err)
 		}
 	} else {
 		for _, ns := range slices.Sorted(maps.Keys(podNamespaces)) {
 			list := &corev1.PodList{}
 			if err := r.Pods.List(ctx, list, client.InNamespace(ns), client.UnsafeDisableDeepCopy); err != nil {
-				return in, 0, fmt.Errorf("listing the Pods of namespace %s: %w", ns, err)
+				return in, 0, 0, fmt.Errorf("listing the Pods of namespace %s: %w", ns, err)
 			}
 			pods.Items = append(pods.Items, list.Items...)
 		}
@@ -601,7 +648,7 @@ func (r *Reconciler) inputs(ctx context.Context) (Inputs, uint64, error) {
 		}
 		in.Pods = append(in.Pods, info)
 	}
-	return in, sum, nil
+	return in, sum, attachmentsSum(attached), nil
 }
 
 // peerNamespaces returns the namespaces whose Pods the policies may select: the local ones (their

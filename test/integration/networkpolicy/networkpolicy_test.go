@@ -343,6 +343,32 @@ func TestNetworkPolicy(t *testing.T) {
 			g.Expect(passCount(t, networkpolicy.PassFull)).To(Equal(full), "a full pass (every input read) ran with nothing changed")
 			g.Expect(passCount(t, networkpolicy.PassCheck)).To(BeNumerically(">", checks), "the periodic check did not run")
 		}},
+		{"a PodEndpoint write that changes nothing the pass reads, the agent's own status writes included, takes no pass", func(t *testing.T) {
+			g := NewWithT(t)
+			list := &networkv1alpha1.PodEndpointList{}
+			g.Expect(server.Client.List(ctx, list)).To(Succeed())
+			var ep *networkv1alpha1.PodEndpoint
+			for i := range list.Items {
+				if list.Items[i].Spec.NodeName == a.Name && list.Items[i].Spec.PodName == "web" {
+					ep = &list.Items[i]
+				}
+			}
+			g.Expect(ep).NotTo(BeNil(), "web's PodEndpoint")
+			time.Sleep(2 * time.Second)
+			full := passCount(t, networkpolicy.PassFull)
+			// A status the agent writes back (its own write follows this one) and a label.
+			patched := ep.DeepCopy()
+			patched.Status.HNSEndpointID = "not-the-endpoint"
+			g.Expect(server.Client.Status().Patch(ctx, patched, client.MergeFrom(ep))).To(Succeed())
+			g.Eventually(func(g Gomega) {
+				now := &networkv1alpha1.PodEndpoint{}
+				g.Expect(server.Client.Get(ctx, client.ObjectKeyFromObject(ep), now)).To(Succeed())
+				g.Expect(now.Status.HNSEndpointID).To(Equal(ep.Status.HNSEndpointID), "the agent did not write its status back")
+			}).WithTimeout(converge).Should(Succeed())
+			setLabels(t, ep, map[string]string{"touched": "1"})
+			time.Sleep(2 * time.Second)
+			g.Expect(passCount(t, networkpolicy.PassFull)).To(Equal(full), "a PodEndpoint write that changed no attachment took a full pass")
+		}},
 		{"a NetworkPolicy in a namespace without a local Pod takes no pass", func(t *testing.T) {
 			g := NewWithT(t)
 			far := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "np-far", Labels: map[string]string{"team": "far"}}}
