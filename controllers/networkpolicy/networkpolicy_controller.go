@@ -16,14 +16,12 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	k8slabels "k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/client-go/util/workqueue"
 	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
@@ -67,15 +65,15 @@ type Attachments interface {
 	List() []*podendpoint.Attachment
 }
 
-// Reconciler realises the NetworkPolicies that select the node's Pods. It reads NetworkPolicies
-// and Namespaces through Client, every Pod of the cluster through Pods (a cache of its own: the
-// agent's manager caches only its node's Pods), and the node's attachments for the local Pods'
-// ports; it gets the bridge through the node network's State.
+// Reconciler realises the NetworkPolicies that select the node's Pods. It reads NetworkPolicies,
+// Namespaces and the node's own Pods through Client (the agent's manager caches Pods by
+// spec.nodeName), the Pods its policies' peers name through Peers (watches opened per peer,
+// peers.go), and the node's attachments for the local Pods' ports; it gets the bridge through the
+// node network's State.
 type Reconciler struct {
 	Client client.Client
-	// Pods reads Pods of every node; PodSource is the same cache, for the watch.
-	Pods      client.Reader
-	PodSource cache.Cache
+	// Peers holds the Pods the local policies' peers select, and no other remote Pod.
+	Peers *PeerPods
 	// APIReader reads past the caches: whether a Pod the gate waits for exists at all (gate.go).
 	APIReader client.Reader
 	Local     Attachments
@@ -119,8 +117,8 @@ type Reconciler struct {
 	gate gate
 }
 
-// SetupWithManager registers the reconciler for NetworkPolicies, Namespaces, Pods (of every
-// node), the node's PodEndpoints and changes of the realised node network, and makes policy one of
+// SetupWithManager registers the reconciler for NetworkPolicies, Namespaces, the node's Pods, the
+// peer Pod watches, the node's PodEndpoints and changes of the realised node network, and makes policy one of
 // the bridge's flow owners.
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	r.State.AddFlowOwner(nodenetwork.PolicyFlows)
@@ -161,6 +159,37 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		}
 		return []reconcile.Request{allPolicies}
 	})
+	// The node's own Pods (the manager's cache): a change of what the pass reads of an attached
+	// one (labels, addresses, ports) takes the full pass, it may be a policy's target; kubelet's
+	// other status writes take none. As a peer, a local Pod comes through the peer watches too.
+	localPods := handler.TypedFuncs[client.Object, reconcile.Request]{
+		CreateFunc: func(_ context.Context, e event.TypedCreateEvent[client.Object], q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			r.localPodChanged(q, e.Object)
+		},
+		UpdateFunc: func(_ context.Context, e event.TypedUpdateEvent[client.Object], q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			o, ok1 := e.ObjectOld.(*corev1.Pod)
+			n, ok2 := e.ObjectNew.(*corev1.Pod)
+			if ok1 && ok2 && !policyRelevantChange(o, n) {
+				return
+			}
+			r.localPodChanged(q, e.ObjectNew)
+		},
+		DeleteFunc: func(_ context.Context, e event.TypedDeleteEvent[client.Object], q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			r.localPodChanged(q, e.Object)
+		},
+	}
+	// The peer watches run in the manager's context; a Pod event after a watch's list queues the
+	// Pod for the incremental path, a watch's list done (one the pass did not wait for) a full pass.
+	peerSource := source.Func(func(ctx context.Context, q workqueue.TypedRateLimitingInterface[reconcile.Request]) error {
+		r.Peers.start(ctx, func(key types.NamespacedName) {
+			r.markChanged(&key)
+			q.Add(podChanges)
+		}, func() {
+			r.markChanged(nil)
+			q.Add(allPolicies)
+		})
+		return nil
+	})
 	realized := r.State.Subscribe()
 	r.gate.mu.Lock()
 	r.gate.init()
@@ -190,10 +219,8 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Watches(&networkingv1.NetworkPolicy{}, policies).
 		Watches(&corev1.Namespace{}, namespaces).
 		Watches(&networkv1alpha1.PodEndpoint{}, endpoints).
-		WatchesRawSource(source.Kind(r.PodSource, &corev1.Pod{}, handler.TypedEnqueueRequestsFromMapFunc(func(_ context.Context, p *corev1.Pod) []reconcile.Request {
-			r.markChanged(&types.NamespacedName{Namespace: p.Namespace, Name: p.Name})
-			return []reconcile.Request{podChanges}
-		}))).
+		Watches(&corev1.Pod{}, localPods).
+		WatchesRawSource(peerSource).
 		WatchesRawSource(onRealized).
 		Complete(r)
 }
@@ -213,6 +240,17 @@ func (r *Reconciler) markChanged(pod *types.NamespacedName) {
 		r.pods = map[types.NamespacedName]bool{}
 	}
 	r.pods[*pod] = true
+}
+
+// localPodChanged queues the full pass for an event of a Pod of this node that is attached here.
+func (r *Reconciler) localPodChanged(q workqueue.TypedRateLimitingInterface[reconcile.Request], pod client.Object) {
+	for _, a := range r.Local.List() {
+		if a.PodNamespace == pod.GetNamespace() && a.PodName == pod.GetName() {
+			r.markChanged(nil)
+			q.Add(allPolicies)
+			return
+		}
+	}
 }
 
 // policyChanged queues the full pass for a NetworkPolicy's event when its namespace holds a Pod
@@ -242,14 +280,20 @@ func (r *Reconciler) namespaceChanged(q workqueue.TypedRateLimitingInterface[rec
 	read, reading := r.nsRead, r.reading
 	r.changedMu.Unlock()
 	if read != nil && !reading {
-		if created {
-			seen, ok := read.labels[name]
-			if !ok {
+		seen, ok := read.labels[name]
+		switch {
+		case created && !ok:
+			// A namespace new to the pass: its Pods come through the watches open, unless a
+			// peer names every Pod of the namespaces it selects, which opens a watch per
+			// namespace (peerWatchKeys).
+			if !read.opensWatch(now) {
 				return
 			}
-			old = seen
-		}
-		if !read.differ(old, now) {
+		case created:
+			if !read.differ(seen, now) {
+				return
+			}
+		case !read.differ(old, now):
 			return
 		}
 	}
@@ -305,6 +349,14 @@ type namespacesRead struct {
 	keys map[string]bool
 	// labels are every namespace's labels it saw.
 	labels map[string]map[string]string
+	// perNamespace are the namespace selectors of peers of every Pod of the namespaces they select:
+	// each namespace they select has a watch of its own.
+	perNamespace []k8slabels.Selector
+}
+
+// opensWatch tells whether a namespace with these labels needs a Pod watch of its own.
+func (n *namespacesRead) opensWatch(l map[string]string) bool {
+	return slices.ContainsFunc(n.perNamespace, func(s k8slabels.Selector) bool { return s.Matches(k8slabels.Set(l)) })
 }
 
 // differ reports whether a label the selectors read differs between a and b.
@@ -326,6 +378,11 @@ func readNamespaces(policies []networkingv1.NetworkPolicy, labels map[string]map
 		for _, p := range peers {
 			if p.NamespaceSelector == nil {
 				continue
+			}
+			if p.PodSelector == nil || (len(p.PodSelector.MatchLabels) == 0 && len(p.PodSelector.MatchExpressions) == 0) {
+				if sel, err := metav1.LabelSelectorAsSelector(p.NamespaceSelector); err == nil && !sel.Empty() {
+					n.perNamespace = append(n.perNamespace, sel)
+				}
 			}
 			for k := range p.NamespaceSelector.MatchLabels {
 				n.keys[k] = true
@@ -520,13 +577,7 @@ func (r *Reconciler) applyPods(ctx context.Context, rz nodenetwork.Realized, pod
 			return fmt.Errorf("pod %s is attached on this node: %w", key, errFullPass)
 		}
 		var info *PodInfo
-		pod := &corev1.Pod{}
-		err := r.Pods.Get(ctx, key, pod, client.UnsafeDisableDeepCopy)
-		switch {
-		case apierrors.IsNotFound(err):
-		case err != nil:
-			return fmt.Errorf("reading Pod %s: %w", key, err)
-		default:
+		if pod := r.Peers.get(key); pod != nil {
 			if pi, ok := podInfo(pod); ok {
 				info = &pi
 			}
@@ -603,24 +654,35 @@ func (r *Reconciler) inputs(ctx context.Context) (Inputs, uint64, uint64, error)
 		in.Namespaces[ns.Name] = ns.Labels
 		write("ns", string(ns.UID), ns.ResourceVersion)
 	}
-	// Only the Pods of the namespaces the policies can select: the local Pods' (targets), and
-	// those of the namespaces their peers select; every Pod only when a peer may be anywhere.
-	pods := &corev1.PodList{}
-	if podNamespaces, all := peerNamespaces(in.Policies, in.Namespaces, local); all {
-		if err := r.Pods.List(ctx, pods, client.UnsafeDisableDeepCopy); err != nil {
-			return in, 0, 0, fmt.Errorf("listing Pods: %w", err)
+	// The Pods the policies can select: the local Pods of their namespaces (targets, from the
+	// manager's cache of the node's Pods), and the peers, through the watches their peers need
+	// (opened now if new, closed if no policy needs them any more).
+	want := peerWatchKeys(in.Policies, in.Namespaces)
+	opened, closed, synced, err := r.Peers.set(ctx, want)
+	if err != nil {
+		return in, 0, 0, fmt.Errorf("opening the peer Pod watches: %w", err)
+	}
+	if len(opened)+len(closed) > 0 || !synced {
+		ctrl.LoggerFrom(ctx).Info("Peer Pod watches changed", "open", len(want), "opened", keyStrings(opened), "closed", keyStrings(closed), "listed", synced)
+	}
+	byKey := map[types.NamespacedName]*corev1.Pod{}
+	for _, p := range r.Peers.list() {
+		byKey[types.NamespacedName{Namespace: p.Namespace, Name: p.Name}] = p
+	}
+	for _, ns := range slices.Sorted(maps.Keys(local)) {
+		list := &corev1.PodList{}
+		if err := r.Client.List(ctx, list, client.InNamespace(ns), client.UnsafeDisableDeepCopy); err != nil {
+			return in, 0, 0, fmt.Errorf("listing the node's Pods of namespace %s: %w", ns, err)
 		}
-	} else {
-		for _, ns := range slices.Sorted(maps.Keys(podNamespaces)) {
-			list := &corev1.PodList{}
-			if err := r.Pods.List(ctx, list, client.InNamespace(ns), client.UnsafeDisableDeepCopy); err != nil {
-				return in, 0, 0, fmt.Errorf("listing the Pods of namespace %s: %w", ns, err)
-			}
-			pods.Items = append(pods.Items, list.Items...)
+		for i := range list.Items {
+			k := types.NamespacedName{Namespace: list.Items[i].Namespace, Name: list.Items[i].Name}
+			byKey[k] = newer(byKey[k], &list.Items[i])
 		}
 	}
-	for i := range pods.Items {
-		write("pod", string(pods.Items[i].UID), pods.Items[i].ResourceVersion)
+	pods := make([]*corev1.Pod, 0, len(byKey))
+	for _, p := range byKey {
+		pods = append(pods, p)
+		write("pod", string(p.UID), p.ResourceVersion)
 	}
 	// A local Pod's address is known from its attachment before kubelet writes it to the status.
 	localIPs := map[types.NamespacedName]netip.Addr{}
@@ -637,8 +699,7 @@ func (r *Reconciler) inputs(ctx context.Context) (Inputs, uint64, uint64, error)
 		localIPs[key] = a.IP.Addr()
 		write("local", key.String(), strconv.Itoa(int(a.OFPort)), mac.String(), a.IP.String())
 	}
-	for i := range pods.Items {
-		p := &pods.Items[i]
+	for _, p := range pods {
 		info, ok := podInfo(p)
 		if !ok {
 			continue
@@ -651,42 +712,13 @@ func (r *Reconciler) inputs(ctx context.Context) (Inputs, uint64, uint64, error)
 	return in, sum, attachmentsSum(attached), nil
 }
 
-// peerNamespaces returns the namespaces whose Pods the policies may select: the local ones (their
-// targets and peers of their own namespace) and the ones their peers' namespace selectors select;
-// all is set when Pods of any namespace may be peers (an egress rule with named ports and no
-// peers resolves them on every Pod; a selector that does not parse).
-func peerNamespaces(policies []networkingv1.NetworkPolicy, namespaces map[string]map[string]string, local map[string]bool) (map[string]bool, bool) {
-	out := maps.Clone(local)
-	all := false
-	add := func(peers []networkingv1.NetworkPolicyPeer) {
-		for _, p := range peers {
-			if p.NamespaceSelector == nil {
-				continue
-			}
-			sel, err := metav1.LabelSelectorAsSelector(p.NamespaceSelector)
-			if err != nil {
-				all = true
-				return
-			}
-			for ns, labels := range namespaces {
-				if sel.Matches(k8slabels.Set(labels)) {
-					out[ns] = true
-				}
-			}
-		}
+// keyStrings renders watch keys for the log.
+func keyStrings(keys []watchKey) []string {
+	out := make([]string, 0, len(keys))
+	for _, k := range keys {
+		out = append(out, k.String())
 	}
-	for i := range policies {
-		for _, rule := range policies[i].Spec.Ingress {
-			add(rule.From)
-		}
-		for _, rule := range policies[i].Spec.Egress {
-			if len(rule.To) == 0 && hasNamedPort(rule.Ports) {
-				all = true
-			}
-			add(rule.To)
-		}
-	}
-	return out, all
+	return out
 }
 
 // warnKey is a policy and the reason of a Warning Event about it.
