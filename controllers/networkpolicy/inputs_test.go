@@ -118,3 +118,31 @@ func TestPodInNamespaceUnknownToThePassTakesTheFullPass(t *testing.T) {
 		t.Fatalf("podChanged in a known namespace: %v", err)
 	}
 }
+
+// TestNamespaceCreatedOpensWatch: a namespace created after the last full pass counts when a peer
+// of every Pod of the namespaces its selector selects selects it (its watch must open), not when
+// only a peer with a podSelector of its own could (the cluster-wide watch of that podSelector
+// brings its Pods).
+func TestNamespaceCreatedOpensWatch(t *testing.T) {
+	policies := []networkingv1.NetworkPolicy{{Spec: networkingv1.NetworkPolicySpec{
+		Ingress: []networkingv1.NetworkPolicyIngressRule{{From: []networkingv1.NetworkPolicyPeer{
+			{NamespaceSelector: &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{
+				{Key: "env", Operator: metav1.LabelSelectorOpNotIn, Values: []string{"prod"}}}}},
+			{NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"team": "a"}},
+				PodSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "client"}}},
+		}}},
+	}}}
+	read := readNamespaces(policies, nil)
+	for _, tc := range []struct {
+		labels map[string]string
+		want   bool
+	}{
+		{nil, true}, // NotIn selects a namespace without the key
+		{map[string]string{"env": "prod"}, false},
+		{map[string]string{"env": "prod", "team": "a"}, false},
+	} {
+		if got := read.opensWatch(tc.labels); got != tc.want {
+			t.Errorf("opensWatch(%v) = %v, want %v", tc.labels, got, tc.want)
+		}
+	}
+}
