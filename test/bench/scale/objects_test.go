@@ -40,7 +40,7 @@ const (
 	// teams label the namespaces; a policy's peers are the role=peer Pods of one team's namespaces.
 	teams = 10
 	// peerPods: the role=peer Pods are among the first peerPods object Pods.
-	peerPods = 10000
+	peerPods = 3000
 	// writers is how many objects are written at once.
 	writers  = 48
 	protobuf = "application/vnd.kubernetes.protobuf"
@@ -229,7 +229,7 @@ func (w *writer) heartbeat(ctx context.Context, i int) error {
 }
 
 // podLabels: app a0-a4 (what policies select), role peer for one Pod in ten of the first
-// peerPods (policies' peers: the same 1,000 at every size, so that the sizes differ in the Pods no
+// peerPods (policies' peers: the same 300 at every size, so that the sizes differ in the Pods no
 // local policy names, issue 38's goal).
 func podLabels(k int) map[string]string {
 	role := "other"

@@ -478,7 +478,15 @@ func burst(t *testing.T, ctx context.Context, w *writer, agents []*agent, si int
 			}
 			done = false
 			if time.Now().After(deadline) {
-				t.Fatalf("burst: %d of %d addresses still without a peer flow on %s after 5 minutes", missing, burstPods, a.node.Name)
+				// Reported, and the size's other numbers still printed (burst_converge_ms -1).
+				var which []string
+				for _, ip := range addrs {
+					if !strings.Contains(dump, "nw_src="+ip+",") && !strings.Contains(dump, "nw_src="+ip+" ") {
+						which = append(which, ip)
+					}
+				}
+				t.Errorf("burst: %d of %d addresses still without a peer flow on %s after 5 minutes: %v", missing, burstPods, a.node.Name, which)
+				out[i] = -time.Millisecond
 			}
 		}
 		if done {
