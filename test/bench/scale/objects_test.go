@@ -65,8 +65,10 @@ func shapeOf(pods int) shape {
 // writer writes the cluster's objects with protobuf, without client-side rate limiting.
 type writer struct {
 	cs *kubernetes.Clientset
-	// built is what exists now.
+	// built is what exists now; steps what each grow built (a Service's namespace depends on the
+	// namespace count when it was created).
 	built shape
+	steps []shape
 	// churned counts the churn Pods ever created, epChanges the endpoint changes.
 	churned, epChanges atomic.Int64
 	// nodes is how many object Nodes exist (for the heartbeats).
@@ -172,6 +174,7 @@ func (w *writer) grow(ctx context.Context, s shape, objectPods int) error {
 		return err
 	}
 	w.built = s
+	w.steps = append(w.steps, s)
 	w.built.pods = objectPods
 	return nil
 }
@@ -320,6 +323,16 @@ func (w *writer) service(ctx context.Context, i, namespaces, objectPods int) err
 func endpoint(ip netip.Addr, node string) discoveryv1.Endpoint {
 	return discoveryv1.Endpoint{Addresses: []string{ip.String()}, NodeName: ptr.To(node),
 		Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true), Serving: ptr.To(true), Terminating: ptr.To(false)}}
+}
+
+// svcNamespaces is the namespace count when Service i was created.
+func (w *writer) svcNamespaces(i int) int {
+	for _, s := range w.steps {
+		if i < s.services {
+			return s.namespaces
+		}
+	}
+	return w.built.namespaces
 }
 
 // changeEndpoint replaces the first endpoint of Service i's slice with an address never used.
@@ -493,7 +506,7 @@ func (w *writer) churn(ctx context.Context, perSecond, slicesPerSecond int) (int
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				fail(w.changeEndpoint(ctx, i, w.built.namespaces))
+				fail(w.changeEndpoint(ctx, i, w.svcNamespaces(i)))
 				writes.Add(1)
 			}()
 		}
