@@ -2,7 +2,6 @@ package networkpolicy
 
 import (
 	"errors"
-	"maps"
 	"slices"
 	"testing"
 
@@ -13,47 +12,69 @@ import (
 	"k8s.io/utils/ptr"
 )
 
-// TestPeerNamespaces: a full pass reads the Pods of the local namespaces and of the namespaces
-// the peers' namespace selectors select, not every Pod (issue 37), unless a peer may be anywhere.
-func TestPeerNamespaces(t *testing.T) {
+// TestPeerWatchKeys: the Pod watches a node opens are one per distinct peer, filtered by the API
+// server; only a peer of every Pod of the cluster opens the unfiltered watch (issue 38).
+func TestPeerWatchKeys(t *testing.T) {
 	namespaces := map[string]map[string]string{
 		"local": {"team": "a"}, "front": {"tier": "front"}, "back": {"tier": "back"}, "other": nil,
 	}
-	local := map[string]bool{"local": true}
-	fromTier := func(tier string) networkingv1.NetworkPolicy {
+	sel := func(kv ...string) *metav1.LabelSelector {
+		m := map[string]string{}
+		for i := 0; i < len(kv); i += 2 {
+			m[kv[i]] = kv[i+1]
+		}
+		return &metav1.LabelSelector{MatchLabels: m}
+	}
+	ingress := func(peers ...networkingv1.NetworkPolicyPeer) networkingv1.NetworkPolicy {
 		return networkingv1.NetworkPolicy{ObjectMeta: metav1.ObjectMeta{Namespace: "local", Name: "np"}, Spec: networkingv1.NetworkPolicySpec{
-			Ingress: []networkingv1.NetworkPolicyIngressRule{{From: []networkingv1.NetworkPolicyPeer{
-				{NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"tier": tier}}},
-				{PodSelector: &metav1.LabelSelector{}},
-			}}},
+			Ingress: []networkingv1.NetworkPolicyIngressRule{{From: peers}},
 		}}
 	}
 	for _, tc := range []struct {
 		name     string
 		policies []networkingv1.NetworkPolicy
 		want     []string
-		all      bool
 	}{
-		{"no policy: the local namespaces", nil, []string{"local"}, false},
-		{"a namespace selector: the namespaces it selects", []networkingv1.NetworkPolicy{fromTier("front")}, []string{"front", "local"}, false},
-		{"an empty namespace selector: every namespace", []networkingv1.NetworkPolicy{{Spec: networkingv1.NetworkPolicySpec{
-			Egress: []networkingv1.NetworkPolicyEgressRule{{To: []networkingv1.NetworkPolicyPeer{{NamespaceSelector: &metav1.LabelSelector{}}}}},
-		}}}, []string{"back", "front", "local", "other"}, false},
-		{"named egress ports to anyone: every Pod", []networkingv1.NetworkPolicy{{Spec: networkingv1.NetworkPolicySpec{
+		{"no policy: no watch", nil, []string{}},
+		{"an ipBlock: no watch", []networkingv1.NetworkPolicy{ingress(networkingv1.NetworkPolicyPeer{IPBlock: &networkingv1.IPBlock{CIDR: "10.0.0.0/8"}})}, []string{}},
+		{"a podSelector: its label selector in the policy's namespace",
+			[]networkingv1.NetworkPolicy{ingress(networkingv1.NetworkPolicyPeer{PodSelector: sel("app", "web")})}, []string{"local/app=web"}},
+		{"the same selector twice: one watch",
+			[]networkingv1.NetworkPolicy{ingress(networkingv1.NetworkPolicyPeer{PodSelector: sel("app", "web")}), ingress(networkingv1.NetworkPolicyPeer{PodSelector: sel("app", "web")})},
+			[]string{"local/app=web"}},
+		{"a namespaceSelector alone: one watch of every Pod per namespace it selects",
+			[]networkingv1.NetworkPolicy{ingress(networkingv1.NetworkPolicyPeer{NamespaceSelector: sel("tier", "front")})}, []string{"front/*"}},
+		{"a namespaceSelector and an empty podSelector: the same",
+			[]networkingv1.NetworkPolicy{ingress(networkingv1.NetworkPolicyPeer{NamespaceSelector: sel("tier", "front"), PodSelector: sel()})}, []string{"front/*"}},
+		{"a namespaceSelector and a podSelector: one cluster-wide watch of the podSelector",
+			[]networkingv1.NetworkPolicy{ingress(networkingv1.NetworkPolicyPeer{NamespaceSelector: sel("tier", "front"), PodSelector: sel("app", "client")})},
+			[]string{"*/app=client"}},
+		{"a namespace's watch of every Pod covers a selector watch in it",
+			[]networkingv1.NetworkPolicy{ingress(networkingv1.NetworkPolicyPeer{PodSelector: sel("app", "web")}, networkingv1.NetworkPolicyPeer{NamespaceSelector: sel("team", "a")})},
+			[]string{"local/*"}},
+		{"an empty namespaceSelector: every Pod, one unfiltered watch",
+			[]networkingv1.NetworkPolicy{ingress(networkingv1.NetworkPolicyPeer{NamespaceSelector: sel()}, networkingv1.NetworkPolicyPeer{PodSelector: sel("app", "web")})},
+			[]string{"*/*"}},
+		{"named egress ports to anyone: every Pod", []networkingv1.NetworkPolicy{{ObjectMeta: metav1.ObjectMeta{Namespace: "local"}, Spec: networkingv1.NetworkPolicySpec{
 			Egress: []networkingv1.NetworkPolicyEgressRule{{Ports: []networkingv1.NetworkPolicyPort{{Port: ptr.To(intstr.FromString("http"))}}}},
-		}}}, nil, true},
-		{"a selector that does not parse: every Pod", []networkingv1.NetworkPolicy{{Spec: networkingv1.NetworkPolicySpec{
-			Ingress: []networkingv1.NetworkPolicyIngressRule{{From: []networkingv1.NetworkPolicyPeer{{NamespaceSelector: &metav1.LabelSelector{
-				MatchExpressions: []metav1.LabelSelectorRequirement{{Key: "tier", Operator: "Bogus"}}}}}}},
-		}}}, nil, true},
+		}}}, []string{"*/*"}},
+		{"numbered egress ports to anyone: no watch", []networkingv1.NetworkPolicy{{ObjectMeta: metav1.ObjectMeta{Namespace: "local"}, Spec: networkingv1.NetworkPolicySpec{
+			Egress: []networkingv1.NetworkPolicyEgressRule{{Ports: []networkingv1.NetworkPolicyPort{{Port: ptr.To(intstr.FromInt32(80))}}}},
+		}}}, []string{}},
+		{"a selector that does not parse selects nothing: no watch", []networkingv1.NetworkPolicy{ingress(networkingv1.NetworkPolicyPeer{NamespaceSelector: &metav1.LabelSelector{
+			MatchExpressions: []metav1.LabelSelectorRequirement{{Key: "tier", Operator: "Bogus"}}}})}, []string{}},
+		{"an expression selector is sent as the API server parses it", []networkingv1.NetworkPolicy{ingress(networkingv1.NetworkPolicyPeer{PodSelector: &metav1.LabelSelector{
+			MatchExpressions: []metav1.LabelSelectorRequirement{{Key: "app", Operator: metav1.LabelSelectorOpIn, Values: []string{"b", "a"}}}}})},
+			[]string{"local/app in (a,b)"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got, all := peerNamespaces(tc.policies, namespaces, local)
-			if all != tc.all {
-				t.Fatalf("all = %v, want %v", all, tc.all)
+			got := []string{}
+			for k := range peerWatchKeys(tc.policies, namespaces) {
+				got = append(got, k.String())
 			}
-			if !tc.all && !slices.Equal(slices.Sorted(maps.Keys(got)), tc.want) {
-				t.Fatalf("namespaces = %v, want %v", slices.Sorted(maps.Keys(got)), tc.want)
+			slices.Sort(got)
+			if !slices.Equal(got, tc.want) {
+				t.Fatalf("watches = %v, want %v", got, tc.want)
 			}
 		})
 	}
@@ -95,5 +116,33 @@ func TestPodInNamespaceUnknownToThePassTakesTheFullPass(t *testing.T) {
 	}
 	if _, err := x.podChanged(types.NamespacedName{Namespace: "known", Name: "p"}, &PodInfo{Namespace: "known", Name: "p"}); err != nil {
 		t.Fatalf("podChanged in a known namespace: %v", err)
+	}
+}
+
+// TestNamespaceCreatedOpensWatch: a namespace created after the last full pass counts when a peer
+// of every Pod of the namespaces its selector selects selects it (its watch must open), not when
+// only a peer with a podSelector of its own could (the cluster-wide watch of that podSelector
+// brings its Pods).
+func TestNamespaceCreatedOpensWatch(t *testing.T) {
+	policies := []networkingv1.NetworkPolicy{{Spec: networkingv1.NetworkPolicySpec{
+		Ingress: []networkingv1.NetworkPolicyIngressRule{{From: []networkingv1.NetworkPolicyPeer{
+			{NamespaceSelector: &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{
+				{Key: "env", Operator: metav1.LabelSelectorOpNotIn, Values: []string{"prod"}}}}},
+			{NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"team": "a"}},
+				PodSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "client"}}},
+		}}},
+	}}}
+	read := readNamespaces(policies, nil)
+	for _, tc := range []struct {
+		labels map[string]string
+		want   bool
+	}{
+		{nil, true}, // NotIn selects a namespace without the key
+		{map[string]string{"env": "prod"}, false},
+		{map[string]string{"env": "prod", "team": "a"}, false},
+	} {
+		if got := read.opensWatch(tc.labels); got != tc.want {
+			t.Errorf("opensWatch(%v) = %v, want %v", tc.labels, got, tc.want)
+		}
 	}
 }

@@ -33,6 +33,27 @@ var (
 		Name:      "passes_total",
 		Help:      "NetworkPolicy passes of the agent by kind: full (inputs read and compiled), pods (changed Pods applied alone), check (nothing changed, nothing read).",
 	}, []string{"kind"})
+	// peerWatches, peerObjects and peerEvents are the peer Pod watches (peers.go): how many are
+	// open, the Pods they hold, and the events they delivered (lists included). A Pod that no
+	// local policy names is in none, and its updates are no event here.
+	peerWatches = prometheus.NewGauge(prometheus.GaugeOpts{
+		Namespace: "winnet",
+		Subsystem: "networkpolicy",
+		Name:      "peer_watches",
+		Help:      "Pod watches the agent holds open for the peers of its node's NetworkPolicies.",
+	})
+	peerObjects = prometheus.NewGauge(prometheus.GaugeOpts{
+		Namespace: "winnet",
+		Subsystem: "networkpolicy",
+		Name:      "peer_pods",
+		Help:      "Pods held by the agent's peer Pod watches (a Pod two watches select counts twice).",
+	})
+	peerEvents = prometheus.NewCounter(prometheus.CounterOpts{
+		Namespace: "winnet",
+		Subsystem: "networkpolicy",
+		Name:      "peer_pod_events_total",
+		Help:      "Pod events (adds of lists included, updates, deletes) the agent's peer Pod watches received.",
+	})
 )
 
 // Pass kinds (the kind label of winnet_networkpolicy_passes_total).
@@ -43,7 +64,7 @@ const (
 )
 
 func init() {
-	ctrlmetrics.Registry.MustRegister(realisationLatency, realised, passes)
+	ctrlmetrics.Registry.MustRegister(realisationLatency, realised, passes, peerWatches, peerObjects, peerEvents)
 }
 
 // observePass records a pass: its latency when it changed the switch, and what it realised.

@@ -16,14 +16,12 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	k8slabels "k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/client-go/util/workqueue"
 	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
@@ -67,15 +65,15 @@ type Attachments interface {
 	List() []*podendpoint.Attachment
 }
 
-// Reconciler realises the NetworkPolicies that select the node's Pods. It reads NetworkPolicies
-// and Namespaces through Client, every Pod of the cluster through Pods (a cache of its own: the
-// agent's manager caches only its node's Pods), and the node's attachments for the local Pods'
-// ports; it gets the bridge through the node network's State.
+// Reconciler realises the NetworkPolicies that select the node's Pods. It reads NetworkPolicies,
+// Namespaces and the node's own Pods through Client (the agent's manager caches Pods by
+// spec.nodeName), the Pods its policies' peers name through Peers (watches opened per peer,
+// peers.go), and the node's attachments for the local Pods' ports; it gets the bridge through the
+// node network's State.
 type Reconciler struct {
 	Client client.Client
-	// Pods reads Pods of every node; PodSource is the same cache, for the watch.
-	Pods      client.Reader
-	PodSource cache.Cache
+	// Peers holds the Pods the local policies' peers select, and no other remote Pod.
+	Peers *PeerPods
 	// APIReader reads past the caches: whether a Pod the gate waits for exists at all (gate.go).
 	APIReader client.Reader
 	Local     Attachments
@@ -110,6 +108,8 @@ type Reconciler struct {
 	// policies' namespace selectors read, and every namespace's labels then. nil before the first
 	// full pass: every Namespace event counts.
 	nsRead *namespacesRead
+	// localRead is attachmentsSum of the attachments the last full pass read (changedMu).
+	localRead uint64
 	// reading: a full pass is reading its inputs and has not recorded nsRead yet (changedMu); a
 	// Namespace event then counts whatever it changed, since the keys being read are not known.
 	reading bool
@@ -117,15 +117,11 @@ type Reconciler struct {
 	gate gate
 }
 
-// SetupWithManager registers the reconciler for NetworkPolicies, Namespaces, Pods (of every
-// node), the node's PodEndpoints and changes of the realised node network, and makes policy one of
+// SetupWithManager registers the reconciler for NetworkPolicies, Namespaces, the node's Pods, the
+// peer Pod watches, the node's PodEndpoints and changes of the realised node network, and makes policy one of
 // the bridge's flow owners.
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	r.State.AddFlowOwner(nodenetwork.PolicyFlows)
-	all := handler.EnqueueRequestsFromMapFunc(func(context.Context, client.Object) []reconcile.Request {
-		r.markChanged(nil)
-		return []reconcile.Request{allPolicies}
-	})
 	// A NetworkPolicy selects Pods of its own namespace only: one in a namespace without a local
 	// Pod has no flows here, whatever it says (a Pod attached later brings its own full pass).
 	policies := handler.TypedFuncs[client.Object, reconcile.Request]{
@@ -154,6 +150,46 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 			r.namespaceChanged(q, e.ObjectNew.GetName(), e.ObjectOld.GetLabels(), e.ObjectNew.GetLabels(), false)
 		},
 	}
+	// A PodEndpoint event says the node's attachments may have changed: it counts only when what
+	// the pass reads of them did (attachmentsSum); the agent's own status writes, which change
+	// conditions and ids the pass does not read, take no pass.
+	endpoints := handler.EnqueueRequestsFromMapFunc(func(context.Context, client.Object) []reconcile.Request {
+		if !r.attachmentsChanged() {
+			return nil
+		}
+		return []reconcile.Request{allPolicies}
+	})
+	// The node's own Pods (the manager's cache): a change of what the pass reads of an attached
+	// one (labels, addresses, ports) takes the full pass, it may be a policy's target; kubelet's
+	// other status writes take none. As a peer, a local Pod comes through the peer watches too.
+	localPods := handler.TypedFuncs[client.Object, reconcile.Request]{
+		CreateFunc: func(_ context.Context, e event.TypedCreateEvent[client.Object], q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			r.localPodChanged(q, e.Object)
+		},
+		UpdateFunc: func(_ context.Context, e event.TypedUpdateEvent[client.Object], q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			o, ok1 := e.ObjectOld.(*corev1.Pod)
+			n, ok2 := e.ObjectNew.(*corev1.Pod)
+			if ok1 && ok2 && !policyRelevantChange(o, n) {
+				return
+			}
+			r.localPodChanged(q, e.ObjectNew)
+		},
+		DeleteFunc: func(_ context.Context, e event.TypedDeleteEvent[client.Object], q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			r.localPodChanged(q, e.Object)
+		},
+	}
+	// The peer watches run in the manager's context; a Pod event after a watch's list queues the
+	// Pod for the incremental path, a watch's list done (one the pass did not wait for) a full pass.
+	peerSource := source.Func(func(ctx context.Context, q workqueue.TypedRateLimitingInterface[reconcile.Request]) error {
+		r.Peers.start(ctx, func(key types.NamespacedName) {
+			r.markChanged(&key)
+			q.Add(podChanges)
+		}, func() {
+			r.markChanged(nil)
+			q.Add(allPolicies)
+		})
+		return nil
+	})
 	realized := r.State.Subscribe()
 	r.gate.mu.Lock()
 	r.gate.init()
@@ -182,11 +218,9 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Named("networkpolicy").
 		Watches(&networkingv1.NetworkPolicy{}, policies).
 		Watches(&corev1.Namespace{}, namespaces).
-		Watches(&networkv1alpha1.PodEndpoint{}, all).
-		WatchesRawSource(source.Kind(r.PodSource, &corev1.Pod{}, handler.TypedEnqueueRequestsFromMapFunc(func(_ context.Context, p *corev1.Pod) []reconcile.Request {
-			r.markChanged(&types.NamespacedName{Namespace: p.Namespace, Name: p.Name})
-			return []reconcile.Request{podChanges}
-		}))).
+		Watches(&networkv1alpha1.PodEndpoint{}, endpoints).
+		Watches(&corev1.Pod{}, localPods).
+		WatchesRawSource(peerSource).
 		WatchesRawSource(onRealized).
 		Complete(r)
 }
@@ -206,6 +240,17 @@ func (r *Reconciler) markChanged(pod *types.NamespacedName) {
 		r.pods = map[types.NamespacedName]bool{}
 	}
 	r.pods[*pod] = true
+}
+
+// localPodChanged queues the full pass for an event of a Pod of this node that is attached here.
+func (r *Reconciler) localPodChanged(q workqueue.TypedRateLimitingInterface[reconcile.Request], pod client.Object) {
+	for _, a := range r.Local.List() {
+		if a.PodNamespace == pod.GetNamespace() && a.PodName == pod.GetName() {
+			r.markChanged(nil)
+			q.Add(allPolicies)
+			return
+		}
+	}
 }
 
 // policyChanged queues the full pass for a NetworkPolicy's event when its namespace holds a Pod
@@ -235,19 +280,61 @@ func (r *Reconciler) namespaceChanged(q workqueue.TypedRateLimitingInterface[rec
 	read, reading := r.nsRead, r.reading
 	r.changedMu.Unlock()
 	if read != nil && !reading {
-		if created {
-			seen, ok := read.labels[name]
-			if !ok {
+		seen, ok := read.labels[name]
+		switch {
+		case created && !ok:
+			// A namespace new to the pass: its Pods come through the watches open, unless a
+			// peer names every Pod of the namespaces it selects, which opens a watch per
+			// namespace (peerWatchKeys).
+			if !read.opensWatch(now) {
 				return
 			}
-			old = seen
-		}
-		if !read.differ(old, now) {
+		case created:
+			if !read.differ(seen, now) {
+				return
+			}
+		case !read.differ(old, now):
 			return
 		}
 	}
 	r.markChanged(nil)
 	q.Add(allPolicies)
+}
+
+// attachmentsChanged marks the full pass when what the pass reads of the node's attachments
+// differs from what the last full pass read (or one is reading, or none ran yet).
+func (r *Reconciler) attachmentsChanged() bool {
+	sum := attachmentsSum(r.Local.List())
+	r.changedMu.Lock()
+	same := r.nsRead != nil && !r.reading && sum == r.localRead
+	r.changedMu.Unlock()
+	if same {
+		return false
+	}
+	r.markChanged(nil)
+	return true
+}
+
+// attachmentsMoved tells whether what the pass reads of the attachments differs from what the last
+// full pass read.
+func (r *Reconciler) attachmentsMoved() bool {
+	sum := attachmentsSum(r.Local.List())
+	r.changedMu.Lock()
+	defer r.changedMu.Unlock()
+	return sum != r.localRead
+}
+
+// attachmentsSum is a hash of what the pass reads of the attachments: each one's Pod, whether it
+// is being detached, its ofport, MAC and address. It is the same for two lists exactly when the
+// pass would read the same of them, in any order.
+func attachmentsSum(attached []*podendpoint.Attachment) uint64 {
+	var sum uint64
+	for _, a := range attached {
+		h := fnv.New64a()
+		_, _ = fmt.Fprintf(h, "%s\x00%s\x00%t\x00%d\x00%s\x00%s", a.PodNamespace, a.PodName, a.Deleting, a.OFPort, a.MAC, a.IP)
+		sum += h.Sum64()
+	}
+	return sum
 }
 
 func (r *Reconciler) setReading(reading bool) {
@@ -262,6 +349,14 @@ type namespacesRead struct {
 	keys map[string]bool
 	// labels are every namespace's labels it saw.
 	labels map[string]map[string]string
+	// perNamespace are the namespace selectors of peers of every Pod of the namespaces they select:
+	// each namespace they select has a watch of its own.
+	perNamespace []k8slabels.Selector
+}
+
+// opensWatch tells whether a namespace with these labels needs a Pod watch of its own.
+func (n *namespacesRead) opensWatch(l map[string]string) bool {
+	return slices.ContainsFunc(n.perNamespace, func(s k8slabels.Selector) bool { return s.Matches(k8slabels.Set(l)) })
 }
 
 // differ reports whether a label the selectors read differs between a and b.
@@ -283,6 +378,11 @@ func readNamespaces(policies []networkingv1.NetworkPolicy, labels map[string]map
 		for _, p := range peers {
 			if p.NamespaceSelector == nil {
 				continue
+			}
+			if p.PodSelector == nil || (len(p.PodSelector.MatchLabels) == 0 && len(p.PodSelector.MatchExpressions) == 0) {
+				if sel, err := metav1.LabelSelectorAsSelector(p.NamespaceSelector); err == nil && !sel.Empty() {
+					n.perNamespace = append(n.perNamespace, sel)
+				}
 			}
 			for k := range p.NamespaceSelector.MatchLabels {
 				n.keys[k] = true
@@ -357,10 +457,11 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 	if resync == 0 {
 		resync = DefaultResyncPeriod
 	}
-	if req == allPolicies && !full && r.index != nil && r.indexFlows == rz.Flows {
+	if req == allPolicies && !full && r.index != nil && r.indexFlows == rz.Flows && !r.attachmentsMoved() {
 		// The periodic check with nothing changed since the last full pass (every event that
-		// needs one marks it; the Pods' changes were applied by applyPods): nothing is read or
-		// compiled, the flows are sent again only if the bridge's were invalidated (the node
+		// needs one marks it; the Pods' changes were applied by applyPods; the node's
+		// attachments, which change without an event of their own, are compared with what the
+		// last pass read): nothing else is read or compiled, the flows are sent again only if the bridge's were invalidated (the node
 		// network found drift, or ovs-vswitchd restarted).
 		passes.WithLabelValues(PassCheck).Inc()
 		if err := r.resend(ctx, rz); err != nil {
@@ -377,7 +478,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 	passes.WithLabelValues(PassFull).Inc()
 	r.setReading(true)
 	defer r.setReading(false)
-	in, hash, err := r.inputs(ctx)
+	in, hash, localSum, err := r.inputs(ctx)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
@@ -387,6 +488,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 		// network compares it with the bridge's cache and invalidates it on drift) and send them
 		// again only if it did not.
 		r.index = index
+		r.changedMu.Lock()
+		r.localRead = localSum
+		r.changedMu.Unlock()
 		if err := r.resend(ctx, rz); err != nil {
 			return ctrl.Result{}, err
 		}
@@ -411,7 +515,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 	r.inputsHash, r.flows, r.invalidations = hash, flows, invalidations
 	seen := readNamespaces(in.Policies, in.Namespaces)
 	r.changedMu.Lock()
-	r.nsRead, r.reading = seen, false
+	r.nsRead, r.localRead, r.reading = seen, localSum, false
 	r.changedMu.Unlock()
 	r.State.FlowsSynced(ctx, nodenetwork.PolicyFlows, rz.Flows)
 	observePass(d, synced.Mods() > 0, time.Since(changed))
@@ -473,13 +577,7 @@ func (r *Reconciler) applyPods(ctx context.Context, rz nodenetwork.Realized, pod
 			return fmt.Errorf("pod %s is attached on this node: %w", key, errFullPass)
 		}
 		var info *PodInfo
-		pod := &corev1.Pod{}
-		err := r.Pods.Get(ctx, key, pod, client.UnsafeDisableDeepCopy)
-		switch {
-		case apierrors.IsNotFound(err):
-		case err != nil:
-			return fmt.Errorf("reading Pod %s: %w", key, err)
-		default:
+		if pod := r.Peers.get(key); pod != nil {
 			if pi, ok := podInfo(pod); ok {
 				info = &pi
 			}
@@ -518,7 +616,7 @@ func (r *Reconciler) applyPods(ctx context.Context, rz nodenetwork.Realized, pod
 //
 // It also returns a hash of everything it read (the objects' UIDs and resourceVersions, the local
 // attachments), which is the same for two reads exactly when Compute's inputs are the same.
-func (r *Reconciler) inputs(ctx context.Context) (Inputs, uint64, error) {
+func (r *Reconciler) inputs(ctx context.Context) (Inputs, uint64, uint64, error) {
 	var in Inputs
 	// The hash is the sum of each object's: the caches list in no particular order.
 	var sum uint64
@@ -540,7 +638,7 @@ func (r *Reconciler) inputs(ctx context.Context) (Inputs, uint64, error) {
 	for _, ns := range slices.Sorted(maps.Keys(local)) {
 		policies := &networkingv1.NetworkPolicyList{}
 		if err := r.Client.List(ctx, policies, client.InNamespace(ns), client.UnsafeDisableDeepCopy); err != nil {
-			return in, 0, fmt.Errorf("listing the NetworkPolicies of namespace %s: %w", ns, err)
+			return in, 0, 0, fmt.Errorf("listing the NetworkPolicies of namespace %s: %w", ns, err)
 		}
 		in.Policies = append(in.Policies, policies.Items...)
 	}
@@ -549,31 +647,42 @@ func (r *Reconciler) inputs(ctx context.Context) (Inputs, uint64, error) {
 	}
 	namespaces := &corev1.NamespaceList{}
 	if err := r.Client.List(ctx, namespaces, client.UnsafeDisableDeepCopy); err != nil {
-		return in, 0, fmt.Errorf("listing Namespaces: %w", err)
+		return in, 0, 0, fmt.Errorf("listing Namespaces: %w", err)
 	}
 	in.Namespaces = map[string]map[string]string{}
 	for _, ns := range namespaces.Items {
 		in.Namespaces[ns.Name] = ns.Labels
 		write("ns", string(ns.UID), ns.ResourceVersion)
 	}
-	// Only the Pods of the namespaces the policies can select: the local Pods' (targets), and
-	// those of the namespaces their peers select; every Pod only when a peer may be anywhere.
-	pods := &corev1.PodList{}
-	if podNamespaces, all := peerNamespaces(in.Policies, in.Namespaces, local); all {
-		if err := r.Pods.List(ctx, pods, client.UnsafeDisableDeepCopy); err != nil {
-			return in, 0, fmt.Errorf("listing Pods: %w", err)
+	// The Pods the policies can select: the local Pods of their namespaces (targets, from the
+	// manager's cache of the node's Pods), and the peers, through the watches their peers need
+	// (opened now if new, closed if no policy needs them any more).
+	want := peerWatchKeys(in.Policies, in.Namespaces)
+	opened, closed, synced, err := r.Peers.set(ctx, want)
+	if err != nil {
+		return in, 0, 0, fmt.Errorf("opening the peer Pod watches: %w", err)
+	}
+	if len(opened)+len(closed) > 0 || !synced {
+		ctrl.LoggerFrom(ctx).Info("Peer Pod watches changed", "open", len(want), "opened", keyStrings(opened), "closed", keyStrings(closed), "listed", synced)
+	}
+	byKey := map[types.NamespacedName]*corev1.Pod{}
+	for _, p := range r.Peers.list() {
+		byKey[types.NamespacedName{Namespace: p.Namespace, Name: p.Name}] = p
+	}
+	for _, ns := range slices.Sorted(maps.Keys(local)) {
+		list := &corev1.PodList{}
+		if err := r.Client.List(ctx, list, client.InNamespace(ns), client.UnsafeDisableDeepCopy); err != nil {
+			return in, 0, 0, fmt.Errorf("listing the node's Pods of namespace %s: %w", ns, err)
 		}
-	} else {
-		for _, ns := range slices.Sorted(maps.Keys(podNamespaces)) {
-			list := &corev1.PodList{}
-			if err := r.Pods.List(ctx, list, client.InNamespace(ns), client.UnsafeDisableDeepCopy); err != nil {
-				return in, 0, fmt.Errorf("listing the Pods of namespace %s: %w", ns, err)
-			}
-			pods.Items = append(pods.Items, list.Items...)
+		for i := range list.Items {
+			k := types.NamespacedName{Namespace: list.Items[i].Namespace, Name: list.Items[i].Name}
+			byKey[k] = newer(byKey[k], &list.Items[i])
 		}
 	}
-	for i := range pods.Items {
-		write("pod", string(pods.Items[i].UID), pods.Items[i].ResourceVersion)
+	pods := make([]*corev1.Pod, 0, len(byKey))
+	for _, p := range byKey {
+		pods = append(pods, p)
+		write("pod", string(p.UID), p.ResourceVersion)
 	}
 	// A local Pod's address is known from its attachment before kubelet writes it to the status.
 	localIPs := map[types.NamespacedName]netip.Addr{}
@@ -590,8 +699,7 @@ func (r *Reconciler) inputs(ctx context.Context) (Inputs, uint64, error) {
 		localIPs[key] = a.IP.Addr()
 		write("local", key.String(), strconv.Itoa(int(a.OFPort)), mac.String(), a.IP.String())
 	}
-	for i := range pods.Items {
-		p := &pods.Items[i]
+	for _, p := range pods {
 		info, ok := podInfo(p)
 		if !ok {
 			continue
@@ -601,45 +709,16 @@ func (r *Reconciler) inputs(ctx context.Context) (Inputs, uint64, error) {
 		}
 		in.Pods = append(in.Pods, info)
 	}
-	return in, sum, nil
+	return in, sum, attachmentsSum(attached), nil
 }
 
-// peerNamespaces returns the namespaces whose Pods the policies may select: the local ones (their
-// targets and peers of their own namespace) and the ones their peers' namespace selectors select;
-// all is set when Pods of any namespace may be peers (an egress rule with named ports and no
-// peers resolves them on every Pod; a selector that does not parse).
-func peerNamespaces(policies []networkingv1.NetworkPolicy, namespaces map[string]map[string]string, local map[string]bool) (map[string]bool, bool) {
-	out := maps.Clone(local)
-	all := false
-	add := func(peers []networkingv1.NetworkPolicyPeer) {
-		for _, p := range peers {
-			if p.NamespaceSelector == nil {
-				continue
-			}
-			sel, err := metav1.LabelSelectorAsSelector(p.NamespaceSelector)
-			if err != nil {
-				all = true
-				return
-			}
-			for ns, labels := range namespaces {
-				if sel.Matches(k8slabels.Set(labels)) {
-					out[ns] = true
-				}
-			}
-		}
+// keyStrings renders watch keys for the log.
+func keyStrings(keys []watchKey) []string {
+	out := make([]string, 0, len(keys))
+	for _, k := range keys {
+		out = append(out, k.String())
 	}
-	for i := range policies {
-		for _, rule := range policies[i].Spec.Ingress {
-			add(rule.From)
-		}
-		for _, rule := range policies[i].Spec.Egress {
-			if len(rule.To) == 0 && hasNamedPort(rule.Ports) {
-				all = true
-			}
-			add(rule.To)
-		}
-	}
-	return out, all
+	return out
 }
 
 // warnKey is a policy and the reason of a Warning Event about it.

@@ -10,7 +10,7 @@
 //
 //	bench-scale pods=N services=S policies=P agent_heap_mb=.. agent_rss_mb=.. agent_idle_cpu_pct=..
 //	idle_writes_per_min=.. writes_per_endpoint_change=.. watch_kb_s_per_agent=..
-//	kubeproxy_watch_kb_s=.. full_pass_ms=.. burst_converge_ms=..
+//	kubeproxy_watch_kb_s=.. full_pass_ms=.. burst_converge_ms=.. unnamed_pod_update_events=..
 //
 // What each number is:
 //   - agent_heap_mb: the agents' largest live heap after a GC (HeapAlloc of the agent's
@@ -24,10 +24,15 @@
 //     endpoint of one EndpointSlice, per change.
 //   - watch_kb_s_per_agent and kubeproxy_watch_kb_s: the bytes a watch client receives, per
 //     second, during 30 s of churn (10 Pods created and 10 deleted per second, 5 EndpointSlice
-//     changes per second, the heartbeats): one with the agent's watches and selectors (every Pod,
-//     NetworkPolicy, Namespace and RemoteSubnetRoute, the Services and EndpointSlices kube-proxy
-//     would serve, its Node), one with kube-proxy's (those Services and EndpointSlices, its Node),
-//     both with protobuf as the agent and kube-proxy use; each stands for one node of many.
+//     changes per second, the heartbeats): one with the measured agent's watches and selectors
+//     (its node's Pods and the peer Pod watches of its local policies, networkpolicy.PeerWatches;
+//     every NetworkPolicy, Namespace and RemoteSubnetRoute, the Services and EndpointSlices
+//     kube-proxy would serve, its Node), one with the reference's (main before issue 38: every
+//     Pod instead of the node's and the peers'), one with kube-proxy's (those Services and
+//     EndpointSlices, its Node), all with protobuf as the agent and kube-proxy use; each stands
+//     for one node of many.
+//   - unnamed_pod_update_events: the events those watch models receive per status write (a Ready
+//     condition flipped, as kubelet writes it) of a Pod no local policy names, over 5 writes.
 //   - full_pass_ms: the agent's full NetworkPolicy pass (reading its inputs, compiling, the bundle)
 //     after a policy selecting local Pods is created, from the agent's log, median of 3.
 //   - burst_converge_ms: from the start of a burst of 100 Pods created in parallel (with their
@@ -42,5 +47,9 @@
 // directory of the winnet binaries to measure, default bin/linux), BENCH_SCALE_REF_BIN (the
 // directory of a reference build, such as main's: as many agents of it run beside the measured ones
 // in the same cluster, at the same moments, and print bench-scale-ref lines; the watch numbers are
-// the same for both, their watches being the same).
+// each build's own model).
+//
+// The policies' peers (role=peer) are one Pod in ten of the first 3,000 object Pods, the same at
+// every size, and from 3,000 Pods on the local namespaces hold about 1,800 object Pods at every
+// size: the sizes differ in Pods no local policy names (issue 38's heap goal).
 package scale

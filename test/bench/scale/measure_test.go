@@ -26,6 +26,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	networkv1alpha1 "github.com/winnet-io/winnet/api/v1alpha1"
+	"github.com/winnet-io/winnet/controllers/networkpolicy"
 )
 
 // agentUser is the user the agents write as: winnet-agent's ServiceAccount (test/e2e/cluster).
@@ -168,8 +169,8 @@ func (b countingBody) Read(p []byte) (int, error) {
 // watchModel is a set of watches, as one node's agent or kube-proxy opens them, counting the bytes
 // the API server sends from the moment they start.
 type watchModel struct {
-	bytes atomic.Int64
-	stop  []func()
+	bytes, events atomic.Int64
+	stop          []func()
 }
 
 // watchSpec is one watch: a built-in resource (protobuf) or a custom one (JSON), with selectors.
@@ -177,6 +178,8 @@ type watchSpec struct {
 	gvr          schema.GroupVersionResource
 	custom       bool
 	label, field string
+	// namespace limits a built-in watch to one namespace ("" every one).
+	namespace string
 }
 
 var (
@@ -190,15 +193,31 @@ var (
 	endpointsGVR = networkv1alpha1.GroupVersion.WithResource("podendpoints")
 )
 
-// agentWatches are the agent's cluster-wide watches (internal/agent): every Pod (NetworkPolicy's
+// refAgentWatches are main's agent's (before issue 38) cluster-wide watches: every Pod (NetworkPolicy's
 // peers), NetworkPolicy, Namespace and RemoteSubnetRoute, the Services and EndpointSlices
 // kube-proxy would serve, and its own Node and PodEndpoints.
-func agentWatches(node string) []watchSpec {
+func refAgentWatches(node string) []watchSpec {
 	return []watchSpec{
 		{gvr: podsGVR}, {gvr: policiesGVR}, {gvr: nsGVR}, {gvr: routesGVR, custom: true},
 		{gvr: servicesGVR, label: proxiedBy}, {gvr: slicesGVR, label: proxiedBy},
 		{gvr: nodesGVR, field: "metadata.name=" + node}, {gvr: endpointsGVR, custom: true, field: "spec.nodeName=" + node},
 	}
+}
+
+// agentWatches are the agent's watches (internal/agent, networkpolicy.PeerWatches): its node's
+// Pods, the peer Pod watches of its local policies, every NetworkPolicy, Namespace and
+// RemoteSubnetRoute, the Services and EndpointSlices kube-proxy would serve, and its own Node and
+// PodEndpoints.
+func agentWatches(node string, peers []networkpolicy.PodWatch) []watchSpec {
+	out := []watchSpec{
+		{gvr: podsGVR, field: "spec.nodeName=" + node}, {gvr: policiesGVR}, {gvr: nsGVR}, {gvr: routesGVR, custom: true},
+		{gvr: servicesGVR, label: proxiedBy}, {gvr: slicesGVR, label: proxiedBy},
+		{gvr: nodesGVR, field: "metadata.name=" + node}, {gvr: endpointsGVR, custom: true, field: "spec.nodeName=" + node},
+	}
+	for _, p := range peers {
+		out = append(out, watchSpec{gvr: podsGVR, namespace: p.Namespace, label: p.LabelSelector})
+	}
+	return out
 }
 
 // kubeProxyWatches are kube-proxy's (cmd/kube-proxy/app/server.go): the Services and EndpointSlices
@@ -244,18 +263,19 @@ func startWatches(ctx context.Context, cfg *rest.Config, specs []watchSpec) (*wa
 				return nil, fmt.Errorf("watching %s: %w", s.gvr, err)
 			}
 		} else {
-			rv, err := listRV(ctx, cs, s.gvr, opts)
+			rv, err := listRV(ctx, cs, s.gvr, s.namespace, opts)
 			if err != nil {
 				return nil, fmt.Errorf("listing %s: %w", s.gvr, err)
 			}
 			opts.ResourceVersion, opts.Limit = rv, 0
-			w, err = watchBuiltin(ctx, cs, s.gvr, opts)
+			w, err = watchBuiltin(ctx, cs, s.gvr, s.namespace, opts)
 			if err != nil {
 				return nil, fmt.Errorf("watching %s: %w", s.gvr, err)
 			}
 		}
 		go func() {
 			for range w.ResultChan() {
+				m.events.Add(1)
 			}
 		}()
 		m.stop = append(m.stop, w.Stop)
@@ -267,10 +287,10 @@ func startWatches(ctx context.Context, cfg *rest.Config, specs []watchSpec) (*wa
 }
 
 // watchBuiltin watches a built-in resource with the clientset (protobuf).
-func watchBuiltin(ctx context.Context, cs *kubernetes.Clientset, gvr schema.GroupVersionResource, opts metav1.ListOptions) (watch.Interface, error) {
+func watchBuiltin(ctx context.Context, cs *kubernetes.Clientset, gvr schema.GroupVersionResource, ns string, opts metav1.ListOptions) (watch.Interface, error) {
 	switch gvr {
 	case podsGVR:
-		return cs.CoreV1().Pods("").Watch(ctx, opts)
+		return cs.CoreV1().Pods(ns).Watch(ctx, opts)
 	case nodesGVR:
 		return cs.CoreV1().Nodes().Watch(ctx, opts)
 	case nsGVR:
@@ -286,11 +306,11 @@ func watchBuiltin(ctx context.Context, cs *kubernetes.Clientset, gvr schema.Grou
 }
 
 // listRV lists one item of a built-in resource with protobuf and returns the list's resource version.
-func listRV(ctx context.Context, cs *kubernetes.Clientset, gvr schema.GroupVersionResource, opts metav1.ListOptions) (string, error) {
+func listRV(ctx context.Context, cs *kubernetes.Clientset, gvr schema.GroupVersionResource, ns string, opts metav1.ListOptions) (string, error) {
 	var meta metav1.ListMeta
 	switch gvr {
 	case podsGVR:
-		l, err := cs.CoreV1().Pods("").List(ctx, opts)
+		l, err := cs.CoreV1().Pods(ns).List(ctx, opts)
 		if err != nil {
 			return "", err
 		}

@@ -22,6 +22,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
+
+	"github.com/winnet-io/winnet/controllers/networkpolicy"
 )
 
 // The cluster's shape: one Service and one policy per six Pods (10,000 of each at 60,000 Pods, the
@@ -37,6 +39,8 @@ const (
 	localNamespaces = 30
 	// teams label the namespaces; a policy's peers are the role=peer Pods of one team's namespaces.
 	teams = 10
+	// peerPods: the role=peer Pods are among the first peerPods object Pods.
+	peerPods = 3000
 	// writers is how many objects are written at once.
 	writers  = 48
 	protobuf = "application/vnd.kubernetes.protobuf"
@@ -61,8 +65,10 @@ func shapeOf(pods int) shape {
 // writer writes the cluster's objects with protobuf, without client-side rate limiting.
 type writer struct {
 	cs *kubernetes.Clientset
-	// built is what exists now.
+	// built is what exists now; steps what each grow built (a Service's namespace depends on the
+	// namespace count when it was created).
 	built shape
+	steps []shape
 	// churned counts the churn Pods ever created, epChanges the endpoint changes.
 	churned, epChanges atomic.Int64
 	// nodes is how many object Nodes exist (for the heartbeats).
@@ -168,6 +174,7 @@ func (w *writer) grow(ctx context.Context, s shape, objectPods int) error {
 		return err
 	}
 	w.built = s
+	w.steps = append(w.steps, s)
 	w.built.pods = objectPods
 	return nil
 }
@@ -224,10 +231,12 @@ func (w *writer) heartbeat(ctx context.Context, i int) error {
 	return err
 }
 
-// podLabels: app a0-a4 (what policies select), role peer for one Pod in ten (policies' peers).
+// podLabels: app a0-a4 (what policies select), role peer for one Pod in ten of the first
+// peerPods (policies' peers: the same 300 at every size, so that the sizes differ in the Pods no
+// local policy names, issue 38's goal).
 func podLabels(k int) map[string]string {
 	role := "other"
-	if k%10 == 0 {
+	if k%10 == 0 && k < peerPods {
 		role = "peer"
 	}
 	return map[string]string{"app": fmt.Sprintf("a%d", k%5), "role": role, "pod-template-hash": fmt.Sprintf("h%d", k/10)}
@@ -316,6 +325,16 @@ func endpoint(ip netip.Addr, node string) discoveryv1.Endpoint {
 		Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true), Serving: ptr.To(true), Terminating: ptr.To(false)}}
 }
 
+// svcNamespaces is the namespace count when Service i was created.
+func (w *writer) svcNamespaces(i int) int {
+	for _, s := range w.steps {
+		if i < s.services {
+			return s.namespaces
+		}
+	}
+	return w.built.namespaces
+}
+
 // changeEndpoint replaces the first endpoint of Service i's slice with an address never used.
 func (w *writer) changeEndpoint(ctx context.Context, i, namespaces int) error {
 	ns := nsName(i % namespaces)
@@ -329,6 +348,46 @@ func (w *writer) changeEndpoint(ctx context.Context, i, namespaces int) error {
 		_, err = w.cs.DiscoveryV1().EndpointSlices(ns).Update(ctx, s, metav1.UpdateOptions{})
 		return err
 	})
+}
+
+// touchStatus writes Pod ns/name's status as kubelet does when a probe flips: its Ready condition,
+// true on even i, false on odd.
+func (w *writer) touchStatus(ctx context.Context, ns, name string, i int) error {
+	return retry(func() error {
+		p, err := w.cs.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		status := corev1.ConditionTrue
+		if i%2 == 1 {
+			status = corev1.ConditionFalse
+		}
+		p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: status, LastTransitionTime: metav1.Now()}}
+		_, err = w.cs.CoreV1().Pods(ns).UpdateStatus(ctx, p, metav1.UpdateOptions{})
+		return err
+	})
+}
+
+// peerWatches are the Pod watches of an agent's peers: those of the policies of the local
+// namespaces (every agent has a Pod in each), as the agent computes them.
+func (w *writer) peerWatches(ctx context.Context) ([]networkpolicy.PodWatch, error) {
+	var policies []networkingv1.NetworkPolicy
+	for i := range localNamespaces {
+		l, err := w.cs.NetworkingV1().NetworkPolicies(nsName(i)).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return nil, err
+		}
+		policies = append(policies, l.Items...)
+	}
+	nss, err := w.cs.CoreV1().Namespaces().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, err
+	}
+	labels := map[string]map[string]string{}
+	for _, ns := range nss.Items {
+		labels[ns.Name] = ns.Labels
+	}
+	return networkpolicy.PeerWatches(policies, labels), nil
 }
 
 // policy creates NetworkPolicy i: in namespace i%namespaces, it selects app a<i%5> and admits TCP
@@ -447,7 +506,7 @@ func (w *writer) churn(ctx context.Context, perSecond, slicesPerSecond int) (int
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				fail(w.changeEndpoint(ctx, i, w.built.namespaces))
+				fail(w.changeEndpoint(ctx, i, w.svcNamespaces(i)))
 				writes.Add(1)
 			}()
 		}

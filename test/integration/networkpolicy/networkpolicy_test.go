@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -116,6 +117,24 @@ func passCount(t *testing.T, kind string) float64 {
 					n += m.GetCounter().GetValue()
 				}
 			}
+		}
+	}
+	return n
+}
+
+// metricSum is the sum of a counter's or gauge's series over the agents of the test (both run in
+// this process).
+func metricSum(t *testing.T, name string) float64 {
+	t.Helper()
+	families, err := ctrlmetrics.Registry.Gather()
+	NewWithT(t).Expect(err).NotTo(HaveOccurred())
+	var n float64
+	for _, f := range families {
+		if f.GetName() != name {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			n += m.GetCounter().GetValue() + m.GetGauge().GetValue()
 		}
 	}
 	return n
@@ -343,6 +362,32 @@ func TestNetworkPolicy(t *testing.T) {
 			g.Expect(passCount(t, networkpolicy.PassFull)).To(Equal(full), "a full pass (every input read) ran with nothing changed")
 			g.Expect(passCount(t, networkpolicy.PassCheck)).To(BeNumerically(">", checks), "the periodic check did not run")
 		}},
+		{"a PodEndpoint write that changes nothing the pass reads, the agent's own status writes included, takes no pass", func(t *testing.T) {
+			g := NewWithT(t)
+			list := &networkv1alpha1.PodEndpointList{}
+			g.Expect(server.Client.List(ctx, list)).To(Succeed())
+			var ep *networkv1alpha1.PodEndpoint
+			for i := range list.Items {
+				if list.Items[i].Spec.NodeName == a.Name && list.Items[i].Spec.PodName == "web" {
+					ep = &list.Items[i]
+				}
+			}
+			g.Expect(ep).NotTo(BeNil(), "web's PodEndpoint")
+			time.Sleep(2 * time.Second)
+			full := passCount(t, networkpolicy.PassFull)
+			// A status the agent writes back (its own write follows this one) and a label.
+			patched := ep.DeepCopy()
+			patched.Status.HNSEndpointID = "not-the-endpoint"
+			g.Expect(server.Client.Status().Patch(ctx, patched, client.MergeFrom(ep))).To(Succeed())
+			g.Eventually(func(g Gomega) {
+				now := &networkv1alpha1.PodEndpoint{}
+				g.Expect(server.Client.Get(ctx, client.ObjectKeyFromObject(ep), now)).To(Succeed())
+				g.Expect(now.Status.HNSEndpointID).To(Equal(ep.Status.HNSEndpointID), "the agent did not write its status back")
+			}).WithTimeout(converge).Should(Succeed())
+			setLabels(t, ep, map[string]string{"touched": "1"})
+			time.Sleep(2 * time.Second)
+			g.Expect(passCount(t, networkpolicy.PassFull)).To(Equal(full), "a PodEndpoint write that changed no attachment took a full pass")
+		}},
 		{"a NetworkPolicy in a namespace without a local Pod takes no pass", func(t *testing.T) {
 			g := NewWithT(t)
 			far := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "np-far", Labels: map[string]string{"team": "far"}}}
@@ -376,6 +421,76 @@ func TestNetworkPolicy(t *testing.T) {
 			setLabels(t, nsY, map[string]string{"team": "y", "tier": "front"})
 			g.Eventually(func() float64 { return passCount(t, networkpolicy.PassFull) }).WithTimeout(converge).Should(BeNumerically(">", full),
 				"a label a selector reads took no pass")
+			setLabels(t, nsY, map[string]string{"team": "y"})
+		}},
+		// Issue 38: an agent holds the Pods its policies name, and no other remote Pod.
+		{"a Pod no local policy names does not reach the agents; a namespace gaining a selected label brings its Pods in; a policy deleted closes its watch", func(t *testing.T) {
+			g := NewWithT(t)
+			// A Pod of a node that exists only in the API server (no agent runs it), in np-y:
+			// from-front (a namespaceSelector tier=front alone) does not select np-y yet, and web's
+			// peers are app=client Pods.
+			createPolicy(t, &networkingv1.NetworkPolicy{
+				ObjectMeta: metav1.ObjectMeta{Namespace: "np-x", Name: "from-front"},
+				Spec: networkingv1.NetworkPolicySpec{
+					PodSelector: metav1.LabelSelector{MatchLabels: map[string]string{"app": "web"}},
+					PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress},
+					Ingress: []networkingv1.NetworkPolicyIngressRule{{From: []networkingv1.NetworkPolicyPeer{{
+						NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"tier": "front"}}}}}},
+				},
+			})
+			outsiderIP := "10.244.99.7"
+			outsider := &corev1.Pod{
+				ObjectMeta: metav1.ObjectMeta{Namespace: "np-y", Name: "outsider", Labels: map[string]string{"app": "outsider"}},
+				Spec:       corev1.PodSpec{NodeName: "np-nowhere", Containers: []corev1.Container{{Name: "c", Image: "pause"}}},
+			}
+			g.Expect(server.Client.Create(ctx, outsider)).To(Succeed())
+			t.Cleanup(func() { _ = server.Client.Delete(context.Background(), outsider, client.GracePeriodSeconds(0)) })
+			outsider.Status = corev1.PodStatus{Phase: corev1.PodRunning, PodIP: outsiderIP, PodIPs: []corev1.PodIP{{IP: outsiderIP}}}
+			g.Expect(server.Client.Status().Update(ctx, outsider)).To(Succeed())
+			// kubelet's status writes: a condition toggled.
+			touch := func(n int) {
+				t.Helper()
+				for i := range n {
+					g.Expect(server.Client.Get(ctx, client.ObjectKeyFromObject(outsider), outsider)).To(Succeed())
+					status := corev1.ConditionTrue
+					if i%2 == 1 {
+						status = corev1.ConditionFalse
+					}
+					outsider.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: status, LastTransitionTime: metav1.Now()}}
+					g.Expect(server.Client.Status().Update(ctx, outsider)).To(Succeed())
+				}
+			}
+			peerFlow := func() (bool, error) {
+				flows, err := a.OVS.DumpFlows("br-int", "-O", "OpenFlow15", fmt.Sprintf("table=%d", pipeline.IngressRuleTable))
+				if err != nil {
+					return false, err
+				}
+				return slices.ContainsFunc(flows, func(f string) bool {
+					return strings.Contains(f, "nw_src="+outsiderIP+",") || strings.Contains(f, "nw_src="+outsiderIP+" ")
+				}), nil
+			}
+			time.Sleep(2 * time.Second)
+			events, watches := metricSum(t, "winnet_networkpolicy_peer_pod_events_total"), metricSum(t, "winnet_networkpolicy_peer_watches")
+			g.Expect(watches).To(BeNumerically(">", 0), "node a has no peer watch")
+			touch(4)
+			time.Sleep(2 * time.Second)
+			g.Expect(metricSum(t, "winnet_networkpolicy_peer_pod_events_total")).To(Equal(events), "a Pod no local policy names reached an agent")
+			g.Expect(peerFlow()).To(BeFalse(), "the outsider is a peer before its namespace is selected")
+
+			// np-y gains tier=front: from-front names every Pod of it, a watch of np-y opens.
+			setLabels(t, nsY, map[string]string{"team": "y", "tier": "front"})
+			g.Eventually(peerFlow).WithTimeout(converge).Should(BeTrue(), "the Pods of a namespace that gained a selected label did not come in")
+			g.Expect(metricSum(t, "winnet_networkpolicy_peer_watches")).To(Equal(watches + 1))
+
+			// from-front deleted: its watch closes, and the outsider's updates reach no agent.
+			g.Expect(server.Client.Delete(ctx, &networkingv1.NetworkPolicy{ObjectMeta: metav1.ObjectMeta{Namespace: "np-x", Name: "from-front"}})).To(Succeed())
+			g.Eventually(func() float64 { return metricSum(t, "winnet_networkpolicy_peer_watches") }).WithTimeout(converge).Should(Equal(watches),
+				"the watch of a deleted policy's peers is open")
+			g.Eventually(peerFlow).WithTimeout(converge).Should(BeFalse())
+			events = metricSum(t, "winnet_networkpolicy_peer_pod_events_total")
+			touch(2)
+			time.Sleep(2 * time.Second)
+			g.Expect(metricSum(t, "winnet_networkpolicy_peer_pod_events_total")).To(Equal(events), "a Pod no local policy names any more reached an agent")
 			setLabels(t, nsY, map[string]string{"team": "y"})
 		}},
 		{"policies are enforced again after ovs-vswitchd is killed and restarted", func(t *testing.T) {
