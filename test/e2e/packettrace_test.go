@@ -122,7 +122,7 @@ func TestPacketTraceNotSeenByApplication(t *testing.T) {
 
 	// The control: the same path carries a real datagram.
 	sendUDPFrom(t, pods["pod-a1"].NSPath, fmt.Sprintf("%s:%d", pods["pod-b1"].IP, port))
-	g.Eventually(received.Load).WithTimeout(10 * time.Second).Should(BeNumerically(">=", 1), "a real datagram reaches the server")
+	g.Eventually(received.Load).WithTimeout(10*time.Second).Should(BeNumerically(">=", 1), "a real datagram reaches the server")
 }
 
 // TestPacketTraceDroppedByPolicy: with a NetworkPolicy isolating pod-b1 for ingress and admitting only port
