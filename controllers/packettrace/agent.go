@@ -61,11 +61,11 @@ type AgentReconciler struct {
 	mu sync.Mutex
 	// byTag maps the tags of the running traces to them; observed holds what the node observed of
 	// each, written the hop count of observations last written, injected the traces this node
-	// injected.
+	// injected (when, and how many times).
 	byTag    map[uint8]traceRef
 	observed map[types.UID][]networkv1alpha1.PacketTraceObservation
 	written  map[types.UID]int
-	injected map[types.UID]bool
+	injected map[types.UID]injection
 	// bridge is the connection whose packet-ins the reconciler handles.
 	bridge *openflow.Bridge
 
@@ -73,6 +73,21 @@ type AgentReconciler struct {
 	reports chan openflow.PacketIn
 	queue   workqueue.TypedRateLimitingInterface[reconcile.Request]
 }
+
+// injection is when this node last injected a trace's packet, and how many times.
+type injection struct {
+	at       time.Time
+	attempts int
+}
+
+// A trace's packet is injected again when no node reported its end within reinjectAfter, at most
+// maxAttempts times in all: a packet can be lost on its way without a report, the first one a
+// node tunnels to a peer whose underlay MAC it has not resolved yet above all (Windows and the
+// userspace datapath drop it while they resolve).
+const (
+	reinjectAfter = 2 * time.Second
+	maxAttempts   = 3
+)
 
 type traceRef struct {
 	key types.NamespacedName
@@ -89,7 +104,7 @@ func (r *AgentReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	r.byTag = map[uint8]traceRef{}
 	r.observed = map[types.UID][]networkv1alpha1.PacketTraceObservation{}
 	r.written = map[types.UID]int{}
-	r.injected = map[types.UID]bool{}
+	r.injected = map[types.UID]injection{}
 	r.limiter = rate.NewLimiter(reportRate, reportBurst)
 	r.reports = make(chan openflow.PacketIn, reportQueue)
 	realized := r.State.Subscribe()
@@ -175,13 +190,21 @@ func (r *AgentReconciler) Reconcile(ctx context.Context, _ reconcile.Request) (c
 	var retry bool
 	for i := range list.Items {
 		tr := &list.Items[i]
-		if _, running := pipelineTrace(tr); running && tr.Status.SourceNode == r.NodeName && !r.wasInjected(tr.UID) {
-			if !acknowledged(tr, r.NodeName) {
+		if _, running := pipelineTrace(tr); running && tr.Status.SourceNode == r.NodeName {
+			inj := r.injection(tr.UID)
+			_, _, ended := Verdict(tr.Status.Hops)
+			switch {
+			case inj.attempts == 0 && !acknowledged(tr, r.NodeName):
 				retry = true
-			} else if err := r.inject(ctx, rz, tr); err != nil {
-				r.observe(tr.UID, networkv1alpha1.PacketTraceObservation{Component: networkv1alpha1.PacketTraceComponentSource,
-					Action: networkv1alpha1.PacketTraceActionDropped, Detail: truncate("the packet could not be injected: " + err.Error())})
-				r.setInjected(tr.UID)
+			case inj.attempts == 0 || (!ended && inj.attempts < maxAttempts && time.Since(inj.at) >= reinjectAfter):
+				if err := r.inject(ctx, rz, tr, inj.attempts+1); err != nil {
+					r.observe(tr.UID, networkv1alpha1.PacketTraceObservation{Component: networkv1alpha1.PacketTraceComponentSource,
+						Action: networkv1alpha1.PacketTraceActionDropped, Detail: truncate("the packet could not be injected: " + err.Error())})
+					r.setInjected(tr.UID, maxAttempts)
+				}
+				retry = true
+			case !ended && inj.attempts < maxAttempts:
+				retry = true
 			}
 		}
 		// A finished trace still gets the observations that were on their way when it finished.
@@ -255,16 +278,16 @@ func (r *AgentReconciler) forget(traces []networkv1alpha1.PacketTrace) {
 	}
 }
 
-func (r *AgentReconciler) wasInjected(uid types.UID) bool {
+func (r *AgentReconciler) injection(uid types.UID) injection {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.injected[uid]
 }
 
-func (r *AgentReconciler) setInjected(uid types.UID) {
+func (r *AgentReconciler) setInjected(uid types.UID, attempts int) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.injected[uid] = true
+	r.injected[uid] = injection{at: time.Now(), attempts: attempts}
 }
 
 func (r *AgentReconciler) observe(uid types.UID, o networkv1alpha1.PacketTraceObservation) {
@@ -277,7 +300,7 @@ func (r *AgentReconciler) observe(uid types.UID, o networkv1alpha1.PacketTraceOb
 
 // inject sends the trace's packet as if its source Pod sent it: a packet-out whose in_port is the
 // Pod's port (pipeline.TracePacketOut).
-func (r *AgentReconciler) inject(ctx context.Context, rz nodenetwork.Realized, tr *networkv1alpha1.PacketTrace) error {
+func (r *AgentReconciler) inject(ctx context.Context, rz nodenetwork.Realized, tr *networkv1alpha1.PacketTrace, attempt int) error {
 	src, _ := netip.ParseAddr(string(tr.Status.SourceIP))
 	dst, err := netip.ParseAddr(string(tr.Status.DestinationIP))
 	if err != nil {
@@ -310,13 +333,17 @@ func (r *AgentReconciler) inject(ctx context.Context, rz nodenetwork.Realized, t
 		return err
 	}
 	out := pipeline.TracePacketOut(uint32(from.OFPort))
-	ctrl.LoggerFrom(ctx).Info("Injecting a trace packet", "packetTrace", client.ObjectKeyFromObject(tr), "ofPort", from.OFPort, "tag", p.Tag)
+	ctrl.LoggerFrom(ctx).Info("Injecting a trace packet", "packetTrace", client.ObjectKeyFromObject(tr), "ofPort", from.OFPort, "tag", p.Tag, "attempt", attempt)
 	// Record the injection first: the reports of the packet-out come back on the reader.
+	again := ""
+	if attempt > 1 {
+		again = fmt.Sprintf(" (attempt %d: no node reported the packet's end within %v)", attempt, reinjectAfter)
+	}
 	r.observe(tr.UID, networkv1alpha1.PacketTraceObservation{Component: networkv1alpha1.PacketTraceComponentSource,
 		Action: networkv1alpha1.PacketTraceActionInjected,
-		Detail: truncate(fmt.Sprintf("%s %s:%d -> %s:%d from Pod %s/%s (port %d), DSCP tag %d", tr.Spec.Packet.Protocol, src, p.SrcPort, dst, p.DstPort,
-			from.PodNamespace, from.PodName, from.OFPort, p.Tag))})
-	r.setInjected(tr.UID)
+		Detail: truncate(fmt.Sprintf("%s %s:%d -> %s:%d from Pod %s/%s (port %d), DSCP tag %d%s", tr.Spec.Packet.Protocol, src, p.SrcPort, dst, p.DstPort,
+			from.PodNamespace, from.PodName, from.OFPort, p.Tag, again))})
+	r.setInjected(tr.UID, attempt)
 	if err := rz.Flows.SendPacketOut(out.InPort, out.Actions, frame); err != nil {
 		return fmt.Errorf("sending the trace packet: %w", err)
 	}

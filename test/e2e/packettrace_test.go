@@ -17,11 +17,15 @@ import (
 	. "github.com/onsi/gomega/gstruct"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	networkv1alpha1 "github.com/winnet-io/winnet/api/v1alpha1"
+	"github.com/winnet-io/winnet/internal/scheme"
 	"github.com/winnet-io/winnet/test/e2e/cluster"
 )
 
@@ -264,4 +268,43 @@ func sendUDPFrom(t *testing.T, path, dst string) {
 		return err
 	})
 	NewWithT(t).Expect(err).NotTo(HaveOccurred())
+}
+
+// TestPacketTraceHopsOnlyByTheirNode runs as node-a's agent runs (the chart's ServiceAccount, RBAC and
+// admission policy, a token bound to node-a): it may write its own node's hop of a trace, and the API server
+// refuses it node-b's hop, the verdict and the trace itself.
+func TestPacketTraceHopsOnlyByTheirNode(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	cfg, err := clientcmd.BuildConfigFromFlags("", node("node-a").AgentKubeconfig())
+	g.Expect(err).NotTo(HaveOccurred())
+	s, err := scheme.New()
+	g.Expect(err).NotTo(HaveOccurred())
+	agentA, err := client.New(cfg, client.Options{Scheme: s})
+	g.Expect(err).NotTo(HaveOccurred())
+
+	tr := runTrace(t, "trace-hops", networkv1alpha1.PacketTraceDestination{Pod: &networkv1alpha1.ObjectReference{Name: "pod-b1"}},
+		networkv1alpha1.PacketTracePacket{Protocol: networkv1alpha1.PacketTraceICMP}, "pod-a1")
+	g.Expect(tr.Status.Verdict).To(Equal(networkv1alpha1.PacketTraceDelivered), hopsText(tr))
+	g.Expect(observations(tr, "node-b")).To(ContainElement(HavePrefix("Output Delivered to "+pods["pod-b1"].IP.String()+" ")), "an ICMP echo request is traced too")
+
+	apply := func(hopNode, verdict string) error {
+		status := map[string]any{"hops": []any{map[string]any{"node": hopNode, "observations": []any{
+			map[string]any{"component": "Output", "action": "Delivered", "detail": "forged by node-a's agent"}}}}}
+		if verdict != "" {
+			status["verdict"] = verdict
+		}
+		u := &unstructured.Unstructured{Object: map[string]any{"apiVersion": networkv1alpha1.GroupVersion.String(), "kind": "PacketTrace",
+			"metadata": map[string]any{"name": tr.Name, "namespace": tr.Namespace}, "status": status}}
+		return agentA.Status().Patch(ctx, u, client.Apply, client.FieldOwner("forger"), client.ForceOwnership)
+	}
+	refused := func(err error, message string) {
+		t.Helper()
+		g.Expect(apierrors.IsForbidden(err) || apierrors.IsInvalid(err)).To(BeTrue(), "refused, got %v", err)
+		g.Expect(err.Error()).To(ContainSubstring(message))
+	}
+	refused(apply("node-b", ""), "winnet-agent of node node-a may change only its own node")
+	refused(apply("node-a", string(networkv1alpha1.PacketTraceDropped)), "winnet-agent of node node-a may change only its own node")
+	refused(agentA.Delete(ctx, tr.DeepCopy()), "")
+	g.Expect(apply("node-a", "")).To(Succeed(), "its own node's hop")
 }
