@@ -36,7 +36,9 @@ func TestKubectlWinnet(t *testing.T) {
 		MatchRegexp(`^node-a\s+Forwarding\s+Forwarded\s+tunnel to 192\.168\.77\.12 \(node node-b\)`),
 		MatchRegexp(`^node-b\s+Output\s+Delivered\s+to `+strings.ReplaceAll(pods["pod-b1"].IP.String(), ".", `\.`)+`:8080`)))
 	g.Expect(strings.Index(string(out), "node-a ")).To(BeNumerically("<", strings.Index(string(out), "node-b ")), "the source node first")
-	defer func() { _, _ = hostcmd.Command("kubectl", "--kubeconfig", c.Kubeconfig, "delete", "ptrace", name).CombinedOutput() }()
+	defer func() {
+		_, _ = hostcmd.Command("kubectl", "--kubeconfig", c.Kubeconfig, "delete", "ptrace", name).CombinedOutput()
+	}()
 
 	got, err := hostcmd.Command("kubectl", "--kubeconfig", c.Kubeconfig, "get", "ptrace", name).CombinedOutput()
 	g.Expect(err).NotTo(HaveOccurred(), "%s", got)
