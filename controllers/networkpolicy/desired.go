@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
+	"github.com/winnet-io/winnet/controllers/nodenetwork"
 	"github.com/winnet-io/winnet/internal/ovs/openflow"
 	"github.com/winnet-io/winnet/internal/pipeline"
 )
@@ -63,6 +64,8 @@ type Desired struct {
 	// Refused lists, per policy, the rules refused for their size (MaxExceptsPerRule): they admit
 	// nothing, the policy's other rules apply.
 	Refused map[types.NamespacedName][]string
+	// Index names the rules and isolations of this pass, for packet traces.
+	Index nodenetwork.PolicyIndex
 	// ids are the conjunction ids of every rule of this pass, merged ones included (conjIDs.keepOnly).
 	ids map[uint32]bool
 	// peers indexes what the pass resolved, for the incremental compiler (incremental.go). Only
@@ -116,7 +119,12 @@ func (c compiledPorts) key() string {
 // distinct port set (named ports resolve per Pod: the target Pods for ingress, the destination
 // Pods for egress, as the Kubernetes specification says).
 func Compute(in Inputs, ids IDs) Desired {
-	d := Desired{Unsupported: map[types.NamespacedName][]string{}, Refused: map[types.NamespacedName][]string{}, ids: map[uint32]bool{}}
+	d := Desired{Unsupported: map[types.NamespacedName][]string{}, Refused: map[types.NamespacedName][]string{}, ids: map[uint32]bool{},
+		Index: nodenetwork.NewPolicyIndex()}
+	policyNames := make(map[types.UID]types.NamespacedName, len(in.Policies))
+	for i := range in.Policies {
+		policyNames[in.Policies[i].UID] = types.NamespacedName{Namespace: in.Policies[i].Namespace, Name: in.Policies[i].Name}
+	}
 	podInfo := map[types.NamespacedName]*PodInfo{}
 	for i := range in.Pods {
 		p := &in.Pods[i]
@@ -128,6 +136,9 @@ func Compute(in Inputs, ids IDs) Desired {
 	ruleID := func(k RuleKey) uint32 {
 		id := ids.ID(k)
 		d.ids[id] = true
+		if _, ok := d.Index.Rules[id]; !ok {
+			d.Index.Rules[id] = nodenetwork.PolicyRuleName{Policy: policyNames[k.Policy], Egress: k.Direction == pipeline.PolicyEgress, Index: k.Index}
+		}
 		return id
 	}
 	var rules []compiledRule
@@ -147,6 +158,7 @@ func Compute(in Inputs, ids IDs) Desired {
 		if ingress {
 			for _, t := range targets {
 				ingressIsolated[t.pod.OFPort] = t.pod
+				d.Index.IngressIsolation[t.pod.OFPort] = append(d.Index.IngressIsolation[t.pod.OFPort], key)
 			}
 			for ri, rule := range np.Spec.Ingress {
 				if n := countExcepts(rule.From); n > MaxExceptsPerRule {
@@ -159,6 +171,7 @@ func Compute(in Inputs, ids IDs) Desired {
 		if egress {
 			for _, t := range targets {
 				egressIsolated[t.pod.OFPort] = t.pod
+				d.Index.EgressIsolation[t.pod.OFPort] = append(d.Index.EgressIsolation[t.pod.OFPort], key)
 			}
 			for ri, rule := range np.Spec.Egress {
 				if n := countExcepts(rule.To); n > MaxExceptsPerRule {
@@ -182,6 +195,13 @@ func Compute(in Inputs, ids IDs) Desired {
 		d.Policy.Rules[i] = r.PolicyRule
 	}
 	d.Rules = len(d.Policy.Rules)
+	for _, r := range d.Policy.Rules {
+		if r.Direction == pipeline.PolicyEgress {
+			d.Index.EgressRules = append(d.Index.EgressRules, r.ID)
+		} else {
+			d.Index.IngressRules = append(d.Index.IngressRules, r.ID)
+		}
+	}
 	d.peers = func() *peerIndex { return newPeerIndex(in, m, rules) }
 	return d
 }

@@ -520,6 +520,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 	r.State.FlowsSynced(ctx, nodenetwork.PolicyFlows, rz.Flows)
 	observePass(d, synced.Mods() > 0, time.Since(changed))
 	r.State.SetPolicies(r.result(d))
+	r.State.SetPolicyIndex(d.Index)
 	r.covered(in)
 	if synced.Mods() > 0 {
 		// latency runs from the first change seen; queued, read, compute and sync are its steps

@@ -84,6 +84,10 @@ type State struct {
 	previousRound previousRound
 	// extraOwners are the flow owners beyond flowOwners (see AddFlowOwner).
 	extraOwners []FlowOwner
+	// policyIndex and policySubscribers: the NetworkPolicy reconciler's names for packet traces
+	// (policyindex.go).
+	policyIndex       *PolicyIndex
+	policySubscribers []chan struct{}
 }
 
 // NewState returns an empty State.

@@ -614,7 +614,7 @@ func (r *Reconciler) handleRefusals(ctx context.Context, b *openflow.Bridge) {
 	}
 	rj := *r.rejecter
 	rj.send = b.SendPacketOut
-	b.SetPacketInHandler(rj.handle)
+	b.SetPacketInHandler(pipeline.CategoryService, rj.handle)
 }
 
 // syncHostRoutes routes every ClusterIP from the host into the gateway, through

@@ -9,6 +9,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	"github.com/winnet-io/winnet/controllers/nodenetwork"
+	"github.com/winnet-io/winnet/controllers/packettrace"
 	"github.com/winnet-io/winnet/controllers/podendpoint"
 	"github.com/winnet-io/winnet/controllers/remoteroute"
 	"github.com/winnet-io/winnet/controllers/service"
@@ -110,5 +111,12 @@ func SetupNodeNetwork(ctx context.Context, mgr ctrl.Manager, nodeName string, op
 		return err
 	}
 	nodes.Teardown = podNet
-	return SetupNetworkPolicy(mgr, NetworkPolicyOptions{NodeName: nodeName, State: state, Local: podNet.Pods.Store(), Pods: podNet.Pods})
+	if err := SetupNetworkPolicy(mgr, NetworkPolicyOptions{NodeName: nodeName, State: state, Local: podNet.Pods.Store(), Pods: podNet.Pods}); err != nil {
+		return err
+	}
+	traces := &packettrace.AgentReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), NodeName: nodeName, State: state, Local: podNet.Pods.Store()}
+	if err := traces.SetupWithManager(mgr); err != nil {
+		return fmt.Errorf("setting up the packet trace reconciler: %w", err)
+	}
+	return nil
 }

@@ -14,6 +14,7 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/winnet-io/winnet/controllers/cluster"
+	"github.com/winnet-io/winnet/controllers/packettrace"
 	winnetscheme "github.com/winnet-io/winnet/internal/scheme"
 )
 
@@ -96,6 +97,10 @@ func NewManager(cfg *rest.Config, opts Options) (manager.Manager, error) {
 	conflicts := &cluster.RouteConflictReconciler{Client: mgr.GetClient()}
 	if err := conflicts.SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("setting up the route conflict reconciler: %w", err)
+	}
+	traces := &packettrace.Reconciler{Client: mgr.GetClient(), Reader: mgr.GetAPIReader()}
+	if err := traces.SetupWithManager(mgr); err != nil {
+		return nil, fmt.Errorf("setting up the packet trace reconciler: %w", err)
 	}
 	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
 		return nil, fmt.Errorf("adding the health check: %w", err)

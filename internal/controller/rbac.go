@@ -21,6 +21,11 @@ package controller
 // +kubebuilder:rbac:groups=network.winnet.io,resources=remotesubnetroutes,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups=network.winnet.io,resources=remotesubnetroutes/status,verbs=get;update;patch
 // +kubebuilder:rbac:groups=network.winnet.io,resources=flannelinterops,verbs=get;list;watch
+// +kubebuilder:rbac:groups=network.winnet.io,resources=packettraces,verbs=get;list;watch;delete
+// +kubebuilder:rbac:groups=network.winnet.io,resources=packettraces/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups="",resources=pods,verbs=get;list
+// +kubebuilder:rbac:groups="",resources=services,verbs=get
+// +kubebuilder:rbac:groups=discovery.k8s.io,resources=endpointslices,verbs=list
 // +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",resources=nodes/status,verbs=patch
 // +kubebuilder:rbac:groups="",resources=events,verbs=create;patch

@@ -172,6 +172,10 @@ func TestBuildersPassWindowsProfile(t *testing.T) {
 			}
 			d.Flows = append(d.Flows, n.PolicyFlows(testPolicy())...)
 			d.Flows = append(d.Flows, n.PodPolicyPendingFlows(npPod1)...)
+			for _, tr := range testTraces() {
+				d.Flows = append(d.Flows, n.TraceFlows(tr, testTracePolicy())...)
+			}
+			d.PacketOuts = append(d.PacketOuts, TracePacketOut(10))
 			g.Expect(CheckWindows(d)).To(BeEmpty())
 		})
 	}

@@ -108,6 +108,7 @@ var list = []Entry{
 	{Name: "flanneld", Kind: Built, From: fromSetup},
 	{Name: "winnet-agent", Kind: Built, From: fromRepo},
 	{Name: "winnet-controller", Kind: Built, From: fromRepo},
+	{Name: "kubectl-winnet", Kind: Built, From: fromRepo},
 	{Name: "winnet-cni", Kind: Built, From: fromRepo},
 	{Name: "winnet-demo", Kind: Built, From: fromRepo},
 }

@@ -118,8 +118,9 @@ type Bridge struct {
 	// previous is the round the bridge recorded before Connect advanced it (0: none); set once.
 	previous uint16
 
-	// packetIn is the handler of packet-ins (SetPacketInHandler).
-	packetIn packetInHandler
+	// packetIn are the handlers of packet-ins by cookie category (SetPacketInHandler).
+	packetIn   packetInHandlers
+	packetInMu packetInLock
 
 	mu sync.Mutex // serialises Sync, SyncGroups, replay, Verify
 	// syncs holds the Syncs waiting for mu; whoever takes mu next sends them (see sync).

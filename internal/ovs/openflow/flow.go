@@ -207,6 +207,8 @@ const (
 	kindNwDst
 	kindARPOp
 	kindNwProto  // printed where arp_op is; a flow has one or the other
+	kindIPDSCP   // ip_dscp, printed (as nw_tos) after the addresses
+	kindTpSrc    // tp_src (TCP or UDP, the protocol in reg), printed after the network fields
 	kindICMPType // icmp_type, printed after the network fields
 	kindTpDst    // tp_dst (TCP or UDP, the protocol in reg), printed after the network fields
 	kindARPSha   // arp_sha, printed after the network fields of ARP
@@ -501,6 +503,10 @@ func (m MatchField) text(arp bool) string {
 		return fmt.Sprintf("nw_proto=%d", m.value)
 	case kindICMPType:
 		return fmt.Sprintf("icmp_type=%d", m.value)
+	case kindIPDSCP:
+		return fmt.Sprintf("nw_tos=%d", m.value<<2)
+	case kindTpSrc:
+		return fmt.Sprintf("tp_src=%d", m.value)
 	case kindTpDst:
 		if m.mask != 0 {
 			return fmt.Sprintf("tp_dst=%#x/%#x", m.value, m.mask)
@@ -583,6 +589,16 @@ func (m MatchField) oxm(arp bool) (*openflow15.MatchField, error) {
 		return f, nil
 	case kindTpDst:
 		return m.tpDstOXM()
+	case kindIPDSCP:
+		return openflow15.NewIpDscpField(uint8(m.value), nil), nil
+	case kindTpSrc:
+		switch uint8(m.reg) {
+		case ProtoTCP:
+			return openflow15.NewTcpSrcField(uint16(m.value)), nil
+		case ProtoUDP:
+			return openflow15.NewUdpSrcField(uint16(m.value)), nil
+		}
+		return nil, fmt.Errorf("tp_src of IP protocol %d: only TCP and UDP are supported", m.reg)
 	case kindConjID:
 		return openflow15.NewConjIDMatchField(uint32(m.value)), nil
 	case kindPktMark:

@@ -157,6 +157,18 @@ func (m *MatchField) appendOXM(b []byte, arp bool) ([]byte, error) {
 		return binary.BigEndian.AppendUint16(oxmHeader(b, basic, field, 2, false), uint16(m.value)), nil
 	case kindConjID:
 		return appendOXM32(b, nxm, openflow15.NXM_NX_CONJ_ID, uint32(m.value), 0, false), nil
+	case kindIPDSCP:
+		return append(oxmHeader(b, basic, openflow15.OXM_FIELD_IP_DSCP, 1, false), byte(m.value)), nil
+	case kindTpSrc:
+		field := uint8(openflow15.OXM_FIELD_UDP_SRC)
+		switch uint8(m.reg) {
+		case ProtoTCP:
+			field = openflow15.OXM_FIELD_TCP_SRC
+		case ProtoUDP:
+		default:
+			return nil, fmt.Errorf("tp_src of IP protocol %d: only TCP and UDP are supported", m.reg)
+		}
+		return binary.BigEndian.AppendUint16(oxmHeader(b, basic, field, 2, false), uint16(m.value)), nil
 	}
 	return nil, fmt.Errorf("unknown match field kind %d", m.kind)
 }

@@ -71,6 +71,15 @@ func validFI(string) *unstructured.Unstructured {
 	})
 }
 
+// validPT is a valid PacketTrace: a TCP SYN from one Pod to another.
+func validPT(name string) *unstructured.Unstructured {
+	return newObject("PacketTrace", "default", name, map[string]any{
+		"source":      map[string]any{"pod": map[string]any{"name": "a"}},
+		"destination": map[string]any{"pod": map[string]any{"name": "b"}},
+		"packet":      map[string]any{"protocol": "TCP", "dstPort": int64(80)},
+	})
+}
+
 // validPEP is a valid PodEndpoint, named as agents name them: "<node>.<Pod UID>" (the table's name
 // stands in for the UID).
 func validPEP(name string) *unstructured.Unstructured {

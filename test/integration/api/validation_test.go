@@ -27,7 +27,7 @@ type invalidCase struct {
 }
 
 func invalidCases() []invalidCase {
-	wnn, rsr, pep, fi := validWNN, validRSR, validPEP, validFI
+	wnn, rsr, pep, fi, pt := validWNN, validRSR, validPEP, validFI, validPT
 	return []invalidCase{
 		// WindowsNodeNetwork: schema.
 		{name: "wnn without spec", base: wnn, mutate: del("spec"), field: "spec", message: "Required value"},
@@ -117,6 +117,17 @@ func invalidCases() []invalidCase {
 		{name: "pep without podUID", base: pep, mutate: del("spec.podUID"), field: "spec.podUID", message: "Required value"},
 		{name: "pep moved to another node", base: pep, update: true, mutate: set("spec.nodeName", "win-node-2"), field: "spec.nodeName", message: "nodeName is immutable"},
 		{name: "pep podUID changed", base: pep, update: true, mutate: set("spec.podUID", "0d1e2f3a-4b5c-4d6e-8f70-8192a3b4c5d6"), field: "spec.podUID", message: "podUID is immutable"},
+		// PacketTrace.
+		{name: "ptrace two destinations", base: pt, mutate: set("spec.destination.ip", "10.0.0.9"), field: "spec.destination", message: "set exactly one of destination.pod, destination.ip and destination.service"},
+		{name: "ptrace no destination", base: pt, mutate: set("spec.destination", map[string]any{}), field: "spec.destination", message: "set exactly one of"},
+		{name: "ptrace destination IPv6", base: pt, mutate: all(del("spec.destination.pod"), set("spec.destination.ip", "fd00::9")), field: "spec.destination.ip", message: "must be an IPv4 address"},
+		{name: "ptrace TCP without port", base: pt, mutate: del("spec.packet.dstPort"), field: "spec.packet.dstPort", message: "packet.dstPort is required for TCP and UDP"},
+		{name: "ptrace ICMP with port", base: pt, mutate: set("spec.packet.protocol", "ICMP"), field: "spec.packet.dstPort", message: "must not be set for ICMP"},
+		{name: "ptrace SCTP", base: pt, mutate: set("spec.packet.protocol", "SCTP"), field: "spec.packet.protocol", message: `supported values: "TCP", "UDP", "ICMP"`},
+		{name: "ptrace port 0", base: pt, mutate: set("spec.packet.dstPort", int64(70000)), field: "spec.packet.dstPort", message: "should be less than or equal to 65535"},
+		{name: "ptrace timeout too long", base: pt, mutate: set("spec.timeoutSeconds", int64(3600)), field: "spec.timeoutSeconds", message: "should be less than or equal to 300"},
+		{name: "ptrace source name too long", base: pt, mutate: set("spec.source.pod.name", strings.Repeat("a", 254)), field: "spec.source.pod.name", message: "may not be more than 253"},
+		{name: "ptrace spec changed", base: pt, update: true, mutate: set("spec.packet.dstPort", int64(81)), field: "spec", message: "a PacketTrace's spec is immutable"},
 	}
 }
 

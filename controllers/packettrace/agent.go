@@ -1,0 +1,526 @@
+package packettrace
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/netip"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"golang.org/x/time/rate"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/workqueue"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
+
+	networkv1alpha1 "github.com/winnet-io/winnet/api/v1alpha1"
+	"github.com/winnet-io/winnet/controllers/nodenetwork"
+	"github.com/winnet-io/winnet/controllers/podendpoint"
+	"github.com/winnet-io/winnet/internal/ovs/openflow"
+	"github.com/winnet-io/winnet/internal/pipeline"
+)
+
+// Limits of the reports a node takes: per second and in a burst. Beyond them a packet-in is
+// dropped (its trace then times out): each is an upcall on Windows, and the trace flows match only
+// tagged packets, so only traces (at most 63 at once, a handful of reports each) send them.
+const (
+	reportRate  = 100
+	reportBurst = 200
+	// reportQueue is how many reports wait for the agent's worker.
+	reportQueue = 256
+)
+
+// Attachments lists the Pods attached on the node (the Pod network's store).
+type Attachments interface {
+	List() []*podendpoint.Attachment
+}
+
+// AgentReconciler is one agent's side of PacketTraces: it installs the flows of every running trace
+// on its node (CategoryTrace), injects the packet of the traces whose source Pod is on its node once
+// the agents of status.nodes are ready (their hops exist), and writes its own node's hop from the
+// packet-ins of the trace flows. It writes nothing but its node's hop (server-side apply, field
+// manager "winnet-agent-<node>"), which the admission policy enforces.
+type AgentReconciler struct {
+	Client client.Client
+	// APIReader finds Pods of other nodes by address (an endpoint a Service chose).
+	APIReader client.Reader
+	NodeName  string
+	State     *nodenetwork.State
+	Local     Attachments
+
+	mu sync.Mutex
+	// byTag maps the tags of the running traces to them; observed holds what the node observed of
+	// each, written the hop count of observations last written, injected the traces this node
+	// injected (when, and how many times).
+	byTag    map[uint8]traceRef
+	observed map[types.UID][]networkv1alpha1.PacketTraceObservation
+	written  map[types.UID]int
+	injected map[types.UID]injection
+	// bridge is the connection whose packet-ins the reconciler handles.
+	bridge *openflow.Bridge
+
+	limiter *rate.Limiter
+	reports chan openflow.PacketIn
+	queue   workqueue.TypedRateLimitingInterface[reconcile.Request]
+}
+
+// injection is when this node last injected a trace's packet, and how many times.
+type injection struct {
+	at       time.Time
+	attempts int
+}
+
+// A trace's packet is injected again when no node reported its end within reinjectAfter, at most
+// maxAttempts times in all: a packet can be lost on its way without a report, the first one a
+// node tunnels to a peer whose underlay MAC it has not resolved yet above all (Windows and the
+// userspace datapath drop it while they resolve).
+const (
+	reinjectAfter = 2 * time.Second
+	maxAttempts   = 3
+)
+
+type traceRef struct {
+	key types.NamespacedName
+	uid types.UID
+	tr  networkv1alpha1.PacketTrace
+}
+
+// allTraces is the one request the agent reconciles: every trace at once (there are few).
+var allTraces = reconcile.Request{NamespacedName: types.NamespacedName{Name: "packettraces"}}
+
+// SetupWithManager registers the reconciler: every PacketTrace event, every change of the realised
+// node network and of the NetworkPolicy index, and every report queue the one pass.
+func (r *AgentReconciler) SetupWithManager(mgr ctrl.Manager) error {
+	r.byTag = map[uint8]traceRef{}
+	r.observed = map[types.UID][]networkv1alpha1.PacketTraceObservation{}
+	r.written = map[types.UID]int{}
+	r.injected = map[types.UID]injection{}
+	r.limiter = rate.NewLimiter(reportRate, reportBurst)
+	r.reports = make(chan openflow.PacketIn, reportQueue)
+	realized := r.State.Subscribe()
+	policies := r.State.PolicyIndexChanges()
+	wake := source.Func(func(ctx context.Context, q workqueue.TypedRateLimitingInterface[reconcile.Request]) error {
+		r.mu.Lock()
+		r.queue = q
+		r.mu.Unlock()
+		q.Add(allTraces)
+		go func() {
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case <-realized:
+					q.Add(allTraces)
+				case <-policies:
+					q.Add(allTraces)
+				case p := <-r.reports:
+					r.report(ctx, p)
+					q.Add(allTraces)
+				}
+			}
+		}()
+		return nil
+	})
+	all := handler.EnqueueRequestsFromMapFunc(func(context.Context, client.Object) []reconcile.Request { return []reconcile.Request{allTraces} })
+	return ctrl.NewControllerManagedBy(mgr).
+		Named("packettrace-agent").
+		Watches(&networkv1alpha1.PacketTrace{}, all).
+		WatchesRawSource(wake).
+		Complete(r)
+}
+
+// handlePacketIn takes a trace flow's packet-in on the OpenFlow connection's reader: it never
+// blocks, and drops what the rate or the queue does not allow.
+func (r *AgentReconciler) handlePacketIn(p openflow.PacketIn) {
+	if !r.limiter.Allow() {
+		return
+	}
+	select {
+	case r.reports <- p:
+	default:
+	}
+}
+
+// Reconcile installs the running traces' flows, acknowledges them, injects this node's traces and
+// writes this node's hops.
+func (r *AgentReconciler) Reconcile(ctx context.Context, _ reconcile.Request) (ctrl.Result, error) {
+	rz, ok := r.State.Realized()
+	if !ok {
+		return ctrl.Result{}, nil
+	}
+	r.mu.Lock()
+	if r.bridge != rz.Flows {
+		rz.Flows.SetPacketInHandler(pipeline.CategoryTrace, r.handlePacketIn)
+		r.bridge = rz.Flows
+	}
+	r.mu.Unlock()
+	list := &networkv1alpha1.PacketTraceList{}
+	if err := r.Client.List(ctx, list); err != nil {
+		return ctrl.Result{}, fmt.Errorf("listing PacketTraces: %w", err)
+	}
+	policy := r.State.PolicyIndex().TracePolicy()
+	byTag := map[uint8]traceRef{}
+	var flows []openflow.Flow
+	for i := range list.Items {
+		tr := &list.Items[i]
+		t, ok := pipelineTrace(tr)
+		if !ok {
+			continue
+		}
+		byTag[t.Tag] = traceRef{key: client.ObjectKeyFromObject(tr), uid: tr.UID, tr: *tr}
+		flows = append(flows, rz.Node.TraceFlows(t, policy)...)
+	}
+	r.mu.Lock()
+	r.byTag = byTag
+	r.mu.Unlock()
+	if _, err := rz.Flows.Sync(ctx, pipeline.CategoryTrace, flows); err != nil {
+		return ctrl.Result{}, fmt.Errorf("installing packet trace flows: %w", err)
+	}
+	r.forget(list.Items)
+	var retry bool
+	for i := range list.Items {
+		tr := &list.Items[i]
+		if _, running := pipelineTrace(tr); running && tr.Status.SourceNode == r.NodeName {
+			inj := r.injection(tr.UID)
+			_, _, ended := Verdict(tr.Status.Hops)
+			switch {
+			case inj.attempts == 0 && !acknowledged(tr, r.NodeName):
+				retry = true
+			case inj.attempts == 0 || (!ended && inj.attempts < maxAttempts && time.Since(inj.at) >= reinjectAfter):
+				if err := r.inject(ctx, rz, tr, inj.attempts+1); err != nil {
+					r.observe(tr.UID, networkv1alpha1.PacketTraceObservation{Component: networkv1alpha1.PacketTraceComponentSource,
+						Action: networkv1alpha1.PacketTraceActionDropped, Detail: truncate("the packet could not be injected: " + err.Error())})
+					r.setInjected(tr.UID, maxAttempts)
+				}
+				retry = true
+			case !ended && inj.attempts < maxAttempts:
+				retry = true
+			}
+		}
+		// A finished trace still gets the observations that were on their way when it finished.
+		if err := r.writeHop(ctx, tr); err != nil {
+			return ctrl.Result{}, err
+		}
+	}
+	if retry {
+		return ctrl.Result{RequeueAfter: 500 * time.Millisecond}, nil
+	}
+	return ctrl.Result{}, nil
+}
+
+// pipelineTrace is the running trace as the pipeline matches it; false when it is not running.
+func pipelineTrace(tr *networkv1alpha1.PacketTrace) (pipeline.Trace, bool) {
+	if tr.Status.Phase != networkv1alpha1.PacketTraceRunning || tr.Status.Tag < 1 || tr.Status.Tag > 63 {
+		return pipeline.Trace{}, false
+	}
+	src, err := netip.ParseAddr(string(tr.Status.SourceIP))
+	if err != nil || !src.Is4() {
+		return pipeline.Trace{}, false
+	}
+	return pipeline.Trace{Tag: uint8(tr.Status.Tag), Protocol: protocolNumber(tr.Spec.Packet.Protocol), Src: src, SrcPort: uint16(tr.Status.SourcePort)}, true
+}
+
+func protocolNumber(p networkv1alpha1.PacketTraceProtocol) uint8 {
+	switch p {
+	case networkv1alpha1.PacketTraceUDP:
+		return openflow.ProtoUDP
+	case networkv1alpha1.PacketTraceICMP:
+		return openflow.ProtoICMP
+	}
+	return openflow.ProtoTCP
+}
+
+// acknowledged: every node of status.nodes but this one has written its hop (its flows are in).
+func acknowledged(tr *networkv1alpha1.PacketTrace, self string) bool {
+	for _, n := range tr.Status.Nodes {
+		if n == self {
+			continue
+		}
+		if !slices.ContainsFunc(tr.Status.Hops, func(h networkv1alpha1.PacketTraceHop) bool { return h.Node == n }) {
+			return false
+		}
+	}
+	return true
+}
+
+// forget drops what the reconciler remembers of traces that are gone.
+func (r *AgentReconciler) forget(traces []networkv1alpha1.PacketTrace) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	live := map[types.UID]bool{}
+	for i := range traces {
+		live[traces[i].UID] = true
+	}
+	for uid := range r.observed {
+		if !live[uid] {
+			delete(r.observed, uid)
+		}
+	}
+	for uid := range r.written {
+		if !live[uid] {
+			delete(r.written, uid)
+		}
+	}
+	for uid := range r.injected {
+		if !live[uid] {
+			delete(r.injected, uid)
+		}
+	}
+}
+
+func (r *AgentReconciler) injection(uid types.UID) injection {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.injected[uid]
+}
+
+func (r *AgentReconciler) setInjected(uid types.UID, attempts int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.injected[uid] = injection{at: time.Now(), attempts: attempts}
+}
+
+func (r *AgentReconciler) observe(uid types.UID, o networkv1alpha1.PacketTraceObservation) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.observed[uid]) < networkv1alpha1.MaxPacketTraceObservations {
+		r.observed[uid] = append(r.observed[uid], o)
+	}
+}
+
+// inject sends the trace's packet as if its source Pod sent it: a packet-out whose in_port is the
+// Pod's port (pipeline.TracePacketOut).
+func (r *AgentReconciler) inject(ctx context.Context, rz nodenetwork.Realized, tr *networkv1alpha1.PacketTrace, attempt int) error {
+	src, _ := netip.ParseAddr(string(tr.Status.SourceIP))
+	dst, err := netip.ParseAddr(string(tr.Status.DestinationIP))
+	if err != nil {
+		return fmt.Errorf("destination %q: %w", tr.Status.DestinationIP, err)
+	}
+	var from *podendpoint.Attachment
+	var dstMAC net.HardwareAddr
+	for _, a := range r.Local.List() {
+		if a.IP.Addr() == src && a.OFPort > 0 {
+			from = a
+		}
+		if a.IP.Addr() == dst {
+			dstMAC, _ = net.ParseMAC(a.MAC)
+		}
+	}
+	if from == nil {
+		return fmt.Errorf("source Pod %s (%s) has no attachment with a port on node %s", tr.Spec.Source.Pod.Name, src, r.NodeName)
+	}
+	srcMAC, err := net.ParseMAC(from.MAC)
+	if err != nil {
+		return fmt.Errorf("source Pod's MAC %q: %w", from.MAC, err)
+	}
+	if dstMAC == nil || !rz.Node.PodCIDR.Contains(dst) {
+		dstMAC = rz.Node.GatewayMAC // routed: the Pod's next hop is its gateway
+	}
+	p := Packet{SrcMAC: srcMAC, DstMAC: dstMAC, Src: src, Dst: dst, Protocol: protocolNumber(tr.Spec.Packet.Protocol),
+		SrcPort: uint16(tr.Status.SourcePort), DstPort: uint16(tr.Spec.Packet.DstPort), Tag: uint8(tr.Status.Tag)}
+	frame, err := p.Frame()
+	if err != nil {
+		return err
+	}
+	out := pipeline.TracePacketOut(uint32(from.OFPort))
+	ctrl.LoggerFrom(ctx).Info("Injecting a trace packet", "packetTrace", client.ObjectKeyFromObject(tr), "ofPort", from.OFPort, "tag", p.Tag, "attempt", attempt)
+	// Record the injection first: the reports of the packet-out come back on the reader.
+	again := ""
+	if attempt > 1 {
+		again = fmt.Sprintf(" (attempt %d: no node reported the packet's end within %v)", attempt, reinjectAfter)
+	}
+	r.observe(tr.UID, networkv1alpha1.PacketTraceObservation{Component: networkv1alpha1.PacketTraceComponentSource,
+		Action: networkv1alpha1.PacketTraceActionInjected,
+		Detail: truncate(fmt.Sprintf("%s %s:%d -> %s:%d from Pod %s/%s (port %d), DSCP tag %d%s", tr.Spec.Packet.Protocol, src, p.SrcPort, dst, p.DstPort,
+			from.PodNamespace, from.PodName, from.OFPort, p.Tag, again))})
+	r.setInjected(tr.UID, attempt)
+	if err := rz.Flows.SendPacketOut(out.InPort, out.Actions, frame); err != nil {
+		return fmt.Errorf("sending the trace packet: %w", err)
+	}
+	return nil
+}
+
+// writeHop writes this node's hop of the trace when the node must acknowledge it or observed
+// something new: server-side apply of status.hops[node] alone, as field manager
+// winnet-agent-<node>.
+func (r *AgentReconciler) writeHop(ctx context.Context, tr *networkv1alpha1.PacketTrace) error {
+	r.mu.Lock()
+	obs := slices.Clone(r.observed[tr.UID])
+	written, wrote := r.written[tr.UID]
+	r.mu.Unlock()
+	_, running := pipelineTrace(tr)
+	mine := running && (slices.Contains(tr.Status.Nodes, r.NodeName) || tr.Status.SourceNode == r.NodeName)
+	if wrote && written == len(obs) {
+		return nil
+	}
+	if !wrote && len(obs) == 0 && !mine {
+		return nil
+	}
+	hop := map[string]any{"node": r.NodeName}
+	if len(obs) > 0 {
+		items := make([]any, 0, len(obs))
+		for _, o := range obs {
+			m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(&o)
+			if err != nil {
+				return fmt.Errorf("encoding an observation: %w", err)
+			}
+			items = append(items, m)
+		}
+		hop["observations"] = items
+	}
+	u := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": networkv1alpha1.GroupVersion.String(), "kind": "PacketTrace",
+		"metadata": map[string]any{"name": tr.Name, "namespace": tr.Namespace},
+		"status":   map[string]any{"hops": []any{hop}},
+	}}
+	if err := r.Client.Status().Patch(ctx, u, client.Apply, client.FieldOwner("winnet-agent-"+r.NodeName), client.ForceOwnership); err != nil {
+		return fmt.Errorf("writing node %s's hop of PacketTrace %s/%s: %w", r.NodeName, tr.Namespace, tr.Name, err)
+	}
+	r.mu.Lock()
+	r.written[tr.UID] = len(obs)
+	r.mu.Unlock()
+	return nil
+}
+
+// report turns one packet-in of a trace flow into an observation of its trace.
+func (r *AgentReconciler) report(ctx context.Context, p openflow.PacketIn) {
+	tag, point, arg := pipeline.ParseTraceCookieObject(p.Cookie & openflow.ObjectMask)
+	r.mu.Lock()
+	ref, ok := r.byTag[tag]
+	r.mu.Unlock()
+	if !ok {
+		return
+	}
+	o, err := r.observation(ctx, point, arg, p)
+	if err != nil {
+		o = networkv1alpha1.PacketTraceObservation{Component: "Unknown", Action: "Unknown", Detail: truncate(err.Error())}
+	}
+	r.observe(ref.uid, o)
+}
+
+// observation says what the pipeline decided at point.
+func (r *AgentReconciler) observation(ctx context.Context, point pipeline.TracePoint, arg uint32, p openflow.PacketIn) (networkv1alpha1.PacketTraceObservation, error) {
+	h, err := parseFrame(p.Frame)
+	if err != nil {
+		return networkv1alpha1.PacketTraceObservation{}, fmt.Errorf("report of trace point %d: %w", point, err)
+	}
+	index := r.State.PolicyIndex()
+	np := func(action string, name nodenetwork.PolicyRuleName, rule, detail string) networkv1alpha1.PacketTraceObservation {
+		return networkv1alpha1.PacketTraceObservation{Component: networkv1alpha1.PacketTraceComponentNetworkPolicy, Action: action, Detail: truncate(detail),
+			Policy: &networkv1alpha1.PolicyRuleReference{Kind: "NetworkPolicy", Namespace: name.Policy.Namespace, Name: name.Policy.Name, Rule: rule}}
+	}
+	switch point {
+	case pipeline.TraceServiceDNAT:
+		return networkv1alpha1.PacketTraceObservation{Component: networkv1alpha1.PacketTraceComponentService, Action: networkv1alpha1.PacketTraceActionDNAT,
+			Detail: truncate(fmt.Sprintf("to endpoint %s%s", endpointText(h), r.podOf(ctx, h.Dst)))}, nil
+	case pipeline.TraceEgressRule, pipeline.TraceIngressRule:
+		name, ok := index.Rules[arg]
+		if !ok {
+			return networkv1alpha1.PacketTraceObservation{Component: networkv1alpha1.PacketTraceComponentNetworkPolicy, Action: networkv1alpha1.PacketTraceActionAdmitted,
+				Detail: fmt.Sprintf("by a rule (conjunction %d) the agent no longer knows", arg)}, nil
+		}
+		return np(networkv1alpha1.PacketTraceActionAdmitted, name, name.Rule(), fmt.Sprintf("admitted by NetworkPolicy %s rule %s", name.Policy, name.Rule())), nil
+	case pipeline.TraceEgressDrop, pipeline.TraceIngressDrop:
+		dir, isolation := "ingress", index.IngressIsolation[arg]
+		if point == pipeline.TraceEgressDrop {
+			dir, isolation = "egress", index.EgressIsolation[arg]
+		}
+		var names []string
+		for _, n := range isolation {
+			names = append(names, n.String())
+		}
+		first := nodenetwork.PolicyRuleName{}
+		if len(isolation) > 0 {
+			first.Policy = isolation[0]
+		}
+		return np(networkv1alpha1.PacketTraceActionDropped, first, "default deny",
+			fmt.Sprintf("dropped: the Pod on port %d is isolated for %s by NetworkPolicy %s and no rule admits the packet", arg, dir, strings.Join(names, ", "))), nil
+	case pipeline.TraceExternal:
+		return networkv1alpha1.PacketTraceObservation{Component: networkv1alpha1.PacketTraceComponentForwarding, Action: networkv1alpha1.PacketTraceActionForwardedExternally,
+			Detail: fmt.Sprintf("to external address %s: SNAT to the node's address, out of the uplink (the trace packet is consumed here)", h.Dst)}, nil
+	case pipeline.TraceTunnel:
+		return networkv1alpha1.PacketTraceObservation{Component: networkv1alpha1.PacketTraceComponentForwarding, Action: networkv1alpha1.PacketTraceActionForwarded,
+			Detail: truncate(fmt.Sprintf("tunnel to %s%s", p.TunDst, r.nodeOf(ctx, p.TunDst)))}, nil
+	case pipeline.TraceUplink:
+		return networkv1alpha1.PacketTraceObservation{Component: networkv1alpha1.PacketTraceComponentForwarding, Action: networkv1alpha1.PacketTraceActionForwarded,
+			Detail: fmt.Sprintf("routed out of the uplink towards %s", h.Dst)}, nil
+	case pipeline.TraceHost:
+		return networkv1alpha1.PacketTraceObservation{Component: networkv1alpha1.PacketTraceComponentOutput, Action: networkv1alpha1.PacketTraceActionDelivered,
+			Detail: fmt.Sprintf("to the node's host through the gateway (%s; consumed before the host's stack)", h.Dst)}, nil
+	case pipeline.TraceDeliver:
+		if p.Regs[pipeline.OFPortFoundField.Reg]&(1<<pipeline.OFPortFoundField.Start) == 0 {
+			return networkv1alpha1.PacketTraceObservation{Component: networkv1alpha1.PacketTraceComponentOutput, Action: networkv1alpha1.PacketTraceActionDropped,
+				Detail: fmt.Sprintf("no output port for %s on this node", h.Dst)}, nil
+		}
+		port := p.Regs[pipeline.TargetOFPortField.Reg]
+		return networkv1alpha1.PacketTraceObservation{Component: networkv1alpha1.PacketTraceComponentOutput, Action: networkv1alpha1.PacketTraceActionDelivered,
+			Detail: truncate(fmt.Sprintf("to %s (port %d)%s; consumed before the Pod's application", endpointText(h), port, r.localPod(port)))}, nil
+	}
+	return networkv1alpha1.PacketTraceObservation{}, fmt.Errorf("unknown trace point %d", point)
+}
+
+func endpointText(h frameHeader) string {
+	if h.DstPort != 0 {
+		return netip.AddrPortFrom(h.Dst, h.DstPort).String()
+	}
+	return h.Dst.String()
+}
+
+// localPod names the local Pod on port.
+func (r *AgentReconciler) localPod(port uint32) string {
+	for _, a := range r.Local.List() {
+		if uint32(a.OFPort) == port {
+			return fmt.Sprintf(", Pod %s/%s", a.PodNamespace, a.PodName)
+		}
+	}
+	return ""
+}
+
+// podOf names the Pod with address ip, anywhere in the cluster.
+func (r *AgentReconciler) podOf(ctx context.Context, ip netip.Addr) string {
+	if r.APIReader == nil {
+		return ""
+	}
+	pods := &corev1.PodList{}
+	if err := r.APIReader.List(ctx, pods, client.MatchingFieldsSelector{Selector: fields.OneTermEqualSelector("status.podIP", ip.String())}); err != nil {
+		return ""
+	}
+	for _, p := range pods.Items {
+		if !p.Spec.HostNetwork {
+			return fmt.Sprintf(" (Pod %s/%s on node %s)", p.Namespace, p.Name, p.Spec.NodeName)
+		}
+	}
+	return ""
+}
+
+// nodeOf names the peer whose tunnel endpoint is ip.
+func (r *AgentReconciler) nodeOf(ctx context.Context, ip netip.Addr) string {
+	routes := &networkv1alpha1.RemoteSubnetRouteList{}
+	if err := r.Client.List(ctx, routes); err != nil {
+		return ""
+	}
+	for _, rt := range routes.Items {
+		if string(rt.Spec.NodeIP) == ip.String() && rt.Spec.NodeName != "" {
+			return " (node " + rt.Spec.NodeName + ")"
+		}
+	}
+	return ""
+}
+
+func truncate(s string) string {
+	const max = 512
+	if len(s) <= max {
+		return s
+	}
+	return s[:max-3] + "..."
+}

@@ -1,0 +1,50 @@
+package packettrace
+
+import (
+	"testing"
+
+	. "github.com/onsi/gomega"
+
+	networkv1alpha1 "github.com/winnet-io/winnet/api/v1alpha1"
+)
+
+func obs(action string) networkv1alpha1.PacketTraceObservation {
+	return networkv1alpha1.PacketTraceObservation{Component: "X", Action: action}
+}
+
+// TestVerdict: the verdict waits for every node that reported to say where the packet left it.
+func TestVerdict(t *testing.T) {
+	policy := &networkv1alpha1.PolicyRuleReference{Kind: "NetworkPolicy", Namespace: "ns", Name: "deny", Rule: "default deny"}
+	dropped := obs(networkv1alpha1.PacketTraceActionDropped)
+	dropped.Policy = policy
+	for _, tc := range []struct {
+		name string
+		hops []networkv1alpha1.PacketTraceHop
+		want networkv1alpha1.PacketTraceVerdict
+		done bool
+	}{
+		{"nothing yet", nil, "", false},
+		{"only acknowledged", []networkv1alpha1.PacketTraceHop{{Node: "a"}, {Node: "b"}}, "", false},
+		{"delivered", []networkv1alpha1.PacketTraceHop{
+			{Node: "a", Observations: []networkv1alpha1.PacketTraceObservation{obs("Injected"), obs("Forwarded")}},
+			{Node: "b", Observations: []networkv1alpha1.PacketTraceObservation{obs("Delivered")}}}, networkv1alpha1.PacketTraceDelivered, true},
+		{"the end is known but the source's DNAT and forwarding are still on their way", []networkv1alpha1.PacketTraceHop{
+			{Node: "a", Observations: []networkv1alpha1.PacketTraceObservation{obs("Injected")}},
+			{Node: "b", Observations: []networkv1alpha1.PacketTraceObservation{obs("Delivered")}}}, "", false},
+		{"dropped", []networkv1alpha1.PacketTraceHop{
+			{Node: "a", Observations: []networkv1alpha1.PacketTraceObservation{obs("Injected"), obs("Forwarded")}},
+			{Node: "b", Observations: []networkv1alpha1.PacketTraceObservation{obs("Admitted"), dropped}}}, networkv1alpha1.PacketTraceDropped, true},
+		{"external", []networkv1alpha1.PacketTraceHop{
+			{Node: "a", Observations: []networkv1alpha1.PacketTraceObservation{obs("Injected"), obs("ForwardedExternally")}}}, networkv1alpha1.PacketTraceForwardedExternally, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g := NewWithT(t)
+			v, by, done := Verdict(tc.hops)
+			g.Expect(done).To(Equal(tc.done))
+			g.Expect(v).To(Equal(tc.want))
+			if tc.want == networkv1alpha1.PacketTraceDropped {
+				g.Expect(by).To(Equal(policy))
+			}
+		})
+	}
+}

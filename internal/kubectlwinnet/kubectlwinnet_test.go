@@ -1,0 +1,57 @@
+package kubectlwinnet
+
+import (
+	"bytes"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+
+	networkv1alpha1 "github.com/winnet-io/winnet/api/v1alpha1"
+)
+
+// TestNewTrace: the destination is a Pod, svc/NAME or an IPv4 address; a port is needed but for ICMP;
+// bad input is refused with what to fix.
+func TestNewTrace(t *testing.T) {
+	g := NewWithT(t)
+	tr, err := newTrace("ns", "a", "svc/web", "tcp", 80, 10*time.Second)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(tr.Spec.Destination.Service).To(Equal(&networkv1alpha1.ObjectReference{Name: "web"}))
+	g.Expect(tr.Spec.Packet).To(Equal(networkv1alpha1.PacketTracePacket{Protocol: networkv1alpha1.PacketTraceTCP, DstPort: 80}))
+	g.Expect(tr.Spec.TimeoutSeconds).To(Equal(int32(10)))
+	tr, err = newTrace("ns", "a", "10.0.0.9", "icmp", 0, time.Hour)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(tr.Spec.Destination.IP).To(Equal(networkv1alpha1.IPv4Address("10.0.0.9")))
+	g.Expect(tr.Spec.TimeoutSeconds).To(Equal(int32(300)), "capped at the API's maximum")
+	tr, err = newTrace("ns", "a", "pod/b", "udp", 53, time.Second)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(tr.Spec.Destination.Pod).To(Equal(&networkv1alpha1.ObjectReference{Name: "b"}))
+	_, err = newTrace("ns", "a", "b", "tcp", 0, time.Second)
+	g.Expect(err).To(MatchError(ContainSubstring("--port is needed for tcp")))
+	_, err = newTrace("ns", "a", "fd00::1", "tcp", 80, time.Second)
+	g.Expect(err).To(MatchError(ContainSubstring("only IPv4")))
+}
+
+// TestPrintTrace: hops are printed from the source node along the nodes it forwarded to; nodes that
+// observed nothing are left out.
+func TestPrintTrace(t *testing.T) {
+	g := NewWithT(t)
+	o := func(c, a, d string) networkv1alpha1.PacketTraceObservation {
+		return networkv1alpha1.PacketTraceObservation{Component: c, Action: a, Detail: d}
+	}
+	tr := &networkv1alpha1.PacketTrace{Status: networkv1alpha1.PacketTraceStatus{
+		Phase: networkv1alpha1.PacketTraceSucceeded, Verdict: networkv1alpha1.PacketTraceDropped, SourceNode: "b",
+		DroppedBy: &networkv1alpha1.PolicyRuleReference{Kind: "NetworkPolicy", Namespace: "ns", Name: "deny", Rule: "default deny"},
+		Hops: []networkv1alpha1.PacketTraceHop{
+			{Node: "a", Observations: []networkv1alpha1.PacketTraceObservation{o("NetworkPolicy", "Dropped", "no rule admits it")}},
+			{Node: "c"},
+			{Node: "b", Observations: []networkv1alpha1.PacketTraceObservation{o("Source", "Injected", "TCP"), o("Forwarding", "Forwarded", "tunnel to 192.0.2.1 (node a)")}},
+		}}}
+	var out bytes.Buffer
+	PrintTrace(&out, tr)
+	g.Expect(out.String()).To(Equal("Phase: Succeeded  Verdict: Dropped  Dropped by: NetworkPolicy ns/deny default deny\n" +
+		"NODE  COMPONENT      ACTION     DETAIL\n" +
+		"b     Source         Injected   TCP\n" +
+		"b     Forwarding     Forwarded  tunnel to 192.0.2.1 (node a)\n" +
+		"a     NetworkPolicy  Dropped    no rule admits it\n"))
+}

@@ -1,0 +1,183 @@
+package pipeline
+
+import (
+	"net/netip"
+
+	"github.com/winnet-io/winnet/internal/ovs/openflow"
+)
+
+// Packet traces (PacketTrace): the source node's agent injects one tagged packet as if the source
+// Pod sent it (TracePacketOut: a packet-out whose in_port is the Pod's port, never CONTROLLER), and
+// every node the packet crosses reports where the pipeline decided, with packet-ins (output to
+// CONTROLLER, controller id 0) from trace flows.
+//
+// The tag is a DSCP value (1..63) that winnet-controller gives each running trace: the Windows
+// datapath keeps and rewrites DSCP, and it survives encapsulation (the inner header is not
+// touched). Trace flows match it together with the trace's protocol, source address and source
+// port (TCP and UDP; ICMP echo requests), the part of the 5-tuple that no NAT before the last hop
+// changes: real traffic that happens to carry the same DSCP is never taken for the trace.
+//
+// Each trace flow sits above every flow of its table (priorityTrace), or above the flow it
+// shadows (the conj_id flow of a policy rule, the default drop of an isolated Pod), and either
+//   - reports and goes on: it marks the packet (TraceReportedField) so that it does not match
+//     again, sends it to the agent and resubmits it to its own table, where the pipeline's own
+//     flows decide as they would have; or
+//   - reports and consumes it: a drop by policy, delivery to a local Pod, to the host or out to
+//     an external address. The traced packet never reaches a Pod's application and never
+//     leaves the node towards an external host.
+//
+// The cookie's object part (40 bits) says which trace (bits 32..37: the tag) and which
+// observation point (bits 24..31: TracePoint) sent the packet, and the point's argument (bits
+// 0..23: the conjunction id of a policy rule, the port of an isolated Pod): the agent reads the
+// rest (the endpoint a DNAT chose, the output port, the tunnel destination) from the packet-in's
+// frame and registers.
+//
+// Cost: each report is one packet-in; on Windows a packet-in is an upcall from the kernel datapath
+// to ovs-vswitchd and a message to the agent, and the trace packet is never cached as a megaflow
+// worth keeping. A trace sends at most a handful per node, and the agent rate-limits them.
+
+// TracePoint is where a trace flow reports.
+type TracePoint uint8
+
+// The observation points of a trace.
+const (
+	// TraceServiceDNAT: a Service DNATed the packet (EndpointDNATTable); the frame carries the
+	// endpoint.
+	TraceServiceDNAT TracePoint = 1
+	// TraceEgressRule and TraceIngressRule: a NetworkPolicy rule (conjunction id in the argument)
+	// admitted the packet.
+	TraceEgressRule  TracePoint = 2
+	TraceIngressRule TracePoint = 3
+	// TraceEgressDrop and TraceIngressDrop: the packet's Pod (port in the argument) is isolated
+	// and no rule admitted it: dropped.
+	TraceEgressDrop  TracePoint = 4
+	TraceIngressDrop TracePoint = 5
+	// TraceExternal: Pod-to-external traffic, SNATed to the node IP: consumed before the commit.
+	TraceExternal TracePoint = 6
+	// TraceTunnel: output to the tunnel (tun_dst in the packet-in): goes on to the peer.
+	TraceTunnel TracePoint = 7
+	// TraceUplink: output to the uplink (a routed peer): goes on.
+	TraceUplink TracePoint = 8
+	// TraceHost: output to the gateway (the node's host): consumed.
+	TraceHost TracePoint = 9
+	// TraceDeliver: output to the port in reg1 (a local Pod), or nowhere when reg0[16] is 0:
+	// consumed.
+	TraceDeliver TracePoint = 10
+)
+
+// TraceReportedField marks, per observation point that reports and goes on, that the packet has
+// reported there, so that its resubmit into the same table reaches the pipeline's own flows.
+//
+//	reg7[0] the DNAT report, reg7[1] the forwarding report
+var (
+	traceReportedDNAT    = RegField{Reg: 7, Start: 0, End: 0}
+	traceReportedForward = RegField{Reg: 7, Start: 1, End: 1}
+)
+
+// CategoryTrace holds the flows of every running packet trace on the node; the object part of the
+// cookie is TraceCookieObject.
+const CategoryTrace uint8 = 11
+
+// priorityTrace is above every flow of the pipeline's tables (the highest is 231).
+const priorityTrace uint16 = 250
+
+// Trace is one running trace as the pipeline matches it.
+type Trace struct {
+	// Tag is the DSCP value (1..63).
+	Tag uint8
+	// Protocol is openflow.ProtoTCP, ProtoUDP or ProtoICMP (echo request).
+	Protocol uint8
+	// Src and SrcPort are the source Pod's address and the trace's source port (TCP, UDP).
+	Src     netip.Addr
+	SrcPort uint16
+}
+
+// TracePolicy is what the node's NetworkPolicy realises that a trace names: the conjunction ids of
+// its rules and the ports of the Pods isolated in each direction.
+type TracePolicy struct {
+	EgressRules, IngressRules       []uint32
+	EgressIsolated, IngressIsolated []uint32
+}
+
+// TraceCookieObject is the cookie object of a trace flow.
+func TraceCookieObject(tag uint8, point TracePoint, arg uint32) uint64 {
+	return uint64(tag&0x3f)<<32 | uint64(point)<<24 | uint64(arg&0xffffff)
+}
+
+// ParseTraceCookieObject is TraceCookieObject's inverse.
+func ParseTraceCookieObject(object uint64) (tag uint8, point TracePoint, arg uint32) {
+	return uint8(object>>32) & 0x3f, TracePoint(object >> 24), uint32(object & 0xffffff)
+}
+
+// traceMatch matches the trace's packet: IPv4, the DSCP, the protocol, the source and the source
+// port (or an ICMP echo request).
+func (t Trace) traceMatch(extra ...openflow.MatchField) []openflow.MatchField {
+	m := []openflow.MatchField{openflow.IPv4(), openflow.IPProto(t.Protocol), openflow.IPDSCP(t.Tag), hostPrefix(t.Src, openflow.NwSrc)}
+	switch t.Protocol {
+	case openflow.ProtoTCP, openflow.ProtoUDP:
+		m = append(m, openflow.TpSrc(t.Protocol, t.SrcPort))
+	case openflow.ProtoICMP:
+		m = append(m, openflow.ICMPType(8))
+	}
+	return append(m, extra...)
+}
+
+// TraceFlows are the flows of one running trace on the node (CategoryTrace; each carries its own
+// cookie object, TraceCookieObject). They are the same on every node; the NetworkPolicy ones name
+// the node's own rules and isolated Pods.
+func (n Node) TraceFlows(t Trace, p TracePolicy) []openflow.Flow {
+	if t.Tag == 0 || !t.Src.Is4() {
+		return nil
+	}
+	toAgent := openflow.Output(openflow.PortController)
+	f := func(point TracePoint, arg uint32, table uint8, priority uint16, m []openflow.MatchField, actions ...openflow.Action) openflow.Flow {
+		fl := flow(table, priority, m, actions...)
+		fl.Cookie = TraceCookieObject(t.Tag, point, arg)
+		return fl
+	}
+	var out []openflow.Flow
+	// Service DNAT: the connections a Service's group DNATed arrive here; report and go on.
+	out = append(out, f(TraceServiceDNAT, 0, EndpointDNATTable, priorityTrace, t.traceMatch(regMatch(traceReportedDNAT, 0)),
+		loadReg(traceReportedDNAT, 1), toAgent, openflow.Resubmit(EndpointDNATTable)))
+	// NetworkPolicy: the rule that admitted (above its conj_id flow, which the conjunction's
+	// lookup finds like any other flow), the default drop of an isolated Pod.
+	for _, id := range p.EgressRules {
+		out = append(out, f(TraceEgressRule, id, EgressRuleTable, priorityLow+1, append(t.traceMatch(), openflow.ConjID(id)),
+			toAgent, openflow.GotoTable(EgressMetricTable)))
+	}
+	for _, id := range p.IngressRules {
+		out = append(out, f(TraceIngressRule, id, IngressRuleTable, priorityLow+1, append(t.traceMatch(), openflow.ConjID(id)),
+			toAgent, openflow.GotoTable(IngressMetricTable)))
+	}
+	for _, port := range p.EgressIsolated {
+		out = append(out, f(TraceEgressDrop, port, EgressDefaultTable, priorityNormal+1, t.traceMatch(openflow.InPort(port)), toAgent))
+	}
+	for _, port := range p.IngressIsolated {
+		out = append(out, f(TraceIngressDrop, port, IngressDefaultTable, priorityNormal+1, t.traceMatch(regMatch(TargetOFPortField, port)), toAgent))
+	}
+	// Forwarding, before the commit: out to an external address (consumed before it is SNATed
+	// and committed), through the tunnel or the uplink to a peer (report and go on), to the host
+	// (consumed), to a local Pod or nowhere (consumed).
+	notReported := regMatch(traceReportedForward, 0)
+	out = append(out, f(TraceExternal, 0, ConntrackCommitTable, priorityTrace+1, t.traceMatch(regMatch(SNATRequiredField, 1)), toAgent))
+	if n.TunnelOFPort != 0 {
+		out = append(out, f(TraceTunnel, 0, ConntrackCommitTable, priorityTrace, t.traceMatch(notReported, regMatch(TargetOFPortField, n.TunnelOFPort)),
+			loadReg(traceReportedForward, 1), toAgent, openflow.Resubmit(ConntrackCommitTable)))
+	}
+	if n.UplinkOFPort != 0 {
+		out = append(out, f(TraceUplink, 0, ConntrackCommitTable, priorityTrace, t.traceMatch(notReported, regMatch(TargetOFPortField, n.UplinkOFPort)),
+			loadReg(traceReportedForward, 1), toAgent, openflow.Resubmit(ConntrackCommitTable)))
+	}
+	if n.GatewayOFPort != 0 {
+		out = append(out, f(TraceHost, 0, ConntrackCommitTable, priorityTrace, t.traceMatch(notReported, regMatch(TargetOFPortField, n.GatewayOFPort)), toAgent))
+	}
+	out = append(out, f(TraceDeliver, 0, ConntrackCommitTable, priorityTrace-1, t.traceMatch(notReported), toAgent))
+	return out
+}
+
+// TracePacketOut is how the source node's agent injects a trace's packet: as if the source Pod
+// sent it, in_port its port (never CONTROLLER: OVS's Windows datapath crashes the host on a
+// packet-out from CONTROLLER before OVS 3.6), through the whole pipeline from the classifier.
+func TracePacketOut(podPort uint32) PacketOut {
+	return PacketOut{InPort: podPort, Actions: []openflow.Action{openflow.Resubmit(ClassifierTable)}}
+}
