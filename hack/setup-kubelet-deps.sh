@@ -29,8 +29,8 @@ NGINX_IMAGE=registry.k8s.io/e2e-test-images/nginx:1.27.0-2
 BUSYBOX_IMAGE=registry.k8s.io/e2e-test-images/busybox:1.37.0-2
 IMAGES="$ROOT/bin/images-$KUBE_VERSION"
 # IMAGES_REVISION changes with the images' recipe below (2: merged /usr, so /bin/sh is found; 3: the
-# stand-ins; 4: porter's TLS certificate in agnhost).
-IMAGES_REVISION=4
+# stand-ins; 4: porter's TLS certificate in agnhost; 5: seq, head and the others in agnhost).
+IMAGES_REVISION=5
 export GOTOOLCHAIN=local
 export GOFLAGS=-mod=mod
 
@@ -128,8 +128,13 @@ build_images() {
 	mkdir -p "$r/usr/bin" "$r/usr/sbin" "$r/usr/lib" "$r/usr/lib64" "$r/etc" "$r/tmp" "$r/uploads" "$r/root"
 	for d in bin sbin lib lib64; do ln -s "usr/$d" "$r/$d"; done
 	chmod 1777 "$r/tmp"
+	# The commands the suites' shell lines use, as alpine's busybox gives them to the real image (the DNS
+	# tests' probe loops: seq, getent, grep; the others' head, wc, cut...).
 	copy_with_libs "$r" /bin/dash /bin/bash /usr/bin/curl /bin/nc.openbsd /usr/bin/dig /usr/bin/nslookup \
-		/bin/ls /bin/cat /bin/sleep /bin/echo /bin/hostname /bin/ip /usr/bin/timeout
+		/bin/ls /bin/cat /bin/sleep /bin/echo /bin/hostname /bin/ip /usr/bin/timeout \
+		/usr/bin/seq /usr/bin/getent /bin/grep /bin/sed /usr/bin/head /usr/bin/tail /usr/bin/wc /usr/bin/cut \
+		/usr/bin/sort /usr/bin/tr /usr/bin/test /bin/mkdir /bin/rm /bin/touch /bin/date /usr/bin/env /usr/bin/awk \
+		/bin/ps /usr/bin/id /bin/mv /bin/cp /bin/ln /usr/bin/tee
 	for lib in $(ldd "$r/agnhost" | grep -o '/[^ ]*'); do
 		mkdir -p "$r$(dirname "$lib")"
 		cp -nL "$lib" "$r$lib"
@@ -137,6 +142,7 @@ build_images() {
 	# e2e runs commands through /bin/sh -c, which must be dash: busybox's nc lacks -u.
 	ln -sf /bin/dash "$r/bin/sh"
 	[ -e "$r/bin/nc" ] || ln -s /bin/nc.openbsd "$r/bin/nc"
+	[ -e "$r/usr/bin/awk" ] || ln -s "$(basename "$(readlink -f /usr/bin/awk)")" "$r/usr/bin/awk"
 	printf 'root:x:0:0:root:/root:/bin/sh\nuser-defined-in-image:x:1000:1000::/tmp:/bin/sh\n' >"$r/etc/passwd"
 	printf 'root:x:0:\ngroup-defined-in-image:x:50000:user-defined-in-image\n' >"$r/etc/group"
 	printf 'hosts: files dns\n' >"$r/etc/nsswitch.conf"
@@ -144,11 +150,10 @@ build_images() {
 	cp "$src/test/images/agnhost/porter/localhost.crt" "$src/test/images/agnhost/porter/localhost.key" "$r/"
 	(cd "$ROOT" && go run ./hack/ociimage -name "$AGNHOST_IMAGE" -root "$r" -out "$agnhost_tar" -entrypoint /agnhost -cmd pause)
 
-	# The stand-ins: the same tools without agnhost, and getent, seq, grep (the DNS tests' probes).
+	# The stand-ins: the same tools without agnhost.
 	local t="$work/tools/rootfs"
 	mkdir -p "$t"
 	(cd "$r" && tar --exclude=./agnhost --exclude=./agnhost-2 -cf - .) | (cd "$t" && tar -xf -)
-	copy_with_libs "$t" /usr/bin/getent /usr/bin/seq /bin/grep /bin/sed /usr/bin/wc /bin/rm /bin/mkdir /usr/bin/env /usr/bin/test
 	(cd "$ROOT" && go run ./hack/ociimage -name "$GLIBC_DNS_IMAGE" -root "$t" -out "$IMAGES/glibc-dns-testing.tar" -cmd /bin/sh)
 	(cd "$ROOT" && go run ./hack/ociimage -name "$BUSYBOX_IMAGE" -root "$t" -out "$IMAGES/busybox.tar" -cmd /bin/sh)
 	(cd "$ROOT" && go run ./hack/ociimage -name "$NGINX_IMAGE" -root "$t" -out "$IMAGES/nginx.tar" -entrypoint /bin/sh,-c \

@@ -31,6 +31,8 @@ var (
 	// procs > 1 runs e2e.test through the ginkgo CLI built with it, as Kubernetes' CI does.
 	procs   = flag.Int("conformance.procs", 1, "parallel ginkgo processes")
 	timeout = flag.Duration("conformance.timeout", 45*time.Minute, "ginkgo's timeout for the whole suite")
+	// focus narrows the full run to the tests it matches (running again the ones that failed).
+	focus = flag.String("conformance.focus", "", "with -conformance.all, run only the tests of the full run this regular expression matches")
 )
 
 // sample is what make test runs: Pod to Pod across the two nodes (each containerd) over HTTP and UDP,
@@ -122,13 +124,23 @@ func TestConformance(t *testing.T) {
 	ctrl.SetLogger(zap.New(zap.WriteTo(os.Stderr)))
 	root := framework.RepoRoot()
 	name := "conformance-sample"
-	focus := make([]string, len(sample))
+	quoted := make([]string, len(sample))
 	for i, s := range sample {
-		focus[i] = regexp.QuoteMeta(s)
+		quoted[i] = regexp.QuoteMeta(s)
 	}
-	focusRE := strings.Join(focus, "|")
+	focusRE := strings.Join(quoted, "|")
 	if *all {
 		name, focusRE = "conformance-k8s", allFocus
+	}
+	var narrow *regexp.Regexp
+	if *focus != "" {
+		if !*all {
+			t.Fatal("-conformance.focus narrows the full run: give -conformance.all too")
+		}
+		var err error
+		if narrow, err = regexp.Compile(*focus); err != nil {
+			t.Fatalf("-conformance.focus: %v", err)
+		}
 	}
 	e2eTest := filepath.Join(root, "bin", "e2e-"+cluster.KubeVersion, "e2e.test")
 	if _, err := os.Stat(e2eTest); err != nil {
@@ -245,8 +257,14 @@ func TestConformance(t *testing.T) {
 		"--disable-log-dump",
 		"--dump-logs-on-failure=true",
 	}
+	focusFlag := focusRE
+	if narrow != nil {
+		// Both must match: ginkgo has no AND of regular expressions, so the narrowing expression is
+		// given alone and the full run's focus checked below on each spec.
+		focusFlag = narrow.String()
+	}
 	ginkgoFlags := []string{
-		"focus=" + focusRE,
+		"focus=" + focusFlag,
 		"skip=" + strings.Join(skipRE, "|"),
 		"timeout=" + timeout.String(),
 		"no-color",
@@ -289,7 +307,7 @@ func TestConformance(t *testing.T) {
 	var unexplained []string
 	for _, s := range specs {
 		n := s.name()
-		if !focusMatch.MatchString(n) {
+		if !focusMatch.MatchString(n) || (narrow != nil && !narrow.MatchString(n)) {
 			continue
 		}
 		switch s.State {
