@@ -141,6 +141,7 @@ func TestConformance(t *testing.T) {
 		if narrow, err = regexp.Compile(*focus); err != nil {
 			t.Fatalf("-conformance.focus: %v", err)
 		}
+		name = "conformance-k8s-focus" // its own logs and reports beside the full run's
 	}
 	e2eTest := filepath.Join(root, "bin", "e2e-"+cluster.KubeVersion, "e2e.test")
 	if _, err := os.Stat(e2eTest); err != nil {
