@@ -146,7 +146,7 @@ build_e2e_test() {
 	{
 		printf '//go:build tools\n\npackage tools\n\nimport (\n'
 		sed -n 's#^[[:space:]]*\([a-z0-9_]* \)\{0,1\}"\([a-z0-9-]*\.[a-z]*/[^"]*\)"$#\t_ "\2"#p' "$src/test/e2e/e2e_test.go" | sort -u
-		printf '\t_ "k8s.io/kubernetes/test/e2e"\n)\n'
+		printf '\t_ "k8s.io/kubernetes/test/e2e"\n\t_ "github.com/onsi/ginkgo/v2/ginkgo"\n)\n'
 	} >"$mod/tools_e2e.go"
 	mkdir -p "$(dirname "$out")"
 	(cd "$mod" && GONOSUMDB=k8s.io go mod tidy >/dev/null)
@@ -154,14 +154,9 @@ build_e2e_test() {
 		(cd "$mod" && go test -c -vet=off -trimpath -ldflags "$(kube_ldflags)" -o "$out.tmp" k8s.io/kubernetes/test/e2e)
 		mv "$out.tmp" "$out"
 	fi
-	# The ginkgo CLI of the ginkgo e2e.test was built with (go version -m): it runs the suite in parallel
-	# processes, and warns of a version other than the suite's.
-	local gv
-	gv=$(go version -m "$out" | awk '$1 == "dep" && $2 == "github.com/onsi/ginkgo/v2" {print $3}')
-	[ -n "$gv" ] || { log "$out names no github.com/onsi/ginkgo/v2"; exit 1; }
-	mkdir -p "$ROOT/bin/.build/ginkgo-$gv"
-	GOBIN="$ROOT/bin/.build/ginkgo-$gv" GOFLAGS= go install -trimpath -ldflags "-s -w" "github.com/onsi/ginkgo/v2/ginkgo@$gv"
-	mv "$ROOT/bin/.build/ginkgo-$gv/ginkgo" "$cli"
+	# The ginkgo CLI from the same module, so of the ginkgo e2e.test is built with: it runs the suite in
+	# parallel processes. (Run from a directory of another module, it warns of that module's version.)
+	build_in_module "$mod" "$cli" github.com/onsi/ginkgo/v2/ginkgo "-s -w"
 }
 
 build_etcd() {
