@@ -78,11 +78,11 @@ test-deps: ## Install the test dependencies (Debian packages, kube-apiserver and
 	hack/setup-test-deps.sh
 
 .PHONY: kubelet-deps
-kubelet-deps: test-deps ## Build kubelet, kube-scheduler, containerd 2.x and the test images (pause, agnhost) into bin/ for the nodes with a real kubelet (make test; not make demo).
+kubelet-deps: test-deps ## Build kubelet, kube-scheduler, containerd 2.x, the test images and Kubernetes' e2e.test into bin/ for the nodes with a real kubelet (make test; not make demo).
 	hack/setup-kubelet-deps.sh
 
 .PHONY: test
-test: test-deps kubelet-deps verify vet build test-windows ## Run unit, API (real kube-apiserver) and OVS (real Open vSwitch) tests, the e2e tests of nodes with a real kubelet and containerd, the Windows test binaries under Wine, and a sample of the cyclonus NetworkPolicy cases; needs root.
+test: test-deps kubelet-deps verify vet build test-windows e2e-conformance-sample ## Run unit, API (real kube-apiserver) and OVS (real Open vSwitch) tests, the e2e tests of nodes with a real kubelet and containerd, a sample of Kubernetes' own sig-network conformance tests, the Windows test binaries under Wine, and a sample of the cyclonus NetworkPolicy cases; needs root.
 	$(GO) test $(GO_TEST_FLAGS) ./...
 	@$(MAKE) --no-print-directory conformance-netpol-sample
 
@@ -90,6 +90,24 @@ test: test-deps kubelet-deps verify vet build test-windows ## Run unit, API (rea
 test-windows: test-deps ## Build the Windows test binaries of test/wine/packages.txt and run them under Wine (Debian's wine64); prints the tests it cannot run there, from test/wine/skips.txt, with their reasons.
 	@hack/setup-wine.sh >/dev/null
 	$(GO) run ./test/wine/run
+
+# CONFORMANCE_PACKAGE runs Kubernetes' own e2e.test (built by kubelet-deps) against winnet nodes with real
+# kubelets; its tests build only with the tag conformance, so go test ./... does not run them.
+CONFORMANCE_PACKAGE := ./test/e2e/conformance/
+CONFORMANCE_PROCS ?= 3
+
+.PHONY: e2e-conformance-sample
+e2e-conformance-sample: kubelet-deps build ## Run a small sample of Kubernetes' [sig-network] [Conformance] tests (stock e2e.test) on two winnet nodes with real kubelets (part of make test; needs root).
+	@mkdir -p bin
+	$(GO) test -tags conformance -count=1 -timeout 20m -run '^TestConformance$$' -v $(CONFORMANCE_PACKAGE) > $(BIN)/conformance-sample.log 2>&1 || { grep -E '^conformance-sample|conformance_linux_test.go' $(BIN)/conformance-sample.log | tail -60; echo "the conformance sample failed; logs in bin/conformance-sample.log and bin/conformance-sample.e2e.log"; exit 1; }
+	@grep -E '^conformance-sample passed=' $(BIN)/conformance-sample.log
+
+.PHONY: conformance-k8s
+conformance-k8s: kubelet-deps build ## Run every Kubernetes [sig-network] [Conformance] and [Feature:NetworkPolicy] test ([LinuxOnly] and test/e2e/conformance/skips.txt skipped) on winnet nodes with real kubelets; JUnit in bin/conformance-k8s/ (needs root).
+	@mkdir -p bin
+	$(GO) test -tags conformance -count=1 -timeout 100m -run '^TestConformance$$' -v $(CONFORMANCE_PACKAGE) -args -conformance.all -conformance.procs=$(CONFORMANCE_PROCS) -conformance.timeout=80m > $(BIN)/conformance-k8s.log 2>&1 || { grep -E '^conformance-k8s|conformance_linux_test.go' $(BIN)/conformance-k8s.log | tail -80; echo "logs in bin/conformance-k8s.log and bin/conformance-k8s.e2e.log"; }
+	@grep -E '^conformance-k8s passed=' $(BIN)/conformance-k8s.log
+	@grep -qE '^conformance-k8s passed=[1-9][0-9]* failed=0 ' $(BIN)/conformance-k8s.log
 
 .PHONY: conformance-netpol-sample
 conformance-netpol-sample: ## The fixed sample of cyclonus NetworkPolicy cases that make test runs (needs root).

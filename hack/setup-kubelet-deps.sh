@@ -21,7 +21,16 @@ CONTAINERD_VERSION=${CONTAINERD_VERSION:-v2.4.2}
 # module's manifest.go below, so a new Kubernetes version fails here rather than pulling.
 PAUSE_IMAGE=registry.k8s.io/pause:3.10.2
 AGNHOST_IMAGE=registry.k8s.io/e2e-test-images/agnhost:2.66.1
+# Stand-ins for the other images the sig-network suites run (make conformance-k8s), on a root filesystem
+# of this machine's tools: glibc-dns-testing (the DNS tests' glibc querier: sh, dig, getent), nginx (an
+# HTTP server on port 80: nc in a loop) and busybox (sh and the usual commands).
+GLIBC_DNS_IMAGE=registry.k8s.io/e2e-test-images/glibc-dns-testing:2.1.1
+NGINX_IMAGE=registry.k8s.io/e2e-test-images/nginx:1.27.0-2
+BUSYBOX_IMAGE=registry.k8s.io/e2e-test-images/busybox:1.37.0-2
 IMAGES="$ROOT/bin/images-$KUBE_VERSION"
+# IMAGES_REVISION changes with the images' recipe below (2: merged /usr, so /bin/sh is found; 3: the
+# stand-ins; 4: porter's TLS certificate in agnhost; 5: seq, head and the others in agnhost).
+IMAGES_REVISION=5
 export GOTOOLCHAIN=local
 export GOFLAGS=-mod=mod
 
@@ -61,6 +70,13 @@ check_image_names() {
 		{ log "$manifest does not name $PAUSE_IMAGE: update PAUSE_IMAGE"; exit 1; }
 	grep -q "configs\[Agnhost\] = Config{list.PromoterE2eRegistry, \"agnhost\", \"${AGNHOST_IMAGE##*:}\"}" "$manifest" ||
 		{ log "$manifest does not name $AGNHOST_IMAGE: update AGNHOST_IMAGE"; exit 1; }
+	local ref key
+	for ref in "GlibcDnsTesting $GLIBC_DNS_IMAGE" "Nginx $NGINX_IMAGE" "BusyBox $BUSYBOX_IMAGE"; do
+		key=${ref%% *} ref=${ref#* }
+		local name=${ref##*/}
+		grep -q "configs\[$key\] = Config{list.PromoterE2eRegistry, \"${name%%:*}\", \"${name##*:}\"}" "$manifest" ||
+			{ log "$manifest does not name $ref: update it"; exit 1; }
+	done
 }
 
 # copy_with_libs ROOTFS BINARY...: copies each binary and the shared libraries ldd lists for it.
@@ -80,9 +96,10 @@ copy_with_libs() {
 
 build_images() {
 	local pause_tar="$IMAGES/pause.tar" agnhost_tar="$IMAGES/agnhost.tar"
-	[ -s "$pause_tar" ] && [ -s "$agnhost_tar" ] && return
+	# images.txt names the recipe's revision: images built by an older recipe are built again.
+	[ -s "$pause_tar" ] && [ -s "$agnhost_tar" ] && grep -qx "revision $IMAGES_REVISION" "$IMAGES/images.txt" 2>/dev/null && return
 	check_image_names
-	log "building the images $PAUSE_IMAGE and $AGNHOST_IMAGE (a minute, once)"
+	log "building the images $PAUSE_IMAGE, $AGNHOST_IMAGE and the stand-ins (a minute, once)"
 	local src work
 	src=$(kube_src)
 	work="$ROOT/bin/.build/images-$KUBE_VERSION"
@@ -106,10 +123,18 @@ build_images() {
 		go build -trimpath -ldflags "-s -w" -o "$work/agnhost/rootfs/agnhost" k8s.io/kubernetes/test/images/agnhost)
 	local r="$work/agnhost/rootfs"
 	ln -s agnhost "$r/agnhost-2"
-	mkdir -p "$r/bin" "$r/usr/bin" "$r/etc" "$r/tmp" "$r/uploads" "$r/root"
+	# Merged /usr, as the machine's (Debian 12): the binaries copied below are found at the paths ldd and
+	# readlink give (/usr/bin/dash) and at the ones e2e.test runs (/bin/sh).
+	mkdir -p "$r/usr/bin" "$r/usr/sbin" "$r/usr/lib" "$r/usr/lib64" "$r/etc" "$r/tmp" "$r/uploads" "$r/root"
+	for d in bin sbin lib lib64; do ln -s "usr/$d" "$r/$d"; done
 	chmod 1777 "$r/tmp"
+	# The commands the suites' shell lines use, as alpine's busybox gives them to the real image (the DNS
+	# tests' probe loops: seq, getent, grep; the others' head, wc, cut...).
 	copy_with_libs "$r" /bin/dash /bin/bash /usr/bin/curl /bin/nc.openbsd /usr/bin/dig /usr/bin/nslookup \
-		/bin/ls /bin/cat /bin/sleep /bin/echo /bin/hostname /bin/ip /usr/bin/timeout
+		/bin/ls /bin/cat /bin/sleep /bin/echo /bin/hostname /bin/ip /usr/bin/timeout \
+		/usr/bin/seq /usr/bin/getent /bin/grep /bin/sed /usr/bin/head /usr/bin/tail /usr/bin/wc /usr/bin/cut \
+		/usr/bin/sort /usr/bin/tr /usr/bin/test /bin/mkdir /bin/rm /bin/touch /bin/date /usr/bin/env /usr/bin/awk \
+		/bin/ps /usr/bin/id /bin/mv /bin/cp /bin/ln /usr/bin/tee
 	for lib in $(ldd "$r/agnhost" | grep -o '/[^ ]*'); do
 		mkdir -p "$r$(dirname "$lib")"
 		cp -nL "$lib" "$r$lib"
@@ -117,14 +142,30 @@ build_images() {
 	# e2e runs commands through /bin/sh -c, which must be dash: busybox's nc lacks -u.
 	ln -sf /bin/dash "$r/bin/sh"
 	[ -e "$r/bin/nc" ] || ln -s /bin/nc.openbsd "$r/bin/nc"
+	[ -e "$r/usr/bin/awk" ] || ln -s "$(basename "$(readlink -f /usr/bin/awk)")" "$r/usr/bin/awk"
 	printf 'root:x:0:0:root:/root:/bin/sh\nuser-defined-in-image:x:1000:1000::/tmp:/bin/sh\n' >"$r/etc/passwd"
 	printf 'root:x:0:\ngroup-defined-in-image:x:50000:user-defined-in-image\n' >"$r/etc/group"
 	printf 'hosts: files dns\n' >"$r/etc/nsswitch.conf"
+	# As agnhost's Dockerfile: porter serves TLS with these (the proxy tests' https: ports).
+	cp "$src/test/images/agnhost/porter/localhost.crt" "$src/test/images/agnhost/porter/localhost.key" "$r/"
 	(cd "$ROOT" && go run ./hack/ociimage -name "$AGNHOST_IMAGE" -root "$r" -out "$agnhost_tar" -entrypoint /agnhost -cmd pause)
-	printf '%s pause.tar\n%s agnhost.tar\n' "$PAUSE_IMAGE" "$AGNHOST_IMAGE" >"$IMAGES/images.txt"
+
+	# The stand-ins: the same tools without agnhost.
+	local t="$work/tools/rootfs"
+	mkdir -p "$t"
+	(cd "$r" && tar --exclude=./agnhost --exclude=./agnhost-2 -cf - .) | (cd "$t" && tar -xf -)
+	(cd "$ROOT" && go run ./hack/ociimage -name "$GLIBC_DNS_IMAGE" -root "$t" -out "$IMAGES/glibc-dns-testing.tar" -cmd /bin/sh)
+	(cd "$ROOT" && go run ./hack/ociimage -name "$BUSYBOX_IMAGE" -root "$t" -out "$IMAGES/busybox.tar" -cmd /bin/sh)
+	(cd "$ROOT" && go run ./hack/ociimage -name "$NGINX_IMAGE" -root "$t" -out "$IMAGES/nginx.tar" -entrypoint /bin/sh,-c \
+		-cmd 'while :; do printf "HTTP/1.0 200 OK\r\nContent-Length: 3\r\n\r\nok\n" | nc -N -l 80; done')
+	{
+		printf '%s pause.tar\n%s agnhost.tar\n' "$PAUSE_IMAGE" "$AGNHOST_IMAGE"
+		printf '%s glibc-dns-testing.tar\n%s busybox.tar\n%s nginx.tar\n' "$GLIBC_DNS_IMAGE" "$BUSYBOX_IMAGE" "$NGINX_IMAGE"
+		printf 'revision %s\n' "$IMAGES_REVISION"
+	} >"$IMAGES/images.txt"
 }
 
-"$ROOT/hack/setup-test-deps.sh" kubelet >/dev/null
+"$ROOT/hack/setup-test-deps.sh" kubelet e2e >/dev/null
 build_containerd
 build_images
 "$ROOT/bin/containerd-$CONTAINERD_VERSION/containerd" --version >/dev/null

@@ -14,6 +14,10 @@
 #     kube-apiserver into bin/k8s/<version>/
 #   - with the argument `kubelet` (hack/setup-kubelet-deps.sh only): also kubelet and kube-scheduler,
 #     built like kube-apiserver into bin/k8s/<version>/
+#   - with the argument `e2e` (hack/setup-kubelet-deps.sh only): also Kubernetes' own e2e suite, the
+#     stock `e2e.test` (`go test -c -vet=off k8s.io/kubernetes/test/e2e` in the same throwaway module)
+#     and the ginkgo CLI it is built with (its parallel runs) into bin/e2e-<version>/ (make conformance-k8s
+#     and its sample in make test run them)
 # Run as root. Safe to run again: every step checks before it acts.
 set -euo pipefail
 
@@ -29,11 +33,13 @@ export GOTOOLCHAIN=local
 export GOFLAGS=-mod=mod
 WITH_KUBE_PROXY=0
 WITH_KUBELET=0
+WITH_E2E=0
 for arg in "$@"; do
 	case $arg in
 	kube-proxy) WITH_KUBE_PROXY=1 ;;
 	kubelet) WITH_KUBELET=1 ;;
-	*) echo "usage: $0 [kube-proxy] [kubelet]" >&2; exit 2 ;;
+	e2e) WITH_E2E=1 ;;
+	*) echo "usage: $0 [kube-proxy] [kubelet] [e2e]" >&2; exit 2 ;;
 	esac
 done
 
@@ -78,12 +84,20 @@ KUBE_BINARIES=(kube-apiserver kubectl kube-controller-manager)
 # kubelet and kube-scheduler: the winnet nodes with a real kubelet (hack/setup-kubelet-deps.sh).
 [ "$WITH_KUBELET" = 1 ] && KUBE_BINARIES+=(kubelet kube-scheduler)
 
-build_kube() {
-	local missing=()
-	for b in "${KUBE_BINARIES[@]}"; do [ -x "$ASSETS/$b" ] || missing+=("$b"); done
-	[ ${#missing[@]} -eq 0 ] && return
-	log "building ${missing[*]} $KUBE_VERSION from the Go module proxy (several minutes, once)"
-	local mod="$ROOT/bin/.build/kubernetes-$KUBE_VERSION"
+KUBE_MODULE="$ROOT/bin/.build/kubernetes-$KUBE_VERSION"
+
+# kube_ldflags: the version every Kubernetes binary built here reports (e2e.test checks the server's).
+kube_ldflags() {
+	local minor=${KUBE_VERSION#v1.}; minor=${minor%%.*}
+	echo "-s -w -X k8s.io/component-base/version.gitVersion=$KUBE_VERSION -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=$minor" \
+		"-X k8s.io/client-go/pkg/version.gitVersion=$KUBE_VERSION -X k8s.io/client-go/pkg/version.gitMajor=1 -X k8s.io/client-go/pkg/version.gitMinor=$minor"
+}
+
+# write_kube_module writes the throwaway module's go.mod (k8s.io/kubernetes and its staging modules
+# pinned to their releases) unless it is there.
+write_kube_module() {
+	local mod=$KUBE_MODULE
+	[ -f "$mod/go.mod" ] && return
 	mkdir -p "$mod"
 	go mod download -json "k8s.io/kubernetes@$KUBE_VERSION" >/dev/null
 	local kmod
@@ -95,20 +109,54 @@ build_kube() {
 		echo ")"
 	} >"$mod/go.mod"
 	[ -f "$mod/go.sum" ] || : >"$mod/go.sum"
+}
+
+build_kube() {
+	local missing=()
+	for b in "${KUBE_BINARIES[@]}"; do [ -x "$ASSETS/$b" ] || missing+=("$b"); done
+	[ ${#missing[@]} -eq 0 ] && return
+	log "building ${missing[*]} $KUBE_VERSION from the Go module proxy (several minutes, once)"
+	write_kube_module
+	local mod=$KUBE_MODULE
 	{
 		printf '//go:build tools\n\npackage tools\n\nimport (\n'
 		for b in "${KUBE_BINARIES[@]}"; do printf '\t_ "k8s.io/kubernetes/cmd/%s"\n' "$b"; done
 		printf ')\n'
 	} >"$mod/tools.go"
-	local minor=${KUBE_VERSION#v1.}; minor=${minor%%.*}
-	local ldflags="-s -w -X k8s.io/component-base/version.gitVersion=$KUBE_VERSION -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=$minor"
-	ldflags+=" -X k8s.io/client-go/pkg/version.gitVersion=$KUBE_VERSION -X k8s.io/client-go/pkg/version.gitMajor=1 -X k8s.io/client-go/pkg/version.gitMinor=$minor"
+	local ldflags
+	ldflags=$(kube_ldflags)
 	export GONOSUMDB=k8s.io
 	(cd "$mod" && go mod tidy >/dev/null)
 	for b in "${missing[@]}"; do
 		build_in_module "$mod" "$ASSETS/$b" "k8s.io/kubernetes/cmd/$b" "$ldflags"
 	done
 	unset GONOSUMDB
+}
+
+# build_e2e_test builds Kubernetes' e2e suite as its CI does (a test binary of k8s.io/kubernetes/test/e2e)
+# in the throwaway module, whose go.mod keeps the suite's requirements through a tools file of the
+# packages e2e_test.go imports (tests of a dependency are not in `go mod tidy`'s graph).
+build_e2e_test() {
+	local out="$ROOT/bin/e2e-$KUBE_VERSION/e2e.test" cli="$ROOT/bin/e2e-$KUBE_VERSION/ginkgo"
+	[ -x "$out" ] && [ -x "$cli" ] && return
+	log "building e2e.test $KUBE_VERSION from the Go module proxy (several minutes, once)"
+	write_kube_module
+	local mod=$KUBE_MODULE src
+	src=$(go mod download -json "k8s.io/kubernetes@$KUBE_VERSION" | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')
+	{
+		printf '//go:build tools\n\npackage tools\n\nimport (\n'
+		sed -n 's#^[[:space:]]*\([a-z0-9_]* \)\{0,1\}"\([a-z0-9-]*\.[a-z]*/[^"]*\)"$#\t_ "\2"#p' "$src/test/e2e/e2e_test.go" | sort -u
+		printf '\t_ "k8s.io/kubernetes/test/e2e"\n\t_ "github.com/onsi/ginkgo/v2/ginkgo"\n)\n'
+	} >"$mod/tools_e2e.go"
+	mkdir -p "$(dirname "$out")"
+	(cd "$mod" && GONOSUMDB=k8s.io go mod tidy >/dev/null)
+	if [ ! -x "$out" ]; then
+		(cd "$mod" && go test -c -vet=off -trimpath -ldflags "$(kube_ldflags)" -o "$out.tmp" k8s.io/kubernetes/test/e2e)
+		mv "$out.tmp" "$out"
+	fi
+	# The ginkgo CLI from the same module, so of the ginkgo e2e.test is built with: it runs the suite in
+	# parallel processes. (Run from a directory of another module, it warns of that module's version.)
+	build_in_module "$mod" "$cli" github.com/onsi/ginkgo/v2/ginkgo "-s -w"
 }
 
 build_etcd() {
@@ -205,6 +253,11 @@ build_flanneld
 "$ASSETS/kube-controller-manager" --version >/dev/null
 if [ "$WITH_KUBE_PROXY" = 1 ]; then "$ASSETS/kube-proxy" --version >/dev/null; fi
 if [ "$WITH_KUBELET" = 1 ]; then "$ASSETS/kubelet" --version >/dev/null && "$ASSETS/kube-scheduler" --version >/dev/null; fi
+if [ "$WITH_E2E" = 1 ]; then
+	build_e2e_test
+	"$ROOT/bin/e2e-$KUBE_VERSION/e2e.test" --help >/dev/null 2>&1
+	"$ROOT/bin/e2e-$KUBE_VERSION/ginkgo" version >/dev/null
+fi
 # Every command on the list is here, or this fails now, naming each missing one and its package.
 (cd "$ROOT" && go run ./test/hostcmd/check >&2)
 "$ROOT/bin/coredns-$COREDNS_VERSION/coredns" -plugins >/dev/null

@@ -18,8 +18,10 @@ import (
 	tasktypes "github.com/containerd/containerd/api/types/task"
 	"github.com/go-logr/logr"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 )
 
@@ -149,7 +151,15 @@ func (c ContainerdSandboxes) catchUp(ctx context.Context, containers containersa
 		if t.Status != tasktypes.Status_RUNNING && t.Status != tasktypes.Status_PAUSED {
 			continue
 		}
-		if err := c.started(ctx, containers, owners, t.ContainerID); err != nil {
+		// containerd (1.6 and 2.x) lists a task with its container's ID in ID, ContainerID empty.
+		id := t.ID
+		if id == "" {
+			id = t.ContainerID
+		}
+		if err := c.started(ctx, containers, owners, id); err != nil {
+			if status.Code(err) == codes.NotFound {
+				continue // deleted since the list: its delete event follows
+			}
 			return nil, err
 		}
 	}

@@ -86,6 +86,10 @@ func StartAPIServerWith(opts APIServerOptions) (*APIServer, error) {
 // apiServerStartTimeout bounds the start of kube-apiserver and etcd.
 const apiServerStartTimeout = 90 * time.Second
 
+// apiServerStopTimeout bounds the stop of kube-apiserver and etcd: kube-apiserver's request timeout and
+// some.
+const apiServerStopTimeout = 90 * time.Second
+
 func startAPIServer(opts APIServerOptions, crdDirs ...string) (*APIServer, error) {
 	assets, err := AssetsDir()
 	if err != nil {
@@ -98,6 +102,11 @@ func startAPIServer(opts APIServerOptions, crdDirs ...string) (*APIServer, error
 		// envtest's default of 20 s is too short when several suites start their API servers at
 		// once on a loaded 2-core machine ("timeout waiting for process kube-apiserver to start").
 		ControlPlaneStartTimeout: apiServerStartTimeout,
+		// envtest's default of 20 s is too short to stop too: kube-apiserver drains its in-flight
+		// requests for up to its request timeout (1 min) before it exits, and kubelets, CoreDNS and
+		// e2e.test's clients leave many (Kubernetes' e2e suite against the kubelet nodes, load 30-50:
+		// "timeout waiting for process kube-apiserver to stop" in each of three runs).
+		ControlPlaneStopTimeout: apiServerStopTimeout,
 	}
 	for name, value := range opts.Args {
 		env.ControlPlane.GetAPIServer().Configure().Set(name, value)

@@ -97,6 +97,9 @@ var list = []Entry{
 	{Name: "nslookup", Kind: Debian, Package: "bind9-dnsutils"},
 	{Name: "kubelet", Kind: Built, From: "hack/setup-kubelet-deps.sh (hack/setup-test-deps.sh kubelet)"},
 	{Name: "kube-scheduler", Kind: Built, From: "hack/setup-kubelet-deps.sh (hack/setup-test-deps.sh kubelet)"},
+	// Kubernetes' own e2e suite (test/e2e/conformance), and the ginkgo CLI that runs it in parallel.
+	{Name: "e2e.test", Kind: Built, From: "hack/setup-kubelet-deps.sh (hack/setup-test-deps.sh e2e)"},
+	{Name: "ginkgo", Kind: Built, From: "hack/setup-kubelet-deps.sh (hack/setup-test-deps.sh e2e)"},
 	{Name: "go", Kind: Toolchain, From: "the Go toolchain the machine comes with (/usr/local/go)"},
 	{Name: "kube-apiserver", Kind: Built, From: fromSetup},
 	{Name: "kube-controller-manager", Kind: Built, From: fromSetup},

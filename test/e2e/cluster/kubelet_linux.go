@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -35,8 +36,8 @@ import (
 // harness's one with --netns. Everything the node's processes start (containerd's shims, the containers) is
 // in the node's cgroups, which teardown empties and removes.
 
-// KubeletImages are the images every node with a real kubelet has imported, named as e2e.test v1.37.0 names
-// them (hack/setup-kubelet-deps.sh builds them): nothing is ever pulled.
+// KubeletImages are images every node with a real kubelet has imported (with the others images.txt lists),
+// named as e2e.test v1.37.0 names them (hack/setup-kubelet-deps.sh builds them): nothing is ever pulled.
 var KubeletImages = struct{ Pause, Agnhost string }{
 	Pause:   "registry.k8s.io/pause:3.10.2",
 	Agnhost: "registry.k8s.io/e2e-test-images/agnhost:2.66.1",
@@ -255,12 +256,43 @@ func (k *kubeletNode) start(c *Cluster, n *Node) error {
 		return fmt.Errorf("containerd of node %s: %w", n.Name, err)
 	}
 	images := filepath.Join(framework.RepoRoot(), "bin", "images-"+KubeVersion)
-	for _, tar := range []string{"pause.tar", "agnhost.tar"} {
+	tars, err := imageArchives(images)
+	if err != nil {
+		return err
+	}
+	for _, tar := range tars {
 		if _, err := output(k.rt.Ctr, "--address", k.socket(), "-n", "k8s.io", "images", "import", filepath.Join(images, tar)); err != nil {
 			return fmt.Errorf("importing %s into node %s's containerd (hack/setup-kubelet-deps.sh builds it): %w", tar, n.Name, err)
 		}
 	}
 	return nil
+}
+
+// imageArchives lists the archives in dir's images.txt ("<image> <archive>" lines, and the recipe's
+// "revision <n>"), which hack/setup-kubelet-deps.sh writes: pause and agnhost, and the stand-ins of the other
+// images the upstream suites run.
+func imageArchives(dir string) ([]string, error) {
+	b, err := os.ReadFile(filepath.Join(dir, "images.txt"))
+	if err != nil {
+		return nil, fmt.Errorf("the test images (hack/setup-kubelet-deps.sh builds them): %w", err)
+	}
+	var tars []string
+	for _, l := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		f := strings.Fields(l)
+		if len(f) != 2 || f[0] == "revision" {
+			continue
+		}
+		if f[1] != filepath.Base(f[1]) || !strings.HasSuffix(f[1], ".tar") {
+			return nil, fmt.Errorf("%s: %q is not an archive in that directory", filepath.Join(dir, "images.txt"), f[1])
+		}
+		tars = append(tars, f[1])
+	}
+	for _, want := range []string{"pause.tar", "agnhost.tar"} {
+		if !slices.Contains(tars, want) {
+			return nil, fmt.Errorf("%s lists no %s: run hack/setup-kubelet-deps.sh", filepath.Join(dir, "images.txt"), want)
+		}
+	}
+	return tars, nil
 }
 
 // KubeVersion is the version of the Kubernetes binaries and of the images' names.
