@@ -190,30 +190,17 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		})
 		return nil
 	})
-	realized := r.State.Subscribe()
 	r.gate.mu.Lock()
 	r.gate.init()
 	wake := r.gate.wake
 	r.gate.mu.Unlock()
-	onRealized := source.Func(func(ctx context.Context, q workqueue.TypedRateLimitingInterface[reconcile.Request]) error {
+	// A full pass at start, whenever the node network is realised anew, and when a new Pod waits
+	// for its policies (WaitPolicies).
+	everything := func(q nodenetwork.Queue) {
 		r.markChanged(nil)
 		q.Add(allPolicies)
-		go func() {
-			for {
-				select {
-				case <-ctx.Done():
-					return
-				case <-realized:
-					r.markChanged(nil)
-					q.Add(allPolicies)
-				case <-wake: // a new Pod waits for its policies (WaitPolicies)
-					r.markChanged(nil)
-					q.Add(allPolicies)
-				}
-			}
-		}()
-		return nil
-	})
+	}
+	onRealized := nodenetwork.WakeSource(everything, everything, r.State.Subscribe(), wake)
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("networkpolicy").
 		Watches(&networkingv1.NetworkPolicy{}, policies).
