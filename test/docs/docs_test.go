@@ -144,7 +144,9 @@ func declared(t *testing.T) (map[string]bool, map[string][]string) {
 	define := regexp.MustCompile(`\.(?:String|Bool|Int|Int64|Uint|Uint64|Float64|Duration|Func|BoolFunc|TextVar|StringVar|BoolVar|IntVar|Int64Var|UintVar|Uint64Var|Float64Var|DurationVar|Var)\((?:&?[\w.\[\]]+,\s*)?"([a-z][a-z0-9-]*)"`)
 	sub := regexp.MustCompile(`cmdline\.Subcommand\("([a-z-]+) ([a-z-]+)"|args\[0\] [!=]= "([a-z-]+)"`)
 	subcommands := map[string][]string{}
-	for _, dir := range []string{"cmd", "internal/cmdline"} {
+	// kubectl-winnet's code is in internal/kubectlwinnet, one FlagSet per subcommand.
+	kubectlSub := regexp.MustCompile(`cmdline\.FlagSet\("([a-z-]+)"`)
+	for _, dir := range []string{"cmd", "internal/cmdline", "internal/kubectlwinnet"} {
 		err := filepath.WalkDir(filepath.Join(root, dir), func(p string, d os.DirEntry, err error) error {
 			if err != nil || d.IsDir() || !strings.HasSuffix(p, ".go") || strings.HasSuffix(p, "_test.go") {
 				return err
@@ -157,6 +159,11 @@ func declared(t *testing.T) (map[string]bool, map[string][]string) {
 				flags[m[1]] = true
 			}
 			cmd := filepath.Base(filepath.Dir(p))
+			if dir == "internal/kubectlwinnet" {
+				for _, m := range kubectlSub.FindAllStringSubmatch(string(b), -1) {
+					subcommands["kubectl-winnet"] = append(subcommands["kubectl-winnet"], m[1])
+				}
+			}
 			for _, m := range sub.FindAllStringSubmatch(string(b), -1) {
 				if m[1] != "" {
 					subcommands[m[1]] = append(subcommands[m[1]], m[2])
