@@ -217,7 +217,7 @@ func (r *AgentReconciler) Reconcile(ctx context.Context, _ reconcile.Request) (c
 		}
 		if running && tr.Status.SourceNode == r.NodeName {
 			inj := r.injection(tr.UID)
-			_, _, ended := Verdict(tr.Status.Hops)
+			_, _, ended := Verdict(tr.Status.Hops, tr.Status.SourceNode)
 			switch {
 			case inj.attempts == 0 && (!settled || !acknowledged(tr, r.NodeName)):
 				retry = true

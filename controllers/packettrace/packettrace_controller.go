@@ -324,7 +324,7 @@ func (r *Reconciler) running(ctx context.Context, tr *networkv1alpha1.PacketTrac
 	if tr.Status.Tag != 0 {
 		r.tags[client.ObjectKeyFromObject(tr)] = givenTag{uid: tr.UID, tag: tr.Status.Tag}
 	}
-	v, by, done := Verdict(tr.Status.Hops)
+	v, by, done := Verdict(tr.Status.Hops, tr.Status.SourceNode)
 	if done {
 		base := tr.DeepCopy()
 		now := metav1.NewTime(r.now())
