@@ -66,6 +66,8 @@ type AgentReconciler struct {
 	observed map[types.UID][]networkv1alpha1.PacketTraceObservation
 	written  map[types.UID]int
 	injected map[types.UID]injection
+	// installed is when the node first installed each running trace's flows.
+	installed map[types.UID]time.Time
 	// bridge is the connection whose packet-ins the reconciler handles.
 	bridge *openflow.Bridge
 
@@ -89,6 +91,14 @@ const (
 	maxAttempts   = 3
 )
 
+// settle is how long a node waits after installing a trace's flows before it says it is ready (or,
+// at the source, injects): the datapath's flow cache (the kernel's on Windows, the userspace
+// datapath's megaflows here) keeps forwarding a microflow like the one just seen until
+// ovs-vswitchd has revalidated it against the new flows, and a trace packet that hits such an
+// entry passes the node without a report. ovs-vswitchd revalidates at most every 500 ms
+// (other_config:max-revalidator) and at once after a flow table change.
+const settle = time.Second
+
 type traceRef struct {
 	key types.NamespacedName
 	uid types.UID
@@ -105,6 +115,7 @@ func (r *AgentReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	r.observed = map[types.UID][]networkv1alpha1.PacketTraceObservation{}
 	r.written = map[types.UID]int{}
 	r.injected = map[types.UID]injection{}
+	r.installed = map[types.UID]time.Time{}
 	r.limiter = rate.NewLimiter(reportRate, reportBurst)
 	r.reports = make(chan openflow.PacketIn, reportQueue)
 	realized := r.State.Subscribe()
@@ -188,13 +199,27 @@ func (r *AgentReconciler) Reconcile(ctx context.Context, _ reconcile.Request) (c
 	}
 	r.forget(list.Items)
 	var retry bool
+	now := time.Now()
 	for i := range list.Items {
 		tr := &list.Items[i]
-		if _, running := pipelineTrace(tr); running && tr.Status.SourceNode == r.NodeName {
+		_, running := pipelineTrace(tr)
+		settled := true
+		if running {
+			r.mu.Lock()
+			at, ok := r.installed[tr.UID]
+			if !ok {
+				at = now
+				r.installed[tr.UID] = at
+			}
+			r.mu.Unlock()
+			settled = now.Sub(at) >= settle
+			retry = retry || !settled
+		}
+		if running && tr.Status.SourceNode == r.NodeName {
 			inj := r.injection(tr.UID)
-			_, _, ended := Verdict(tr.Status.Hops)
+			_, _, ended := Verdict(tr.Status.Hops, tr.Status.SourceNode)
 			switch {
-			case inj.attempts == 0 && !acknowledged(tr, r.NodeName):
+			case inj.attempts == 0 && (!settled || !acknowledged(tr, r.NodeName)):
 				retry = true
 			case inj.attempts == 0 || (!ended && inj.attempts < maxAttempts && time.Since(inj.at) >= reinjectAfter):
 				if err := r.inject(ctx, rz, tr, inj.attempts+1); err != nil {
@@ -207,13 +232,17 @@ func (r *AgentReconciler) Reconcile(ctx context.Context, _ reconcile.Request) (c
 				retry = true
 			}
 		}
-		// A finished trace still gets the observations that were on their way when it finished.
+		// A finished trace still gets the observations that were on their way when it finished;
+		// a running one is acknowledged once its flows have settled.
+		if !settled {
+			continue
+		}
 		if err := r.writeHop(ctx, tr); err != nil {
 			return ctrl.Result{}, err
 		}
 	}
 	if retry {
-		return ctrl.Result{RequeueAfter: 500 * time.Millisecond}, nil
+		return ctrl.Result{RequeueAfter: 250 * time.Millisecond}, nil
 	}
 	return ctrl.Result{}, nil
 }
@@ -274,6 +303,11 @@ func (r *AgentReconciler) forget(traces []networkv1alpha1.PacketTrace) {
 	for uid := range r.injected {
 		if !live[uid] {
 			delete(r.injected, uid)
+		}
+	}
+	for uid := range r.installed {
+		if !live[uid] {
+			delete(r.installed, uid)
 		}
 	}
 }

@@ -53,8 +53,15 @@ type Reconciler struct {
 	MaxPerNamespace int
 	TTL             time.Duration
 
-	// tags are the tags this reconciler gave to traces still running (by UID).
-	tags map[types.UID]int32
+	// tags are the tags this reconciler gave to traces still running, by trace (a trace deleted
+	// while it runs gives its tag back by name: its UID is gone with it).
+	tags map[types.NamespacedName]givenTag
+}
+
+// givenTag is a tag given to one trace (the UID tells a trace from a new one of the same name).
+type givenTag struct {
+	uid types.UID
+	tag int32
 }
 
 // SetupWithManager registers the reconciler.
@@ -74,29 +81,25 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	tr := &networkv1alpha1.PacketTrace{}
 	if err := r.Client.Get(ctx, req.NamespacedName, tr); err != nil {
 		if apierrors.IsNotFound(err) {
-			r.release(req.NamespacedName, "")
+			delete(r.tags, req.NamespacedName)
 			return ctrl.Result{}, nil
 		}
 		return ctrl.Result{}, err
 	}
 	if r.tags == nil {
-		r.tags = map[types.UID]int32{}
+		r.tags = map[types.NamespacedName]givenTag{}
+	}
+	if g, ok := r.tags[req.NamespacedName]; ok && g.uid != tr.UID {
+		delete(r.tags, req.NamespacedName) // the trace it was given to was deleted, this is a new one
 	}
 	switch tr.Status.Phase {
 	case networkv1alpha1.PacketTraceSucceeded, networkv1alpha1.PacketTraceFailed:
-		delete(r.tags, tr.UID)
+		delete(r.tags, req.NamespacedName)
 		return r.collect(ctx, tr)
 	case networkv1alpha1.PacketTraceRunning:
 		return r.running(ctx, tr)
 	}
 	return r.start(ctx, tr)
-}
-
-// release forgets the tag of a deleted trace.
-func (r *Reconciler) release(_ types.NamespacedName, uid types.UID) {
-	if uid != "" {
-		delete(r.tags, uid)
-	}
 }
 
 // collect deletes a finished trace once it is older than the TTL.
@@ -124,7 +127,7 @@ func (r *Reconciler) fail(ctx context.Context, tr *networkv1alpha1.PacketTrace, 
 	base := tr.DeepCopy()
 	now := metav1.NewTime(r.now())
 	tr.Status.Phase, tr.Status.Reason, tr.Status.Message, tr.Status.CompletionTime = networkv1alpha1.PacketTraceFailed, reason, message, &now
-	delete(r.tags, tr.UID)
+	delete(r.tags, client.ObjectKeyFromObject(tr))
 	if err := r.Client.Status().Patch(ctx, tr, client.MergeFrom(base)); err != nil {
 		return ctrl.Result{}, fmt.Errorf("writing PacketTrace status: %w", err)
 	}
@@ -151,9 +154,9 @@ func (r *Reconciler) start(ctx context.Context, tr *networkv1alpha1.PacketTrace)
 			active++
 		}
 	}
-	for uid, tag := range r.tags {
-		if uid != tr.UID {
-			taken[tag] = true
+	for key, g := range r.tags {
+		if key != client.ObjectKeyFromObject(tr) {
+			taken[g.tag] = true
 		}
 	}
 	limit := r.MaxPerNamespace
@@ -211,9 +214,9 @@ func (r *Reconciler) start(ctx context.Context, tr *networkv1alpha1.PacketTrace)
 	if tr.Spec.Packet.Protocol == networkv1alpha1.PacketTraceICMP {
 		tr.Status.SourcePort = 0
 	}
-	r.tags[tr.UID] = tag
+	r.tags[client.ObjectKeyFromObject(tr)] = givenTag{uid: tr.UID, tag: tag}
 	if err := r.Client.Status().Patch(ctx, tr, client.MergeFrom(base)); err != nil {
-		delete(r.tags, tr.UID)
+		delete(r.tags, client.ObjectKeyFromObject(tr))
 		return ctrl.Result{}, fmt.Errorf("writing PacketTrace status: %w", err)
 	}
 	ctrl.LoggerFrom(ctx).Info("Started a PacketTrace", "tag", tag, "sourceNode", src.node, "destination", dst, "nodes", nodes)
@@ -319,15 +322,15 @@ func (r *Reconciler) destination(ctx context.Context, tr *networkv1alpha1.Packet
 // timeout.
 func (r *Reconciler) running(ctx context.Context, tr *networkv1alpha1.PacketTrace) (ctrl.Result, error) {
 	if tr.Status.Tag != 0 {
-		r.tags[tr.UID] = tr.Status.Tag
+		r.tags[client.ObjectKeyFromObject(tr)] = givenTag{uid: tr.UID, tag: tr.Status.Tag}
 	}
-	v, by, done := Verdict(tr.Status.Hops)
+	v, by, done := Verdict(tr.Status.Hops, tr.Status.SourceNode)
 	if done {
 		base := tr.DeepCopy()
 		now := metav1.NewTime(r.now())
 		tr.Status.Phase, tr.Status.Verdict, tr.Status.DroppedBy, tr.Status.CompletionTime = networkv1alpha1.PacketTraceSucceeded, v, by, &now
 		tr.Status.Reason, tr.Status.Message = networkv1alpha1.PacketTraceReasonCompleted, summary(v, by)
-		delete(r.tags, tr.UID)
+		delete(r.tags, client.ObjectKeyFromObject(tr))
 		if err := r.Client.Status().Patch(ctx, tr, client.MergeFrom(base)); err != nil {
 			return ctrl.Result{}, fmt.Errorf("writing PacketTrace status: %w", err)
 		}

@@ -28,6 +28,11 @@ func TestVerdict(t *testing.T) {
 		{"delivered", []networkv1alpha1.PacketTraceHop{
 			{Node: "a", Observations: []networkv1alpha1.PacketTraceObservation{obs("Injected"), obs("Forwarded")}},
 			{Node: "b", Observations: []networkv1alpha1.PacketTraceObservation{obs("Delivered")}}}, networkv1alpha1.PacketTraceDelivered, true},
+		{"the end is known but the source has only acknowledged", []networkv1alpha1.PacketTraceHop{
+			{Node: "a"},
+			{Node: "b", Observations: []networkv1alpha1.PacketTraceObservation{obs("Delivered")}}}, "", false},
+		{"the end is known but the source's hop is not written", []networkv1alpha1.PacketTraceHop{
+			{Node: "b", Observations: []networkv1alpha1.PacketTraceObservation{obs("Delivered")}}}, "", false},
 		{"the end is known but the source's DNAT and forwarding are still on their way", []networkv1alpha1.PacketTraceHop{
 			{Node: "a", Observations: []networkv1alpha1.PacketTraceObservation{obs("Injected")}},
 			{Node: "b", Observations: []networkv1alpha1.PacketTraceObservation{obs("Delivered")}}}, "", false},
@@ -39,7 +44,7 @@ func TestVerdict(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			g := NewWithT(t)
-			v, by, done := Verdict(tc.hops)
+			v, by, done := Verdict(tc.hops, "a")
 			g.Expect(done).To(Equal(tc.done))
 			g.Expect(v).To(Equal(tc.want))
 			if tc.want == networkv1alpha1.PacketTraceDropped {
