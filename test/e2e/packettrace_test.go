@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"os"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -177,6 +178,13 @@ func TestPacketTraceDroppedByPolicy(t *testing.T) {
 // TestPacketTraceThroughService: a trace to a Service's ClusterIP is DNATed on the source node to the one
 // endpoint (on node-c), which it names, tunnelled there and delivered on the endpoint's port.
 func TestPacketTraceThroughService(t *testing.T) {
+	// Quarantined on 2026-11-27: in 2 of 8 runs node-a's DNAT and forwarding reports of the first
+	// attempt never reached its agent while node-c reported the delivery (a retry cannot show the
+	// DNAT: conntrack holds the connection); the cause is not found. `make e2e-quarantine` runs it;
+	// docs/testing.md lists it.
+	if os.Getenv("WINNET_E2E_QUARANTINE") == "" {
+		t.Skip("quarantined (failed 2 of 8 runs, cause not found): make e2e-quarantine runs it")
+	}
 	g := NewWithT(t)
 	ctx := context.Background()
 	ep, err := c.AddPodWith(ctx, node("node-c"), "trace-web", cluster.PodOptions{
