@@ -371,10 +371,22 @@ func (r *Reconciler) reconcileOne(ctx context.Context, rz nodenetwork.Realized, 
 	// meanwhile, and their changes share the next bundle (see passes). This Service's state stays
 	// as it was until the commit: no other pass of it runs, its group ids and cookie object stay
 	// given out, and its gone groups' ids are released only once the switch deleted them.
+	//
+	// A Service that has no cookie object now and had none (no port realised: ExternalName, no
+	// ClusterIP, only ports the pipeline does not serve) has no flows or groups to sync: object is
+	// 0 then, which is sharedObject, and syncing it to no flows would delete every Service's base
+	// and hairpin flows (creating, updating or deleting an ExternalName Service did, until the
+	// next change of the hairpin set: same-node Service traffic was dropped meanwhile).
 	r.mu.Unlock()
-	flowRes, groupRes, err := rz.Flows.SyncObjectWithGroups(ctx, openflow.ObjectFlows{
-		Category: pipeline.CategoryService, Object: object, Flows: rs.flows, Groups: rs.groups, GoneGroups: goneIDs,
-	})
+	var flowRes, groupRes openflow.SyncResult
+	var err error
+	if object != sharedObject {
+		flowRes, groupRes, err = rz.Flows.SyncObjectWithGroups(ctx, openflow.ObjectFlows{
+			Category: pipeline.CategoryService, Object: object, Flows: rs.flows, Groups: rs.groups, GoneGroups: goneIDs,
+		})
+	} else if len(rs.groups)+len(goneIDs) > 0 {
+		err = fmt.Errorf("the Service %s has groups but no cookie object", name)
+	}
 	if err == nil && flowRes.Mods()+groupRes.Mods() > 0 {
 		// Logged as soon as the switch replied to the commit: the Service's data path is the
 		// versions in inputs from now on (make bench-services times its changes by this line).
