@@ -41,19 +41,19 @@ func (p Packet) Frame() ([]byte, error) {
 		l4[12] = 5 << 4
 		l4[13] = 0x02 // SYN
 		binary.BigEndian.PutUint16(l4[14:16], 64240)
-		binary.BigEndian.PutUint16(l4[16:18], l4Checksum(p.Src, p.Dst, openflow.ProtoTCP, l4))
+		binary.BigEndian.PutUint16(l4[16:18], openflow.L4Checksum(p.Src.As4(), p.Dst.As4(), openflow.ProtoTCP, l4))
 	case openflow.ProtoUDP:
 		l4 = make([]byte, 8)
 		binary.BigEndian.PutUint16(l4[0:2], p.SrcPort)
 		binary.BigEndian.PutUint16(l4[2:4], p.DstPort)
 		binary.BigEndian.PutUint16(l4[4:6], 8)
-		binary.BigEndian.PutUint16(l4[6:8], l4Checksum(p.Src, p.Dst, openflow.ProtoUDP, l4))
+		binary.BigEndian.PutUint16(l4[6:8], openflow.L4Checksum(p.Src.As4(), p.Dst.As4(), openflow.ProtoUDP, l4))
 	case openflow.ProtoICMP:
 		l4 = make([]byte, 8)
 		l4[0] = 8 // echo request
 		binary.BigEndian.PutUint16(l4[4:6], uint16(p.Tag))
 		binary.BigEndian.PutUint16(l4[6:8], 1)
-		binary.BigEndian.PutUint16(l4[2:4], checksum(0, l4))
+		binary.BigEndian.PutUint16(l4[2:4], openflow.Checksum(0, l4))
 	default:
 		return nil, fmt.Errorf("building a trace packet: IP protocol %d is not TCP, UDP or ICMP", p.Protocol)
 	}
@@ -72,7 +72,7 @@ func (p Packet) Frame() ([]byte, error) {
 	src, dst := p.Src.As4(), p.Dst.As4()
 	copy(h[12:16], src[:])
 	copy(h[16:20], dst[:])
-	binary.BigEndian.PutUint16(h[10:12], checksum(0, h))
+	binary.BigEndian.PutUint16(h[10:12], openflow.Checksum(0, h))
 	copy(out[ethHeaderLen+ipHeaderLen:], l4)
 	return out, nil
 }
@@ -101,29 +101,4 @@ func parseFrame(frame []byte) (frameHeader, error) {
 		h.DstPort = binary.BigEndian.Uint16(ip[ihl+2 : ihl+4])
 	}
 	return h, nil
-}
-
-// l4Checksum is the TCP or UDP checksum of segment (checksum field zero) with the IPv4
-// pseudo-header.
-func l4Checksum(src, dst netip.Addr, proto byte, segment []byte) uint16 {
-	s, d := src.As4(), dst.As4()
-	var sum uint32
-	sum += uint32(binary.BigEndian.Uint16(s[0:2])) + uint32(binary.BigEndian.Uint16(s[2:4]))
-	sum += uint32(binary.BigEndian.Uint16(d[0:2])) + uint32(binary.BigEndian.Uint16(d[2:4]))
-	sum += uint32(proto) + uint32(len(segment))
-	return checksum(sum, segment)
-}
-
-// checksum is the Internet checksum (RFC 1071) of b, starting from the partial sum.
-func checksum(sum uint32, b []byte) uint16 {
-	for i := 0; i+1 < len(b); i += 2 {
-		sum += uint32(binary.BigEndian.Uint16(b[i : i+2]))
-	}
-	if len(b)%2 == 1 {
-		sum += uint32(b[len(b)-1]) << 8
-	}
-	for sum>>16 != 0 {
-		sum = sum&0xffff + sum>>16
-	}
-	return ^uint16(sum)
 }

@@ -132,14 +132,14 @@ func rejectFrame(frame []byte) ([]byte, error) {
 			rst[13] = tcpFlagRST | tcpFlagACK
 		}
 		rst[12] = 5 << 4
-		binary.BigEndian.PutUint16(rst[16:18], l4Checksum(dst, src, protoTCP, rst))
+		binary.BigEndian.PutUint16(rst[16:18], openflow.L4Checksum(dst, src, protoTCP, rst))
 		proto, payload = protoTCP, rst
 	case protoUDP:
 		quote := min(len(ip), ihl+8)
 		icmp := make([]byte, 8+quote)
 		icmp[0], icmp[1] = 3, 3 // destination unreachable, port unreachable
 		copy(icmp[8:], ip[:quote])
-		binary.BigEndian.PutUint16(icmp[2:4], checksum(0, icmp))
+		binary.BigEndian.PutUint16(icmp[2:4], openflow.Checksum(0, icmp))
 		proto, payload = protoICMP, icmp
 	default:
 		return nil, errNotRefusable
@@ -157,31 +157,7 @@ func rejectFrame(frame []byte) ([]byte, error) {
 	h[9] = proto
 	copy(h[12:16], dst[:])
 	copy(h[16:20], src[:])
-	binary.BigEndian.PutUint16(h[10:12], checksum(0, h))
+	binary.BigEndian.PutUint16(h[10:12], openflow.Checksum(0, h))
 	copy(out[ethHeaderLen+20:], payload)
 	return out, nil
-}
-
-// l4Checksum is the TCP or UDP checksum of segment (whose checksum field is zero) with the IPv4
-// pseudo-header.
-func l4Checksum(src, dst [4]byte, proto byte, segment []byte) uint16 {
-	var sum uint32
-	sum += uint32(binary.BigEndian.Uint16(src[0:2])) + uint32(binary.BigEndian.Uint16(src[2:4]))
-	sum += uint32(binary.BigEndian.Uint16(dst[0:2])) + uint32(binary.BigEndian.Uint16(dst[2:4]))
-	sum += uint32(proto) + uint32(len(segment))
-	return checksum(sum, segment)
-}
-
-// checksum is the Internet checksum (RFC 1071) of b, starting from the partial sum.
-func checksum(sum uint32, b []byte) uint16 {
-	for i := 0; i+1 < len(b); i += 2 {
-		sum += uint32(binary.BigEndian.Uint16(b[i : i+2]))
-	}
-	if len(b)%2 == 1 {
-		sum += uint32(b[len(b)-1]) << 8
-	}
-	for sum>>16 != 0 {
-		sum = sum&0xffff + sum>>16
-	}
-	return ^uint16(sum)
 }

@@ -25,7 +25,7 @@ func frameOf(proto byte, l4 []byte) []byte {
 	binary.BigEndian.PutUint16(ip[2:4], uint16(20+len(l4)))
 	copy(ip[12:16], clientIP[:])
 	copy(ip[16:20], vip[:])
-	binary.BigEndian.PutUint16(ip[10:12], checksum(0, ip))
+	binary.BigEndian.PutUint16(ip[10:12], openflow.Checksum(0, ip))
 	return append(append(f, ip...), l4...)
 }
 
@@ -52,7 +52,7 @@ func TestRejectFrame(t *testing.T) {
 		g.Expect(ip[9]).To(Equal(proto))
 		g.Expect([4]byte(ip[12:16])).To(Equal(vip), "from the address the client sent to")
 		g.Expect([4]byte(ip[16:20])).To(Equal(clientIP))
-		g.Expect(checksum(0, ip[:20])).To(BeZero(), "IPv4 header checksum")
+		g.Expect(openflow.Checksum(0, ip[:20])).To(BeZero(), "IPv4 header checksum")
 		g.Expect(int(binary.BigEndian.Uint16(ip[2:4]))).To(Equal(len(ip)))
 		return ip[20:]
 	}
@@ -64,7 +64,7 @@ func TestRejectFrame(t *testing.T) {
 	g.Expect(binary.BigEndian.Uint16(tcp[2:4])).To(BeEquivalentTo(40000))
 	g.Expect(tcp[13]).To(Equal(byte(tcpFlagRST | tcpFlagACK)))
 	g.Expect(binary.BigEndian.Uint32(tcp[8:12])).To(BeEquivalentTo(1001), "acknowledges the SYN")
-	g.Expect(l4Checksum(vip, clientIP, protoTCP, tcp)).To(BeZero(), "TCP checksum")
+	g.Expect(openflow.L4Checksum(vip, clientIP, protoTCP, tcp)).To(BeZero(), "TCP checksum")
 
 	out, err = rejectFrame(frameOf(protoTCP, tcpSegment(tcpFlagACK, 5000, 777, 10)))
 	g.Expect(err).NotTo(HaveOccurred())
@@ -78,7 +78,7 @@ func TestRejectFrame(t *testing.T) {
 	g.Expect(err).NotTo(HaveOccurred())
 	icmp := checkIP(out, protoICMP)
 	g.Expect(icmp[0:2]).To(Equal([]byte{3, 3}), "destination unreachable, port unreachable")
-	g.Expect(checksum(0, icmp)).To(BeZero(), "ICMP checksum")
+	g.Expect(openflow.Checksum(0, icmp)).To(BeZero(), "ICMP checksum")
 	g.Expect(icmp[8:]).To(Equal(in[14:14+28]), "quotes the IP header and the first 8 bytes")
 
 	for _, bad := range [][]byte{
