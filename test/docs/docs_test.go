@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"unicode"
 
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	"sigs.k8s.io/yaml"
@@ -304,4 +305,71 @@ func declaredMetrics(t *testing.T) []string {
 	}
 	slices.Sort(out)
 	return slices.Compact(out)
+}
+
+// TestLinks: every relative link of README.md and docs/ names a file of the repository, and its
+// #anchor, if any, a heading of that page (GitHub's anchors: lower case, punctuation dropped, spaces
+// as hyphens).
+func TestLinks(t *testing.T) {
+	pages, err := filepath.Glob(filepath.Join(root, "docs", "*.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pages = append(pages, filepath.Join(root, "README.md"), filepath.Join(root, "SECURITY.md"))
+	link := regexp.MustCompile(`\]\(([^)\s]+)\)`)
+	fence := regexp.MustCompile("(?s)```.*?```")
+	checked := 0
+	for _, p := range pages {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		name := strings.TrimPrefix(p, root+"/")
+		for _, m := range link.FindAllStringSubmatch(fence.ReplaceAllString(string(b), ""), -1) {
+			target := m[1]
+			if strings.Contains(target, "://") || strings.HasPrefix(target, "mailto:") {
+				continue
+			}
+			file, anchor, _ := strings.Cut(target, "#")
+			path := p
+			if file != "" {
+				path = filepath.Join(filepath.Dir(p), file)
+			}
+			checked++
+			if _, err := os.Stat(path); err != nil {
+				t.Errorf("%s links to %s, which does not exist", name, target)
+				continue
+			}
+			if anchor != "" && !slices.Contains(anchors(t, path), anchor) {
+				t.Errorf("%s links to %s: %s has no heading with the anchor #%s", name, target, file, anchor)
+			}
+		}
+	}
+	if checked < 20 {
+		t.Fatalf("checked %d links; expected the docs' links (is the pattern still right?)", checked)
+	}
+}
+
+// anchors returns the GitHub anchors of a Markdown page's headings.
+func anchors(t *testing.T, path string) []string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fence := regexp.MustCompile("(?s)```.*?```")
+	var out []string
+	for _, m := range regexp.MustCompile(`(?m)^#+ +(.+)$`).FindAllStringSubmatch(fence.ReplaceAllString(string(b), ""), -1) {
+		var s strings.Builder
+		for _, r := range strings.ToLower(strings.TrimSpace(m[1])) {
+			switch {
+			case r == ' ':
+				s.WriteRune('-')
+			case r == '-' || r == '_' || unicode.IsLetter(r) || unicode.IsDigit(r):
+				s.WriteRune(r)
+			}
+		}
+		out = append(out, s.String())
+	}
+	return out
 }
