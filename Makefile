@@ -191,7 +191,7 @@ demo: test-deps build ## Run a winnet cluster on this machine (two winnet nodes 
 
 .PHONY: docs-check
 docs-check: demo ## Start the demo (README's quick start), check that docs/demo.md shows what it prints and that every command it tells you to try succeeds, then take it down.
-	$(GO) test -tags democheck -count=1 -timeout 15m -v -run '^TestDemoAsDocumented$$' ./test/docs/ -args -demo-dir $(abspath $(DEMO_DIR)); rc=$$?; $(MAKE) --no-print-directory demo-down; exit $$rc
+	rc=0; $(GO) test -tags democheck -count=1 -timeout 15m -v -run '^TestDemoAsDocumented$$' ./test/docs/ -args -demo-dir $(abspath $(DEMO_DIR)) || rc=$$?; $(MAKE) --no-print-directory demo-down; exit $$rc
 
 .PHONY: demo-down
 demo-down: ## Stop the demo and remove everything it created (processes, namespaces, OVS instances, state).
