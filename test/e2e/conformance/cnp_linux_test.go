@@ -16,6 +16,7 @@ import (
 
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -176,6 +177,14 @@ func listedImages(list string) ([]string, error) {
 // installCRDs creates the release's CRDs the cluster does not have yet (winnet's chart installs them the
 // same way: never over a version the cluster already holds) and waits until they are served.
 func installCRDs(ctx context.Context, c *cluster.Cluster, dir string, logf func(string, ...any)) error {
+	scheme := runtime.NewScheme()
+	if err := apiextensionsv1.AddToScheme(scheme); err != nil {
+		return err
+	}
+	cl, err := client.New(c.Config, client.Options{Scheme: scheme})
+	if err != nil {
+		return err
+	}
 	files, err := filepath.Glob(filepath.Join(dir, "*.yaml"))
 	if err != nil || len(files) == 0 {
 		return fmt.Errorf("no CRDs in %s (hack/setup-kubelet-deps.sh cnp copies them): %v", dir, err)
@@ -189,7 +198,7 @@ func installCRDs(ctx context.Context, c *cluster.Cluster, dir string, logf func(
 		if err := yaml.Unmarshal(b, &crd); err != nil {
 			return fmt.Errorf("%s: %w", file, err)
 		}
-		err = c.Client.Create(ctx, &crd)
+		err = cl.Create(ctx, &crd)
 		switch {
 		case apierrors.IsAlreadyExists(err):
 			logf("CRD %s already installed: kept", crd.Name)
@@ -198,7 +207,7 @@ func installCRDs(ctx context.Context, c *cluster.Cluster, dir string, logf func(
 			return fmt.Errorf("creating CRD %s: %w", crd.Name, err)
 		}
 		logf("installed CRD %s", crd.Name)
-		if err := waitEstablished(ctx, c, crd.Name); err != nil {
+		if err := waitEstablished(ctx, cl, crd.Name); err != nil {
 			return err
 		}
 	}
@@ -206,10 +215,10 @@ func installCRDs(ctx context.Context, c *cluster.Cluster, dir string, logf func(
 }
 
 // waitEstablished waits until the API server serves the CRD name.
-func waitEstablished(ctx context.Context, c *cluster.Cluster, name string) error {
+func waitEstablished(ctx context.Context, cl client.Client, name string) error {
 	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
 		var got apiextensionsv1.CustomResourceDefinition
-		if err := c.Client.Get(ctx, client.ObjectKey{Name: name}, &got); err != nil {
+		if err := cl.Get(ctx, client.ObjectKey{Name: name}, &got); err != nil {
 			continue
 		}
 		for _, cond := range got.Status.Conditions {
