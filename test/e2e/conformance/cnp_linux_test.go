@@ -18,7 +18,9 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/yaml"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	"github.com/winnet-io/winnet/test/e2e/cluster"
 	"github.com/winnet-io/winnet/test/framework"
@@ -45,6 +47,7 @@ var cnpResult = regexp.MustCompile(`^    --- (PASS|FAIL|SKIP): TestConformance/(
 // suite's Pods. The tests cnp-skips.txt names are skipped (-test.skip), each with why; a test the suite skips
 // for an undeclared feature must be named there too.
 func TestConformanceCNP(t *testing.T) {
+	ctrl.SetLogger(zap.New(zap.WriteTo(os.Stderr)))
 	root := framework.RepoRoot()
 	const name = "conformance-cnp"
 	dir := filepath.Join(root, "bin", "cnp-"+npapiVersion)
