@@ -94,6 +94,8 @@ test-windows: test-deps ## Build the Windows test binaries of test/wine/packages
 # CONFORMANCE_PACKAGE runs Kubernetes' own e2e.test (built by kubelet-deps) against winnet nodes with real
 # kubelets; its tests build only with the tag conformance, so go test ./... does not run them.
 CONFORMANCE_PACKAGE := ./test/e2e/conformance/
+# The network-policy-api conformance features winnet declares (make conformance-cnp).
+CNP_FEATURES ?= ClusterNetworkPolicy
 CONFORMANCE_PROCS ?= 3
 
 .PHONY: e2e-conformance-sample
@@ -101,6 +103,13 @@ e2e-conformance-sample: kubelet-deps build ## Run a small sample of Kubernetes' 
 	@mkdir -p bin
 	$(GO) test -tags conformance -count=1 -timeout 20m -run '^TestConformance$$' -v $(CONFORMANCE_PACKAGE) > $(BIN)/conformance-sample.log 2>&1 || { grep -E '^conformance-sample|conformance_linux_test.go' $(BIN)/conformance-sample.log | tail -60; echo "the conformance sample failed; logs in bin/conformance-sample.log and bin/conformance-sample.e2e.log"; exit 1; }
 	@grep -E '^conformance-sample passed=' $(BIN)/conformance-sample.log
+
+.PHONY: conformance-cnp
+conformance-cnp: kubelet-deps build ## Run the network-policy-api v0.3.0 conformance suite (ClusterNetworkPolicy, Admin and Baseline tiers) on winnet nodes with real kubelets; test/e2e/conformance/cnp-skips.txt names what is skipped and why; report in bin/conformance-cnp/ (needs root).
+	hack/setup-kubelet-deps.sh cnp >/dev/null
+	$(GO) test -tags conformance -count=1 -timeout 90m -run '^TestConformanceCNP$$' -v $(CONFORMANCE_PACKAGE) -args -cnp.features=$(CNP_FEATURES) > $(BIN)/conformance-cnp.log 2>&1 || { grep -E '^conformance-cnp|cnp_linux_test.go' $(BIN)/conformance-cnp.log | tail -80; echo "logs in bin/conformance-cnp.log and bin/conformance-cnp.suite.log"; }
+	@grep -E '^conformance-cnp passed=' $(BIN)/conformance-cnp.log
+	@grep -qE '^conformance-cnp passed=[1-9][0-9]* failed=0 ' $(BIN)/conformance-cnp.log
 
 .PHONY: conformance-k8s
 conformance-k8s: kubelet-deps build ## Run every Kubernetes [sig-network] [Conformance] and [Feature:NetworkPolicy] test ([LinuxOnly] and test/e2e/conformance/skips.txt skipped) on winnet nodes with real kubelets; JUnit in bin/conformance-k8s/ (needs root).

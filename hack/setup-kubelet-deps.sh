@@ -29,8 +29,16 @@ NGINX_IMAGE=registry.k8s.io/e2e-test-images/nginx:1.27.0-2
 BUSYBOX_IMAGE=registry.k8s.io/e2e-test-images/busybox:1.37.0-2
 IMAGES="$ROOT/bin/images-$KUBE_VERSION"
 # IMAGES_REVISION changes with the images' recipe below (2: merged /usr, so /bin/sh is found; 3: the
-# stand-ins; 4: porter's TLS certificate in agnhost; 5: seq, head and the others in agnhost).
-IMAGES_REVISION=5
+# stand-ins; 4: porter's TLS certificate in agnhost; 5: seq, head and the others in agnhost; 6: the
+# network-policy-api suite's agnhost).
+IMAGES_REVISION=6
+# The agnhost the network-policy-api conformance suite names (make conformance-cnp): built from the same
+# source as AGNHOST_IMAGE, with one change: porter logs and goes on when it cannot listen on an SCTP port
+# (upstream it exits, and this kernel has no SCTP, so no server Pod of the suite would ever run). Not in
+# images.txt: only the suite's cluster imports it (cnp-images.txt).
+CNP_AGNHOST_IMAGE=registry.k8s.io/e2e-test-images/agnhost:2.45
+# The network-policy-api release whose conformance suite make conformance-cnp runs.
+NPAPI_VERSION=${NPAPI_VERSION:-v0.3.0}
 export GOTOOLCHAIN=local
 export GOFLAGS=-mod=mod
 
@@ -97,7 +105,7 @@ copy_with_libs() {
 build_images() {
 	local pause_tar="$IMAGES/pause.tar" agnhost_tar="$IMAGES/agnhost.tar"
 	# images.txt names the recipe's revision: images built by an older recipe are built again.
-	[ -s "$pause_tar" ] && [ -s "$agnhost_tar" ] && grep -qx "revision $IMAGES_REVISION" "$IMAGES/images.txt" 2>/dev/null && return
+	[ -s "$pause_tar" ] && [ -s "$agnhost_tar" ] && [ -s "$IMAGES/agnhost-2.45.tar" ] && grep -qx "revision $IMAGES_REVISION" "$IMAGES/images.txt" 2>/dev/null && return
 	check_image_names
 	log "building the images $PAUSE_IMAGE, $AGNHOST_IMAGE and the stand-ins (a minute, once)"
 	local src work
@@ -150,6 +158,28 @@ build_images() {
 	cp "$src/test/images/agnhost/porter/localhost.crt" "$src/test/images/agnhost/porter/localhost.key" "$r/"
 	(cd "$ROOT" && go run ./hack/ociimage -name "$AGNHOST_IMAGE" -root "$r" -out "$agnhost_tar" -entrypoint /agnhost -cmd pause)
 
+	# The suite's agnhost: porter with SCTP listeners made non-fatal. Go builds no overlay of the module
+	# cache, so agnhost's tree is copied into the throwaway module (its imports of itself rewritten to
+	# the copy), porter.go changed there, built, and the copy removed.
+	local porter="$src/test/images/agnhost/porter/porter.go" copy="$mod/agnhost_sctp_optional"
+	grep -q 'log.Fatal("Failed to listen SCTP. error:", err)' "$porter" || {
+		log "$porter no longer has the SCTP listen error this recipe makes non-fatal: update the recipe"
+		exit 1
+	}
+	rm -rf "$copy"
+	cp -r "$src/test/images/agnhost" "$copy"
+	chmod -R u+w "$copy"
+	find "$copy" -name '*.go' -exec sed -i 's#"k8s.io/kubernetes/test/images/agnhost/#"winnet.local/build/kubernetes/agnhost_sctp_optional/#' {} +
+	sed -i 's/log.Fatal("Failed to listen SCTP. error:", err)/log.Print("Failed to listen SCTP (not served; winnet test image: this kernel has no SCTP). error:", err); return/' \
+		"$copy/porter/porter.go"
+	(cd "$mod" && go build -trimpath -ldflags "-s -w" -o "$work/agnhost-sctp-optional" ./agnhost_sctp_optional)
+	rm -rf "$copy"
+	cp "$r/agnhost" "$work/agnhost-upstream"
+	cp "$work/agnhost-sctp-optional" "$r/agnhost"
+	(cd "$ROOT" && go run ./hack/ociimage -name "$CNP_AGNHOST_IMAGE" -root "$r" -out "$IMAGES/agnhost-2.45.tar" -entrypoint /agnhost -cmd pause)
+	cp "$work/agnhost-upstream" "$r/agnhost"
+	printf '%s agnhost-2.45.tar\n' "$CNP_AGNHOST_IMAGE" >"$IMAGES/cnp-images.txt"
+
 	# The stand-ins: the same tools without agnhost.
 	local t="$work/tools/rootfs"
 	mkdir -p "$t"
@@ -165,9 +195,34 @@ build_images() {
 	} >"$IMAGES/images.txt"
 }
 
+# build_cnp builds the network-policy-api conformance suite of NPAPI_VERSION as a test binary (its
+# package's TestConformance, with the suite's manifests embedded) into bin/cnp-<version>/, with the
+# release's CRDs beside it (config/crd/standard), for make conformance-cnp.
+build_cnp() {
+	local out="$ROOT/bin/cnp-$NPAPI_VERSION"
+	[ -x "$out/conformance.test" ] && [ -d "$out/crds" ] && return
+	log "building the network-policy-api $NPAPI_VERSION conformance suite (a few minutes, once)"
+	local mod="$ROOT/bin/.build/network-policy-api-$NPAPI_VERSION"
+	mkdir -p "$mod" "$out/crds"
+	printf 'module winnet.local/build/npapi\n\ngo 1.26\n\nrequire sigs.k8s.io/network-policy-api %s\n' "$NPAPI_VERSION" >"$mod/go.mod"
+	[ -f "$mod/go.sum" ] || : >"$mod/go.sum"
+	printf '//go:build tools\n\npackage tools\n\nimport _ "sigs.k8s.io/network-policy-api/conformance/tests"\n' >"$mod/tools.go"
+	(cd "$mod" && go mod tidy >/dev/null &&
+		go test -c -vet=off -trimpath -o "$out/conformance.test.tmp" sigs.k8s.io/network-policy-api/conformance)
+	mv "$out/conformance.test.tmp" "$out/conformance.test"
+	local src
+	src=$(cd "$mod" && go list -m -f '{{.Dir}}' sigs.k8s.io/network-policy-api)
+	cp "$src"/config/crd/standard/policy.networking.k8s.io_*.yaml "$out/crds/"
+	chmod -R u+w "$out/crds"
+}
+
 "$ROOT/hack/setup-test-deps.sh" kubelet e2e >/dev/null
 build_containerd
 build_images
+if [ "${1:-}" = cnp ]; then
+	build_cnp
+	echo "$ROOT/bin/cnp-$NPAPI_VERSION"
+fi
 "$ROOT/bin/containerd-$CONTAINERD_VERSION/containerd" --version >/dev/null
 "$ROOT/bin/containerd-$CONTAINERD_VERSION/ctr" --version >/dev/null
 echo "$ROOT/bin/containerd-$CONTAINERD_VERSION"

@@ -101,6 +101,8 @@ var list = []Entry{
 	// Kubernetes' own e2e suite (test/e2e/conformance), and the ginkgo CLI that runs it in parallel.
 	{Name: "e2e.test", Kind: Built, From: "hack/setup-kubelet-deps.sh (hack/setup-test-deps.sh e2e)"},
 	{Name: "ginkgo", Kind: Built, From: "hack/setup-kubelet-deps.sh (hack/setup-test-deps.sh e2e)"},
+	// The network-policy-api conformance suite (make conformance-cnp), a test binary of its module.
+	{Name: "conformance.test", Kind: Built, From: "hack/setup-kubelet-deps.sh cnp (make conformance-cnp)"},
 	{Name: "go", Kind: Toolchain, From: "the Go toolchain the machine comes with (/usr/local/go)"},
 	{Name: "kube-apiserver", Kind: Built, From: fromSetup},
 	{Name: "kube-controller-manager", Kind: Built, From: fromSetup},

@@ -57,6 +57,9 @@ type Options struct {
 	// Kubelets prepares the cluster for nodes with a real kubelet (AddKubeletNode): kube-scheduler, the
 	// controllers Pods need, and the API server's way to the kubelets (exec, logs) over the underlay.
 	Kubelets bool
+	// KubeletImages are more image archives (paths) every node with a real kubelet imports, beside the
+	// ones bin/images-<version>/images.txt lists (a suite's own images, say).
+	KubeletImages []string
 	// APIServerArgs are kube-apiserver flags (name without dashes -> value) set over the harness's
 	// (an audit policy, say).
 	APIServerArgs map[string]string

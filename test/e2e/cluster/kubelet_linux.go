@@ -260,8 +260,11 @@ func (k *kubeletNode) start(c *Cluster, n *Node) error {
 	if err != nil {
 		return err
 	}
-	for _, tar := range tars {
-		if _, err := output(k.rt.Ctr, "--address", k.socket(), "-n", "k8s.io", "images", "import", filepath.Join(images, tar)); err != nil {
+	for i := range tars {
+		tars[i] = filepath.Join(images, tars[i])
+	}
+	for _, tar := range append(tars, c.opts.KubeletImages...) {
+		if _, err := output(k.rt.Ctr, "--address", k.socket(), "-n", "k8s.io", "images", "import", tar); err != nil {
 			return fmt.Errorf("importing %s into node %s's containerd (hack/setup-kubelet-deps.sh builds it): %w", tar, n.Name, err)
 		}
 	}

@@ -170,79 +170,8 @@ func TestConformance(t *testing.T) {
 	}
 
 	ctx := context.Background()
-	start := time.Now()
 	logf := func(f string, a ...any) { fmt.Fprintf(os.Stderr, name+": "+f+"\n", a...) }
-	c, err := cluster.Start(ctx, cluster.Options{Logf: logf, Kubelets: true,
-		UnderlayCIDR: netip.MustParsePrefix("192.168.81.0/24"), ClusterCIDR: netip.MustParsePrefix("10.247.0.0/16")})
-	if err != nil {
-		t.Fatalf("starting the cluster: %v", err)
-	}
-	t.Cleanup(func() {
-		if err := c.Close(); err != nil {
-			t.Errorf("tearing the cluster down: %v", err)
-		}
-	})
-	// What the API server still serves when the run ends (its shutdown waits for it).
-	t.Cleanup(func() {
-		// e2e.test deletes its namespaces without waiting: the kubelets stop their Pods before the nodes go.
-		start := time.Now()
-		for time.Since(start) < 3*time.Minute {
-			var list corev1.NamespaceList
-			if err := c.Client.List(ctx, &list); err != nil {
-				t.Logf("listing namespaces: %v", err)
-				break
-			}
-			var left []string
-			for _, ns := range list.Items {
-				if ns.Status.Phase == corev1.NamespaceTerminating {
-					left = append(left, ns.Name)
-				}
-			}
-			if len(left) == 0 {
-				logf("e2e.test's namespaces gone %v after the run", time.Since(start).Round(time.Second))
-				break
-			}
-			time.Sleep(2 * time.Second)
-		}
-		out, err := hostcmd.Command(filepath.Join(assetsDir(t), "kubectl"), "--kubeconfig", c.Kubeconfig, "get", "--raw", "/metrics").Output()
-		if err != nil {
-			t.Logf("reading the API server's metrics: %v", err)
-			return
-		}
-		for _, l := range strings.Split(string(out), "\n") {
-			if (strings.HasPrefix(l, "apiserver_longrunning_requests{") || strings.HasPrefix(l, "apiserver_current_inflight_requests{") ||
-				strings.HasPrefix(l, "apiserver_registered_watchers{")) && !strings.HasSuffix(l, " 0") {
-				logf("at the end: %s", l)
-			}
-		}
-	})
-	kubeletLogs := func() string {
-		var b strings.Builder
-		for _, n := range c.Nodes() {
-			if n.HasKubelet() {
-				fmt.Fprintf(&b, "--- %s\n%s\n", n.Name, n.KubeletLogTail(40))
-			}
-		}
-		return b.String()
-	}
-	for _, n := range []struct {
-		spec cluster.NodeSpec
-		rt   cluster.Runtime
-	}{
-		{cluster.NodeSpec{Name: "kube-a", IP: netip.MustParseAddr("192.168.81.11"), PodCIDR: netip.MustParsePrefix("10.247.1.0/24")}, cluster.DebianContainerd()},
-		{cluster.NodeSpec{Name: "kube-b", IP: netip.MustParseAddr("192.168.81.12"), PodCIDR: netip.MustParsePrefix("10.247.2.0/24")}, cluster.BuiltContainerd()},
-	} {
-		if _, err := c.AddKubeletNode(ctx, n.spec, n.rt); err != nil {
-			t.Fatalf("adding node %s: %v\n%s\n%s", n.spec.Name, err, c.LogTails(40), kubeletLogs())
-		}
-	}
-	if err := startDNS(ctx, c); err != nil {
-		t.Fatalf("%v\n%s", err, c.LogTails(40))
-	}
-	if err := c.WaitReady(ctx, 3*time.Minute); err != nil {
-		t.Fatalf("the winnet networks are not Ready: %v\n%s\n%s", err, c.LogTails(40), kubeletLogs())
-	}
-	logf("cluster up in %v", time.Since(start).Round(time.Second))
+	c, kubeletLogs := kubeletCluster(ctx, t, logf, nil)
 
 	assets := assetsDir(t)
 	jsonReport := filepath.Join(reportDir, "report.json")
@@ -362,6 +291,87 @@ func TestConformance(t *testing.T) {
 		t.Errorf("no test passed: see %s", logPath)
 	}
 	fmt.Printf("%s passed=%d failed=%d skipped=%d\n", name, passed, failed, skipped)
+}
+
+// kubeletCluster starts the cluster the upstream suites run against: two winnet nodes with real kubelets
+// (containerd 1.6 and 2.x) and the cluster DNS on a third node tainted as a control plane; every kubelet node
+// imports images beside the standard ones. It returns the cluster (torn down by t.Cleanup) and a function
+// giving the kubelets' last log lines.
+func kubeletCluster(ctx context.Context, t *testing.T, logf func(string, ...any), images []string) (*cluster.Cluster, func() string) {
+	t.Helper()
+	start := time.Now()
+	c, err := cluster.Start(ctx, cluster.Options{Logf: logf, Kubelets: true, KubeletImages: images,
+		UnderlayCIDR: netip.MustParsePrefix("192.168.81.0/24"), ClusterCIDR: netip.MustParsePrefix("10.247.0.0/16")})
+	if err != nil {
+		t.Fatalf("starting the cluster: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := c.Close(); err != nil {
+			t.Errorf("tearing the cluster down: %v", err)
+		}
+	})
+	// What the API server still serves when the run ends (its shutdown waits for it).
+	t.Cleanup(func() {
+		// e2e.test deletes its namespaces without waiting: the kubelets stop their Pods before the nodes go.
+		start := time.Now()
+		for time.Since(start) < 3*time.Minute {
+			var list corev1.NamespaceList
+			if err := c.Client.List(ctx, &list); err != nil {
+				t.Logf("listing namespaces: %v", err)
+				break
+			}
+			var left []string
+			for _, ns := range list.Items {
+				if ns.Status.Phase == corev1.NamespaceTerminating {
+					left = append(left, ns.Name)
+				}
+			}
+			if len(left) == 0 {
+				logf("e2e.test's namespaces gone %v after the run", time.Since(start).Round(time.Second))
+				break
+			}
+			time.Sleep(2 * time.Second)
+		}
+		out, err := hostcmd.Command(filepath.Join(assetsDir(t), "kubectl"), "--kubeconfig", c.Kubeconfig, "get", "--raw", "/metrics").Output()
+		if err != nil {
+			t.Logf("reading the API server's metrics: %v", err)
+			return
+		}
+		for _, l := range strings.Split(string(out), "\n") {
+			if (strings.HasPrefix(l, "apiserver_longrunning_requests{") || strings.HasPrefix(l, "apiserver_current_inflight_requests{") ||
+				strings.HasPrefix(l, "apiserver_registered_watchers{")) && !strings.HasSuffix(l, " 0") {
+				logf("at the end: %s", l)
+			}
+		}
+	})
+	kubeletLogs := func() string {
+		var b strings.Builder
+		for _, n := range c.Nodes() {
+			if n.HasKubelet() {
+				fmt.Fprintf(&b, "--- %s\n%s\n", n.Name, n.KubeletLogTail(40))
+			}
+		}
+		return b.String()
+	}
+	for _, n := range []struct {
+		spec cluster.NodeSpec
+		rt   cluster.Runtime
+	}{
+		{cluster.NodeSpec{Name: "kube-a", IP: netip.MustParseAddr("192.168.81.11"), PodCIDR: netip.MustParsePrefix("10.247.1.0/24")}, cluster.DebianContainerd()},
+		{cluster.NodeSpec{Name: "kube-b", IP: netip.MustParseAddr("192.168.81.12"), PodCIDR: netip.MustParsePrefix("10.247.2.0/24")}, cluster.BuiltContainerd()},
+	} {
+		if _, err := c.AddKubeletNode(ctx, n.spec, n.rt); err != nil {
+			t.Fatalf("adding node %s: %v\n%s\n%s", n.spec.Name, err, c.LogTails(40), kubeletLogs())
+		}
+	}
+	if err := startDNS(ctx, c); err != nil {
+		t.Fatalf("%v\n%s", err, c.LogTails(40))
+	}
+	if err := c.WaitReady(ctx, 3*time.Minute); err != nil {
+		t.Fatalf("the winnet networks are not Ready: %v\n%s\n%s", err, c.LogTails(40), kubeletLogs())
+	}
+	logf("cluster up in %v", time.Since(start).Round(time.Second))
+	return c, kubeletLogs
 }
 
 func assetsDir(t *testing.T) string {
