@@ -23,7 +23,6 @@ import (
 	"github.com/winnet-io/winnet/internal/hostnet"
 	"github.com/winnet-io/winnet/internal/ovs/openflow"
 	"github.com/winnet-io/winnet/internal/ovs/ovsdb"
-	"github.com/winnet-io/winnet/internal/securefs"
 )
 
 // BundleOptions configure SupportBundle.
@@ -307,9 +306,4 @@ func hostNetworkSnapshot(ctx context.Context, host HostOptions) ([]byte, error) 
 	out.Routes = routes
 	data, err := json.MarshalIndent(out, "", "  ")
 	return data, errors.Join(append(errs, err)...)
-}
-
-// readPrivate reads a file of the state directory the way the agent trusts it.
-func readPrivate(path string, max int64) ([]byte, error) {
-	return securefs.ReadFile(path, securefs.Private, max)
 }

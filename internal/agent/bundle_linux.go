@@ -3,6 +3,8 @@ package agent
 import (
 	"context"
 	"path/filepath"
+
+	"github.com/winnet-io/winnet/internal/securefs"
 )
 
 // hnsMemberName is the bundle's member of HNS: on Linux the HNS simulator's state file, which holds
@@ -10,5 +12,5 @@ import (
 const hnsMemberName = "simulator-state.json"
 
 func hnsSnapshot(_ context.Context, host HostOptions, _ string) ([]byte, error) {
-	return readPrivate(filepath.Join(host.StateDir, "hns-sim.json"), 64<<20)
+	return securefs.ReadFile(filepath.Join(host.StateDir, "hns-sim.json"), securefs.Private, 64<<20)
 }
