@@ -47,7 +47,7 @@ func runBundleCommand(args []string) (handled bool, err error) {
 	fs.StringVar(&opts.Bridge, "bridge", "", "the OVS bridge whose flows and groups to collect (default br-int)")
 	fs.StringVar(&opts.HNSNetwork, "hns-network", agent.DefaultHNSNetwork, "name of winnet's HNS network")
 	var logs logFiles
-	fs.Var(&logs, "log", "an agent log file to include the tail of (repeatable); the agent logs to stderr, which the Windows service or the Pod's runtime writes to a file")
+	fs.Var(&logs, "log", `an agent log file to include the tail of (repeatable; default on Windows the service's C:\ProgramData\winnet\logs\winnet-agent.log and its .1); the agent logs to stderr, which the Windows service or the Pod's runtime writes to a file`)
 	fs.Int64Var(&opts.LogBytes, "log-bytes", 8<<20, "how many bytes of each log's end to include")
 	fs.StringVar(&hostOpts.OVSDBAddress, "ovsdb", "", "ovsdb-server socket (Linux) or named pipe (Windows) (default: the platform's)")
 	fs.StringVar(&hostOpts.OVSRunDir, "ovs-rundir", "", "OVS's run directory (default: the platform's)")
@@ -66,6 +66,9 @@ func runBundleCommand(args []string) (handled bool, err error) {
 		return true, errors.New("-o FILE is required")
 	}
 	opts.Logs = logs
+	if len(opts.Logs) == 0 {
+		opts.Logs = defaultBundleLogs()
+	}
 	if !*noAPI {
 		if opts.NodeName == "" {
 			return true, errors.New("--node-name (or $NODE_NAME) is required to collect the node's objects (or --no-api-server)")
