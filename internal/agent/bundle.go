@@ -211,10 +211,33 @@ var (
 // Redact replaces credentials in data with [REDACTED].
 func Redact(data []byte) []byte {
 	data = redactPEM.ReplaceAll(data, []byte("[REDACTED PEM]"))
+	data = redactPEMEnds(data)
 	data = redactPEM64.ReplaceAll(data, []byte("[REDACTED PEM]"))
 	data = redactJWT.ReplaceAll(data, []byte("[REDACTED TOKEN]"))
 	data = redactBearer.ReplaceAll(data, []byte("${1}[REDACTED]"))
 	return redactKeyword.ReplaceAll(data, []byte(`${1}"[REDACTED]"`))
+}
+
+// redactPEMEnds replaces what is left of a PEM block cut by the start or the end of data (a log's
+// tail begins anywhere): everything up to an END line before any BEGIN, and everything from a BEGIN
+// line that no END follows.
+func redactPEMEnds(data []byte) []byte {
+	begin, end := []byte("-----BEGIN "), []byte("-----END ")
+	if e := bytes.Index(data, end); e >= 0 {
+		if b := bytes.Index(data, begin); b < 0 || b > e {
+			stop := e + len(end)
+			if n := bytes.Index(data[stop:], []byte("-----")); n >= 0 {
+				stop += n + len("-----")
+			} else {
+				stop = len(data)
+			}
+			data = append([]byte("[REDACTED PEM]"), data[stop:]...)
+		}
+	}
+	if b := bytes.LastIndex(data, begin); b >= 0 && !bytes.Contains(data[b:], end) {
+		data = append(data[:b:b], []byte("[REDACTED PEM]")...)
+	}
+	return data
 }
 
 // stateListing lists the state directory: each entry's mode, size and path, no contents, links

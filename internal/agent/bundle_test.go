@@ -19,6 +19,8 @@ func TestRedact(t *testing.T) {
 		{`{"token":"opaque-value-123","node":"a"}`, "opaque-value-123", `"node":"a"`},
 		{"password=hunter2hunter2 host=x", "hunter2hunter2", "host=x"},
 		{`{"clientKey": "plain", "private_key":"pk-123"}`, "pk-123", `"clientKey": "plain"`},
+		{"MIIcutbyatail\n-----END RSA PRIVATE KEY-----\nnext line", "MIIcutbyatail", "next line"},
+		{"last line\n-----BEGIN EC PRIVATE KEY-----\nMIIcutbytheend", "MIIcutbytheend", "last line"},
 	} {
 		out := string(Redact([]byte(tc.in)))
 		g.Expect(out).NotTo(ContainSubstring(tc.gone), tc.in)
