@@ -177,10 +177,6 @@ bench-ovs: test-deps ## Benchmark flow installation against ovs-ofctl --bundle (
 	@mkdir -p bin
 	$(GO) run ./test/bench/ovs 2> bin/bench-ovs.log || { tail -30 bin/bench-ovs.log; exit 1; }
 
-.PHONY: e2e-quarantine
-e2e-quarantine: test-deps build ## Run the quarantined e2e tests (flaky, cause not found; docs/testing.md lists them): TestPacketTraceThroughService.
-	WINNET_E2E_QUARANTINE=1 $(GO) test -count=1 -timeout 15m -v -run '^TestPacketTraceThroughService$$' ./test/e2e/
-
 .PHONY: e2e-kubelet
 e2e-kubelet: kubelet-deps build ## Run only the e2e tests of the nodes with a real kubelet and containerd (1.6 and 2.x); needs root.
 	$(GO) test -count=1 -timeout 15m -v ./test/e2e/kubelet/

@@ -19,8 +19,11 @@ func main() {
 	cmdline.Subcommand("winnet-agent", os.Args[1:], runServiceCommand)
 	// `winnet-agent reset ...` gives the node its network back offline (reset.go).
 	cmdline.Subcommand("winnet-agent reset", os.Args[1:], runResetCommand)
+	// `winnet-agent support-bundle -o FILE` collects this node's network for a maintainer (bundle.go).
+	cmdline.Subcommand("winnet-agent support-bundle", os.Args[1:], runBundleCommand)
 	opts := agent.Options{}
-	fs := cmdline.FlagSet("winnet-agent", "Usage: winnet-agent [flags]\n       winnet-agent reset [--dry-run] [flags]   (give this node its network back, offline)\n\n"+
+	fs := cmdline.FlagSet("winnet-agent", "Usage: winnet-agent [flags]\n       winnet-agent reset [--dry-run] [flags]   (give this node its network back, offline)\n"+
+		"       winnet-agent support-bundle -o FILE [flags]   (collect this node's network for a maintainer)\n\n"+
 		"The per-node agent of winnet: it converges this node's network (HNS network, OVS bridge,\n"+
 		"uplink, gateway, tunnel, OpenFlow pipeline) toward its WindowsNodeNetwork\n"+
 		"(group network.winnet.io) and reports it in the object's status. It serves the winnet-cni\n"+

@@ -23,3 +23,7 @@ func runServiceCommand(args []string) (handled bool, err error) {
 func agentContext() (ctx context.Context, done func()) {
 	return ctrl.SetupSignalHandler(), func() {}
 }
+
+// defaultBundleLogs are the logs the support bundle takes when --log is not given: none outside
+// Windows (the agent logs to stderr, which the init system or the Pod's runtime keeps).
+func defaultBundleLogs() []string { return nil }

@@ -407,3 +407,16 @@ func agentContext() (ctx context.Context, done func()) {
 		}
 	}
 }
+
+// defaultBundleLogs are the logs the support bundle takes when --log is not given: the service's
+// default log file and its rotated predecessor, when they exist.
+func defaultBundleLogs() []string {
+	o := serviceOptions{home: `C:\ProgramData\winnet`}
+	var out []string
+	for _, p := range []string{o.logPath(), o.logPath() + ".1"} {
+		if _, err := os.Lstat(p); err == nil {
+			out = append(out, p)
+		}
+	}
+	return out
+}

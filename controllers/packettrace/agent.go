@@ -366,7 +366,7 @@ func (r *AgentReconciler) inject(ctx context.Context, rz nodenetwork.Realized, t
 	if err != nil {
 		return err
 	}
-	out := pipeline.TracePacketOut(uint32(from.OFPort))
+	out := pipeline.TracePacketOut(uint32(from.OFPort), p.Tag)
 	ctrl.LoggerFrom(ctx).Info("Injecting a trace packet", "packetTrace", client.ObjectKeyFromObject(tr), "ofPort", from.OFPort, "tag", p.Tag, "attempt", attempt)
 	// Record the injection first: the reports of the packet-out come back on the reader.
 	again := ""

@@ -390,3 +390,9 @@ func watchedLink(links func() []int, index int) bool {
 	watched := links()
 	return watched == nil || slices.Contains(watched, index)
 }
+
+// LinkLister lists every link of the host (the support bundle's inventory). The platforms'
+// implementations of Interface have it; test fakes need not.
+type LinkLister interface {
+	Links(ctx context.Context) ([]Link, error)
+}

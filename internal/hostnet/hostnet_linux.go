@@ -594,3 +594,16 @@ func neighStateString(s int) string {
 	}
 	return strings.Join(out, ",")
 }
+
+// Links lists every link of the namespace.
+func (h *netlinkHost) Links(context.Context) ([]Link, error) {
+	ls, err := retryDump(h.nl.LinkList)
+	if err != nil {
+		return nil, fmt.Errorf("listing links: %w", err)
+	}
+	out := make([]Link, 0, len(ls))
+	for _, l := range ls {
+		out = append(out, toLink(l))
+	}
+	return out, nil
+}

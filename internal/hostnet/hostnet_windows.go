@@ -786,3 +786,16 @@ func neighborMAC(row *mibIPNetRow2) net.HardwareAddr {
 func (h *ipHelper) WatchLinks(context.Context) (<-chan struct{}, error) {
 	return nil, fmt.Errorf("watching links on Windows: %w", errors.ErrUnsupported)
 }
+
+// Links lists every adapter of the host.
+func (h *ipHelper) Links(context.Context) ([]Link, error) {
+	as, err := adapters()
+	if err != nil {
+		return nil, fmt.Errorf("listing interfaces: %w", err)
+	}
+	out := make([]Link, 0, len(as))
+	for _, a := range as {
+		out = append(out, a.Link)
+	}
+	return out, nil
+}

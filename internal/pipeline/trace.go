@@ -63,7 +63,29 @@ const (
 	// TraceDeliver: output to the port in reg1 (a local Pod), or nowhere when reg0[16] is 0:
 	// consumed.
 	TraceDeliver TracePoint = 10
+	// TraceMark reports nothing: it loads the tag into traceTagField (ConntrackTable).
+	TraceMark TracePoint = 11
 )
+
+// Cached datapath flows. A datapath caches what ovs-vswitchd decided for a packet as a flow that
+// matches only the fields the decision read, and the packet's recirculations after each ct action
+// (conntrack, the Service DNAT, the commit) look their cached flow up again, keyed by a recirculation
+// id that ovs-vswitchd derives from the state frozen at the ct action: the table, the registers. A
+// real connection from the source Pod to the same Service, opened before the trace's flows were
+// installed, leaves cached flows that read neither DSCP nor the source port; until ovs-vswitchd
+// revalidates them (at once after a flow table change, but seconds late on a loaded host) they carry
+// the traced packet past every trace flow, without a report. So the traced packet carries its tag in
+// traceTagField from its first table on (the packet-out loads it at the source; on the other nodes
+// the trace's flow at ConntrackTable, before the first ct action): from then on its recirculations
+// have states, hence recirculation ids, that no real packet has, and each misses the cache and is
+// decided by the current flow tables. The Windows datapath caches exact-match flows only (the whole
+// key, DSCP and ports included), so a traced packet's new 5-tuple misses there anyway; the field
+// keeps both datapaths alike. What the field cannot cover is a cached flow that a node's first
+// lookup of an arriving traced packet (recirculation id 0) hits: settling after the flows are
+// installed (the agent's) covers that.
+//
+//	reg7[2..7] the trace's tag (0: not a traced packet, or not marked yet)
+var traceTagField = RegField{Reg: 7, Start: 2, End: 7}
 
 // TraceReportedField marks, per observation point that reports and goes on, that the packet has
 // reported there, so that its resubmit into the same table reaches the pipeline's own flows.
@@ -136,6 +158,10 @@ func (n Node) TraceFlows(t Trace, p TracePolicy) []openflow.Flow {
 		return fl
 	}
 	var out []openflow.Flow
+	// The mark: a traced packet that arrived from another node carries the tag in traceTagField
+	// before its first ct action (see traceTagField).
+	out = append(out, f(TraceMark, 0, ConntrackTable, priorityTrace, t.traceMatch(regMatch(traceTagField, 0)),
+		loadReg(traceTagField, uint32(t.Tag)), openflow.Resubmit(ConntrackTable)))
 	// Service DNAT: the connections a Service's group DNATed arrive here; report and go on.
 	out = append(out, f(TraceServiceDNAT, 0, EndpointDNATTable, priorityTrace, t.traceMatch(regMatch(traceReportedDNAT, 0)),
 		loadReg(traceReportedDNAT, 1), toAgent, openflow.Resubmit(EndpointDNATTable)))
@@ -177,7 +203,8 @@ func (n Node) TraceFlows(t Trace, p TracePolicy) []openflow.Flow {
 
 // TracePacketOut is how the source node's agent injects a trace's packet: as if the source Pod
 // sent it, in_port its port (never CONTROLLER: OVS's Windows datapath crashes the host on a
-// packet-out from CONTROLLER before OVS 3.6), through the whole pipeline from the classifier.
-func TracePacketOut(podPort uint32) PacketOut {
-	return PacketOut{InPort: podPort, Actions: []openflow.Action{openflow.Resubmit(ClassifierTable)}}
+// packet-out from CONTROLLER before OVS 3.6), through the whole pipeline from the classifier, with
+// the trace's tag in traceTagField (no datapath flow cached for real traffic carries it).
+func TracePacketOut(podPort uint32, tag uint8) PacketOut {
+	return PacketOut{InPort: podPort, Actions: []openflow.Action{loadReg(traceTagField, uint32(tag&0x3f)), openflow.Resubmit(ClassifierTable)}}
 }

@@ -175,7 +175,7 @@ func TestBuildersPassWindowsProfile(t *testing.T) {
 			for _, tr := range testTraces() {
 				d.Flows = append(d.Flows, n.TraceFlows(tr, testTracePolicy())...)
 			}
-			d.PacketOuts = append(d.PacketOuts, TracePacketOut(10))
+			d.PacketOuts = append(d.PacketOuts, TracePacketOut(10, 7))
 			g.Expect(CheckWindows(d)).To(BeEmpty())
 		})
 	}

@@ -137,6 +137,18 @@ func WriteFile(path string, data []byte, a Access) error {
 	return nil
 }
 
+// CreateNew creates the file at path for writing, granting a from its creation on (on Windows an
+// explicit, protected DACL given with the creation, not inherited from the directory): it refuses a
+// path that exists, a link or another reparse point included (a link is never followed, dangling
+// or not). The caller writes and closes the file.
+func CreateNew(path string, a Access) (*os.File, error) {
+	f, err := createNew(path, a)
+	if err != nil {
+		return nil, fmt.Errorf("creating %s: %w", path, err)
+	}
+	return f, nil
+}
+
 // ReadFile reads the regular file at path, at most max bytes: a file that is not regular (a link),
 // not owned by the administrators, open to others beyond a, or larger than max is refused with an
 // error naming why, and is not read.

@@ -109,3 +109,18 @@ func protectFile(f *os.File, a Access) error {
 func openNoFollow(path string) (*os.File, error) {
 	return os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
 }
+
+// createNew opens path with O_CREAT|O_EXCL, which fails on any existing name, a symbolic link
+// (dangling or not) included, and O_NOFOLLOW; the mode is set again after the umask.
+func createNew(path string, a Access) (*os.File, error) {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, fileMode(a))
+	if err != nil {
+		return nil, err
+	}
+	if err := protectFile(f, a); err != nil {
+		f.Close()
+		_ = os.Remove(path)
+		return nil, err
+	}
+	return f, nil
+}

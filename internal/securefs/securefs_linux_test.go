@@ -157,3 +157,38 @@ func TestReadFileRefusesWhatItCannotTrust(t *testing.T) {
 	g.Expect(strings.HasPrefix(aside, other+".untrusted-")).To(BeTrue())
 	g.Expect(other).NotTo(BeAnExistingFile())
 }
+
+// TestCreateNew: the file is created owner-only whatever the umask, and an existing file, a link to
+// a file and a dangling link are refused and left as they were.
+func TestCreateNew(t *testing.T) {
+	g := NewWithT(t)
+	dir := t.TempDir()
+	old := syscall.Umask(0)
+	defer syscall.Umask(old)
+
+	path := filepath.Join(dir, "bundle.tar.gz")
+	f, err := CreateNew(path, Private)
+	g.Expect(err).NotTo(HaveOccurred())
+	_, err = f.WriteString("data")
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(f.Close()).To(Succeed())
+	g.Expect(mode(g, path)).To(Equal(fs.FileMode(0o600)))
+
+	_, err = CreateNew(path, Private)
+	g.Expect(err).To(MatchError(fs.ErrExist), "an existing file")
+	g.Expect(os.ReadFile(path)).To(Equal([]byte("data")), "left as it was")
+
+	target := filepath.Join(dir, "target")
+	g.Expect(os.WriteFile(target, []byte("target"), 0o600)).To(Succeed())
+	link := filepath.Join(dir, "link")
+	g.Expect(os.Symlink(target, link)).To(Succeed())
+	_, err = CreateNew(link, Private)
+	g.Expect(err).To(HaveOccurred(), "a link to a file")
+	g.Expect(os.ReadFile(target)).To(Equal([]byte("target")))
+
+	dangling := filepath.Join(dir, "dangling")
+	g.Expect(os.Symlink(filepath.Join(dir, "absent"), dangling)).To(Succeed())
+	_, err = CreateNew(dangling, Private)
+	g.Expect(err).To(HaveOccurred(), "a dangling link")
+	g.Expect(filepath.Join(dir, "absent")).NotTo(BeAnExistingFile(), "nothing created through the link")
+}

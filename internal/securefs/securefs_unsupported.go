@@ -13,3 +13,5 @@ func checkPath(string, Access, bool) error                 { return errors.ErrUn
 func repairPath(string, fs.DirEntry, Access) (bool, error) { return false, errors.ErrUnsupported }
 func protectFile(*os.File, Access) error                   { return errors.ErrUnsupported }
 func openNoFollow(string) (*os.File, error)                { return nil, errors.ErrUnsupported }
+
+func createNew(string, Access) (*os.File, error) { return nil, errors.ErrUnsupported }

@@ -169,3 +169,23 @@ func openNoFollow(path string) (*os.File, error) {
 	}
 	return os.Open(path)
 }
+
+// createNew creates path with CREATE_NEW, which fails on any existing name, and
+// FILE_FLAG_OPEN_REPARSE_POINT, so that a link at path is never followed; the security descriptor
+// SDDL(a) (protected: nothing inherited) is given with the creation.
+func createNew(path string, a Access) (*os.File, error) {
+	sa, err := securityAttributes(a)
+	if err != nil {
+		return nil, err
+	}
+	p, err := windows.UTF16PtrFromString(path)
+	if err != nil {
+		return nil, err
+	}
+	h, err := windows.CreateFile(p, windows.GENERIC_WRITE, 0, sa, windows.CREATE_NEW,
+		windows.FILE_ATTRIBUTE_NORMAL|windows.FILE_FLAG_OPEN_REPARSE_POINT, 0)
+	if err != nil {
+		return nil, err
+	}
+	return os.NewFile(uintptr(h), path), nil
+}

@@ -306,6 +306,13 @@ func build(ctx context.Context, c *cluster.Cluster, dir string) (string, *servic
 	}
 	fmt.Fprintf(&s, "Services (CoreDNS as kube-dns on %s; Service %s with endpoints web-a on node-a and web-b on node-b, each answering with its name):\n%s\n",
 		cluster.DNSServiceIP, serviceName, services.table(ctx, pods))
+	started := time.Now()
+	traces, err := traceDemo(ctx, c, kc)
+	if err != nil {
+		return "", nil, nil, err
+	}
+	fmt.Printf("The three packet traces took %v\n", time.Since(started).Round(time.Millisecond))
+	fmt.Fprintf(&s, "%s\n", traces)
 	fmt.Fprint(&s, tryLines(c, kc, a, pods))
 	return s.String(), services, pods, nil
 }
