@@ -70,7 +70,7 @@ var list = []Entry{
 	{Name: "ovsdb-tool", Kind: Debian, Package: "openvswitch-common"},
 	{Name: "ovsdb-server", Kind: Debian, Package: "openvswitch-common"},
 	{Name: "bridge", Kind: Debian, Package: "iproute2"}, // bridge fdb: flanneld's forwarding entries
-	{Name: "bash", Kind: Debian, Package: "bash"}, // make docs-check runs the demo's Try commands as a user would
+	{Name: "bash", Kind: Debian, Package: "bash"},       // make docs-check runs the demo's Try commands as a user would
 	{Name: "cni-bridge", Kind: Plugin, Package: "containernetworking-plugins", Path: "/usr/lib/cni/bridge"},
 	{Name: "cni-host-local", Kind: Plugin, Package: "containernetworking-plugins", Path: "/usr/lib/cni/host-local"},
 	// make test-windows: Wine runs the Windows test binaries; hack/setup-wine.sh builds the prefix's
