@@ -1,0 +1,175 @@
+//go:build linux
+
+package networkpolicy_test
+
+import (
+	"context"
+	"net/netip"
+	"testing"
+
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	cnpv1beta1 "sigs.k8s.io/network-policy-api/apis/v1beta1"
+
+	"github.com/winnet-io/winnet/test/framework"
+	"github.com/winnet-io/winnet/test/simnode"
+)
+
+func createCNP(t *testing.T, p *cnpv1beta1.ClusterNetworkPolicy) {
+	t.Helper()
+	NewWithT(t).Expect(server.Client.Create(context.Background(), p)).To(Succeed())
+	t.Cleanup(func() { _ = server.Client.Delete(context.Background(), p) })
+}
+
+func deleteObject(t *testing.T, obj client.Object) {
+	t.Helper()
+	NewWithT(t).Expect(server.Client.Delete(context.Background(), obj)).To(Succeed())
+}
+
+func tcpPort(port int32) []cnpv1beta1.ClusterNetworkPolicyProtocol {
+	return []cnpv1beta1.ClusterNetworkPolicyProtocol{{TCP: &cnpv1beta1.ClusterNetworkPolicyProtocolTCP{DestinationPort: &cnpv1beta1.Port{Number: port}}}}
+}
+
+func teamNamespaces(team string) *metav1.LabelSelector {
+	if team == "" {
+		return &metav1.LabelSelector{}
+	}
+	return &metav1.LabelSelector{MatchLabels: map[string]string{"team": team}}
+}
+
+// TestClusterNetworkPolicy plays the tiers with real packets between two nodes: web (namespace
+// team x, node a), client-a (team x, node a) and client-b (team y, node b). Each step says what it
+// proves.
+func TestClusterNetworkPolicy(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	u := simnode.NewUnderlay(t, netip.MustParsePrefix("192.168.73.0/24"))
+	a := framework.StartPodNode(t, server, u, "cnp-a", "192.168.73.11/24", "10.244.73.0/24", converge)
+	b := framework.StartPodNode(t, server, u, "cnp-b", "192.168.73.12/24", "10.244.74.0/24", converge)
+	a.OVS.ExactMatchDatapath(t)
+	b.OVS.ExactMatchDatapath(t)
+	a.Route(t)
+	b.Route(t)
+
+	nsX := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "cnp-x", Labels: map[string]string{"team": "x"}}}
+	nsY := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "cnp-y", Labels: map[string]string{"team": "y"}}}
+	for _, ns := range []*corev1.Namespace{nsX, nsY} {
+		g.Expect(server.Client.Create(ctx, ns)).To(Succeed())
+		t.Cleanup(func() { _ = server.Client.Delete(context.Background(), ns) })
+	}
+	web := a.AddPod(t, "web", framework.TestPodOptions{Namespace: "cnp-x", Labels: map[string]string{"app": "web"}, Ports: httpPorts})
+	clientA := a.AddPod(t, "client-a", framework.TestPodOptions{Namespace: "cnp-x", Labels: map[string]string{"app": "client"}})
+	clientB := b.AddPod(t, "client-b", framework.TestPodOptions{Namespace: "cnp-y", Labels: map[string]string{"app": "client"}})
+	framework.Serve(t, web.NS, "web", httpPort)
+	framework.Serve(t, web.NS, "web", otherPort)
+	webHTTP, webOther := netip.AddrPortFrom(web.IP, httpPort), netip.AddrPortFrom(web.IP, otherPort)
+
+	expectAllowed(t, clientB.NS, "tcp4", webHTTP, "web")
+	expectAllowed(t, clientA.NS, "tcp4", webHTTP, "web")
+
+	// A Baseline Deny refuses what no NetworkPolicy decides: every Pod to team x's Pods.
+	baselineDeny := &cnpv1beta1.ClusterNetworkPolicy{
+		ObjectMeta: metav1.ObjectMeta{Name: "baseline-deny"},
+		Spec: cnpv1beta1.ClusterNetworkPolicySpec{
+			Tier: cnpv1beta1.BaselineTier, Priority: 10,
+			Subject: cnpv1beta1.ClusterNetworkPolicySubject{Namespaces: teamNamespaces("x")},
+			Ingress: []cnpv1beta1.ClusterNetworkPolicyIngressRule{{
+				Action: cnpv1beta1.ClusterNetworkPolicyRuleActionDeny,
+				From:   []cnpv1beta1.ClusterNetworkPolicyIngressPeer{{Namespaces: teamNamespaces("")}},
+			}},
+		},
+	}
+	createCNP(t, baselineDeny)
+	expectRefused(t, clientB.NS, "tcp4", webHTTP)
+	expectRefused(t, clientA.NS, "tcp4", webHTTP)
+
+	// A NetworkPolicy opens the Baseline Deny for team y; web is isolated now, so client-a (whom
+	// it does not admit) stays refused, by NetworkPolicy.
+	allowY := &networkingv1.NetworkPolicy{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "cnp-x", Name: "allow-y"},
+		Spec: networkingv1.NetworkPolicySpec{
+			PodSelector: metav1.LabelSelector{MatchLabels: map[string]string{"app": "web"}},
+			Ingress:     []networkingv1.NetworkPolicyIngressRule{{From: []networkingv1.NetworkPolicyPeer{{NamespaceSelector: teamNamespaces("y")}}}},
+		},
+	}
+	createPolicy(t, allowY)
+	expectAllowed(t, clientB.NS, "tcp4", webHTTP, "web")
+	expectAllowed(t, clientB.NS, "tcp4", webOther, "web")
+	expectRefused(t, clientA.NS, "tcp4", webHTTP)
+
+	// An Admin Deny of TCP 8080 from team y: the NetworkPolicy cannot open it; 9090 stays open.
+	adminDeny := &cnpv1beta1.ClusterNetworkPolicy{
+		ObjectMeta: metav1.ObjectMeta{Name: "admin-deny"},
+		Spec: cnpv1beta1.ClusterNetworkPolicySpec{
+			Tier: cnpv1beta1.AdminTier, Priority: 20,
+			Subject: cnpv1beta1.ClusterNetworkPolicySubject{Namespaces: teamNamespaces("x")},
+			Ingress: []cnpv1beta1.ClusterNetworkPolicyIngressRule{{
+				Action:    cnpv1beta1.ClusterNetworkPolicyRuleActionDeny,
+				From:      []cnpv1beta1.ClusterNetworkPolicyIngressPeer{{Namespaces: teamNamespaces("y")}},
+				Protocols: tcpPort(httpPort),
+			}},
+		},
+	}
+	createCNP(t, adminDeny)
+	expectRefused(t, clientB.NS, "tcp4", webHTTP)
+	expectAllowed(t, clientB.NS, "tcp4", webOther, "web")
+
+	// An Admin Accept of TCP 8080 from every Pod at a higher precedence (priority 5): it wins over
+	// the Deny at 20, and it skips NetworkPolicy (client-a, whom allow-y does not admit, gets in).
+	adminFirst := &cnpv1beta1.ClusterNetworkPolicy{
+		ObjectMeta: metav1.ObjectMeta{Name: "admin-first"},
+		Spec: cnpv1beta1.ClusterNetworkPolicySpec{
+			Tier: cnpv1beta1.AdminTier, Priority: 5,
+			Subject: cnpv1beta1.ClusterNetworkPolicySubject{Pods: &cnpv1beta1.NamespacedPod{
+				NamespaceSelector: *teamNamespaces("x"), PodSelector: metav1.LabelSelector{MatchLabels: map[string]string{"app": "web"}}}},
+			Ingress: []cnpv1beta1.ClusterNetworkPolicyIngressRule{{
+				Action: cnpv1beta1.ClusterNetworkPolicyRuleActionAccept,
+				From: []cnpv1beta1.ClusterNetworkPolicyIngressPeer{{Pods: &cnpv1beta1.NamespacedPod{
+					PodSelector: metav1.LabelSelector{MatchLabels: map[string]string{"app": "client"}}}}},
+				Protocols: tcpPort(httpPort),
+			}},
+		},
+	}
+	createCNP(t, adminFirst)
+	expectAllowed(t, clientB.NS, "tcp4", webHTTP, "web")
+	expectAllowed(t, clientA.NS, "tcp4", webHTTP, "web")
+
+	// The same rule as Pass: the Admin Deny at 20 is skipped and NetworkPolicy decides: team y is
+	// admitted, client-a is not.
+	g.Expect(server.Client.Get(ctx, client.ObjectKeyFromObject(adminFirst), adminFirst)).To(Succeed())
+	adminFirst.Spec.Ingress[0].Action = cnpv1beta1.ClusterNetworkPolicyRuleActionPass
+	g.Expect(server.Client.Update(ctx, adminFirst)).To(Succeed())
+	expectRefused(t, clientA.NS, "tcp4", webHTTP)
+	expectAllowed(t, clientB.NS, "tcp4", webHTTP, "web")
+
+	// Without the NetworkPolicy, what Pass hands on falls through NetworkPolicy (web is isolated
+	// by none) to the Baseline Deny; without that, to the default, which allows.
+	deleteObject(t, allowY)
+	expectRefused(t, clientB.NS, "tcp4", webHTTP)
+	deleteObject(t, baselineDeny)
+	expectAllowed(t, clientB.NS, "tcp4", webHTTP, "web")
+	expectAllowed(t, clientA.NS, "tcp4", webHTTP, "web")
+
+	// Egress, networks: an Admin Deny from client-b to web's address (and ::/0, accepted and
+	// matching nothing on this IPv4 pipeline) refuses every port; client-a is no subject.
+	egressDeny := &cnpv1beta1.ClusterNetworkPolicy{
+		ObjectMeta: metav1.ObjectMeta{Name: "egress-deny"},
+		Spec: cnpv1beta1.ClusterNetworkPolicySpec{
+			Tier: cnpv1beta1.AdminTier, Priority: 1,
+			Subject: cnpv1beta1.ClusterNetworkPolicySubject{Namespaces: teamNamespaces("y")},
+			Egress: []cnpv1beta1.ClusterNetworkPolicyEgressRule{{
+				Action: cnpv1beta1.ClusterNetworkPolicyRuleActionDeny,
+				To:     []cnpv1beta1.ClusterNetworkPolicyEgressPeer{{Networks: []cnpv1beta1.CIDR{cnpv1beta1.CIDR(web.IP.String() + "/32"), "::/0"}}},
+			}},
+		},
+	}
+	createCNP(t, egressDeny)
+	expectRefused(t, clientB.NS, "tcp4", webOther)
+	expectRefused(t, clientB.NS, "tcp4", webHTTP)
+	expectAllowed(t, clientA.NS, "tcp4", webOther, "web")
+	deleteObject(t, egressDeny)
+	expectAllowed(t, clientB.NS, "tcp4", webOther, "web")
+}
