@@ -92,8 +92,8 @@ func ComputeCluster(policies []cnpv1beta1.ClusterNetworkPolicy, in Inputs) Clust
 			for _, s := range append(notes, portNotes...) {
 				d.Unsupported[p.Name] = append(d.Unsupported[p.Name], name+": "+s)
 			}
-			if none || len(subjects) == 0 {
-				return
+			if none || len(subjects) == 0 || (!r.AnyPeer && len(r.Peers) == 0) {
+				return // it matches nothing here
 			}
 			d.Policy.Rules = append(d.Policy.Rules, r)
 			d.Rules++
