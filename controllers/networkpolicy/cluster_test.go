@@ -83,7 +83,9 @@ func TestComputeClusterBand(t *testing.T) {
 	g.Expect(d.Refused).NotTo(BeEmpty())
 }
 
-func fmtNum(i int) string { return string(rune('a'+i/1000%26)) + string(rune('a'+i/100%10)) + string(rune('a'+i/10%10)) + string(rune('a'+i%10)) }
+func fmtNum(i int) string {
+	return string(rune('a'+i/1000%26)) + string(rune('a'+i/100%10)) + string(rune('a'+i/10%10)) + string(rune('a'+i%10))
+}
 
 func renderClusterRules(rules []pipeline.ClusterRule) []string {
 	var out []string
