@@ -83,19 +83,24 @@ func ComputeCluster(policies []cnpv1beta1.ClusterNetworkPolicy, in Inputs) Clust
 				d.Unsupported[p.Name] = append(d.Unsupported[p.Name], fmt.Sprintf("%s: action %q is unknown: the rule is not realised", name, action))
 				return
 			}
-			r := pipeline.ClusterRule{Tier: tier, Direction: dir, Action: act, Priority: pipeline.ClusterPriorityHighest - uint16(n), Pods: subjects}
-			var notes []string
-			r.AnyPeer, r.Peers, notes = clusterPeers(peers, act, in)
-			var portNotes []string
-			var none bool
-			r.Ports, none, portNotes = clusterPorts(protocols)
+			base := pipeline.ClusterRule{Tier: tier, Direction: dir, Action: act, Priority: pipeline.ClusterPriorityHighest - uint16(n)}
+			anyPeer, networks, peerPods, notes := clusterPeers(peers, act, in)
+			ports, names, none, portNotes := clusterPorts(protocols)
 			for _, s := range append(notes, portNotes...) {
 				d.Unsupported[p.Name] = append(d.Unsupported[p.Name], name+": "+s)
 			}
-			if none || len(subjects) == 0 || (!r.AnyPeer && len(r.Peers) == 0) {
+			if none || len(subjects) == 0 {
 				return // it matches nothing here
 			}
-			d.Policy.Rules = append(d.Policy.Rules, r)
+			parts := clusterRuleParts(base, subjects, anyPeer, networks, peerPods, ports, names, in)
+			if len(parts) > pipeline.MaxClusterSubRules {
+				d.Refused[p.Name] = append(d.Refused[p.Name], fmt.Sprintf("%s: its named ports resolve to %d sets of ports, above %d", name, len(parts), pipeline.MaxClusterSubRules))
+				return
+			}
+			if len(parts) == 0 {
+				return
+			}
+			d.Policy.Rules = append(d.Policy.Rules, parts...)
 			d.Rules++
 			local = true
 		}
@@ -148,9 +153,15 @@ func clusterAction(a cnpv1beta1.ClusterNetworkPolicyRuleAction) (pipeline.Cluste
 	return 0, false
 }
 
+// clusterSubject is a local Pod a subject selects, and what policy knows of it.
+type clusterSubject struct {
+	pod  pipeline.Pod
+	info *PodInfo
+}
+
 // clusterSubjects are the local Pods the subject selects (host-network Pods never: they have no
 // attachment), sorted by port; why says what is wrong with a subject that selects nothing.
-func clusterSubjects(s cnpv1beta1.ClusterNetworkPolicySubject, in Inputs, infos map[string]*PodInfo) ([]pipeline.Pod, string) {
+func clusterSubjects(s cnpv1beta1.ClusterNetworkPolicySubject, in Inputs, infos map[string]*PodInfo) ([]clusterSubject, string) {
 	var sel peerSelector
 	switch {
 	case s.Namespaces != nil:
@@ -167,14 +178,19 @@ func clusterSubjects(s cnpv1beta1.ClusterNetworkPolicySubject, in Inputs, infos 
 	default:
 		return nil, "subject has no field winnet knows (a newer API than v0.3.0?): it selects nothing"
 	}
-	byPort := map[uint32]pipeline.Pod{}
+	byPort := map[uint32]clusterSubject{}
 	for _, l := range in.Local {
 		info := infos[l.Key.Namespace+"/"+l.Key.Name]
 		if info != nil && sel.matches(info, in.Namespaces) {
-			byPort[l.Pod.OFPort] = l.Pod
+			byPort[l.Pod.OFPort] = clusterSubject{pod: l.Pod, info: info}
 		}
 	}
-	return sortedPods(byPort), ""
+	out := make([]clusterSubject, 0, len(byPort))
+	for _, c := range byPort {
+		out = append(out, c)
+	}
+	slices.SortFunc(out, func(a, b clusterSubject) int { return cmp.Compare(a.pod.OFPort, b.pod.OFPort) })
+	return out, ""
 }
 
 func namespacedPodSelector(p *cnpv1beta1.NamespacedPod) (peerSelector, bool) {
@@ -209,7 +225,7 @@ func clusterPeerAsNetworkPolicyPeer(p cnpv1beta1.ClusterNetworkPolicyEgressPeer)
 // peers are not realised: they match nothing, and a note says so. A peer with no field winnet
 // knows fails closed as the API asks: it matches nothing in an Accept rule, everything in a Deny
 // or Pass rule.
-func clusterPeers(peers []cnpv1beta1.ClusterNetworkPolicyEgressPeer, act pipeline.ClusterAction, in Inputs) (anyPeer bool, out []netip.Prefix, notes []string) {
+func clusterPeers(peers []cnpv1beta1.ClusterNetworkPolicyEgressPeer, act pipeline.ClusterAction, in Inputs) (anyPeer bool, out []netip.Prefix, pods []*PodInfo, notes []string) {
 	var selectors []networkingv1.NetworkPolicyPeer
 	for i, p := range peers {
 		if np, ok := clusterPeerAsNetworkPolicyPeer(p); ok {
@@ -240,16 +256,134 @@ func clusterPeers(peers []cnpv1beta1.ClusterNetworkPolicyEgressPeer, act pipelin
 		}
 	}
 	if len(selectors) > 0 {
-		out = append(out, resolvePeers("", selectors, in).prefixes()...)
+		pods = resolvePeers("", selectors, in).pods
 	}
-	return anyPeer, uniquePrefixes(out), notes
+	return anyPeer, uniquePrefixes(out), pods, notes
+}
+
+// clusterRuleParts are the parts of one rule (ClusterRule.Sub): without named ports, one, whose
+// peers are the networks and the peer Pods' addresses. With named ports, a name resolves on the
+// Pod that serves it (as for NetworkPolicy): for ingress on the subjects, so the subjects are
+// grouped by the ports their names resolve to, one part per group; for egress on the peer Pods
+// (every Pod of the cluster for a rule that matches every peer), one part per group of peers, and
+// the networks (which have no named ports; the API refuses the combination) keep the numbered
+// ports alone. A part left with no port matches nothing and is left out.
+func clusterRuleParts(base pipeline.ClusterRule, subjects []clusterSubject, anyPeer bool, networks []netip.Prefix, peerPods []*PodInfo, ports []pipeline.PolicyPort, names []string, in Inputs) []pipeline.ClusterRule {
+	subjectPods := func(ss []clusterSubject) []pipeline.Pod {
+		out := make([]pipeline.Pod, len(ss))
+		for i, s := range ss {
+			out[i] = s.pod
+		}
+		return out
+	}
+	podAddrs := func(pods []*PodInfo) []netip.Prefix {
+		var out []netip.Prefix
+		for _, p := range pods {
+			out = append(out, hostPrefixes(p.IPs)...)
+		}
+		return out
+	}
+	if len(names) == 0 {
+		r := base
+		r.Pods, r.AnyPeer, r.Peers, r.Ports = subjectPods(subjects), anyPeer, uniquePrefixes(append(slices.Clip(networks), podAddrs(peerPods)...)), ports
+		if !r.AnyPeer && len(r.Peers) == 0 {
+			return nil
+		}
+		return []pipeline.ClusterRule{r}
+	}
+	var out []pipeline.ClusterRule
+	addPart := func(r pipeline.ClusterRule) {
+		if len(r.Ports) == 0 || (!r.AnyPeer && len(r.Peers) == 0) {
+			return
+		}
+		r.Sub = uint16(len(out))
+		out = append(out, r)
+	}
+	if base.Direction == pipeline.PolicyIngress {
+		peers := uniquePrefixes(append(slices.Clip(networks), podAddrs(peerPods)...))
+		groups, keys := map[string][]clusterSubject{}, []string{}
+		resolved := map[string][]pipeline.PolicyPort{}
+		for _, s := range subjects {
+			ps := append(slices.Clip(ports), resolveNames(names, s.info)...)
+			k := portsKey(ps)
+			if _, ok := groups[k]; !ok {
+				keys = append(keys, k)
+				resolved[k] = ps
+			}
+			groups[k] = append(groups[k], s)
+		}
+		slices.Sort(keys)
+		for _, k := range keys {
+			r := base
+			r.Pods, r.AnyPeer, r.Peers, r.Ports = subjectPods(groups[k]), anyPeer, peers, resolved[k]
+			addPart(r)
+		}
+		return out
+	}
+	targets := peerPods
+	if anyPeer {
+		targets = nil
+		for i := range in.Pods {
+			targets = append(targets, &in.Pods[i])
+		}
+	}
+	pods := subjectPods(subjects)
+	groups, keys := map[string][]*PodInfo{}, []string{}
+	resolved := map[string][]pipeline.PolicyPort{}
+	for _, t := range targets {
+		ps := append(slices.Clip(ports), resolveNames(names, t)...)
+		k := portsKey(ps)
+		if _, ok := groups[k]; !ok {
+			keys = append(keys, k)
+			resolved[k] = ps
+		}
+		groups[k] = append(groups[k], t)
+	}
+	slices.Sort(keys)
+	for _, k := range keys {
+		r := base
+		r.Pods, r.Peers, r.Ports = pods, uniquePrefixes(podAddrs(groups[k])), resolved[k]
+		addPart(r)
+	}
+	if len(networks) > 0 {
+		r := base
+		r.Pods, r.Peers, r.Ports = pods, networks, ports
+		addPart(r)
+	}
+	return out
+}
+
+// resolveNames are the TCP and UDP ports the Pod serves under the names (SCTP ones are not
+// realised, see clusterPorts).
+func resolveNames(names []string, p *PodInfo) []pipeline.PolicyPort {
+	var out []pipeline.PolicyPort
+	if p == nil {
+		return nil
+	}
+	for _, np := range p.Ports {
+		if proto, ok := protocols[np.Protocol]; ok && slices.Contains(names, np.Name) {
+			out = append(out, pipeline.PolicyPort{Protocol: proto, Port: np.Port})
+		}
+	}
+	return out
+}
+
+// portsKey identifies a set of ports, in any order.
+func portsKey(ps []pipeline.PolicyPort) string {
+	keys := make([]string, len(ps))
+	for i, p := range ps {
+		keys[i] = portSortKey(p)
+	}
+	slices.Sort(keys)
+	return strings.Join(slices.Compact(keys), ",")
 }
 
 // clusterPorts compiles a rule's protocols: none is every port of every protocol; TCP and UDP
-// with a port number or range are realised; SCTP is not (the Windows datapath's conntrack drops
-// it, so winnet drops SCTP from Pods anyway) nor, yet, destinationNamedPort. none is true when the
-// rule names protocols and none of them is realised: the rule then matches nothing.
-func clusterPorts(protocols []cnpv1beta1.ClusterNetworkPolicyProtocol) (ports []pipeline.PolicyPort, none bool, notes []string) {
+// with a port number or range are realised; destinationNamedPort names are returned to resolve on
+// the Pods (clusterRuleParts); SCTP is not realised (the Windows datapath's conntrack drops it, so
+// winnet drops SCTP from Pods anyway). none is true when the rule names protocols and none of them
+// is realised: the rule then matches nothing.
+func clusterPorts(protocols []cnpv1beta1.ClusterNetworkPolicyProtocol) (ports []pipeline.PolicyPort, names []string, none bool, notes []string) {
 	for i, p := range protocols {
 		var proto uint8
 		var port *cnpv1beta1.Port
@@ -262,7 +396,7 @@ func clusterPorts(protocols []cnpv1beta1.ClusterNetworkPolicyProtocol) (ports []
 			notes = append(notes, fmt.Sprintf("protocol %d: SCTP is not realised (the Windows datapath drops SCTP): it matches nothing", i))
 			continue
 		case p.DestinationNamedPort != "":
-			notes = append(notes, fmt.Sprintf("protocol %d: destinationNamedPort %q is not realised yet: it matches nothing", i, p.DestinationNamedPort))
+			names = append(names, p.DestinationNamedPort)
 			continue
 		default:
 			notes = append(notes, fmt.Sprintf("protocol %d: no field winnet knows: it matches nothing", i))
@@ -285,7 +419,7 @@ func clusterPorts(protocols []cnpv1beta1.ClusterNetworkPolicyProtocol) (ports []
 		}
 		ports = append(ports, pp)
 	}
-	return ports, len(protocols) > 0 && len(ports) == 0, notes
+	return ports, names, len(protocols) > 0 && len(ports) == 0 && len(names) == 0, notes
 }
 
 // clusterPeersAsNetworkPolicy is a NetworkPolicy that names, as ingress peers, the Pods the

@@ -2,6 +2,7 @@ package networkpolicy
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 
 	. "github.com/onsi/gomega"
@@ -54,7 +55,7 @@ func TestComputeCluster(t *testing.T) {
 	}
 	d := ComputeCluster(policies, in)
 	top := pipeline.ClusterPriorityHighest
-	g.Expect(renderClusterRules(d.Policy.Rules)).To(Equal([]string{
+	g.Expect(renderClusterRules(t, d.Policy.Rules)).To(Equal([]string{
 		fmt.Sprintf("tier=1 dir=0 action=1 prio=%d pods=[10 11] any=false peers=[10.244.1.5/32 10.244.1.6/32 10.244.2.5/32 10.244.2.6/32] ports=[{6 80 81}]", top),
 		fmt.Sprintf("tier=0 dir=1 action=2 prio=%d pods=[10] any=false peers=[8.8.8.0/24] ports=[]", top-1),
 		fmt.Sprintf("tier=0 dir=1 action=1 prio=%d pods=[10 11] any=false peers=[10.244.2.6/32] ports=[]", top-3),
@@ -87,14 +88,43 @@ func fmtNum(i int) string {
 	return string(rune('a'+i/1000%26)) + string(rune('a'+i/100%10)) + string(rune('a'+i/10%10)) + string(rune('a'+i%10))
 }
 
-func renderClusterRules(rules []pipeline.ClusterRule) []string {
+func renderClusterRules(t *testing.T, rules []pipeline.ClusterRule) []string {
 	var out []string
 	for _, r := range rules {
 		var ports []uint32
 		for _, p := range r.Pods {
 			ports = append(ports, p.OFPort)
 		}
-		out = append(out, fmt.Sprintf("tier=%d dir=%d action=%d prio=%d pods=%v any=%t peers=%v ports=%v", r.Tier, r.Direction, r.Action, r.Priority, ports, r.AnyPeer, r.Peers, r.Ports))
+		sub := ""
+		if strings.Contains(t.Name(), "Named") {
+			sub = fmt.Sprintf(" sub=%d", r.Sub)
+		}
+		out = append(out, fmt.Sprintf("tier=%d dir=%d action=%d prio=%d%s pods=%v any=%t peers=%v ports=%v", r.Tier, r.Direction, r.Action, r.Priority, sub, ports, r.AnyPeer, r.Peers, r.Ports))
 	}
 	return out
+}
+
+// TestComputeClusterNamedPorts: a named port resolves on the subjects for ingress (one part per
+// set of ports, at the rule's priority) and on the peer Pods for egress; a Pod without the name
+// gets no part.
+func TestComputeClusterNamedPorts(t *testing.T) {
+	g := NewWithT(t)
+	httpPort := []cnpv1beta1.ClusterNetworkPolicyProtocol{{DestinationNamedPort: "http"}}
+	teamA := cnpv1beta1.ClusterNetworkPolicySubject{Namespaces: sel(map[string]string{"team": "a"})}
+	clients := cnpv1beta1.NamespacedPod{PodSelector: *sel(map[string]string{"app": "client"})}
+	d := ComputeCluster([]cnpv1beta1.ClusterNetworkPolicy{
+		cnp("named", cnpv1beta1.AdminTier, 3, teamA, cnpv1beta1.ClusterNetworkPolicySpec{
+			Ingress: []cnpv1beta1.ClusterNetworkPolicyIngressRule{{Action: cnpv1beta1.ClusterNetworkPolicyRuleActionDeny,
+				From: []cnpv1beta1.ClusterNetworkPolicyIngressPeer{{Pods: &clients}}, Protocols: httpPort}},
+			Egress: []cnpv1beta1.ClusterNetworkPolicyEgressRule{{Action: cnpv1beta1.ClusterNetworkPolicyRuleActionAccept,
+				To: []cnpv1beta1.ClusterNetworkPolicyEgressPeer{{Pods: &clients}}, Protocols: httpPort}},
+		}),
+	}, testInputs())
+	top := pipeline.ClusterPriorityHighest
+	g.Expect(renderClusterRules(t, d.Policy.Rules)).To(Equal([]string{
+		fmt.Sprintf("tier=0 dir=0 action=1 prio=%d sub=0 pods=[10] any=false peers=[10.244.2.5/32 10.244.2.6/32] ports=[{6 8080 0}]", top),
+		fmt.Sprintf("tier=0 dir=0 action=1 prio=%d sub=1 pods=[11] any=false peers=[10.244.2.5/32 10.244.2.6/32] ports=[{6 9090 0}]", top),
+		fmt.Sprintf("tier=0 dir=1 action=0 prio=%d sub=0 pods=[10 11] any=false peers=[10.244.2.6/32] ports=[{6 7070 0}]", top),
+	}))
+	g.Expect(d.Rules).To(Equal(2))
 }

@@ -2,6 +2,7 @@ package pipeline
 
 import (
 	"net/netip"
+	"slices"
 
 	"github.com/winnet-io/winnet/internal/ovs/openflow"
 )
@@ -36,6 +37,10 @@ type ClusterRule struct {
 	// Priority is the rule's OVS priority in its table, in ClusterPriorityLowest..
 	// ClusterPriorityHighest and unique in the table: the higher, the earlier the rule decides.
 	Priority uint16
+	// Sub tells apart the parts of one API rule (0..MaxClusterSubRules-1), which share its
+	// priority and action: a rule with named ports is one part per set of ports its names resolve
+	// to (on the subjects for ingress, on the peers for egress).
+	Sub uint16
 	// Pods are the rule's local subjects: the sources of an egress rule, the targets of an
 	// ingress rule.
 	Pods []Pod
@@ -52,11 +57,15 @@ type ClusterPolicy struct {
 	Rules []ClusterRule
 }
 
-// ClusterConjID is the conjunction id of the rule at priority in the table of tier and direction.
-// Conjunctions are matched within one table, so the priority, unique in its table, is enough; the
-// tier and direction in bits 16-17 and bit 31 set keep the ids apart from NetworkPolicy's in traces.
-func ClusterConjID(tier ClusterTier, dir PolicyDirection, priority uint16) uint32 {
-	return 1<<31 | uint32(tier)<<17 | uint32(dir)<<16 | uint32(priority)
+// MaxClusterSubRules bounds the parts of one API rule (ClusterRule.Sub).
+const MaxClusterSubRules = 1 << 13
+
+// ClusterConjID is the conjunction id of part sub of the rule at priority in the table of tier and
+// direction. Conjunctions are matched within one table, so the priority (unique in its table) and
+// the part (bits 18-30) are enough; the tier and direction in bits 16-17 and bit 31 set keep the ids
+// apart from NetworkPolicy's in traces.
+func ClusterConjID(tier ClusterTier, dir PolicyDirection, priority, sub uint16) uint32 {
+	return 1<<31 | uint32(sub)<<18 | uint32(tier)<<17 | uint32(dir)<<16 | uint32(priority)
 }
 
 // clusterTable is the table of a tier and direction.
@@ -98,11 +107,27 @@ func clusterActions(r ClusterRule) []openflow.Action {
 // subjects (any peer, any port) is one flow per subject with the action. Flows are not shared
 // between rules (OVS needs a conjunction's clauses at one priority), so a rule costs its subjects +
 // its peers + its port blocks + 1 flows. Rules without subjects, or whose peers are none of this
-// family, have no flows.
+// family, have no flows. The parts of one rule (Sub) share its priority: a clause flow they have in
+// common is one flow with the conjunction action of each.
 func (n Node) ClusterPolicyFlows(p ClusterPolicy) []openflow.Flow {
 	var out []openflow.Flow
+	at := map[string]int{}
 	for _, r := range p.Rules {
-		out = append(out, clusterRuleFlows(r)...)
+		for _, f := range clusterRuleFlows(r) {
+			k := openflow.Flow{Table: f.Table, Priority: f.Priority, Match: f.Match}
+			key := k.String()
+			i, ok := at[key]
+			if !ok {
+				at[key] = len(out)
+				out = append(out, f)
+				continue
+			}
+			for _, a := range f.Actions {
+				if !slices.ContainsFunc(out[i].Actions, func(b openflow.Action) bool { return actionText(b) == actionText(a) }) {
+					out[i].Actions = append(out[i].Actions, a)
+				}
+			}
+		}
 	}
 	return out
 }
@@ -133,7 +158,7 @@ func clusterRuleFlows(r ClusterRule) []openflow.Flow {
 		}
 		return dedup(out)
 	}
-	id := ClusterConjID(r.Tier, r.Direction, r.Priority)
+	id := ClusterConjID(r.Tier, r.Direction, r.Priority, r.Sub)
 	for _, pod := range r.Pods {
 		out = append(out, flow(table, r.Priority, podMatch(pod), openflow.Conjunction(id, c.pods, c.n)))
 	}
@@ -159,4 +184,9 @@ func clusterRuleFlows(r ClusterRule) []openflow.Flow {
 	}
 	out = append(out, flow(table, r.Priority, match(openflow.ConjID(id), openflow.IPv4()), actions...))
 	return dedup(out)
+}
+
+func actionText(a openflow.Action) string {
+	f := openflow.Flow{Actions: []openflow.Action{a}}
+	return f.String()
 }

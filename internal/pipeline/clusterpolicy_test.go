@@ -43,3 +43,26 @@ func TestClusterPolicyFlows(t *testing.T) {
 		"table=101, priority=60000,ip,reg1=0xb actions=drop",
 	}))
 }
+
+// TestClusterPolicyFlowsParts: the parts of one rule (named ports resolved to different ports on
+// different subjects) share its priority; the clause flow they have in common is one flow with
+// the conjunction of each.
+func TestClusterPolicyFlowsParts(t *testing.T) {
+	g := NewWithT(t)
+	peer := []netip.Prefix{netip.MustParsePrefix("10.244.2.7/32")}
+	p := ClusterPolicy{Rules: []ClusterRule{
+		{Tier: AdminTier, Direction: PolicyIngress, Action: ClusterDeny, Priority: 50000, Sub: 0, Pods: []Pod{npPod1}, Peers: peer,
+			Ports: []PolicyPort{{Protocol: openflow.ProtoTCP, Port: 8080}}},
+		{Tier: AdminTier, Direction: PolicyIngress, Action: ClusterDeny, Priority: 50000, Sub: 1, Pods: []Pod{npPod2}, Peers: peer,
+			Ports: []PolicyPort{{Protocol: openflow.ProtoTCP, Port: 9090}}},
+	}}
+	g.Expect(strs(testNode().ClusterPolicyFlows(p))).To(Equal([]string{
+		"table=82, priority=50000,ip,reg1=0xa actions=conjunction(2147533648,2/3)",
+		"table=82, priority=50000,ip,nw_src=10.244.2.7 actions=conjunction(2147533648,1/3),conjunction(2147795792,1/3)",
+		"table=82, priority=50000,tcp,tp_dst=8080 actions=conjunction(2147533648,3/3)",
+		"table=82, priority=50000,conj_id=2147533648,ip actions=drop",
+		"table=82, priority=50000,ip,reg1=0xb actions=conjunction(2147795792,2/3)",
+		"table=82, priority=50000,tcp,tp_dst=9090 actions=conjunction(2147795792,3/3)",
+		"table=82, priority=50000,conj_id=2147795792,ip actions=drop",
+	}))
+}

@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	cnpv1beta1 "sigs.k8s.io/network-policy-api/apis/v1beta1"
 
+	"github.com/winnet-io/winnet/controllers/networkpolicy"
 	"github.com/winnet-io/winnet/test/framework"
 	"github.com/winnet-io/winnet/test/simnode"
 )
@@ -172,4 +173,57 @@ func TestClusterNetworkPolicy(t *testing.T) {
 	expectAllowed(t, clientA.NS, "tcp4", webOther, "web")
 	deleteObject(t, egressDeny)
 	expectAllowed(t, clientB.NS, "tcp4", webOther, "web")
+
+	deleteObject(t, adminDeny)
+	deleteObject(t, adminFirst)
+	expectAllowed(t, clientB.NS, "tcp4", webHTTP, "web")
+
+	// Named ports: an Admin Deny of the port named "http" from team y's clients, resolved on web
+	// (the subject): 8080 is refused, 9090 stays open.
+	namedDeny := &cnpv1beta1.ClusterNetworkPolicy{
+		ObjectMeta: metav1.ObjectMeta{Name: "named-deny"},
+		Spec: cnpv1beta1.ClusterNetworkPolicySpec{
+			Tier: cnpv1beta1.AdminTier, Priority: 2,
+			Subject: cnpv1beta1.ClusterNetworkPolicySubject{Namespaces: teamNamespaces("x")},
+			Ingress: []cnpv1beta1.ClusterNetworkPolicyIngressRule{{
+				Action: cnpv1beta1.ClusterNetworkPolicyRuleActionDeny,
+				From: []cnpv1beta1.ClusterNetworkPolicyIngressPeer{{Pods: &cnpv1beta1.NamespacedPod{
+					NamespaceSelector: *teamNamespaces("y"), PodSelector: metav1.LabelSelector{MatchLabels: map[string]string{"app": "client"}}}}},
+				Protocols: []cnpv1beta1.ClusterNetworkPolicyProtocol{{DestinationNamedPort: "http"}},
+			}},
+		},
+	}
+	createCNP(t, namedDeny)
+	expectRefused(t, clientB.NS, "tcp4", webHTTP)
+	expectAllowed(t, clientB.NS, "tcp4", webOther, "web")
+
+	// A peer's label change: client-b relabelled out of the pods peer is admitted; back in, refused.
+	clientBPod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: clientB.Namespace, Name: clientB.Name}}
+	setLabels(t, clientBPod, map[string]string{"app": "other"})
+	expectAllowed(t, clientB.NS, "tcp4", webHTTP, "web")
+	setLabels(t, clientBPod, map[string]string{"app": "client"})
+	expectRefused(t, clientB.NS, "tcp4", webHTTP)
+
+	// The flows are replayed after ovs-vswitchd is killed and restarted.
+	g.Expect(a.OVS.KillVswitchd()).To(Succeed())
+	g.Expect(a.OVS.StartVswitchd()).To(Succeed())
+	a.OVS.ExactMatchDatapath(t)
+	expectAllowed(t, clientB.NS, "tcp4", webOther, "web")
+	expectRefused(t, clientB.NS, "tcp4", webHTTP)
+
+	// What winnet does not realise is said on the policy, by a Warning Event.
+	createCNP(t, &cnpv1beta1.ClusterNetworkPolicy{
+		ObjectMeta: metav1.ObjectMeta{Name: "unsupported"},
+		Spec: cnpv1beta1.ClusterNetworkPolicySpec{
+			Tier: cnpv1beta1.AdminTier, Priority: 30,
+			Subject: cnpv1beta1.ClusterNetworkPolicySubject{Namespaces: teamNamespaces("x")},
+			Egress: []cnpv1beta1.ClusterNetworkPolicyEgressRule{{
+				Action: cnpv1beta1.ClusterNetworkPolicyRuleActionAccept,
+				To:     []cnpv1beta1.ClusterNetworkPolicyEgressPeer{{DomainNames: []cnpv1beta1.DomainName{"example.com"}}},
+			}},
+		},
+	})
+	g.Eventually(func(g Gomega) {
+		g.Expect(server.WarningReasons(ctx, "", "unsupported")).To(ContainElement(networkpolicy.ClusterUnsupportedReason))
+	}).WithTimeout(converge).Should(Succeed())
 }
