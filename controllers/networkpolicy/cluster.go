@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"maps"
 	"net/netip"
 	"slices"
 	"strings"
@@ -15,6 +16,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	cnpv1beta1 "sigs.k8s.io/network-policy-api/apis/v1beta1"
 
+	networkv1alpha1 "github.com/winnet-io/winnet/api/v1alpha1"
 	"github.com/winnet-io/winnet/internal/ovs/openflow"
 	"github.com/winnet-io/winnet/internal/pipeline"
 )
@@ -28,6 +30,24 @@ type ClusterDesired struct {
 	// Unsupported holds, per policy name, what of it winnet does not realise (and how it is
 	// treated instead); Refused its rules beyond the tier's priority band.
 	Unsupported, Refused map[string][]string
+	// Generations are the generations compiled, by policy name.
+	Generations map[string]int64
+}
+
+// maxNotRealised bounds a ClusterNetworkPolicyRealisation's message (the API's MaxLength).
+const maxNotRealised = 2048
+
+// Realisations is what the node reports of each policy compiled, sorted by name.
+func (d ClusterDesired) Realisations() []networkv1alpha1.ClusterNetworkPolicyRealisation {
+	out := make([]networkv1alpha1.ClusterNetworkPolicyRealisation, 0, len(d.Generations))
+	for _, name := range slices.Sorted(maps.Keys(d.Generations)) {
+		msg := strings.Join(append(slices.Clone(d.Refused[name]), d.Unsupported[name]...), "; ")
+		if len(msg) > maxNotRealised {
+			msg = msg[:maxNotRealised-4] + " ..."
+		}
+		out = append(out, networkv1alpha1.ClusterNetworkPolicyRealisation{Name: name, Generation: d.Generations[name], NotRealised: msg})
+	}
+	return out
 }
 
 // clusterRulesPerBand is how many rules of one tier and direction have a priority of their own.
@@ -41,7 +61,7 @@ const clusterRulesPerBand = int(pipeline.ClusterPriorityHighest-pipeline.Cluster
 // orders the same rules the same way. A rule beyond the band (clusterRulesPerBand) is refused and
 // reported.
 func ComputeCluster(policies []cnpv1beta1.ClusterNetworkPolicy, in Inputs) ClusterDesired {
-	d := ClusterDesired{Unsupported: map[string][]string{}, Refused: map[string][]string{}}
+	d := ClusterDesired{Unsupported: map[string][]string{}, Refused: map[string][]string{}, Generations: map[string]int64{}}
 	sorted := make([]*cnpv1beta1.ClusterNetworkPolicy, 0, len(policies))
 	for i := range policies {
 		sorted = append(sorted, &policies[i])
@@ -59,6 +79,7 @@ func ComputeCluster(policies []cnpv1beta1.ClusterNetworkPolicy, in Inputs) Clust
 	}
 	used := map[band]int{}
 	for _, p := range sorted {
+		d.Generations[p.Name] = p.Generation
 		tier, ok := clusterTier(p.Spec.Tier)
 		if !ok {
 			d.Unsupported[p.Name] = append(d.Unsupported[p.Name], fmt.Sprintf("tier %q is unknown: the policy is not realised", p.Spec.Tier))

@@ -568,6 +568,9 @@ func (r *Reconciler) result(d Desired) nodenetwork.PoliciesResult {
 			res.Refused = append(res.Refused, "ClusterNetworkPolicy "+name+": "+w)
 		}
 	}
+	if r.ClusterPolicies {
+		res.Cluster = r.clusterLast.Realisations()
+	}
 	slices.Sort(res.Refused)
 	return res
 }

@@ -10,11 +10,19 @@ import (
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/config"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	cnpv1beta1 "sigs.k8s.io/network-policy-api/apis/v1beta1"
 
+	networkv1alpha1 "github.com/winnet-io/winnet/api/v1alpha1"
+	"github.com/winnet-io/winnet/controllers/clusternetworkpolicy"
 	"github.com/winnet-io/winnet/controllers/networkpolicy"
+	winnetscheme "github.com/winnet-io/winnet/internal/scheme"
 	"github.com/winnet-io/winnet/test/framework"
 	"github.com/winnet-io/winnet/test/simnode"
 )
@@ -226,4 +234,49 @@ func TestClusterNetworkPolicy(t *testing.T) {
 	g.Eventually(func(g Gomega) {
 		g.Expect(server.WarningReasons(ctx, "", "unsupported")).To(ContainElement(networkpolicy.ClusterUnsupportedReason))
 	}).WithTimeout(converge).Should(Succeed())
+
+	// Status: each agent reports what it realised of each policy in its WindowsNodeNetwork, and
+	// winnet-controller's reconciler (run here against the same API server) writes the policies'
+	// Realised condition from the reports: False where a part is not realised, True elsewhere.
+	startStatusReconciler(t)
+	g.Eventually(func(g Gomega) {
+		w := &networkv1alpha1.WindowsNodeNetwork{}
+		g.Expect(server.Client.Get(ctx, client.ObjectKey{Name: "cnp-a"}, w)).To(Succeed())
+		g.Expect(w.Status.NetworkPolicies.ClusterNetworkPolicies).To(ContainElement(And(
+			HaveField("Name", "unsupported"), HaveField("NotRealised", ContainSubstring("domainNames")))))
+	}).WithTimeout(converge).Should(Succeed())
+	realised := func(name string) func(g Gomega) *metav1.Condition {
+		return func(g Gomega) *metav1.Condition {
+			p := &cnpv1beta1.ClusterNetworkPolicy{}
+			g.Expect(server.Client.Get(ctx, client.ObjectKey{Name: name}, p)).To(Succeed())
+			return meta.FindStatusCondition(p.Status.Conditions, networkv1alpha1.RealisedCondition)
+		}
+	}
+	g.Eventually(realised("unsupported")).WithTimeout(converge).Should(And(Not(BeNil()),
+		HaveField("Status", metav1.ConditionFalse), HaveField("Reason", networkv1alpha1.PartlyRealisedReason),
+		HaveField("Message", And(ContainSubstring("cnp-a: "), ContainSubstring("cnp-b: "), ContainSubstring("domainNames")))))
+	g.Eventually(realised("named-deny")).WithTimeout(converge).Should(And(Not(BeNil()),
+		HaveField("Status", metav1.ConditionTrue), HaveField("Reason", networkv1alpha1.RealisedReason)))
+}
+
+// startStatusReconciler runs winnet-controller's ClusterNetworkPolicy status reconciler for the
+// rest of the test.
+func startStatusReconciler(t *testing.T) {
+	t.Helper()
+	g := NewWithT(t)
+	scheme, err := winnetscheme.New()
+	g.Expect(err).NotTo(HaveOccurred())
+	mgr, err := ctrl.NewManager(server.Config, ctrl.Options{Scheme: scheme, Metrics: metricsserver.Options{BindAddress: "0"},
+		HealthProbeBindAddress: "0", Controller: config.Controller{SkipNameValidation: ptr.To(true)}})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect((&clusternetworkpolicy.Reconciler{Client: mgr.GetClient()}).SetupWithManager(mgr)).To(Succeed())
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- mgr.Start(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("the status reconciler's manager: %v", err)
+		}
+	})
 }
