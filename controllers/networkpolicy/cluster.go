@@ -13,10 +13,12 @@ import (
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
 	cnpv1beta1 "sigs.k8s.io/network-policy-api/apis/v1beta1"
 
 	networkv1alpha1 "github.com/winnet-io/winnet/api/v1alpha1"
+	"github.com/winnet-io/winnet/controllers/nodenetwork"
 	"github.com/winnet-io/winnet/internal/ovs/openflow"
 	"github.com/winnet-io/winnet/internal/pipeline"
 )
@@ -514,4 +516,86 @@ func (r *Reconciler) warnCluster(ctx context.Context, policies []cnpv1beta1.Clus
 			}
 		}
 	}
+}
+
+// clusterPass is what an incremental pass compiled of the ClusterNetworkPolicies.
+type clusterPass struct {
+	in      Inputs
+	desired ClusterDesired
+	flows   []openflow.Flow
+	objects map[uint64][]openflow.Flow
+	// changed are the rules' objects whose flows changed (nil: gone), for SyncObjects.
+	changed map[uint64][]openflow.Flow
+}
+
+// applyClusterPods recompiles the ClusterNetworkPolicies of the last pass with the changed Pods'
+// current state (remote Pods only: a local Pod's change takes the full pass) and returns the rules
+// whose flows changed, each a cookie object of its own (pipeline.ClusterRuleObject): a peer Pod's
+// change sends only the flows of the rules it joins or leaves, in the incremental pass's bundle.
+// Compiling them again costs what ComputeCluster costs; the NetworkPolicies are not recompiled.
+func (r *Reconciler) applyClusterPods(rz nodenetwork.Realized, pods map[types.NamespacedName]bool) *clusterPass {
+	in := r.clusterIn
+	in.Pods = make([]PodInfo, 0, len(r.clusterIn.Pods)+len(pods))
+	for _, p := range r.clusterIn.Pods {
+		if !pods[types.NamespacedName{Namespace: p.Namespace, Name: p.Name}] {
+			in.Pods = append(in.Pods, p)
+		}
+	}
+	for key := range pods {
+		if pod := r.Peers.get(key); pod != nil {
+			if info, ok := podInfo(pod); ok {
+				in.Pods = append(in.Pods, info)
+			}
+		}
+	}
+	d := ComputeCluster(in.ClusterPolicies, in)
+	flows := rz.Node.ClusterPolicyFlows(d.Policy)
+	now := byObject(flows)
+	changed := map[uint64][]openflow.Flow{}
+	for obj := range r.clusterObjs {
+		if _, ok := now[obj]; !ok {
+			changed[obj] = nil
+		}
+	}
+	for obj, fs := range now {
+		if !sameFlows(r.clusterObjs[obj], fs) {
+			changed[obj] = fs
+		}
+	}
+	return &clusterPass{in: in, desired: d, flows: flows, objects: now, changed: changed}
+}
+
+// clusterCommitted records an incremental pass's ClusterNetworkPolicy flows as realised, in the
+// flows a resend sends too.
+func (r *Reconciler) clusterCommitted(c *clusterPass) {
+	kept := make([]openflow.Flow, 0, len(r.flows))
+	for _, f := range r.flows {
+		if _, ok := r.clusterObjs[f.Cookie&openflow.ObjectMask]; !ok {
+			kept = append(kept, f)
+		}
+	}
+	r.flows = append(kept, c.flows...)
+	r.clusterIn, r.clusterLast, r.clusterObjs = c.in, c.desired, c.objects
+}
+
+// byObject groups flows by their cookie object.
+func byObject(flows []openflow.Flow) map[uint64][]openflow.Flow {
+	out := map[uint64][]openflow.Flow{}
+	for _, f := range flows {
+		obj := f.Cookie & openflow.ObjectMask
+		out[obj] = append(out[obj], f)
+	}
+	return out
+}
+
+func sameFlows(a, b []openflow.Flow) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i].String() != b[i].String() {
+			return false
+		}
+	}
+	return true
 }

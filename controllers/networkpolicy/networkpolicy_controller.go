@@ -119,11 +119,15 @@ type Reconciler struct {
 	reading bool
 	// gate tells the Pod network when a new Pod's policies are in the switch (gate.go).
 	gate gate
-	// clusterActive: the last full pass had ClusterNetworkPolicies, whose peers the incremental
-	// path does not follow yet: every Pod change takes the full pass.
+	// clusterActive: the last full pass had ClusterNetworkPolicies; the incremental path then
+	// recompiles them too (applyClusterPods).
 	clusterActive bool
-	// clusterLast is what the last full pass realised of them.
+	// clusterLast is what the last pass realised of them, clusterIn what it was compiled from
+	// (the Pods updated by the incremental passes since), clusterObjs its flows by cookie object
+	// (one per rule).
 	clusterLast ClusterDesired
+	clusterIn   Inputs
+	clusterObjs map[uint64][]openflow.Flow
 }
 
 // SetupWithManager registers the reconciler for NetworkPolicies, Namespaces, the node's Pods, the
@@ -509,7 +513,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 	r.warn(ctx, in.Policies, d.Refused, RuleRefusedReason)
 	cd := ComputeCluster(in.ClusterPolicies, in)
 	r.warnCluster(ctx, in.ClusterPolicies, cd)
-	flows := append(rz.Node.PolicyFlows(d.Policy), rz.Node.ClusterPolicyFlows(cd.Policy)...)
+	cflows := rz.Node.ClusterPolicyFlows(cd.Policy)
+	clusterFlows := len(cflows)
+	flows := append(rz.Node.PolicyFlows(d.Policy), cflows...)
 	compute := time.Since(passStart) - read
 	synced, err := rz.Flows.Sync(ctx, pipeline.CategoryPolicy, flows)
 	sync := time.Since(passStart) - read - compute
@@ -519,7 +525,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 	r.ids.keepOnly(d.ids, d.Policy.IngressClasses, d.Policy.EgressClasses)
 	r.last, r.index, r.indexFlows = d, d.peers(), rz.Flows
 	r.inputsHash, r.flows, r.invalidations = hash, flows, invalidations
-	r.clusterActive, r.clusterLast = len(in.ClusterPolicies) > 0, cd
+	r.clusterActive, r.clusterLast, r.clusterIn, r.clusterObjs = len(in.ClusterPolicies) > 0, cd, in, byObject(flows[len(flows)-clusterFlows:])
 	seen := readNamespaces(withClusterPeers(in.Policies, in.ClusterPolicies, true), in.Namespaces)
 	r.changedMu.Lock()
 	r.nsRead, r.localRead, r.reading = seen, localSum, false
@@ -584,9 +590,6 @@ func (r *Reconciler) applyPods(ctx context.Context, rz nodenetwork.Realized, pod
 	if r.index == nil || r.indexFlows != rz.Flows {
 		return fmt.Errorf("no full pass on this bridge yet: %w", errFullPass)
 	}
-	if r.clusterActive {
-		return fmt.Errorf("ClusterNetworkPolicies follow Pods through the full pass: %w", errFullPass)
-	}
 	local := map[types.NamespacedName]bool{}
 	for _, a := range r.Local.List() {
 		local[types.NamespacedName{Namespace: a.PodNamespace, Name: a.PodName}] = true
@@ -609,11 +612,21 @@ func (r *Reconciler) applyPods(ctx context.Context, rz nodenetwork.Realized, pod
 		clauses = append(clauses, c...)
 	}
 	flows := r.index.flows(clauses)
+	var cluster *clusterPass
+	if r.clusterActive {
+		cluster = r.applyClusterPods(rz, pods)
+		for obj, fs := range cluster.changed {
+			flows[obj] = fs
+		}
+	}
 	compute := time.Since(start)
 	var trace openflow.SendTrace
 	synced, err := rz.Flows.SyncObjects(openflow.WithSendTrace(ctx, &trace), pipeline.CategoryPolicy, flows)
 	if err != nil {
 		return fmt.Errorf("installing NetworkPolicy peer flows: %w", err)
+	}
+	if cluster != nil {
+		r.clusterCommitted(cluster)
 	}
 	observePass(r.last, synced.Mods() > 0, time.Since(changed))
 	if synced.Mods() > 0 {

@@ -68,6 +68,14 @@ func ClusterConjID(tier ClusterTier, dir PolicyDirection, priority, sub uint16) 
 	return 1<<31 | uint32(sub)<<18 | uint32(tier)<<17 | uint32(dir)<<16 | uint32(priority)
 }
 
+// ClusterRuleObject is the cookie object of every flow of the rule at priority in the table of tier
+// and direction (all its parts): bit 39 set and 63 in bits 32-37, which no peer clause flow has
+// (PolicyPeerObject's prefix length is at most 32), so that a rule's flows can be synced on their own
+// (openflow.Bridge.SyncObjects) when its peers change.
+func ClusterRuleObject(tier ClusterTier, dir PolicyDirection, priority uint16) uint64 {
+	return 1<<39 | 63<<32 | uint64(tier)<<17 | uint64(dir)<<16 | uint64(priority)
+}
+
 // clusterTable is the table of a tier and direction.
 func clusterTable(tier ClusterTier, dir PolicyDirection) uint8 {
 	switch {
@@ -156,7 +164,7 @@ func clusterRuleFlows(r ClusterRule) []openflow.Flow {
 		for _, pod := range r.Pods {
 			out = append(out, flow(table, r.Priority, podMatch(pod), actions...))
 		}
-		return dedup(out)
+		return withCookie(dedup(out), ClusterRuleObject(r.Tier, r.Direction, r.Priority))
 	}
 	id := ClusterConjID(r.Tier, r.Direction, r.Priority, r.Sub)
 	for _, pod := range r.Pods {
@@ -183,7 +191,14 @@ func clusterRuleFlows(r ClusterRule) []openflow.Flow {
 		}
 	}
 	out = append(out, flow(table, r.Priority, match(openflow.ConjID(id), openflow.IPv4()), actions...))
-	return dedup(out)
+	return withCookie(dedup(out), ClusterRuleObject(r.Tier, r.Direction, r.Priority))
+}
+
+func withCookie(flows []openflow.Flow, object uint64) []openflow.Flow {
+	for i := range flows {
+		flows[i].Cookie = object
+	}
+	return flows
 }
 
 func actionText(a openflow.Action) string {

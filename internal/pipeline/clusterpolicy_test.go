@@ -29,7 +29,18 @@ func testClusterPolicy() ClusterPolicy {
 
 func TestClusterPolicyFlows(t *testing.T) {
 	g := NewWithT(t)
-	g.Expect(strs(testNode().ClusterPolicyFlows(testClusterPolicy()))).To(Equal([]string{
+	flows := testNode().ClusterPolicyFlows(testClusterPolicy())
+	for _, f := range flows {
+		tier, dir := AdminTier, PolicyEgress
+		switch f.Table {
+		case AdminIngressRuleTable:
+			dir = PolicyIngress
+		case BaselineIngressRuleTable:
+			tier, dir = BaselineTier, PolicyIngress
+		}
+		g.Expect(f.Cookie).To(Equal(ClusterRuleObject(tier, dir, f.Priority)), "the rule's object: %s", f.String())
+	}
+	g.Expect(strs(withCookie(flows, 0))).To(Equal([]string{
 		"table=46, priority=60000,ip,in_port=10 actions=conjunction(2147609184,1/3)",
 		"table=46, priority=60000,ip,nw_dst=10.244.3.0/24 actions=conjunction(2147609184,2/3)",
 		"table=46, priority=60000,tcp,tp_dst=0x50/0xfffe actions=conjunction(2147609184,3/3)",
@@ -56,7 +67,7 @@ func TestClusterPolicyFlowsParts(t *testing.T) {
 		{Tier: AdminTier, Direction: PolicyIngress, Action: ClusterDeny, Priority: 50000, Sub: 1, Pods: []Pod{npPod2}, Peers: peer,
 			Ports: []PolicyPort{{Protocol: openflow.ProtoTCP, Port: 9090}}},
 	}}
-	g.Expect(strs(testNode().ClusterPolicyFlows(p))).To(Equal([]string{
+	g.Expect(strs(withCookie(testNode().ClusterPolicyFlows(p), 0))).To(Equal([]string{
 		"table=82, priority=50000,ip,reg1=0xa actions=conjunction(2147533648,2/3)",
 		"table=82, priority=50000,ip,nw_src=10.244.2.7 actions=conjunction(2147533648,1/3),conjunction(2147795792,1/3)",
 		"table=82, priority=50000,tcp,tp_dst=8080 actions=conjunction(2147533648,3/3)",

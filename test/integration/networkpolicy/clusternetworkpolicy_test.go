@@ -206,11 +206,16 @@ func TestClusterNetworkPolicy(t *testing.T) {
 	expectAllowed(t, clientB.NS, "tcp4", webOther, "web")
 
 	// A peer's label change: client-b relabelled out of the pods peer is admitted; back in, refused.
+	// Both take the incremental path (a pass of kind pods), not the full pass.
 	clientBPod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: clientB.Namespace, Name: clientB.Name}}
+	incremental := passCount(t, networkpolicy.PassPods)
 	setLabels(t, clientBPod, map[string]string{"app": "other"})
 	expectAllowed(t, clientB.NS, "tcp4", webHTTP, "web")
+	g.Expect(passCount(t, networkpolicy.PassPods)).To(BeNumerically(">", incremental), "the peer's change took the incremental path")
+	incremental = passCount(t, networkpolicy.PassPods)
 	setLabels(t, clientBPod, map[string]string{"app": "client"})
 	expectRefused(t, clientB.NS, "tcp4", webHTTP)
+	g.Expect(passCount(t, networkpolicy.PassPods)).To(BeNumerically(">", incremental), "the peer's change took the incremental path")
 
 	// The flows are replayed after ovs-vswitchd is killed and restarted.
 	g.Expect(a.OVS.KillVswitchd()).To(Succeed())
