@@ -29,13 +29,17 @@ generate: ## Generate deepcopy code, OVSDB models, the pipeline's page (docs/pip
 		--renderer=markdown --output-path=docs/api-reference.md > $$log 2>&1 || { cat $$log; rm -f $$log; exit 1; }; rm -f $$log
 
 .PHONY: manifests
-manifests: ## Generate CRDs (config/crd) and RBAC roles (config/rbac) from the markers.
+manifests: ## Generate CRDs (config/crd) and RBAC roles (config/rbac) from the markers; copy ClusterNetworkPolicy's CRD from the pinned network-policy-api module.
 	$(CONTROLLER_GEN) crd paths=./api/... output:crd:artifacts:config=config/crd/bases
+	install -m 0644 "$$($(GO) list -m -f '{{.Dir}}' $(NETWORK_POLICY_API))/config/crd/experimental/policy.networking.k8s.io_clusternetworkpolicies.yaml" config/crd/bases/
 	$(CONTROLLER_GEN) rbac:roleName=winnet-agent paths=./internal/agent/... output:rbac:artifacts:config=config/rbac/agent
 	$(CONTROLLER_GEN) rbac:roleName=winnet-controller paths=./internal/controller/... output:rbac:artifacts:config=config/rbac/controller
 	@$(MAKE) --no-print-directory helm-crds
 
 HELM_CRDS := config/helm/winnet/crds
+# ClusterNetworkPolicy's CRD is the release's own (its experimental channel: nodes, domainNames and
+# named ports too), at the version go.mod pins.
+NETWORK_POLICY_API := sigs.k8s.io/network-policy-api
 HELM_VERSION := v3.22.0
 
 .PHONY: helm-crds

@@ -12,7 +12,7 @@ require (
 	github.com/containerd/go-cni v1.1.14
 	github.com/containernetworking/cni v1.3.1
 	github.com/containernetworking/plugins v1.9.1
-	github.com/fsnotify/fsnotify v1.9.0
+	github.com/fsnotify/fsnotify v1.10.0
 	github.com/go-logr/logr v1.4.4
 	github.com/go-ole/go-ole v1.3.0
 	github.com/google/nftables v0.3.0
@@ -35,6 +35,7 @@ require (
 	k8s.io/client-go v0.37.2
 	k8s.io/utils v0.0.0-20260707023825-cf1189d6abe3
 	sigs.k8s.io/controller-runtime v0.25.2
+	sigs.k8s.io/network-policy-api v0.3.0
 	sigs.k8s.io/yaml v1.6.0
 )
 

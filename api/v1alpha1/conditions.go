@@ -31,6 +31,17 @@ const (
 	PoliciesReadyCondition = "PoliciesReady"
 )
 
+// Condition types winnet-controller writes on ClusterNetworkPolicies (policy.networking.k8s.io,
+// whose API leaves the conditions to the implementation), from the agents' reports
+// (NetworkPoliciesStatus.ClusterNetworkPolicies).
+const (
+	// RealisedCondition: every winnet node realises the policy's current generation whole (True,
+	// RealisedReason); some part is not realised on some node (False, PartlyRealisedReason, the
+	// message says what and where); some node has not reported the current generation yet
+	// (Unknown, ProgressingReason).
+	RealisedCondition = "Realised"
+)
+
 // Condition types of RemoteSubnetRoute.
 const (
 	// AcceptedCondition: winnet-controller validated the route and agents will install it.
@@ -110,6 +121,10 @@ const (
 	// agent's size limit (the message names the policies and rules): they admit nothing, the rest
 	// of the policies is realised.
 	PolicyRulesRefusedReason = "PolicyRulesRefused"
+	// RealisedReason: every winnet node realises the ClusterNetworkPolicy whole.
+	RealisedReason = "Realised"
+	// PartlyRealisedReason: some part of the ClusterNetworkPolicy is not realised on some node.
+	PartlyRealisedReason = "PartlyRealised"
 	// PortMissingReason: the OVS port is gone and the agent is recreating it.
 	PortMissingReason = "PortMissing"
 	// WaitingForVNICReason: the endpoint and the Pod's flows are in place; the OVS port waits for

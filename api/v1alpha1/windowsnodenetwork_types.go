@@ -339,6 +339,31 @@ type NetworkPoliciesStatus struct {
 	// rules is the number of rules realised: one per rule and group of Pods that a named port
 	// resolves to the same port numbers; rules whose peers match nothing are not counted.
 	Rules int32 `json:"rules"`
+
+	// clusterNetworkPolicies lists every ClusterNetworkPolicy (policy.networking.k8s.io) the agent
+	// compiled, with subjects on this node or not, at the generation compiled and with what of it
+	// this node does not realise. winnet-controller writes each policy's conditions from the
+	// nodes' lists. Absent when the agent does not realise ClusterNetworkPolicies (the cluster
+	// served no CRD when it started).
+	// +optional
+	// +listType=map
+	// +listMapKey=name
+	// +kubebuilder:validation:MaxItems=20000
+	ClusterNetworkPolicies []ClusterNetworkPolicyRealisation `json:"clusterNetworkPolicies,omitempty"`
+}
+
+// ClusterNetworkPolicyRealisation is what an agent realised of one ClusterNetworkPolicy.
+type ClusterNetworkPolicyRealisation struct {
+	// name is the ClusterNetworkPolicy's name.
+	// +kubebuilder:validation:MaxLength=253
+	Name string `json:"name"`
+	// generation is the policy's metadata.generation the agent realised.
+	Generation int64 `json:"generation"`
+	// notRealised says what of the policy this node does not realise and how it is treated
+	// instead (unsupported peers or ports, rules beyond the priority band); empty when all of it is.
+	// +optional
+	// +kubebuilder:validation:MaxLength=2048
+	NotRealised string `json:"notRealised,omitempty"`
 }
 
 // ServicesStatus counts what the agent realised of the cluster's Services on this node.

@@ -17,6 +17,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/winnet-io/winnet/controllers/nodenetwork"
+	cnpv1beta1 "sigs.k8s.io/network-policy-api/apis/v1beta1"
+
 	"github.com/winnet-io/winnet/internal/ovs/openflow"
 	"github.com/winnet-io/winnet/internal/pipeline"
 )
@@ -47,6 +49,9 @@ type LocalPod struct {
 // Inputs are the facts the desired policy is computed from.
 type Inputs struct {
 	Policies []networkingv1.NetworkPolicy
+	// ClusterPolicies are every ClusterNetworkPolicy of the cluster (none when the agent does
+	// not realise them: Reconciler.ClusterPolicies).
+	ClusterPolicies []cnpv1beta1.ClusterNetworkPolicy
 	// Namespaces maps every namespace to its labels.
 	Namespaces map[string]map[string]string
 	// Pods are every Pod of the cluster with an address; Local the ones attached on this node.

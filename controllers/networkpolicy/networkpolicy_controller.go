@@ -27,6 +27,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/source"
+	cnpv1beta1 "sigs.k8s.io/network-policy-api/apis/v1beta1"
 
 	networkv1alpha1 "github.com/winnet-io/winnet/api/v1alpha1"
 	"github.com/winnet-io/winnet/controllers/nodenetwork"
@@ -82,6 +83,9 @@ type Reconciler struct {
 	State     *nodenetwork.State
 	// ResyncPeriod is the drift check period; zero means DefaultResyncPeriod.
 	ResyncPeriod time.Duration
+	// ClusterPolicies realises the ClusterNetworkPolicies (policy.networking.k8s.io/v1beta1, the
+	// Admin and Baseline tiers) too; the cluster must serve their CRD.
+	ClusterPolicies bool
 
 	ids conjIDs
 	// warned holds the policies (by UID and generation) already given a Warning Event, per reason.
@@ -115,6 +119,15 @@ type Reconciler struct {
 	reading bool
 	// gate tells the Pod network when a new Pod's policies are in the switch (gate.go).
 	gate gate
+	// clusterActive: the last full pass had ClusterNetworkPolicies; the incremental path then
+	// recompiles them too (applyClusterPods).
+	clusterActive bool
+	// clusterLast is what the last pass realised of them, clusterIn what it was compiled from
+	// (the Pods updated by the incremental passes since), clusterObjs its flows by cookie object
+	// (one per rule).
+	clusterLast ClusterDesired
+	clusterIn   Inputs
+	clusterObjs map[uint64][]openflow.Flow
 }
 
 // SetupWithManager registers the reconciler for NetworkPolicies, Namespaces, the node's Pods, the
@@ -201,7 +214,15 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		q.Add(allPolicies)
 	}
 	onRealized := nodenetwork.WakeSource(everything, everything, r.State.Subscribe(), wake)
-	return ctrl.NewControllerManagedBy(mgr).
+	b := ctrl.NewControllerManagedBy(mgr)
+	if r.ClusterPolicies {
+		// A ClusterNetworkPolicy selects Pods of any namespace: each of its events takes the full pass.
+		b = b.Watches(&cnpv1beta1.ClusterNetworkPolicy{}, handler.EnqueueRequestsFromMapFunc(func(context.Context, client.Object) []reconcile.Request {
+			r.markChanged(nil)
+			return []reconcile.Request{allPolicies}
+		}))
+	}
+	return b.
 		Named("networkpolicy").
 		Watches(&networkingv1.NetworkPolicy{}, policies).
 		Watches(&corev1.Namespace{}, namespaces).
@@ -490,7 +511,11 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 	d := Compute(in, &r.ids)
 	r.warn(ctx, in.Policies, d.Unsupported, UnsupportedProtocolReason)
 	r.warn(ctx, in.Policies, d.Refused, RuleRefusedReason)
-	flows := rz.Node.PolicyFlows(d.Policy)
+	cd := ComputeCluster(in.ClusterPolicies, in)
+	r.warnCluster(ctx, in.ClusterPolicies, cd)
+	cflows := rz.Node.ClusterPolicyFlows(cd.Policy)
+	clusterFlows := len(cflows)
+	flows := append(rz.Node.PolicyFlows(d.Policy), cflows...)
 	compute := time.Since(passStart) - read
 	synced, err := rz.Flows.Sync(ctx, pipeline.CategoryPolicy, flows)
 	sync := time.Since(passStart) - read - compute
@@ -500,7 +525,8 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 	r.ids.keepOnly(d.ids, d.Policy.IngressClasses, d.Policy.EgressClasses)
 	r.last, r.index, r.indexFlows = d, d.peers(), rz.Flows
 	r.inputsHash, r.flows, r.invalidations = hash, flows, invalidations
-	seen := readNamespaces(in.Policies, in.Namespaces)
+	r.clusterActive, r.clusterLast, r.clusterIn, r.clusterObjs = len(in.ClusterPolicies) > 0, cd, in, byObject(flows[len(flows)-clusterFlows:])
+	seen := readNamespaces(withClusterPeers(in.Policies, in.ClusterPolicies, true), in.Namespaces)
 	r.changedMu.Lock()
 	r.nsRead, r.localRead, r.reading = seen, localSum, false
 	r.changedMu.Unlock()
@@ -512,7 +538,8 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 	if synced.Mods() > 0 {
 		// latency runs from the first change seen; queued, read, compute and sync are its steps
 		// (waiting for this pass, reading the caches, compiling the flows, the bundle committed).
-		log.Info("Synced NetworkPolicy flows", "policies", d.Policies, "rules", d.Rules, "flowMods", synced.Mods(),
+		log.Info("Synced NetworkPolicy flows", "policies", d.Policies, "rules", d.Rules,
+			"clusterNetworkPolicies", cd.Policies, "clusterRules", cd.Rules, "flowMods", synced.Mods(),
 			"latency", time.Since(changed), "queued", passStart.Sub(changed), "read", read, "compute", compute, "sync", sync)
 	}
 	return ctrl.Result{RequeueAfter: resync}, nil
@@ -541,6 +568,14 @@ func (r *Reconciler) result(d Desired) nodenetwork.PoliciesResult {
 		for _, w := range why {
 			res.Refused = append(res.Refused, key.String()+": "+w)
 		}
+	}
+	for name, why := range r.clusterLast.Refused {
+		for _, w := range why {
+			res.Refused = append(res.Refused, "ClusterNetworkPolicy "+name+": "+w)
+		}
+	}
+	if r.ClusterPolicies {
+		res.Cluster = r.clusterLast.Realisations()
 	}
 	slices.Sort(res.Refused)
 	return res
@@ -577,11 +612,21 @@ func (r *Reconciler) applyPods(ctx context.Context, rz nodenetwork.Realized, pod
 		clauses = append(clauses, c...)
 	}
 	flows := r.index.flows(clauses)
+	var cluster *clusterPass
+	if r.clusterActive {
+		cluster = r.applyClusterPods(rz, pods)
+		for obj, fs := range cluster.changed {
+			flows[obj] = fs
+		}
+	}
 	compute := time.Since(start)
 	var trace openflow.SendTrace
 	synced, err := rz.Flows.SyncObjects(openflow.WithSendTrace(ctx, &trace), pipeline.CategoryPolicy, flows)
 	if err != nil {
 		return fmt.Errorf("installing NetworkPolicy peer flows: %w", err)
+	}
+	if cluster != nil {
+		r.clusterCommitted(cluster)
 	}
 	observePass(r.last, synced.Mods() > 0, time.Since(changed))
 	if synced.Mods() > 0 {
@@ -633,6 +678,16 @@ func (r *Reconciler) inputs(ctx context.Context) (Inputs, uint64, uint64, error)
 	for i := range in.Policies {
 		write("np", string(in.Policies[i].UID), in.Policies[i].ResourceVersion)
 	}
+	if r.ClusterPolicies {
+		cnps := &cnpv1beta1.ClusterNetworkPolicyList{}
+		if err := r.Client.List(ctx, cnps, client.UnsafeDisableDeepCopy); err != nil {
+			return in, 0, 0, fmt.Errorf("listing ClusterNetworkPolicies: %w", err)
+		}
+		in.ClusterPolicies = cnps.Items
+		for i := range in.ClusterPolicies {
+			write("cnp", string(in.ClusterPolicies[i].UID), in.ClusterPolicies[i].ResourceVersion)
+		}
+	}
 	namespaces := &corev1.NamespaceList{}
 	if err := r.Client.List(ctx, namespaces, client.UnsafeDisableDeepCopy); err != nil {
 		return in, 0, 0, fmt.Errorf("listing Namespaces: %w", err)
@@ -645,7 +700,7 @@ func (r *Reconciler) inputs(ctx context.Context) (Inputs, uint64, uint64, error)
 	// The Pods the policies can select: the local Pods of their namespaces (targets, from the
 	// manager's cache of the node's Pods), and the peers, through the watches their peers need
 	// (opened now if new, closed if no policy needs them any more).
-	want := peerWatchKeys(in.Policies, in.Namespaces)
+	want := peerWatchKeys(withClusterPeers(in.Policies, in.ClusterPolicies, false), in.Namespaces)
 	opened, closed, synced, err := r.Peers.set(ctx, want)
 	if err != nil {
 		return in, 0, 0, fmt.Errorf("opening the peer Pod watches: %w", err)

@@ -58,6 +58,8 @@ type ServicesResult struct {
 // failed.
 type PoliciesResult struct {
 	Policies, Rules int
+	// Cluster is what was realised of each ClusterNetworkPolicy (nil: they are not realised), by name.
+	Cluster []networkv1alpha1.ClusterNetworkPolicyRealisation
 	// Refused names the rules refused for their size ("namespace/name: ingress rule 1: why"); the
 	// rest was realised.
 	Refused []string
@@ -195,7 +197,8 @@ func (s *State) servicesResult() (ServicesResult, bool) {
 // node's status at once.
 func (s *State) SetPolicies(r PoliciesResult) {
 	s.mu.Lock()
-	changed := s.policies == nil || s.policies.Policies != r.Policies || s.policies.Rules != r.Rules || s.policies.Err != r.Err || !slices.Equal(s.policies.Refused, r.Refused)
+	changed := s.policies == nil || s.policies.Policies != r.Policies || s.policies.Rules != r.Rules || s.policies.Err != r.Err || !slices.Equal(s.policies.Refused, r.Refused) ||
+		!slices.Equal(s.policies.Cluster, r.Cluster)
 	s.policies = &r
 	node := s.node
 	s.mu.Unlock()

@@ -16,6 +16,8 @@ package controller
 // metrics endpoint (when metrics are on), as the agent does.
 
 // +kubebuilder:rbac:groups=network.winnet.io,resources=windowsnodenetworks,verbs=get;list;watch;create;update;patch
+// +kubebuilder:rbac:groups=policy.networking.k8s.io,resources=clusternetworkpolicies,verbs=get;list;watch
+// +kubebuilder:rbac:groups=policy.networking.k8s.io,resources=clusternetworkpolicies/status,verbs=get;update;patch
 // +kubebuilder:rbac:groups=authentication.k8s.io,resources=tokenreviews,verbs=create
 // +kubebuilder:rbac:groups=authorization.k8s.io,resources=subjectaccessreviews,verbs=create
 // +kubebuilder:rbac:groups=network.winnet.io,resources=remotesubnetroutes,verbs=get;list;watch;create;update;patch;delete

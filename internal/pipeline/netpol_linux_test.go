@@ -111,7 +111,7 @@ func TestPolicyPaths(t *testing.T) {
 		{
 			name: "Replies and established packets skip egress policy",
 			flow: fromPod2("tcp", "8.8.8.8", ",tp_dst=443"), ctNext: []string{"trk,est"},
-			want:   []string{`50\. ct_state=-new\+est\+trk,ct_mark=0/0x10,ip, priority 210`},
+			want:   []string{`46\. ct_state=-new\+est\+trk,ct_mark=0/0x10,ip, priority 64000`},
 			reject: notDenied,
 		},
 		{
@@ -134,7 +134,7 @@ func TestPolicyPaths(t *testing.T) {
 		{
 			name: "An established connection survives: ingress evaluates only new connections",
 			flow: fromTunnel("tcp", "10.244.2.7", ",tp_dst=86"), ctNext: []string{"trk,est", "trk,est"},
-			want:   []string{`90\. ct_state=-new\+est\+trk,ct_mark=0/0x10,ip, priority 210`, "-> output port is 10"},
+			want:   []string{`82\. ct_state=-new\+est\+trk,ct_mark=0/0x10,ip, priority 64000`, "-> output port is 10"},
 			reject: notDenied,
 		},
 		{

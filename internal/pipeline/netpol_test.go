@@ -82,16 +82,16 @@ func TestPolicyRuleIsAConjunction(t *testing.T) {
 		"table=50, priority=200,tcp,tp_dst=0x50/0xfffc actions=conjunction(5,3/3)",
 		"table=50, priority=200,tcp,tp_dst=0x54/0xfffe actions=conjunction(5,3/3)",
 		"table=50, priority=200,udp,tp_dst=53 actions=conjunction(5,3/3)",
-		"table=50, priority=190,conj_id=5,ip actions=goto_table:61",
+		"table=50, priority=190,conj_id=5,ip actions=goto_table:62",
 		// Any peer on any port: no conjunction (OVS needs two clauses, and never completes one
 		// from two clauses of one flow), the Pod is allowed directly.
-		"table=90, priority=205,ip,reg1=0xb actions=goto_table:101",
+		"table=90, priority=205,ip,reg1=0xb actions=goto_table:102",
 		// Any peer: two clauses, the Pods and the ports.
 		"table=90, priority=200,ip,reg1=0xa actions=conjunction(7,1/2)",
 		"table=90, priority=200,udp,tp_dst=53 actions=conjunction(7,2/2)",
-		"table=90, priority=190,conj_id=7,ip actions=goto_table:101",
+		"table=90, priority=190,conj_id=7,ip actions=goto_table:102",
 		// 0.0.0.0/0 is any peer.
-		"table=50, priority=205,ip,in_port=10 actions=goto_table:61",
+		"table=50, priority=205,ip,in_port=10 actions=goto_table:62",
 	))
 }
 
@@ -117,13 +117,13 @@ func TestPolicyIsolationAndExemptions(t *testing.T) {
 	g := NewWithT(t)
 	got := policyStrs(testNode().PolicyFlows(Policy{IngressIsolated: []Pod{npPod1}, EgressIsolated: []Pod{npPod2}}))
 	g.Expect(got).To(ConsistOf(
-		"table=50, priority=210,ip,reg0=0x2/0xffff,nw_dst=10.244.1.1 actions=goto_table:61",
-		"table=50, priority=210,ip,reg0=0x2/0xffff,nw_dst=192.168.10.11 actions=goto_table:61",
-		"table=90, priority=210,ip,reg0=0x1/0xffff,nw_src=10.244.1.1 actions=goto_table:101",
-		"table=90, priority=210,ip,reg0=0x4/0xffff,nw_src=192.168.10.11 actions=goto_table:101",
-		"table=50, priority=210,ip,in_port=11,nw_dst=10.244.1.6 actions=goto_table:61",
+		"table=50, priority=210,ip,reg0=0x2/0xffff,nw_dst=10.244.1.1 actions=goto_table:62",
+		"table=50, priority=210,ip,reg0=0x2/0xffff,nw_dst=192.168.10.11 actions=goto_table:62",
+		"table=90, priority=210,ip,reg0=0x1/0xffff,nw_src=10.244.1.1 actions=goto_table:102",
+		"table=90, priority=210,ip,reg0=0x4/0xffff,nw_src=192.168.10.11 actions=goto_table:102",
+		"table=50, priority=210,ip,in_port=11,nw_dst=10.244.1.6 actions=goto_table:62",
 		"table=60, priority=200,ip,in_port=11 actions=drop",
-		"table=90, priority=210,ip,reg1=0xa,nw_src=10.244.1.5 actions=goto_table:101",
+		"table=90, priority=210,ip,reg1=0xa,nw_src=10.244.1.5 actions=goto_table:102",
 		"table=100, priority=200,ip,reg1=0xa actions=drop",
 	))
 }
@@ -153,8 +153,8 @@ func testPolicy() Policy {
 }
 
 // TestPodPolicyPendingFlows: a Pod whose policies are not committed yet refuses every IP packet
-// sent to it, above the exemptions (priority 210) and the established-connection skips.
+// sent to it, in the first ingress policy table (the Admin tier's), above its skips and exemptions.
 func TestPodPolicyPendingFlows(t *testing.T) {
 	g := NewWithT(t)
-	g.Expect(strs(testNode().PodPolicyPendingFlows(npPod1))).To(Equal([]string{"table=90, priority=220,ip,reg1=0xa actions=drop"}))
+	g.Expect(strs(testNode().PodPolicyPendingFlows(npPod1))).To(Equal([]string{"table=82, priority=65000,ip,reg1=0xa actions=drop"}))
 }

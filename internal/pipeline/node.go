@@ -183,7 +183,7 @@ func (n Node) conntrackFlows() []openflow.Flow {
 		flow(ConntrackStateTable, priorityLow, match(openflow.IPv4(), regMatch(PktSourceField, FromUplink)), openflow.Output(openflow.PortLocal)),
 		flow(ConntrackStateTable, prioritySkip, match(openflow.IPv4(), openflow.CTState(openflow.CTTrk|openflow.CTInv, 0)), openflow.Drop()),
 		flow(ConntrackStateTable, priorityMiss, nil, openflow.GotoTable(DNATTable)),
-		flow(DNATTable, priorityMiss, nil, openflow.GotoTable(EgressPeerClassTable)),
+		flow(DNATTable, priorityMiss, nil, openflow.GotoTable(AdminEgressRuleTable)),
 	)
 }
 
@@ -193,7 +193,7 @@ func (n Node) conntrackFlows() []openflow.Flow {
 // CategoryPolicy), established and related packets skip the rules, and what no policy isolates
 // passes.
 func (n Node) forwardingFlows() []openflow.Flow {
-	ingress := IngressPeerClassTable
+	ingress := AdminIngressRuleTable
 	// Replies skip policy; so do other established and related packets, except those of Service
 	// connections policy has not admitted (PolicyAdmittedCTMark).
 	skip := func(rules, next uint8) []openflow.Flow {
@@ -205,17 +205,37 @@ func (n Node) forwardingFlows() []openflow.Flow {
 		}
 		return append(out, flow(rules, priorityHigh, match(openflow.IPv4(), openflow.CTState(openflow.CTTrk|openflow.CTRpl, openflow.CTNew)), openflow.GotoTable(next)))
 	}
-	out := slices.Concat(skip(EgressRuleTable, EgressMetricTable), skip(IngressRuleTable, IngressMetricTable))
+	out := slices.Concat(skip(EgressRuleTable, EgressMetricTable), skip(IngressRuleTable, IngressMetricTable),
+		skip(AdminEgressRuleTable, EgressMetricTable), skip(AdminIngressRuleTable, IngressMetricTable))
+	for i := range out {
+		if out[i].Table == AdminEgressRuleTable || out[i].Table == AdminIngressRuleTable {
+			out[i].Priority = priorityClusterSkip
+		}
+	}
+	fromLocalPod := regMatch(PktSourceField, FromLocalPod)
 	return append(out,
+		// ClusterNetworkPolicy's tiers: traffic between a Pod and its own node goes on to
+		// NetworkPolicy, which exempts it (PolicyFlows); what no Admin rule decides goes on to
+		// NetworkPolicy, and what NetworkPolicy did not decide to the Baseline tier.
+		flow(AdminEgressRuleTable, priorityClusterExempt, match(openflow.IPv4(), fromLocalPod, hostPrefix(n.GatewayIP, openflow.NwDst)), openflow.GotoTable(EgressPeerClassTable)),
+		flow(AdminEgressRuleTable, priorityClusterExempt, match(openflow.IPv4(), fromLocalPod, hostPrefix(n.NodeIP, openflow.NwDst)), openflow.GotoTable(EgressPeerClassTable)),
+		flow(AdminIngressRuleTable, priorityClusterExempt, match(openflow.IPv4(), regMatch(PktSourceField, FromGateway), hostPrefix(n.GatewayIP, openflow.NwSrc)),
+			openflow.GotoTable(IngressPeerClassTable)),
+		flow(AdminIngressRuleTable, priorityClusterExempt, match(openflow.IPv4(), regMatch(PktSourceField, FromLocal), hostPrefix(n.NodeIP, openflow.NwSrc)),
+			openflow.GotoTable(IngressPeerClassTable)),
+		flow(AdminEgressRuleTable, priorityMiss, nil, openflow.GotoTable(EgressPeerClassTable)),
+		flow(AdminIngressRuleTable, priorityMiss, nil, openflow.GotoTable(IngressPeerClassTable)),
+		flow(BaselineEgressRuleTable, priorityMiss, nil, openflow.GotoTable(EgressMetricTable)),
+		flow(BaselineIngressRuleTable, priorityMiss, nil, openflow.GotoTable(IngressMetricTable)),
 		// The peer classes' miss: no prefix of an ipBlock with exceptions covers the address
 		// (class 0); NetworkPolicy adds the prefixes (CategoryPolicy).
 		flow(EgressPeerClassTable, priorityMiss, nil, openflow.GotoTable(EgressRuleTable)),
 		flow(IngressPeerClassTable, priorityMiss, nil, openflow.GotoTable(IngressRuleTable)),
 		flow(EgressRuleTable, priorityMiss, nil, openflow.GotoTable(EgressDefaultTable)),
-		flow(EgressDefaultTable, priorityMiss, nil, openflow.GotoTable(EgressMetricTable)),
+		flow(EgressDefaultTable, priorityMiss, nil, openflow.GotoTable(BaselineEgressRuleTable)),
 		flow(EgressMetricTable, priorityMiss, nil, openflow.GotoTable(L3ForwardingTable)),
 		flow(IngressRuleTable, priorityMiss, nil, openflow.GotoTable(IngressDefaultTable)),
-		flow(IngressDefaultTable, priorityMiss, nil, openflow.GotoTable(IngressMetricTable)),
+		flow(IngressDefaultTable, priorityMiss, nil, openflow.GotoTable(BaselineIngressRuleTable)),
 		flow(IngressMetricTable, priorityMiss, nil, openflow.GotoTable(ConntrackCommitTable)),
 		// Packets routed to this node's gateway (from a remote node, through the tunnel) carry the
 		// global virtual MAC; they get the gateway's.

@@ -59,6 +59,13 @@ const (
 	// EndpointDNATTable receives the connections a DNATTable group DNATed: they get the global
 	// virtual MAC (L3Forwarding delivers them like routed packets) and go on to L3Forwarding.
 	EndpointDNATTable uint8 = 45
+	// AdminEgressRuleTable is the Admin tier of ClusterNetworkPolicy for egress, the first policy
+	// stage: established and related packets skip every policy stage from here (as in
+	// EgressRuleTable); on new connections each Admin rule is one conjunction at an OVS priority of
+	// its own (ClusterPriority), whose conj_id flow accepts (EgressMetricTable: NetworkPolicy and
+	// Baseline skipped), denies (drop) or passes (EgressPeerClassTable, NetworkPolicy). Traffic from
+	// a Pod to its own node and what no rule matches go on to NetworkPolicy.
+	AdminEgressRuleTable uint8 = 46
 	// EgressPeerClassTable is the longest-prefix-match stage of egress ipBlocks with exceptions:
 	// one flow per distinct CIDR or exception of the node's egress rules (priority
 	// priorityPeerClass + prefix length) loads the class of the destination (the id of its longest
@@ -72,13 +79,21 @@ const (
 	EgressRuleTable uint8 = 50
 	// EgressDefaultTable drops what no egress rule allowed from Pods isolated for egress.
 	EgressDefaultTable uint8 = 60
+	// BaselineEgressRuleTable is the Baseline tier of ClusterNetworkPolicy for egress: only what
+	// NetworkPolicy did not decide reaches it (EgressDefaultTable's miss: Pods no egress
+	// NetworkPolicy isolates); each rule is a conjunction at a priority of its own, whose conj_id
+	// flow accepts or passes (EgressMetricTable) or denies (drop). The miss goes on.
+	BaselineEgressRuleTable uint8 = 61
 	// EgressMetricTable is where packets go once egress policy let them through.
-	EgressMetricTable uint8 = 61
+	EgressMetricTable uint8 = 62
 	// L3ForwardingTable routes: local Pods, remote subnets (tunnel or routed), and marks
 	// Pod-to-external traffic for SNAT.
 	L3ForwardingTable uint8 = 70
 	// L2ForwardingCalcTable maps the destination MAC to the output port in TargetOFPortField.
 	L2ForwardingCalcTable uint8 = 80
+	// AdminIngressRuleTable is AdminEgressRuleTable for ingress, once the output port is known:
+	// a rule's clauses are the sources, the target Pods' ports (TargetOFPortField) and the ports.
+	AdminIngressRuleTable uint8 = 82
 	// IngressPeerClassTable is EgressPeerClassTable for ingress: it classifies the source into
 	// IngressPeerClassField for IngressRuleTable.
 	IngressPeerClassTable uint8 = 85
@@ -88,8 +103,10 @@ const (
 	IngressRuleTable uint8 = 90
 	// IngressDefaultTable drops what no ingress rule allowed to Pods isolated for ingress.
 	IngressDefaultTable uint8 = 100
+	// BaselineIngressRuleTable is BaselineEgressRuleTable for ingress.
+	BaselineIngressRuleTable uint8 = 101
 	// IngressMetricTable is where packets go once ingress policy let them through.
-	IngressMetricTable uint8 = 101
+	IngressMetricTable uint8 = 102
 	// ConntrackCommitTable commits new connections, SNATing those marked for it. It is also the
 	// Services' SNAT stage: L3Forwarding's flows go straight to L2ForwardingCalc or here, so a
 	// Service SNAT table between them would never be reached; the Service SNAT flows (in
@@ -101,31 +118,35 @@ const (
 
 // TableNames names every table, for logs and `kubectl describe`.
 var TableNames = map[uint8]string{
-	ClassifierTable:       "Classifier",
-	TunnelAdmissionTable:  "TunnelAdmission",
-	TunnelClassifierTable: "TunnelClassifier",
-	TunnelSourceSeenTable: "TunnelSourceSeen",
-	SpoofGuardTable:       "SpoofGuard",
-	ARPResponderTable:     "ARPResponder",
-	ConntrackTable:        "Conntrack",
-	ConntrackStateTable:   "ConntrackState",
-	DNATTable:             "DNAT",
-	AffinityTable:         "SessionAffinity",
-	AffinityDNATTable:     "AffinityDNAT",
-	AffinityLearnTable:    "AffinityLearn",
-	EndpointDNATTable:     "EndpointDNAT",
-	EgressPeerClassTable:  "EgressPeerClass",
-	EgressRuleTable:       "EgressRule",
-	EgressDefaultTable:    "EgressDefaultRule",
-	EgressMetricTable:     "EgressMetric",
-	L3ForwardingTable:     "L3Forwarding",
-	L2ForwardingCalcTable: "L2ForwardingCalc",
-	IngressPeerClassTable: "IngressPeerClass",
-	IngressRuleTable:      "IngressRule",
-	IngressDefaultTable:   "IngressDefaultRule",
-	IngressMetricTable:    "IngressMetric",
-	ConntrackCommitTable:  "ConntrackCommit",
-	L2ForwardingOutTable:  "L2ForwardingOut",
+	ClassifierTable:          "Classifier",
+	TunnelAdmissionTable:     "TunnelAdmission",
+	TunnelClassifierTable:    "TunnelClassifier",
+	TunnelSourceSeenTable:    "TunnelSourceSeen",
+	SpoofGuardTable:          "SpoofGuard",
+	ARPResponderTable:        "ARPResponder",
+	ConntrackTable:           "Conntrack",
+	ConntrackStateTable:      "ConntrackState",
+	DNATTable:                "DNAT",
+	AffinityTable:            "SessionAffinity",
+	AffinityDNATTable:        "AffinityDNAT",
+	AffinityLearnTable:       "AffinityLearn",
+	EndpointDNATTable:        "EndpointDNAT",
+	AdminEgressRuleTable:     "AdminEgressRule",
+	EgressPeerClassTable:     "EgressPeerClass",
+	EgressRuleTable:          "EgressRule",
+	EgressDefaultTable:       "EgressDefaultRule",
+	BaselineEgressRuleTable:  "BaselineEgressRule",
+	EgressMetricTable:        "EgressMetric",
+	L3ForwardingTable:        "L3Forwarding",
+	L2ForwardingCalcTable:    "L2ForwardingCalc",
+	AdminIngressRuleTable:    "AdminIngressRule",
+	IngressPeerClassTable:    "IngressPeerClass",
+	IngressRuleTable:         "IngressRule",
+	IngressDefaultTable:      "IngressDefaultRule",
+	BaselineIngressRuleTable: "BaselineIngressRule",
+	IngressMetricTable:       "IngressMetric",
+	ConntrackCommitTable:     "ConntrackCommit",
+	L2ForwardingOutTable:     "L2ForwardingOut",
 }
 
 // RegField is a bit range of a NXM register.
@@ -368,8 +389,23 @@ const (
 	// is at priorityPeerClass + l, so the longest prefix that matches wins.
 	priorityPeerClass uint16 = 100
 	prioritySkip      uint16 = 180
-	prioritySNAT      uint16 = 10
-	priorityMiss      uint16 = 0
+	// The Admin tier's tables (AdminEgressRuleTable, AdminIngressRuleTable) hold, above the band
+	// of their rules: a new Pod's pending drop, the established-connection skips, the own-node
+	// exemptions.
+	priorityClusterPending uint16 = 65000
+	priorityClusterSkip    uint16 = 64000
+	priorityClusterExempt  uint16 = 63000
+	prioritySNAT           uint16 = 10
+	priorityMiss           uint16 = 0
+)
+
+// The band of OVS priorities of ClusterNetworkPolicy rules in each tier's tables: every rule of a
+// table has a priority of its own in ClusterPriorityLowest..ClusterPriorityHighest (59,001 rules
+// per tier and direction), the rule evaluated first the highest, so that which rule decides is
+// never left to OVS.
+const (
+	ClusterPriorityHighest uint16 = 60000
+	ClusterPriorityLowest  uint16 = 1000
 )
 
 func mustMAC(s string) net.HardwareAddr {

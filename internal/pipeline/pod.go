@@ -30,16 +30,17 @@ func (n Node) PodFlows(p Pod) []openflow.Flow {
 		flow(L3ForwardingTable, priorityNormal, match(openflow.IPv4(), openflow.EthDst(GlobalVirtualMAC), openflow.NwDst(host)),
 			openflow.SetEthSrc(n.GatewayMAC), openflow.SetEthDst(p.MAC), openflow.GotoTable(L2ForwardingCalcTable)),
 		flow(L2ForwardingCalcTable, priorityNormal, match(openflow.EthDst(p.MAC)),
-			loadReg(TargetOFPortField, p.OFPort), loadReg(OFPortFoundField, 1), openflow.GotoTable(IngressPeerClassTable)),
+			loadReg(TargetOFPortField, p.OFPort), loadReg(OFPortFoundField, 1), openflow.GotoTable(AdminIngressRuleTable)),
 	}
 }
 
 // PodPolicyPendingFlows refuse every IP packet to a local Pod whose NetworkPolicy flows are not
 // committed yet (a new Pod's port waits for them before it is bound): above the policy exemptions
 // and the established-connection skips, so that nothing sent to the Pod before its policies hold
-// is committed to conntrack, where its connection's later packets would pass as established.
+// is committed to conntrack, where its connection's later packets would pass as established. It is
+// in the first ingress policy stage, the Admin tier's table, so that no Admin rule admits them either.
 func (n Node) PodPolicyPendingFlows(p Pod) []openflow.Flow {
 	return []openflow.Flow{
-		flow(IngressRuleTable, priorityTop, match(openflow.IPv4(), regMatch(TargetOFPortField, p.OFPort)), openflow.Drop()),
+		flow(AdminIngressRuleTable, priorityClusterPending, match(openflow.IPv4(), regMatch(TargetOFPortField, p.OFPort)), openflow.Drop()),
 	}
 }

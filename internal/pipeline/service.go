@@ -169,7 +169,7 @@ func (n Node) ServiceBaseFlows() []openflow.Flow {
 		// address.
 		flow(ConntrackStateTable, priorityTop, match(openflow.IPv4(), openflow.CTState(openflow.CTRpl|openflow.CTTrk, openflow.CTNew), openflow.CTMark(HostNodePortCTMark, HostNodePortCTMark)),
 			openflow.SetEthSrc(GlobalVirtualMAC), openflow.SetEthDst(n.GatewayMAC), openflow.Output(n.GatewayOFPort)),
-		flow(EndpointDNATTable, priorityMiss, nil, openflow.SetEthDst(GlobalVirtualMAC), openflow.GotoTable(EgressPeerClassTable)),
+		flow(EndpointDNATTable, priorityMiss, nil, openflow.SetEthDst(GlobalVirtualMAC), openflow.GotoTable(AdminEgressRuleTable)),
 		flow(ConntrackStateTable, priorityNormal, match(openflow.IPv4(), openflow.CTState(openflow.CTTrk, openflow.CTNew), openflow.CTMark(ServiceCTMark, ServiceCTMark)),
 			openflow.SetEthDst(GlobalVirtualMAC), openflow.GotoTable(DNATTable)),
 		flow(ConntrackCommitTable, priorityTop, match(openflow.IPv4(), openflow.CTState(openflow.CTNew|openflow.CTTrk, 0), regMatch(ServiceSNATField, 1)),

@@ -229,7 +229,7 @@ func TestServiceBaseFlows(t *testing.T) {
 		"table=30, priority=210,ct_state=-trk,icmp,nw_dst=10.244.1.1 actions=ct(table=30,zone=65521,nat)",
 		"table=31, priority=220,ct_state=-new+rpl+trk,ct_mark=0x80/0x80,ip actions=move:NXM_NX_CT_LABEL[0..47]->NXM_OF_ETH_DST[],move:NXM_NX_CT_LABEL[48..95]->NXM_OF_ETH_SRC[],output:3",
 		"table=31, priority=220,ct_state=-new+rpl+trk,ct_mark=0x400/0x400,ip actions=set_field:aa:bb:cc:dd:ee:ff->eth_src,set_field:02:42:0a:f4:01:01->eth_dst,output:2",
-		"table=45, priority=0 actions=set_field:aa:bb:cc:dd:ee:ff->eth_dst,goto_table:48",
+		"table=45, priority=0 actions=set_field:aa:bb:cc:dd:ee:ff->eth_dst,goto_table:46",
 		"table=31, priority=200,ct_state=-new+trk,ct_mark=0x10/0x10,ip actions=set_field:aa:bb:cc:dd:ee:ff->eth_dst,goto_table:40",
 		"table=105, priority=220,ct_state=+new+trk,ip,reg0=0x40000/0x40000 actions=ct(commit,table=110,zone=65521,nat(src=10.244.1.1))",
 		"table=105, priority=220,ct_state=-new-rpl+trk,ct_mark=0x20/0x20,ip actions=ct(table=110,zone=65521,nat)",

@@ -172,6 +172,7 @@ func TestBuildersPassWindowsProfile(t *testing.T) {
 			}
 			d.Flows = append(d.Flows, n.PolicyFlows(testPolicy())...)
 			d.Flows = append(d.Flows, n.PodPolicyPendingFlows(npPod1)...)
+			d.Flows = append(d.Flows, n.ClusterPolicyFlows(testClusterPolicy())...)
 			for _, tr := range testTraces() {
 				d.Flows = append(d.Flows, n.TraceFlows(tr, testTracePolicy())...)
 			}

@@ -300,6 +300,11 @@ func build(ctx context.Context, c *cluster.Cluster, dir string) (string, *servic
 		return "", nil, nil, err
 	}
 	fmt.Fprintf(&s, "%s  kubectl describe networkpolicy %s   # the policy; kubectl describe wnn node-b shows PoliciesReady\n\n", policy, policyName)
+	tiers, err := clusterPolicyDemo(ctx, c, pods)
+	if err != nil {
+		return "", nil, nil, err
+	}
+	fmt.Fprintf(&s, "%s\n", tiers)
 	services, err := startServices(ctx, c)
 	if err != nil {
 		return "", nil, nil, err

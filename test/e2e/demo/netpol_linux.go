@@ -11,6 +11,7 @@ import (
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	cnpv1beta1 "sigs.k8s.io/network-policy-api/apis/v1beta1"
 
 	"github.com/winnet-io/winnet/test/e2e/cluster"
 )
@@ -99,4 +100,71 @@ func verdict(allowed bool) string {
 		return "allowed"
 	}
 	return "denied"
+}
+
+// clusterPolicyDemo shows the ClusterNetworkPolicy tiers around the demo's NetworkPolicy (which
+// admits only pod-a1 to pod-b2): an Admin Deny of pod-a1 to pod-b2, which that NetworkPolicy cannot
+// open; then, instead, a Baseline Deny of every Pod to every Pod, which it opens for pod-a1 and which
+// holds for a Pod no NetworkPolicy isolates. Both policies are deleted after their rows.
+func clusterPolicyDemo(ctx context.Context, c *cluster.Cluster, pods map[string]*cluster.Pod) (string, error) {
+	every := &metav1.LabelSelector{}
+	admin := &cnpv1beta1.ClusterNetworkPolicy{
+		ObjectMeta: metav1.ObjectMeta{Name: "admin-deny-trusted"},
+		Spec: cnpv1beta1.ClusterNetworkPolicySpec{
+			Tier: cnpv1beta1.AdminTier, Priority: 10,
+			Subject: cnpv1beta1.ClusterNetworkPolicySubject{Pods: &cnpv1beta1.NamespacedPod{PodSelector: metav1.LabelSelector{MatchLabels: map[string]string{"app": "isolated"}}}},
+			Ingress: []cnpv1beta1.ClusterNetworkPolicyIngressRule{{
+				Action: cnpv1beta1.ClusterNetworkPolicyRuleActionDeny,
+				From:   []cnpv1beta1.ClusterNetworkPolicyIngressPeer{{Pods: &cnpv1beta1.NamespacedPod{PodSelector: metav1.LabelSelector{MatchLabels: map[string]string{"role": "trusted"}}}}},
+			}},
+		},
+	}
+	baseline := &cnpv1beta1.ClusterNetworkPolicy{
+		ObjectMeta: metav1.ObjectMeta{Name: "baseline-deny-all"},
+		Spec: cnpv1beta1.ClusterNetworkPolicySpec{
+			Tier: cnpv1beta1.BaselineTier, Priority: 10,
+			Subject: cnpv1beta1.ClusterNetworkPolicySubject{Namespaces: every},
+			Ingress: []cnpv1beta1.ClusterNetworkPolicyIngressRule{{
+				Action: cnpv1beta1.ClusterNetworkPolicyRuleActionDeny,
+				From:   []cnpv1beta1.ClusterNetworkPolicyIngressPeer{{Namespaces: every}},
+			}},
+		},
+	}
+	type row struct {
+		from, to string
+		allowed  bool
+		why      string
+	}
+	var s strings.Builder
+	fmt.Fprintf(&s, "ClusterNetworkPolicy tiers around %s, new TCP connections:\n", policyName)
+	fmt.Fprintf(&s, "%-30s%-24s%-24s%-10s%-10s%s\n", "CLUSTERNETWORKPOLICY", "FROM", "TO", "RESULT", "WANT", "WHY")
+	for _, step := range []struct {
+		policy *cnpv1beta1.ClusterNetworkPolicy
+		rows   []row
+	}{
+		{admin, []row{{"pod-a1", "pod-b2", false, "Admin Deny: the NetworkPolicy admitting role=trusted cannot open it"}}},
+		{baseline, []row{
+			{"pod-a1", "pod-b2", true, "Baseline Deny: the NetworkPolicy opens it (pod-b2 is isolated)"},
+			{"pod-b1", "pod-a2", false, "Baseline Deny: no NetworkPolicy selects pod-a2"},
+		}},
+	} {
+		if err := c.Client.Create(ctx, step.policy); err != nil {
+			return "", fmt.Errorf("creating ClusterNetworkPolicy %s: %w", step.policy.Name, err)
+		}
+		for _, r := range step.rows {
+			from, to := pods[r.from], pods[r.to]
+			srv, err := cluster.ServeEcho(to.NSPath, cluster.EchoPort)
+			if err != nil {
+				return "", err
+			}
+			got := connects(ctx, from.Place(), netip.AddrPortFrom(to.IP, cluster.EchoPort), r.allowed)
+			srv.Close()
+			fmt.Fprintf(&s, "%-30s%-24s%-24s%-10s%-10s%s\n", fmt.Sprintf("%s (%s)", step.policy.Name, step.policy.Spec.Tier),
+				fmt.Sprintf("%s (%s)", r.from, from.IP), fmt.Sprintf("%s (%s)", r.to, to.IP), verdict(got), verdict(r.allowed), r.why)
+		}
+		if err := c.Client.Delete(ctx, step.policy); err != nil {
+			return "", fmt.Errorf("deleting ClusterNetworkPolicy %s: %w", step.policy.Name, err)
+		}
+	}
+	return s.String(), nil
 }

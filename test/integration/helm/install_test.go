@@ -93,6 +93,10 @@ func TestInstallAndLeastPrivilege(t *testing.T) {
 			"DaemonSet/winnet-agent", "Deployment/winnet-controller",
 			"ValidatingAdmissionPolicy/winnet-agent-own-node", "ValidatingAdmissionPolicyBinding/winnet-agent-own-node",
 			"ValidatingAdmissionPolicy/winnet-node-flannel-record", "ValidatingAdmissionPolicyBinding/winnet-node-flannel-record"))
+		// The network-policy-api's CRD, absent from this cluster, is installed from the chart's crds/.
+		cnp := &apiextensionsv1.CustomResourceDefinition{}
+		g.Expect(admin.Get(ctx, client.ObjectKey{Name: "clusternetworkpolicies.policy.networking.k8s.io"}, cnp)).To(Succeed())
+		g.Expect(cnp.Annotations).To(HaveKeyWithValue("policy.networking.k8s.io/bundle-version", "v0.3.0"))
 		for _, crd := range []string{"windowsnodenetworks", "remotesubnetroutes", "podendpoints"} {
 			c := &apiextensionsv1.CustomResourceDefinition{}
 			g.Expect(admin.Get(ctx, client.ObjectKey{Name: crd + ".network.winnet.io"}, c)).To(Succeed(), "the chart installs CRD %s", crd)

@@ -1,0 +1,72 @@
+package clusternetworkpolicy
+
+import (
+	"context"
+	"fmt"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	cnpv1beta1 "sigs.k8s.io/network-policy-api/apis/v1beta1"
+
+	networkv1alpha1 "github.com/winnet-io/winnet/api/v1alpha1"
+)
+
+// Reconciler writes each ClusterNetworkPolicy's Realised condition from the agents' reports. It is
+// the only writer of their status in winnet; agents only read the policies.
+type Reconciler struct {
+	Client client.Client
+}
+
+// SetupWithManager watches ClusterNetworkPolicies (their spec) and WindowsNodeNetworks (an agent's
+// report changes every policy's condition it names, and a new one's).
+func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
+	every := handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, _ client.Object) []reconcile.Request {
+		list := &cnpv1beta1.ClusterNetworkPolicyList{}
+		if err := r.Client.List(ctx, list); err != nil {
+			ctrl.LoggerFrom(ctx).Error(err, "Listing ClusterNetworkPolicies for a node's report")
+			return nil
+		}
+		out := make([]reconcile.Request, 0, len(list.Items))
+		for _, p := range list.Items {
+			out = append(out, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&p)})
+		}
+		return out
+	})
+	return ctrl.NewControllerManagedBy(mgr).
+		Named("clusternetworkpolicy").
+		For(&cnpv1beta1.ClusterNetworkPolicy{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
+		Watches(&networkv1alpha1.WindowsNodeNetwork{}, every).
+		Complete(r)
+}
+
+// Reconcile sets the policy's Realised condition from every node's report, once.
+func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	p := &cnpv1beta1.ClusterNetworkPolicy{}
+	if err := r.Client.Get(ctx, req.NamespacedName, p); err != nil {
+		if apierrors.IsNotFound(err) {
+			return ctrl.Result{}, nil
+		}
+		return ctrl.Result{}, fmt.Errorf("getting ClusterNetworkPolicy %s: %w", req.Name, err)
+	}
+	nodes := &networkv1alpha1.WindowsNodeNetworkList{}
+	if err := r.Client.List(ctx, nodes); err != nil {
+		return ctrl.Result{}, fmt.Errorf("listing WindowsNodeNetworks: %w", err)
+	}
+	before := p.DeepCopy()
+	setRealisedCondition(p, nodes.Items)
+	if equalConditions(before, p) {
+		return ctrl.Result{}, nil
+	}
+	if err := r.Client.Status().Patch(ctx, p, client.MergeFrom(before)); err != nil {
+		if apierrors.IsNotFound(err) {
+			return ctrl.Result{}, nil
+		}
+		return ctrl.Result{}, fmt.Errorf("writing the status of ClusterNetworkPolicy %s: %w", p.Name, err)
+	}
+	return ctrl.Result{}, nil
+}

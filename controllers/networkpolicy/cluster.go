@@ -1,0 +1,601 @@
+package networkpolicy
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"maps"
+	"net/netip"
+	"slices"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+	ctrl "sigs.k8s.io/controller-runtime"
+	cnpv1beta1 "sigs.k8s.io/network-policy-api/apis/v1beta1"
+
+	networkv1alpha1 "github.com/winnet-io/winnet/api/v1alpha1"
+	"github.com/winnet-io/winnet/controllers/nodenetwork"
+	"github.com/winnet-io/winnet/internal/ovs/openflow"
+	"github.com/winnet-io/winnet/internal/pipeline"
+)
+
+// ClusterDesired is what the node realises of the ClusterNetworkPolicies (policy.networking.k8s.io
+// v1beta1, the Admin and Baseline tiers).
+type ClusterDesired struct {
+	Policy pipeline.ClusterPolicy
+	// Policies counts the ClusterNetworkPolicies with a rule on a local Pod, Rules those rules.
+	Policies, Rules int
+	// Unsupported holds, per policy name, what of it winnet does not realise (and how it is
+	// treated instead); Refused its rules beyond the tier's priority band.
+	Unsupported, Refused map[string][]string
+	// Generations are the generations compiled, by policy name.
+	Generations map[string]int64
+}
+
+// maxNotRealised bounds a ClusterNetworkPolicyRealisation's message (the API's MaxLength).
+const maxNotRealised = 2048
+
+// Realisations is what the node reports of each policy compiled, sorted by name.
+func (d ClusterDesired) Realisations() []networkv1alpha1.ClusterNetworkPolicyRealisation {
+	out := make([]networkv1alpha1.ClusterNetworkPolicyRealisation, 0, len(d.Generations))
+	for _, name := range slices.Sorted(maps.Keys(d.Generations)) {
+		msg := strings.Join(append(slices.Clone(d.Refused[name]), d.Unsupported[name]...), "; ")
+		if len(msg) > maxNotRealised {
+			msg = msg[:maxNotRealised-4] + " ..."
+		}
+		out = append(out, networkv1alpha1.ClusterNetworkPolicyRealisation{Name: name, Generation: d.Generations[name], NotRealised: msg})
+	}
+	return out
+}
+
+// clusterRulesPerBand is how many rules of one tier and direction have a priority of their own.
+const clusterRulesPerBand = int(pipeline.ClusterPriorityHighest-pipeline.ClusterPriorityLowest) + 1
+
+// ComputeCluster compiles the ClusterNetworkPolicies for the node's Pods. In each tier, policies
+// are ordered by spec.priority (lower first) and, at equal priority, by name (the API leaves the
+// order of equal priorities to the implementation: winnet makes it deterministic), and their rules
+// in the order written; each rule of a tier and direction gets the next OVS priority down from
+// pipeline.ClusterPriorityHighest, whether or not it has subjects on this node, so that every node
+// orders the same rules the same way. A rule beyond the band (clusterRulesPerBand) is refused and
+// reported.
+func ComputeCluster(policies []cnpv1beta1.ClusterNetworkPolicy, in Inputs) ClusterDesired {
+	d := ClusterDesired{Unsupported: map[string][]string{}, Refused: map[string][]string{}, Generations: map[string]int64{}}
+	sorted := make([]*cnpv1beta1.ClusterNetworkPolicy, 0, len(policies))
+	for i := range policies {
+		sorted = append(sorted, &policies[i])
+	}
+	slices.SortFunc(sorted, func(a, b *cnpv1beta1.ClusterNetworkPolicy) int {
+		return cmp.Or(cmp.Compare(a.Spec.Priority, b.Spec.Priority), cmp.Compare(a.Name, b.Name))
+	})
+	infos := map[string]*PodInfo{}
+	for i := range in.Pods {
+		infos[in.Pods[i].Namespace+"/"+in.Pods[i].Name] = &in.Pods[i]
+	}
+	type band struct {
+		tier pipeline.ClusterTier
+		dir  pipeline.PolicyDirection
+	}
+	used := map[band]int{}
+	for _, p := range sorted {
+		d.Generations[p.Name] = p.Generation
+		tier, ok := clusterTier(p.Spec.Tier)
+		if !ok {
+			d.Unsupported[p.Name] = append(d.Unsupported[p.Name], fmt.Sprintf("tier %q is unknown: the policy is not realised", p.Spec.Tier))
+			continue
+		}
+		subjects, why := clusterSubjects(p.Spec.Subject, in, infos)
+		if why != "" {
+			d.Unsupported[p.Name] = append(d.Unsupported[p.Name], why)
+		}
+		local := false
+		rule := func(dir pipeline.PolicyDirection, index int, action cnpv1beta1.ClusterNetworkPolicyRuleAction, peers []cnpv1beta1.ClusterNetworkPolicyEgressPeer, protocols []cnpv1beta1.ClusterNetworkPolicyProtocol) {
+			b := band{tier, dir}
+			n := used[b]
+			used[b]++
+			name := fmt.Sprintf("%s rule %d", dirName(dir), index)
+			if n >= clusterRulesPerBand {
+				d.Refused[p.Name] = append(d.Refused[p.Name], fmt.Sprintf("%s: beyond the %d rules of the %s tier's %s priority band", name, clusterRulesPerBand, p.Spec.Tier, dirName(dir)))
+				return
+			}
+			act, ok := clusterAction(action)
+			if !ok {
+				d.Unsupported[p.Name] = append(d.Unsupported[p.Name], fmt.Sprintf("%s: action %q is unknown: the rule is not realised", name, action))
+				return
+			}
+			base := pipeline.ClusterRule{Tier: tier, Direction: dir, Action: act, Priority: pipeline.ClusterPriorityHighest - uint16(n)}
+			anyPeer, networks, peerPods, notes := clusterPeers(peers, act, in)
+			ports, names, none, portNotes := clusterPorts(protocols)
+			for _, s := range append(notes, portNotes...) {
+				d.Unsupported[p.Name] = append(d.Unsupported[p.Name], name+": "+s)
+			}
+			if none || len(subjects) == 0 {
+				return // it matches nothing here
+			}
+			parts := clusterRuleParts(base, subjects, anyPeer, networks, peerPods, ports, names, in)
+			if len(parts) > pipeline.MaxClusterSubRules {
+				d.Refused[p.Name] = append(d.Refused[p.Name], fmt.Sprintf("%s: its named ports resolve to %d sets of ports, above %d", name, len(parts), pipeline.MaxClusterSubRules))
+				return
+			}
+			if len(parts) == 0 {
+				return
+			}
+			d.Policy.Rules = append(d.Policy.Rules, parts...)
+			d.Rules++
+			local = true
+		}
+		for i, ing := range p.Spec.Ingress {
+			peers := make([]cnpv1beta1.ClusterNetworkPolicyEgressPeer, len(ing.From))
+			for j, f := range ing.From {
+				peers[j] = cnpv1beta1.ClusterNetworkPolicyEgressPeer{Namespaces: f.Namespaces, Pods: f.Pods}
+			}
+			rule(pipeline.PolicyIngress, i, ing.Action, peers, ing.Protocols)
+		}
+		for i, e := range p.Spec.Egress {
+			rule(pipeline.PolicyEgress, i, e.Action, e.To, e.Protocols)
+		}
+		if local {
+			d.Policies++
+		}
+	}
+	for k, v := range d.Unsupported {
+		d.Unsupported[k] = slices.Compact(v)
+	}
+	return d
+}
+
+func dirName(dir pipeline.PolicyDirection) string {
+	if dir == pipeline.PolicyEgress {
+		return "egress"
+	}
+	return "ingress"
+}
+
+func clusterTier(t cnpv1beta1.Tier) (pipeline.ClusterTier, bool) {
+	switch t {
+	case cnpv1beta1.AdminTier:
+		return pipeline.AdminTier, true
+	case cnpv1beta1.BaselineTier:
+		return pipeline.BaselineTier, true
+	}
+	return 0, false
+}
+
+func clusterAction(a cnpv1beta1.ClusterNetworkPolicyRuleAction) (pipeline.ClusterAction, bool) {
+	switch a {
+	case cnpv1beta1.ClusterNetworkPolicyRuleActionAccept:
+		return pipeline.ClusterAccept, true
+	case cnpv1beta1.ClusterNetworkPolicyRuleActionDeny:
+		return pipeline.ClusterDeny, true
+	case cnpv1beta1.ClusterNetworkPolicyRuleActionPass:
+		return pipeline.ClusterPass, true
+	}
+	return 0, false
+}
+
+// clusterSubject is a local Pod a subject selects, and what policy knows of it.
+type clusterSubject struct {
+	pod  pipeline.Pod
+	info *PodInfo
+}
+
+// clusterSubjects are the local Pods the subject selects (host-network Pods never: they have no
+// attachment), sorted by port; why says what is wrong with a subject that selects nothing.
+func clusterSubjects(s cnpv1beta1.ClusterNetworkPolicySubject, in Inputs, infos map[string]*PodInfo) ([]clusterSubject, string) {
+	var sel peerSelector
+	switch {
+	case s.Namespaces != nil:
+		ns, err := metav1.LabelSelectorAsSelector(s.Namespaces)
+		if err != nil {
+			return nil, fmt.Sprintf("subject namespaces selector: %v: it selects nothing", err)
+		}
+		sel = peerSelector{pod: labels.Everything(), namespace: ns}
+	case s.Pods != nil:
+		var ok bool
+		if sel, ok = namespacedPodSelector(s.Pods); !ok {
+			return nil, "subject pods selector does not parse: it selects nothing"
+		}
+	default:
+		return nil, "subject has no field winnet knows (a newer API than v0.3.0?): it selects nothing"
+	}
+	byPort := map[uint32]clusterSubject{}
+	for _, l := range in.Local {
+		info := infos[l.Key.Namespace+"/"+l.Key.Name]
+		if info != nil && sel.matches(info, in.Namespaces) {
+			byPort[l.Pod.OFPort] = clusterSubject{pod: l.Pod, info: info}
+		}
+	}
+	out := make([]clusterSubject, 0, len(byPort))
+	for _, c := range byPort {
+		out = append(out, c)
+	}
+	slices.SortFunc(out, func(a, b clusterSubject) int { return cmp.Compare(a.pod.OFPort, b.pod.OFPort) })
+	return out, ""
+}
+
+func namespacedPodSelector(p *cnpv1beta1.NamespacedPod) (peerSelector, bool) {
+	ns, err := metav1.LabelSelectorAsSelector(&p.NamespaceSelector)
+	if err != nil {
+		return peerSelector{}, false
+	}
+	pod, err := metav1.LabelSelectorAsSelector(&p.PodSelector)
+	if err != nil {
+		return peerSelector{}, false
+	}
+	return peerSelector{pod: pod, namespace: ns}, true
+}
+
+// clusterPeerAsNetworkPolicyPeer is the NetworkPolicy peer that selects the same Pods as a
+// ClusterNetworkPolicy namespaces or pods peer (always with a namespaceSelector, so never the
+// policy's own namespace), so that the peer watches and the namespace reads serve both kinds; ok is
+// false for the other peer kinds.
+func clusterPeerAsNetworkPolicyPeer(p cnpv1beta1.ClusterNetworkPolicyEgressPeer) (networkingv1.NetworkPolicyPeer, bool) {
+	switch {
+	case p.Namespaces != nil:
+		return networkingv1.NetworkPolicyPeer{NamespaceSelector: p.Namespaces}, true
+	case p.Pods != nil:
+		return networkingv1.NetworkPolicyPeer{NamespaceSelector: &p.Pods.NamespaceSelector, PodSelector: &p.Pods.PodSelector}, true
+	}
+	return networkingv1.NetworkPolicyPeer{}, false
+}
+
+// clusterPeers resolves a rule's peers to addresses. Namespaces and pods peers are the addresses
+// of the Pods they select; networks are their CIDRs (IPv6 ones match nothing on this IPv4
+// pipeline and are left out without a note: that is their meaning here). Nodes and domainNames
+// peers are not realised: they match nothing, and a note says so. A peer with no field winnet
+// knows fails closed as the API asks: it matches nothing in an Accept rule, everything in a Deny
+// or Pass rule.
+func clusterPeers(peers []cnpv1beta1.ClusterNetworkPolicyEgressPeer, act pipeline.ClusterAction, in Inputs) (anyPeer bool, out []netip.Prefix, pods []*PodInfo, notes []string) {
+	var selectors []networkingv1.NetworkPolicyPeer
+	for i, p := range peers {
+		if np, ok := clusterPeerAsNetworkPolicyPeer(p); ok {
+			selectors = append(selectors, np)
+			continue
+		}
+		switch {
+		case len(p.Networks) > 0:
+			for _, c := range p.Networks {
+				prefix, err := netip.ParsePrefix(string(c))
+				if err != nil {
+					notes = append(notes, fmt.Sprintf("peer %d: network %q is no CIDR: it matches nothing", i, c))
+					continue
+				}
+				if prefix.Addr().Is4() {
+					out = append(out, prefix.Masked())
+				}
+			}
+		case p.Nodes != nil:
+			notes = append(notes, fmt.Sprintf("peer %d: nodes peers are not realised yet: it matches nothing", i))
+		case len(p.DomainNames) > 0:
+			notes = append(notes, fmt.Sprintf("peer %d: domainNames peers are not realised (winnet resolves no DNS in the datapath): it matches nothing", i))
+		case act == pipeline.ClusterAccept:
+			notes = append(notes, fmt.Sprintf("peer %d: no field winnet knows: it matches nothing (fail closed)", i))
+		default:
+			notes = append(notes, fmt.Sprintf("peer %d: no field winnet knows: it matches every peer (fail closed)", i))
+			anyPeer = true
+		}
+	}
+	if len(selectors) > 0 {
+		pods = resolvePeers("", selectors, in).pods
+	}
+	return anyPeer, uniquePrefixes(out), pods, notes
+}
+
+// clusterRuleParts are the parts of one rule (ClusterRule.Sub): without named ports, one, whose
+// peers are the networks and the peer Pods' addresses. With named ports, a name resolves on the
+// Pod that serves it (as for NetworkPolicy): for ingress on the subjects, so the subjects are
+// grouped by the ports their names resolve to, one part per group; for egress on the peer Pods
+// (every Pod of the cluster for a rule that matches every peer), one part per group of peers, and
+// the networks (which have no named ports; the API refuses the combination) keep the numbered
+// ports alone. A part left with no port matches nothing and is left out.
+func clusterRuleParts(base pipeline.ClusterRule, subjects []clusterSubject, anyPeer bool, networks []netip.Prefix, peerPods []*PodInfo, ports []pipeline.PolicyPort, names []string, in Inputs) []pipeline.ClusterRule {
+	subjectPods := func(ss []clusterSubject) []pipeline.Pod {
+		out := make([]pipeline.Pod, len(ss))
+		for i, s := range ss {
+			out[i] = s.pod
+		}
+		return out
+	}
+	podAddrs := func(pods []*PodInfo) []netip.Prefix {
+		var out []netip.Prefix
+		for _, p := range pods {
+			out = append(out, hostPrefixes(p.IPs)...)
+		}
+		return out
+	}
+	if len(names) == 0 {
+		r := base
+		r.Pods, r.AnyPeer, r.Peers, r.Ports = subjectPods(subjects), anyPeer, uniquePrefixes(append(slices.Clip(networks), podAddrs(peerPods)...)), ports
+		if !r.AnyPeer && len(r.Peers) == 0 {
+			return nil
+		}
+		return []pipeline.ClusterRule{r}
+	}
+	var out []pipeline.ClusterRule
+	addPart := func(r pipeline.ClusterRule) {
+		if len(r.Ports) == 0 || (!r.AnyPeer && len(r.Peers) == 0) {
+			return
+		}
+		r.Sub = uint16(len(out))
+		out = append(out, r)
+	}
+	if base.Direction == pipeline.PolicyIngress {
+		peers := uniquePrefixes(append(slices.Clip(networks), podAddrs(peerPods)...))
+		groups, keys := map[string][]clusterSubject{}, []string{}
+		resolved := map[string][]pipeline.PolicyPort{}
+		for _, s := range subjects {
+			ps := append(slices.Clip(ports), resolveNames(names, s.info)...)
+			k := portsKey(ps)
+			if _, ok := groups[k]; !ok {
+				keys = append(keys, k)
+				resolved[k] = ps
+			}
+			groups[k] = append(groups[k], s)
+		}
+		slices.Sort(keys)
+		for _, k := range keys {
+			r := base
+			r.Pods, r.AnyPeer, r.Peers, r.Ports = subjectPods(groups[k]), anyPeer, peers, resolved[k]
+			addPart(r)
+		}
+		return out
+	}
+	targets := peerPods
+	if anyPeer {
+		targets = nil
+		for i := range in.Pods {
+			targets = append(targets, &in.Pods[i])
+		}
+	}
+	pods := subjectPods(subjects)
+	groups, keys := map[string][]*PodInfo{}, []string{}
+	resolved := map[string][]pipeline.PolicyPort{}
+	for _, t := range targets {
+		ps := append(slices.Clip(ports), resolveNames(names, t)...)
+		k := portsKey(ps)
+		if _, ok := groups[k]; !ok {
+			keys = append(keys, k)
+			resolved[k] = ps
+		}
+		groups[k] = append(groups[k], t)
+	}
+	slices.Sort(keys)
+	for _, k := range keys {
+		r := base
+		r.Pods, r.Peers, r.Ports = pods, uniquePrefixes(podAddrs(groups[k])), resolved[k]
+		addPart(r)
+	}
+	if len(networks) > 0 {
+		r := base
+		r.Pods, r.Peers, r.Ports = pods, networks, ports
+		addPart(r)
+	}
+	return out
+}
+
+// resolveNames are the TCP and UDP ports the Pod serves under the names (SCTP ones are not
+// realised, see clusterPorts).
+func resolveNames(names []string, p *PodInfo) []pipeline.PolicyPort {
+	var out []pipeline.PolicyPort
+	if p == nil {
+		return nil
+	}
+	for _, np := range p.Ports {
+		if proto, ok := protocols[np.Protocol]; ok && slices.Contains(names, np.Name) {
+			out = append(out, pipeline.PolicyPort{Protocol: proto, Port: np.Port})
+		}
+	}
+	return out
+}
+
+// portsKey identifies a set of ports, in any order.
+func portsKey(ps []pipeline.PolicyPort) string {
+	keys := make([]string, len(ps))
+	for i, p := range ps {
+		keys[i] = portSortKey(p)
+	}
+	slices.Sort(keys)
+	return strings.Join(slices.Compact(keys), ",")
+}
+
+// clusterPorts compiles a rule's protocols: none is every port of every protocol; TCP and UDP
+// with a port number or range are realised; destinationNamedPort names are returned to resolve on
+// the Pods (clusterRuleParts); SCTP is not realised (the Windows datapath's conntrack drops it, so
+// winnet drops SCTP from Pods anyway). none is true when the rule names protocols and none of them
+// is realised: the rule then matches nothing.
+func clusterPorts(protocols []cnpv1beta1.ClusterNetworkPolicyProtocol) (ports []pipeline.PolicyPort, names []string, none bool, notes []string) {
+	for i, p := range protocols {
+		var proto uint8
+		var port *cnpv1beta1.Port
+		switch {
+		case p.TCP != nil:
+			proto, port = openflow.ProtoTCP, p.TCP.DestinationPort
+		case p.UDP != nil:
+			proto, port = openflow.ProtoUDP, p.UDP.DestinationPort
+		case p.SCTP != nil:
+			notes = append(notes, fmt.Sprintf("protocol %d: SCTP is not realised (the Windows datapath drops SCTP): it matches nothing", i))
+			continue
+		case p.DestinationNamedPort != "":
+			names = append(names, p.DestinationNamedPort)
+			continue
+		default:
+			notes = append(notes, fmt.Sprintf("protocol %d: no field winnet knows: it matches nothing", i))
+			continue
+		}
+		pp := pipeline.PolicyPort{Protocol: proto}
+		switch {
+		case port == nil:
+		case port.Range != nil:
+			if port.Range.Start < 1 || port.Range.End > 65535 || port.Range.Start > port.Range.End {
+				notes = append(notes, fmt.Sprintf("protocol %d: range %d-%d is invalid: it matches nothing", i, port.Range.Start, port.Range.End))
+				continue
+			}
+			pp.Port, pp.EndPort = uint16(port.Range.Start), uint16(port.Range.End)
+		case port.Number >= 1 && port.Number <= 65535:
+			pp.Port = uint16(port.Number)
+		default:
+			notes = append(notes, fmt.Sprintf("protocol %d: port %d is invalid: it matches nothing", i, port.Number))
+			continue
+		}
+		ports = append(ports, pp)
+	}
+	return ports, names, len(protocols) > 0 && len(ports) == 0 && len(names) == 0, notes
+}
+
+// clusterPeersAsNetworkPolicy is a NetworkPolicy that names, as ingress peers, the Pods the
+// ClusterNetworkPolicies' peers select, and as peers too their subjects' namespace selectors: what
+// peerWatchKeys and readNamespaces read of it is what the ClusterNetworkPolicies need (the Pod
+// watches of their peers, the namespace labels their selectors read).
+func clusterPeersAsNetworkPolicy(policies []cnpv1beta1.ClusterNetworkPolicy, withSubjects bool) networkingv1.NetworkPolicy {
+	var rule networkingv1.NetworkPolicyIngressRule
+	add := func(p cnpv1beta1.ClusterNetworkPolicyEgressPeer) {
+		if np, ok := clusterPeerAsNetworkPolicyPeer(p); ok {
+			rule.From = append(rule.From, np)
+		}
+	}
+	for i := range policies {
+		spec := &policies[i].Spec
+		for _, r := range spec.Ingress {
+			for _, f := range r.From {
+				add(cnpv1beta1.ClusterNetworkPolicyEgressPeer{Namespaces: f.Namespaces, Pods: f.Pods})
+			}
+		}
+		for _, r := range spec.Egress {
+			for _, t := range r.To {
+				add(t)
+			}
+		}
+		if withSubjects {
+			// Subjects are local Pods (the manager's cache): only their namespaces' labels matter,
+			// through a selector of Pods no Pod has, which opens no watch.
+			none := &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{Key: "winnet.io/none", Operator: metav1.LabelSelectorOpExists}}}
+			switch {
+			case spec.Subject.Namespaces != nil:
+				rule.From = append(rule.From, networkingv1.NetworkPolicyPeer{NamespaceSelector: spec.Subject.Namespaces, PodSelector: none})
+			case spec.Subject.Pods != nil:
+				rule.From = append(rule.From, networkingv1.NetworkPolicyPeer{NamespaceSelector: &spec.Subject.Pods.NamespaceSelector, PodSelector: none})
+			}
+		}
+	}
+	return networkingv1.NetworkPolicy{Spec: networkingv1.NetworkPolicySpec{Ingress: []networkingv1.NetworkPolicyIngressRule{rule}}}
+}
+
+// withClusterPeers is policies and, when there are ClusterNetworkPolicies, the NetworkPolicy that
+// stands for their peers (clusterPeersAsNetworkPolicy).
+func withClusterPeers(policies []networkingv1.NetworkPolicy, cluster []cnpv1beta1.ClusterNetworkPolicy, withSubjects bool) []networkingv1.NetworkPolicy {
+	if len(cluster) == 0 {
+		return policies
+	}
+	return append(slices.Clip(policies), clusterPeersAsNetworkPolicy(cluster, withSubjects))
+}
+
+// ClusterUnsupportedReason is the reason of the Warning Event on a ClusterNetworkPolicy with parts
+// winnet does not realise (the Event says how each is treated instead).
+const ClusterUnsupportedReason = "NotRealised"
+
+// warnCluster emits one Warning Event per ClusterNetworkPolicy generation and reason for what of
+// it is not realised (ClusterUnsupportedReason) or refused (RuleRefusedReason).
+func (r *Reconciler) warnCluster(ctx context.Context, policies []cnpv1beta1.ClusterNetworkPolicy, d ClusterDesired) {
+	if r.warned == nil {
+		r.warned = map[warnKey]int64{}
+	}
+	for i := range policies {
+		p := &policies[i]
+		for reason, parts := range map[string][]string{ClusterUnsupportedReason: d.Unsupported[p.Name], RuleRefusedReason: d.Refused[p.Name]} {
+			k := warnKey{p.UID, "cnp/" + reason}
+			if len(parts) == 0 || r.warned[k] == p.Generation {
+				continue
+			}
+			r.warned[k] = p.Generation
+			ctrl.LoggerFrom(ctx).Info("ClusterNetworkPolicy is not realised whole", "clusterNetworkPolicy", p.Name, "reason", reason, "parts", parts)
+			if r.Recorder != nil {
+				r.Recorder.Eventf(p, nil, corev1.EventTypeWarning, reason, "Realise", "On node %s: %s", r.NodeName, strings.Join(parts, "; "))
+			}
+		}
+	}
+}
+
+// clusterPass is what an incremental pass compiled of the ClusterNetworkPolicies.
+type clusterPass struct {
+	in      Inputs
+	desired ClusterDesired
+	flows   []openflow.Flow
+	objects map[uint64][]openflow.Flow
+	// changed are the rules' objects whose flows changed (nil: gone), for SyncObjects.
+	changed map[uint64][]openflow.Flow
+}
+
+// applyClusterPods recompiles the ClusterNetworkPolicies of the last pass with the changed Pods'
+// current state (remote Pods only: a local Pod's change takes the full pass) and returns the rules
+// whose flows changed, each a cookie object of its own (pipeline.ClusterRuleObject): a peer Pod's
+// change sends only the flows of the rules it joins or leaves, in the incremental pass's bundle.
+// Compiling them again costs what ComputeCluster costs; the NetworkPolicies are not recompiled.
+func (r *Reconciler) applyClusterPods(rz nodenetwork.Realized, pods map[types.NamespacedName]bool) *clusterPass {
+	in := r.clusterIn
+	in.Pods = make([]PodInfo, 0, len(r.clusterIn.Pods)+len(pods))
+	for _, p := range r.clusterIn.Pods {
+		if !pods[types.NamespacedName{Namespace: p.Namespace, Name: p.Name}] {
+			in.Pods = append(in.Pods, p)
+		}
+	}
+	for key := range pods {
+		if pod := r.Peers.get(key); pod != nil {
+			if info, ok := podInfo(pod); ok {
+				in.Pods = append(in.Pods, info)
+			}
+		}
+	}
+	d := ComputeCluster(in.ClusterPolicies, in)
+	flows := rz.Node.ClusterPolicyFlows(d.Policy)
+	now := byObject(flows)
+	changed := map[uint64][]openflow.Flow{}
+	for obj := range r.clusterObjs {
+		if _, ok := now[obj]; !ok {
+			changed[obj] = nil
+		}
+	}
+	for obj, fs := range now {
+		if !sameFlows(r.clusterObjs[obj], fs) {
+			changed[obj] = fs
+		}
+	}
+	return &clusterPass{in: in, desired: d, flows: flows, objects: now, changed: changed}
+}
+
+// clusterCommitted records an incremental pass's ClusterNetworkPolicy flows as realised, in the
+// flows a resend sends too.
+func (r *Reconciler) clusterCommitted(c *clusterPass) {
+	kept := make([]openflow.Flow, 0, len(r.flows))
+	for _, f := range r.flows {
+		if _, ok := r.clusterObjs[f.Cookie&openflow.ObjectMask]; !ok {
+			kept = append(kept, f)
+		}
+	}
+	r.flows = append(kept, c.flows...)
+	r.clusterIn, r.clusterLast, r.clusterObjs = c.in, c.desired, c.objects
+}
+
+// byObject groups flows by their cookie object.
+func byObject(flows []openflow.Flow) map[uint64][]openflow.Flow {
+	out := map[uint64][]openflow.Flow{}
+	for _, f := range flows {
+		obj := f.Cookie & openflow.ObjectMask
+		out[obj] = append(out[obj], f)
+	}
+	return out
+}
+
+func sameFlows(a, b []openflow.Flow) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i].String() != b[i].String() {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,79 @@
+package pipeline
+
+import (
+	"net/netip"
+	"testing"
+
+	. "github.com/onsi/gomega"
+
+	"github.com/winnet-io/winnet/internal/ovs/openflow"
+)
+
+// testClusterPolicy has a rule of each tier, action and direction: an Admin Deny of TCP 80-81 from
+// npPod1 to a /24, an Admin Pass of every port to 10.244.2.7 from npPod2, an Admin Accept to
+// npPod1 from anywhere on UDP 53, a Baseline Deny of everything to npPod2, and an IPv6 network
+// that matches nothing (no flows).
+func testClusterPolicy() ClusterPolicy {
+	return ClusterPolicy{Rules: []ClusterRule{
+		{Tier: AdminTier, Direction: PolicyEgress, Action: ClusterDeny, Priority: 60000, Pods: []Pod{npPod1},
+			Peers: []netip.Prefix{netip.MustParsePrefix("10.244.3.0/24")}, Ports: []PolicyPort{{Protocol: openflow.ProtoTCP, Port: 80, EndPort: 81}}},
+		{Tier: AdminTier, Direction: PolicyEgress, Action: ClusterPass, Priority: 59999, Pods: []Pod{npPod2},
+			Peers: []netip.Prefix{netip.MustParsePrefix("10.244.2.7/32")}},
+		{Tier: AdminTier, Direction: PolicyIngress, Action: ClusterAccept, Priority: 60000, Pods: []Pod{npPod1},
+			Peers: []netip.Prefix{netip.MustParsePrefix("0.0.0.0/0")}, Ports: []PolicyPort{{Protocol: openflow.ProtoUDP, Port: 53}}},
+		{Tier: BaselineTier, Direction: PolicyIngress, Action: ClusterDeny, Priority: 60000, Pods: []Pod{npPod2}, AnyPeer: true},
+		{Tier: BaselineTier, Direction: PolicyEgress, Action: ClusterAccept, Priority: 60000, Pods: []Pod{npPod2},
+			Peers: []netip.Prefix{netip.MustParsePrefix("::/0")}},
+	}}
+}
+
+func TestClusterPolicyFlows(t *testing.T) {
+	g := NewWithT(t)
+	flows := testNode().ClusterPolicyFlows(testClusterPolicy())
+	for _, f := range flows {
+		tier, dir := AdminTier, PolicyEgress
+		switch f.Table {
+		case AdminIngressRuleTable:
+			dir = PolicyIngress
+		case BaselineIngressRuleTable:
+			tier, dir = BaselineTier, PolicyIngress
+		}
+		g.Expect(f.Cookie).To(Equal(ClusterRuleObject(tier, dir, f.Priority)), "the rule's object: %s", f.String())
+	}
+	g.Expect(strs(withCookie(flows, 0))).To(Equal([]string{
+		"table=46, priority=60000,ip,in_port=10 actions=conjunction(2147609184,1/3)",
+		"table=46, priority=60000,ip,nw_dst=10.244.3.0/24 actions=conjunction(2147609184,2/3)",
+		"table=46, priority=60000,tcp,tp_dst=0x50/0xfffe actions=conjunction(2147609184,3/3)",
+		"table=46, priority=60000,conj_id=2147609184,ip actions=drop",
+		"table=46, priority=59999,ip,in_port=11 actions=conjunction(2147609183,1/2)",
+		"table=46, priority=59999,ip,nw_dst=10.244.2.7 actions=conjunction(2147609183,2/2)",
+		"table=46, priority=59999,conj_id=2147609183,ip actions=goto_table:48",
+		"table=82, priority=60000,ip,reg1=0xa actions=conjunction(2147543648,1/2)",
+		"table=82, priority=60000,udp,tp_dst=53 actions=conjunction(2147543648,2/2)",
+		"table=82, priority=60000,conj_id=2147543648,ip actions=goto_table:102",
+		"table=101, priority=60000,ip,reg1=0xb actions=drop",
+	}))
+}
+
+// TestClusterPolicyFlowsParts: the parts of one rule (named ports resolved to different ports on
+// different subjects) share its priority; the clause flow they have in common is one flow with
+// the conjunction of each.
+func TestClusterPolicyFlowsParts(t *testing.T) {
+	g := NewWithT(t)
+	peer := []netip.Prefix{netip.MustParsePrefix("10.244.2.7/32")}
+	p := ClusterPolicy{Rules: []ClusterRule{
+		{Tier: AdminTier, Direction: PolicyIngress, Action: ClusterDeny, Priority: 50000, Sub: 0, Pods: []Pod{npPod1}, Peers: peer,
+			Ports: []PolicyPort{{Protocol: openflow.ProtoTCP, Port: 8080}}},
+		{Tier: AdminTier, Direction: PolicyIngress, Action: ClusterDeny, Priority: 50000, Sub: 1, Pods: []Pod{npPod2}, Peers: peer,
+			Ports: []PolicyPort{{Protocol: openflow.ProtoTCP, Port: 9090}}},
+	}}
+	g.Expect(strs(withCookie(testNode().ClusterPolicyFlows(p), 0))).To(Equal([]string{
+		"table=82, priority=50000,ip,reg1=0xa actions=conjunction(2147533648,2/3)",
+		"table=82, priority=50000,ip,nw_src=10.244.2.7 actions=conjunction(2147533648,1/3),conjunction(2147795792,1/3)",
+		"table=82, priority=50000,tcp,tp_dst=8080 actions=conjunction(2147533648,3/3)",
+		"table=82, priority=50000,conj_id=2147533648,ip actions=drop",
+		"table=82, priority=50000,ip,reg1=0xb actions=conjunction(2147795792,2/3)",
+		"table=82, priority=50000,tcp,tp_dst=9090 actions=conjunction(2147795792,3/3)",
+		"table=82, priority=50000,conj_id=2147795792,ip actions=drop",
+	}))
+}
