@@ -424,21 +424,27 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 			}
 		}
 	}()
-	if req == podChanges && !full {
-		if len(pods) == 0 {
-			return ctrl.Result{}, nil // a full pass took them
-		}
+	// The Pods changed since the last pass are applied whichever request took them: the periodic
+	// check's request may be the one that finds them (it was queued before the Pods' own), and the
+	// Pods' request then finds nothing left to do.
+	if !full && len(pods) > 0 {
 		err := r.applyPods(ctx, rz, pods, changed, time.Since(changed))
-		if err == nil {
+		switch {
+		case err == nil:
 			passes.WithLabelValues(PassPods).Inc()
-			return ctrl.Result{}, nil
-		}
-		r.index = nil
-		if !errors.Is(err, errFullPass) {
+			if req == podChanges {
+				return ctrl.Result{}, nil
+			}
+		case errors.Is(err, errFullPass):
+			r.index = nil
+			log.V(1).Info("Pod changes need a full NetworkPolicy pass", "reason", err.Error())
+		default:
+			r.index = nil
 			r.markChanged(nil)
 			return ctrl.Result{}, err
 		}
-		log.V(1).Info("Pod changes need a full NetworkPolicy pass", "reason", err.Error())
+	} else if req == podChanges && !full {
+		return ctrl.Result{}, nil // a pass took them
 	}
 	resync := r.ResyncPeriod
 	if resync == 0 {
