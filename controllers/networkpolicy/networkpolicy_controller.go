@@ -270,10 +270,13 @@ func (r *Reconciler) namespaceChanged(q workqueue.TypedRateLimitingInterface[rec
 		seen, ok := read.labels[name]
 		switch {
 		case created && !ok:
-			// A namespace new to the pass: its Pods come through the watches open, unless a
-			// peer names every Pod of the namespaces it selects, which opens a watch per
-			// namespace (peerWatchKeys).
-			if !read.opensWatch(now) {
+			// A namespace new to the pass counts when a namespace selector selects it: a peer
+			// of every Pod of the namespaces it selects opens a watch per namespace
+			// (peerWatchKeys), and a peer with a podSelector of its own may already have
+			// brought its Pods through the cluster-wide watch, before the namespace was in
+			// the cache (the watches are not ordered): the full pass those Pods took could
+			// not match them then.
+			if !read.selects(now) {
 				return
 			}
 		case created:
@@ -336,14 +339,14 @@ type namespacesRead struct {
 	keys map[string]bool
 	// labels are every namespace's labels it saw.
 	labels map[string]map[string]string
-	// perNamespace are the namespace selectors of peers of every Pod of the namespaces they select:
-	// each namespace they select has a watch of its own.
-	perNamespace []k8slabels.Selector
+	// selectors are the namespace selectors of its policies' peers.
+	selectors []k8slabels.Selector
 }
 
-// opensWatch tells whether a namespace with these labels needs a Pod watch of its own.
-func (n *namespacesRead) opensWatch(l map[string]string) bool {
-	return slices.ContainsFunc(n.perNamespace, func(s k8slabels.Selector) bool { return s.Matches(k8slabels.Set(l)) })
+// selects tells whether a namespace selector of the policies selects a namespace with these
+// labels.
+func (n *namespacesRead) selects(l map[string]string) bool {
+	return slices.ContainsFunc(n.selectors, func(s k8slabels.Selector) bool { return s.Matches(k8slabels.Set(l)) })
 }
 
 // differ reports whether a label the selectors read differs between a and b.
@@ -366,10 +369,8 @@ func readNamespaces(policies []networkingv1.NetworkPolicy, labels map[string]map
 			if p.NamespaceSelector == nil {
 				continue
 			}
-			if p.PodSelector == nil || (len(p.PodSelector.MatchLabels) == 0 && len(p.PodSelector.MatchExpressions) == 0) {
-				if sel, err := metav1.LabelSelectorAsSelector(p.NamespaceSelector); err == nil && !sel.Empty() {
-					n.perNamespace = append(n.perNamespace, sel)
-				}
+			if sel, err := metav1.LabelSelectorAsSelector(p.NamespaceSelector); err == nil {
+				n.selectors = append(n.selectors, sel)
 			}
 			for k := range p.NamespaceSelector.MatchLabels {
 				n.keys[k] = true
