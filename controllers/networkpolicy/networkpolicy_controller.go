@@ -115,6 +115,11 @@ type Reconciler struct {
 	reading bool
 	// gate tells the Pod network when a new Pod's policies are in the switch (gate.go).
 	gate gate
+	// checked are the peer Pods' resource versions the periodic check found applied as the
+	// watches hold them since the index was built (peerIndex.stale).
+	checked map[types.NamespacedName]string
+	// suspects are the peer Pods (and their versions) the last periodic check found stale.
+	suspects map[types.NamespacedName]string
 }
 
 // SetupWithManager registers the reconciler for NetworkPolicies, Namespaces, the node's Pods, the
@@ -461,9 +466,15 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 		if err := r.resend(ctx, rz); err != nil {
 			return ctrl.Result{}, err
 		}
-		r.State.FlowsSynced(ctx, nodenetwork.PolicyFlows, rz.Flows)
-		r.State.SetPolicies(r.result(r.last))
-		return ctrl.Result{RequeueAfter: resync}, nil
+		needFull, err := r.repairPeers(ctx, rz)
+		if err != nil {
+			return ctrl.Result{}, err
+		}
+		if !needFull {
+			r.State.FlowsSynced(ctx, nodenetwork.PolicyFlows, rz.Flows)
+			r.State.SetPolicies(r.result(r.last))
+			return ctrl.Result{RequeueAfter: resync}, nil
+		}
 	}
 	full = true // from here on, whatever brought it here, this is the full pass
 	index := r.index
@@ -506,6 +517,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 	}
 	r.ids.keepOnly(d.ids, d.Policy.IngressClasses, d.Policy.EgressClasses)
 	r.last, r.index, r.indexFlows = d, d.peers(), rz.Flows
+	r.checked, r.suspects = map[types.NamespacedName]string{}, nil
 	r.inputsHash, r.flows, r.invalidations = hash, flows, invalidations
 	seen := readNamespaces(in.Policies, in.Namespaces)
 	r.changedMu.Lock()
@@ -523,6 +535,47 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 			"latency", time.Since(changed), "queued", passStart.Sub(changed), "read", read, "compute", compute, "sync", sync)
 	}
 	return ctrl.Result{RequeueAfter: resync}, nil
+}
+
+// repairPeers applies again the peer Pods whose place in the peer sets differs from what the
+// watches hold (peerIndex.stale): a lost change, counted in winnet_networkpolicy_peer_pods_repaired_total
+// and logged. It returns whether they need the full pass (a change the incremental path cannot
+// express).
+func (r *Reconciler) repairPeers(ctx context.Context, rz nodenetwork.Realized) (needFull bool, err error) {
+	if r.checked == nil {
+		r.checked = map[types.NamespacedName]string{}
+	}
+	// A Pod found stale at the same version two checks in a row is a lost change: once only, its
+	// event may still be on its way (the watch's store is written before its handlers are told).
+	pods := map[types.NamespacedName]bool{}
+	suspects := map[types.NamespacedName]string{}
+	var first types.NamespacedName
+	for k, rv := range r.index.stale(r.Peers.list(), r.checked) {
+		if prev, ok := r.suspects[k]; ok && prev == rv {
+			pods[k] = true
+			first = k
+			continue
+		}
+		suspects[k] = rv
+	}
+	r.suspects = suspects
+	if len(pods) == 0 {
+		return false, nil
+	}
+	peersRepaired.Add(float64(len(pods)))
+	ctrl.LoggerFrom(ctx).Info("Peer Pods applied otherwise than the peer watches hold them (a lost change): applying them again",
+		"pods", len(pods), "one", first.String())
+	err = r.applyPods(ctx, rz, pods, time.Now(), 0)
+	if err == nil {
+		passes.WithLabelValues(PassPods).Inc()
+		return false, nil
+	}
+	r.index = nil
+	if errors.Is(err, errFullPass) {
+		return true, nil
+	}
+	r.markChanged(nil)
+	return false, err
 }
 
 // resend sends the last full pass's flows again when the bridge's flows were invalidated since.

@@ -123,6 +123,16 @@ func TestPeerBurstDuringResync(t *testing.T) {
 	createPolicy(t, peers("from-burst", burst, 0))
 	// Every policy is in place before the bursts: the first full passes are behind.
 	time.Sleep(2 * time.Second)
+	// The periodic check repairs a lost change (winnet_networkpolicy_peer_pods_repaired_total),
+	// which would hide one here: none may be lost.
+	repaired := metricSum(t, "winnet_networkpolicy_peer_pods_repaired_total")
+	t.Cleanup(func() {
+		n := metricSum(t, "winnet_networkpolicy_peer_pods_repaired_total") - repaired
+		t.Logf("peer Pods repaired by the periodic check: %v", n)
+		if n != 0 {
+			t.Errorf("the periodic check repaired %v peer Pods: their changes were lost", n)
+		}
+	})
 
 	ip := func(k int) string { return fmt.Sprintf("10.244.%d.%d", 100+k/200, k%200+1) }
 	create := func(ns string, k int, labels map[string]string) error {
