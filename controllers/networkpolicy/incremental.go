@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"slices"
 
+	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	"k8s.io/apimachinery/pkg/types"
 
@@ -241,4 +242,59 @@ func (x *peerIndex) flows(clauses []peerClause) map[uint64][]openflow.Flow {
 type peerSpec struct {
 	ns    string
 	peers []networkingv1.NetworkPolicyPeer
+}
+
+// stale returns the Pods whose place in the peer sets differs from what the peer watches hold now
+// (pods), with the resource version found ("" for a member no watch holds any more): a member whose
+// addresses or selection changed, a Pod a set should have and lacks, a member gone. It is the
+// periodic check's proof that the
+// incremental path missed nothing: every Pod event applies its Pod, so a Pod found here is a change
+// that was lost. checked holds the resource versions found consistent since the index was built; a
+// Pod checked at the same version is not matched again (the index changes only by applying events),
+// so after the first check the cost is the Pods changed since.
+func (x *peerIndex) stale(pods []*corev1.Pod, checked map[types.NamespacedName]string) map[types.NamespacedName]string {
+	held := make(map[types.NamespacedName]bool, len(pods))
+	out := map[types.NamespacedName]string{}
+	for _, p := range pods {
+		key := types.NamespacedName{Namespace: p.Namespace, Name: p.Name}
+		held[key] = true
+		if x.local[key] || checked[key] == p.ResourceVersion {
+			continue
+		}
+		var now []netip.Prefix
+		info, ok := podInfo(p)
+		if ok {
+			if _, known := x.namespaces[info.Namespace]; !known {
+				continue // its namespace came after the pass: its creation takes a full pass
+			}
+			now = hostPrefixes(info.IPs)
+		}
+		consistent := true
+		for _, s := range x.sets {
+			was, wasMember := s.members[key]
+			isMember := ok && s.selectors.match(&info, x.namespaces)
+			if wasMember != isMember || (isMember && !slices.Equal(was, now)) {
+				consistent = false
+				break
+			}
+		}
+		if consistent {
+			checked[key] = p.ResourceVersion
+			continue
+		}
+		out[key] = p.ResourceVersion
+	}
+	for _, s := range x.sets {
+		for key := range s.members {
+			if !held[key] && !x.local[key] {
+				out[key] = ""
+			}
+		}
+	}
+	for key := range checked {
+		if !held[key] {
+			delete(checked, key)
+		}
+	}
+	return out
 }

@@ -202,3 +202,84 @@ func diffTables(got, want *flowTable) string {
 	}
 	return out
 }
+
+// TestStalePeers: the periodic check finds every peer Pod the index has otherwise than the watches
+// hold it (a relabelled Pod whose change was lost, a Pod deleted unseen, a new Pod unseen), and
+// nothing once the changes are applied; a Pod checked at the same version is not matched again,
+// and a change that moves a Pod in no set (a label no selector reads) is not stale.
+func TestStalePeers(t *testing.T) {
+	in := testInputs(incrementalPolicies(false)...)
+	in.Pods = append(in.Pods, PodInfo{Namespace: "x", Name: "client2", Labels: map[string]string{"app": "client"}, IPs: []netip.Addr{netip.MustParseAddr("10.244.2.10")}})
+	d := Compute(in, &conjIDs{})
+	x := d.peers()
+	watched := func(infos []PodInfo, rv map[string]string) []*corev1.Pod {
+		var out []*corev1.Pod
+		for _, i := range infos {
+			p := &corev1.Pod{}
+			p.Namespace, p.Name, p.Labels, p.ResourceVersion = i.Namespace, i.Name, i.Labels, rv[i.Namespace+"/"+i.Name]
+			if p.ResourceVersion == "" {
+				p.ResourceVersion = "1"
+			}
+			for _, a := range i.IPs {
+				p.Status.PodIPs = append(p.Status.PodIPs, corev1.PodIP{IP: a.String()})
+			}
+			out = append(out, p)
+		}
+		return out
+	}
+	checked := map[types.NamespacedName]string{}
+	if got := x.stale(watched(in.Pods, nil), checked); len(got) != 0 {
+		t.Fatalf("stale after the full pass: %v", got)
+	}
+	if len(checked) == 0 {
+		t.Fatal("no Pod recorded as checked")
+	}
+	// y/client given another address (lost), x/client2 deleted (lost), y/new created (lost).
+	pods := slices.Clone(in.Pods)
+	var now []PodInfo
+	for _, p := range pods {
+		switch p.Namespace + "/" + p.Name {
+		case "y/client":
+			p.IPs = []netip.Addr{netip.MustParseAddr("10.244.2.8")}
+		case "x/client2":
+			continue
+		}
+		now = append(now, p)
+	}
+	now = append(now, PodInfo{Namespace: "y", Name: "new", Labels: map[string]string{"app": "client"}, IPs: []netip.Addr{netip.MustParseAddr("10.244.2.9")}})
+	rv := map[string]string{"y/client": "2", "y/new": "3"}
+	got := x.stale(watched(now, rv), checked)
+	want := map[types.NamespacedName]string{{Namespace: "x", Name: "client2"}: "", {Namespace: "y", Name: "client"}: "2", {Namespace: "y", Name: "new"}: "3"}
+	if !maps.Equal(got, want) {
+		t.Fatalf("stale = %v, want %v", got, want)
+	}
+	for k := range want {
+		var info *PodInfo
+		for i := range now {
+			if now[i].Namespace == k.Namespace && now[i].Name == k.Name {
+				info = &now[i]
+			}
+		}
+		if _, err := x.podChanged(k, info); err != nil {
+			t.Fatalf("applying %s: %v", k, err)
+		}
+	}
+	if got := x.stale(watched(now, rv), checked); len(got) != 0 {
+		t.Fatalf("stale after applying the changes: %v", got)
+	}
+	// y/client relabelled to what no set's selection depends on (every Pod of team b is a peer).
+	for i := range now {
+		if now[i].Namespace == "y" && now[i].Name == "client" {
+			now[i].Labels = map[string]string{"app": "other"}
+		}
+	}
+	rv["y/client"] = "4"
+	if got := x.stale(watched(now, rv), checked); len(got) != 0 {
+		t.Fatalf("a relabelled Pod whose sets are the same is stale: %v", got)
+	}
+	// Checked at the same versions: a label change the version does not show is not looked at.
+	now[0].Labels = map[string]string{"app": "changed-without-a-version"}
+	if got := x.stale(watched(now, rv), checked); len(got) != 0 {
+		t.Fatalf("a Pod checked at the same version was matched again: %v", got)
+	}
+}

@@ -9,7 +9,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 )
 
 // TestPeerWatchKeys: the Pod watches a node opens are one per distinct peer, filtered by the API
@@ -119,11 +121,12 @@ func TestPodInNamespaceUnknownToThePassTakesTheFullPass(t *testing.T) {
 	}
 }
 
-// TestNamespaceCreatedOpensWatch: a namespace created after the last full pass counts when a peer
-// of every Pod of the namespaces its selector selects selects it (its watch must open), not when
-// only a peer with a podSelector of its own could (the cluster-wide watch of that podSelector
-// brings its Pods).
-func TestNamespaceCreatedOpensWatch(t *testing.T) {
+// TestNamespaceCreatedSelected: a namespace created after the last full pass counts when a
+// namespace selector of a peer selects it: a peer of every Pod of the namespaces it selects (its
+// watch must open), and a peer with a podSelector of its own too (its Pods may have come through
+// the cluster-wide watch before the namespace reached the cache, and the full pass they took could
+// not match them).
+func TestNamespaceCreatedSelected(t *testing.T) {
 	policies := []networkingv1.NetworkPolicy{{Spec: networkingv1.NetworkPolicySpec{
 		Ingress: []networkingv1.NetworkPolicyIngressRule{{From: []networkingv1.NetworkPolicyPeer{
 			{NamespaceSelector: &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{
@@ -139,10 +142,40 @@ func TestNamespaceCreatedOpensWatch(t *testing.T) {
 	}{
 		{nil, true}, // NotIn selects a namespace without the key
 		{map[string]string{"env": "prod"}, false},
-		{map[string]string{"env": "prod", "team": "a"}, false},
+		{map[string]string{"env": "prod", "team": "a"}, true},
+		{map[string]string{"env": "prod", "team": "b"}, false},
 	} {
-		if got := read.opensWatch(tc.labels); got != tc.want {
-			t.Errorf("opensWatch(%v) = %v, want %v", tc.labels, got, tc.want)
+		if got := read.selects(tc.labels); got != tc.want {
+			t.Errorf("selects(%v) = %v, want %v", tc.labels, got, tc.want)
 		}
+	}
+}
+
+// TestNamespaceCreatedAfterItsPods: the Pods of a new namespace reached the agent through the
+// cluster-wide watch of a peer's podSelector before the namespace reached its cache, so the full
+// pass they took could not match them; the namespace's creation must then take the full pass.
+func TestNamespaceCreatedAfterItsPods(t *testing.T) {
+	policies := []networkingv1.NetworkPolicy{{Spec: networkingv1.NetworkPolicySpec{
+		Ingress: []networkingv1.NetworkPolicyIngressRule{{From: []networkingv1.NetworkPolicyPeer{
+			{NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"team": "a"}},
+				PodSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "client"}}},
+		}}},
+	}}}
+	for _, tc := range []struct {
+		labels map[string]string
+		want   bool
+	}{
+		{map[string]string{"team": "a"}, true},
+		{map[string]string{"team": "b"}, false},
+	} {
+		r := &Reconciler{}
+		r.nsRead = readNamespaces(policies, map[string]map[string]string{"old": {"team": "a"}})
+		q := workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[reconcile.Request]())
+		r.namespaceChanged(q, "new", nil, tc.labels, true)
+		_, full, _ := r.takeChanged()
+		if full != tc.want || (q.Len() == 1) != tc.want {
+			t.Errorf("namespace created with %v: full pass %v (queued %d), want %v", tc.labels, full, q.Len(), tc.want)
+		}
+		q.ShutDown()
 	}
 }

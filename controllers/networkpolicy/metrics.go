@@ -54,6 +54,15 @@ var (
 		Name:      "peer_pod_events_total",
 		Help:      "Pod events (adds of lists included, updates, deletes) the agent's peer Pod watches received.",
 	})
+	// peersRepaired counts the peer Pods the periodic check found applied otherwise than the
+	// watches hold them (a change the incremental path lost) and applied again: 0 unless a change
+	// was lost.
+	peersRepaired = prometheus.NewCounter(prometheus.CounterOpts{
+		Namespace: "winnet",
+		Subsystem: "networkpolicy",
+		Name:      "peer_pods_repaired_total",
+		Help:      "Peer Pods the periodic check found in the wrong peer sets, or with other addresses than the peer watches hold (a lost change), and applied again.",
+	})
 )
 
 // Pass kinds (the kind label of winnet_networkpolicy_passes_total).
@@ -64,7 +73,7 @@ const (
 )
 
 func init() {
-	ctrlmetrics.Registry.MustRegister(realisationLatency, realised, passes, peerWatches, peerObjects, peerEvents)
+	ctrlmetrics.Registry.MustRegister(realisationLatency, realised, passes, peerWatches, peerObjects, peerEvents, peersRepaired)
 }
 
 // observePass records a pass: its latency when it changed the switch, and what it realised.

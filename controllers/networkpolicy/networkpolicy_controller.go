@@ -128,6 +128,11 @@ type Reconciler struct {
 	clusterLast ClusterDesired
 	clusterIn   Inputs
 	clusterObjs map[uint64][]openflow.Flow
+	// checked are the peer Pods' resource versions the periodic check found applied as the
+	// watches hold them since the index was built (peerIndex.stale).
+	checked map[types.NamespacedName]string
+	// suspects are the peer Pods (and their versions) the last periodic check found stale.
+	suspects map[types.NamespacedName]string
 }
 
 // SetupWithManager registers the reconciler for NetworkPolicies, Namespaces, the node's Pods, the
@@ -291,10 +296,13 @@ func (r *Reconciler) namespaceChanged(q workqueue.TypedRateLimitingInterface[rec
 		seen, ok := read.labels[name]
 		switch {
 		case created && !ok:
-			// A namespace new to the pass: its Pods come through the watches open, unless a
-			// peer names every Pod of the namespaces it selects, which opens a watch per
-			// namespace (peerWatchKeys).
-			if !read.opensWatch(now) {
+			// A namespace new to the pass counts when a namespace selector selects it: a peer
+			// of every Pod of the namespaces it selects opens a watch per namespace
+			// (peerWatchKeys), and a peer with a podSelector of its own may already have
+			// brought its Pods through the cluster-wide watch, before the namespace was in
+			// the cache (the watches are not ordered): the full pass those Pods took could
+			// not match them then.
+			if !read.selects(now) {
 				return
 			}
 		case created:
@@ -357,14 +365,14 @@ type namespacesRead struct {
 	keys map[string]bool
 	// labels are every namespace's labels it saw.
 	labels map[string]map[string]string
-	// perNamespace are the namespace selectors of peers of every Pod of the namespaces they select:
-	// each namespace they select has a watch of its own.
-	perNamespace []k8slabels.Selector
+	// selectors are the namespace selectors of its policies' peers.
+	selectors []k8slabels.Selector
 }
 
-// opensWatch tells whether a namespace with these labels needs a Pod watch of its own.
-func (n *namespacesRead) opensWatch(l map[string]string) bool {
-	return slices.ContainsFunc(n.perNamespace, func(s k8slabels.Selector) bool { return s.Matches(k8slabels.Set(l)) })
+// selects tells whether a namespace selector of the policies selects a namespace with these
+// labels.
+func (n *namespacesRead) selects(l map[string]string) bool {
+	return slices.ContainsFunc(n.selectors, func(s k8slabels.Selector) bool { return s.Matches(k8slabels.Set(l)) })
 }
 
 // differ reports whether a label the selectors read differs between a and b.
@@ -387,10 +395,8 @@ func readNamespaces(policies []networkingv1.NetworkPolicy, labels map[string]map
 			if p.NamespaceSelector == nil {
 				continue
 			}
-			if p.PodSelector == nil || (len(p.PodSelector.MatchLabels) == 0 && len(p.PodSelector.MatchExpressions) == 0) {
-				if sel, err := metav1.LabelSelectorAsSelector(p.NamespaceSelector); err == nil && !sel.Empty() {
-					n.perNamespace = append(n.perNamespace, sel)
-				}
+			if sel, err := metav1.LabelSelectorAsSelector(p.NamespaceSelector); err == nil {
+				n.selectors = append(n.selectors, sel)
 			}
 			for k := range p.NamespaceSelector.MatchLabels {
 				n.keys[k] = true
@@ -445,21 +451,27 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 			}
 		}
 	}()
-	if req == podChanges && !full {
-		if len(pods) == 0 {
-			return ctrl.Result{}, nil // a full pass took them
-		}
+	// The Pods changed since the last pass are applied whichever request took them: the periodic
+	// check's request may be the one that finds them (it was queued before the Pods' own), and the
+	// Pods' request then finds nothing left to do.
+	if !full && len(pods) > 0 {
 		err := r.applyPods(ctx, rz, pods, changed, time.Since(changed))
-		if err == nil {
+		switch {
+		case err == nil:
 			passes.WithLabelValues(PassPods).Inc()
-			return ctrl.Result{}, nil
-		}
-		r.index = nil
-		if !errors.Is(err, errFullPass) {
+			if req == podChanges {
+				return ctrl.Result{}, nil
+			}
+		case errors.Is(err, errFullPass):
+			r.index = nil
+			log.V(1).Info("Pod changes need a full NetworkPolicy pass", "reason", err.Error())
+		default:
+			r.index = nil
 			r.markChanged(nil)
 			return ctrl.Result{}, err
 		}
-		log.V(1).Info("Pod changes need a full NetworkPolicy pass", "reason", err.Error())
+	} else if req == podChanges && !full {
+		return ctrl.Result{}, nil // a pass took them
 	}
 	resync := r.ResyncPeriod
 	if resync == 0 {
@@ -475,9 +487,15 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 		if err := r.resend(ctx, rz); err != nil {
 			return ctrl.Result{}, err
 		}
-		r.State.FlowsSynced(ctx, nodenetwork.PolicyFlows, rz.Flows)
-		r.State.SetPolicies(r.result(r.last))
-		return ctrl.Result{RequeueAfter: resync}, nil
+		needFull, err := r.repairPeers(ctx, rz)
+		if err != nil {
+			return ctrl.Result{}, err
+		}
+		if !needFull {
+			r.State.FlowsSynced(ctx, nodenetwork.PolicyFlows, rz.Flows)
+			r.State.SetPolicies(r.result(r.last))
+			return ctrl.Result{RequeueAfter: resync}, nil
+		}
 	}
 	full = true // from here on, whatever brought it here, this is the full pass
 	index := r.index
@@ -524,6 +542,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 	}
 	r.ids.keepOnly(d.ids, d.Policy.IngressClasses, d.Policy.EgressClasses)
 	r.last, r.index, r.indexFlows = d, d.peers(), rz.Flows
+	r.checked, r.suspects = map[types.NamespacedName]string{}, nil
 	r.inputsHash, r.flows, r.invalidations = hash, flows, invalidations
 	r.clusterActive, r.clusterLast, r.clusterIn, r.clusterObjs = len(in.ClusterPolicies) > 0, cd, in, byObject(flows[len(flows)-clusterFlows:])
 	seen := readNamespaces(withClusterPeers(in.Policies, in.ClusterPolicies, true), in.Namespaces)
@@ -543,6 +562,47 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 			"latency", time.Since(changed), "queued", passStart.Sub(changed), "read", read, "compute", compute, "sync", sync)
 	}
 	return ctrl.Result{RequeueAfter: resync}, nil
+}
+
+// repairPeers applies again the peer Pods whose place in the peer sets differs from what the
+// watches hold (peerIndex.stale): a lost change, counted in winnet_networkpolicy_peer_pods_repaired_total
+// and logged. It returns whether they need the full pass (a change the incremental path cannot
+// express).
+func (r *Reconciler) repairPeers(ctx context.Context, rz nodenetwork.Realized) (needFull bool, err error) {
+	if r.checked == nil {
+		r.checked = map[types.NamespacedName]string{}
+	}
+	// A Pod found stale at the same version two checks in a row is a lost change: once only, its
+	// event may still be on its way (the watch's store is written before its handlers are told).
+	pods := map[types.NamespacedName]bool{}
+	suspects := map[types.NamespacedName]string{}
+	var first types.NamespacedName
+	for k, rv := range r.index.stale(r.Peers.list(), r.checked) {
+		if prev, ok := r.suspects[k]; ok && prev == rv {
+			pods[k] = true
+			first = k
+			continue
+		}
+		suspects[k] = rv
+	}
+	r.suspects = suspects
+	if len(pods) == 0 {
+		return false, nil
+	}
+	peersRepaired.Add(float64(len(pods)))
+	ctrl.LoggerFrom(ctx).Info("Peer Pods applied otherwise than the peer watches hold them (a lost change): applying them again",
+		"pods", len(pods), "one", first.String())
+	err = r.applyPods(ctx, rz, pods, time.Now(), 0)
+	if err == nil {
+		passes.WithLabelValues(PassPods).Inc()
+		return false, nil
+	}
+	r.index = nil
+	if errors.Is(err, errFullPass) {
+		return true, nil
+	}
+	r.markChanged(nil)
+	return false, err
 }
 
 // resend sends the last full pass's flows again when the bridge's flows were invalidated since.

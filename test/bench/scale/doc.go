@@ -11,6 +11,7 @@
 //	bench-scale pods=N services=S policies=P agent_heap_mb=.. agent_rss_mb=.. agent_idle_cpu_pct=..
 //	idle_writes_per_min=.. writes_per_endpoint_change=.. watch_kb_s_per_agent=..
 //	kubeproxy_watch_kb_s=.. full_pass_ms=.. burst_converge_ms=.. unnamed_pod_update_events=..
+//	only_pods_grow=0|1
 //
 // What each number is:
 //   - agent_heap_mb: the agents' largest live heap after a GC (HeapAlloc of the agent's
@@ -47,9 +48,15 @@
 // directory of the winnet binaries to measure, default bin/linux), BENCH_SCALE_REF_BIN (the
 // directory of a reference build, such as main's: as many agents of it run beside the measured ones
 // in the same cluster, at the same moments, and print bench-scale-ref lines; the watch numbers are
-// each build's own model).
+// each build's own model), BENCH_SCALE_FIXED=1 (only the Pods grow: see below).
 //
 // The policies' peers (role=peer) are one Pod in ten of the first 3,000 object Pods, the same at
 // every size, and from 3,000 Pods on the local namespaces hold about 1,800 object Pods at every
-// size: the sizes differ in Pods no local policy names (issue 38's heap goal).
+// size: the sizes differ in Pods no local policy names (issue 38's heap goal). With
+// BENCH_SCALE_FIXED=1 the sizes differ in nothing else (only_pods_grow=1): the Nodes (so the
+// routes), Namespaces, Services and policies are the first size's at every size, the larger sizes'
+// Pods are spread over those Nodes (at most 253 each, so 60,000 Pods need a first size of 10,000)
+// and go to the namespaces without local Pods, so that the local namespaces and the peers stay as
+// the first size left them: what an agent needs is the same at every size, and its heap should be
+// too.
 package scale

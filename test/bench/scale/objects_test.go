@@ -62,6 +62,26 @@ func shapeOf(pods int) shape {
 	return s
 }
 
+// maxPerNode is the most Pods an object Node's /24 holds (from its third address).
+const maxPerNode = 253
+
+// fixedShape is what the cluster holds at every size when only Pods grow (BENCH_SCALE_FIXED=1):
+// the first size's Nodes, Namespaces, Services and policies, with the largest size's Pods spread
+// on those Nodes; it returns the Pods per Node.
+func fixedShape(sizes []int) (shape, int, error) {
+	s := shapeOf(sizes[0])
+	perNode := (sizes[len(sizes)-1] + s.nodes - 1) / s.nodes
+	if perNode > maxPerNode {
+		return s, 0, fmt.Errorf("BENCH_SCALE_FIXED holds the first size's %d Nodes, which hold at most %d Pods each: %d Pods need a first size of at least %d",
+			s.nodes, maxPerNode, sizes[len(sizes)-1], (sizes[len(sizes)-1]+maxPerNode-1)/maxPerNode*podsPerNode)
+	}
+	if s.namespaces <= localNamespaces {
+		return s, 0, fmt.Errorf("BENCH_SCALE_FIXED needs namespaces beyond the %d local ones: a first size of at least %d Pods", localNamespaces,
+			(localNamespaces+1)*podsPerNamespace)
+	}
+	return s, perNode, nil
+}
+
 // writer writes the cluster's objects with protobuf, without client-side rate limiting.
 type writer struct {
 	cs *kubernetes.Clientset
@@ -73,6 +93,12 @@ type writer struct {
 	churned, epChanges atomic.Int64
 	// nodes is how many object Nodes exist (for the heartbeats).
 	nodes atomic.Int64
+	// perNode is how many object Pods each object Node holds (podsPerNode, or more when only
+	// Pods grow). fixedFrom, when not zero, is the first object Pod written after the first size
+	// when only Pods grow: it and the later ones go to the namespaces without local Pods, so that
+	// the local namespaces (and the peers of the local policies there) stay as the first size
+	// left them.
+	perNode, fixedFrom int
 }
 
 func newWriter(cfg *rest.Config) (*writer, error) {
@@ -83,7 +109,7 @@ func newWriter(cfg *rest.Config) (*writer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("creating the writers' client: %w", err)
 	}
-	return &writer{cs: cs}, nil
+	return &writer{cs: cs, perNode: podsPerNode}, nil
 }
 
 // parallel runs f(i) for i in [from, to) on writers goroutines and returns the first error.
@@ -147,8 +173,19 @@ var (
 	churnBase   = netip.MustParseAddr("100.124.0.0")
 )
 
-// podIP is the address of object Pod k: the (k%30+2)-th of its Node's /24.
-func podIP(k int) netip.Addr { return addrAt(objPodBase, (k/podsPerNode)*256+k%podsPerNode+2) }
+// podIP is the address of object Pod k: the (k%perNode+2)-th of its Node's /24.
+func (w *writer) podIP(k int) netip.Addr { return addrAt(objPodBase, (k/w.perNode)*256+k%w.perNode+2) }
+
+// podNode is the Node of object Pod k.
+func (w *writer) podNode(k int) string { return nodeName(k / w.perNode) }
+
+// podNamespace is the namespace of object Pod k, when the cluster has namespaces namespaces.
+func (w *writer) podNamespace(k, namespaces int) string {
+	if w.fixedFrom > 0 && k >= w.fixedFrom {
+		return nsName(localNamespaces + k%(namespaces-localNamespaces))
+	}
+	return nsName(k % namespaces)
+}
 
 // grow writes what the cluster lacks to reach s, in dependency order.
 func (w *writer) grow(ctx context.Context, s shape, objectPods int) error {
@@ -244,7 +281,7 @@ func podLabels(k int) map[string]string {
 
 // pod creates object Pod k on its Node and writes its status as kubelet does once it runs.
 func (w *writer) pod(ctx context.Context, k, namespaces int) error {
-	return w.podAt(ctx, nsName(k%namespaces), fmt.Sprintf("p-%06d", k), nodeName(k/podsPerNode), podIP(k), podLabels(k))
+	return w.podAt(ctx, w.podNamespace(k, namespaces), fmt.Sprintf("p-%06d", k), w.podNode(k), w.podIP(k), podLabels(k))
 }
 
 func (w *writer) podAt(ctx context.Context, ns, name, node string, ip netip.Addr, labels map[string]string) error {
@@ -314,7 +351,7 @@ func (w *writer) service(ctx context.Context, i, namespaces, objectPods int) err
 	}
 	for e := range endpointsPerSvc {
 		k := (i*endpointsPerSvc + e) % objectPods
-		slice.Endpoints = append(slice.Endpoints, endpoint(podIP(k), nodeName(k/podsPerNode)))
+		slice.Endpoints = append(slice.Endpoints, endpoint(w.podIP(k), w.podNode(k)))
 	}
 	_, err := w.cs.DiscoveryV1().EndpointSlices(ns).Create(ctx, slice, metav1.CreateOptions{})
 	return ignoreExists(err)

@@ -49,14 +49,23 @@ type result struct {
 	// unnamedEvents: the events an agent's watches receive per status update of a Pod no local
 	// policy names.
 	unnamedEvents float64
+	// onlyPods: the sizes differ in Pods only (BENCH_SCALE_FIXED=1).
+	onlyPods bool
 }
 
 func (r result) String() string {
 	return fmt.Sprintf("bench-scale pods=%d services=%d policies=%d agent_heap_mb=%.0f agent_rss_mb=%.0f agent_idle_cpu_pct=%.1f "+
 		"idle_writes_per_min=%.1f writes_per_endpoint_change=%.1f watch_kb_s_per_agent=%.1f kubeproxy_watch_kb_s=%.1f full_pass_ms=%.0f burst_converge_ms=%.0f "+
-		"unnamed_pod_update_events=%.1f",
+		"unnamed_pod_update_events=%.1f only_pods_grow=%d",
 		r.s.pods, r.s.services, r.s.policies, r.heapMB, r.rssMB, r.idleCPU, r.idleWrites, r.epWrites, r.agentKBs, r.proxyKBs,
-		float64(r.fullPass.Microseconds())/1000, float64(r.burst.Microseconds())/1000, r.unnamedEvents)
+		float64(r.fullPass.Microseconds())/1000, float64(r.burst.Microseconds())/1000, r.unnamedEvents, boolInt(r.onlyPods))
+}
+
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 func sizes(t *testing.T) []int {
@@ -204,8 +213,25 @@ func TestBenchScale(t *testing.T) {
 	go w.heartbeats(hbCtx, heartbeatPeriod)
 
 	var lines []string
-	for si, size := range sizes(t) {
+	sizeList := sizes(t)
+	// BENCH_SCALE_FIXED=1: only the Pods grow (issue 38's heap goal), everything else is the first
+	// size's.
+	var fixed shape
+	if os.Getenv("BENCH_SCALE_FIXED") == "1" {
+		f, perNode, err := fixedShape(sizeList)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fixed, w.perNode, w.fixedFrom = f, perNode, sizeList[0]-len(all)*localNamespaces
+		fmt.Printf("bench-scale-info: only Pods grow: %d Nodes, %d namespaces, %d Services, %d policies at every size, up to %d Pods per Node\n",
+			f.nodes, f.namespaces, f.services, f.policies, perNode)
+	}
+	for si, size := range sizeList {
 		s := shapeOf(size)
+		if fixed.pods != 0 {
+			s = fixed
+			s.pods = size
+		}
 		local := len(all) * localNamespaces
 		built := time.Now()
 		if err := w.grow(ctx, s, size-local); err != nil {
@@ -223,6 +249,7 @@ func TestBenchScale(t *testing.T) {
 		for k, set := range sets {
 			rs[k].s = s
 			rs[k].s.pods = size
+			rs[k].onlyPods = fixed.pods != 0
 			for _, a := range set.agents {
 				pid := a.node.AgentPID()
 				if pid == 0 {
