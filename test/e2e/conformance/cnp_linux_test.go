@@ -71,13 +71,7 @@ func TestConformanceCNP(t *testing.T) {
 		}
 		skipNames = append(skipNames, s.name)
 	}
-	reportDir := filepath.Join(root, "bin", name)
-	if err := os.RemoveAll(reportDir); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.MkdirAll(reportDir, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	reportDir := emptyDir(t, filepath.Join(root, "bin", name))
 
 	ctx := context.Background()
 	logf := func(f string, a ...any) { fmt.Fprintf(os.Stderr, name+": "+f+"\n", a...) }

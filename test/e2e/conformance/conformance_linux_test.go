@@ -161,13 +161,7 @@ func TestConformance(t *testing.T) {
 	for _, s := range skips {
 		skipRE = append(skipRE, regexp.QuoteMeta(s.name))
 	}
-	reportDir := filepath.Join(root, "bin", name)
-	if err := os.RemoveAll(reportDir); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.MkdirAll(reportDir, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	reportDir := emptyDir(t, filepath.Join(root, "bin", name))
 
 	ctx := context.Background()
 	logf := func(f string, a ...any) { fmt.Fprintf(os.Stderr, name+": "+f+"\n", a...) }
@@ -372,6 +366,18 @@ func kubeletCluster(ctx context.Context, t *testing.T, logf func(string, ...any)
 	}
 	logf("cluster up in %v", time.Since(start).Round(time.Second))
 	return c, kubeletLogs
+}
+
+// emptyDir makes dir anew and empty (a run's reports replace the last run's) and returns it.
+func emptyDir(t *testing.T, dir string) string {
+	t.Helper()
+	if err := os.RemoveAll(dir); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return dir
 }
 
 func assetsDir(t *testing.T) string {
