@@ -324,18 +324,7 @@ func clusterRuleParts(base pipeline.ClusterRule, subjects []clusterSubject, anyP
 	}
 	if base.Direction == pipeline.PolicyIngress {
 		peers := uniquePrefixes(append(slices.Clip(networks), podAddrs(peerPods)...))
-		groups, keys := map[string][]clusterSubject{}, []string{}
-		resolved := map[string][]pipeline.PolicyPort{}
-		for _, s := range subjects {
-			ps := append(slices.Clip(ports), resolveNames(names, s.info)...)
-			k := portsKey(ps)
-			if _, ok := groups[k]; !ok {
-				keys = append(keys, k)
-				resolved[k] = ps
-			}
-			groups[k] = append(groups[k], s)
-		}
-		slices.Sort(keys)
+		keys, groups, resolved := groupByPorts(subjects, ports, names, func(s clusterSubject) *PodInfo { return s.info })
 		for _, k := range keys {
 			r := base
 			r.Pods, r.AnyPeer, r.Peers, r.Ports = subjectPods(groups[k]), anyPeer, peers, resolved[k]
@@ -351,18 +340,7 @@ func clusterRuleParts(base pipeline.ClusterRule, subjects []clusterSubject, anyP
 		}
 	}
 	pods := subjectPods(subjects)
-	groups, keys := map[string][]*PodInfo{}, []string{}
-	resolved := map[string][]pipeline.PolicyPort{}
-	for _, t := range targets {
-		ps := append(slices.Clip(ports), resolveNames(names, t)...)
-		k := portsKey(ps)
-		if _, ok := groups[k]; !ok {
-			keys = append(keys, k)
-			resolved[k] = ps
-		}
-		groups[k] = append(groups[k], t)
-	}
-	slices.Sort(keys)
+	keys, groups, resolved := groupByPorts(targets, ports, names, func(t *PodInfo) *PodInfo { return t })
 	for _, k := range keys {
 		r := base
 		r.Pods, r.Peers, r.Ports = pods, uniquePrefixes(podAddrs(groups[k])), resolved[k]
@@ -378,6 +356,24 @@ func clusterRuleParts(base pipeline.ClusterRule, subjects []clusterSubject, anyP
 
 // resolveNames are the TCP and UDP ports the Pod serves under the names (SCTP ones are not
 // realised, see clusterPorts).
+// groupByPorts groups items by the ports a rule's numbered ports and its named ports resolve to on
+// each item's Pod: the groups' keys in order, the items of each, and each group's ports.
+func groupByPorts[T any](items []T, ports []pipeline.PolicyPort, names []string, pod func(T) *PodInfo) ([]string, map[string][]T, map[string][]pipeline.PolicyPort) {
+	var keys []string
+	groups, resolved := map[string][]T{}, map[string][]pipeline.PolicyPort{}
+	for _, it := range items {
+		ps := append(slices.Clip(ports), resolveNames(names, pod(it))...)
+		k := portsKey(ps)
+		if _, ok := groups[k]; !ok {
+			keys = append(keys, k)
+			resolved[k] = ps
+		}
+		groups[k] = append(groups[k], it)
+	}
+	slices.Sort(keys)
+	return keys, groups, resolved
+}
+
 func resolveNames(names []string, p *PodInfo) []pipeline.PolicyPort {
 	var out []pipeline.PolicyPort
 	if p == nil {
