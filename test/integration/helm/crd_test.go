@@ -13,9 +13,6 @@ import (
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
-
-	winnetscheme "github.com/winnet-io/winnet/internal/scheme"
-	"github.com/winnet-io/winnet/test/framework"
 )
 
 // TestChartKeepsTheClusterNetworkPolicyCRD: a cluster that already has the network-policy-api CRD
@@ -25,14 +22,8 @@ func TestChartKeepsTheClusterNetworkPolicyCRD(t *testing.T) {
 	g := NewWithT(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 180*time.Second)
 	defer cancel()
-	server, err := framework.StartAPIServerWithoutCRDs()
-	g.Expect(err).NotTo(HaveOccurred())
+	server, admin := bareAPIServer(g)
 	defer func() { g.Expect(server.Stop()).To(Succeed()) }()
-	scheme, err := winnetscheme.New()
-	g.Expect(err).NotTo(HaveOccurred())
-	g.Expect(apiextensionsv1.AddToScheme(scheme)).To(Succeed())
-	admin, err := client.New(server.Config, client.Options{Scheme: scheme})
-	g.Expect(err).NotTo(HaveOccurred())
 
 	b, err := os.ReadFile(filepath.Join(chartDir(), "crds", "policy.networking.k8s.io_clusternetworkpolicies.yaml"))
 	g.Expect(err).NotTo(HaveOccurred())

@@ -49,14 +49,8 @@ func TestInstallAndLeastPrivilege(t *testing.T) {
 	defer cancel()
 
 	// Without the framework's CRDs: the chart's crds/ are what gets installed.
-	server, err := framework.StartAPIServerWithoutCRDs()
-	g.Expect(err).NotTo(HaveOccurred())
+	server, admin := bareAPIServer(g)
 	defer func() { g.Expect(server.Stop()).To(Succeed()) }()
-	scheme, err := winnetscheme.New()
-	g.Expect(err).NotTo(HaveOccurred())
-	g.Expect(apiextensionsv1.AddToScheme(scheme)).To(Succeed())
-	admin, err := client.New(server.Config, client.Options{Scheme: scheme})
-	g.Expect(err).NotTo(HaveOccurred())
 	crds := &apiextensionsv1.CustomResourceDefinitionList{}
 	g.Expect(admin.List(ctx, crds)).To(Succeed())
 	g.Expect(crds.Items).To(BeEmpty())
@@ -436,4 +430,17 @@ func runController(ctx context.Context, t *testing.T, server *framework.APIServe
 			t.Logf("winnet-controller log:\n%s", b)
 		}
 	})
+}
+
+// bareAPIServer starts a real API server without the framework's CRDs (the chart's crds/ are what
+// gets installed) and returns it with an admin client that knows winnet's kinds and CRDs.
+func bareAPIServer(g Gomega) (*framework.APIServer, client.Client) {
+	server, err := framework.StartAPIServerWithoutCRDs()
+	g.Expect(err).NotTo(HaveOccurred())
+	scheme, err := winnetscheme.New()
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(apiextensionsv1.AddToScheme(scheme)).To(Succeed())
+	admin, err := client.New(server.Config, client.Options{Scheme: scheme})
+	g.Expect(err).NotTo(HaveOccurred())
+	return server, admin
 }
