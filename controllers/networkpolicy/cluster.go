@@ -518,7 +518,6 @@ func (r *Reconciler) warnCluster(ctx context.Context, policies []cnpv1beta1.Clus
 type clusterPass struct {
 	in      Inputs
 	desired ClusterDesired
-	flows   []openflow.Flow
 	objects map[uint64][]openflow.Flow
 	// changed are the rules' objects whose flows changed (nil: gone), for SyncObjects.
 	changed map[uint64][]openflow.Flow
@@ -558,19 +557,11 @@ func (r *Reconciler) applyClusterPods(rz nodenetwork.Realized, pods map[types.Na
 			changed[obj] = fs
 		}
 	}
-	return &clusterPass{in: in, desired: d, flows: flows, objects: now, changed: changed}
+	return &clusterPass{in: in, desired: d, objects: now, changed: changed}
 }
 
-// clusterCommitted records an incremental pass's ClusterNetworkPolicy flows as realised, in the
-// flows a resend sends too.
+// clusterCommitted records an incremental pass's ClusterNetworkPolicy flows as realised.
 func (r *Reconciler) clusterCommitted(c *clusterPass) {
-	kept := make([]openflow.Flow, 0, len(r.flows))
-	for _, f := range r.flows {
-		if _, ok := r.clusterObjs[f.Cookie&openflow.ObjectMask]; !ok {
-			kept = append(kept, f)
-		}
-	}
-	r.flows = append(kept, c.flows...)
 	r.clusterIn, r.clusterLast, r.clusterObjs = c.in, c.desired, c.objects
 }
 

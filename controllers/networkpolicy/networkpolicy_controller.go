@@ -90,12 +90,11 @@ type Reconciler struct {
 	ids conjIDs
 	// warned holds the policies (by UID and generation) already given a Warning Event, per reason.
 	warned map[warnKey]int64
-	// inputsHash is what the last full pass was compiled from (inputsHash), flows what it compiled
-	// and invalidations the bridge's count of Invalidate when it was synced: a resync whose inputs
-	// hash the same recompiles nothing, and sends the flows again only when the bridge was
-	// invalidated (the node network found drift, or ovs-vswitchd restarted).
+	// inputsHash is what the last full pass was compiled from (inputsHash) and invalidations the
+	// bridge's count of Invalidate when its flows were last sent: a resync whose inputs hash the
+	// same recompiles nothing, and sends the flows again only when the bridge was invalidated (the
+	// node network found drift, or ovs-vswitchd restarted).
 	inputsHash    uint64
-	flows         []openflow.Flow
 	invalidations uint64
 	// last is the last full pass's result, and index what it resolved for the Pods' changes that
 	// follow (nil: the next pass is a full one); indexFlows is the bridge it was realised on.
@@ -543,7 +542,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 	r.ids.keepOnly(d.ids, d.Policy.IngressClasses, d.Policy.EgressClasses)
 	r.last, r.index, r.indexFlows = d, d.peers(), rz.Flows
 	r.checked, r.suspects = map[types.NamespacedName]string{}, nil
-	r.inputsHash, r.flows, r.invalidations = hash, flows, invalidations
+	r.inputsHash, r.invalidations = hash, invalidations
 	r.clusterActive, r.clusterLast, r.clusterIn, r.clusterObjs = len(in.ClusterPolicies) > 0, cd, in, byObject(flows[len(flows)-clusterFlows:])
 	seen := readNamespaces(withClusterPeers(in.Policies, in.ClusterPolicies, true), in.Namespaces)
 	r.changedMu.Lock()
@@ -605,13 +604,16 @@ func (r *Reconciler) repairPeers(ctx context.Context, rz nodenetwork.Realized) (
 	return false, err
 }
 
-// resend sends the last full pass's flows again when the bridge's flows were invalidated since.
+// resend sends the category's flows again when the bridge's flows were invalidated since: the
+// flows the bridge records as installed, which are the last full pass's with every incremental
+// pass's changes (applyPods) applied, not the full pass's list, which would put back peers that
+// left since.
 func (r *Reconciler) resend(ctx context.Context, rz nodenetwork.Realized) error {
 	inv := rz.Flows.Invalidations()
 	if inv == r.invalidations {
 		return nil
 	}
-	synced, err := rz.Flows.Sync(ctx, pipeline.CategoryPolicy, r.flows)
+	synced, err := rz.Flows.Sync(ctx, pipeline.CategoryPolicy, rz.Flows.Installed(pipeline.CategoryPolicy))
 	if err != nil {
 		r.index = nil
 		return fmt.Errorf("installing NetworkPolicy flows: %w", err)

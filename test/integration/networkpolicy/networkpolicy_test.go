@@ -26,6 +26,7 @@ import (
 
 	networkv1alpha1 "github.com/winnet-io/winnet/api/v1alpha1"
 	"github.com/winnet-io/winnet/controllers/networkpolicy"
+	"github.com/winnet-io/winnet/internal/ovs/openflow"
 	"github.com/winnet-io/winnet/internal/pipeline"
 	"github.com/winnet-io/winnet/test/framework"
 	"github.com/winnet-io/winnet/test/simnode"
@@ -305,6 +306,47 @@ func TestNetworkPolicy(t *testing.T) {
 			pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "np-y", Name: "client-b"}}
 			setLabels(t, pod, map[string]string{"app": "other"})
 			expectRefused(t, clientB.NS, "tcp4", webHTTP)
+			setLabels(t, pod, map[string]string{"app": "client"})
+			expectAllowed(t, clientB.NS, "tcp4", webHTTP, "web")
+		}},
+		{"a peer that left incrementally stays out when drift makes the agent send its flows again", func(t *testing.T) {
+			// The relabel is applied incrementally (only the peer's flows); the flows sent again
+			// after drift must be the switch's current ones, not the last full pass's, which still
+			// admit the peer.
+			g := NewWithT(t)
+			pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "np-y", Name: "client-b"}}
+			// A second peer keeps the peer set from becoming empty, which takes the full pass.
+			b.AddPod(t, "client-b2", framework.TestPodOptions{Namespace: "np-y", Labels: map[string]string{"app": "client"}, Ports: httpPorts})
+			expectAllowed(t, clientB.NS, "tcp4", webHTTP, "web") // the policy is realised
+			pods := passCount(t, networkpolicy.PassPods)
+			setLabels(t, pod, map[string]string{"app": "other"})
+			t.Cleanup(func() { setLabels(t, pod, map[string]string{"app": "client"}) })
+			expectRefused(t, clientB.NS, "tcp4", webHTTP)
+			g.Expect(passCount(t, networkpolicy.PassPods)).To(BeNumerically(">", pods), "the relabel was applied incrementally")
+			peerFlow := "nw_src=" + clientB.IP.String() + " "
+			checks := passCount(t, networkpolicy.PassCheck)
+			// Flows changed behind the agent's back: the node network's verification finds them and
+			// invalidates the bridge's record, and every owner sends its flows again (the
+			// NetworkPolicy reconciler at its next periodic check).
+			rz, ok := a.Agent.Services.State.Realized()
+			g.Expect(ok).To(BeTrue())
+			invalidations := rz.Flows.Invalidations()
+			// A flow of the policy category the agent did not install (for an address nobody has).
+			foreign := fmt.Sprintf("table=%d,priority=5,cookie=%#x,ip,nw_src=192.0.2.1,actions=drop", pipeline.IngressRuleTable,
+				openflow.MakeCookie(0, pipeline.CategoryPolicy, 1))
+			g.Expect(a.OVS.Ofctl("add-flow", "br-int", foreign)).Error().NotTo(HaveOccurred())
+			g.Eventually(rz.Flows.Invalidations).WithTimeout(converge).Should(BeNumerically(">", invalidations))
+			g.Eventually(func() float64 { return passCount(t, networkpolicy.PassCheck) }).WithTimeout(converge).Should(BeNumerically(">=", checks+2))
+			g.Eventually(func(g Gomega) {
+				out, err := a.OVS.Ofctl("dump-flows", "br-int", fmt.Sprintf("table=%d", pipeline.IngressRuleTable))
+				g.Expect(err).NotTo(HaveOccurred())
+				g.Expect(out).To(ContainSubstring("conj_id="), "the policy flows are back")
+				g.Expect(out).NotTo(ContainSubstring(peerFlow), "the peer that left is not admitted again")
+			}).WithTimeout(converge).Should(Succeed())
+			g.Consistently(func() error {
+				_, err := framework.Ask(clientB.NS, "tcp4", webHTTP)
+				return err
+			}).WithTimeout(3*time.Second).WithPolling(500*time.Millisecond).Should(HaveOccurred())
 			setLabels(t, pod, map[string]string{"app": "client"})
 			expectAllowed(t, clientB.NS, "tcp4", webHTTP, "web")
 		}},
