@@ -50,6 +50,10 @@ type ClusterRule struct {
 	Peers   []netip.Prefix
 	// Ports are the destination ports matched; none matches every port of every protocol.
 	Ports []PolicyPort
+	// Audit sends the first packet of each new connection the rule decides to the agent (its
+	// decision flows' AuditAction before their own), named by the flows' cookie
+	// (ClusterRuleObject). The parts of one rule share it.
+	Audit bool
 }
 
 // ClusterPolicy is every ClusterNetworkPolicy rule with subjects on the node.
@@ -110,11 +114,11 @@ func clusterActions(r ClusterRule) []openflow.Action {
 	}
 	switch {
 	case r.Action == ClusterDeny:
-		return []openflow.Action{openflow.Drop()}
+		return decision(r.Audit, openflow.Drop())
 	case r.Action == ClusterPass && r.Tier == AdminTier:
-		return []openflow.Action{openflow.GotoTable(networkPolicy)}
+		return decision(r.Audit, openflow.GotoTable(networkPolicy))
 	default:
-		return []openflow.Action{openflow.GotoTable(metric)}
+		return decision(r.Audit, openflow.GotoTable(metric))
 	}
 }
 
