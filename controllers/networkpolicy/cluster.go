@@ -37,6 +37,9 @@ type ClusterDesired struct {
 	// Index names every rule given a priority and a known action, local subjects or not, by its
 	// cookie object (pipeline.ClusterRuleObject): PolicyIndex.ClusterRules.
 	Index map[uint64]nodenetwork.PolicyRuleName
+	// AuditInvalid names the policies with local subjects whose AuditLogAnnotation is neither
+	// "true" nor "false" (their rules are not audited), when the agent audits (Inputs.Audit).
+	AuditInvalid []string
 }
 
 // maxNotRealised bounds a ClusterNetworkPolicyRealisation's message (the API's MaxLength).
@@ -96,6 +99,8 @@ func ComputeCluster(policies []cnpv1beta1.ClusterNetworkPolicy, in Inputs) Clust
 			d.Unsupported[p.Name] = append(d.Unsupported[p.Name], why)
 		}
 		local := false
+		audit, auditValid := auditValue(p.Annotations)
+		audit = audit && in.Audit
 		rule := func(dir pipeline.PolicyDirection, index int, action cnpv1beta1.ClusterNetworkPolicyRuleAction, peers []cnpv1beta1.ClusterNetworkPolicyEgressPeer, protocols []cnpv1beta1.ClusterNetworkPolicyProtocol) {
 			b := band{tier, dir}
 			n := used[b]
@@ -110,7 +115,7 @@ func ComputeCluster(policies []cnpv1beta1.ClusterNetworkPolicy, in Inputs) Clust
 				d.Unsupported[p.Name] = append(d.Unsupported[p.Name], fmt.Sprintf("%s: action %q is unknown: the rule is not realised", name, action))
 				return
 			}
-			base := pipeline.ClusterRule{Tier: tier, Direction: dir, Action: act, Priority: pipeline.ClusterPriorityHighest - uint16(n)}
+			base := pipeline.ClusterRule{Tier: tier, Direction: dir, Action: act, Priority: pipeline.ClusterPriorityHighest - uint16(n), Audit: audit}
 			d.Index[pipeline.ClusterRuleObject(tier, dir, base.Priority)] = nodenetwork.PolicyRuleName{Kind: nodenetwork.KindClusterNetworkPolicy,
 				Policy: types.NamespacedName{Name: p.Name}, Egress: dir == pipeline.PolicyEgress, Index: index, Action: string(action), Tier: string(p.Spec.Tier)}
 			anyPeer, networks, peerPods, notes := clusterPeers(peers, act, in)
@@ -145,6 +150,9 @@ func ComputeCluster(policies []cnpv1beta1.ClusterNetworkPolicy, in Inputs) Clust
 		}
 		if local {
 			d.Policies++
+			if in.Audit && !auditValid {
+				d.AuditInvalid = append(d.AuditInvalid, p.Name)
+			}
 		}
 	}
 	for k, v := range d.Unsupported {

@@ -41,6 +41,9 @@ const (
 	DroppedQueue = "queue"
 	// DroppedWrite: the file could not be written (or rotated, or opened again).
 	DroppedWrite = "write"
+	// DroppedUnnamed: the packet-in named no rule the agent knows (a frame it cannot read, or
+	// a flow of a pass whose index was not recorded yet).
+	DroppedUnnamed = "unnamed"
 )
 
 // ActionDrop is the action of an isolated Pod's default drop (rule DefaultDenyRule): NetworkPolicy
@@ -57,7 +60,7 @@ var (
 	})
 	droppedTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: "winnet", Subsystem: "audit_log", Name: "dropped_total",
-		Help: "Audited decisions the agent did not log, by reason: rate (beyond --audit-log-rate), queue (the writer fell behind), write (the file could not be written).",
+		Help: "Audited decisions the agent did not log, by reason: rate (beyond --audit-log-rate), queue (the writer fell behind), write (the file could not be written), unnamed (no rule the agent knows).",
 	}, []string{"reason"})
 	packetInsTotal = prometheus.NewCounter(prometheus.CounterOpts{
 		Namespace: "winnet", Subsystem: "audit_log", Name: "packet_ins_total",
@@ -149,9 +152,9 @@ func (o Options) withDefaults() Options {
 
 // Stats are a Logger's own counts (the Prometheus counters add up every Logger of the process).
 type Stats struct {
-	PacketIns, Lines          uint64
-	DroppedRate, DroppedQueue uint64
-	DroppedWrite, Rotations   uint64
+	PacketIns, Lines                          uint64
+	DroppedRate, DroppedQueue, DroppedUnnamed uint64
+	DroppedWrite, Rotations                   uint64
 }
 
 // Logger is the audit log of one node.
@@ -161,7 +164,7 @@ type Logger struct {
 	queue   chan Record
 	limiter *rate.Limiter
 
-	packetIns, lines, droppedRate, droppedQueue, droppedWrite, rotations atomic.Uint64
+	packetIns, lines, droppedRate, droppedQueue, droppedWrite, droppedUnnamed, rotations atomic.Uint64
 
 	// The writer's own state (Run's goroutine).
 	file    *os.File
@@ -225,10 +228,18 @@ func (l *Logger) Submit(r Record) bool {
 	}
 }
 
+// Unnamed counts a packet-in that named no rule (DroppedUnnamed).
+func (l *Logger) Unnamed() {
+	l.packetIns.Add(1)
+	packetInsTotal.Inc()
+	l.droppedUnnamed.Add(1)
+	droppedTotal.WithLabelValues(DroppedUnnamed).Inc()
+}
+
 // Stats returns the logger's counts.
 func (l *Logger) Stats() Stats {
 	return Stats{PacketIns: l.packetIns.Load(), Lines: l.lines.Load(), DroppedRate: l.droppedRate.Load(),
-		DroppedQueue: l.droppedQueue.Load(), DroppedWrite: l.droppedWrite.Load(), Rotations: l.rotations.Load()}
+		DroppedQueue: l.droppedQueue.Load(), DroppedUnnamed: l.droppedUnnamed.Load(), DroppedWrite: l.droppedWrite.Load(), Rotations: l.rotations.Load()}
 }
 
 // Err is the last write error, nil once a write succeeds again.

@@ -92,7 +92,11 @@ func TestRateLimit(t *testing.T) {
 func TestRotation(t *testing.T) {
 	g := NewWithT(t)
 	dir := t.TempDir()
-	probe, _ := json.Marshal(func() Record { r := record(time.Date(2026, 11, 27, 8, 0, 0, 0, time.UTC), 40000); r.Node, r.Count = "n1", 1; return r }())
+	probe, _ := json.Marshal(func() Record {
+		r := record(time.Date(2026, 11, 27, 8, 0, 0, 0, time.UTC), 40000)
+		r.Node, r.Count = "n1", 1
+		return r
+	}())
 	lineLen := int64(len(probe) + 1)
 	l, err := Open(Options{Dir: dir, Node: "n1", MaxSize: 3 * lineLen, MaxFiles: 2, Rate: 1e6, Burst: 1e6})
 	g.Expect(err).NotTo(HaveOccurred())
