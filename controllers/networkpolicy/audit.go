@@ -78,6 +78,45 @@ func truncateValue(v string) string {
 	return v
 }
 
+// Reasons of the Events on the node's WindowsNodeNetwork when the audit log is suspended, and when
+// it resumes.
+const (
+	AuditLogSuspendedReason = "AuditLogSuspended"
+	AuditLogResumedReason   = "AuditLogResumed"
+)
+
+// auditing tells whether this pass audits: the node has an audit log and it is not suspended. A
+// suspension (the log dropped decisions beyond its rate for a sustained period) takes the
+// packet-ins out of every audited flow for its cooldown, so that a flood of new connections stops
+// costing the switch an upcall and the agent a packet-in each; the change of state is an Event on
+// the node's WindowsNodeNetwork.
+func (r *Reconciler) auditing(ctx context.Context) bool {
+	if r.Audit == nil {
+		return false
+	}
+	suspended, s := r.Audit.Suspended()
+	if suspended != r.auditSuspended {
+		r.auditSuspended = suspended
+		wnn := &networkv1alpha1.WindowsNodeNetwork{}
+		err := r.Client.Get(ctx, client.ObjectKey{Name: r.NodeName}, wnn)
+		switch {
+		case suspended:
+			ctrl.LoggerFrom(ctx).Info("Audit log suspended: decisions were dropped beyond its rate", "since", s.Since, "until", s.Until, "dropped", s.Dropped)
+			if err == nil && r.Recorder != nil {
+				r.Recorder.Eventf(wnn, nil, corev1.EventTypeWarning, AuditLogSuspendedReason, "Audit",
+					"The audit log dropped %d decisions beyond its rate since %s: audited flows send nothing to the agent until %s, and nothing is logged meanwhile",
+					s.Dropped, s.Since.UTC().Format(time.RFC3339), s.Until.UTC().Format(time.RFC3339))
+			}
+		default:
+			ctrl.LoggerFrom(ctx).Info("Audit log resumed")
+			if err == nil && r.Recorder != nil {
+				r.Recorder.Eventf(wnn, nil, corev1.EventTypeNormal, AuditLogResumedReason, "Audit", "The audit log's cooldown is over: audited flows send their decisions again")
+			}
+		}
+	}
+	return !suspended
+}
+
 // handleAudit has the bridge's policy packet-ins go to the audit log, once per bridge.
 func (r *Reconciler) handleAudit(b *openflow.Bridge) {
 	if r.Audit == nil || r.auditBridge == b {

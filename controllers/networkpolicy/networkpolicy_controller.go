@@ -141,6 +141,8 @@ type Reconciler struct {
 	// annotation values) given a Warning Event for an audit annotation that is neither true nor false.
 	auditBridge *openflow.Bridge
 	auditWarned map[types.UID]string
+	// auditSuspended is the audit log's suspension the last pass compiled with (auditing).
+	auditSuspended bool
 }
 
 // SetupWithManager registers the reconciler for NetworkPolicies, Namespaces, the node's Pods, the
@@ -234,6 +236,23 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	}
 	onRealized := nodenetwork.WakeSource(everything, everything, r.State.Subscribe(), wake)
 	b := ctrl.NewControllerManagedBy(mgr)
+	if r.Audit != nil {
+		// The audit log suspended or resumed: the audited flows lose or regain their packet-ins.
+		b = b.WatchesRawSource(source.Func(func(ctx context.Context, q workqueue.TypedRateLimitingInterface[reconcile.Request]) error {
+			go func() {
+				for {
+					select {
+					case <-ctx.Done():
+						return
+					case <-r.Audit.Changes():
+						r.markChanged(nil)
+						q.Add(allPolicies)
+					}
+				}
+			}()
+			return nil
+		}))
+	}
 	if r.ClusterPolicies {
 		// A ClusterNetworkPolicy selects Pods of any namespace: each of its events takes the full pass.
 		b = b.Watches(&cnpv1beta1.ClusterNetworkPolicy{}, handler.EnqueueRequestsFromMapFunc(func(context.Context, client.Object) []reconcile.Request {
@@ -774,7 +793,8 @@ func (r *Reconciler) inputs(ctx context.Context) (Inputs, uint64, uint64, error)
 		return in, 0, 0, fmt.Errorf("listing Namespaces: %w", err)
 	}
 	in.Namespaces = map[string]map[string]string{}
-	in.Audit, in.AuditNamespaces = r.Audit != nil, map[string]bool{}
+	in.Audit, in.AuditNamespaces = r.auditing(ctx), map[string]bool{}
+	write("audit", strconv.FormatBool(in.Audit))
 	for i := range namespaces.Items {
 		ns := &namespaces.Items[i]
 		in.Namespaces[ns.Name] = ns.Labels

@@ -25,12 +25,14 @@ const FileName = "winnet-audit.log"
 
 // Defaults of Options.
 const (
-	DefaultMaxSize  = 100 << 20
-	DefaultMaxFiles = 5
-	DefaultRate     = 100
-	DefaultBurst    = 500
-	DefaultWindow   = time.Second
-	DefaultQueue    = 4096
+	DefaultMaxSize      = 100 << 20
+	DefaultMaxFiles     = 5
+	DefaultRate         = 100
+	DefaultBurst        = 500
+	DefaultWindow       = time.Second
+	DefaultQueue        = 4096
+	DefaultSuspendAfter = 30 * time.Second
+	DefaultCooldown     = 5 * time.Minute
 )
 
 // Reasons of winnet_audit_log_dropped_total.
@@ -62,6 +64,10 @@ var (
 		Namespace: "winnet", Subsystem: "audit_log", Name: "dropped_total",
 		Help: "Audited decisions the agent did not log, by reason: rate (beyond --audit-log-rate), queue (the writer fell behind), write (the file could not be written), unnamed (no rule the agent knows).",
 	}, []string{"reason"})
+	suspendedGauge = prometheus.NewGauge(prometheus.GaugeOpts{
+		Namespace: "winnet", Subsystem: "audit_log", Name: "suspended",
+		Help: "1 while the node's audited flows send nothing to the agent: it dropped decisions beyond its rate for --audit-log-suspend-after, for --audit-log-cooldown.",
+	})
 	packetInsTotal = prometheus.NewCounter(prometheus.CounterOpts{
 		Namespace: "winnet", Subsystem: "audit_log", Name: "packet_ins_total",
 		Help: "Packet-ins of audited policy decisions the agent received (one per audited new connection, retransmissions of a dropped one included).",
@@ -69,7 +75,7 @@ var (
 )
 
 func init() {
-	ctrlmetrics.Registry.MustRegister(linesTotal, droppedTotal, packetInsTotal)
+	ctrlmetrics.Registry.MustRegister(linesTotal, droppedTotal, packetInsTotal, suspendedGauge)
 }
 
 // Record is one line of the log. For a default drop Name is "", Rule DefaultDenyRule, Action
@@ -126,6 +132,11 @@ type Options struct {
 	Window time.Duration
 	// Queue is the capacity of the queue from the OpenFlow reader to the writer (0: DefaultQueue).
 	Queue int
+	// SuspendAfter and Cooldown protect the switch: when decisions were dropped beyond the rate
+	// with no second free of such drops for SuspendAfter, the log is suspended for Cooldown
+	// (Suspended), and the agent takes the packet-ins out of the audited flows meanwhile (0: the
+	// defaults; a negative SuspendAfter never suspends).
+	SuspendAfter, Cooldown time.Duration
 }
 
 func (o Options) withDefaults() Options {
@@ -146,6 +157,12 @@ func (o Options) withDefaults() Options {
 	}
 	if o.Queue <= 0 {
 		o.Queue = DefaultQueue
+	}
+	if o.SuspendAfter == 0 {
+		o.SuspendAfter = DefaultSuspendAfter
+	}
+	if o.Cooldown <= 0 {
+		o.Cooldown = DefaultCooldown
 	}
 	return o
 }
@@ -173,8 +190,23 @@ type Logger struct {
 	pending map[key]*Record
 	order   []key
 
+	// streakStart and lastRateDrop are the first and last rate drops of the current streak (drops
+	// with no second free of them between), for the suspension (writer's state).
+	streakStart, lastRateDrop time.Time
+	streakDropped             uint64
+
 	mu      sync.Mutex
 	lastErr error
+	// suspended: until when the log is suspended (zero: not), with what suspended it (mu).
+	suspendedUntil time.Time
+	suspension     Suspension
+	changes        chan struct{}
+}
+
+// Suspension says why the log was suspended: the decisions dropped beyond the rate over the streak.
+type Suspension struct {
+	Since, Until time.Time
+	Dropped      uint64
 }
 
 // Open prepares the log: the directory (created or checked, securefs.Private) and the file
@@ -189,7 +221,7 @@ func Open(opts Options) (*Logger, error) {
 		return nil, fmt.Errorf("preparing the audit log directory: %w", err)
 	}
 	l := &Logger{opts: opts, path: filepath.Join(opts.Dir, FileName), queue: make(chan Record, opts.Queue),
-		limiter: rate.NewLimiter(rate.Limit(opts.Rate), opts.Burst), pending: map[key]*Record{}}
+		limiter: rate.NewLimiter(rate.Limit(opts.Rate), opts.Burst), pending: map[key]*Record{}, changes: make(chan struct{}, 1)}
 	if err := l.open(); err != nil {
 		return nil, err
 	}
@@ -271,6 +303,7 @@ func (l *Logger) Run(ctx context.Context) {
 			l.take(r)
 		case now := <-tick.C:
 			l.flush(now)
+			l.resume(now)
 		}
 	}
 }
@@ -285,12 +318,69 @@ func (l *Logger) take(r Record) {
 	if !l.limiter.AllowN(r.Time, 1) {
 		l.droppedRate.Add(1)
 		droppedTotal.WithLabelValues(DroppedRate).Inc()
+		l.rateDropped(r.Time)
 		return
 	}
 	r.Node, r.Count = l.opts.Node, 1
 	l.pending[k] = &r
 	l.order = append(l.order, k)
 }
+
+// rateDropped follows the streak of rate drops and suspends the log when it lasted SuspendAfter.
+func (l *Logger) rateDropped(at time.Time) {
+	if l.streakStart.IsZero() || at.Sub(l.lastRateDrop) > time.Second {
+		l.streakStart = at
+		l.streakDropped = 0
+	}
+	l.lastRateDrop = at
+	l.streakDropped++
+	if l.opts.SuspendAfter < 0 || at.Sub(l.streakStart) < l.opts.SuspendAfter {
+		return
+	}
+	l.mu.Lock()
+	if !l.suspendedUntil.IsZero() {
+		l.mu.Unlock()
+		return
+	}
+	l.suspendedUntil = at.Add(l.opts.Cooldown)
+	l.suspension = Suspension{Since: l.streakStart, Until: l.suspendedUntil, Dropped: l.streakDropped}
+	l.mu.Unlock()
+	l.streakStart = time.Time{}
+	suspendedGauge.Inc()
+	l.notify()
+}
+
+// resume ends a suspension whose cooldown is over by now.
+func (l *Logger) resume(now time.Time) {
+	l.mu.Lock()
+	over := !l.suspendedUntil.IsZero() && !now.Before(l.suspendedUntil)
+	if over {
+		l.suspendedUntil = time.Time{}
+	}
+	l.mu.Unlock()
+	if over {
+		suspendedGauge.Dec()
+		l.notify()
+	}
+}
+
+func (l *Logger) notify() {
+	select {
+	case l.changes <- struct{}{}:
+	default:
+	}
+}
+
+// Suspended tells whether the log is suspended, and the last suspension (its end is in the past
+// once resumed).
+func (l *Logger) Suspended() (bool, Suspension) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return !l.suspendedUntil.IsZero(), l.suspension
+}
+
+// Changes receives a value when the log is suspended or resumed (coalesced); one reader.
+func (l *Logger) Changes() <-chan struct{} { return l.changes }
 
 // flush writes the windows that ended by now (every one when now is zero), oldest first.
 func (l *Logger) flush(now time.Time) {

@@ -187,3 +187,38 @@ func TestAppendsAcrossRestarts(t *testing.T) {
 	}
 	g.Expect(readLines(t, filepath.Join(dir, FileName))).To(HaveLen(2))
 }
+
+// TestSuspension: drops beyond the rate with no second free of them for SuspendAfter suspend the
+// log for Cooldown, and say so on Changes; a second without drops starts the streak again.
+func TestSuspension(t *testing.T) {
+	g := NewWithT(t)
+	l, err := Open(Options{Dir: t.TempDir(), Node: "n1", Rate: 1, Burst: 1, SuspendAfter: 3 * time.Second, Cooldown: 10 * time.Second})
+	g.Expect(err).NotTo(HaveOccurred())
+	t0 := time.Date(2026, 11, 27, 8, 0, 0, 0, time.UTC)
+	port := uint16(40000)
+	flood := func(from, to time.Duration) {
+		for d := from; d <= to; d += 100 * time.Millisecond {
+			port++
+			l.take(record(t0.Add(d), port))
+		}
+	}
+	flood(0, 2*time.Second)
+	flood(3500*time.Millisecond, 6*time.Second) // 1.5 s without a drop: a new streak
+	on, _ := l.Suspended()
+	g.Expect(on).To(BeFalse(), "no streak of 3 s yet")
+	g.Expect(l.Changes()).NotTo(Receive())
+	flood(6100*time.Millisecond, 7*time.Second)
+	on, s := l.Suspended()
+	g.Expect(on).To(BeTrue())
+	g.Expect(s.Since).To(BeTemporally("~", t0.Add(3500*time.Millisecond), 100*time.Millisecond), "the second streak's first drop")
+	g.Expect(s.Until).To(Equal(s.Since.Add(3 * time.Second).Add(10 * time.Second)))
+	g.Expect(s.Dropped).To(BeNumerically(">=", 25))
+	g.Expect(l.Changes()).To(Receive())
+	l.resume(s.Until.Add(-time.Millisecond))
+	on, _ = l.Suspended()
+	g.Expect(on).To(BeTrue(), "not before the cooldown's end")
+	l.resume(s.Until)
+	on, _ = l.Suspended()
+	g.Expect(on).To(BeFalse())
+	g.Expect(l.Changes()).To(Receive())
+}

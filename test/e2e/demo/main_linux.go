@@ -361,8 +361,8 @@ func tryLines(c *cluster.Cluster, kc string, a *cluster.Node, pods map[string]*c
   ovs-ofctl -O OpenFlow15 dump-groups unix:%[3]s   # one select group per Service port, one bucket per endpoint
   %[15]s add-endpoint --dir %[16]s
       # adds an endpoint Pod (web-c on node-b): prints the EndpointSlices, node-a's groups and where new connections go, before and after
-  kubectl annotate namespace default network.winnet.io/audit-log=true; tail -f %[18]s
-      # node-b's log of the demo policy's decisions (pod-b2's ingress), one JSON line per new connection (docs/operations.md, "Audit logs")
+  kubectl annotate namespace default network.winnet.io/audit-log=true --overwrite; cat %[18]s
+      # node-b's audit log: from now on each new connection the demo policy decides (pod-b2's ingress) is a JSON line (docs/operations.md, "Audit logs")
   for n in node-a node-b; do kubectl patch wnn $n --type merge -p '{"spec":{"encapsulation":{"tunnelType":"geneve"}}}'; done
   %[10]s reset --dry-run --netns %[11]s --ovsdb %[12]s --state-dir %[13]s --cni-conf-dir %[14]s
       # what resetting node-a would remove (without --dry-run, with its agent stopped, it gives the node its network back)

@@ -22,6 +22,7 @@ import (
 	cnpv1beta1 "sigs.k8s.io/network-policy-api/apis/v1beta1"
 
 	networkv1alpha1 "github.com/winnet-io/winnet/api/v1alpha1"
+	"github.com/winnet-io/winnet/controllers/networkpolicy"
 	"github.com/winnet-io/winnet/internal/auditlog"
 	"github.com/winnet-io/winnet/test/framework"
 	"github.com/winnet-io/winnet/test/simnode"
@@ -258,4 +259,63 @@ func TestAuditLog(t *testing.T) {
 	s := a.Agent.AuditLog.Stats()
 	t.Logf("audit log: %d packet-ins, %d lines, dropped: rate %d queue %d unnamed %d write %d", s.PacketIns, s.Lines, s.DroppedRate, s.DroppedQueue, s.DroppedUnnamed, s.DroppedWrite)
 	g.Expect(s.DroppedUnnamed+s.DroppedQueue+s.DroppedWrite+s.DroppedRate).To(BeZero(), "every decision named and written")
+}
+
+// TestAuditLogSuspends: a flood of new connections beyond the log's rate, sustained, takes the
+// packet-ins out of the audited flows for the cooldown (an Event on the node's
+// WindowsNodeNetwork), then they come back.
+func TestAuditLogSuspends(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	u := simnode.NewUnderlay(t, netip.MustParsePrefix("192.168.78.0/24"))
+	a := framework.StartPodNodeWith(t, server, u, "audit-s", "192.168.78.11/24", "10.244.78.0/24", converge,
+		framework.PodNodeOptions{Agent: framework.AgentOptions{AuditLog: auditlog.Options{Rate: 5, Burst: 5, Window: 500 * time.Millisecond,
+			SuspendAfter: 2 * time.Second, Cooldown: 6 * time.Second}}})
+	a.OVS.ExactMatchDatapath(t)
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "audit-s", Annotations: map[string]string{networkv1alpha1.AuditLogAnnotation: "true"}}}
+	g.Expect(server.Client.Create(ctx, ns)).To(Succeed())
+	t.Cleanup(func() { _ = server.Client.Delete(context.Background(), ns) })
+	web := a.AddPod(t, "web", framework.TestPodOptions{Namespace: ns.Name, Labels: map[string]string{"app": "web"}})
+	clientPod := a.AddPod(t, "client", framework.TestPodOptions{Namespace: ns.Name, Labels: map[string]string{"app": "client"}})
+	framework.Serve(t, web.NS, "web", httpPort)
+	webHTTP := netip.AddrPortFrom(web.IP, httpPort)
+	createPolicy(t, &networkingv1.NetworkPolicy{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns.Name, Name: "allow-client"},
+		Spec: networkingv1.NetworkPolicySpec{
+			PodSelector: metav1.LabelSelector{MatchLabels: map[string]string{"app": "web"}},
+			Ingress: []networkingv1.NetworkPolicyIngressRule{{
+				From: []networkingv1.NetworkPolicyPeer{{PodSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "client"}}}}}},
+		},
+	})
+	expectAllowed(t, clientPod.NS, "tcp4", webHTTP, "web")
+	g.Eventually(func() []string { return controllerFlows(t, a) }).WithTimeout(converge).Should(HaveLen(2))
+
+	// About 50 new connections a second for 4 s against 5 lines a second: dropped beyond the rate
+	// for the 2 s the agent tolerates, then suspended.
+	stop := time.Now().Add(4 * time.Second)
+	for time.Now().Before(stop) {
+		_, _ = framework.Ask(clientPod.NS, "tcp4", webHTTP)
+		time.Sleep(20 * time.Millisecond)
+	}
+	suspended, s := a.Agent.AuditLog.Suspended()
+	g.Expect(suspended).To(BeTrue(), "%+v", a.Agent.AuditLog.Stats())
+	g.Expect(s.Dropped).To(BeNumerically(">", 50))
+	g.Eventually(func() []string { return controllerFlows(t, a) }).WithTimeout(converge).Should(BeEmpty(), "the audited flows send nothing while suspended")
+	g.Eventually(func() ([]string, error) { return server.WarningReasons(ctx, "default", "audit-s") }).WithTimeout(converge).
+		Should(ContainElement(networkpolicy.AuditLogSuspendedReason))
+	before := a.Agent.AuditLog.Stats().PacketIns
+	for range 10 {
+		expectAllowed(t, clientPod.NS, "tcp4", webHTTP, "web")
+	}
+	if on, _ := a.Agent.AuditLog.Suspended(); on {
+		g.Expect(a.Agent.AuditLog.Stats().PacketIns).To(Equal(before), "no packet-in while suspended")
+	}
+
+	// After the cooldown the flows send again, and a new connection is logged.
+	g.Eventually(func() []string { return controllerFlows(t, a) }).WithTimeout(s.Until.Sub(time.Now()) + converge).Should(HaveLen(2))
+	answer, err := framework.Ask(clientPod.NS, "tcp4", webHTTP)
+	g.Expect(err).NotTo(HaveOccurred())
+	src := netip.AddrPortFrom(clientPod.IP, sourcePort(t, answer))
+	g.Eventually(func() []auditlog.Record { return linesOf(auditLines(t, a.Agent.AuditLog.Path()), "TCP", src, webHTTP) }).
+		WithTimeout(5 * time.Second).Should(HaveLen(1))
 }
