@@ -150,14 +150,8 @@ func (r *Reconciler) auditRecord(p openflow.PacketIn, now time.Time) (auditlog.R
 		rec.PolicyKind, rec.Namespace, rec.Name, rec.Tier = string(n.Kind), n.Policy.Namespace, n.Policy.Name, n.Tier
 		rec.Rule, rec.Direction, rec.Action = n.Rule(), n.Direction(), n.Action
 	}
-	id, dir, rule, drop := pipeline.AuditObject(p.Cookie)
+	_, dir, _, drop := pipeline.AuditObject(p.Cookie)
 	switch {
-	case rule:
-		n, ok := index.Rules[id]
-		if !ok {
-			return rec, errUnnamed
-		}
-		named(n)
 	case drop:
 		port, isolation := p.Regs[pipeline.TargetOFPortField.Reg], index.IngressIsolation
 		rec.Direction = "ingress"

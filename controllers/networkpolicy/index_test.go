@@ -83,8 +83,12 @@ func TestPolicyIndexNamesBothKinds(t *testing.T) {
 		g.Expect(ok).To(BeTrue())
 		g.Expect(name).To(Equal(d.Index.ClusterRules[pipeline.ClusterRuleObject(r.Tier, r.Direction, r.Priority)]))
 	}
+	// An audited NetworkPolicy rule's decision flows name it by their cookie too.
+	name, ok := d.Index.RuleOfCookie(openflow.MakeCookie(7, pipeline.CategoryPolicy, pipeline.AuditRuleObject(d.Policy.Rules[1].ID)))
+	g.Expect(ok).To(BeTrue())
+	g.Expect(name.Rule()).To(Equal("egress[1]"))
 	// A NetworkPolicy id is never read as a ClusterNetworkPolicy's, nor the other way round.
-	_, ok := d.Index.RuleOfConjID(pipeline.ClusterConjID(pipeline.BaselineTier, pipeline.PolicyEgress, top, 0))
+	_, ok = d.Index.RuleOfConjID(pipeline.ClusterConjID(pipeline.BaselineTier, pipeline.PolicyEgress, top, 0))
 	g.Expect(ok).To(BeFalse())
 	_, ok = d.Index.RuleOfCookie(openflow.MakeCookie(7, pipeline.CategoryPolicy, 0))
 	g.Expect(ok).To(BeFalse())

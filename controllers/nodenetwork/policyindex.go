@@ -100,9 +100,15 @@ func (p PolicyIndex) RuleOfConjID(id uint32) (PolicyRuleName, bool) {
 	return n, ok
 }
 
-// RuleOfCookie names the ClusterNetworkPolicy rule of a flow's cookie (its object bits; the round
-// and category are ignored).
+// RuleOfCookie names the rule of a policy flow's cookie (its object bits; the round and category
+// are ignored): a ClusterNetworkPolicy rule's (every flow of the rule carries it), or an audited
+// NetworkPolicy rule's decision flow (pipeline.AuditRuleObject). Other flows (an unaudited
+// NetworkPolicy rule's, a peer clause, a default drop) name no rule by their cookie.
 func (p PolicyIndex) RuleOfCookie(cookie uint64) (PolicyRuleName, bool) {
+	if id, _, rule, _ := pipeline.AuditObject(cookie); rule {
+		n, ok := p.Rules[id]
+		return n, ok
+	}
 	n, ok := p.ClusterRules[cookie&openflow.ObjectMask]
 	return n, ok
 }
