@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"os"
 	"runtime"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -58,7 +59,17 @@ func TestBenchAudit(t *testing.T) {
 	}
 	defer func() { _ = server.Stop() }()
 	u := simnode.NewUnderlay(t, netip.MustParsePrefix("192.168.48.0/24"))
-	node := framework.StartPodNode(t, server, u, "baudit-a", "192.168.48.11/24", "10.244.48.0/24", time.Minute)
+	// BENCH_AUDIT_RATE sets the log's rate and burst (lines/s): high, every decision is written.
+	logOpts := auditlog.Options{}
+	if v := os.Getenv("BENCH_AUDIT_RATE"); v != "" {
+		r, err := strconv.Atoi(v)
+		if err != nil || r < 1 {
+			t.Fatalf("BENCH_AUDIT_RATE=%q: a positive number of lines per second", v)
+		}
+		logOpts.Rate, logOpts.Burst = float64(r), r
+	}
+	node := framework.StartPodNodeWith(t, server, u, "baudit-a", "192.168.48.11/24", "10.244.48.0/24", time.Minute,
+		framework.PodNodeOptions{Agent: framework.AgentOptions{AuditLog: logOpts}})
 	log := node.Agent.AuditLog
 	if log == nil {
 		t.Fatal("the agent has no audit log")
@@ -130,11 +141,27 @@ func TestBenchAudit(t *testing.T) {
 				t.Fatalf("load generator said %q: %v", out, err)
 			}
 			pct := func(d time.Duration) float64 { return 100 * d.Seconds() / elapsed.Seconds() }
-			fmt.Printf("bench-audit rate=%d audit=%s offered=%.0f/s agent_cpu=%.1f%% vswitchd_cpu=%.1f%% packet_ins=%d lines=%d dropped_rate=%d dropped_queue=%d window=%.1fs\n",
-				rate, onOff(on), float64(sent)/secs, pct(a1-a0), pct(v1-v0), s1.PacketIns-s0.PacketIns, s1.Lines-s0.Lines,
-				s1.DroppedRate-s0.DroppedRate, s1.DroppedQueue-s0.DroppedQueue, elapsed.Seconds())
+			fmt.Printf("bench-audit rate=%d audit=%s log_rate=%s offered=%.0f/s agent_cpu=%.1f%% vswitchd_cpu=%.1f%% packet_ins=%d lines=%d dropped_rate=%d dropped_queue=%d window=%.1fs load=%s\n",
+				rate, onOff(on), logRate(logOpts), float64(sent)/secs, pct(a1-a0), pct(v1-v0), s1.PacketIns-s0.PacketIns, s1.Lines-s0.Lines,
+				s1.DroppedRate-s0.DroppedRate, s1.DroppedQueue-s0.DroppedQueue, elapsed.Seconds(), loadavg())
 		}
 	}
+}
+
+func logRate(o auditlog.Options) string {
+	if o.Rate == 0 {
+		return fmt.Sprint(auditlog.DefaultRate)
+	}
+	return fmt.Sprint(o.Rate)
+}
+
+// loadavg is the machine's 1-minute load average.
+func loadavg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "?"
+	}
+	return strings.Fields(string(b))[0]
 }
 
 func onOff(on bool) string {
