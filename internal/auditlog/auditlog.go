@@ -64,6 +64,10 @@ var (
 		Namespace: "winnet", Subsystem: "audit_log", Name: "dropped_total",
 		Help: "Audited decisions the agent did not log, by reason: rate (beyond --audit-log-rate), queue (the writer fell behind), write (the file could not be written), unnamed (no rule the agent knows).",
 	}, []string{"reason"})
+	rotationFailuresTotal = prometheus.NewCounter(prometheus.CounterOpts{
+		Namespace: "winnet", Subsystem: "audit_log", Name: "rotation_failures_total",
+		Help: "Rotations of the audit log that failed (on Windows, a reader holding the file without sharing its deletion): the file grows beyond its size until a retry a minute later succeeds.",
+	})
 	suspendedGauge = prometheus.NewGauge(prometheus.GaugeOpts{
 		Namespace: "winnet", Subsystem: "audit_log", Name: "suspended",
 		Help: "1 while the node's audited flows send nothing to the agent: it dropped decisions beyond its rate for --audit-log-suspend-after, for --audit-log-cooldown.",
@@ -75,7 +79,7 @@ var (
 )
 
 func init() {
-	ctrlmetrics.Registry.MustRegister(linesTotal, droppedTotal, packetInsTotal, suspendedGauge)
+	ctrlmetrics.Registry.MustRegister(linesTotal, droppedTotal, packetInsTotal, suspendedGauge, rotationFailuresTotal)
 }
 
 // Record is one line of the log. For a default drop Name is "", Rule DefaultDenyRule, Action
@@ -171,7 +175,7 @@ func (o Options) withDefaults() Options {
 type Stats struct {
 	PacketIns, Lines                          uint64
 	DroppedRate, DroppedQueue, DroppedUnnamed uint64
-	DroppedWrite, Rotations                   uint64
+	DroppedWrite, Rotations, RotationFailures uint64
 }
 
 // Logger is the audit log of one node.
@@ -181,7 +185,7 @@ type Logger struct {
 	queue   chan Record
 	limiter *rate.Limiter
 
-	packetIns, lines, droppedRate, droppedQueue, droppedWrite, droppedUnnamed, rotations atomic.Uint64
+	packetIns, lines, droppedRate, droppedQueue, droppedWrite, droppedUnnamed, rotations, rotationFailures atomic.Uint64
 
 	// The writer's own state (Run's goroutine).
 	file    *os.File
@@ -193,7 +197,9 @@ type Logger struct {
 	// streakStart and lastRateDrop are the first and last rate drops of the current streak (drops
 	// with no second free of them between), for the suspension (writer's state).
 	streakStart, lastRateDrop time.Time
-	streakDropped             uint64
+	// rotateAfter: a rotation failed; the next is not tried before then.
+	rotateAfter   time.Time
+	streakDropped uint64
 
 	mu      sync.Mutex
 	lastErr error
@@ -271,7 +277,8 @@ func (l *Logger) Unnamed() {
 // Stats returns the logger's counts.
 func (l *Logger) Stats() Stats {
 	return Stats{PacketIns: l.packetIns.Load(), Lines: l.lines.Load(), DroppedRate: l.droppedRate.Load(),
-		DroppedQueue: l.droppedQueue.Load(), DroppedUnnamed: l.droppedUnnamed.Load(), DroppedWrite: l.droppedWrite.Load(), Rotations: l.rotations.Load()}
+		DroppedQueue: l.droppedQueue.Load(), DroppedUnnamed: l.droppedUnnamed.Load(), DroppedWrite: l.droppedWrite.Load(), Rotations: l.rotations.Load(),
+		RotationFailures: l.rotationFailures.Load()}
 }
 
 // Err is the last write error, nil once a write succeeds again.
@@ -445,11 +452,19 @@ func (l *Logger) failed(err error) {
 	l.file, l.w = nil, nil
 }
 
+// rotateRetry is how long the log grows beyond MaxSize after a rotation failed (on Windows, a
+// reader that holds the file without FILE_SHARE_DELETE blocks its rename) before trying again:
+// the lines go on being written meanwhile.
+const rotateRetry = time.Minute
+
 // rotateFor makes room for n more bytes: beyond MaxSize the file becomes FileName.1 (the older
 // ones move up, the oldest beyond MaxFiles goes) and a new one is created. A missing handle (a
-// failed write) is opened again.
+// failed write) is opened again. A rotation that fails is counted as one failed write and the file
+// is opened again as it is and the line written, the failure counted
+// (winnet_audit_log_rotation_failures_total), rotation retried after rotateRetry.
 func (l *Logger) rotateFor(n int64) error {
-	if l.w != nil && (l.size == 0 || l.size+n <= l.opts.MaxSize) {
+	over := l.size > 0 && l.size+n > l.opts.MaxSize && !time.Now().Before(l.rotateAfter)
+	if l.w != nil && !over {
 		return nil
 	}
 	if l.w != nil {
@@ -461,7 +476,10 @@ func (l *Logger) rotateFor(n int64) error {
 		}
 		l.file, l.w = nil, nil
 		if err := l.shift(); err != nil {
-			return err
+			l.rotateAfter = time.Now().Add(rotateRetry)
+			l.rotationFailures.Add(1)
+			rotationFailuresTotal.Inc()
+			return l.open()
 		}
 		l.rotations.Add(1)
 	}
