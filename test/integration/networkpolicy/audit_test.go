@@ -242,14 +242,18 @@ func TestAuditLog(t *testing.T) {
 	g.Eventually(func() []auditlog.Record { return linesOf(auditLines(t, logPath), "TCP", denied, webOther) }).
 		WithTimeout(auditWindow + 5*time.Second).Should(ConsistOf(wantDeny))
 
-	// Off again, by "false" on the namespace and a junk value on the policies (a Warning Event
-	// says what is accepted): no flow sends to the agent, no packet-in comes.
+	// Off again, by "false" on the namespace, no annotation or a junk value on the policies and a
+	// junk value on the other namespace (a Warning Event on each junk one says what is accepted):
+	// no flow sends to the agent, no packet-in comes.
 	annotate(t, nsX, "false")
+	annotate(t, nsY, "True")
 	annotate(t, accept, "yes")
 	annotate(t, denyOther, "")
 	g.Eventually(func() []string { return controllerFlows(t, a) }).WithTimeout(converge).Should(BeEmpty())
-	g.Eventually(func() ([]string, error) { return server.WarningReasons(ctx, "default", "audit-accept") }).WithTimeout(converge).
-		Should(ContainElement(networkv1alpha1.AuditLogValueReason))
+	for _, name := range []string{"audit-accept", "audit-y"} {
+		g.Eventually(func() ([]string, error) { return server.WarningReasons(ctx, "default", name) }).WithTimeout(converge).
+			Should(ContainElement(networkv1alpha1.AuditLogValueReason), name)
+	}
 	before = a.Agent.AuditLog.Stats().PacketIns
 	expectAllowed(t, clientY.NS, "tcp4", webHTTP, "web")
 	expectAllowed(t, clientX.NS, "tcp4", webHTTP, "web")
