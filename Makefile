@@ -162,6 +162,12 @@ bench-netpol: test-deps ## Benchmark NetworkPolicy realisation: 5,000 ipBlock ru
 	$(GO) test -tags bench -count=1 -timeout 30m -run '^TestBenchNetpol$$' -v ./test/bench/netpol/ > bin/bench-netpol.log 2>&1 || { tail -50 bin/bench-netpol.log; exit 1; }
 	@grep -E '^bench-netpol(-except)? ' bin/bench-netpol.log
 
+.PHONY: bench-audit
+bench-audit: test-deps ## Benchmark the audit log: 200 and 1,000 new connections/s through an audited NetworkPolicy rule against the same with the log off (agent and ovs-vswitchd CPU, packet-ins, lines, dropped); BENCH_AUDIT_RATE=N raises the log's limit to N lines/s (needs root, 2 min).
+	@mkdir -p bin
+	$(GO) test -tags bench -count=1 -timeout 10m -run '^TestBenchAudit$$' -v ./test/bench/audit/ > bin/bench-audit.log 2>&1 || { tail -50 bin/bench-audit.log; exit 1; }
+	@grep '^bench-audit' bin/bench-audit.log
+
 .PHONY: bench-services
 bench-services: ## Benchmark Services (10,000 x 5 endpoints; cold, one endpoint added, churn) against kube-proxy's nftables mode, which it builds (needs root).
 	hack/setup-test-deps.sh kube-proxy

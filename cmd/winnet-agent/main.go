@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/winnet-io/winnet/internal/agent"
+	"github.com/winnet-io/winnet/internal/auditlog"
 	"github.com/winnet-io/winnet/internal/cmdline"
 	"github.com/winnet-io/winnet/internal/cni"
 )
@@ -44,6 +45,14 @@ func main() {
 		"unused: the agent allocates Pod addresses with host-local's allocator and on-disk format in-process (accepted for existing configurations)")
 	fs.StringVar(&hostOpts.CNIShimPath, "cni-shim-path", "", "the "+cni.PluginType+" binary winnet installed (the Helm chart sets <cni.binDir>/"+cni.PluginType+".exe): when the node network is torn down it goes with the node's last Pod sandbox (default: leave the shim alone)")
 	fs.StringVar(&hostOpts.StateDir, "state-dir", agent.DefaultStateDir, "directory of the agent's state: IPAM allocations (ipam/), Pod attachments (pods/)")
+	fs.StringVar(&hostOpts.AuditLog.Dir, "audit-log-dir", agent.DefaultAuditLogDir, "directory of the audit log of policy decisions ("+auditlog.FileName+"), created private to the node's administrators; a link or a file of another owner there is refused. \"\" turns audit logging off (annotations are ignored)")
+	auditMaxSizeMB := fs.Int("audit-log-max-size", auditlog.DefaultMaxSize>>20, "size in MB beyond which the audit log is rotated")
+	fs.IntVar(&hostOpts.AuditLog.MaxFiles, "audit-log-max-files", auditlog.DefaultMaxFiles, "rotated audit log files kept ("+auditlog.FileName+".1 is the newest)")
+	fs.Float64Var(&hostOpts.AuditLog.Rate, "audit-log-rate", auditlog.DefaultRate, "audit log lines per second the node writes at most (one per new connection and rule); beyond, decisions are counted in winnet_audit_log_dropped_total{reason=\"rate\"}")
+	fs.IntVar(&hostOpts.AuditLog.Burst, "audit-log-burst", auditlog.DefaultBurst, "audit log lines the node may write at once beyond --audit-log-rate")
+	fs.DurationVar(&hostOpts.AuditLog.Window, "audit-log-dedup-window", auditlog.DefaultWindow, "the packets of one 5-tuple and rule within this window are one audit log line with their count")
+	fs.DurationVar(&hostOpts.AuditLog.SuspendAfter, "audit-log-suspend-after", auditlog.DefaultSuspendAfter, "when decisions are dropped beyond --audit-log-rate with no second free of drops for this long, the audited flows stop sending to the agent for --audit-log-cooldown (an Event on the node's WindowsNodeNetwork says so); a negative value never suspends")
+	fs.DurationVar(&hostOpts.AuditLog.Cooldown, "audit-log-cooldown", auditlog.DefaultCooldown, "how long the audit log stays suspended (--audit-log-suspend-after)")
 	if runtime.GOOS == "linux" {
 		fs.DurationVar(&hostOpts.HNSSimLatency, hnsSimLatencyFlag, 0, "Linux only: latency added to every call of the HNS simulator (benchmarks)")
 		fs.StringVar(&hostOpts.HNSSimContainerd, hnsSimContainerdFlag, "", "Linux only: containerd socket whose task events start and stop the HNS simulator's sandboxes (nodes with a real kubelet)")
@@ -51,6 +60,12 @@ func main() {
 	kubeconfig := cmdline.KubeconfigFlag(fs)
 	apiServer := fs.String("apiserver", "", "URL of the API server (https://host:port), overriding the kubeconfig's: winnet provides Services on this node, so the agent must not depend on the kubernetes Service's ClusterIP")
 	log := cmdline.ParseMain(fs, os.Args[1:])
+	hostOpts.AuditLog.MaxSize = int64(*auditMaxSizeMB) << 20
+	if *auditMaxSizeMB < 1 || hostOpts.AuditLog.MaxFiles < 1 || hostOpts.AuditLog.Rate <= 0 || hostOpts.AuditLog.Burst < 1 || hostOpts.AuditLog.Window <= 0 ||
+		hostOpts.AuditLog.SuspendAfter == 0 || hostOpts.AuditLog.Cooldown <= 0 {
+		log.Error(nil, "--audit-log-max-size, --audit-log-max-files, --audit-log-rate, --audit-log-burst, --audit-log-dedup-window and --audit-log-cooldown must be positive, --audit-log-suspend-after not zero")
+		os.Exit(2)
+	}
 
 	cfg, err := cmdline.RESTConfig(*kubeconfig, *apiServer)
 	if err != nil {

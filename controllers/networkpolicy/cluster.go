@@ -34,6 +34,12 @@ type ClusterDesired struct {
 	Unsupported, Refused map[string][]string
 	// Generations are the generations compiled, by policy name.
 	Generations map[string]int64
+	// Index names every rule given a priority and a known action, local subjects or not, by its
+	// cookie object (pipeline.ClusterRuleObject): PolicyIndex.ClusterRules.
+	Index map[uint64]nodenetwork.PolicyRuleName
+	// AuditInvalid names the policies with local subjects whose AuditLogAnnotation is neither
+	// "true" nor "false" (their rules are not audited), when the agent audits (Inputs.Audit).
+	AuditInvalid []string
 }
 
 // maxNotRealised bounds a ClusterNetworkPolicyRealisation's message (the API's MaxLength).
@@ -63,7 +69,8 @@ const clusterRulesPerBand = int(pipeline.ClusterPriorityHighest-pipeline.Cluster
 // orders the same rules the same way. A rule beyond the band (clusterRulesPerBand) is refused and
 // reported.
 func ComputeCluster(policies []cnpv1beta1.ClusterNetworkPolicy, in Inputs) ClusterDesired {
-	d := ClusterDesired{Unsupported: map[string][]string{}, Refused: map[string][]string{}, Generations: map[string]int64{}}
+	d := ClusterDesired{Unsupported: map[string][]string{}, Refused: map[string][]string{}, Generations: map[string]int64{},
+		Index: map[uint64]nodenetwork.PolicyRuleName{}}
 	sorted := make([]*cnpv1beta1.ClusterNetworkPolicy, 0, len(policies))
 	for i := range policies {
 		sorted = append(sorted, &policies[i])
@@ -92,6 +99,8 @@ func ComputeCluster(policies []cnpv1beta1.ClusterNetworkPolicy, in Inputs) Clust
 			d.Unsupported[p.Name] = append(d.Unsupported[p.Name], why)
 		}
 		local := false
+		audit, auditValid := auditValue(p.Annotations)
+		audit = audit && in.Audit
 		rule := func(dir pipeline.PolicyDirection, index int, action cnpv1beta1.ClusterNetworkPolicyRuleAction, peers []cnpv1beta1.ClusterNetworkPolicyEgressPeer, protocols []cnpv1beta1.ClusterNetworkPolicyProtocol) {
 			b := band{tier, dir}
 			n := used[b]
@@ -106,7 +115,9 @@ func ComputeCluster(policies []cnpv1beta1.ClusterNetworkPolicy, in Inputs) Clust
 				d.Unsupported[p.Name] = append(d.Unsupported[p.Name], fmt.Sprintf("%s: action %q is unknown: the rule is not realised", name, action))
 				return
 			}
-			base := pipeline.ClusterRule{Tier: tier, Direction: dir, Action: act, Priority: pipeline.ClusterPriorityHighest - uint16(n)}
+			base := pipeline.ClusterRule{Tier: tier, Direction: dir, Action: act, Priority: pipeline.ClusterPriorityHighest - uint16(n), Audit: audit}
+			d.Index[pipeline.ClusterRuleObject(tier, dir, base.Priority)] = nodenetwork.PolicyRuleName{Kind: nodenetwork.KindClusterNetworkPolicy,
+				Policy: types.NamespacedName{Name: p.Name}, Egress: dir == pipeline.PolicyEgress, Index: index, Action: string(action), Tier: string(p.Spec.Tier)}
 			anyPeer, networks, peerPods, notes := clusterPeers(peers, act, in)
 			ports, names, none, portNotes := clusterPorts(protocols)
 			for _, s := range append(notes, portNotes...) {
@@ -139,6 +150,9 @@ func ComputeCluster(policies []cnpv1beta1.ClusterNetworkPolicy, in Inputs) Clust
 		}
 		if local {
 			d.Policies++
+			if in.Audit && !auditValid {
+				d.AuditInvalid = append(d.AuditInvalid, p.Name)
+			}
 		}
 	}
 	for k, v := range d.Unsupported {

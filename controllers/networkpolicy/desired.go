@@ -57,6 +57,11 @@ type Inputs struct {
 	// Pods are every Pod of the cluster with an address; Local the ones attached on this node.
 	Pods  []PodInfo
 	Local []LocalPod
+	// Audit: the agent writes an audit log (internal/auditlog). The NetworkPolicies of the
+	// namespaces in AuditNamespaces (annotated AuditLogAnnotation "true") and the
+	// ClusterNetworkPolicies so annotated are then audited; without Audit nothing is.
+	Audit           bool
+	AuditNamespaces map[string]bool
 }
 
 // Desired is the node's policy: the pipeline's input, what it counts, and what cannot be realised.
@@ -142,7 +147,8 @@ func Compute(in Inputs, ids IDs) Desired {
 		id := ids.ID(k)
 		d.ids[id] = true
 		if _, ok := d.Index.Rules[id]; !ok {
-			d.Index.Rules[id] = nodenetwork.PolicyRuleName{Policy: policyNames[k.Policy], Egress: k.Direction == pipeline.PolicyEgress, Index: k.Index}
+			d.Index.Rules[id] = nodenetwork.PolicyRuleName{Kind: nodenetwork.KindNetworkPolicy, Policy: policyNames[k.Policy],
+				Egress: k.Direction == pipeline.PolicyEgress, Index: k.Index, Action: nodenetwork.ActionAllow}
 		}
 		return id
 	}
@@ -160,30 +166,45 @@ func Compute(in Inputs, ids IDs) Desired {
 			continue
 		}
 		d.Policies++
+		// Audited: the policy's rules and the default drops of the Pods it isolates (all of its
+		// namespace, whose every policy is audited alike).
+		audit := in.Audit && in.AuditNamespaces[np.Namespace]
+		audited := func(rs []compiledRule) []compiledRule {
+			for i := range rs {
+				rs[i].Audit = audit
+			}
+			return rs
+		}
 		if ingress {
 			for _, t := range targets {
 				ingressIsolated[t.pod.OFPort] = t.pod
 				d.Index.IngressIsolation[t.pod.OFPort] = append(d.Index.IngressIsolation[t.pod.OFPort], key)
+				if audit {
+					d.Policy.AuditIngressDrops = setPort(d.Policy.AuditIngressDrops, t.pod.OFPort)
+				}
 			}
 			for ri, rule := range np.Spec.Ingress {
 				if n := countExcepts(rule.From); n > MaxExceptsPerRule {
 					d.Refused[key] = append(d.Refused[key], refusal("ingress", ri, n))
 					continue
 				}
-				rules = append(rules, ingressRules(np, ri, rule, targets, m, ruleID)...)
+				rules = append(rules, audited(ingressRules(np, ri, rule, targets, m, ruleID))...)
 			}
 		}
 		if egress {
 			for _, t := range targets {
 				egressIsolated[t.pod.OFPort] = t.pod
 				d.Index.EgressIsolation[t.pod.OFPort] = append(d.Index.EgressIsolation[t.pod.OFPort], key)
+				if audit {
+					d.Policy.AuditEgressDrops = setPort(d.Policy.AuditEgressDrops, t.pod.OFPort)
+				}
 			}
 			for ri, rule := range np.Spec.Egress {
 				if n := countExcepts(rule.To); n > MaxExceptsPerRule {
 					d.Refused[key] = append(d.Refused[key], refusal("egress", ri, n))
 					continue
 				}
-				rules = append(rules, egressRules(np, ri, rule, targets, m, ruleID)...)
+				rules = append(rules, audited(egressRules(np, ri, rule, targets, m, ruleID))...)
 			}
 		}
 	}
@@ -225,7 +246,8 @@ type compiledRule struct {
 // into one, over the union of their Pods, with the lowest of their ids (rules allow, so a packet one
 // of them allows is allowed by the merged rule and no other). A thousand policies that admit the
 // same peers to different selections of Pods then cost one conjunction whose peer flows carry one
-// conjunction action each, not a thousand.
+// conjunction action each, not a thousand. An audited rule is never merged, with another audited
+// rule or not: its conjunction id names it in the audit log.
 func mergeRules(rules []compiledRule) []compiledRule {
 	type key struct {
 		dir     pipeline.PolicyDirection
@@ -239,7 +261,7 @@ func mergeRules(rules []compiledRule) []compiledRule {
 	for _, r := range rules {
 		k := key{r.Direction, r.set, r.AnyPeer, compiledPorts{ports: r.Ports}.key()}
 		i, ok := byKey[k]
-		if !ok || r.set == "" {
+		if !ok || r.set == "" || r.Audit {
 			seen := map[uint32]bool{}
 			own := make([]pipeline.Pod, 0, len(r.Pods))
 			for _, p := range r.Pods {
@@ -249,7 +271,9 @@ func mergeRules(rules []compiledRule) []compiledRule {
 				}
 			}
 			r.Pods = own
-			byKey[k] = len(out)
+			if !r.Audit {
+				byKey[k] = len(out)
+			}
 			out = append(out, r)
 			pods = append(pods, seen)
 			continue
@@ -817,6 +841,15 @@ func uniquePrefixes(ps []netip.Prefix) []netip.Prefix {
 		ps[i] = netip.PrefixFrom(netip.AddrFrom4(a), int(k&0xff))
 	}
 	return ps
+}
+
+// setPort adds port to the set m (made when nil).
+func setPort(m map[uint32]bool, port uint32) map[uint32]bool {
+	if m == nil {
+		m = map[uint32]bool{}
+	}
+	m[port] = true
+	return m
 }
 
 func sortedPods(m map[uint32]pipeline.Pod) []pipeline.Pod {

@@ -32,6 +32,7 @@ import (
 	networkv1alpha1 "github.com/winnet-io/winnet/api/v1alpha1"
 	"github.com/winnet-io/winnet/controllers/nodenetwork"
 	"github.com/winnet-io/winnet/controllers/podendpoint"
+	"github.com/winnet-io/winnet/internal/auditlog"
 	"github.com/winnet-io/winnet/internal/ovs/openflow"
 	"github.com/winnet-io/winnet/internal/pipeline"
 )
@@ -86,6 +87,9 @@ type Reconciler struct {
 	// ClusterPolicies realises the ClusterNetworkPolicies (policy.networking.k8s.io/v1beta1, the
 	// Admin and Baseline tiers) too; the cluster must serve their CRD.
 	ClusterPolicies bool
+	// Audit is the node's audit log (audit.go): the audited policies' decisions go to it. nil:
+	// nothing is audited, whatever the annotations say, and no flow sends a packet-in.
+	Audit *auditlog.Logger
 
 	ids conjIDs
 	// warned holds the policies (by UID and generation) already given a Warning Event, per reason.
@@ -132,6 +136,12 @@ type Reconciler struct {
 	checked map[types.NamespacedName]string
 	// suspects are the peer Pods (and their versions) the last periodic check found stale.
 	suspects map[types.NamespacedName]string
+	// auditBridge is the bridge whose policy packet-ins go to Audit; auditWarned the objects (and
+	// annotation values) given a Warning Event for an audit annotation that is neither true nor false.
+	auditBridge *openflow.Bridge
+	auditWarned map[types.UID]string
+	// auditSuspended is the audit log's suspension the last pass compiled with (auditing).
+	auditSuspended bool
 }
 
 // SetupWithManager registers the reconciler for NetworkPolicies, Namespaces, the node's Pods, the
@@ -164,6 +174,12 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 			r.namespaceChanged(q, e.Object.GetName(), nil, e.Object.GetLabels(), true)
 		},
 		UpdateFunc: func(_ context.Context, e event.TypedUpdateEvent[client.Object], q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			// The audit annotation of a namespace of local Pods changes its policies' flows.
+			if r.Audit != nil && auditAnnotationChanged(e.ObjectOld, e.ObjectNew) && r.localNamespaces()[e.ObjectNew.GetName()] {
+				r.markChanged(nil)
+				q.Add(allPolicies)
+				return
+			}
 			r.namespaceChanged(q, e.ObjectNew.GetName(), e.ObjectOld.GetLabels(), e.ObjectNew.GetLabels(), false)
 		},
 	}
@@ -219,6 +235,23 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	}
 	onRealized := nodenetwork.WakeSource(everything, everything, r.State.Subscribe(), wake)
 	b := ctrl.NewControllerManagedBy(mgr)
+	if r.Audit != nil {
+		// The audit log suspended or resumed: the audited flows lose or regain their packet-ins.
+		b = b.WatchesRawSource(source.Func(func(ctx context.Context, q workqueue.TypedRateLimitingInterface[reconcile.Request]) error {
+			go func() {
+				for {
+					select {
+					case <-ctx.Done():
+						return
+					case <-r.Audit.Changes():
+						r.markChanged(nil)
+						q.Add(allPolicies)
+					}
+				}
+			}()
+			return nil
+		}))
+	}
 	if r.ClusterPolicies {
 		// A ClusterNetworkPolicy selects Pods of any namespace: each of its events takes the full pass.
 		b = b.Watches(&cnpv1beta1.ClusterNetworkPolicy{}, handler.EnqueueRequestsFromMapFunc(func(context.Context, client.Object) []reconcile.Request {
@@ -441,6 +474,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 		log.V(1).Info("Node network not ready; NetworkPolicies wait for it")
 		return ctrl.Result{RequeueAfter: notReadyRetry}, nil
 	}
+	r.handleAudit(rz.Flows)
 	changed, full, pods := r.takeChanged()
 	defer func() {
 		if retErr != nil {
@@ -530,6 +564,11 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 	r.warn(ctx, in.Policies, d.Refused, RuleRefusedReason)
 	cd := ComputeCluster(in.ClusterPolicies, in)
 	r.warnCluster(ctx, in.ClusterPolicies, cd)
+	for i := range in.ClusterPolicies {
+		if slices.Contains(cd.AuditInvalid, in.ClusterPolicies[i].Name) {
+			r.warnAuditValue(ctx, &in.ClusterPolicies[i])
+		}
+	}
 	cflows := rz.Node.ClusterPolicyFlows(cd.Policy)
 	clusterFlows := len(cflows)
 	flows := append(rz.Node.PolicyFlows(d.Policy), cflows...)
@@ -551,6 +590,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 	r.State.FlowsSynced(ctx, nodenetwork.PolicyFlows, rz.Flows)
 	observePass(d, synced.Mods() > 0, time.Since(changed))
 	r.State.SetPolicies(r.result(d))
+	d.Index.ClusterRules = cd.Index
 	r.State.SetPolicyIndex(d.Index)
 	r.covered(in)
 	if synced.Mods() > 0 {
@@ -755,9 +795,21 @@ func (r *Reconciler) inputs(ctx context.Context) (Inputs, uint64, uint64, error)
 		return in, 0, 0, fmt.Errorf("listing Namespaces: %w", err)
 	}
 	in.Namespaces = map[string]map[string]string{}
-	for _, ns := range namespaces.Items {
+	in.Audit, in.AuditNamespaces = r.auditing(ctx), map[string]bool{}
+	write("audit", strconv.FormatBool(in.Audit))
+	for i := range namespaces.Items {
+		ns := &namespaces.Items[i]
 		in.Namespaces[ns.Name] = ns.Labels
 		write("ns", string(ns.UID), ns.ResourceVersion)
+		if in.Audit {
+			on, valid := auditValue(ns.Annotations)
+			if on {
+				in.AuditNamespaces[ns.Name] = true
+			}
+			if !valid && local[ns.Name] {
+				r.warnAuditValue(ctx, ns)
+			}
+		}
 	}
 	// The Pods the policies can select: the local Pods of their namespaces (targets, from the
 	// manager's cache of the node's Pods), and the peers, through the watches their peers need

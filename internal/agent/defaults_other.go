@@ -8,6 +8,8 @@ var (
 	DefaultCNIConfDir = "/etc/cni/net.d"
 	// DefaultCNIBinDirs are where the CNI plugins are installed: the usual place and Debian's.
 	DefaultCNIBinDirs = []string{"/opt/cni/bin", "/usr/lib/cni"}
+	// DefaultAuditLogDir holds the audit log of policy decisions (winnet-audit.log).
+	DefaultAuditLogDir = "/var/log/winnet"
 	// DefaultStateDir holds the agent's state.
 	DefaultStateDir = "/var/lib/winnet"
 )

@@ -6,6 +6,8 @@ var (
 	DefaultCNIConfDir = `C:\etc\cni\net.d`
 	// DefaultCNIBinDirs are where the CNI plugins are installed.
 	DefaultCNIBinDirs = []string{`C:\opt\cni\bin`}
+	// DefaultAuditLogDir holds the audit log of policy decisions (winnet-audit.log).
+	DefaultAuditLogDir = `C:\ProgramData\winnet\audit`
 	// DefaultStateDir holds the agent's state.
 	DefaultStateDir = `C:\ProgramData\winnet`
 )

@@ -13,6 +13,7 @@ import (
 	"github.com/winnet-io/winnet/controllers/podendpoint"
 	"github.com/winnet-io/winnet/controllers/remoteroute"
 	"github.com/winnet-io/winnet/controllers/service"
+	"github.com/winnet-io/winnet/internal/auditlog"
 	"github.com/winnet-io/winnet/internal/cni"
 	"github.com/winnet-io/winnet/internal/hostnet"
 	"github.com/winnet-io/winnet/internal/ovs/ovsdb"
@@ -48,6 +49,9 @@ type HostOptions struct {
 	// simulator which Pod sandboxes run (hns.ContainerdSandboxes): a simulated node with a real
 	// kubelet and containerd (hidden flag --hns-sim-containerd). Empty: a test harness tells it.
 	HNSSimContainerd string
+	// AuditLog configures the audit log of policy decisions (internal/auditlog); its Dir empty
+	// turns it off: no policy is audited, whatever its annotations say. Node is set here.
+	AuditLog auditlog.Options
 }
 
 func (o HostOptions) withDefaults() HostOptions {
@@ -111,7 +115,11 @@ func SetupNodeNetwork(ctx context.Context, mgr ctrl.Manager, nodeName string, op
 		return err
 	}
 	nodes.Teardown = podNet
-	if err := SetupNetworkPolicy(mgr, NetworkPolicyOptions{NodeName: nodeName, State: state, Local: podNet.Pods.Store(), Pods: podNet.Pods}); err != nil {
+	audit, err := OpenAuditLog(ctx, mgr, nodeName, opts.AuditLog)
+	if err != nil {
+		return err
+	}
+	if err := SetupNetworkPolicy(mgr, NetworkPolicyOptions{NodeName: nodeName, State: state, Local: podNet.Pods.Store(), Pods: podNet.Pods, Audit: audit}); err != nil {
 		return err
 	}
 	traces := &packettrace.AgentReconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), NodeName: nodeName, State: state, Local: podNet.Pods.Store()}

@@ -50,6 +50,10 @@ type ClusterRule struct {
 	Peers   []netip.Prefix
 	// Ports are the destination ports matched; none matches every port of every protocol.
 	Ports []PolicyPort
+	// Audit sends the first packet of each new connection the rule decides to the agent (its
+	// decision flows' AuditAction before their own), named by the flows' cookie
+	// (ClusterRuleObject). The parts of one rule share it.
+	Audit bool
 }
 
 // ClusterPolicy is every ClusterNetworkPolicy rule with subjects on the node.
@@ -76,6 +80,16 @@ func ClusterRuleObject(tier ClusterTier, dir PolicyDirection, priority uint16) u
 	return 1<<39 | 63<<32 | uint64(tier)<<17 | uint64(dir)<<16 | uint64(priority)
 }
 
+// ClusterRuleObjectOfConjID is the cookie object (ClusterRuleObject) of the rule whose part has
+// conjunction id id (ClusterConjID), and false for an id that is not a ClusterNetworkPolicy's (bit
+// 31 clear: a NetworkPolicy rule's).
+func ClusterRuleObjectOfConjID(id uint32) (uint64, bool) {
+	if id&(1<<31) == 0 {
+		return 0, false
+	}
+	return ClusterRuleObject(ClusterTier(id>>17&1), PolicyDirection(id>>16&1), uint16(id)), true
+}
+
 // clusterTable is the table of a tier and direction.
 func clusterTable(tier ClusterTier, dir PolicyDirection) uint8 {
 	switch {
@@ -100,11 +114,11 @@ func clusterActions(r ClusterRule) []openflow.Action {
 	}
 	switch {
 	case r.Action == ClusterDeny:
-		return []openflow.Action{openflow.Drop()}
+		return decision(r.Audit, openflow.Drop())
 	case r.Action == ClusterPass && r.Tier == AdminTier:
-		return []openflow.Action{openflow.GotoTable(networkPolicy)}
+		return decision(r.Audit, openflow.GotoTable(networkPolicy))
 	default:
-		return []openflow.Action{openflow.GotoTable(metric)}
+		return decision(r.Audit, openflow.GotoTable(metric))
 	}
 }
 

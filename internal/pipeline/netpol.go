@@ -44,6 +44,9 @@ type PolicyRule struct {
 	Classes []uint32
 	// Ports are the destination ports allowed; none allows every port of every protocol.
 	Ports []PolicyPort
+	// Audit sends the first packet of each new connection the rule admits to the agent (its
+	// decision flows' AuditAction before their own), under the cookie object AuditRuleObject(ID).
+	Audit bool
 }
 
 // Policy is everything NetworkPolicy asks of the node: the allow rules and the Pods isolated in
@@ -55,6 +58,61 @@ type Policy struct {
 	// distinct CIDR and exception of the direction's ipBlocks with exceptions, each with its
 	// class id (unique in the direction, not 0).
 	IngressClasses, EgressClasses []PeerClass
+	// AuditIngressDrops and AuditEgressDrops are the isolated Pods (by OFPort) whose default drop
+	// sends the first packet of each new connection it drops to the agent (AuditAction), under the
+	// cookie object AuditDropObject(direction).
+	AuditIngressDrops, AuditEgressDrops map[uint32]bool
+}
+
+// AuditMaxLen is the max_len of the audit logs' output to the controller: the headers of the
+// packet, not its payload (OVS sends the whole packet in a standard packet-in whatever it says,
+// openflow.ToController; the agent reads no more).
+const AuditMaxLen = 128
+
+// AuditAction is what an audited rule's decision flow does before its own actions: a packet-in to
+// the agent (controller id 0) that names the rule by the flow's cookie. Only new connections reach
+// the rule tables (forwardingFlows), so it is one packet-in per new connection the rule decides, and
+// an established one is never sent again.
+func AuditAction() openflow.Action { return openflow.ToController(AuditMaxLen) }
+
+// AuditRuleObject is the cookie object of an audited NetworkPolicy rule's decision flows (its
+// conj_id flow, or its per-Pod flows when it allows everything): bit 39 set and 62 in bits 32-37
+// (above any prefix length of PolicyPeerObject, below ClusterRuleObject's 63), the conjunction id
+// below. Unaudited rules' flows keep object 0.
+func AuditRuleObject(id uint32) uint64 { return 1<<39 | 62<<32 | uint64(id) }
+
+// AuditDropObject is the cookie object of the audited default drops of a direction: bit 39 set, 61
+// in bits 32-37, the direction in bit 0. The Pod is the packet-in's in_port (egress) or
+// TargetOFPortField (ingress).
+func AuditDropObject(dir PolicyDirection) uint64 { return 1<<39 | 61<<32 | uint64(dir) }
+
+// AuditObject tells what an audit packet-in's cookie names: the NetworkPolicy rule of conjunction
+// id (rule true), or the default drops of direction dir (drop true); neither for another object.
+func AuditObject(cookie uint64) (id uint32, dir PolicyDirection, rule, drop bool) {
+	obj := cookie & openflow.ObjectMask
+	switch obj >> 32 {
+	case 1<<7 | 62:
+		return uint32(obj), 0, true, false
+	case 1<<7 | 61:
+		if obj&^(1<<39|61<<32) <= 1 {
+			return 0, PolicyDirection(obj & 1), false, true
+		}
+	}
+	return 0, 0, false, false
+}
+
+// decision is a rule's decision actions: audited, the packet-in to the agent first.
+func decision(audit bool, actions ...openflow.Action) []openflow.Action {
+	if !audit {
+		return actions
+	}
+	out := []openflow.Action{AuditAction()}
+	for _, a := range actions {
+		if openflow.Inspect(a).Kind != openflow.KindDrop {
+			out = append(out, a)
+		}
+	}
+	return out
 }
 
 // PeerClass is one prefix of the peer class stage and the class it gives the addresses whose
@@ -89,17 +147,31 @@ func (n Node) PolicyFlows(p Policy) []openflow.Flow {
 	for _, pod := range p.EgressIsolated {
 		out = append(out,
 			flow(EgressRuleTable, priorityHigh, match(openflow.IPv4(), openflow.InPort(pod.OFPort), hostPrefix(pod.IP, openflow.NwDst)), openflow.GotoTable(EgressMetricTable)),
-			flow(EgressDefaultTable, priorityNormal, match(openflow.IPv4(), openflow.InPort(pod.OFPort)), openflow.Drop()))
+			defaultDrop(PolicyEgress, p.AuditEgressDrops[pod.OFPort], match(openflow.IPv4(), openflow.InPort(pod.OFPort))))
 	}
 	for _, pod := range p.IngressIsolated {
 		target := regMatch(TargetOFPortField, pod.OFPort)
 		out = append(out,
 			flow(IngressRuleTable, priorityHigh, match(openflow.IPv4(), target, hostPrefix(pod.IP, openflow.NwSrc)), openflow.GotoTable(IngressMetricTable)),
-			flow(IngressDefaultTable, priorityNormal, match(openflow.IPv4(), target), openflow.Drop()))
+			defaultDrop(PolicyIngress, p.AuditIngressDrops[pod.OFPort], match(openflow.IPv4(), target)))
 	}
 	out = append(dedup(out), peerClassFlows(PolicyIngress, p.IngressClasses)...)
 	out = append(out, peerClassFlows(PolicyEgress, p.EgressClasses)...)
 	return append(out, conjunctionFlows(p.Rules)...)
+}
+
+// defaultDrop is an isolated Pod's default drop in direction dir: audited, a packet-in first, under
+// AuditDropObject(dir).
+func defaultDrop(dir PolicyDirection, audit bool, m []openflow.MatchField) openflow.Flow {
+	table := IngressDefaultTable
+	if dir == PolicyEgress {
+		table = EgressDefaultTable
+	}
+	f := flow(table, priorityNormal, m, decision(audit, openflow.Drop())...)
+	if audit {
+		f.Cookie = AuditDropObject(dir)
+	}
+	return f
 }
 
 // peerClassFlows are the longest-prefix-match stage of one direction: an ipBlock with exceptions
@@ -182,6 +254,9 @@ func conjunctionFlows(rules []PolicyRule) []openflow.Flow {
 	classClauses := map[classKey][]PeerConjunction{}
 	var classKeys []classKey
 	var out []openflow.Flow
+	// allowed holds the per-Pod flows of the rules that allow everything, by table and match: the
+	// first rule's (by id) is the Pod's flow. Rules of one Pod are all of its namespace, so all
+	// audited or none, and audited ones differ only by their cookie.
 	allowed := map[string]bool{}
 	for _, r := range rules {
 		if len(r.Pods) == 0 || (!r.AnyPeer && len(r.Peers) == 0 && len(r.Classes) == 0) {
@@ -200,9 +275,13 @@ func conjunctionFlows(rules []PolicyRule) []openflow.Flow {
 		c := r.clauses()
 		if c.n == 0 {
 			for _, pod := range r.Pods {
-				f := flow(table, priorityAllowAll, podMatch(pod), openflow.GotoTable(metric))
+				f := flow(table, priorityAllowAll, podMatch(pod))
 				if k := f.String(); !allowed[k] {
 					allowed[k] = true
+					f.Actions = decision(r.Audit, openflow.GotoTable(metric))
+					if r.Audit {
+						f.Cookie = AuditRuleObject(r.ID)
+					}
 					out = append(out, f)
 				}
 			}
@@ -243,7 +322,11 @@ func conjunctionFlows(rules []PolicyRule) []openflow.Flow {
 				}, r.ID, c.ports, c.n)
 			}
 		}
-		out = append(out, flow(table, priorityLow, match(openflow.ConjID(r.ID), openflow.IPv4()), openflow.GotoTable(metric)))
+		f := flow(table, priorityLow, match(openflow.ConjID(r.ID), openflow.IPv4()), decision(r.Audit, openflow.GotoTable(metric))...)
+		if r.Audit {
+			f.Cookie = AuditRuleObject(r.ID)
+		}
+		out = append(out, f)
 	}
 	for _, key := range keys {
 		c := clauses[key]

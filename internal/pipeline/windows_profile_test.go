@@ -171,8 +171,14 @@ func TestBuildersPassWindowsProfile(t *testing.T) {
 				d.Flows = append(d.Flows, n.RouteFlows(r)...)
 			}
 			d.Flows = append(d.Flows, n.PolicyFlows(testPolicy())...)
+			d.Flows = append(d.Flows, n.PolicyFlows(auditedPolicy())...)
 			d.Flows = append(d.Flows, n.PodPolicyPendingFlows(npPod1)...)
 			d.Flows = append(d.Flows, n.ClusterPolicyFlows(testClusterPolicy())...)
+			audited := testClusterPolicy()
+			for i := range audited.Rules {
+				audited.Rules[i].Audit = true
+			}
+			d.Flows = append(d.Flows, n.ClusterPolicyFlows(audited)...)
 			for _, tr := range testTraces() {
 				d.Flows = append(d.Flows, n.TraceFlows(tr, testTracePolicy())...)
 			}

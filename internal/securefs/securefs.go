@@ -149,6 +149,46 @@ func CreateNew(path string, a Access) (*os.File, error) {
 	return f, nil
 }
 
+// ErrLink is wrapped when a path winnet opens is a link or another reparse point: it is never
+// followed, and refused.
+var ErrLink = errors.New("is a link or reparse point, never followed")
+
+// OpenAppend opens the file at path for appending (a log), creating it as CreateNew does when it
+// does not exist. An existing path is refused with an error naming why, and left as it is, when it
+// is a link (ErrLink; never followed, dangling or not), not a regular file, owned by someone other
+// than the administrators (ErrUntrustedOwner) or open to others beyond a (ErrTooOpen). Readers may
+// read the file while it is open (on Windows too); the caller writes and closes it.
+func OpenAppend(path string, a Access) (*os.File, error) {
+	fi, err := os.Lstat(path)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		f, err := createAppend(path, a)
+		if err != nil {
+			return nil, fmt.Errorf("creating %s: %w", path, err)
+		}
+		return f, nil
+	case err != nil:
+		return nil, fmt.Errorf("opening %s for appending: %w", path, err)
+	case fi.Mode()&(fs.ModeSymlink|fs.ModeIrregular) != 0:
+		return nil, fmt.Errorf("opening %s for appending: %w (mode %s)", path, ErrLink, fi.Mode())
+	case !fi.Mode().IsRegular():
+		return nil, fmt.Errorf("opening %s for appending: not a regular file (mode %s)", path, fi.Mode())
+	}
+	if err := checkPath(path, a, false); err != nil {
+		return nil, fmt.Errorf("opening %s for appending: %w", path, err)
+	}
+	f, err := openAppend(path)
+	if err != nil {
+		return nil, fmt.Errorf("opening %s for appending: %w", path, err)
+	}
+	// What was opened is what was checked: not replaced in between (openAppend follows no link).
+	if opened, err := f.Stat(); err != nil || !os.SameFile(fi, opened) {
+		f.Close()
+		return nil, fmt.Errorf("opening %s for appending: the file changed while it was opened", path)
+	}
+	return f, nil
+}
+
 // ReadFile reads the regular file at path, at most max bytes: a file that is not regular (a link),
 // not owned by the administrators, open to others beyond a, or larger than max is refused with an
 // error naming why, and is not read.

@@ -124,3 +124,22 @@ func createNew(path string, a Access) (*os.File, error) {
 	}
 	return f, nil
 }
+
+// openAppend opens an existing path for appending with O_NOFOLLOW: a link fails.
+func openAppend(path string) (*os.File, error) {
+	return os.OpenFile(path, os.O_WRONLY|os.O_APPEND|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
+}
+
+// createAppend is createNew, appending.
+func createAppend(path string, a Access) (*os.File, error) {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, fileMode(a))
+	if err != nil {
+		return nil, err
+	}
+	if err := protectFile(f, a); err != nil {
+		f.Close()
+		_ = os.Remove(path)
+		return nil, err
+	}
+	return f, nil
+}

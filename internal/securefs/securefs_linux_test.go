@@ -192,3 +192,58 @@ func TestCreateNew(t *testing.T) {
 	g.Expect(err).To(HaveOccurred(), "a dangling link")
 	g.Expect(filepath.Join(dir, "absent")).NotTo(BeAnExistingFile(), "nothing created through the link")
 }
+
+// TestOpenAppend: a missing file is created 0600, an existing one is appended to; a link (to a
+// file or dangling), a file of another owner or open to others is refused and left as it is.
+func TestOpenAppend(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Fatal("this test chowns a file: run it as root")
+	}
+	g := NewWithT(t)
+	dir := t.TempDir()
+	log := filepath.Join(dir, "audit.log")
+	f, err := OpenAppend(log, Private)
+	g.Expect(err).NotTo(HaveOccurred())
+	_, err = f.WriteString("one\n")
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(f.Close()).To(Succeed())
+	g.Expect(mode(g, log)).To(Equal(fs.FileMode(0o600)))
+	f, err = OpenAppend(log, Private)
+	g.Expect(err).NotTo(HaveOccurred())
+	_, err = f.WriteString("two\n")
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(f.Close()).To(Succeed())
+	b, err := os.ReadFile(log)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(string(b)).To(Equal("one\ntwo\n"))
+
+	target := filepath.Join(dir, "elsewhere")
+	g.Expect(os.WriteFile(target, []byte("keep\n"), 0o600)).To(Succeed())
+	for name, dest := range map[string]string{"link.log": target, "dangling.log": filepath.Join(dir, "missing")} {
+		link := filepath.Join(dir, name)
+		g.Expect(os.Symlink(dest, link)).To(Succeed())
+		_, err := OpenAppend(link, Private)
+		g.Expect(err).To(MatchError(ErrLink), name)
+		g.Expect(err.Error()).To(ContainSubstring(link))
+	}
+	_, err = os.Stat(filepath.Join(dir, "missing"))
+	g.Expect(os.IsNotExist(err)).To(BeTrue(), "a dangling link's target is not created")
+	b, err = os.ReadFile(target)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(string(b)).To(Equal("keep\n"), "a link's target is not written")
+
+	theirs := filepath.Join(dir, "theirs.log")
+	g.Expect(os.WriteFile(theirs, nil, 0o600)).To(Succeed())
+	g.Expect(os.Chown(theirs, nobody, nobody)).To(Succeed())
+	_, err = OpenAppend(theirs, Private)
+	g.Expect(err).To(MatchError(ErrUntrustedOwner))
+	open := filepath.Join(dir, "open.log")
+	g.Expect(os.WriteFile(open, nil, 0o600)).To(Succeed())
+	g.Expect(os.Chmod(open, 0o666)).To(Succeed())
+	_, err = OpenAppend(open, Private)
+	g.Expect(err).To(MatchError(ErrTooOpen))
+	g.Expect(mode(g, open)).To(Equal(fs.FileMode(0o666)), "left as it is")
+	g.Expect(os.Mkdir(filepath.Join(dir, "dir.log"), 0o700)).To(Succeed())
+	_, err = OpenAppend(filepath.Join(dir, "dir.log"), Private)
+	g.Expect(err).To(MatchError(ContainSubstring("not a regular file")))
+}

@@ -15,3 +15,6 @@ func protectFile(*os.File, Access) error                   { return errors.ErrUn
 func openNoFollow(string) (*os.File, error)                { return nil, errors.ErrUnsupported }
 
 func createNew(string, Access) (*os.File, error) { return nil, errors.ErrUnsupported }
+
+func openAppend(string) (*os.File, error)           { return nil, errors.ErrUnsupported }
+func createAppend(string, Access) (*os.File, error) { return nil, errors.ErrUnsupported }

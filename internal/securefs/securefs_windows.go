@@ -189,3 +189,50 @@ func createNew(path string, a Access) (*os.File, error) {
 	}
 	return os.NewFile(uintptr(h), path), nil
 }
+
+// appendShare lets others read (an administrator's tail, a log shipper) and rename or delete a log
+// the agent holds open; nobody else writes it.
+const appendShare = windows.FILE_SHARE_READ | windows.FILE_SHARE_DELETE
+
+// openAppend opens an existing path for appending (FILE_APPEND_DATA only: every write goes to the
+// end) with FILE_FLAG_OPEN_REPARSE_POINT, so that a link is opened as itself, never followed, and
+// refused.
+func openAppend(path string) (*os.File, error) {
+	p, err := windows.UTF16PtrFromString(path)
+	if err != nil {
+		return nil, err
+	}
+	h, err := windows.CreateFile(p, windows.FILE_APPEND_DATA|windows.SYNCHRONIZE|windows.FILE_READ_ATTRIBUTES, appendShare, nil,
+		windows.OPEN_EXISTING, windows.FILE_ATTRIBUTE_NORMAL|windows.FILE_FLAG_OPEN_REPARSE_POINT, 0)
+	if err != nil {
+		return nil, err
+	}
+	var info windows.ByHandleFileInformation
+	if err := windows.GetFileInformationByHandle(h, &info); err != nil {
+		windows.CloseHandle(h)
+		return nil, err
+	}
+	if info.FileAttributes&(windows.FILE_ATTRIBUTE_REPARSE_POINT|windows.FILE_ATTRIBUTE_DIRECTORY) != 0 {
+		windows.CloseHandle(h)
+		return nil, fmt.Errorf("%s: %w (attributes %#x)", path, ErrLink, info.FileAttributes)
+	}
+	return os.NewFile(uintptr(h), path), nil
+}
+
+// createAppend is createNew, appending and shared for reading (appendShare).
+func createAppend(path string, a Access) (*os.File, error) {
+	sa, err := securityAttributes(a)
+	if err != nil {
+		return nil, err
+	}
+	p, err := windows.UTF16PtrFromString(path)
+	if err != nil {
+		return nil, err
+	}
+	h, err := windows.CreateFile(p, windows.FILE_APPEND_DATA|windows.SYNCHRONIZE|windows.FILE_READ_ATTRIBUTES, appendShare, sa, windows.CREATE_NEW,
+		windows.FILE_ATTRIBUTE_NORMAL|windows.FILE_FLAG_OPEN_REPARSE_POINT, 0)
+	if err != nil {
+		return nil, err
+	}
+	return os.NewFile(uintptr(h), path), nil
+}

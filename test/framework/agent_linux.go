@@ -16,6 +16,7 @@ import (
 	"github.com/winnet-io/winnet/controllers/remoteroute"
 	"github.com/winnet-io/winnet/controllers/service"
 	"github.com/winnet-io/winnet/internal/agent"
+	"github.com/winnet-io/winnet/internal/auditlog"
 	"github.com/winnet-io/winnet/internal/hns"
 	"github.com/winnet-io/winnet/internal/hostnet"
 	"github.com/winnet-io/winnet/internal/ovs/ovsdb"
@@ -39,6 +40,8 @@ type Agent struct {
 	// SandboxDir is where the harness, playing containerd, starts Pod sandboxes after ADD
 	// (hns.StartSandbox): only then do their endpoints' vNICs appear.
 	SandboxDir string
+	// AuditLog is the agent's audit log of policy decisions (nil with AgentOptions.NoAuditLog).
+	AuditLog *auditlog.Logger
 
 	stopOnce sync.Once
 	stop     func()
@@ -71,6 +74,10 @@ type AgentOptions struct {
 	// ResyncPeriod, when set, is the period of every reconciler's drift check instead of a second
 	// (testPodResync for the Pods): a test of drift repaired from events sets it to many minutes.
 	ResyncPeriod time.Duration
+	// AuditLog configures the agent's audit log, in <agent dir>/audit unless Dir is set, with the
+	// agent's defaults otherwise; NoAuditLog runs the agent without one (--audit-log-dir "").
+	AuditLog   auditlog.Options
+	NoAuditLog bool
 }
 
 // StartAgent starts the agent of node (named like the simulated node) against the API server. At
@@ -144,7 +151,17 @@ func StartAgentWith(t testing.TB, s *APIServer, node *simnode.Node, opts AgentOp
 		fail("Pod network", err)
 	}
 	nodes.Teardown = a.Pods
-	if err := agent.SetupNetworkPolicy(mgr, agent.NetworkPolicyOptions{NodeName: node.Name, State: state, Local: a.Pods.Pods.Store(), Pods: a.Pods.Pods, ResyncPeriod: resync}); err != nil {
+	if !opts.NoAuditLog {
+		auditOpts := opts.AuditLog
+		if auditOpts.Dir == "" {
+			auditOpts.Dir = filepath.Join(dir, "audit")
+		}
+		if a.AuditLog, err = agent.OpenAuditLog(ctx, mgr, node.Name, auditOpts); err != nil {
+			fail("audit log", err)
+		}
+	}
+	if err := agent.SetupNetworkPolicy(mgr, agent.NetworkPolicyOptions{NodeName: node.Name, State: state, Local: a.Pods.Pods.Store(), Pods: a.Pods.Pods, ResyncPeriod: resync,
+		Audit: a.AuditLog}); err != nil {
 		fail("NetworkPolicy reconciler", err)
 	}
 	done := make(chan error, 1)

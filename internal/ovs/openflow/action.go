@@ -53,6 +53,29 @@ func (a outputAction) appendWire(b []byte) ([]byte, error) {
 	return append(b, 0, 0, 0, 0, 0, 0), nil
 }
 
+type controllerAction struct{ maxLen uint16 }
+
+// ToController sends the first maxLen bytes of the packet to the controller (a packet-in, as
+// Output(PortController), which sends the whole packet): an OFPAT_OUTPUT to CONTROLLER with max_len,
+// which OVS's datapath truncates before the upcall's copy. maxLen 65535 (OFPCML_NO_BUFFER) is the
+// whole packet.
+func ToController(maxLen uint16) Action { return controllerAction{maxLen} }
+
+func (a controllerAction) text() string { return fmt.Sprintf("CONTROLLER:%d", a.maxLen) }
+func (a controllerAction) encode() (openflow15.Action, error) {
+	o := openflow15.NewActionOutput(PortController)
+	o.MaxLen = a.maxLen
+	return o, nil
+}
+func (a controllerAction) appendKey(b []byte) []byte {
+	return binary.AppendUvarint(append(b, 'c'), uint64(a.maxLen))
+}
+func (a controllerAction) appendWire(b []byte) ([]byte, error) {
+	b = binary.BigEndian.AppendUint32(appendActionHeader(b, openflow15.ActionType_Output, 16), PortController)
+	b = binary.BigEndian.AppendUint16(b, a.maxLen)
+	return append(b, 0, 0, 0, 0, 0, 0), nil
+}
+
 type outputRegAction struct{ reg, start, end int }
 
 // OutputReg sends the packet to the port held in bits start..end of register reg.

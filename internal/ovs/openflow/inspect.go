@@ -46,6 +46,8 @@ func Inspect(a Action) ActionInfo {
 	switch a := a.(type) {
 	case outputAction:
 		return ActionInfo{Kind: KindOutput, Port: a.port}
+	case controllerAction:
+		return ActionInfo{Kind: KindOutput, Port: PortController}
 	case outputRegAction:
 		return ActionInfo{Kind: KindOutputReg, Field: nxmRegName(a.reg)}
 	case groupAction:

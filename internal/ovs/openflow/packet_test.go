@@ -69,6 +69,23 @@ func TestPacketInAndOut(t *testing.T) {
 	g.Expect(q.TunDst).To(Equal(netip.MustParseAddr("192.0.2.9")))
 	g.Consistently(got).WithTimeout(300*time.Millisecond).ShouldNot(Receive(), "category 1's handler does not get category 2's packet-ins")
 
+	// ToController(max_len) sends a packet-in and goes on with the next action: the audit logs'
+	// flows. OVS keeps no packet buffers, and a standard (OpenFlow 1.5) packet-in of an unbuffered
+	// packet carries the whole packet whatever max_len says (only NXT_PACKET_IN2 truncates): the
+	// receiver must read the headers and nothing more.
+	_, err = e.br.Sync(ctx, 1, []openflow.Flow{{Table: 40, Priority: 220, Cookie: cookie,
+		Match:   []openflow.MatchField{openflow.IPv4(), openflow.NwDst(netip.MustParsePrefix("10.96.0.11/32"))},
+		Actions: []openflow.Action{openflow.ToController(40), openflow.Output(5)}}})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(dump(t, e.ovs)).To(ContainElement(ContainSubstring("table=40, priority=220,ip,nw_dst=10.96.0.11 actions=CONTROLLER:40,output:5")))
+	long := "aabbccddeeff0a580a000005" + "0800" + "4500002000004000401100000a0000050a60000b" + "d4310035000c0000" + "6869217e"
+	txBefore := txPackets(t, e, "5")
+	e.ovs.MustOfctl(t, "-O", "OpenFlow15", "packet-out", bridge, "in_port=LOCAL,packet="+long+",actions=resubmit(,40)")
+	var h openflow.PacketIn
+	g.Eventually(got).WithTimeout(5*time.Second).Should(Receive(&h), "the packet-in of ToController(40)")
+	g.Expect(hex.EncodeToString(h.Frame)).To(HavePrefix(long[:80]))
+	g.Eventually(func() int { return txPackets(t, e, "5") }).WithTimeout(5*time.Second).Should(Equal(txBefore+1), "the packet went on to port 5 whole")
+
 	g.Expect(e.br.SendPacketOut(openflow.PortController, []openflow.Action{openflow.Output(5)}, p.Frame)).To(HaveOccurred(), "a packet-out from CONTROLLER")
 	before := txPackets(t, e, "5")
 	g.Expect(e.br.SendPacketOut(openflow.PortLocal, []openflow.Action{openflow.Output(5)}, p.Frame)).To(Succeed())

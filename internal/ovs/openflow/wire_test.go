@@ -31,6 +31,7 @@ func wireFlows() []Flow {
 		{Table: 105, Match: []MatchField{IPv4(), CTState(CTNew|CTTrk, 0), TunDst(netip.MustParsePrefix("192.168.0.0/16").Addr())},
 			Actions: []Action{CT(CTAction{Commit: true, Table: &table, Zone: 65520, SNAT: ip, Exec: []Action{SetCTMark(0x40, 0xff)}}), OutputReg(3, 0, 31), OutputReg(2, 0, 15)}},
 		{Table: 110, Priority: 0, Actions: []Action{Normal()}},
+		{Table: 111, Priority: 3, Match: []MatchField{IPv4()}, Actions: []Action{ToController(128), GotoTable(112)}},
 		{Table: 40, Match: []MatchField{IPv4(), IPProto(ProtoTCP), NwDst(netip.MustParsePrefix("10.96.0.1/32")), TpDst(ProtoTCP, 443)},
 			Actions: []Action{CT(CTAction{Commit: true, Table: &table, Zone: 65520, DNAT: netip.MustParseAddrPort("10.0.1.5:6443"),
 				Exec: []Action{SetCTMark(0x10, 0x10), MoveBits(FieldEthSrc, 0, FieldCTLabel, 0, 48)}})}},

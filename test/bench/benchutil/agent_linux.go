@@ -71,7 +71,8 @@ func StartAgent(t *testing.T, bin, kubeconfig string, node *simnode.Node, logFil
 		"--ovs-rundir", node.OVS.Dir, "--netns", node.NSPath, "--health-probe-bind-address", "0", "--metrics-bind-address", "0",
 		"--zap-time-encoding", "rfc3339nano"}
 	state := t.TempDir()
-	args = append(args, "--state-dir", state, "--cni-socket", filepath.Join(state, "cni.sock"), "--cni-conf-dir", filepath.Join(state, "net.d"))
+	args = append(args, "--state-dir", state, "--cni-socket", filepath.Join(state, "cni.sock"), "--cni-conf-dir", filepath.Join(state, "net.d"),
+		"--audit-log-dir", filepath.Join(state, "audit"))
 	if level := os.Getenv("BENCH_AGENT_LOG_LEVEL"); level != "" {
 		args = append(args, "--zap-log-level", level)
 	}

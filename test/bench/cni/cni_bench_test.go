@@ -79,6 +79,7 @@ func TestBenchCNI(t *testing.T) {
 	metrics := metricsEndpoint{reader: reader, address: metricsAddr}
 	stopAgent := startAgent(t, filepath.Join(binDir, "winnet-agent"), logFile, node,
 		"--kubeconfig", server.KubeconfigPath, "--cni-socket", socket, "--cni-conf-dir", confDir, "--state-dir", filepath.Join(dirs, "state"),
+		"--audit-log-dir", filepath.Join(dirs, "audit"),
 		"--metrics-bind-address", metricsAddr)
 	list := waitConfList(t, filepath.Join(confDir, cni.ConfListName))
 
@@ -115,6 +116,7 @@ func TestBenchCNI(t *testing.T) {
 	}
 	startAgent(t, filepath.Join(binDir, "winnet-agent"), filepath.Join(framework.RepoRoot(), "bin", "bench-cni-agent-latency.log"), node,
 		"--kubeconfig", server.KubeconfigPath, "--cni-socket", socket, "--cni-conf-dir", confDir, "--state-dir", filepath.Join(dirs, "state"),
+		"--audit-log-dir", filepath.Join(dirs, "audit"),
 		"--metrics-bind-address", metricsAddr, "--hns-sim-latency", hnsLatency.String())
 	list = waitConfList(t, filepath.Join(confDir, cni.ConfListName))
 	benchPass(t, runtime, list, 8, namespaces, sb, metrics, "hns_latency="+hnsLatency.String()+" ")

@@ -65,11 +65,13 @@ type Node struct {
 	// Gateway is the first address of the Pod CIDR, held by the gateway interface.
 	Gateway netip.Addr
 	OVS     *ovstest.OVS
-	// Dir holds the agent's log, state directory, CNI socket and CNI configuration directory.
-	Dir        string
-	StateDir   string
-	CNISocket  string
-	CNIConfDir string
+	// Dir holds the agent's log, state directory, CNI socket and CNI configuration directory,
+	// and its audit log directory (AuditLogDir, which the agent creates).
+	Dir         string
+	StateDir    string
+	CNISocket   string
+	CNIConfDir  string
+	AuditLogDir string
 
 	c              *Cluster
 	agent          *process
@@ -118,6 +120,7 @@ func (c *Cluster) register(spec NodeSpec, with func(*Node)) (*Node, error) {
 	}
 	n.NSPath = nsPath(n.NS)
 	n.StateDir, n.CNISocket, n.CNIConfDir = filepath.Join(n.Dir, "state"), filepath.Join(n.Dir, "cni.sock"), filepath.Join(n.Dir, "net.d")
+	n.AuditLogDir = filepath.Join(n.Dir, "audit")
 	if with != nil {
 		with(n)
 	}
@@ -223,6 +226,7 @@ func (n *Node) agentArgs() []string {
 		"--ovsdb", n.OVS.DBSocket(), "--ovs-rundir", n.OVS.Dir, "--netns", n.NSPath,
 		"--health-probe-bind-address", "0", "--metrics-bind-address", "0",
 		"--state-dir", n.StateDir, "--cni-socket", n.CNISocket, "--cni-conf-dir", n.CNIConfDir,
+		"--audit-log-dir", n.AuditLogDir,
 	}
 	args = append(args, n.extraAgentArgs...)
 	if n.kubelet != nil {

@@ -21,6 +21,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	networkv1alpha1 "github.com/winnet-io/winnet/api/v1alpha1"
+	"github.com/winnet-io/winnet/internal/auditlog"
 	"github.com/winnet-io/winnet/test/e2e/cluster"
 	"github.com/winnet-io/winnet/test/hostcmd"
 )
@@ -360,13 +361,16 @@ func tryLines(c *cluster.Cluster, kc string, a *cluster.Node, pods map[string]*c
   ovs-ofctl -O OpenFlow15 dump-groups unix:%[3]s   # one select group per Service port, one bucket per endpoint
   %[15]s add-endpoint --dir %[16]s
       # adds an endpoint Pod (web-c on node-b): prints the EndpointSlices, node-a's groups and where new connections go, before and after
+  kubectl annotate namespace default network.winnet.io/audit-log=true --overwrite; cat %[18]s
+      # node-b's audit log: from now on each new connection the demo policy decides (pod-b2's ingress) is a JSON line (docs/operations.md, "Audit logs")
   for n in node-a node-b; do kubectl patch wnn $n --type merge -p '{"spec":{"encapsulation":{"tunnelType":"geneve"}}}'; done
   %[10]s reset --dry-run --netns %[11]s --ovsdb %[12]s --state-dir %[13]s --cni-conf-dir %[14]s
       # what resetting node-a would remove (without --dry-run, with its agent stopped, it gives the node its network back)
 Namespaces: ip netns list | grep %[8]s    Logs: %[9]s
 Take it down with: make demo-down
 `, kc, c.Kubectl, a.OVS.MgmtSocket(cluster.BridgeName), a.NS, pods["pod-a1"].NS, pods["pod-b1"].IP, c.ExternalIP, prefix, c.RunDir,
-		filepath.Join(c.BinDir, "winnet-agent"), a.NSPath, a.OVS.DBSocket(), a.StateDir, a.CNIConfDir, self(), filepath.Dir(kc), prefix+"-linux-a")
+		filepath.Join(c.BinDir, "winnet-agent"), a.NSPath, a.OVS.DBSocket(), a.StateDir, a.CNIConfDir, self(), filepath.Dir(kc), prefix+"-linux-a",
+		filepath.Join(c.RunDir, "node-b", "audit", auditlog.FileName))
 }
 
 // self is the path of this program, for the commands the demo prints.
