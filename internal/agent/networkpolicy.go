@@ -52,7 +52,7 @@ func SetupNetworkPolicy(mgr ctrl.Manager, opts NetworkPolicyOptions) error {
 	}
 	r := &networkpolicy.Reconciler{
 		ClusterPolicies: cluster,
-		Client:          mgr.GetClient(), Peers: networkpolicy.NewPeerPods(cs), APIReader: mgr.GetAPIReader(), Local: opts.Local,
+		Client:          mgr.GetClient(), Peers: networkpolicy.NewPeerPods(cs), Nodes: networkpolicy.NewPeerNodes(cs), APIReader: mgr.GetAPIReader(), Local: opts.Local,
 		Recorder: mgr.GetEventRecorder("winnet-agent"), NodeName: opts.NodeName, State: opts.State, ResyncPeriod: opts.ResyncPeriod,
 	}
 	if err := r.SetupWithManager(mgr); err != nil {
