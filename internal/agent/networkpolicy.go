@@ -32,7 +32,8 @@ type NetworkPolicyOptions struct {
 // SetupNetworkPolicy registers the NetworkPolicy reconciler with the manager. Its remote Pods are
 // the peers its policies name, through Pod watches the API server filters (networkpolicy.PeerPods),
 // opened with protobuf and kept trimmed to what policy reads; the node's own Pods come from the
-// manager's cache.
+// manager's cache. ClusterNetworkPolicy nodes peers are Node watches of the same kind
+// (networkpolicy.PeerNodes), opened only while a policy names them.
 func SetupNetworkPolicy(mgr ctrl.Manager, opts NetworkPolicyOptions) error {
 	cfg := rest.CopyConfig(mgr.GetConfig())
 	cfg.ContentType = runtime.ContentTypeProtobuf
