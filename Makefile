@@ -99,7 +99,7 @@ test-windows: test-deps ## Build the Windows test binaries of test/wine/packages
 # kubelets; its tests build only with the tag conformance, so go test ./... does not run them.
 CONFORMANCE_PACKAGE := ./test/e2e/conformance/
 # The network-policy-api conformance features winnet declares (make conformance-cnp).
-CNP_FEATURES ?= ClusterNetworkPolicy,ClusterNetworkPolicyNamedPorts
+CNP_FEATURES ?= ClusterNetworkPolicy,ClusterNetworkPolicyNamedPorts,ClusterNetworkPolicyEgressNodePeers
 CONFORMANCE_PROCS ?= 3
 
 .PHONY: e2e-conformance-sample

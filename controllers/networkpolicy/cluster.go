@@ -258,8 +258,9 @@ func clusterPeerAsNetworkPolicyPeer(p cnpv1beta1.ClusterNetworkPolicyEgressPeer)
 
 // clusterPeers resolves a rule's peers to addresses. Namespaces and pods peers are the addresses
 // of the Pods they select; networks are their CIDRs (IPv6 ones match nothing on this IPv4
-// pipeline and are left out without a note: that is their meaning here). Nodes and domainNames
-// peers are not realised: they match nothing, and a note says so. A peer with no field winnet
+// pipeline and are left out without a note: that is their meaning here); nodes are the addresses
+// of the Nodes selected (nodes.go). DomainNames peers are not realised: they match nothing, and a
+// note says so. A peer with no field winnet
 // knows fails closed as the API asks: it matches nothing in an Accept rule, everything in a Deny
 // or Pass rule.
 func clusterPeers(peers []cnpv1beta1.ClusterNetworkPolicyEgressPeer, act pipeline.ClusterAction, in Inputs) (anyPeer bool, out []netip.Prefix, pods []*PodInfo, notes []string) {
@@ -282,7 +283,13 @@ func clusterPeers(peers []cnpv1beta1.ClusterNetworkPolicyEgressPeer, act pipelin
 				}
 			}
 		case p.Nodes != nil:
-			notes = append(notes, fmt.Sprintf("peer %d: nodes peers are not realised yet: it matches nothing", i))
+			addrs, err := nodePeer(p.Nodes, in.NodePeers)
+			if err != nil {
+				notes = append(notes, fmt.Sprintf("peer %d: %v: it matches nothing", i, err))
+			}
+			for _, a := range addrs {
+				out = append(out, netip.PrefixFrom(a, 32))
+			}
 		case len(p.DomainNames) > 0:
 			notes = append(notes, fmt.Sprintf("peer %d: domainNames peers are not realised (winnet resolves no DNS in the datapath): it matches nothing", i))
 		case act == pipeline.ClusterAccept:
@@ -599,4 +606,20 @@ func sameFlows(a, b []openflow.Flow) bool {
 		}
 	}
 	return true
+}
+
+// nodePeer returns the addresses of the Nodes a nodes peer selects, or why it matches nothing.
+func nodePeer(sel *metav1.LabelSelector, nodes map[string][]netip.Addr) ([]netip.Addr, error) {
+	if nodes == nil {
+		return nil, fmt.Errorf("nodes peers are not realised by this agent (it has no Node watches)")
+	}
+	s, err := metav1.LabelSelectorAsSelector(sel)
+	if err != nil {
+		return nil, fmt.Errorf("nodes selector: %w", err)
+	}
+	addrs, ok := nodes[s.String()]
+	if !ok {
+		return nil, fmt.Errorf("the Nodes of selector %q are not listed yet", s.String())
+	}
+	return addrs, nil
 }

@@ -2,10 +2,12 @@ package networkpolicy
 
 import (
 	"fmt"
+	"net/netip"
 	"strings"
 	"testing"
 
 	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	cnpv1beta1 "sigs.k8s.io/network-policy-api/apis/v1beta1"
 
@@ -127,4 +129,72 @@ func TestComputeClusterNamedPorts(t *testing.T) {
 		fmt.Sprintf("tier=0 dir=1 action=0 prio=%d sub=0 pods=[10 11] any=false peers=[10.244.2.6/32] ports=[{6 7070 0}]", top),
 	}))
 	g.Expect(d.Rules).To(Equal(2))
+}
+
+// TestComputeClusterNodesPeers: a nodes peer is the addresses of the Nodes its selector selects,
+// looked up by the selector as the API server parses it (an empty selector: every Node); without
+// Node watches, or before its watch listed, it matches nothing and says so.
+func TestComputeClusterNodesPeers(t *testing.T) {
+	g := NewWithT(t)
+	teamA := cnpv1beta1.ClusterNetworkPolicySubject{Namespaces: sel(map[string]string{"team": "a"})}
+	workers := cnpv1beta1.ClusterNetworkPolicyEgressPeer{Nodes: sel(map[string]string{"role": "worker", "zone": "z1"})}
+	every := cnpv1beta1.ClusterNetworkPolicyEgressPeer{Nodes: &metav1.LabelSelector{}}
+	policies := []cnpv1beta1.ClusterNetworkPolicy{
+		cnp("to-workers", cnpv1beta1.AdminTier, 1, teamA, cnpv1beta1.ClusterNetworkPolicySpec{Egress: []cnpv1beta1.ClusterNetworkPolicyEgressRule{
+			egressTo(cnpv1beta1.ClusterNetworkPolicyRuleActionDeny, workers),
+		}}),
+		cnp("to-every-node", cnpv1beta1.BaselineTier, 1, teamA, cnpv1beta1.ClusterNetworkPolicySpec{Egress: []cnpv1beta1.ClusterNetworkPolicyEgressRule{
+			egressTo(cnpv1beta1.ClusterNetworkPolicyRuleActionDeny, every),
+		}}),
+	}
+	selectors, invalid := NodePeerSelectors(policies)
+	g.Expect(invalid).To(BeEmpty())
+	g.Expect(selectors).To(Equal(map[string]bool{"role=worker,zone=z1": true, "": true}))
+
+	in := testInputs()
+	in.NodePeers = map[string][]netip.Addr{
+		"role=worker,zone=z1": {netip.MustParseAddr("192.168.0.11"), netip.MustParseAddr("192.168.0.12")},
+		"":                    {netip.MustParseAddr("192.168.0.10"), netip.MustParseAddr("192.168.0.11"), netip.MustParseAddr("192.168.0.12")},
+	}
+	d := ComputeCluster(policies, in)
+	rules := renderClusterRules(t, d.Policy.Rules)
+	g.Expect(rules).To(ConsistOf(
+		ContainSubstring("tier=0 dir=1 action=1 prio=60000 pods=[10 11] any=false peers=[192.168.0.11/32 192.168.0.12/32]"),
+		ContainSubstring("tier=1 dir=1 action=1 prio=60000 pods=[10 11] any=false peers=[192.168.0.10/32 192.168.0.11/32 192.168.0.12/32]")))
+	g.Expect(d.Unsupported).To(BeEmpty())
+
+	delete(in.NodePeers, "")
+	d = ComputeCluster(policies, in)
+	g.Expect(d.Unsupported["to-every-node"]).To(ConsistOf(ContainSubstring("not listed yet")))
+	in.NodePeers = nil
+	d = ComputeCluster(policies, in)
+	g.Expect(d.Unsupported["to-workers"]).To(ConsistOf(ContainSubstring("nodes peers are not realised by this agent")))
+	g.Expect(d.Policy.Rules).To(BeEmpty(), "a nodes peer not realised matches nothing")
+
+	bad := cnp("bad", cnpv1beta1.AdminTier, 2, teamA, cnpv1beta1.ClusterNetworkPolicySpec{Egress: []cnpv1beta1.ClusterNetworkPolicyEgressRule{
+		egressTo(cnpv1beta1.ClusterNetworkPolicyRuleActionDeny, cnpv1beta1.ClusterNetworkPolicyEgressPeer{Nodes: &metav1.LabelSelector{
+			MatchExpressions: []metav1.LabelSelectorRequirement{{Key: "role", Operator: "Sometimes"}}}}),
+	}})
+	_, invalid = NodePeerSelectors([]cnpv1beta1.ClusterNetworkPolicy{bad})
+	g.Expect(invalid).To(HaveKey("bad"))
+}
+
+// TestTrimNode keeps a Node's name, labels and addresses and drops the rest (conditions, images).
+func TestTrimNode(t *testing.T) {
+	g := NewWithT(t)
+	n := &corev1.Node{
+		ObjectMeta: metav1.ObjectMeta{Name: "n1", ResourceVersion: "7", Labels: map[string]string{"role": "worker"}, Annotations: map[string]string{"a": "b"}},
+		Status: corev1.NodeStatus{
+			Addresses: []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "192.168.0.11"}},
+			Images:    []corev1.ContainerImage{{Names: []string{"big"}, SizeBytes: 1 << 30}},
+		},
+	}
+	out, err := TrimNode(n)
+	g.Expect(err).NotTo(HaveOccurred())
+	trimmed := out.(*corev1.Node)
+	g.Expect(trimmed.Name).To(Equal("n1"))
+	g.Expect(trimmed.Labels).To(Equal(n.Labels))
+	g.Expect(trimmed.Status.Addresses).To(Equal(n.Status.Addresses))
+	g.Expect(trimmed.Annotations).To(BeNil())
+	g.Expect(trimmed.Status.Images).To(BeNil())
 }

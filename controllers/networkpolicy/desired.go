@@ -62,6 +62,10 @@ type Inputs struct {
 	// ClusterNetworkPolicies so annotated are then audited; without Audit nothing is.
 	Audit           bool
 	AuditNamespaces map[string]bool
+	// NodePeers are, per label selector of a ClusterNetworkPolicy nodes peer (as the API server
+	// parses it), the IPv4 addresses of the Nodes it selects (PeerNodes). nil: nodes peers are not
+	// realised; a selector missing: its Nodes are not listed yet.
+	NodePeers map[string][]netip.Addr
 }
 
 // Desired is the node's policy: the pipeline's input, what it counts, and what cannot be realised.

@@ -76,6 +76,9 @@ type Reconciler struct {
 	Client client.Client
 	// Peers holds the Pods the local policies' peers select, and no other remote Pod.
 	Peers *PeerPods
+	// Nodes holds the Nodes the ClusterNetworkPolicies' nodes peers select (nil: nodes peers
+	// match nothing, and the policies say so).
+	Nodes *PeerNodes
 	// APIReader reads past the caches: whether a Pod the gate waits for exists at all (gate.go).
 	APIReader client.Reader
 	Local     Attachments
@@ -221,6 +224,12 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 			r.markChanged(nil)
 			q.Add(allPolicies)
 		})
+		if r.Nodes != nil {
+			r.Nodes.start(ctx, func() {
+				r.markChanged(nil)
+				q.Add(allPolicies)
+			})
+		}
 		return nil
 	})
 	r.gate.mu.Lock()
@@ -821,6 +830,24 @@ func (r *Reconciler) inputs(ctx context.Context) (Inputs, uint64, uint64, error)
 	}
 	if len(opened)+len(closed) > 0 || !synced {
 		ctrl.LoggerFrom(ctx).Info("Peer Pod watches changed", "open", len(want), "opened", keyStrings(opened), "closed", keyStrings(closed), "listed", synced)
+	}
+	if r.Nodes != nil && r.ClusterPolicies {
+		selectors, _ := NodePeerSelectors(in.ClusterPolicies)
+		opened, closed, synced, err := r.Nodes.set(ctx, selectors)
+		if err != nil {
+			return in, 0, 0, fmt.Errorf("opening the peer Node watches: %w", err)
+		}
+		if len(opened)+len(closed) > 0 || !synced {
+			ctrl.LoggerFrom(ctx).Info("Peer Node watches changed", "open", len(selectors), "opened", opened, "closed", closed, "listed", synced)
+		}
+		in.NodePeers = r.Nodes.Addresses()
+		for _, sel := range slices.Sorted(maps.Keys(in.NodePeers)) {
+			parts := []string{"nodes", sel}
+			for _, a := range in.NodePeers[sel] {
+				parts = append(parts, a.String())
+			}
+			write(parts...)
+		}
 	}
 	byKey := map[types.NamespacedName]*corev1.Pod{}
 	for _, p := range r.Peers.list() {

@@ -68,7 +68,8 @@ func OpenAuditLog(ctx context.Context, mgr ctrl.Manager, nodeName string, opts a
 // SetupNetworkPolicy registers the NetworkPolicy reconciler with the manager. Its remote Pods are
 // the peers its policies name, through Pod watches the API server filters (networkpolicy.PeerPods),
 // opened with protobuf and kept trimmed to what policy reads; the node's own Pods come from the
-// manager's cache.
+// manager's cache. ClusterNetworkPolicy nodes peers are Node watches of the same kind
+// (networkpolicy.PeerNodes), opened only while a policy names them.
 func SetupNetworkPolicy(mgr ctrl.Manager, opts NetworkPolicyOptions) error {
 	cfg := rest.CopyConfig(mgr.GetConfig())
 	cfg.ContentType = runtime.ContentTypeProtobuf
@@ -88,7 +89,7 @@ func SetupNetworkPolicy(mgr ctrl.Manager, opts NetworkPolicyOptions) error {
 	}
 	r := &networkpolicy.Reconciler{
 		ClusterPolicies: cluster,
-		Client:          mgr.GetClient(), Peers: networkpolicy.NewPeerPods(cs), APIReader: mgr.GetAPIReader(), Local: opts.Local,
+		Client:          mgr.GetClient(), Peers: networkpolicy.NewPeerPods(cs), Nodes: networkpolicy.NewPeerNodes(cs), APIReader: mgr.GetAPIReader(), Local: opts.Local,
 		Recorder: mgr.GetEventRecorder("winnet-agent"), NodeName: opts.NodeName, State: opts.State, ResyncPeriod: opts.ResyncPeriod,
 		Audit: opts.Audit,
 	}

@@ -12,6 +12,7 @@ import (
 	networkingv1 "k8s.io/api/networking/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -223,6 +224,43 @@ func TestClusterNetworkPolicy(t *testing.T) {
 	a.OVS.ExactMatchDatapath(t)
 	expectAllowed(t, clientB.NS, "tcp4", webOther, "web")
 	expectRefused(t, clientB.NS, "tcp4", webHTTP)
+
+	// A nodes peer is the addresses of the Nodes its selector selects: the agent watches those
+	// Nodes only once a policy names the selector, and follows their labels and addresses.
+	framework.Serve(t, b.NS, "node-b", httpPort)
+	nodeB := netip.AddrPortFrom(b.NodeIP.Addr(), httpPort)
+	expectAllowed(t, clientA.NS, "tcp4", nodeB, "node-b")
+	createCNP(t, &cnpv1beta1.ClusterNetworkPolicy{
+		ObjectMeta: metav1.ObjectMeta{Name: "deny-to-nodes"},
+		Spec: cnpv1beta1.ClusterNetworkPolicySpec{
+			Tier: cnpv1beta1.AdminTier, Priority: 25,
+			Subject: cnpv1beta1.ClusterNetworkPolicySubject{Namespaces: teamNamespaces("x")},
+			Egress: []cnpv1beta1.ClusterNetworkPolicyEgressRule{{
+				Action: cnpv1beta1.ClusterNetworkPolicyRuleActionDeny,
+				To:     []cnpv1beta1.ClusterNetworkPolicyEgressPeer{{Nodes: &metav1.LabelSelector{MatchLabels: map[string]string{"cnp-test": "denied"}}}},
+			}},
+		},
+	})
+	nodeBObj := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "cnp-b"}}
+	g.Expect(server.Client.Get(ctx, client.ObjectKeyFromObject(nodeBObj), nodeBObj)).To(Succeed())
+	nodeBObj.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: b.NodeIP.Addr().String()}}
+	g.Expect(server.Client.Status().Update(ctx, nodeBObj)).To(Succeed()) // as kubelet reports it
+	labelNode := func(value string) {
+		label := []byte(`{"metadata":{"labels":{"cnp-test":null}}}`)
+		if value != "" {
+			label = []byte(`{"metadata":{"labels":{"cnp-test":"` + value + `"}}}`)
+		}
+		g.Expect(server.Client.Patch(ctx, nodeBObj, client.RawPatch(types.MergePatchType, label))).To(Succeed())
+	}
+	labelNode("denied")
+	expectRefused(t, clientA.NS, "tcp4", nodeB)
+	expectAllowed(t, clientA.NS, "tcp4", webHTTP, "web") // only the Node's addresses are denied
+	labelNode("")
+	expectAllowed(t, clientA.NS, "tcp4", nodeB, "node-b")
+	labelNode("denied")
+	expectRefused(t, clientA.NS, "tcp4", nodeB)
+	deleteObject(t, &cnpv1beta1.ClusterNetworkPolicy{ObjectMeta: metav1.ObjectMeta{Name: "deny-to-nodes"}})
+	expectAllowed(t, clientA.NS, "tcp4", nodeB, "node-b")
 
 	// What winnet does not realise is said on the policy, by a Warning Event.
 	createCNP(t, &cnpv1beta1.ClusterNetworkPolicy{
