@@ -346,7 +346,7 @@ func TestNetworkPolicy(t *testing.T) {
 			g.Consistently(func() error {
 				_, err := framework.Ask(clientB.NS, "tcp4", webHTTP)
 				return err
-			}).WithTimeout(3*time.Second).WithPolling(500*time.Millisecond).Should(HaveOccurred())
+			}).WithTimeout(3 * time.Second).WithPolling(500 * time.Millisecond).Should(HaveOccurred())
 			setLabels(t, pod, map[string]string{"app": "client"})
 			expectAllowed(t, clientB.NS, "tcp4", webHTTP, "web")
 		}},
