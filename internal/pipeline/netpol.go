@@ -44,6 +44,10 @@ type PolicyRule struct {
 	Classes []uint32
 	// Ports are the destination ports allowed; none allows every port of every protocol.
 	Ports []PolicyPort
+	// CountAs gives, by ofport, the rule id under which a Pod's connections are counted when it is
+	// not ID: a rule merged from the rules of several policies (the same peers on the same ports)
+	// counts each Pod under one of the rules that select it (counters.go).
+	CountAs map[uint32]uint32
 }
 
 // Policy is everything NetworkPolicy asks of the node: the allow rules and the Pods isolated in
@@ -86,16 +90,22 @@ func (n Node) PolicyFlows(p Policy) []openflow.Flow {
 		flow(IngressRuleTable, priorityHigh, match(openflow.IPv4(), regMatch(PktSourceField, FromLocal), hostPrefix(n.NodeIP, openflow.NwSrc)),
 			openflow.GotoTable(IngressMetricTable)),
 	}
+	// A default drop's cookie names its Pod's port, for its counters.
+	defaultDrop := func(dir PolicyDirection, pod Pod, m []openflow.MatchField) openflow.Flow {
+		f := flow(DefaultDropTable(dir), priorityNormal, m, openflow.Drop())
+		f.Cookie = PolicyCounterObject(CounterDefaultDrop, dir, pod.OFPort)
+		return f
+	}
 	for _, pod := range p.EgressIsolated {
 		out = append(out,
 			flow(EgressRuleTable, priorityHigh, match(openflow.IPv4(), openflow.InPort(pod.OFPort), hostPrefix(pod.IP, openflow.NwDst)), openflow.GotoTable(EgressMetricTable)),
-			flow(EgressDefaultTable, priorityNormal, match(openflow.IPv4(), openflow.InPort(pod.OFPort)), openflow.Drop()))
+			defaultDrop(PolicyEgress, pod, match(openflow.IPv4(), openflow.InPort(pod.OFPort))))
 	}
 	for _, pod := range p.IngressIsolated {
 		target := regMatch(TargetOFPortField, pod.OFPort)
 		out = append(out,
 			flow(IngressRuleTable, priorityHigh, match(openflow.IPv4(), target, hostPrefix(pod.IP, openflow.NwSrc)), openflow.GotoTable(IngressMetricTable)),
-			flow(IngressDefaultTable, priorityNormal, match(openflow.IPv4(), target), openflow.Drop()))
+			defaultDrop(PolicyIngress, pod, match(openflow.IPv4(), target)))
 	}
 	out = append(dedup(out), peerClassFlows(PolicyIngress, p.IngressClasses)...)
 	out = append(out, peerClassFlows(PolicyEgress, p.EgressClasses)...)
@@ -182,7 +192,21 @@ func conjunctionFlows(rules []PolicyRule) []openflow.Flow {
 	classClauses := map[classKey][]PeerConjunction{}
 	var classKeys []classKey
 	var out []openflow.Flow
+	// allowed holds the per-Pod flows of rules that admit their Pods everything, by match: when
+	// rules of several policies do, the first (lowest id) decides and counts.
 	allowed := map[string]bool{}
+	type counted struct {
+		dir PolicyDirection
+		id  uint32
+	}
+	var countedIDs []counted
+	isCounted := map[counted]bool{}
+	count := func(dir PolicyDirection, id uint32) {
+		if c := (counted{dir, id}); !isCounted[c] {
+			isCounted[c] = true
+			countedIDs = append(countedIDs, c)
+		}
+	}
 	for _, r := range rules {
 		if len(r.Pods) == 0 || (!r.AnyPeer && len(r.Peers) == 0 && len(r.Classes) == 0) {
 			continue
@@ -197,13 +221,22 @@ func conjunctionFlows(rules []PolicyRule) []openflow.Flow {
 			}
 			return match(openflow.IPv4(), regMatch(TargetOFPortField, pod.OFPort))
 		}
+		countAs := func(pod Pod) uint32 {
+			if id, ok := r.CountAs[pod.OFPort]; ok && id != 0 {
+				return id
+			}
+			return r.ID
+		}
 		c := r.clauses()
 		if c.n == 0 {
 			for _, pod := range r.Pods {
-				f := flow(table, priorityAllowAll, podMatch(pod), openflow.GotoTable(metric))
+				f := flow(table, priorityAllowAll, podMatch(pod))
 				if k := f.String(); !allowed[k] {
 					allowed[k] = true
+					id := countAs(pod)
+					f.Actions = []openflow.Action{loadRule(r.Direction, id), openflow.GotoTable(metric)}
 					out = append(out, f)
+					count(r.Direction, id)
 				}
 			}
 			continue
@@ -243,7 +276,19 @@ func conjunctionFlows(rules []PolicyRule) []openflow.Flow {
 				}, r.ID, c.ports, c.n)
 			}
 		}
-		out = append(out, flow(table, priorityLow, match(openflow.ConjID(r.ID), openflow.IPv4()), openflow.GotoTable(metric)))
+		out = append(out, flow(table, priorityLow, match(openflow.ConjID(r.ID), openflow.IPv4()), loadRule(r.Direction, r.ID), openflow.GotoTable(metric)))
+		count(r.Direction, r.ID)
+		// The Pods a merged rule counts under another rule's id: the conjunction's flow for them.
+		for _, pod := range r.Pods {
+			if id := countAs(pod); id != r.ID {
+				out = append(out, flow(table, priorityLow+1, append(match(openflow.ConjID(r.ID)), podMatch(pod)...),
+					loadRule(r.Direction, id), openflow.GotoTable(metric)))
+				count(r.Direction, id)
+			}
+		}
+	}
+	for _, c := range countedIDs {
+		out = append(out, ruleCounterFlows(c.dir, c.id)...)
 	}
 	for _, key := range keys {
 		c := clauses[key]
