@@ -34,6 +34,9 @@ type ClusterDesired struct {
 	Unsupported, Refused map[string][]string
 	// Generations are the generations compiled, by policy name.
 	Generations map[string]int64
+	// Index names every rule given a priority and a known action, local subjects or not, by its
+	// cookie object (pipeline.ClusterRuleObject): PolicyIndex.ClusterRules.
+	Index map[uint64]nodenetwork.PolicyRuleName
 }
 
 // maxNotRealised bounds a ClusterNetworkPolicyRealisation's message (the API's MaxLength).
@@ -63,7 +66,8 @@ const clusterRulesPerBand = int(pipeline.ClusterPriorityHighest-pipeline.Cluster
 // orders the same rules the same way. A rule beyond the band (clusterRulesPerBand) is refused and
 // reported.
 func ComputeCluster(policies []cnpv1beta1.ClusterNetworkPolicy, in Inputs) ClusterDesired {
-	d := ClusterDesired{Unsupported: map[string][]string{}, Refused: map[string][]string{}, Generations: map[string]int64{}}
+	d := ClusterDesired{Unsupported: map[string][]string{}, Refused: map[string][]string{}, Generations: map[string]int64{},
+		Index: map[uint64]nodenetwork.PolicyRuleName{}}
 	sorted := make([]*cnpv1beta1.ClusterNetworkPolicy, 0, len(policies))
 	for i := range policies {
 		sorted = append(sorted, &policies[i])
@@ -107,6 +111,8 @@ func ComputeCluster(policies []cnpv1beta1.ClusterNetworkPolicy, in Inputs) Clust
 				return
 			}
 			base := pipeline.ClusterRule{Tier: tier, Direction: dir, Action: act, Priority: pipeline.ClusterPriorityHighest - uint16(n)}
+			d.Index[pipeline.ClusterRuleObject(tier, dir, base.Priority)] = nodenetwork.PolicyRuleName{Kind: nodenetwork.KindClusterNetworkPolicy,
+				Policy: types.NamespacedName{Name: p.Name}, Egress: dir == pipeline.PolicyEgress, Index: index, Action: string(action), Tier: string(p.Spec.Tier)}
 			anyPeer, networks, peerPods, notes := clusterPeers(peers, act, in)
 			ports, names, none, portNotes := clusterPorts(protocols)
 			for _, s := range append(notes, portNotes...) {

@@ -142,7 +142,8 @@ func Compute(in Inputs, ids IDs) Desired {
 		id := ids.ID(k)
 		d.ids[id] = true
 		if _, ok := d.Index.Rules[id]; !ok {
-			d.Index.Rules[id] = nodenetwork.PolicyRuleName{Policy: policyNames[k.Policy], Egress: k.Direction == pipeline.PolicyEgress, Index: k.Index}
+			d.Index.Rules[id] = nodenetwork.PolicyRuleName{Kind: nodenetwork.KindNetworkPolicy, Policy: policyNames[k.Policy],
+				Egress: k.Direction == pipeline.PolicyEgress, Index: k.Index, Action: nodenetwork.ActionAllow}
 		}
 		return id
 	}

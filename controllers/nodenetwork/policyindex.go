@@ -5,14 +5,57 @@ import (
 
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/winnet-io/winnet/internal/ovs/openflow"
 	"github.com/winnet-io/winnet/internal/pipeline"
 )
 
-// PolicyRuleName names the NetworkPolicy rule behind a conjunction id.
+// PolicyKind is the kind of policy a rule belongs to, as logs and metrics name it.
+type PolicyKind string
+
+// Policy kinds.
+const (
+	KindNetworkPolicy        PolicyKind = "NetworkPolicy"
+	KindClusterNetworkPolicy PolicyKind = "ClusterNetworkPolicy"
+)
+
+// Rule actions, as logs and metrics name them: a NetworkPolicy rule allows; a ClusterNetworkPolicy
+// rule accepts, denies or passes (the API's names).
+const (
+	ActionAllow  = "Allow"
+	ActionAccept = "Accept"
+	ActionDeny   = "Deny"
+	ActionPass   = "Pass"
+)
+
+// ClusterNetworkPolicy tiers, as logs and metrics name them (the API's names).
+const (
+	TierAdmin    = "Admin"
+	TierBaseline = "Baseline"
+)
+
+// PolicyRuleName names the rule behind a policy flow: a NetworkPolicy rule (by conjunction id) or a
+// ClusterNetworkPolicy rule (by cookie object, pipeline.ClusterRuleObject).
 type PolicyRuleName struct {
+	// Kind is KindNetworkPolicy or KindClusterNetworkPolicy.
+	Kind PolicyKind
+	// Policy is the policy; a ClusterNetworkPolicy has no namespace.
 	Policy types.NamespacedName
 	Egress bool
-	Index  int
+	// Index is the rule's index in its direction's list, as written in the policy.
+	Index int
+	// Action is ActionAllow for a NetworkPolicy rule, ActionAccept, ActionDeny or ActionPass for a
+	// ClusterNetworkPolicy rule.
+	Action string
+	// Tier is TierAdmin or TierBaseline for a ClusterNetworkPolicy rule, "" for a NetworkPolicy's.
+	Tier string
+}
+
+// Direction is "ingress" or "egress".
+func (n PolicyRuleName) Direction() string {
+	if n.Egress {
+		return "egress"
+	}
+	return "ingress"
 }
 
 // Rule is the rule as a PacketTrace names it: "ingress[0]", "egress[1]".
@@ -24,18 +67,44 @@ func (n PolicyRuleName) Rule() string {
 }
 
 // PolicyIndex is what the NetworkPolicy reconciler's last full pass realised, by the names a packet
-// trace reports: the rule of each conjunction id, and the policies that isolate each local Pod port
+// trace, an audit log line or a metric reports: the NetworkPolicy rule of each conjunction id, the
+// ClusterNetworkPolicy rule of each cookie object, and the policies that isolate each local Pod port
 // in each direction.
 type PolicyIndex struct {
-	Rules                             map[uint32]PolicyRuleName
-	EgressRules, IngressRules         []uint32
+	// Rules names the NetworkPolicy rule of each conjunction id (Kind KindNetworkPolicy). Rules
+	// merged into one conjunction are named by the first of them (the lowest id).
+	Rules                     map[uint32]PolicyRuleName
+	EgressRules, IngressRules []uint32
+	// ClusterRules names the ClusterNetworkPolicy rule of each cookie object
+	// (pipeline.ClusterRuleObject): every flow of a rule carries it (its conj_id flow, its
+	// subject-only flows, its clause flows), and a packet-in carries the cookie of the flow that
+	// sent it. Every realised rule of the cluster's policies is named, with local subjects or not.
+	ClusterRules                      map[uint64]PolicyRuleName
 	EgressIsolation, IngressIsolation map[uint32][]types.NamespacedName
 }
 
 // NewPolicyIndex returns an empty index.
 func NewPolicyIndex() PolicyIndex {
-	return PolicyIndex{Rules: map[uint32]PolicyRuleName{}, EgressIsolation: map[uint32][]types.NamespacedName{},
-		IngressIsolation: map[uint32][]types.NamespacedName{}}
+	return PolicyIndex{Rules: map[uint32]PolicyRuleName{}, ClusterRules: map[uint64]PolicyRuleName{},
+		EgressIsolation: map[uint32][]types.NamespacedName{}, IngressIsolation: map[uint32][]types.NamespacedName{}}
+}
+
+// RuleOfConjID names the rule of a conjunction id of either kind: a NetworkPolicy rule's id, or a
+// ClusterNetworkPolicy rule's (pipeline.ClusterConjID, any of its parts).
+func (p PolicyIndex) RuleOfConjID(id uint32) (PolicyRuleName, bool) {
+	if obj, ok := pipeline.ClusterRuleObjectOfConjID(id); ok {
+		n, ok := p.ClusterRules[obj]
+		return n, ok
+	}
+	n, ok := p.Rules[id]
+	return n, ok
+}
+
+// RuleOfCookie names the ClusterNetworkPolicy rule of a flow's cookie (its object bits; the round
+// and category are ignored).
+func (p PolicyIndex) RuleOfCookie(cookie uint64) (PolicyRuleName, bool) {
+	n, ok := p.ClusterRules[cookie&openflow.ObjectMask]
+	return n, ok
 }
 
 // TracePolicy is the index as the trace flows need it.

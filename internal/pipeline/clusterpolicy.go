@@ -76,6 +76,16 @@ func ClusterRuleObject(tier ClusterTier, dir PolicyDirection, priority uint16) u
 	return 1<<39 | 63<<32 | uint64(tier)<<17 | uint64(dir)<<16 | uint64(priority)
 }
 
+// ClusterRuleObjectOfConjID is the cookie object (ClusterRuleObject) of the rule whose part has
+// conjunction id id (ClusterConjID), and false for an id that is not a ClusterNetworkPolicy's (bit
+// 31 clear: a NetworkPolicy rule's).
+func ClusterRuleObjectOfConjID(id uint32) (uint64, bool) {
+	if id&(1<<31) == 0 {
+		return 0, false
+	}
+	return ClusterRuleObject(ClusterTier(id>>17&1), PolicyDirection(id>>16&1), uint16(id)), true
+}
+
 // clusterTable is the table of a tier and direction.
 func clusterTable(tier ClusterTier, dir PolicyDirection) uint8 {
 	switch {
