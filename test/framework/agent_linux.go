@@ -71,6 +71,9 @@ type AgentOptions struct {
 	// ResyncPeriod, when set, is the period of every reconciler's drift check instead of a second
 	// (testPodResync for the Pods): a test of drift repaired from events sets it to many minutes.
 	ResyncPeriod time.Duration
+	// MetricsBindAddress, when set, serves the agent's metrics there (HTTPS, a self-signed
+	// certificate, each scrape authorized by the API server: MetricsReader); none by default.
+	MetricsBindAddress string
 }
 
 // StartAgent starts the agent of node (named like the simulated node) against the API server. At
@@ -107,8 +110,12 @@ func StartAgentWith(t testing.TB, s *APIServer, node *simnode.Node, opts AgentOp
 	if err != nil {
 		fail("ovsdb", err)
 	}
+	metrics, metricsCerts := "0", ""
+	if opts.MetricsBindAddress != "" {
+		metrics, metricsCerts = opts.MetricsBindAddress, filepath.Join(dir, "metrics-certs")
+	}
 	mgr, err := agent.NewManager(s.Config, agent.Options{
-		NodeName: node.Name, MetricsBindAddress: "0", HealthProbeBindAddress: "0", SeveralAgentsPerProcess: true,
+		NodeName: node.Name, MetricsBindAddress: metrics, MetricsCertDir: metricsCerts, HealthProbeBindAddress: "0", SeveralAgentsPerProcess: true,
 	})
 	if err != nil {
 		fail("manager", err)
