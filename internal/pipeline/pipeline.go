@@ -211,7 +211,11 @@ var (
 // The rule ids are written by the commit that ends a new connection's walk (ConntrackCommitTable),
 // so that its later packets, in both directions, are counted per rule in the metric tables.
 const (
-	EgressRuleLabel  = 64
+	// EgressRuleLabel is the first bit of ct_label that keeps the id of the egress rule that
+	// admitted the connection (EgressRuleField), for its counters.
+	EgressRuleLabel = 64
+	// IngressRuleLabel is the first bit of ct_label that keeps the id of the ingress rule that
+	// admitted the connection (IngressRuleField), for its counters.
 	IngressRuleLabel = 96
 )
 

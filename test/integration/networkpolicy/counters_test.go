@@ -203,6 +203,16 @@ func TestRuleCounters(t *testing.T) {
 	g.Expect(delta("winnet_policy_rule_connections_total", web2Rule)).To(Equal(3.0))
 	g.Expect(delta("winnet_policy_rule_connections_total", webRule)).To(BeZero())
 
+	// A connection to a Service (committed by its DNAT before policy sees it) counts once too, with
+	// its packets.
+	vip := clusterIPService(t, "ctr-web", web, echoPort)
+	g.Eventually(func() error { return tryEcho(client.NS, netip.AddrPortFrom(vip, 80)) }).WithTimeout(converge).Should(Succeed())
+	before = fresh()
+	talk(t, client.NS, netip.AddrPortFrom(vip, 80), size)
+	after = fresh()
+	g.Expect(delta("winnet_policy_rule_connections_total", webRule)).To(Equal(1.0))
+	g.Expect(delta("winnet_policy_rule_bytes_total", webRule)).To(BeNumerically(">=", 2*size))
+
 	// A refused connection moves its namespace's default-deny, and no allow rule.
 	before = after
 	_, err = framework.Ask(stranger.NS, "tcp4", webEcho)
