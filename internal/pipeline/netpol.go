@@ -281,7 +281,7 @@ func conjunctionFlows(rules []PolicyRule) []openflow.Flow {
 		// The Pods a merged rule counts under another rule's id: the conjunction's flow for them.
 		for _, pod := range r.Pods {
 			if id := countAs(pod); id != r.ID {
-				out = append(out, flow(table, priorityLow+1, append(match(openflow.ConjID(r.ID)), podMatch(pod)...),
+				out = append(out, flow(table, priorityCountAs, append(match(openflow.ConjID(r.ID)), podMatch(pod)...),
 					loadRule(r.Direction, id), openflow.GotoTable(metric)))
 				count(r.Direction, id)
 			}

@@ -418,6 +418,11 @@ const (
 	priorityAllowAll uint16 = 205
 	priorityNormal   uint16 = 200
 	priorityLow      uint16 = 190
+	// priorityCountAs: a merged rule's conj_id flow for a Pod counted under another rule's id
+	// (PolicyRule.CountAs), above the rule's own; priorityTraceRule: a traced packet's report of the
+	// rule that admitted it, above both.
+	priorityCountAs   uint16 = priorityLow + 1
+	priorityTraceRule uint16 = priorityLow + 2
 	// priorityPeerClass is the base of the peer class stage's priorities: a prefix of length l
 	// is at priorityPeerClass + l, so the longest prefix that matches wins.
 	priorityPeerClass uint16 = 100
