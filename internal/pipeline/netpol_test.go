@@ -196,8 +196,9 @@ func testPolicy() Policy {
 			{ID: 1, Direction: PolicyIngress, Pods: []Pod{npPod1}, Peers: []netip.Prefix{netip.MustParsePrefix("10.244.2.0/24")},
 				Ports: []PolicyPort{{Protocol: openflow.ProtoTCP, Port: 80, EndPort: 85}, {Protocol: openflow.ProtoUDP, Port: 53}}},
 			{ID: 2, Direction: PolicyIngress, Pods: []Pod{npPod1}, Peers: []netip.Prefix{netip.MustParsePrefix("10.244.1.6/32")}},
+			// Merged from two policies' rules: npPod2 is counted under the other rule's id, 9.
 			{ID: 3, Direction: PolicyEgress, Pods: []Pod{npPod2}, Peers: []netip.Prefix{netip.MustParsePrefix("10.244.1.5/32")},
-				Ports: []PolicyPort{{Protocol: openflow.ProtoTCP, Port: 8080}}},
+				Ports: []PolicyPort{{Protocol: openflow.ProtoTCP, Port: 8080}}, CountAs: map[uint32]uint32{npPod2.OFPort: 9}},
 			{ID: 4, Direction: PolicyEgress, Pods: []Pod{npPod2}, Peers: []netip.Prefix{netip.MustParsePrefix("192.168.10.0/24")}},
 			// ipBlocks with exceptions, through the peer class stage: npPod1 admits TCP 80 from
 			// 10.244.3.0/24 except 10.244.3.7, npPod2 may reach 8.0.0.0/8 except 8.8.8.8 on TCP 443.
