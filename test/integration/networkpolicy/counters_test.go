@@ -276,6 +276,31 @@ func TestRuleCounters(t *testing.T) {
 	g.Expect(delta("winnet_policy_rule_packets_total", deny)).To(BeNumerically(">=", 1))
 	g.Expect(delta("winnet_policy_rule_connections_total", defaultDeny)).To(BeZero(), "the Admin tier decided first")
 
+	// An egress rule counts the same connections from the client's side: both ids are committed.
+	clientOut := &networkingv1.NetworkPolicy{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "ctr-x", Name: "client-out"},
+		Spec: networkingv1.NetworkPolicySpec{
+			PodSelector: metav1.LabelSelector{MatchLabels: map[string]string{"app": "client"}},
+			PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeEgress},
+			Egress: []networkingv1.NetworkPolicyEgressRule{{
+				To:    []networkingv1.NetworkPolicyPeer{{PodSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "web"}}}},
+				Ports: []networkingv1.NetworkPolicyPort{{Protocol: ptr.To(corev1.ProtocolTCP), Port: ptr.To(intstr.FromInt32(echoPort))}},
+			}},
+		},
+	}
+	createPolicy(t, clientOut)
+	expectRefused(t, client.NS, "tcp4", web2Echo)
+	egressRule := series{"NetworkPolicy", "ctr-x", "client-out", "egress[0]", "egress", "Allow"}
+	before = fresh()
+	for range 2 {
+		talk(t, client.NS, webEcho, size)
+	}
+	after = fresh()
+	g.Expect(delta("winnet_policy_rule_connections_total", egressRule)).To(Equal(2.0))
+	g.Expect(delta("winnet_policy_rule_bytes_total", egressRule)).To(BeNumerically(">=", 2*2*size))
+	g.Expect(delta("winnet_policy_rule_connections_total", webRule)).To(Equal(2.0))
+	g.Expect(delta("winnet_policy_rule_bytes_total", webRule)).To(BeNumerically(">=", 2*2*size))
+
 	// A rule's series goes with its rule.
 	deleteObject(t, admin)
 	g.Eventually(func() map[series]float64 {
