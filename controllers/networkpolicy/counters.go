@@ -150,51 +150,54 @@ type counterFlowStats interface {
 	FlowStats(ctx context.Context, table uint8, cookie, cookieMask uint64) ([]openflow.FlowStat, error)
 }
 
-// readCounterFlows reads the counter flows and the ClusterNetworkPolicy Deny and Pass rules' flows,
-// each named by the index of the last full pass. Flows the index does not name (a rule realised by
-// a pass whose index is not recorded yet) are left for the next read.
+// readCounterFlows reads the counter flows, the isolated Pods' default drops and the
+// ClusterNetworkPolicy Deny and Pass rules' flows, each named by the index of the last full pass.
+// Flows the index does not name (a rule realised by a pass whose index is not recorded yet) are
+// left for the next read.
 func readCounterFlows(ctx context.Context, b counterFlowStats, idx nodenetwork.PolicyIndex) (map[flowKey]counted, error) {
 	out := map[flowKey]counted{}
 	cookie, mask := pipeline.PolicyCounterCookie()
-	for _, table := range []uint8{pipeline.EgressMetricTable, pipeline.IngressMetricTable, pipeline.EgressDefaultTable, pipeline.IngressDefaultTable} {
+	for _, table := range []uint8{pipeline.EgressMetricTable, pipeline.IngressMetricTable} {
 		stats, err := b.FlowStats(ctx, table, cookie, mask)
 		if err != nil {
 			return nil, err
 		}
 		for _, s := range stats {
-			kind, dir, id, ok := pipeline.ParsePolicyCounterObject(s.Cookie)
+			kind, _, id, ok := pipeline.ParsePolicyCounterObject(s.Cookie)
 			if !ok {
 				continue
 			}
-			k := flowKey{table: s.Table, priority: s.Priority, object: s.Cookie & openflow.ObjectMask}
-			v := counterValues{packets: s.Packets, bytes: s.Bytes}
-			var series counterKey
-			switch kind {
-			case pipeline.CounterDefaultDrop:
-				isolation := idx.IngressIsolation
-				if dir == pipeline.PolicyEgress {
-					isolation = idx.EgressIsolation
-				}
-				policies := isolation[id]
-				if len(policies) == 0 {
-					continue
-				}
-				series = counterKey{kind: nodenetwork.KindNetworkPolicy, namespace: policies[0].Namespace, rule: DefaultDenyRule,
-					dir: dirName(dir), action: ActionDrop}
-				v.connections = s.Packets
-			case pipeline.CounterNew, pipeline.CounterEstablished:
-				name, ok := idx.RuleOfConjID(id)
-				if !ok {
-					continue
-				}
-				series = ruleSeries(name)
-				if kind == pipeline.CounterNew {
-					v.connections = s.Packets
-				}
-			default:
+			name, ok := idx.RuleOfConjID(id)
+			if !ok {
 				continue
 			}
-			out[k] = counted{series: series, values: v}
+			v := counterValues{packets: s.Packets, bytes: s.Bytes}
+			if kind == pipeline.CounterNew {
+				v.connections = s.Packets
+			}
+			out[flowKey{table: s.Table, priority: s.Priority, object: s.Cookie & openflow.ObjectMask}] = counted{series: ruleSeries(name), values: v}
+		}
+	}
+	// The default drops: the policy flows of the default tables at their priority, one per
+	// isolated Pod, named by the Pod's namespace.
+	for _, dir := range []pipeline.PolicyDirection{pipeline.PolicyEgress, pipeline.PolicyIngress} {
+		isolation := idx.IngressIsolation
+		if dir == pipeline.PolicyEgress {
+			isolation = idx.EgressIsolation
+		}
+		stats, err := b.FlowStats(ctx, pipeline.DefaultDropTable(dir), openflow.MakeCookie(0, pipeline.CategoryPolicy, 0), openflow.CategoryMask)
+		if err != nil {
+			return nil, err
+		}
+		for _, s := range stats {
+			port, ok := pipeline.DefaultDropPort(dir, s.InPort, s.Regs)
+			if s.Priority != pipeline.DefaultDropPriority || !ok || len(isolation[port]) == 0 {
+				continue
+			}
+			series := counterKey{kind: nodenetwork.KindNetworkPolicy, namespace: isolation[port][0].Namespace, rule: DefaultDenyRule,
+				dir: dirName(dir), action: ActionDrop}
+			out[flowKey{table: s.Table, priority: s.Priority, object: uint64(port)}] = counted{series: series,
+				values: counterValues{packets: s.Packets, bytes: s.Bytes, connections: s.Packets}}
 		}
 	}
 	if len(idx.ClusterRules) == 0 {

@@ -15,7 +15,7 @@ import "github.com/winnet-io/winnet/internal/ovs/openflow"
 //     connection (its id in ct_label), in both directions where the connection passes the table;
 //   - a Deny or Pass rule of ClusterNetworkPolicy and an isolated Pod's default drop count from
 //     their own deciding flows: every packet they dropped or passed (only new connections reach
-//     them), no extra flow.
+//     them), no extra flow; a default drop's Pod is its match (DefaultDropPort).
 //
 // So a rule costs two flows per direction it admits in, and a Pod whose connections a merged rule
 // counts under another rule's id one more (PolicyRule.CountAs).
@@ -29,12 +29,25 @@ const (
 	CounterNew CounterKind = 0
 	// CounterEstablished is every later packet of those connections.
 	CounterEstablished CounterKind = 1
-	// CounterDefaultDrop is an isolated Pod's default drop; the id is the Pod's ofport.
-	CounterDefaultDrop CounterKind = 2
 )
 
+// DefaultDropPriority is the priority of an isolated Pod's default drop in EgressDefaultTable (the
+// Pod's port is the flow's in_port) and IngressDefaultTable (its TargetOFPortField): its counters
+// are what the Pod's namespace's default deny dropped.
+const DefaultDropPriority = priorityNormal
+
+// DefaultDropPort is the Pod port of a default drop flow of direction dir, given the port it
+// matches (egress) and its exact register matches (ingress); false when it names none.
+func DefaultDropPort(dir PolicyDirection, inPort uint32, regs map[int]uint32) (uint32, bool) {
+	if dir == PolicyEgress {
+		return inPort, inPort != 0
+	}
+	port, ok := regs[TargetOFPortField.Reg]
+	return port, ok
+}
+
 // PolicyCounterObject is the cookie object of a counter flow: policyCounterBit, the kind in bits
-// 34-37, the direction in bit 33 and the rule id (or ofport) below.
+// 34-37, the direction in bit 33 and the rule id below.
 func PolicyCounterObject(kind CounterKind, dir PolicyDirection, id uint32) uint64 {
 	return policyCounterBit | uint64(kind)<<34 | uint64(dir)<<33 | uint64(id)
 }

@@ -90,22 +90,16 @@ func (n Node) PolicyFlows(p Policy) []openflow.Flow {
 		flow(IngressRuleTable, priorityHigh, match(openflow.IPv4(), regMatch(PktSourceField, FromLocal), hostPrefix(n.NodeIP, openflow.NwSrc)),
 			openflow.GotoTable(IngressMetricTable)),
 	}
-	// A default drop's cookie names its Pod's port, for its counters.
-	defaultDrop := func(dir PolicyDirection, pod Pod, m []openflow.MatchField) openflow.Flow {
-		f := flow(DefaultDropTable(dir), priorityNormal, m, openflow.Drop())
-		f.Cookie = PolicyCounterObject(CounterDefaultDrop, dir, pod.OFPort)
-		return f
-	}
 	for _, pod := range p.EgressIsolated {
 		out = append(out,
 			flow(EgressRuleTable, priorityHigh, match(openflow.IPv4(), openflow.InPort(pod.OFPort), hostPrefix(pod.IP, openflow.NwDst)), openflow.GotoTable(EgressMetricTable)),
-			defaultDrop(PolicyEgress, pod, match(openflow.IPv4(), openflow.InPort(pod.OFPort))))
+			flow(EgressDefaultTable, DefaultDropPriority, match(openflow.IPv4(), openflow.InPort(pod.OFPort)), openflow.Drop()))
 	}
 	for _, pod := range p.IngressIsolated {
 		target := regMatch(TargetOFPortField, pod.OFPort)
 		out = append(out,
 			flow(IngressRuleTable, priorityHigh, match(openflow.IPv4(), target, hostPrefix(pod.IP, openflow.NwSrc)), openflow.GotoTable(IngressMetricTable)),
-			defaultDrop(PolicyIngress, pod, match(openflow.IPv4(), target)))
+			flow(IngressDefaultTable, DefaultDropPriority, match(openflow.IPv4(), target), openflow.Drop()))
 	}
 	out = append(dedup(out), peerClassFlows(PolicyIngress, p.IngressClasses)...)
 	out = append(out, peerClassFlows(PolicyEgress, p.EgressClasses)...)
