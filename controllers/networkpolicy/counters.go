@@ -15,9 +15,10 @@ import (
 )
 
 // Per-rule counters (pipeline/counters.go) are read from the switch when Prometheus scrapes the
-// agent: one flow-stats request per table for the counter flows (the metric and default-drop
-// tables, cookie mask pipeline.PolicyCounterCookie) and one per ClusterNetworkPolicy table for its
-// rules' flows (pipeline.ClusterRuleCookie), cached for CounterCacheTTL so that a scrape storm costs
+// agent: one flow-stats request per metric table for the counter flows (cookie mask
+// pipeline.PolicyCounterCookie), one per default-drop table for the policy flows (the drops, each
+// naming its Pod by its match) and one per ClusterNetworkPolicy table for its rules' flows
+// (pipeline.ClusterRuleCookie) when the node has such rules, cached for CounterCacheTTL so that a scrape storm costs
 // the switch at most one read per period. The flows' counters are added to running totals per
 // series, so that flows replaced (a restart of ovs-vswitchd replays them from zero, a rule's
 // priority moves) do not make a series go back; a series goes when its rule (or, for default
