@@ -256,6 +256,9 @@ func TestRuleCounters(t *testing.T) {
 						PodSelector: metav1.LabelSelector{MatchLabels: map[string]string{"app": "client"}}}}}},
 				{Name: "deny-y", Action: cnpv1beta1.ClusterNetworkPolicyRuleActionDeny, Protocols: tcp(otherPort),
 					From: []cnpv1beta1.ClusterNetworkPolicyIngressPeer{{Namespaces: teamNamespaces("ctr-y")}}},
+				{Name: "pass-clients", Action: cnpv1beta1.ClusterNetworkPolicyRuleActionPass, Protocols: tcp(echoPort),
+					From: []cnpv1beta1.ClusterNetworkPolicyIngressPeer{{Pods: &cnpv1beta1.NamespacedPod{
+						PodSelector: metav1.LabelSelector{MatchLabels: map[string]string{"app": "client"}}}}}},
 			},
 		},
 	}
@@ -275,6 +278,14 @@ func TestRuleCounters(t *testing.T) {
 	g.Expect(delta("winnet_policy_rule_connections_total", deny)).To(BeNumerically(">=", 1))
 	g.Expect(delta("winnet_policy_rule_packets_total", deny)).To(BeNumerically(">=", 1))
 	g.Expect(delta("winnet_policy_rule_connections_total", defaultDeny)).To(BeZero(), "the Admin tier decided first")
+
+	// A Pass counts what it passed; NetworkPolicy then admits it, and counts it too.
+	pass := series{"ClusterNetworkPolicy", "", "ctr-admin", "ingress[2]", "ingress", "Pass"}
+	before = after
+	talk(t, client.NS, webEcho, 100)
+	after = fresh()
+	g.Expect(delta("winnet_policy_rule_connections_total", pass)).To(BeNumerically(">=", 1))
+	g.Expect(delta("winnet_policy_rule_connections_total", webRule)).To(Equal(1.0))
 
 	// An egress rule counts the same connections from the client's side: both ids are committed.
 	clientOut := &networkingv1.NetworkPolicy{
