@@ -160,7 +160,7 @@ bench-cni: test-deps ## Benchmark 200 Pods' CNI ADD+DEL at concurrency 1 and 8 a
 bench-netpol: test-deps ## Benchmark NetworkPolicy realisation: 5,000 ipBlock rules against ovs-ofctl, 0.0.0.0/0 except 4,000 /32s (flows, ovs-ofctl, the agent's CPU after), 1,000 policies on 200 Pods, one added address (needs root).
 	@mkdir -p bin
 	$(GO) test -tags bench -count=1 -timeout 30m -run '^TestBenchNetpol$$' -v ./test/bench/netpol/ > bin/bench-netpol.log 2>&1 || { tail -50 bin/bench-netpol.log; exit 1; }
-	@grep -E '^bench-netpol(-except)? ' bin/bench-netpol.log
+	@grep -E '^bench-netpol(-except|-counters)? ' bin/bench-netpol.log
 
 .PHONY: bench-audit
 bench-audit: test-deps ## Benchmark the audit log: 200 and 1,000 new connections/s through an audited NetworkPolicy rule against the same with the log off (agent and ovs-vswitchd CPU, packet-ins, lines, dropped); BENCH_AUDIT_RATE=N raises the log's limit to N lines/s (needs root, 2 min).

@@ -250,8 +250,10 @@ type compiledRule struct {
 // into one, over the union of their Pods, with the lowest of their ids (rules allow, so a packet one
 // of them allows is allowed by the merged rule and no other). A thousand policies that admit the
 // same peers to different selections of Pods then cost one conjunction whose peer flows carry one
-// conjunction action each, not a thousand. An audited rule is never merged, with another audited
-// rule or not: its conjunction id names it in the audit log.
+// conjunction action each, not a thousand. The merged rule counts each Pod under the lowest id of
+// the rules that select it (CountAs), so that each rule's counters count its own Pods' connections.
+// An audited rule is never merged, with another audited rule or not: its conjunction id names it
+// in the audit log.
 func mergeRules(rules []compiledRule) []compiledRule {
 	type key struct {
 		dir     pipeline.PolicyDirection
@@ -262,6 +264,8 @@ func mergeRules(rules []compiledRule) []compiledRule {
 	byKey := map[key]int{}
 	var out []compiledRule
 	var pods []map[uint32]bool
+	// countAs holds, for the rules that others merged into, the id each Pod is counted under.
+	countAs := map[int]map[uint32]uint32{}
 	for _, r := range rules {
 		k := key{r.Direction, r.set, r.AnyPeer, compiledPorts{ports: r.Ports}.key()}
 		i, ok := byKey[k]
@@ -283,12 +287,34 @@ func mergeRules(rules []compiledRule) []compiledRule {
 			continue
 		}
 		o := &out[i]
+		if countAs[i] == nil {
+			countAs[i] = map[uint32]uint32{}
+			for _, p := range o.Pods {
+				countAs[i][p.OFPort] = o.ID
+			}
+		}
 		o.ID = min(o.ID, r.ID)
 		for _, p := range r.Pods {
 			if !pods[i][p.OFPort] {
 				pods[i][p.OFPort] = true
 				o.Pods = append(o.Pods, p)
+				countAs[i][p.OFPort] = r.ID
+			} else {
+				countAs[i][p.OFPort] = min(countAs[i][p.OFPort], r.ID)
 			}
+		}
+	}
+	// Each Pod of a merged rule is counted under the lowest id of the rules that select it (the
+	// rules' own counters stay right): only the Pods counted under another id than the merged
+	// rule's need a flow of their own (pipeline.PolicyRule.CountAs).
+	for i, m := range countAs {
+		for port, id := range m {
+			if id == out[i].ID {
+				delete(m, port)
+			}
+		}
+		if len(m) > 0 {
+			out[i].CountAs = m
 		}
 	}
 	return out

@@ -336,3 +336,31 @@ func TestUniquePrefixes(t *testing.T) {
 		To(Equal([]netip.Prefix{p("9.0.0.0/8"), p("10.0.0.0/16"), p("10.0.0.0/24"), p("10.0.0.2/32")}))
 	g.Expect(uniquePrefixes(nil)).To(BeEmpty())
 }
+
+// TestMergedRulesCountEachPodUnderItsRule: two policies admitting the same peers on the same port
+// to different Pods are one conjunction, whose counters name each Pod's own rule: the merged rule
+// has the lowest id, and the Pod only the other rule selects is counted under that rule's id.
+func TestMergedRulesCountEachPodUnderItsRule(t *testing.T) {
+	g := NewWithT(t)
+	admit := func(name, app string) networkingv1.NetworkPolicy {
+		return policy(name, map[string]string{"app": app}, networkingv1.NetworkPolicySpec{Ingress: []networkingv1.NetworkPolicyIngressRule{{
+			From: []networkingv1.NetworkPolicyPeer{{PodSelector: sel(map[string]string{"app": "client"})}}, Ports: []networkingv1.NetworkPolicyPort{tcp(80)}}}})
+	}
+	var ids conjIDs
+	d := Compute(testInputs(admit("a-web", "web"), admit("b-db", "db")), &ids)
+	g.Expect(d.Policy.Rules).To(HaveLen(1), "one conjunction")
+	r := d.Policy.Rules[0]
+	webID, dbID := ids.ID(RuleKey{Policy: "a-web", Direction: pipeline.PolicyIngress, Ports: "6/80-0,"}), ids.ID(RuleKey{Policy: "b-db", Direction: pipeline.PolicyIngress, Ports: "6/80-0,"})
+	g.Expect(webID).NotTo(Equal(dbID))
+	g.Expect(r.ID).To(Equal(min(webID, dbID)))
+	// web (port 10) is a-web's, db (port 11) b-db's; only the one not under the merged id has an entry.
+	want := map[uint32]uint32{10: webID, 11: dbID}
+	for port, id := range want {
+		if id == r.ID {
+			delete(want, port)
+		}
+	}
+	g.Expect(r.CountAs).To(Equal(want))
+	g.Expect(d.Index.Rules[webID].Policy.Name).To(Equal("a-web"))
+	g.Expect(d.Index.Rules[dbID].Policy.Name).To(Equal("b-db"))
+}

@@ -25,6 +25,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/source"
 	cnpv1beta1 "sigs.k8s.io/network-policy-api/apis/v1beta1"
@@ -152,6 +153,16 @@ type Reconciler struct {
 // the bridge's flow owners.
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	r.State.AddFlowOwner(nodenetwork.PolicyFlows)
+	// The node's rule counters are exposed while the manager runs (counters.go).
+	counters := newRuleCounters(r.State)
+	if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {
+		ruleCounterCollector.add(counters)
+		<-ctx.Done()
+		ruleCounterCollector.remove(counters)
+		return nil
+	})); err != nil {
+		return fmt.Errorf("adding the policy rule counters: %w", err)
+	}
 	// A NetworkPolicy selects Pods of its own namespace only: one in a namespace without a local
 	// Pod has no flows here, whatever it says (a Pod attached later brings its own full pass).
 	policies := handler.TypedFuncs[client.Object, reconcile.Request]{

@@ -212,7 +212,7 @@ func TestNodeNetworkConvergesAndHeals(t *testing.T) {
 	t.Run("the SNAT design holds on the installed pipeline", func(t *testing.T) {
 		g := NewWithT(t)
 		flows := strings.Join(n.flows(g), "\n")
-		g.Expect(flows).To(ContainSubstring("ct(commit,table=110,zone=65520,nat(src=192.168.10.11),exec(set_field:0x40->ct_mark))"))
+		g.Expect(flows).To(ContainSubstring("ct(commit,table=110,zone=65520,nat(src=192.168.10.11),exec(set_field:0x40->ct_mark,"))
 		for _, excluded := range []string{"10.244.0.0/16", "10.96.0.0/12", "172.16.0.0/12", "192.168.10.11"} {
 			// Excluded, and addressed to the gateway (its MAC) like all Pod traffic for the host.
 			g.Expect(flows).To(MatchRegexp(`table=70, priority=180,ip,reg0=0x2/0xffff,nw_dst=` + regexp.QuoteMeta(excluded) +

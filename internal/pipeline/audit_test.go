@@ -47,17 +47,20 @@ func TestAuditFlows(t *testing.T) {
 		}
 	}
 	g.Expect(changed).To(Equal(map[string]uint64{
-		"table=90, priority=190,conj_id=1,ip actions=CONTROLLER:128,goto_table:102": AuditRuleObject(1),
-		"table=90, priority=190,conj_id=2,ip actions=CONTROLLER:128,goto_table:102": AuditRuleObject(2),
-		"table=50, priority=190,conj_id=3,ip actions=CONTROLLER:128,goto_table:62":  AuditRuleObject(3),
-		"table=50, priority=190,conj_id=4,ip actions=CONTROLLER:128,goto_table:62":  AuditRuleObject(4),
-		"table=90, priority=190,conj_id=5,ip actions=CONTROLLER:128,goto_table:102": AuditRuleObject(5),
-		"table=50, priority=190,conj_id=6,ip actions=CONTROLLER:128,goto_table:62":  AuditRuleObject(6),
-		"table=90, priority=205,ip,reg1=0xa actions=CONTROLLER:128,goto_table:102":  AuditRuleObject(9),
-		"table=100, priority=200,ip,reg1=0xa actions=CONTROLLER:128":                AuditDropObject(PolicyIngress),
-		"table=60, priority=200,ip,in_port=11 actions=CONTROLLER:128":               AuditDropObject(PolicyEgress),
+		"table=90, priority=190,conj_id=1,ip actions=CONTROLLER:128,set_field:0x1->reg9,goto_table:102": AuditRuleObject(1),
+		"table=90, priority=190,conj_id=2,ip actions=CONTROLLER:128,set_field:0x2->reg9,goto_table:102": AuditRuleObject(2),
+		"table=50, priority=190,conj_id=3,ip actions=CONTROLLER:128,set_field:0x3->reg8,goto_table:62":  AuditRuleObject(3),
+		"table=50, priority=190,conj_id=4,ip actions=CONTROLLER:128,set_field:0x4->reg8,goto_table:62":  AuditRuleObject(4),
+		"table=90, priority=190,conj_id=5,ip actions=CONTROLLER:128,set_field:0x5->reg9,goto_table:102": AuditRuleObject(5),
+		"table=50, priority=190,conj_id=6,ip actions=CONTROLLER:128,set_field:0x6->reg8,goto_table:62":  AuditRuleObject(6),
+		"table=90, priority=205,ip,reg1=0xa actions=CONTROLLER:128,set_field:0x9->reg9,goto_table:102":  AuditRuleObject(9),
+		"table=100, priority=200,ip,reg1=0xa actions=CONTROLLER:128":                                    AuditDropObject(PolicyIngress),
+		"table=60, priority=200,ip,in_port=11 actions=CONTROLLER:128":                                   AuditDropObject(PolicyEgress),
+		// The allow-all rule's counter flows (counters.go), unaudited: they count, they do not decide.
+		"table=102, priority=200,ct_state=+new+trk,ct_label=0/0xffffffff000000000000000000000000,ip,reg9=0x9 actions=goto_table:105":              PolicyCounterObject(CounterNew, PolicyIngress, 9),
+		"table=102, priority=200,ct_state=+trk,ct_label=0x9000000000000000000000000/0xffffffff000000000000000000000000,ip actions=goto_table:105": PolicyCounterObject(CounterEstablished, PolicyIngress, 9),
 	}))
-	g.Expect(audited).To(HaveLen(len(plain) + 1)) // the allow-all rule's flow
+	g.Expect(audited).To(HaveLen(len(plain) + 3)) // the allow-all rule's flow and its two counter flows
 
 	// The cookies decode to what they name; other policy objects are not audit objects.
 	id, _, rule, drop := AuditObject(openflow.MakeCookie(3, CategoryPolicy, AuditRuleObject(6)))
@@ -83,7 +86,8 @@ func TestAuditFlows(t *testing.T) {
 		plainC[4], plainC[5],
 		"table=46, priority=59999,conj_id=2147609183,ip actions=CONTROLLER:128,goto_table:48",
 		plainC[7], plainC[8],
-		"table=82, priority=60000,conj_id=2147543648,ip actions=CONTROLLER:128,goto_table:102",
+		"table=82, priority=60000,conj_id=2147543648,ip actions=CONTROLLER:128,set_field:0x8000ea60->reg9,goto_table:102",
+		plainC[10], plainC[11], // the Accept rule's counter flows, unaudited
 		"table=101, priority=60000,ip,reg1=0xb actions=CONTROLLER:128",
 	}))
 

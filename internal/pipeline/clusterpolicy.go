@@ -117,9 +117,18 @@ func clusterActions(r ClusterRule) []openflow.Action {
 		return decision(r.Audit, openflow.Drop())
 	case r.Action == ClusterPass && r.Tier == AdminTier:
 		return decision(r.Audit, openflow.GotoTable(networkPolicy))
-	default:
+	case r.Action == ClusterPass:
 		return decision(r.Audit, openflow.GotoTable(metric))
+	default:
+		// Accept: the rule's id for its counters (counters.go).
+		return decision(r.Audit, loadRule(r.Direction, ClusterRuleID(r.Tier, r.Direction, r.Priority)), openflow.GotoTable(metric))
 	}
+}
+
+// ClusterRuleID is the id under which the rule at priority in the table of tier and direction is
+// counted (all its parts): ClusterConjID of its part 0.
+func ClusterRuleID(tier ClusterTier, dir PolicyDirection, priority uint16) uint32 {
+	return ClusterConjID(tier, dir, priority, 0)
 }
 
 // ClusterPolicyFlows are the flows of the node's ClusterNetworkPolicy rules (CategoryPolicy, with
@@ -134,8 +143,15 @@ func clusterActions(r ClusterRule) []openflow.Action {
 func (n Node) ClusterPolicyFlows(p ClusterPolicy) []openflow.Flow {
 	var out []openflow.Flow
 	at := map[string]int{}
+	counted := map[uint32]bool{}
 	for _, r := range p.Rules {
-		for _, f := range clusterRuleFlows(r) {
+		flows := clusterRuleFlows(r)
+		// An Accept rule with flows is counted in its direction's metric table (counters.go).
+		if id := ClusterRuleID(r.Tier, r.Direction, r.Priority); len(flows) > 0 && r.Action == ClusterAccept && !counted[id] {
+			counted[id] = true
+			flows = append(flows, ruleCounterFlows(r.Direction, id)...)
+		}
+		for _, f := range flows {
 			k := openflow.Flow{Table: f.Table, Priority: f.Priority, Match: f.Match}
 			key := k.String()
 			i, ok := at[key]

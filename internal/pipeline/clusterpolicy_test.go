@@ -29,7 +29,13 @@ func testClusterPolicy() ClusterPolicy {
 
 func TestClusterPolicyFlows(t *testing.T) {
 	g := NewWithT(t)
-	flows := testNode().ClusterPolicyFlows(testClusterPolicy())
+	flows, counters := splitCounters(testNode().ClusterPolicyFlows(testClusterPolicy()))
+	// An Accept rule is counted in its direction's metric table, under ClusterRuleID; Deny and
+	// Pass rules by their own flows.
+	g.Expect(strs(counters)).To(ConsistOf(
+		"cookie=0x408000ea60, table=102, priority=200,ct_state=+new+trk,ct_label=0/0xffffffff000000000000000000000000,ip,reg9=0x8000ea60 actions=goto_table:105",
+		"cookie=0x448000ea60, table=102, priority=200,ct_state=+trk,ct_label=0x8000ea60000000000000000000000000/0xffffffff000000000000000000000000,ip actions=goto_table:105",
+	))
 	for _, f := range flows {
 		tier, dir := AdminTier, PolicyEgress
 		switch f.Table {
@@ -50,7 +56,7 @@ func TestClusterPolicyFlows(t *testing.T) {
 		"table=46, priority=59999,conj_id=2147609183,ip actions=goto_table:48",
 		"table=82, priority=60000,ip,reg1=0xa actions=conjunction(2147543648,1/2)",
 		"table=82, priority=60000,udp,tp_dst=53 actions=conjunction(2147543648,2/2)",
-		"table=82, priority=60000,conj_id=2147543648,ip actions=goto_table:102",
+		"table=82, priority=60000,conj_id=2147543648,ip actions=set_field:0x8000ea60->reg9,goto_table:102",
 		"table=101, priority=60000,ip,reg1=0xb actions=drop",
 	}))
 }

@@ -47,6 +47,10 @@ type PolicyRule struct {
 	// Audit sends the first packet of each new connection the rule admits to the agent (its
 	// decision flows' AuditAction before their own), under the cookie object AuditRuleObject(ID).
 	Audit bool
+	// CountAs gives, by ofport, the rule id under which a Pod's connections are counted when it is
+	// not ID: a rule merged from the rules of several policies (the same peers on the same ports)
+	// counts each Pod under one of the rules that select it (counters.go).
+	CountAs map[uint32]uint32
 }
 
 // Policy is everything NetworkPolicy asks of the node: the allow rules and the Pods isolated in
@@ -255,9 +259,22 @@ func conjunctionFlows(rules []PolicyRule) []openflow.Flow {
 	var classKeys []classKey
 	var out []openflow.Flow
 	// allowed holds the per-Pod flows of the rules that allow everything, by table and match: the
-	// first rule's (by id) is the Pod's flow. Rules of one Pod are all of its namespace, so all
-	// audited or none, and audited ones differ only by their cookie.
+	// first rule's (by id) is the Pod's flow, which decides and counts (under the Pod's CountAs).
+	// Rules of one Pod are all of its namespace, so all audited or none, and audited ones differ
+	// only by their cookie.
 	allowed := map[string]bool{}
+	type counted struct {
+		dir PolicyDirection
+		id  uint32
+	}
+	var countedIDs []counted
+	isCounted := map[counted]bool{}
+	count := func(dir PolicyDirection, id uint32) {
+		if c := (counted{dir, id}); !isCounted[c] {
+			isCounted[c] = true
+			countedIDs = append(countedIDs, c)
+		}
+	}
 	for _, r := range rules {
 		if len(r.Pods) == 0 || (!r.AnyPeer && len(r.Peers) == 0 && len(r.Classes) == 0) {
 			continue
@@ -272,17 +289,25 @@ func conjunctionFlows(rules []PolicyRule) []openflow.Flow {
 			}
 			return match(openflow.IPv4(), regMatch(TargetOFPortField, pod.OFPort))
 		}
+		countAs := func(pod Pod) uint32 {
+			if id, ok := r.CountAs[pod.OFPort]; ok && id != 0 {
+				return id
+			}
+			return r.ID
+		}
 		c := r.clauses()
 		if c.n == 0 {
 			for _, pod := range r.Pods {
 				f := flow(table, priorityAllowAll, podMatch(pod))
 				if k := f.String(); !allowed[k] {
 					allowed[k] = true
-					f.Actions = decision(r.Audit, openflow.GotoTable(metric))
+					id := countAs(pod)
+					f.Actions = decision(r.Audit, loadRule(r.Direction, id), openflow.GotoTable(metric))
 					if r.Audit {
 						f.Cookie = AuditRuleObject(r.ID)
 					}
 					out = append(out, f)
+					count(r.Direction, id)
 				}
 			}
 			continue
@@ -322,11 +347,24 @@ func conjunctionFlows(rules []PolicyRule) []openflow.Flow {
 				}, r.ID, c.ports, c.n)
 			}
 		}
-		f := flow(table, priorityLow, match(openflow.ConjID(r.ID), openflow.IPv4()), decision(r.Audit, openflow.GotoTable(metric))...)
+		f := flow(table, priorityLow, match(openflow.ConjID(r.ID), openflow.IPv4()), decision(r.Audit, loadRule(r.Direction, r.ID), openflow.GotoTable(metric))...)
 		if r.Audit {
 			f.Cookie = AuditRuleObject(r.ID)
 		}
 		out = append(out, f)
+		count(r.Direction, r.ID)
+		// The Pods a merged rule counts under another rule's id: the conjunction's flow for them.
+		// (An audited rule is never merged: none of these is audited.)
+		for _, pod := range r.Pods {
+			if id := countAs(pod); id != r.ID {
+				out = append(out, flow(table, priorityCountAs, append(match(openflow.ConjID(r.ID)), podMatch(pod)...),
+					loadRule(r.Direction, id), openflow.GotoTable(metric)))
+				count(r.Direction, id)
+			}
+		}
+	}
+	for _, c := range countedIDs {
+		out = append(out, ruleCounterFlows(c.dir, c.id)...)
 	}
 	for _, key := range keys {
 		c := clauses[key]

@@ -71,7 +71,8 @@ func TestPolicyPaths(t *testing.T) {
 		{
 			name: "An egress-isolated Pod reaches an allowed Pod on the allowed port (both rules' conjunctions complete)",
 			flow: fromPod2("tcp", "10.244.1.5", ",tp_dst=8080"), ctNext: newConn,
-			want:   []string{`conj_id=3`, `conj_id=2`, "-> output port is 10"},
+			// The egress rule's conj_id flow for pod2 (counted under 9), the ingress rule's own.
+			want:   []string{`conj_id=3,ip,in_port=11, priority 191\n\s+set_field:0x9->reg8`, `conj_id=2,ip, priority 190\n\s+set_field:0x2->reg9`, "-> output port is 10"},
 			reject: notDenied,
 		},
 		{
@@ -224,5 +225,5 @@ func TestServiceConnectionsAreAdmittedAtCommit(t *testing.T) {
 	g := NewWithT(t)
 	got := strs(testNode().ServiceBaseFlows())
 	g.Expect(got).To(ContainElement(
-		"table=105, priority=210,ct_state=-rpl+trk,ct_mark=0x10/0x110,ip actions=ct(commit,table=110,zone=65520,exec(set_field:0x100/0x100->ct_mark))"))
+		"table=105, priority=210,ct_state=-rpl+trk,ct_mark=0x10/0x110,ip actions=ct(commit,table=110,zone=65520,exec(set_field:0x100/0x100->ct_mark,move:NXM_NX_REG8[]->NXM_NX_CT_LABEL[64..95],move:NXM_NX_REG9[]->NXM_NX_CT_LABEL[96..127]))"))
 }

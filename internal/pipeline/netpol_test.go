@@ -1,6 +1,7 @@
 package pipeline
 
 import (
+	"fmt"
 	"net/netip"
 	"strings"
 	"testing"
@@ -73,7 +74,7 @@ func TestPolicyRuleIsAConjunction(t *testing.T) {
 		{ID: 7, Direction: PolicyIngress, Pods: []Pod{npPod1}, AnyPeer: true, Ports: []PolicyPort{{Protocol: openflow.ProtoUDP, Port: 53}}},
 		{ID: 8, Direction: PolicyEgress, Pods: []Pod{npPod1}, Peers: []netip.Prefix{netip.MustParsePrefix("0.0.0.0/0")}},
 	}}
-	got := conjunctionFlows(p.Rules)
+	got, counters := splitCounters(conjunctionFlows(p.Rules))
 	g.Expect(policyStrs(got)).To(ConsistOf(
 		"table=50, priority=200,ip,in_port=10 actions=conjunction(5,1/3)",
 		"table=50, priority=200,ip,in_port=11 actions=conjunction(5,1/3)",
@@ -82,17 +83,72 @@ func TestPolicyRuleIsAConjunction(t *testing.T) {
 		"table=50, priority=200,tcp,tp_dst=0x50/0xfffc actions=conjunction(5,3/3)",
 		"table=50, priority=200,tcp,tp_dst=0x54/0xfffe actions=conjunction(5,3/3)",
 		"table=50, priority=200,udp,tp_dst=53 actions=conjunction(5,3/3)",
-		"table=50, priority=190,conj_id=5,ip actions=goto_table:62",
+		// The deciding flow loads the rule's id for its counters.
+		"table=50, priority=190,conj_id=5,ip actions=set_field:0x5->reg8,goto_table:62",
 		// Any peer on any port: no conjunction (OVS needs two clauses, and never completes one
 		// from two clauses of one flow), the Pod is allowed directly.
-		"table=90, priority=205,ip,reg1=0xb actions=goto_table:102",
+		"table=90, priority=205,ip,reg1=0xb actions=set_field:0x6->reg9,goto_table:102",
 		// Any peer: two clauses, the Pods and the ports.
 		"table=90, priority=200,ip,reg1=0xa actions=conjunction(7,1/2)",
 		"table=90, priority=200,udp,tp_dst=53 actions=conjunction(7,2/2)",
-		"table=90, priority=190,conj_id=7,ip actions=goto_table:102",
+		"table=90, priority=190,conj_id=7,ip actions=set_field:0x7->reg9,goto_table:102",
 		// 0.0.0.0/0 is any peer.
-		"table=50, priority=205,ip,in_port=10 actions=goto_table:62",
+		"table=50, priority=205,ip,in_port=10 actions=set_field:0x8->reg8,goto_table:62",
 	))
+	// Two counter flows per rule in its direction's metric table: new connections (the id in the
+	// register, none committed yet) and their later packets (the id committed in ct_label).
+	g.Expect(policyStrs(counters)).To(ConsistOf(
+		"table=62, priority=200,ct_state=+new+trk,ct_label=0/0xffffffff0000000000000000,ip,reg8=0x5 actions=goto_table:70",
+		"table=62, priority=200,ct_state=+trk,ct_mark=0/0x80,ct_label=0x50000000000000000/0xffffffff0000000000000000,ip actions=goto_table:70",
+		"table=102, priority=200,ct_state=+new+trk,ct_label=0/0xffffffff000000000000000000000000,ip,reg9=0x6 actions=goto_table:105",
+		"table=102, priority=200,ct_state=+trk,ct_label=0x6000000000000000000000000/0xffffffff000000000000000000000000,ip actions=goto_table:105",
+		"table=102, priority=200,ct_state=+new+trk,ct_label=0/0xffffffff000000000000000000000000,ip,reg9=0x7 actions=goto_table:105",
+		"table=102, priority=200,ct_state=+trk,ct_label=0x7000000000000000000000000/0xffffffff000000000000000000000000,ip actions=goto_table:105",
+		"table=62, priority=200,ct_state=+new+trk,ct_label=0/0xffffffff0000000000000000,ip,reg8=0x8 actions=goto_table:70",
+		"table=62, priority=200,ct_state=+trk,ct_mark=0/0x80,ct_label=0x80000000000000000/0xffffffff0000000000000000,ip actions=goto_table:70",
+	))
+	for _, f := range counters {
+		kind, dir, id, ok := ParsePolicyCounterObject(f.Cookie)
+		g.Expect(ok).To(BeTrue(), "a counter's cookie: %s", f.String())
+		g.Expect(f.String()).To(ContainSubstring(fmt.Sprintf("%#x", id)), "the cookie names the rule")
+		g.Expect(MetricTable(dir)).To(Equal(f.Table))
+		g.Expect(strings.Contains(f.String(), "+new") == (kind == CounterNew)).To(BeTrue(), "the cookie names the kind: %s", f.String())
+	}
+}
+
+// TestMergedRuleCountsPerPod: a rule merged from the rules of several policies counts each Pod
+// under the rule given for it (CountAs), with a conj_id flow of its own for that Pod; rules that
+// admit a Pod everything share its flow, and the first of them (lowest id) counts it.
+func TestMergedRuleCountsPerPod(t *testing.T) {
+	g := NewWithT(t)
+	peer := []netip.Prefix{netip.MustParsePrefix("10.244.2.9/32")}
+	got, counters := splitCounters(conjunctionFlows([]PolicyRule{
+		{ID: 3, Direction: PolicyIngress, Pods: []Pod{npPod1, npPod2}, Peers: peer, CountAs: map[uint32]uint32{npPod2.OFPort: 9}},
+		{ID: 4, Direction: PolicyEgress, Pods: []Pod{npPod1}, AnyPeer: true},
+		{ID: 5, Direction: PolicyEgress, Pods: []Pod{npPod1, npPod2}, AnyPeer: true},
+	}))
+	g.Expect(policyStrs(got)).To(ConsistOf(
+		"table=90, priority=200,ip,nw_src=10.244.2.9 actions=conjunction(3,1/2)",
+		"table=90, priority=200,ip,reg1=0xa actions=conjunction(3,2/2)",
+		"table=90, priority=200,ip,reg1=0xb actions=conjunction(3,2/2)",
+		"table=90, priority=190,conj_id=3,ip actions=set_field:0x3->reg9,goto_table:102",
+		"table=90, priority=191,conj_id=3,ip,reg1=0xb actions=set_field:0x9->reg9,goto_table:102",
+		"table=50, priority=205,ip,in_port=10 actions=set_field:0x4->reg8,goto_table:62",
+		"table=50, priority=205,ip,in_port=11 actions=set_field:0x5->reg8,goto_table:62",
+	))
+	g.Expect(counters).To(HaveLen(8), "rules 3 and 9 in, 4 and 5 out: two flows each")
+}
+
+// splitCounters separates the counter flows (the metric tables) from the others.
+func splitCounters(flows []openflow.Flow) (others, counters []openflow.Flow) {
+	for _, f := range flows {
+		if f.Table == EgressMetricTable || f.Table == IngressMetricTable {
+			counters = append(counters, f)
+		} else {
+			others = append(others, f)
+		}
+	}
+	return others, counters
 }
 
 // TestPolicyFlowsAreShared: rules that share a peer share its flow; a rule whose peers resolve to
@@ -100,11 +156,12 @@ func TestPolicyRuleIsAConjunction(t *testing.T) {
 func TestPolicyFlowsAreShared(t *testing.T) {
 	g := NewWithT(t)
 	peer := []netip.Prefix{netip.MustParsePrefix("10.244.2.9/32")}
-	got := policyStrs(conjunctionFlows([]PolicyRule{
+	flows, _ := splitCounters(conjunctionFlows([]PolicyRule{
 		{ID: 3, Direction: PolicyIngress, Pods: []Pod{npPod1}, Peers: peer},
 		{ID: 2, Direction: PolicyIngress, Pods: []Pod{npPod2}, Peers: peer, Ports: []PolicyPort{{Protocol: openflow.ProtoTCP}}},
 		{ID: 4, Direction: PolicyIngress, Pods: []Pod{npPod2}},
 	}))
+	got := policyStrs(flows)
 	g.Expect(got).To(ContainElement("table=90, priority=200,ip,nw_src=10.244.2.9 actions=conjunction(2,1/3),conjunction(3,1/2)"))
 	g.Expect(got).To(ContainElement("table=90, priority=200,tcp actions=conjunction(2,3/3)"))
 	g.Expect(strings.Join(got, "\n")).NotTo(ContainSubstring("(4,"))
@@ -139,8 +196,9 @@ func testPolicy() Policy {
 			{ID: 1, Direction: PolicyIngress, Pods: []Pod{npPod1}, Peers: []netip.Prefix{netip.MustParsePrefix("10.244.2.0/24")},
 				Ports: []PolicyPort{{Protocol: openflow.ProtoTCP, Port: 80, EndPort: 85}, {Protocol: openflow.ProtoUDP, Port: 53}}},
 			{ID: 2, Direction: PolicyIngress, Pods: []Pod{npPod1}, Peers: []netip.Prefix{netip.MustParsePrefix("10.244.1.6/32")}},
+			// Merged from two policies' rules: npPod2 is counted under the other rule's id, 9.
 			{ID: 3, Direction: PolicyEgress, Pods: []Pod{npPod2}, Peers: []netip.Prefix{netip.MustParsePrefix("10.244.1.5/32")},
-				Ports: []PolicyPort{{Protocol: openflow.ProtoTCP, Port: 8080}}},
+				Ports: []PolicyPort{{Protocol: openflow.ProtoTCP, Port: 8080}}, CountAs: map[uint32]uint32{npPod2.OFPort: 9}},
 			{ID: 4, Direction: PolicyEgress, Pods: []Pod{npPod2}, Peers: []netip.Prefix{netip.MustParsePrefix("192.168.10.0/24")}},
 			// ipBlocks with exceptions, through the peer class stage: npPod1 admits TCP 80 from
 			// 10.244.3.0/24 except 10.244.3.7, npPod2 may reach 8.0.0.0/8 except 8.8.8.8 on TCP 443.

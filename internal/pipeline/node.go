@@ -248,8 +248,13 @@ func (n Node) forwardingFlows() []openflow.Flow {
 		flow(L2ForwardingCalcTable, priorityNormal, match(openflow.EthDst(n.GatewayMAC)),
 			loadReg(TargetOFPortField, n.GatewayOFPort), loadReg(OFPortFoundField, 1), openflow.GotoTable(ingress)),
 		flow(L2ForwardingCalcTable, priorityMiss, nil, openflow.GotoTable(ingress)),
+		// New connections are committed with the ids of the rules that admitted them (counters.go);
+		// a NodePort connection from the uplink, whose ct_label keeps MACs where the egress id
+		// would go, with its ingress rule's alone (it has no egress rule).
 		flow(ConntrackCommitTable, priorityLow, match(openflow.IPv4(), openflow.CTState(openflow.CTNew|openflow.CTTrk, 0)),
-			openflow.CT(openflow.CTAction{Commit: true, Table: ptr(L2ForwardingOutTable), Zone: ConntrackZone})),
+			openflow.CT(openflow.CTAction{Commit: true, Table: ptr(L2ForwardingOutTable), Zone: ConntrackZone, Exec: commitRules()})),
+		flow(ConntrackCommitTable, priorityLow+1, match(openflow.IPv4(), openflow.CTState(openflow.CTNew|openflow.CTTrk, 0), openflow.CTMark(ServiceExternalCTMark, ServiceExternalCTMark)),
+			openflow.CT(openflow.CTAction{Commit: true, Table: ptr(L2ForwardingOutTable), Zone: ConntrackZone, Exec: []openflow.Action{commitRule(PolicyIngress)}})),
 		flow(ConntrackCommitTable, priorityMiss, nil, openflow.GotoTable(L2ForwardingOutTable)),
 		flow(L2ForwardingOutTable, priorityLow, match(regMatch(OFPortFoundField, 1)), openflow.OutputReg(TargetOFPortField.Reg, TargetOFPortField.Start, TargetOFPortField.End)),
 		flow(L2ForwardingOutTable, priorityMiss, nil, openflow.Drop()),
@@ -270,7 +275,7 @@ func (n Node) snatFlows() []openflow.Flow {
 			loadReg(SNATRequiredField, 1), openflow.SetEthDst(n.GatewayMAC), openflow.GotoTable(L2ForwardingCalcTable)),
 		flow(ConntrackCommitTable, priorityNormal, match(openflow.IPv4(), openflow.CTState(openflow.CTNew|openflow.CTTrk, 0), regMatch(SNATRequiredField, 1)),
 			openflow.CT(openflow.CTAction{Commit: true, Table: ptr(L2ForwardingOutTable), Zone: ConntrackZone, SNAT: n.NodeIP,
-				Exec: []openflow.Action{openflow.SetCTMark(SNATCTMark, 0xffffffff)}})),
+				Exec: append([]openflow.Action{openflow.SetCTMark(SNATCTMark, 0xffffffff)}, commitRules()...)})),
 		flow(L2ForwardingOutTable, priorityNormal, match(openflow.IPv4(), regMatch(SNATRequiredField, 1)), openflow.Output(n.GatewayOFPort)),
 	}
 	for _, p := range n.NoSNAT {

@@ -176,6 +176,11 @@ type RegField struct {
 //	             choice learned under another timeout is not used (and is learned again)
 //	reg6[0..31]  IngressPeerClassField: the class of the source among the prefixes of the node's
 //	             ingress ipBlocks with exceptions (IngressPeerClassTable; 0: none covers it)
+//	reg8[0..31]  EgressRuleField: the id of the egress rule (NetworkPolicy or ClusterNetworkPolicy
+//	             Accept) that admitted a new connection, loaded by its deciding flow (0: none);
+//	             committed into ct_label[64..95] (EgressRuleLabel), counted in EgressMetricTable
+//	reg9[0..31]  IngressRuleField: the same for ingress, into ct_label[96..127] (IngressRuleLabel),
+//	             counted in IngressMetricTable
 var (
 	PktSourceField          = RegField{Reg: 0, Start: 0, End: 15}
 	OFPortFoundField        = RegField{Reg: 0, Start: 16, End: 16}
@@ -189,6 +194,29 @@ var (
 	AffinityTimeoutField    = RegField{Reg: 5, Start: 0, End: 31}
 	EgressPeerClassField    = RegField{Reg: 2, Start: 0, End: 31}
 	IngressPeerClassField   = RegField{Reg: 6, Start: 0, End: 31}
+	EgressRuleField         = RegField{Reg: 8, Start: 0, End: 31}
+	IngressRuleField        = RegField{Reg: 9, Start: 0, End: 31}
+)
+
+// ct_label of ConntrackZone (and of a UDP Service port's own zone) is 128 bits:
+//
+//	[0..47]   the client side's MAC of a NodePort connection from the uplink (ServiceExternalCTMark)
+//	[48..95]  the node's MAC of such a connection
+//	[64..95]  EgressRuleLabel: the egress rule that admitted the connection (EgressRuleField), on
+//	          every other connection; a connection from the uplink has no egress rule, so its MAC
+//	          bits are never written over (its commit moves the ingress rule alone), and the egress
+//	          counters skip it (ct_mark without ServiceExternalCTMark)
+//	[96..127] IngressRuleLabel: the ingress rule that admitted the connection (IngressRuleField)
+//
+// The rule ids are written by the commit that ends a new connection's walk (ConntrackCommitTable),
+// so that its later packets, in both directions, are counted per rule in the metric tables.
+const (
+	// EgressRuleLabel is the first bit of ct_label that keeps the id of the egress rule that
+	// admitted the connection (EgressRuleField), for its counters.
+	EgressRuleLabel = 64
+	// IngressRuleLabel is the first bit of ct_label that keeps the id of the ingress rule that
+	// admitted the connection (IngressRuleField), for its counters.
+	IngressRuleLabel = 96
 )
 
 // Values of PktSourceField.
@@ -234,6 +262,11 @@ const (
 	// flows (delete_learned).
 	CategoryTunnelSeen uint8 = 10
 )
+
+// CategoryPolicy's cookie objects of the policy counter flows (PolicyCounterObject): bit 38 set
+// and bit 39 clear, which no other policy flow has (PolicyPeerObject and ClusterRuleObject set bit
+// 39, the rest is object 0).
+const policyCounterBit uint64 = 1 << 38
 
 // TunnelSeenLimit caps the flows of TunnelSourceSeenTable (the bridge's flow_limit for it): at most
 // that many addresses a peer's inner sources arrived from are remembered at once, however many
@@ -385,6 +418,11 @@ const (
 	priorityAllowAll uint16 = 205
 	priorityNormal   uint16 = 200
 	priorityLow      uint16 = 190
+	// priorityCountAs: a merged rule's conj_id flow for a Pod counted under another rule's id
+	// (PolicyRule.CountAs), above the rule's own; priorityTraceRule: a traced packet's report of the
+	// rule that admitted it, above both.
+	priorityCountAs   uint16 = priorityLow + 1
+	priorityTraceRule uint16 = priorityLow + 2
 	// priorityPeerClass is the base of the peer class stage's priorities: a prefix of length l
 	// is at priorityPeerClass + l, so the longest prefix that matches wins.
 	priorityPeerClass uint16 = 100

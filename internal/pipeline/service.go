@@ -178,7 +178,13 @@ func (n Node) ServiceBaseFlows() []openflow.Flow {
 			openflow.CT(openflow.CTAction{Table: ptr(L2ForwardingOutTable), Zone: ServiceSNATZone, NAT: true})),
 		flow(ConntrackCommitTable, priorityHigh, match(openflow.IPv4(), openflow.CTState(openflow.CTTrk, openflow.CTRpl), openflow.CTMark(ServiceCTMark, ServiceCTMark|PolicyAdmittedCTMark)),
 			openflow.CT(openflow.CTAction{Commit: true, Table: ptr(L2ForwardingOutTable), Zone: ConntrackZone,
-				Exec: []openflow.Action{openflow.SetCTMark(PolicyAdmittedCTMark, PolicyAdmittedCTMark)}})),
+				Exec: append([]openflow.Action{openflow.SetCTMark(PolicyAdmittedCTMark, PolicyAdmittedCTMark)}, commitRules()...)})),
+		// A NodePort connection from the uplink keeps MACs in ct_label where the egress rule's id
+		// would go: its ingress rule's alone (it has no egress rule).
+		flow(ConntrackCommitTable, priorityHigh+1, match(openflow.IPv4(), openflow.CTState(openflow.CTTrk, openflow.CTRpl),
+			openflow.CTMark(ServiceCTMark|ServiceExternalCTMark, ServiceCTMark|ServiceExternalCTMark|PolicyAdmittedCTMark)),
+			openflow.CT(openflow.CTAction{Commit: true, Table: ptr(L2ForwardingOutTable), Zone: ConntrackZone,
+				Exec: []openflow.Action{openflow.SetCTMark(PolicyAdmittedCTMark, PolicyAdmittedCTMark), commitRule(PolicyIngress)}})),
 		flow(ARPResponderTable, priorityNormal, match(openflow.ARP(), openflow.ARPTPA(ServiceNextHop), openflow.ARPOp(1)),
 			openflow.Move(openflow.FieldEthSrc, openflow.FieldEthDst), openflow.SetEthSrc(GlobalVirtualMAC), openflow.SetARPOp(2),
 			openflow.Move(openflow.FieldARPSha, openflow.FieldARPTha), openflow.SetARPSha(GlobalVirtualMAC),
@@ -267,8 +273,19 @@ func (n Node) zoneFlows(sp ServicePort) []openflow.Flow {
 	}
 	mark := uint32(z) << ServiceZoneCTMarkShift
 	record := openflow.CT(openflow.CTAction{Commit: true, Zone: ConntrackZone, Exec: []openflow.Action{openflow.SetCTMark(mark, ServiceZoneCTMarkMask)}})
-	admit := openflow.CT(openflow.CTAction{Commit: true, Table: ptr(L2ForwardingOutTable), Zone: z,
-		Exec: []openflow.Action{openflow.SetCTMark(PolicyAdmittedCTMark, PolicyAdmittedCTMark)}})
+	// The admission keeps the ids of the rules that admitted the connection in Z's ct_label
+	// (counters.go): the connection's packets are tracked in Z when they pass the metric tables.
+	// A connection from the uplink (ServiceExternalCTMark) keeps MACs where the egress id would
+	// go: its ingress rule's alone.
+	admitExec := func(external bool) []openflow.Action {
+		if external {
+			return []openflow.Action{openflow.SetCTMark(PolicyAdmittedCTMark, PolicyAdmittedCTMark), commitRule(PolicyIngress)}
+		}
+		return append([]openflow.Action{openflow.SetCTMark(PolicyAdmittedCTMark, PolicyAdmittedCTMark)}, commitRules()...)
+	}
+	admit := func(external bool) openflow.Action {
+		return openflow.CT(openflow.CTAction{Commit: true, Table: ptr(L2ForwardingOutTable), Zone: z, Exec: admitExec(external)})
+	}
 	inZone := openflow.CTZone(z)
 	notAdmitted := openflow.CTMark(ServiceCTMark, ServiceCTMark|PolicyAdmittedCTMark)
 	out = append(out,
@@ -277,14 +294,23 @@ func (n Node) zoneFlows(sp ServicePort) []openflow.Flow {
 		// The record comes after the admission here: a commit in Z after one in ConntrackZone would
 		// be a new connection of Z (the packet's tuple is the DNATed one), not this one.
 		flow(ConntrackCommitTable, priorityServiceZone, udp(openflow.CTState(openflow.CTNew|openflow.CTTrk, openflow.CTRpl), inZone, notAdmitted),
-			openflow.CT(openflow.CTAction{Commit: true, Zone: z, Exec: []openflow.Action{openflow.SetCTMark(PolicyAdmittedCTMark, PolicyAdmittedCTMark)}}),
+			openflow.CT(openflow.CTAction{Commit: true, Zone: z, Exec: admitExec(false)}),
 			openflow.CT(openflow.CTAction{Commit: true, Table: ptr(L2ForwardingOutTable), Zone: ConntrackZone, Exec: []openflow.Action{openflow.SetCTMark(mark, ServiceZoneCTMarkMask)}})),
 		flow(ConntrackCommitTable, priorityServiceZone, udp(openflow.CTState(openflow.CTTrk, openflow.CTNew|openflow.CTRpl), inZone, notAdmitted),
-			admit),
+			admit(false)),
 		// Service SNAT and hairpin, as ServiceBaseFlows and HairpinFlows do them, after the record.
 		flow(ConntrackCommitTable, priorityServiceZoneSNAT, udp(openflow.CTState(openflow.CTNew|openflow.CTTrk, 0), inZone, regMatch(ServiceSNATField, 1)),
 			record, openflow.CT(openflow.CTAction{Commit: true, Table: ptr(L2ForwardingOutTable), Zone: ServiceSNATZone, SNAT: n.GatewayIP})),
 	)
+	if sp.hasExternal() {
+		external := openflow.CTMark(ServiceCTMark|ServiceExternalCTMark, ServiceCTMark|ServiceExternalCTMark|PolicyAdmittedCTMark)
+		out = append(out,
+			flow(ConntrackCommitTable, priorityServiceZone+1, udp(openflow.CTState(openflow.CTNew|openflow.CTTrk, openflow.CTRpl), inZone, external),
+				openflow.CT(openflow.CTAction{Commit: true, Zone: z, Exec: admitExec(true)}),
+				openflow.CT(openflow.CTAction{Commit: true, Table: ptr(L2ForwardingOutTable), Zone: ConntrackZone, Exec: []openflow.Action{openflow.SetCTMark(mark, ServiceZoneCTMarkMask)}})),
+			flow(ConntrackCommitTable, priorityServiceZone+1, udp(openflow.CTState(openflow.CTTrk, openflow.CTNew|openflow.CTRpl), inZone, external),
+				admit(true)))
+	}
 	for _, ep := range sp.Endpoints {
 		ip := ep.Addr.Addr()
 		if !ep.Local || !ip.Is4() {

@@ -157,8 +157,11 @@ func TestServiceFlows(t *testing.T) {
 				"table=30, priority=215,ct_state=-trk,udp,nw_dst=10.96.0.10,tp_dst=80 actions=ct(table=31,zone=61441,nat)",
 				"table=30, priority=215,ct_state=-trk,udp,nw_dst=192.168.10.11,tp_dst=30080 actions=ct(table=31,zone=61441,nat)",
 				"table=31, priority=215,ct_state=+rpl+trk,ct_zone=65520,ct_mark=0xf0010000/0xffff0000,udp actions=ct(table=31,zone=61441,nat)",
-				"table=105, priority=215,ct_state=+new-rpl+trk,ct_zone=61441,ct_mark=0x10/0x110,udp actions=ct(commit,zone=61441,exec(set_field:0x100/0x100->ct_mark)),ct(commit,table=110,zone=65520,exec(set_field:0xf0010000/0xffff0000->ct_mark))",
-				"table=105, priority=215,ct_state=-new-rpl+trk,ct_zone=61441,ct_mark=0x10/0x110,udp actions=ct(commit,table=110,zone=61441,exec(set_field:0x100/0x100->ct_mark))",
+				"table=105, priority=215,ct_state=+new-rpl+trk,ct_zone=61441,ct_mark=0x10/0x110,udp actions=ct(commit,zone=61441,exec(set_field:0x100/0x100->ct_mark,move:NXM_NX_REG8[]->NXM_NX_CT_LABEL[64..95],move:NXM_NX_REG9[]->NXM_NX_CT_LABEL[96..127])),ct(commit,table=110,zone=65520,exec(set_field:0xf0010000/0xffff0000->ct_mark))",
+				"table=105, priority=215,ct_state=-new-rpl+trk,ct_zone=61441,ct_mark=0x10/0x110,udp actions=ct(commit,table=110,zone=61441,exec(set_field:0x100/0x100->ct_mark,move:NXM_NX_REG8[]->NXM_NX_CT_LABEL[64..95],move:NXM_NX_REG9[]->NXM_NX_CT_LABEL[96..127]))",
+				// A NodePort connection from the uplink: its ingress rule alone (MACs in ct_label[0..95]).
+				"table=105, priority=216,ct_state=+new-rpl+trk,ct_zone=61441,ct_mark=0x90/0x190,udp actions=ct(commit,zone=61441,exec(set_field:0x100/0x100->ct_mark,move:NXM_NX_REG9[]->NXM_NX_CT_LABEL[96..127])),ct(commit,table=110,zone=65520,exec(set_field:0xf0010000/0xffff0000->ct_mark))",
+				"table=105, priority=216,ct_state=-new-rpl+trk,ct_zone=61441,ct_mark=0x90/0x190,udp actions=ct(commit,table=110,zone=61441,exec(set_field:0x100/0x100->ct_mark,move:NXM_NX_REG9[]->NXM_NX_CT_LABEL[96..127]))",
 				"table=105, priority=221,ct_state=+new+trk,ct_zone=61441,udp,reg0=0x40000/0x40000 actions=ct(commit,zone=65520,exec(set_field:0xf0010000/0xffff0000->ct_mark)),ct(commit,table=110,zone=65521,nat(src=10.244.1.1))",
 				"table=105, priority=231,ct_state=+new+trk,ct_zone=61441,ct_mark=0x10/0x10,udp,nw_src=10.244.1.5,nw_dst=10.244.1.5 actions=set_field:0x80000/0x80000->reg0,ct(commit,zone=65520,exec(set_field:0xf0010000/0xffff0000->ct_mark)),ct(commit,table=110,zone=65521,nat(src=10.244.1.1),exec(set_field:0x200/0x200->ct_mark))",
 			},
@@ -233,7 +236,8 @@ func TestServiceBaseFlows(t *testing.T) {
 		"table=31, priority=200,ct_state=-new+trk,ct_mark=0x10/0x10,ip actions=set_field:aa:bb:cc:dd:ee:ff->eth_dst,goto_table:40",
 		"table=105, priority=220,ct_state=+new+trk,ip,reg0=0x40000/0x40000 actions=ct(commit,table=110,zone=65521,nat(src=10.244.1.1))",
 		"table=105, priority=220,ct_state=-new-rpl+trk,ct_mark=0x20/0x20,ip actions=ct(table=110,zone=65521,nat)",
-		"table=105, priority=210,ct_state=-rpl+trk,ct_mark=0x10/0x110,ip actions=ct(commit,table=110,zone=65520,exec(set_field:0x100/0x100->ct_mark))",
+		"table=105, priority=210,ct_state=-rpl+trk,ct_mark=0x10/0x110,ip actions=ct(commit,table=110,zone=65520,exec(set_field:0x100/0x100->ct_mark,move:NXM_NX_REG8[]->NXM_NX_CT_LABEL[64..95],move:NXM_NX_REG9[]->NXM_NX_CT_LABEL[96..127]))",
+		"table=105, priority=211,ct_state=-rpl+trk,ct_mark=0x90/0x190,ip actions=ct(commit,table=110,zone=65520,exec(set_field:0x100/0x100->ct_mark,move:NXM_NX_REG9[]->NXM_NX_CT_LABEL[96..127]))",
 		"table=30, priority=220,ct_state=+trk,ct_mark=0x200/0x200,ip actions=set_field:0x80000/0x80000->reg0,ct(table=31,zone=65520,nat)",
 		"table=110, priority=210,reg0=0x80000/0x80000 actions=IN_PORT",
 		"table=20, priority=200,arp,arp_tpa=169.254.0.253,arp_op=1 actions=move:NXM_OF_ETH_SRC[]->NXM_OF_ETH_DST[],set_field:aa:bb:cc:dd:ee:ff->eth_src,"+

@@ -168,11 +168,11 @@ func (n Node) TraceFlows(t Trace, p TracePolicy) []openflow.Flow {
 	// NetworkPolicy: the rule that admitted (above its conj_id flow, which the conjunction's
 	// lookup finds like any other flow), the default drop of an isolated Pod.
 	for _, id := range p.EgressRules {
-		out = append(out, f(TraceEgressRule, id, EgressRuleTable, priorityLow+1, append(t.traceMatch(), openflow.ConjID(id)),
+		out = append(out, f(TraceEgressRule, id, EgressRuleTable, priorityTraceRule, append(t.traceMatch(), openflow.ConjID(id)),
 			toAgent, openflow.GotoTable(EgressMetricTable)))
 	}
 	for _, id := range p.IngressRules {
-		out = append(out, f(TraceIngressRule, id, IngressRuleTable, priorityLow+1, append(t.traceMatch(), openflow.ConjID(id)),
+		out = append(out, f(TraceIngressRule, id, IngressRuleTable, priorityTraceRule, append(t.traceMatch(), openflow.ConjID(id)),
 			toAgent, openflow.GotoTable(IngressMetricTable)))
 	}
 	for _, port := range p.EgressIsolated {

@@ -50,7 +50,7 @@ func TestTraceFlows(t *testing.T) {
 		}
 	}
 	g.Expect(strings.Join(got, "\n")).To(ContainSubstring("table=60, priority=201,tcp,in_port=10,nw_src=10.244.1.5,nw_tos=28,tp_src=40007 actions=CONTROLLER:65535"))
-	g.Expect(strings.Join(got, "\n")).To(ContainSubstring("table=50, priority=191,conj_id=3,tcp,nw_src=10.244.1.5,nw_tos=28,tp_src=40007 actions=CONTROLLER:65535,goto_table:62"))
+	g.Expect(strings.Join(got, "\n")).To(ContainSubstring("table=50, priority=192,conj_id=3,tcp,nw_src=10.244.1.5,nw_tos=28,tp_src=40007 actions=CONTROLLER:65535,goto_table:62"))
 	g.Expect(flows).To(HaveLen(1 + 1 + 3 + 2 + 5))
 
 	g.Expect(n.TraceFlows(Trace{Protocol: openflow.ProtoTCP, Src: netip.MustParseAddr("10.244.1.5")}, TracePolicy{})).To(BeEmpty(), "no tag, no flows")

@@ -78,6 +78,9 @@ type AgentOptions struct {
 	// agent's defaults otherwise; NoAuditLog runs the agent without one (--audit-log-dir "").
 	AuditLog   auditlog.Options
 	NoAuditLog bool
+	// MetricsBindAddress, when set, serves the agent's metrics there (HTTPS, a self-signed
+	// certificate, each scrape authorized by the API server: MetricsReader); none by default.
+	MetricsBindAddress string
 }
 
 // StartAgent starts the agent of node (named like the simulated node) against the API server. At
@@ -114,8 +117,12 @@ func StartAgentWith(t testing.TB, s *APIServer, node *simnode.Node, opts AgentOp
 	if err != nil {
 		fail("ovsdb", err)
 	}
+	metrics, metricsCerts := "0", ""
+	if opts.MetricsBindAddress != "" {
+		metrics, metricsCerts = opts.MetricsBindAddress, filepath.Join(dir, "metrics-certs")
+	}
 	mgr, err := agent.NewManager(s.Config, agent.Options{
-		NodeName: node.Name, MetricsBindAddress: "0", HealthProbeBindAddress: "0", SeveralAgentsPerProcess: true,
+		NodeName: node.Name, MetricsBindAddress: metrics, MetricsCertDir: metricsCerts, HealthProbeBindAddress: "0", SeveralAgentsPerProcess: true,
 	})
 	if err != nil {
 		fail("manager", err)

@@ -179,9 +179,10 @@ var oxmNames = map[[2]int]string{
 	{0x8000, 13}: "tcp_src", {0x8000, 14}: "tcp_dst", {0x8000, 15}: "udp_src", {0x8000, 16}: "udp_dst",
 	{0x8000, 19}: "icmpv4_type", {0x8000, 20}: "icmpv4_code", {0x8000, 21}: "arp_op", {0x8000, 22}: "arp_spa",
 	{0x8000, 23}: "arp_tpa", {0x8000, 38}: "tunnel_id", {0x0001, 31}: "tun_ipv4_src", {0x0001, 32}: "tun_ipv4_dst",
-	{0x0001, 37}: "conj_id", {0x0001, 105}: "ct_state", {0x0001, 106}: "ct_zone", {0x0001, 107}: "ct_mark",
+	{0x0001, 37}: "conj_id", {0x0001, 105}: "ct_state", {0x0001, 106}: "ct_zone", {0x0001, 107}: "ct_mark", {0x0001, 108}: "ct_label",
 	{0x0001, 0}: "reg0", {0x0001, 1}: "reg1", {0x0001, 2}: "reg2", {0x0001, 3}: "reg3",
 	{0x0001, 4}: "reg4", {0x0001, 5}: "reg5", {0x0001, 6}: "reg6", {0x0001, 7}: "reg7",
+	{0x0001, 8}: "reg8", {0x0001, 9}: "reg9",
 	{0x8001, 0}: "xreg0", {0x8001, 1}: "xreg1", {0x8001, 2}: "xreg2", {0x8001, 3}: "xreg3",
 }
 

@@ -192,6 +192,7 @@ const (
 	kindCTState
 	kindCTZone
 	kindCTMark
+	kindCTLabel // 32 bits of ct_label: value 32 bits, reg the first bit
 	kindEthType
 	kindReg // + register index, up to 16 registers
 )
@@ -369,6 +370,29 @@ func CTMark(mark, mask uint32) MatchField {
 	return MatchField{kind: kindCTMark, value: uint64(mark), mask: uint64(mask)}
 }
 
+// CTLabel32 matches the 32 bits of ct_label from bit start (0, 32, 64 or 96) against value.
+func CTLabel32(start int, value uint32) MatchField {
+	return MatchField{kind: kindCTLabel, value: uint64(value), reg: start &^ 31}
+}
+
+// ctLabel128 is the match's value and mask as 128-bit big-endian ct_label bytes.
+func (m MatchField) ctLabel128() (value, mask [16]byte) {
+	byteOff := 12 - m.reg/8 // the 4 bytes of bits start..start+31, counted from the last byte
+	binary.BigEndian.PutUint32(value[byteOff:], uint32(m.value))
+	binary.BigEndian.PutUint32(mask[byteOff:], 0xffffffff)
+	return value, mask
+}
+
+// hex128 prints a 128-bit big-endian value as OVS's ds_put_hex does: "0x", no leading zeros; 0
+// is "0".
+func hex128(v [16]byte) string {
+	s := strings.TrimLeft(fmt.Sprintf("%x", v[:]), "0")
+	if s == "" {
+		return "0"
+	}
+	return "0x" + s
+}
+
 // Conntrack state bits, in the order OVS prints them.
 const (
 	CTNew   uint32 = 1 << 0
@@ -461,6 +485,9 @@ func (m MatchField) text(arp bool) string {
 		return fmt.Sprintf("ct_zone=%d", m.value)
 	case kindCTMark:
 		return "ct_mark=" + maskedHex(m.value, m.mask)
+	case kindCTLabel:
+		v, mask := m.ctLabel128()
+		return "ct_label=" + hex128(v) + "/" + hex128(mask)
 	case kindEthType:
 		switch m.value {
 		case ethTypeIPv4:
@@ -551,6 +578,9 @@ func (m MatchField) oxm(arp bool) (*openflow15.MatchField, error) {
 		}
 		mask := uint32(m.mask)
 		return openflow15.NewCTMarkMatchField(uint32(m.value), &mask), nil
+	case kindCTLabel:
+		v, mask := m.ctLabel128()
+		return openflow15.NewCTLabelMatchField(v, &mask), nil
 	case kindEthType:
 		return openflow15.NewEthTypeField(uint16(m.value)), nil
 	case kindReg:

@@ -663,3 +663,35 @@ func TestOneFlowModIsSentWithoutBundle(t *testing.T) {
 	g.Expect(got).To(Equal(rendered(e.br.Installed(6))))
 	g.Expect(got).To(HaveLen(4))
 }
+
+// TestFlowStatsNameTheMatch: a flow-stats reply gives each flow's counters, the port and the
+// registers it matches exactly (reg1 comes back inside xreg0 in OpenFlow 1.5, reg0 masked beside
+// it is not exact), and only the flows of the cookie asked for.
+func TestFlowStatsNameTheMatch(t *testing.T) {
+	g := NewWithT(t)
+	e := setup(t)
+	ctx := context.Background()
+	flows := []openflow.Flow{
+		{Table: 100, Priority: 200, Cookie: 1, Match: []openflow.MatchField{openflow.IPv4(), openflow.Reg(1, 0, 31, 0xa), openflow.Reg(0, 0, 15, 2)}},
+		{Table: 100, Priority: 200, Cookie: 2, Match: []openflow.MatchField{openflow.IPv4(), openflow.InPort(11)}},
+		{Table: 100, Priority: 200, Cookie: 3, Match: []openflow.MatchField{openflow.IPv4(), openflow.Reg(9, 0, 31, 0x8000ea60)}},
+	}
+	_, err := e.br.Sync(ctx, 8, flows)
+	g.Expect(err).NotTo(HaveOccurred())
+	stats, err := e.br.FlowStats(ctx, 100, openflow.MakeCookie(0, 8, 2), openflow.CategoryMask|3)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(stats).To(HaveLen(1), "the object's bits under the mask select one flow")
+	g.Expect(stats[0].InPort).To(Equal(uint32(11)))
+	stats, err = e.br.FlowStats(ctx, 100, openflow.MakeCookie(0, 8, 0), openflow.CategoryMask)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(stats).To(HaveLen(3))
+	byCookie := map[uint64]openflow.FlowStat{}
+	for _, s := range stats {
+		byCookie[s.Cookie&openflow.ObjectMask] = s
+	}
+	g.Expect(byCookie[1].Regs).To(Equal(map[int]uint32{1: 0xa}))
+	g.Expect(byCookie[1].InPort).To(BeZero())
+	g.Expect(byCookie[2].InPort).To(Equal(uint32(11)))
+	g.Expect(byCookie[2].Regs).To(BeEmpty())
+	g.Expect(byCookie[3].Regs).To(Equal(map[int]uint32{9: 0x8000ea60}))
+}

@@ -109,6 +109,9 @@ func (m *MatchField) appendOXM(b []byte, arp bool) ([]byte, error) {
 		return binary.BigEndian.AppendUint16(oxmHeader(b, nxm, openflow15.NXM_NX_CT_ZONE, 2, false), uint16(m.value)), nil
 	case kindCTMark:
 		return appendOXM32(b, nxm, openflow15.NXM_NX_CT_MARK, uint32(m.value), uint32(m.mask), m.mask != 0), nil
+	case kindCTLabel:
+		v, mask := m.ctLabel128()
+		return append(append(oxmHeader(b, nxm, openflow15.NXM_NX_CT_LABEL, 16, true), v[:]...), mask[:]...), nil
 	case kindEthType:
 		return binary.BigEndian.AppendUint16(oxmHeader(b, basic, openflow15.OXM_FIELD_ETH_TYPE, 2, false), uint16(m.value)), nil
 	case kindReg:

@@ -121,7 +121,7 @@ func render() ([]byte, error) {
 
 	b.WriteString("\n## Conntrack marks and zones\n\n| name | value | what it means |\n| --- | ---: | --- |\n")
 	cts := matching(decls, func(d decl) bool {
-		return d.isInt && (strings.Contains(d.name, "CTMark") || strings.HasSuffix(d.name, "Zone") || strings.Contains(d.name, "ZoneFirst") || strings.Contains(d.name, "ZoneLast"))
+		return d.isInt && (strings.Contains(d.name, "CTMark") || strings.HasSuffix(d.name, "Zone") || strings.Contains(d.name, "ZoneFirst") || strings.Contains(d.name, "ZoneLast") || strings.HasSuffix(d.name, "RuleLabel"))
 	})
 	slices.SortFunc(cts, func(x, y decl) int { return strings.Compare(x.name, y.name) })
 	for _, c := range cts {

@@ -30,8 +30,10 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	networkv1alpha1 "github.com/winnet-io/winnet/api/v1alpha1"
+	"github.com/winnet-io/winnet/controllers/networkpolicy"
 	"github.com/winnet-io/winnet/internal/pipeline"
 	"github.com/winnet-io/winnet/test/bench/benchutil"
 	"github.com/winnet-io/winnet/test/framework"
@@ -176,6 +178,7 @@ func TestBenchNetpol(t *testing.T) {
 	policyFlows := benchutil.DumpCategoryFlows(t, node.Node, networkv1alpha1.DefaultBridgeName, pipeline.CategoryPolicy, filepath.Join(t.TempDir(), "policies.flows"))
 	fmt.Printf("bench-netpol policies=%d: flows present %d ms after the first policy's creation (creating them took %d ms); %d policy flows\n",
 		policies, policiesTime.Milliseconds(), created.Milliseconds(), policyFlows)
+	countersLine := benchCounters(t, node)
 
 	// One address added to the selected peers of every policy: the joiner gets the peers' label.
 	time.Sleep(2 * time.Second) // let the passes that followed the creations end
@@ -215,6 +218,46 @@ func TestBenchNetpol(t *testing.T) {
 	fmt.Printf("bench-netpol cidr_rules=%d ours_ms=%d ofctl_ms=%d ratio=%.2f policies=%d policies_ms=%d incr_ms=%.1f incr_msgs=%d\n",
 		cidrRules, ours.Milliseconds(), ofctl.Milliseconds(), float64(ours)/float64(ofctl), policies, policiesTime.Milliseconds(), benchutil.MS(incr), incrPass.FlowMods)
 	fmt.Println(exceptLine)
+	fmt.Println(countersLine)
+}
+
+// benchCounters measures the per-rule counters at the rule count of the 1,000 policies: their flows
+// in the metric tables, and a scrape of the agent's metrics (its registry's Gather) when the
+// counters' cache has expired (the switch is read) against one served from the cache.
+func benchCounters(t *testing.T, node *framework.PodNode) string {
+	t.Helper()
+	counterFlows := 0
+	for _, table := range []uint8{pipeline.EgressMetricTable, pipeline.IngressMetricTable} {
+		flows, err := node.OVS.DumpFlows(networkv1alpha1.DefaultBridgeName, "-O", "OpenFlow15", fmt.Sprintf("table=%d", table))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, f := range flows {
+			if strings.Contains(f, "ct_label=") {
+				counterFlows++
+			}
+		}
+	}
+	time.Sleep(networkpolicy.CounterCacheTTL + 100*time.Millisecond) // no read cached
+	start := time.Now()
+	families, err := ctrlmetrics.Registry.Gather()
+	read := time.Since(start)
+	if err != nil {
+		t.Fatal(err)
+	}
+	start = time.Now()
+	if _, err := ctrlmetrics.Registry.Gather(); err != nil {
+		t.Fatal(err)
+	}
+	cached := time.Since(start)
+	series := 0
+	for _, f := range families {
+		if f.GetName() == "winnet_policy_rule_packets_total" {
+			series = len(f.GetMetric())
+		}
+	}
+	return fmt.Sprintf("bench-netpol-counters policies=%d counter_flows=%d series=%d scrape_ms=%.1f cached_scrape_ms=%.1f",
+		policies, counterFlows, series, benchutil.MS(read), benchutil.MS(cached))
 }
 
 // excepts is the number of /32 exceptions of the except policy: the agent's limit per rule.
