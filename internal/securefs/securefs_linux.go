@@ -113,7 +113,12 @@ func openNoFollow(path string) (*os.File, error) {
 // createNew opens path with O_CREAT|O_EXCL, which fails on any existing name, a symbolic link
 // (dangling or not) included, and O_NOFOLLOW; the mode is set again after the umask.
 func createNew(path string, a Access) (*os.File, error) {
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, fileMode(a))
+	return create(path, a, os.O_WRONLY)
+}
+
+// create is createNew with the open flags given (os.O_WRONLY, with os.O_APPEND or not).
+func create(path string, a Access, flags int) (*os.File, error) {
+	f, err := os.OpenFile(path, flags|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, fileMode(a))
 	if err != nil {
 		return nil, err
 	}
@@ -132,14 +137,5 @@ func openAppend(path string) (*os.File, error) {
 
 // createAppend is createNew, appending.
 func createAppend(path string, a Access) (*os.File, error) {
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, fileMode(a))
-	if err != nil {
-		return nil, err
-	}
-	if err := protectFile(f, a); err != nil {
-		f.Close()
-		_ = os.Remove(path)
-		return nil, err
-	}
-	return f, nil
+	return create(path, a, os.O_WRONLY|os.O_APPEND)
 }

@@ -174,6 +174,11 @@ func openNoFollow(path string) (*os.File, error) {
 // FILE_FLAG_OPEN_REPARSE_POINT, so that a link at path is never followed; the security descriptor
 // SDDL(a) (protected: nothing inherited) is given with the creation.
 func createNew(path string, a Access) (*os.File, error) {
+	return create(path, a, windows.GENERIC_WRITE, 0)
+}
+
+// create is createNew with the access and sharing given.
+func create(path string, a Access, access, share uint32) (*os.File, error) {
 	sa, err := securityAttributes(a)
 	if err != nil {
 		return nil, err
@@ -182,7 +187,7 @@ func createNew(path string, a Access) (*os.File, error) {
 	if err != nil {
 		return nil, err
 	}
-	h, err := windows.CreateFile(p, windows.GENERIC_WRITE, 0, sa, windows.CREATE_NEW,
+	h, err := windows.CreateFile(p, access, share, sa, windows.CREATE_NEW,
 		windows.FILE_ATTRIBUTE_NORMAL|windows.FILE_FLAG_OPEN_REPARSE_POINT, 0)
 	if err != nil {
 		return nil, err
@@ -221,18 +226,5 @@ func openAppend(path string) (*os.File, error) {
 
 // createAppend is createNew, appending and shared for reading (appendShare).
 func createAppend(path string, a Access) (*os.File, error) {
-	sa, err := securityAttributes(a)
-	if err != nil {
-		return nil, err
-	}
-	p, err := windows.UTF16PtrFromString(path)
-	if err != nil {
-		return nil, err
-	}
-	h, err := windows.CreateFile(p, windows.FILE_APPEND_DATA|windows.SYNCHRONIZE|windows.FILE_READ_ATTRIBUTES, appendShare, sa, windows.CREATE_NEW,
-		windows.FILE_ATTRIBUTE_NORMAL|windows.FILE_FLAG_OPEN_REPARSE_POINT, 0)
-	if err != nil {
-		return nil, err
-	}
-	return os.NewFile(uintptr(h), path), nil
+	return create(path, a, windows.FILE_APPEND_DATA|windows.SYNCHRONIZE|windows.FILE_READ_ATTRIBUTES, appendShare)
 }
