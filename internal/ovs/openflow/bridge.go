@@ -652,26 +652,32 @@ func (b *Bridge) commitSyncs(ctx context.Context, queue []*syncReq) {
 	}
 }
 
-// batchLen is how many of the queued requests can share a bundle: requests for distinct objects;
-// a whole-category Sync, or a second request for an object, starts the next bundle.
+// batchLen is how many of the queued requests can share a bundle: requests that touch distinct
+// flows. Each object's request touches that object's flows, a whole-category Sync every flow of its
+// category; a request that touches what an earlier one in the batch touches starts the next bundle.
+// So a flow owner's periodic whole-category Sync (usually with nothing to change) that arrives
+// among many Pods' or Services' changes joins their bundle instead of splitting it in two.
 func batchLen(queue []*syncReq) int {
-	if queue[0].object == nil {
-		return 1
-	}
 	type key struct {
 		category uint8
 		object   uint64
 	}
-	seen := map[key]bool{}
+	objects := map[key]bool{}
+	categories := map[uint8]bool{} // categories with a request in the batch
+	whole := map[uint8]bool{}      // categories synced whole in the batch
 	for i, r := range queue {
-		k := key{r.category, 0}
-		if r.object != nil {
-			k.object = *r.object
+		if r.object == nil {
+			if categories[r.category] {
+				return i
+			}
+			categories[r.category], whole[r.category] = true, true
+			continue
 		}
-		if r.object == nil || seen[k] {
+		k := key{r.category, *r.object}
+		if whole[r.category] || objects[k] {
 			return i
 		}
-		seen[k] = true
+		categories[r.category], objects[k] = true, true
 	}
 	return len(queue)
 }
@@ -690,6 +696,7 @@ func (b *Bridge) syncBatch(ctx context.Context, batch []*syncReq) {
 		req     *syncReq
 		changes flowChanges
 		groups  groupChanges
+		order   []*cached // a whole-category Sync's order (see diff)
 		res     SyncResult
 	}
 	parts := make([]part, 0, len(batch))
@@ -697,12 +704,12 @@ func (b *Bridge) syncBatch(ctx context.Context, batch []*syncReq) {
 	var setGroups, deleteGroups bundleMsgs
 	var all flowChanges
 	for _, r := range batch {
-		changes, gc, _, err := b.changes(r)
+		changes, gc, order, err := b.changes(r)
 		if err != nil {
 			r.finish(SyncResult{}, err)
 			continue
 		}
-		parts = append(parts, part{req: r, changes: changes, groups: gc, res: countChanges(changes)})
+		parts = append(parts, part{req: r, changes: changes, groups: gc, order: order, res: countChanges(changes)})
 		all = append(all, changes...)
 		setGroups = append(setGroups, gc.setMsgs...)
 		deleteGroups = append(deleteGroups, gc.deleteMsgs...)
@@ -723,6 +730,7 @@ func (b *Bridge) syncBatch(ctx context.Context, batch []*syncReq) {
 	for _, p := range parts {
 		b.applyAll(p.req.category, p.changes, p.res)
 		b.applyGroups(p.groups)
+		b.rememberOrder(p.req.category, p.order)
 		p.req.groupRes = p.groups.res
 		p.req.finish(p.res, nil)
 	}

@@ -574,6 +574,62 @@ func TestConcurrentSyncObjectsShareABundle(t *testing.T) {
 	g.Expect(dump(t, e.ovs)).To(Equal(rendered(e.br.Installed(6))))
 }
 
+// TestWholeCategorySyncJoinsTheBundle: a whole-category Sync of another category that queues among
+// objects' SyncObjects shares their bundle (a flow owner's periodic Sync must not split a burst of
+// Pod changes in two); one of the objects' own category waits for the next bundle, and the flows
+// are what each call asked for either way.
+func TestWholeCategorySyncJoinsTheBundle(t *testing.T) {
+	g := NewWithT(t)
+	e := setup(t)
+	ctx := context.Background()
+	other := []openflow.Flow{{Table: 71, Priority: 100, Cookie: 1, Match: []openflow.MatchField{openflow.InPort(7)}, Actions: []openflow.Action{openflow.Output(8)}}}
+	// syncAround queues SyncObjects of category 6 for objects, with a whole-category Sync of
+	// category (its flows: whole) queued after the first half, then releases the bridge.
+	syncAround := func(objects []uint64, category uint8, whole []openflow.Flow) {
+		release := e.br.Hold()
+		errs := make(chan error, len(objects)+1)
+		for i, o := range objects {
+			if i == len(objects)/2 {
+				g.Eventually(e.br.Queued).Should(Equal(i))
+				go func() {
+					_, err := e.br.Sync(ctx, category, whole)
+					errs <- err
+				}()
+				g.Eventually(e.br.Queued).Should(Equal(i + 1))
+			}
+			go func() {
+				_, err := e.br.SyncObject(ctx, 6, o, []openflow.Flow{objectRoute(o)})
+				errs <- err
+			}()
+		}
+		g.Eventually(e.br.Queued).Should(Equal(len(objects) + 1))
+		release()
+		for range len(objects) + 1 {
+			g.Expect(<-errs).NotTo(HaveOccurred())
+		}
+	}
+
+	before := e.br.Bundles()
+	syncAround([]uint64{1, 2, 3, 4, 5, 6, 7, 8}, 7, other)
+	g.Expect(e.br.Bundles()-before).To(Equal(uint64(1)), "eight objects and another category's Sync, one bundle")
+	g.Expect(e.br.Installed(6)).To(HaveLen(8))
+	g.Expect(e.br.Installed(7)).To(HaveLen(1))
+
+	// A whole-category Sync of the objects' own category touches their flows: it and the objects
+	// queued after it wait for the next bundles, and the last writer of each flow wins.
+	before = e.br.Bundles()
+	syncAround([]uint64{9, 10, 11, 12}, 6, []openflow.Flow{objectRoute(1), objectRoute(2)})
+	g.Expect(e.br.Bundles()-before).To(Equal(uint64(3)), "objects 9-10, then category 6 alone, then objects 11-12")
+	g.Expect(e.br.Installed(6)).To(HaveLen(4), "category 6 is objects 1-2 (its Sync), then 11-12")
+	g.Expect(e.br.Installed(7)).To(HaveLen(1))
+	g.Expect(dump(t, e.ovs)).To(Equal(rendered(append(e.br.Installed(6), e.br.Installed(7)...))))
+
+	// The batched whole-category Sync remembered its order: the same Sync again changes nothing.
+	res, err := e.br.Sync(ctx, 7, other)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(res.Mods()).To(BeZero())
+}
+
 // TestBundlesShareAConnection sends consecutive bundles on one connection to the management
 // socket, and a Sync right after ovs-vswitchd restarted succeeds on a new one.
 func TestBundlesShareAConnection(t *testing.T) {
