@@ -176,16 +176,16 @@ func TestPacketTraceDroppedByPolicy(t *testing.T) {
 }
 
 // TestPacketTraceClusterNetworkPolicy: ClusterNetworkPolicy rules name themselves in traces. An Admin
-// policy on pod-b1 denies TCP 8080 from pod-a1 (ingress[0]) and accepts it from pod-a2 (ingress[1]); an
-// Admin policy denies pod-c1 every egress (a rule without a conjunction: any peer, any port); a Baseline
-// policy accepts pod-a2's egress to pod-b1 on 8080. A trace from pod-a1 is dropped on node-b by the Admin
+// policy on pod-b1 denies TCP 8080 from pod-a1 (ingress[0], pod-a1 labelled a peer once the policy
+// holds) and accepts it from pod-a2 (ingress[1]); an Admin policy denies pod-c1 every egress (a rule
+// without a conjunction: any peer, any port); a Baseline policy accepts pod-a2's egress to pod-b1 on
+// 8080. A trace from pod-a1 is dropped on node-b by the Admin
 // Deny (droppedBy names the policy and rule, no namespace), one from pod-c1 on node-c by its egress Deny,
 // and one from pod-a2 is admitted by the Baseline Accept on node-a and the Admin Accept on node-b.
 func TestPacketTraceClusterNetworkPolicy(t *testing.T) {
 	g := NewWithT(t)
 	ctx := context.Background()
 	setPodLabels(t, "pod-b1", map[string]string{"cnptrace": "target"})
-	setPodLabels(t, "pod-a1", map[string]string{"cnptrace": "denied"})
 	setPodLabels(t, "pod-a2", map[string]string{"cnptrace": "admitted"})
 	setPodLabels(t, "pod-c1", map[string]string{"cnptrace": "isolated"})
 	t.Cleanup(func() {
@@ -233,6 +233,10 @@ func TestPacketTraceClusterNetworkPolicy(t *testing.T) {
 	s, err := cluster.ServeEcho(pods["pod-b1"].NSPath, 8080)
 	g.Expect(err).NotTo(HaveOccurred())
 	defer s.Close()
+	// pod-a1 becomes a peer of ingress[0] after the policies are realised: node-b gives the rule its first
+	// flows in a later pass, which must update the rules traces report too.
+	g.Eventually(node("node-b").Flows).WithTimeout(converge).Should(MatchRegexp(`table=82, .*conj_id=\d+,ip actions=.*goto_table:102`), "ingress[1]")
+	setPodLabels(t, "pod-a1", map[string]string{"cnptrace": "denied"})
 	// The policies hold on node-b and node-c when real connections are refused; the Baseline Accept on
 	// node-a changes no connection: its conjunction's flow in BaselineEgressRule (table 61) shows it.
 	cluster.ExpectConnection(t, pods["pod-a1"], pods["pod-b1"], 8080, false, converge)
