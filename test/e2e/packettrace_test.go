@@ -177,11 +177,12 @@ func TestPacketTraceDroppedByPolicy(t *testing.T) {
 
 // TestPacketTraceClusterNetworkPolicy: ClusterNetworkPolicy rules name themselves in traces. An Admin
 // policy on pod-b1 denies TCP 8080 from pod-a1 (ingress[0], pod-a1 labelled a peer once the policy
-// holds) and accepts it from pod-a2 (ingress[1]); an Admin policy denies pod-c1 every egress (a rule
-// without a conjunction: any peer, any port); a Baseline policy accepts pod-a2's egress to pod-b1 on
-// 8080. A trace from pod-a1 is dropped on node-b by the Admin
-// Deny (droppedBy names the policy and rule, no namespace), one from pod-c1 on node-c by its egress Deny,
-// and one from pod-a2 is admitted by the Baseline Accept on node-a and the Admin Accept on node-b.
+// holds), accepts it from pod-a2 (ingress[1]) and passes 9090 from pod-a1 (ingress[2]); an Admin policy
+// denies pod-c1 every egress (a rule without a conjunction: any peer, any port); a Baseline policy
+// accepts pod-a2's egress to pod-b1 on 8080. A trace from pod-a1 to 8080 is dropped on node-b by the
+// Admin Deny (droppedBy names the policy and rule, no namespace), one to 9090 is passed on and
+// delivered, one from pod-c1 is dropped on node-c by its egress Deny, and one from pod-a2 is admitted
+// by the Baseline Accept on node-a and the Admin Accept on node-b.
 func TestPacketTraceClusterNetworkPolicy(t *testing.T) {
 	g := NewWithT(t)
 	ctx := context.Background()
@@ -197,6 +198,7 @@ func TestPacketTraceClusterNetworkPolicy(t *testing.T) {
 		return &cnpv1beta1.NamespacedPod{PodSelector: metav1.LabelSelector{MatchLabels: map[string]string{"cnptrace": value}}}
 	}
 	tcp8080 := []cnpv1beta1.ClusterNetworkPolicyProtocol{{TCP: &cnpv1beta1.ClusterNetworkPolicyProtocolTCP{DestinationPort: &cnpv1beta1.Port{Number: 8080}}}}
+	tcp9090 := []cnpv1beta1.ClusterNetworkPolicyProtocol{{TCP: &cnpv1beta1.ClusterNetworkPolicyProtocolTCP{DestinationPort: &cnpv1beta1.Port{Number: 9090}}}}
 	policies := []*cnpv1beta1.ClusterNetworkPolicy{{
 		ObjectMeta: metav1.ObjectMeta{Name: "trace-admin"},
 		Spec: cnpv1beta1.ClusterNetworkPolicySpec{
@@ -205,6 +207,7 @@ func TestPacketTraceClusterNetworkPolicy(t *testing.T) {
 			Ingress: []cnpv1beta1.ClusterNetworkPolicyIngressRule{
 				{Action: cnpv1beta1.ClusterNetworkPolicyRuleActionDeny, From: []cnpv1beta1.ClusterNetworkPolicyIngressPeer{{Pods: selected("denied")}}, Protocols: tcp8080},
 				{Action: cnpv1beta1.ClusterNetworkPolicyRuleActionAccept, From: []cnpv1beta1.ClusterNetworkPolicyIngressPeer{{Pods: selected("admitted")}}, Protocols: tcp8080},
+				{Action: cnpv1beta1.ClusterNetworkPolicyRuleActionPass, From: []cnpv1beta1.ClusterNetworkPolicyIngressPeer{{Pods: selected("denied")}}, Protocols: tcp9090},
 			},
 		},
 	}, {
@@ -251,6 +254,14 @@ func TestPacketTraceClusterNetworkPolicy(t *testing.T) {
 		Kind: "ClusterNetworkPolicy", Name: "trace-admin", Rule: "ingress[0]"})))
 	g.Expect(observations(dropped, "node-b")).To(HaveExactElements(
 		"ClusterNetworkPolicy Dropped dropped by ClusterNetworkPolicy trace-admin rule ingress[0] (Admin tier, Deny)"), hopsText(dropped))
+
+	// On 9090 the Admin tier passes pod-a1's packet on (ingress[2]); no NetworkPolicy or Baseline rule
+	// decides, so it is delivered.
+	passed := runTrace(t, "trace-cnp-passed", networkv1alpha1.PacketTraceDestination{Pod: &networkv1alpha1.ObjectReference{Name: "pod-b1"}}, tcpPacket(9090), "pod-a1")
+	g.Expect(passed.Status.Verdict).To(Equal(networkv1alpha1.PacketTraceDelivered), hopsText(passed))
+	g.Expect(observations(passed, "node-b")).To(HaveExactElements(
+		"ClusterNetworkPolicy Passed passed by ClusterNetworkPolicy trace-admin rule ingress[2] (Admin tier, Pass): NetworkPolicy decides next",
+		HavePrefix("Output Delivered to "+pods["pod-b1"].IP.String()+":9090")), hopsText(passed))
 
 	isolated := runTrace(t, "trace-cnp-isolated", networkv1alpha1.PacketTraceDestination{Pod: &networkv1alpha1.ObjectReference{Name: "pod-b1"}}, tcpPacket(8080), "pod-c1")
 	g.Expect(isolated.Status.Verdict).To(Equal(networkv1alpha1.PacketTraceDropped), hopsText(isolated))
