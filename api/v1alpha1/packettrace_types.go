@@ -143,8 +143,10 @@ const (
 	PacketTraceComponentSource        = "Source"
 	PacketTraceComponentService       = "ServiceDNAT"
 	PacketTraceComponentNetworkPolicy = "NetworkPolicy"
-	PacketTraceComponentForwarding    = "Forwarding"
-	PacketTraceComponentOutput        = "Output"
+	// PacketTraceComponentClusterNetworkPolicy: a rule of the Admin or Baseline tier decided.
+	PacketTraceComponentClusterNetworkPolicy = "ClusterNetworkPolicy"
+	PacketTraceComponentForwarding           = "Forwarding"
+	PacketTraceComponentOutput               = "Output"
 )
 
 // Actions of an observation.
@@ -156,15 +158,19 @@ const (
 	PacketTraceActionForwarded           = "Forwarded"
 	PacketTraceActionDelivered           = "Delivered"
 	PacketTraceActionForwardedExternally = "ForwardedExternally"
+	// PacketTraceActionPassed: a ClusterNetworkPolicy Pass rule handed the packet to the next
+	// tier (from Admin to NetworkPolicy, from Baseline to the default, which admits).
+	PacketTraceActionPassed = "Passed"
 )
 
-// PolicyRuleReference names a NetworkPolicy rule, or (rule empty) the policy that isolates a Pod.
+// PolicyRuleReference names a NetworkPolicy or ClusterNetworkPolicy rule, or the NetworkPolicy that
+// isolates a Pod (rule "default deny").
 type PolicyRuleReference struct {
-	// kind is NetworkPolicy (or ClusterNetworkPolicy).
+	// kind is NetworkPolicy or ClusterNetworkPolicy.
 	// +required
 	// +kubebuilder:validation:MaxLength=63
 	Kind string `json:"kind"`
-	// namespace of the policy.
+	// namespace of the policy; empty for a ClusterNetworkPolicy (cluster-scoped).
 	// +optional
 	// +kubebuilder:validation:MaxLength=63
 	Namespace string `json:"namespace,omitempty"`
@@ -180,11 +186,12 @@ type PolicyRuleReference struct {
 
 // PacketTraceObservation is one decision a node's pipeline took on the packet.
 type PacketTraceObservation struct {
-	// component is the stage that decided: Source, ServiceDNAT, NetworkPolicy, Forwarding, Output.
+	// component is the stage that decided: Source, ServiceDNAT, ClusterNetworkPolicy,
+	// NetworkPolicy, Forwarding, Output.
 	// +required
 	// +kubebuilder:validation:MaxLength=32
 	Component string `json:"component"`
-	// action is what it did: Injected, DNAT, Admitted, Dropped, Forwarded, Delivered,
+	// action is what it did: Injected, DNAT, Admitted, Passed, Dropped, Forwarded, Delivered,
 	// ForwardedExternally.
 	// +required
 	// +kubebuilder:validation:MaxLength=32
@@ -193,7 +200,8 @@ type PacketTraceObservation struct {
 	// +optional
 	// +kubebuilder:validation:MaxLength=512
 	Detail string `json:"detail,omitempty"`
-	// policy is the policy rule that admitted or dropped the packet (NetworkPolicy observations).
+	// policy is the policy rule that admitted, passed or dropped the packet (NetworkPolicy and
+	// ClusterNetworkPolicy observations).
 	// +optional
 	Policy *PolicyRuleReference `json:"policy,omitempty"`
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"net/netip"
+	"reflect"
 	"slices"
 	"strings"
 
@@ -581,9 +582,15 @@ func (r *Reconciler) applyClusterPods(rz nodenetwork.Realized, pods map[types.Na
 	return &clusterPass{in: in, desired: d, objects: now, changed: changed}
 }
 
-// clusterCommitted records an incremental pass's ClusterNetworkPolicy flows as realised.
+// clusterCommitted records an incremental pass's ClusterNetworkPolicy flows as realised, and the
+// rules packet traces report when they changed (a rule whose peers were none has flows now).
 func (r *Reconciler) clusterCommitted(c *clusterPass) {
 	r.clusterIn, r.clusterLast, r.clusterObjs = c.in, c.desired, c.objects
+	idx := r.State.PolicyIndex()
+	if rules := c.desired.Policy.TraceRules(); !reflect.DeepEqual(rules, idx.ClusterTraceRules) {
+		idx.ClusterTraceRules = rules
+		r.State.SetPolicyIndex(idx)
+	}
 }
 
 // byObject groups flows by their cookie object.

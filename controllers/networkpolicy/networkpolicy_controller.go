@@ -610,7 +610,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 	r.State.FlowsSynced(ctx, nodenetwork.PolicyFlows, rz.Flows)
 	observePass(d, synced.Mods() > 0, time.Since(changed))
 	r.State.SetPolicies(r.result(d))
-	d.Index.ClusterRules = cd.Index
+	d.Index.ClusterRules, d.Index.ClusterTraceRules = cd.Index, cd.Policy.TraceRules()
 	r.State.SetPolicyIndex(d.Index)
 	r.covered(in)
 	if synced.Mods() > 0 {

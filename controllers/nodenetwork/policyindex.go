@@ -81,6 +81,10 @@ type PolicyIndex struct {
 	// sent it. Every realised rule of the cluster's policies is named, with local subjects or not.
 	ClusterRules                      map[uint64]PolicyRuleName
 	EgressIsolation, IngressIsolation map[uint32][]types.NamespacedName
+	// ClusterTraceRules are the ClusterNetworkPolicy rules with flows on the node as the trace
+	// flows report them (pipeline.ClusterPolicy.TraceRules; ClusterRules names them), kept up to
+	// date by the incremental passes too (a peer Pod's change can give a rule its first flows).
+	ClusterTraceRules []pipeline.TraceClusterRule
 }
 
 // NewPolicyIndex returns an empty index.
@@ -115,7 +119,7 @@ func (p PolicyIndex) RuleOfCookie(cookie uint64) (PolicyRuleName, bool) {
 
 // TracePolicy is the index as the trace flows need it.
 func (p PolicyIndex) TracePolicy() pipeline.TracePolicy {
-	tp := pipeline.TracePolicy{EgressRules: p.EgressRules, IngressRules: p.IngressRules}
+	tp := pipeline.TracePolicy{EgressRules: p.EgressRules, IngressRules: p.IngressRules, ClusterRules: p.ClusterTraceRules}
 	for port := range p.EgressIsolation {
 		tp.EgressIsolated = append(tp.EgressIsolated, port)
 	}

@@ -479,6 +479,8 @@ func (r *AgentReconciler) observation(ctx context.Context, point pipeline.TraceP
 		}
 		return np(networkv1alpha1.PacketTraceActionDropped, first, "default deny",
 			fmt.Sprintf("dropped: the Pod on port %d is isolated for %s by NetworkPolicy %s and no rule admits the packet", arg, dir, strings.Join(names, ", "))), nil
+	case pipeline.TraceClusterAccept, pipeline.TraceClusterDeny, pipeline.TraceClusterPass:
+		return clusterObservation(index, point, arg), nil
 	case pipeline.TraceExternal:
 		return networkv1alpha1.PacketTraceObservation{Component: networkv1alpha1.PacketTraceComponentForwarding, Action: networkv1alpha1.PacketTraceActionForwardedExternally,
 			Detail: fmt.Sprintf("to external address %s: SNAT to the node's address, out of the uplink (the trace packet is consumed here)", h.Dst)}, nil
@@ -501,6 +503,42 @@ func (r *AgentReconciler) observation(ctx context.Context, point pipeline.TraceP
 			Detail: truncate(fmt.Sprintf("to %s (port %d)%s; consumed before the Pod's application", endpointText(h), port, r.localPod(port)))}, nil
 	}
 	return networkv1alpha1.PacketTraceObservation{}, fmt.Errorf("unknown trace point %d", point)
+}
+
+// clusterObservation says what the ClusterNetworkPolicy rule of a trace flow (its tier, direction
+// and priority in arg) did with the packet: the flow's point says the action it took, the index
+// names the rule.
+func clusterObservation(index nodenetwork.PolicyIndex, point pipeline.TracePoint, arg uint32) networkv1alpha1.PacketTraceObservation {
+	action, verb := networkv1alpha1.PacketTraceActionAdmitted, "admitted"
+	switch point {
+	case pipeline.TraceClusterDeny:
+		action, verb = networkv1alpha1.PacketTraceActionDropped, "dropped"
+	case pipeline.TraceClusterPass:
+		action, verb = networkv1alpha1.PacketTraceActionPassed, "passed"
+	}
+	tier, dir, priority := nodenetwork.TierAdmin, "ingress", uint16(arg)
+	if arg>>17&1 == 1 {
+		tier = nodenetwork.TierBaseline
+	}
+	if arg>>16&1 == 1 {
+		dir = "egress"
+	}
+	o := networkv1alpha1.PacketTraceObservation{Component: networkv1alpha1.PacketTraceComponentClusterNetworkPolicy, Action: action}
+	name, ok := index.ClusterRules[pipeline.ParseTraceClusterArg(arg)]
+	if !ok {
+		o.Detail = fmt.Sprintf("%s by a %s tier %s rule (priority %d) the agent no longer knows", verb, tier, dir, priority)
+		return o
+	}
+	next := ""
+	if point == pipeline.TraceClusterPass {
+		next = ": NetworkPolicy decides next"
+		if name.Tier == nodenetwork.TierBaseline {
+			next = ": no tier is left, the default admits"
+		}
+	}
+	o.Detail = truncate(fmt.Sprintf("%s by ClusterNetworkPolicy %s rule %s (%s tier, %s)%s", verb, name.Policy.Name, name.Rule(), name.Tier, name.Action, next))
+	o.Policy = &networkv1alpha1.PolicyRuleReference{Kind: string(nodenetwork.KindClusterNetworkPolicy), Name: name.Policy.Name, Rule: name.Rule()}
+	return o
 }
 
 func endpointText(h frameHeader) string {

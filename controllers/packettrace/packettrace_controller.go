@@ -359,7 +359,12 @@ func timeout(tr *networkv1alpha1.PacketTrace) time.Duration {
 
 func summary(v networkv1alpha1.PacketTraceVerdict, by *networkv1alpha1.PolicyRuleReference) string {
 	if by != nil {
-		return fmt.Sprintf("%s by %s %s/%s %s", v, by.Kind, by.Namespace, by.Name, by.Rule)
+		// A ClusterNetworkPolicy is cluster-scoped: no namespace.
+		name := by.Name
+		if by.Namespace != "" {
+			name = by.Namespace + "/" + by.Name
+		}
+		return fmt.Sprintf("%s by %s %s %s", v, by.Kind, name, by.Rule)
 	}
 	return string(v)
 }

@@ -53,3 +53,13 @@ func TestVerdict(t *testing.T) {
 		})
 	}
 }
+
+// TestSummary: the message names a NetworkPolicy with its namespace, a ClusterNetworkPolicy without.
+func TestSummary(t *testing.T) {
+	g := NewWithT(t)
+	g.Expect(summary(networkv1alpha1.PacketTraceDropped, &networkv1alpha1.PolicyRuleReference{Kind: "NetworkPolicy", Namespace: "ns", Name: "deny", Rule: "default deny"})).
+		To(Equal("Dropped by NetworkPolicy ns/deny default deny"))
+	g.Expect(summary(networkv1alpha1.PacketTraceDropped, &networkv1alpha1.PolicyRuleReference{Kind: "ClusterNetworkPolicy", Name: "no-metadata", Rule: "egress[0]"})).
+		To(Equal("Dropped by ClusterNetworkPolicy no-metadata egress[0]"))
+	g.Expect(summary(networkv1alpha1.PacketTraceDelivered, nil)).To(Equal("Delivered"))
+}

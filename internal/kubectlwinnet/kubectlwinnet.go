@@ -178,7 +178,12 @@ func PrintTrace(out io.Writer, tr *networkv1alpha1.PacketTrace) {
 		fmt.Fprintf(out, "  Verdict: %s", tr.Status.Verdict)
 	}
 	if d := tr.Status.DroppedBy; d != nil {
-		fmt.Fprintf(out, "  Dropped by: %s %s/%s %s", d.Kind, d.Namespace, d.Name, d.Rule)
+		// A ClusterNetworkPolicy is cluster-scoped: no namespace.
+		name := d.Name
+		if d.Namespace != "" {
+			name = d.Namespace + "/" + d.Name
+		}
+		fmt.Fprintf(out, "  Dropped by: %s %s %s", d.Kind, name, d.Rule)
 	}
 	fmt.Fprintln(out)
 	if tr.Status.Phase == networkv1alpha1.PacketTraceFailed {

@@ -54,4 +54,10 @@ func TestPrintTrace(t *testing.T) {
 		"b     Source         Injected   TCP\n" +
 		"b     Forwarding     Forwarded  tunnel to 192.0.2.1 (node a)\n" +
 		"a     NetworkPolicy  Dropped    no rule admits it\n"))
+
+	// A ClusterNetworkPolicy has no namespace.
+	tr.Status.DroppedBy = &networkv1alpha1.PolicyRuleReference{Kind: "ClusterNetworkPolicy", Name: "no-metadata", Rule: "egress[0]"}
+	out.Reset()
+	PrintTrace(&out, tr)
+	g.Expect(out.String()).To(HavePrefix("Phase: Succeeded  Verdict: Dropped  Dropped by: ClusterNetworkPolicy no-metadata egress[0]\n"))
 }

@@ -170,13 +170,85 @@ func (n Node) ClusterPolicyFlows(p ClusterPolicy) []openflow.Flow {
 	return out
 }
 
-func clusterRuleFlows(r ClusterRule) []openflow.Flow {
+// TraceRules are the rules with flows on the node as packet traces name them (TracePolicy): each
+// rule (all its parts) once, with the conjunction ids of its parts, or, for a rule without a
+// conjunction, the subjects it is the first rule of in its table.
+func (p ClusterPolicy) TraceRules() []TraceClusterRule {
+	type key struct {
+		table    uint8
+		priority uint16
+	}
+	// first holds, by table and subject port, the highest priority of a rule with flows that has
+	// the subject.
+	first := map[uint8]map[uint32]uint16{}
+	for _, r := range p.Rules {
+		if _, ok := r.realised(); !ok {
+			continue
+		}
+		table := clusterTable(r.Tier, r.Direction)
+		if first[table] == nil {
+			first[table] = map[uint32]uint16{}
+		}
+		for _, pod := range r.Pods {
+			if pr, ok := first[table][pod.OFPort]; !ok || r.Priority > pr {
+				first[table][pod.OFPort] = r.Priority
+			}
+		}
+	}
+	var out []TraceClusterRule
+	at := map[key]int{}
+	for _, r := range p.Rules {
+		c, ok := r.realised()
+		if !ok {
+			continue
+		}
+		table := clusterTable(r.Tier, r.Direction)
+		k := key{table, r.Priority}
+		i, seen := at[k]
+		if !seen {
+			i = len(out)
+			at[k] = i
+			out = append(out, TraceClusterRule{Tier: r.Tier, Direction: r.Direction, Action: r.Action, Priority: r.Priority})
+		}
+		tr := &out[i]
+		if c.n != 0 {
+			if id := ClusterConjID(r.Tier, r.Direction, r.Priority, r.Sub); !slices.Contains(tr.ConjIDs, id) {
+				tr.ConjIDs = append(tr.ConjIDs, id)
+			}
+			continue
+		}
+		for _, pod := range r.Pods {
+			if first[table][pod.OFPort] == r.Priority && !slices.Contains(tr.FirstPods, pod.OFPort) {
+				tr.FirstPods = append(tr.FirstPods, pod.OFPort)
+			}
+		}
+	}
+	return out
+}
+
+// realised is the rule's clauses (clauses' n 0: no conjunction, one flow per subject), and false
+// when the rule has no flows: no subjects, or no peer of this family.
+func (r ClusterRule) realised() (ruleClauses, bool) {
+	peers := r.ipv4Peers()
+	if len(r.Pods) == 0 || (!r.AnyPeer && len(peers) == 0) {
+		return ruleClauses{}, false
+	}
+	return PolicyRule{Direction: r.Direction, AnyPeer: r.AnyPeer, Peers: peers, Ports: r.Ports}.clauses(), true
+}
+
+// ipv4Peers are the rule's IPv4 peers, masked.
+func (r ClusterRule) ipv4Peers() []netip.Prefix {
 	var peers []netip.Prefix
 	for _, p := range r.Peers {
 		if p.Addr().Is4() {
 			peers = append(peers, p.Masked())
 		}
 	}
+	return peers
+}
+
+func clusterRuleFlows(r ClusterRule) []openflow.Flow {
+	peers := r.ipv4Peers()
 	if len(r.Pods) == 0 || (!r.AnyPeer && len(peers) == 0) {
 		return nil
 	}

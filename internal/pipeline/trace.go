@@ -65,6 +65,12 @@ const (
 	TraceDeliver TracePoint = 10
 	// TraceMark reports nothing: it loads the tag into traceTagField (ConntrackTable).
 	TraceMark TracePoint = 11
+	// TraceClusterAccept, TraceClusterDeny and TraceClusterPass: a ClusterNetworkPolicy rule
+	// decided (TraceClusterArg in the argument: its tier, direction and priority). Accept and
+	// Pass report and go where the rule sends the packet; Deny reports and drops it.
+	TraceClusterAccept TracePoint = 12
+	TraceClusterDeny   TracePoint = 13
+	TraceClusterPass   TracePoint = 14
 )
 
 // Cached datapath flows. A datapath caches what ovs-vswitchd decided for a packet as a flow that
@@ -115,10 +121,42 @@ type Trace struct {
 }
 
 // TracePolicy is what the node's NetworkPolicy realises that a trace names: the conjunction ids of
-// its rules and the ports of the Pods isolated in each direction.
+// its rules and the ports of the Pods isolated in each direction; and the node's ClusterNetworkPolicy
+// rules (ClusterPolicy.TraceRules).
 type TracePolicy struct {
 	EgressRules, IngressRules       []uint32
 	EgressIsolated, IngressIsolated []uint32
+	ClusterRules                    []TraceClusterRule
+}
+
+// TraceClusterRule is one ClusterNetworkPolicy rule with flows on the node, as its trace flows need
+// it (ClusterPolicy.TraceRules).
+type TraceClusterRule struct {
+	Tier      ClusterTier
+	Direction PolicyDirection
+	Action    ClusterAction
+	Priority  uint16
+	// ConjIDs are the conjunction ids of its parts (ClusterConjID); none when the rule matches
+	// every peer on every port (its flows are one per subject, without a conjunction).
+	ConjIDs []uint32
+	// FirstPods are, for a rule without a conjunction, the subjects (ports) for which it is the
+	// first rule of its table: no rule above it has them as subjects, so it decides every new
+	// connection of theirs that reaches the table. The trace flow of a subject for which a rule
+	// above might decide first cannot sit between the two (the rules' priorities are consecutive):
+	// such a subject is left out, and its trace reports nothing there.
+	FirstPods []uint32
+}
+
+// TraceClusterArg is the argument of a ClusterNetworkPolicy trace point: the rule's tier,
+// direction and priority (18 bits), from which ClusterRuleObject names it.
+func TraceClusterArg(tier ClusterTier, dir PolicyDirection, priority uint16) uint32 {
+	return uint32(tier&1)<<17 | uint32(dir&1)<<16 | uint32(priority)
+}
+
+// ParseTraceClusterArg is TraceClusterArg's inverse: the cookie object (ClusterRuleObject) of the
+// rule.
+func ParseTraceClusterArg(arg uint32) uint64 {
+	return ClusterRuleObject(ClusterTier(arg>>17&1), PolicyDirection(arg>>16&1), uint16(arg))
 }
 
 // TraceCookieObject is the cookie object of a trace flow.
@@ -181,6 +219,10 @@ func (n Node) TraceFlows(t Trace, p TracePolicy) []openflow.Flow {
 	for _, port := range p.IngressIsolated {
 		out = append(out, f(TraceIngressDrop, port, IngressDefaultTable, priorityNormal+1, t.traceMatch(regMatch(TargetOFPortField, port)), toAgent))
 	}
+	// ClusterNetworkPolicy: the rule that decided, above the band of the rules' priorities (below
+	// the Admin tier's pending drops, established-connection skips and own-node exemptions, which
+	// a traced packet meets as any packet does).
+	out = append(out, n.traceClusterFlows(t, p.ClusterRules)...)
 	// Forwarding, before the commit: out to an external address (consumed before it is SNATed
 	// and committed), through the tunnel or the uplink to a peer (report and go on), to the host
 	// (consumed), to a local Pod or nowhere (consumed).
@@ -198,6 +240,55 @@ func (n Node) TraceFlows(t Trace, p TracePolicy) []openflow.Flow {
 		out = append(out, f(TraceHost, 0, ConntrackCommitTable, priorityTrace, t.traceMatch(notReported, regMatch(TargetOFPortField, n.GatewayOFPort)), toAgent))
 	}
 	out = append(out, f(TraceDeliver, 0, ConntrackCommitTable, priorityTrace-1, t.traceMatch(notReported), toAgent))
+	return out
+}
+
+// priorityTraceCluster is the priority of the ClusterNetworkPolicy trace flows: above every rule of
+// the tier's table (ClusterPriorityHighest), below priorityClusterExempt.
+const priorityTraceCluster = ClusterPriorityHighest + 1
+
+// traceClusterFlows are the trace flows of the node's ClusterNetworkPolicy rules. A rule's part
+// with a conjunction is reported by a flow that matches its conj_id and the trace (the conj_id
+// lookup follows the conjunction that decided, like the NetworkPolicy rules' trace flows); a rule
+// without one by a flow per subject it is the first rule of (TraceClusterRule.FirstPods). Each
+// reports (controller id 0, the rule in its cookie) and then does what the rule does, without the
+// audit's packet-in and without loading the rule's counter id: the traced packet is no connection,
+// neither logged nor counted.
+func (n Node) traceClusterFlows(t Trace, rules []TraceClusterRule) []openflow.Flow {
+	var out []openflow.Flow
+	for _, r := range rules {
+		table := clusterTable(r.Tier, r.Direction)
+		point, next := TraceClusterDeny, []openflow.Action(nil)
+		metric, networkPolicy := IngressMetricTable, IngressPeerClassTable
+		if r.Direction == PolicyEgress {
+			metric, networkPolicy = EgressMetricTable, EgressPeerClassTable
+		}
+		switch {
+		case r.Action == ClusterAccept:
+			point, next = TraceClusterAccept, []openflow.Action{openflow.GotoTable(metric)}
+		case r.Action == ClusterPass && r.Tier == AdminTier:
+			point, next = TraceClusterPass, []openflow.Action{openflow.GotoTable(networkPolicy)}
+		case r.Action == ClusterPass:
+			point, next = TraceClusterPass, []openflow.Action{openflow.GotoTable(metric)}
+		}
+		actions := append([]openflow.Action{openflow.Output(openflow.PortController)}, next...)
+		cookie := TraceCookieObject(t.Tag, point, TraceClusterArg(r.Tier, r.Direction, r.Priority))
+		add := func(m []openflow.MatchField) {
+			f := flow(table, priorityTraceCluster, m, actions...)
+			f.Cookie = cookie
+			out = append(out, f)
+		}
+		for _, id := range r.ConjIDs {
+			add(append(t.traceMatch(), openflow.ConjID(id)))
+		}
+		for _, port := range r.FirstPods {
+			if r.Direction == PolicyEgress {
+				add(t.traceMatch(openflow.InPort(port)))
+			} else {
+				add(t.traceMatch(regMatch(TargetOFPortField, port)))
+			}
+		}
+	}
 	return out
 }
 

@@ -20,7 +20,8 @@ func testTraces() []Trace {
 }
 
 func testTracePolicy() TracePolicy {
-	return TracePolicy{EgressRules: []uint32{3}, IngressRules: []uint32{1, 2}, EgressIsolated: []uint32{10}, IngressIsolated: []uint32{11}}
+	return TracePolicy{EgressRules: []uint32{3}, IngressRules: []uint32{1, 2}, EgressIsolated: []uint32{10}, IngressIsolated: []uint32{11},
+		ClusterRules: testClusterPolicy().TraceRules()}
 }
 
 // TestTraceFlows: a trace's flows match its DSCP, protocol, source and source port everywhere, sit
@@ -47,11 +48,27 @@ func TestTraceFlows(t *testing.T) {
 			g.Expect(f.ActionsString()).To(Equal("set_field:0x1c/0xfc->reg7,resubmit(,30)"), "the tag into reg7[2..7], nothing reported")
 		case TraceServiceDNAT, TraceTunnel, TraceUplink:
 			g.Expect(f.ActionsString()).To(MatchRegexp(`CONTROLLER:65535,resubmit\(,%d\)$`, f.Table), "%s reports and goes on", f.String())
+		case TraceClusterAccept, TraceClusterDeny, TraceClusterPass:
+			tier, dir, ok := ClusterRuleAt(f.Table)
+			g.Expect(ok).To(BeTrue(), "%s is in a tier's table", f.String())
+			g.Expect(ParseTraceClusterArg(arg)).To(Equal(ClusterRuleObject(tier, dir, uint16(arg))), "the argument names the rule")
+			g.Expect(f.Priority).To(Equal(ClusterPriorityHighest+1), "above every rule, below the exemptions")
 		}
 	}
 	g.Expect(strings.Join(got, "\n")).To(ContainSubstring("table=60, priority=201,tcp,in_port=10,nw_src=10.244.1.5,nw_tos=28,tp_src=40007 actions=CONTROLLER:65535"))
 	g.Expect(strings.Join(got, "\n")).To(ContainSubstring("table=50, priority=192,conj_id=3,tcp,nw_src=10.244.1.5,nw_tos=28,tp_src=40007 actions=CONTROLLER:65535,goto_table:62"))
-	g.Expect(flows).To(HaveLen(1 + 1 + 3 + 2 + 5))
+	// The ClusterNetworkPolicy rules: after the conjunction that decided (conj_id), or the first
+	// rule of a subject without a conjunction; each reports and does what the rule does, neither
+	// audited nor counted.
+	g.Expect(strings.Join(got, "\n")).To(ContainSubstring(
+		"cookie=0x70d01ea60, table=46, priority=60001,conj_id=2147609184,tcp,nw_src=10.244.1.5,nw_tos=28,tp_src=40007 actions=CONTROLLER:65535\n"))
+	g.Expect(strings.Join(got, "\n")).To(ContainSubstring(
+		"cookie=0x70e01ea5f, table=46, priority=60001,conj_id=2147609183,tcp,nw_src=10.244.1.5,nw_tos=28,tp_src=40007 actions=CONTROLLER:65535,goto_table:48"))
+	g.Expect(strings.Join(got, "\n")).To(ContainSubstring(
+		"cookie=0x70c00ea60, table=82, priority=60001,conj_id=2147543648,tcp,nw_src=10.244.1.5,nw_tos=28,tp_src=40007 actions=CONTROLLER:65535,goto_table:102"))
+	g.Expect(strings.Join(got, "\n")).To(ContainSubstring(
+		"cookie=0x70d02ea60, table=101, priority=60001,tcp,reg1=0xb,nw_src=10.244.1.5,nw_tos=28,tp_src=40007 actions=CONTROLLER:65535"))
+	g.Expect(flows).To(HaveLen(1 + 1 + 3 + 2 + 5 + 4))
 
 	g.Expect(n.TraceFlows(Trace{Protocol: openflow.ProtoTCP, Src: netip.MustParseAddr("10.244.1.5")}, TracePolicy{})).To(BeEmpty(), "no tag, no flows")
 	tag, point, arg := ParseTraceCookieObject(TraceCookieObject(63, TraceIngressDrop, 0x123456))
@@ -63,4 +80,37 @@ func TestTraceFlows(t *testing.T) {
 		actions = append(actions, openflow.Text(a))
 	}
 	g.Expect(actions).To(Equal([]string{"set_field:0x1c/0xfc->reg7", "resubmit(,0)"}), "the tag in reg7[2..7], then the whole pipeline")
+}
+
+// TestClusterTraceRules: every rule with flows is named once with the conjunction ids of its parts;
+// a rule without a conjunction names the subjects it is the first rule of in its table, and no
+// subject for which a rule above it might decide first.
+func TestClusterTraceRules(t *testing.T) {
+	g := NewWithT(t)
+	g.Expect(testClusterPolicy().TraceRules()).To(Equal([]TraceClusterRule{
+		{Tier: AdminTier, Direction: PolicyEgress, Action: ClusterDeny, Priority: 60000, ConjIDs: []uint32{ClusterConjID(AdminTier, PolicyEgress, 60000, 0)}},
+		{Tier: AdminTier, Direction: PolicyEgress, Action: ClusterPass, Priority: 59999, ConjIDs: []uint32{ClusterConjID(AdminTier, PolicyEgress, 59999, 0)}},
+		{Tier: AdminTier, Direction: PolicyIngress, Action: ClusterAccept, Priority: 60000, ConjIDs: []uint32{ClusterConjID(AdminTier, PolicyIngress, 60000, 0)}},
+		{Tier: BaselineTier, Direction: PolicyIngress, Action: ClusterDeny, Priority: 60000, FirstPods: []uint32{npPod2.OFPort}},
+	}), "the IPv6-only rule has no flows, hence no trace flows")
+
+	peer := []netip.Prefix{netip.MustParsePrefix("10.244.2.7/32")}
+	p := ClusterPolicy{Rules: []ClusterRule{
+		{Tier: AdminTier, Direction: PolicyEgress, Action: ClusterAccept, Priority: 60000, Pods: []Pod{npPod1}, Peers: peer},
+		{Tier: AdminTier, Direction: PolicyEgress, Action: ClusterDeny, Priority: 59999, Sub: 0, Pods: []Pod{npPod1}, AnyPeer: true,
+			Ports: []PolicyPort{{Protocol: openflow.ProtoTCP, Port: 80}}},
+		{Tier: AdminTier, Direction: PolicyEgress, Action: ClusterDeny, Priority: 59999, Sub: 1, Pods: []Pod{npPod2}, AnyPeer: true,
+			Ports: []PolicyPort{{Protocol: openflow.ProtoTCP, Port: 8080}}},
+		{Tier: AdminTier, Direction: PolicyEgress, Action: ClusterDeny, Priority: 59998, Pods: []Pod{npPod1, npPod2}, AnyPeer: true},
+		{Tier: BaselineTier, Direction: PolicyEgress, Action: ClusterDeny, Priority: 60000, Pods: []Pod{npPod1}, AnyPeer: true},
+	}}
+	g.Expect(p.TraceRules()).To(Equal([]TraceClusterRule{
+		{Tier: AdminTier, Direction: PolicyEgress, Action: ClusterAccept, Priority: 60000, ConjIDs: []uint32{ClusterConjID(AdminTier, PolicyEgress, 60000, 0)}},
+		{Tier: AdminTier, Direction: PolicyEgress, Action: ClusterDeny, Priority: 59999,
+			ConjIDs: []uint32{ClusterConjID(AdminTier, PolicyEgress, 59999, 0), ClusterConjID(AdminTier, PolicyEgress, 59999, 1)}},
+		// Both Pods have rules above in the Admin table: no trace flow can sit between.
+		{Tier: AdminTier, Direction: PolicyEgress, Action: ClusterDeny, Priority: 59998},
+		// The Baseline table is another table: the rule is npPod1's first there.
+		{Tier: BaselineTier, Direction: PolicyEgress, Action: ClusterDeny, Priority: 60000, FirstPods: []uint32{npPod1.OFPort}},
+	}))
 }

@@ -23,6 +23,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	cnpv1beta1 "sigs.k8s.io/network-policy-api/apis/v1beta1"
 
 	networkv1alpha1 "github.com/winnet-io/winnet/api/v1alpha1"
 	"github.com/winnet-io/winnet/internal/scheme"
@@ -172,6 +173,121 @@ func TestPacketTraceDroppedByPolicy(t *testing.T) {
 	g.Expect(observations(admitted, "node-b")).To(HaveExactElements(
 		Equal("NetworkPolicy Admitted admitted by NetworkPolicy "+cluster.PodNamespace+"/trace-deny rule ingress[0]"),
 		HavePrefix("Output Delivered to "+pods["pod-b1"].IP.String()+":9999")), hopsText(admitted))
+}
+
+// TestPacketTraceClusterNetworkPolicy: ClusterNetworkPolicy rules name themselves in traces. An Admin
+// policy on pod-b1 denies TCP 8080 from pod-a1 (ingress[0], pod-a1 labelled a peer once the policy
+// holds), accepts it from pod-a2 (ingress[1]) and passes 9090 from pod-a1 (ingress[2]); an Admin policy
+// denies pod-c1 every egress (a rule without a conjunction: any peer, any port); a Baseline policy
+// accepts pod-a2's egress to pod-b1 on 8080. A trace from pod-a1 to 8080 is dropped on node-b by the
+// Admin Deny (droppedBy names the policy and rule, no namespace), one to 9090 is passed on and
+// delivered, one from pod-c1 is dropped on node-c by its egress Deny, and one from pod-a2 is admitted
+// by the Baseline Accept on node-a and the Admin Accept on node-b.
+func TestPacketTraceClusterNetworkPolicy(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	setPodLabels(t, "pod-b1", map[string]string{"cnptrace": "target"})
+	setPodLabels(t, "pod-a2", map[string]string{"cnptrace": "admitted"})
+	setPodLabels(t, "pod-c1", map[string]string{"cnptrace": "isolated"})
+	t.Cleanup(func() {
+		for _, p := range []string{"pod-b1", "pod-a1", "pod-a2", "pod-c1"} {
+			setPodLabels(t, p, nil)
+		}
+	})
+	selected := func(value string) *cnpv1beta1.NamespacedPod {
+		return &cnpv1beta1.NamespacedPod{PodSelector: metav1.LabelSelector{MatchLabels: map[string]string{"cnptrace": value}}}
+	}
+	tcp8080 := []cnpv1beta1.ClusterNetworkPolicyProtocol{{TCP: &cnpv1beta1.ClusterNetworkPolicyProtocolTCP{DestinationPort: &cnpv1beta1.Port{Number: 8080}}}}
+	tcp9090 := []cnpv1beta1.ClusterNetworkPolicyProtocol{{TCP: &cnpv1beta1.ClusterNetworkPolicyProtocolTCP{DestinationPort: &cnpv1beta1.Port{Number: 9090}}}}
+	policies := []*cnpv1beta1.ClusterNetworkPolicy{{
+		ObjectMeta: metav1.ObjectMeta{Name: "trace-admin"},
+		Spec: cnpv1beta1.ClusterNetworkPolicySpec{
+			Tier: cnpv1beta1.AdminTier, Priority: 10,
+			Subject: cnpv1beta1.ClusterNetworkPolicySubject{Pods: selected("target")},
+			Ingress: []cnpv1beta1.ClusterNetworkPolicyIngressRule{
+				{Action: cnpv1beta1.ClusterNetworkPolicyRuleActionDeny, From: []cnpv1beta1.ClusterNetworkPolicyIngressPeer{{Pods: selected("denied")}}, Protocols: tcp8080},
+				{Action: cnpv1beta1.ClusterNetworkPolicyRuleActionAccept, From: []cnpv1beta1.ClusterNetworkPolicyIngressPeer{{Pods: selected("admitted")}}, Protocols: tcp8080},
+				{Action: cnpv1beta1.ClusterNetworkPolicyRuleActionPass, From: []cnpv1beta1.ClusterNetworkPolicyIngressPeer{{Pods: selected("denied")}}, Protocols: tcp9090},
+			},
+		},
+	}, {
+		ObjectMeta: metav1.ObjectMeta{Name: "trace-admin-egress"},
+		Spec: cnpv1beta1.ClusterNetworkPolicySpec{
+			Tier: cnpv1beta1.AdminTier, Priority: 11,
+			Subject: cnpv1beta1.ClusterNetworkPolicySubject{Pods: selected("isolated")},
+			Egress: []cnpv1beta1.ClusterNetworkPolicyEgressRule{
+				{Action: cnpv1beta1.ClusterNetworkPolicyRuleActionDeny, To: []cnpv1beta1.ClusterNetworkPolicyEgressPeer{{Networks: []cnpv1beta1.CIDR{"0.0.0.0/0"}}}},
+			},
+		},
+	}, {
+		ObjectMeta: metav1.ObjectMeta{Name: "trace-baseline"},
+		Spec: cnpv1beta1.ClusterNetworkPolicySpec{
+			Tier: cnpv1beta1.BaselineTier, Priority: 10,
+			Subject: cnpv1beta1.ClusterNetworkPolicySubject{Pods: selected("admitted")},
+			Egress: []cnpv1beta1.ClusterNetworkPolicyEgressRule{
+				{Action: cnpv1beta1.ClusterNetworkPolicyRuleActionAccept, To: []cnpv1beta1.ClusterNetworkPolicyEgressPeer{{Pods: selected("target")}}, Protocols: tcp8080},
+			},
+		},
+	}}
+	for _, p := range policies {
+		g.Expect(c.Client.Create(ctx, p)).To(Succeed())
+		t.Cleanup(func() { _ = c.Client.Delete(context.Background(), p) })
+	}
+	s, err := cluster.ServeEcho(pods["pod-b1"].NSPath, 8080)
+	g.Expect(err).NotTo(HaveOccurred())
+	defer s.Close()
+	// pod-a1 becomes a peer of ingress[0] after the policies are realised: node-b gives the rule its first
+	// flows in a later pass, which must update the rules traces report too.
+	g.Eventually(node("node-b").Flows).WithTimeout(converge).Should(MatchRegexp(`table=82, .*conj_id=\d+,ip actions=.*goto_table:102`), "ingress[1]")
+	setPodLabels(t, "pod-a1", map[string]string{"cnptrace": "denied"})
+	// The policies hold on node-b and node-c when real connections are refused; the Baseline Accept on
+	// node-a changes no connection: its conjunction's flow in BaselineEgressRule (table 61) shows it.
+	cluster.ExpectConnection(t, pods["pod-a1"], pods["pod-b1"], 8080, false, converge)
+	cluster.ExpectConnection(t, pods["pod-c1"], pods["pod-b1"], 8080, false, converge)
+	cluster.ExpectConnection(t, pods["pod-a2"], pods["pod-b1"], 8080, true, converge)
+	g.Eventually(node("node-a").Flows).WithTimeout(converge).Should(MatchRegexp(`table=61, .*conj_id=\d+,ip actions=.*goto_table:62`))
+
+	dropped := runTrace(t, "trace-cnp-dropped", networkv1alpha1.PacketTraceDestination{Pod: &networkv1alpha1.ObjectReference{Name: "pod-b1"}}, tcpPacket(8080), "pod-a1")
+	g.Expect(dropped.Status.Phase).To(Equal(networkv1alpha1.PacketTraceSucceeded), hopsText(dropped))
+	g.Expect(dropped.Status.Verdict).To(Equal(networkv1alpha1.PacketTraceDropped), hopsText(dropped))
+	g.Expect(dropped.Status.DroppedBy).To(PointTo(Equal(networkv1alpha1.PolicyRuleReference{
+		Kind: "ClusterNetworkPolicy", Name: "trace-admin", Rule: "ingress[0]"})))
+	g.Expect(observations(dropped, "node-b")).To(HaveExactElements(
+		"ClusterNetworkPolicy Dropped dropped by ClusterNetworkPolicy trace-admin rule ingress[0] (Admin tier, Deny)"), hopsText(dropped))
+
+	// On 9090 the Admin tier passes pod-a1's packet on (ingress[2]); no NetworkPolicy or Baseline rule
+	// decides, so it is delivered.
+	passed := runTrace(t, "trace-cnp-passed", networkv1alpha1.PacketTraceDestination{Pod: &networkv1alpha1.ObjectReference{Name: "pod-b1"}}, tcpPacket(9090), "pod-a1")
+	g.Expect(passed.Status.Verdict).To(Equal(networkv1alpha1.PacketTraceDelivered), hopsText(passed))
+	g.Expect(observations(passed, "node-b")).To(HaveExactElements(
+		"ClusterNetworkPolicy Passed passed by ClusterNetworkPolicy trace-admin rule ingress[2] (Admin tier, Pass): NetworkPolicy decides next",
+		HavePrefix("Output Delivered to "+pods["pod-b1"].IP.String()+":9090")), hopsText(passed))
+
+	isolated := runTrace(t, "trace-cnp-isolated", networkv1alpha1.PacketTraceDestination{Pod: &networkv1alpha1.ObjectReference{Name: "pod-b1"}}, tcpPacket(8080), "pod-c1")
+	g.Expect(isolated.Status.Verdict).To(Equal(networkv1alpha1.PacketTraceDropped), hopsText(isolated))
+	g.Expect(isolated.Status.DroppedBy).To(PointTo(Equal(networkv1alpha1.PolicyRuleReference{
+		Kind: "ClusterNetworkPolicy", Name: "trace-admin-egress", Rule: "egress[0]"})))
+	g.Expect(observations(isolated, "node-c")).To(HaveExactElements(HavePrefix("Source Injected TCP"),
+		"ClusterNetworkPolicy Dropped dropped by ClusterNetworkPolicy trace-admin-egress rule egress[0] (Admin tier, Deny)"), hopsText(isolated))
+	g.Expect(observations(isolated, "node-b")).To(BeEmpty(), "the packet never left node-c")
+
+	admitted := runTrace(t, "trace-cnp-admitted", networkv1alpha1.PacketTraceDestination{Pod: &networkv1alpha1.ObjectReference{Name: "pod-b1"}}, tcpPacket(8080), "pod-a2")
+	g.Expect(admitted.Status.Verdict).To(Equal(networkv1alpha1.PacketTraceDelivered), hopsText(admitted))
+	g.Expect(admitted.Status.DroppedBy).To(BeNil())
+	g.Expect(observations(admitted, "node-a")).To(HaveExactElements(HavePrefix("Source Injected TCP"),
+		"ClusterNetworkPolicy Admitted admitted by ClusterNetworkPolicy trace-baseline rule egress[0] (Baseline tier, Accept)",
+		HavePrefix("Forwarding Forwarded tunnel to")), hopsText(admitted))
+	g.Expect(observations(admitted, "node-b")).To(HaveExactElements(
+		"ClusterNetworkPolicy Admitted admitted by ClusterNetworkPolicy trace-admin rule ingress[1] (Admin tier, Accept)",
+		HavePrefix("Output Delivered to "+pods["pod-b1"].IP.String()+":8080")), hopsText(admitted))
+	for _, o := range admitted.Status.Hops {
+		for _, ob := range o.Observations {
+			if ob.Component == networkv1alpha1.PacketTraceComponentClusterNetworkPolicy {
+				g.Expect(ob.Policy).NotTo(BeNil())
+				g.Expect(ob.Policy.Namespace).To(BeEmpty(), "a ClusterNetworkPolicy has no namespace")
+			}
+		}
+	}
 }
 
 // TestPacketTraceThroughService: a trace to a Service's ClusterIP is DNATed on the source node to the one

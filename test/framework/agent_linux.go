@@ -37,6 +37,9 @@ type Agent struct {
 	Pods *agent.PodNetwork
 	// Services is the agent's Service reconciler.
 	Services *service.Reconciler
+	// State is what the agent's reconcilers share of the node (its realised network, the policy
+	// index packet traces and the audit log read).
+	State *nodenetwork.State
 	// SandboxDir is where the harness, playing containerd, starts Pod sandboxes after ADD
 	// (hns.StartSandbox): only then do their endpoints' vNICs appear.
 	SandboxDir string
@@ -148,7 +151,7 @@ func StartAgentWith(t testing.TB, s *APIServer, node *simnode.Node, opts AgentOp
 	}
 	a := &Agent{HNS: sim, OVSDB: db, Net: net,
 		CNISocket: filepath.Join(dir, "run", "cni.sock"), CNIConfDir: filepath.Join(dir, "net.d"), StateDir: filepath.Join(dir, "state"),
-		SandboxDir: sandboxes, Services: services}
+		SandboxDir: sandboxes, Services: services, State: state}
 	a.Pods, err = agent.SetupPodNetwork(ctx, mgr, agent.PodNetworkOptions{
 		NodeName: node.Name, Host: podendpoint.Host{HNS: sim, OVSDB: db, Net: net}, State: state,
 		CNISocket: a.CNISocket, CNIConfDir: a.CNIConfDir, StateDir: a.StateDir, CNIShimPath: opts.CNIShimPath,

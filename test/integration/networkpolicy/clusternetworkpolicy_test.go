@@ -23,6 +23,7 @@ import (
 	networkv1alpha1 "github.com/winnet-io/winnet/api/v1alpha1"
 	"github.com/winnet-io/winnet/controllers/clusternetworkpolicy"
 	"github.com/winnet-io/winnet/controllers/networkpolicy"
+	"github.com/winnet-io/winnet/internal/pipeline"
 	winnetscheme "github.com/winnet-io/winnet/internal/scheme"
 	"github.com/winnet-io/winnet/test/framework"
 	"github.com/winnet-io/winnet/test/simnode"
@@ -209,14 +210,27 @@ func TestClusterNetworkPolicy(t *testing.T) {
 	// A peer's label change: client-b relabelled out of the pods peer is admitted; back in, refused.
 	// Both take the incremental path (a pass of kind pods), not the full pass.
 	clientBPod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: clientB.Namespace, Name: clientB.Name}}
+	// What packet traces report of the rules (PolicyIndex.ClusterTraceRules) follows those passes.
+	traced := func() bool {
+		idx := a.Agent.State.PolicyIndex()
+		for _, r := range idx.ClusterTraceRules {
+			if idx.ClusterRules[pipeline.ClusterRuleObject(r.Tier, r.Direction, r.Priority)].Policy.Name == "named-deny" {
+				return true
+			}
+		}
+		return false
+	}
+	g.Expect(traced()).To(BeTrue(), "packet traces report named-deny's rule")
 	incremental := passCount(t, networkpolicy.PassPods)
 	setLabels(t, clientBPod, map[string]string{"app": "other"})
 	expectAllowed(t, clientB.NS, "tcp4", webHTTP, "web")
 	g.Expect(passCount(t, networkpolicy.PassPods)).To(BeNumerically(">", incremental), "the peer's change took the incremental path")
+	g.Eventually(traced).WithTimeout(converge).Should(BeFalse(), "packet traces no longer report named-deny's rule: it has no peer, hence no flows")
 	incremental = passCount(t, networkpolicy.PassPods)
 	setLabels(t, clientBPod, map[string]string{"app": "client"})
 	expectRefused(t, clientB.NS, "tcp4", webHTTP)
 	g.Expect(passCount(t, networkpolicy.PassPods)).To(BeNumerically(">", incremental), "the peer's change took the incremental path")
+	g.Eventually(traced).WithTimeout(converge).Should(BeTrue(), "packet traces report named-deny's rule again: it has flows again")
 
 	// The flows are replayed after ovs-vswitchd is killed and restarted.
 	g.Expect(a.OVS.KillVswitchd()).To(Succeed())

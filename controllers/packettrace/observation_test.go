@@ -1,0 +1,39 @@
+package packettrace
+
+import (
+	"testing"
+
+	. "github.com/onsi/gomega"
+	"k8s.io/apimachinery/pkg/types"
+
+	networkv1alpha1 "github.com/winnet-io/winnet/api/v1alpha1"
+	"github.com/winnet-io/winnet/controllers/nodenetwork"
+	"github.com/winnet-io/winnet/internal/pipeline"
+)
+
+// TestClusterObservation: a ClusterNetworkPolicy trace point names the rule (no namespace), its
+// tier and action; a Deny is a drop by that rule, a Pass says which tier decides next.
+func TestClusterObservation(t *testing.T) {
+	g := NewWithT(t)
+	index := nodenetwork.NewPolicyIndex()
+	name := func(policy string, egress bool, i int, action, tier string) nodenetwork.PolicyRuleName {
+		return nodenetwork.PolicyRuleName{Kind: nodenetwork.KindClusterNetworkPolicy, Policy: types.NamespacedName{Name: policy}, Egress: egress, Index: i, Action: action, Tier: tier}
+	}
+	index.ClusterRules[pipeline.ClusterRuleObject(pipeline.AdminTier, pipeline.PolicyEgress, 60000)] = name("deny-metadata", true, 1, "Deny", "Admin")
+	index.ClusterRules[pipeline.ClusterRuleObject(pipeline.BaselineTier, pipeline.PolicyIngress, 59999)] = name("tenants", false, 0, "Accept", "Baseline")
+	index.ClusterRules[pipeline.ClusterRuleObject(pipeline.AdminTier, pipeline.PolicyIngress, 60000)] = name("delegate", false, 2, "Pass", "Admin")
+
+	o := clusterObservation(index, pipeline.TraceClusterDeny, pipeline.TraceClusterArg(pipeline.AdminTier, pipeline.PolicyEgress, 60000))
+	g.Expect(o).To(Equal(networkv1alpha1.PacketTraceObservation{Component: "ClusterNetworkPolicy", Action: "Dropped",
+		Detail: "dropped by ClusterNetworkPolicy deny-metadata rule egress[1] (Admin tier, Deny)",
+		Policy: &networkv1alpha1.PolicyRuleReference{Kind: "ClusterNetworkPolicy", Name: "deny-metadata", Rule: "egress[1]"}}))
+	o = clusterObservation(index, pipeline.TraceClusterAccept, pipeline.TraceClusterArg(pipeline.BaselineTier, pipeline.PolicyIngress, 59999))
+	g.Expect(o.Action).To(Equal("Admitted"))
+	g.Expect(o.Detail).To(Equal("admitted by ClusterNetworkPolicy tenants rule ingress[0] (Baseline tier, Accept)"))
+	o = clusterObservation(index, pipeline.TraceClusterPass, pipeline.TraceClusterArg(pipeline.AdminTier, pipeline.PolicyIngress, 60000))
+	g.Expect(o.Action).To(Equal("Passed"))
+	g.Expect(o.Detail).To(Equal("passed by ClusterNetworkPolicy delegate rule ingress[2] (Admin tier, Pass): NetworkPolicy decides next"))
+	o = clusterObservation(index, pipeline.TraceClusterDeny, pipeline.TraceClusterArg(pipeline.BaselineTier, pipeline.PolicyEgress, 1000))
+	g.Expect(o).To(Equal(networkv1alpha1.PacketTraceObservation{Component: "ClusterNetworkPolicy", Action: "Dropped",
+		Detail: "dropped by a Baseline tier egress rule (priority 1000) the agent no longer knows"}), "still a drop, named as far as the flow knows")
+}
