@@ -344,7 +344,7 @@ func (r *Reconciler) running(ctx context.Context, tr *networkv1alpha1.PacketTrac
 	left := start.Add(timeout(tr)).Sub(r.now())
 	if left <= 0 {
 		return r.fail(ctx, tr, networkv1alpha1.PacketTraceReasonTimeout,
-			fmt.Sprintf("no node reported the packet's end within %v: a node on the path may not run winnet, or its agent is not ready", timeout(tr)))
+			fmt.Sprintf("no node reported the packet's end within %v: a node on the path may not run winnet or its agent is not ready, or a drop the trace cannot report took the packet (see docs/troubleshooting.md, Reports)", timeout(tr)))
 	}
 	return ctrl.Result{RequeueAfter: left}, nil
 }
