@@ -176,4 +176,3 @@ func TestKindFollowsTheCRD(t *testing.T) {
 	g.Eventually(told.get).WithTimeout(10 * time.Second).Should(Equal([]bool{true, false, true, false}))
 	g.Expect(k.Decided()).To(BeTrue())
 }
-
