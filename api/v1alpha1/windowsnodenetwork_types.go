@@ -343,8 +343,8 @@ type NetworkPoliciesStatus struct {
 	// clusterNetworkPolicies lists every ClusterNetworkPolicy (policy.networking.k8s.io) the agent
 	// compiled, with subjects on this node or not, at the generation compiled and with what of it
 	// this node does not realise. winnet-controller writes each policy's conditions from the
-	// nodes' lists. Absent when the agent does not realise ClusterNetworkPolicies (the cluster
-	// served no CRD when it started).
+	// nodes' lists. Absent while the agent does not realise ClusterNetworkPolicies (the cluster
+	// does not serve their CRD; the agent follows it without a restart).
 	// +optional
 	// +listType=map
 	// +listMapKey=name

@@ -2,11 +2,11 @@ package clusternetworkpolicy
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
@@ -14,20 +14,33 @@ import (
 	cnpv1beta1 "sigs.k8s.io/network-policy-api/apis/v1beta1"
 
 	networkv1alpha1 "github.com/winnet-io/winnet/api/v1alpha1"
+	"github.com/winnet-io/winnet/internal/servedcrd"
 )
 
 // Reconciler writes each ClusterNetworkPolicy's Realised condition from the agents' reports. It is
 // the only writer of their status in winnet; agents only read the policies.
 type Reconciler struct {
+	// Client reads WindowsNodeNetworks and writes the policies' status.
 	Client client.Client
+	// Policies reads the ClusterNetworkPolicies while the cluster serves their CRD
+	// (servedcrd.ClusterNetworkPolicies): the reconciler writes conditions from the time it does,
+	// without a restart, and does nothing while it does not.
+	Policies *servedcrd.Kind
 }
 
 // SetupWithManager watches ClusterNetworkPolicies (their spec) and WindowsNodeNetworks (an agent's
 // report changes every policy's condition it names, and a new one's).
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
+	if r.Policies == nil {
+		return errors.New("the ClusterNetworkPolicy status reconciler needs Policies")
+	}
 	every := handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, _ client.Object) []reconcile.Request {
+		reader := r.Policies.Reader()
+		if reader == nil {
+			return nil
+		}
 		list := &cnpv1beta1.ClusterNetworkPolicyList{}
-		if err := r.Client.List(ctx, list); err != nil {
+		if err := reader.List(ctx, list); err != nil {
 			ctrl.LoggerFrom(ctx).Error(err, "Listing ClusterNetworkPolicies for a node's report")
 			return nil
 		}
@@ -39,15 +52,21 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	})
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("clusternetworkpolicy").
-		For(&cnpv1beta1.ClusterNetworkPolicy{}, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
+		WatchesRawSource(r.Policies.Source(servedcrd.Watch{
+			Handler: &handler.EnqueueRequestForObject{}, Predicates: []predicate.Predicate{predicate.GenerationChangedPredicate{}},
+		})).
 		Watches(&networkv1alpha1.WindowsNodeNetwork{}, every).
 		Complete(r)
 }
 
 // Reconcile sets the policy's Realised condition from every node's report, once.
 func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	reader := r.Policies.Reader()
+	if reader == nil {
+		return ctrl.Result{}, nil // the CRD is gone, and its objects with it
+	}
 	p := &cnpv1beta1.ClusterNetworkPolicy{}
-	if err := r.Client.Get(ctx, req.NamespacedName, p); err != nil {
+	if err := reader.Get(ctx, req.NamespacedName, p); err != nil {
 		if apierrors.IsNotFound(err) {
 			return ctrl.Result{}, nil
 		}

@@ -36,6 +36,7 @@ import (
 	"github.com/winnet-io/winnet/internal/auditlog"
 	"github.com/winnet-io/winnet/internal/ovs/openflow"
 	"github.com/winnet-io/winnet/internal/pipeline"
+	"github.com/winnet-io/winnet/internal/servedcrd"
 )
 
 // DefaultResyncPeriod is how often the node's policy is re-checked against the switch when nothing
@@ -88,9 +89,12 @@ type Reconciler struct {
 	State     *nodenetwork.State
 	// ResyncPeriod is the drift check period; zero means DefaultResyncPeriod.
 	ResyncPeriod time.Duration
-	// ClusterPolicies realises the ClusterNetworkPolicies (policy.networking.k8s.io/v1beta1, the
-	// Admin and Baseline tiers) too; the cluster must serve their CRD.
-	ClusterPolicies bool
+	// ClusterPolicies, when set, realises the ClusterNetworkPolicies (policy.networking.k8s.io/v1beta1,
+	// the Admin and Baseline tiers) too, while the cluster serves their CRD: from the time it
+	// starts to, and none from the time it stops (the CRD deleted), without a restart. The
+	// first full pass waits until it knows whether the CRD serves them (Decided): a pass that
+	// read none before would remove the Admin tier's flows a restarted agent finds in the switch.
+	ClusterPolicies *servedcrd.Kind
 	// Audit is the node's audit log (audit.go): the audited policies' decisions go to it. nil:
 	// nothing is audited, whatever the annotations say, and no flow sends a packet-in.
 	Audit *auditlog.Logger
@@ -126,6 +130,8 @@ type Reconciler struct {
 	reading bool
 	// gate tells the Pod network when a new Pod's policies are in the switch (gate.go).
 	gate gate
+	// clusterServed: the last full pass read the ClusterNetworkPolicies (their CRD was served).
+	clusterServed bool
 	// clusterActive: the last full pass had ClusterNetworkPolicies; the incremental path then
 	// recompiles them too (applyClusterPods).
 	clusterActive bool
@@ -272,11 +278,18 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 			return nil
 		}))
 	}
-	if r.ClusterPolicies {
-		// A ClusterNetworkPolicy selects Pods of any namespace: each of its events takes the full pass.
-		b = b.Watches(&cnpv1beta1.ClusterNetworkPolicy{}, handler.EnqueueRequestsFromMapFunc(func(context.Context, client.Object) []reconcile.Request {
-			r.markChanged(nil)
-			return []reconcile.Request{allPolicies}
+	if r.ClusterPolicies != nil {
+		// A ClusterNetworkPolicy selects Pods of any namespace: each of its events takes the full
+		// pass, and so does its CRD served or gone (gone, the pass reads none: their flows go).
+		b = b.WatchesRawSource(r.ClusterPolicies.Source(servedcrd.Watch{
+			Handler: handler.EnqueueRequestsFromMapFunc(func(context.Context, client.Object) []reconcile.Request {
+				r.markChanged(nil)
+				return []reconcile.Request{allPolicies}
+			}),
+			Served: func(q workqueue.TypedRateLimitingInterface[reconcile.Request], _ bool) {
+				r.markChanged(nil)
+				q.Add(allPolicies)
+			},
 		}))
 	}
 	return b.
@@ -494,6 +507,10 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 		log.V(1).Info("Node network not ready; NetworkPolicies wait for it")
 		return ctrl.Result{RequeueAfter: notReadyRetry}, nil
 	}
+	if r.ClusterPolicies != nil && !r.ClusterPolicies.Decided() {
+		log.V(1).Info("Whether the cluster serves ClusterNetworkPolicies is not known yet; NetworkPolicies wait for it")
+		return ctrl.Result{RequeueAfter: notReadyRetry}, nil
+	}
 	r.handleAudit(rz.Flows)
 	changed, full, pods := r.takeChanged()
 	defer func() {
@@ -696,7 +713,7 @@ func (r *Reconciler) result(d Desired) nodenetwork.PoliciesResult {
 			res.Refused = append(res.Refused, "ClusterNetworkPolicy "+name+": "+w)
 		}
 	}
-	if r.ClusterPolicies {
+	if r.clusterServed {
 		res.Cluster = r.clusterLast.Realisations()
 	}
 	slices.Sort(res.Refused)
@@ -800,9 +817,13 @@ func (r *Reconciler) inputs(ctx context.Context) (Inputs, uint64, uint64, error)
 	for i := range in.Policies {
 		write("np", string(in.Policies[i].UID), in.Policies[i].ResourceVersion)
 	}
-	if r.ClusterPolicies {
+	// nil while the cluster does not serve ClusterNetworkPolicies: the pass realises none.
+	cnpReader := r.ClusterPolicies.Reader()
+	r.clusterServed = cnpReader != nil
+	write("cnp-served", strconv.FormatBool(r.clusterServed))
+	if cnpReader != nil {
 		cnps := &cnpv1beta1.ClusterNetworkPolicyList{}
-		if err := r.Client.List(ctx, cnps, client.UnsafeDisableDeepCopy); err != nil {
+		if err := cnpReader.List(ctx, cnps, client.UnsafeDisableDeepCopy); err != nil {
 			return in, 0, 0, fmt.Errorf("listing ClusterNetworkPolicies: %w", err)
 		}
 		in.ClusterPolicies = cnps.Items
@@ -842,7 +863,8 @@ func (r *Reconciler) inputs(ctx context.Context) (Inputs, uint64, uint64, error)
 	if len(opened)+len(closed) > 0 || !synced {
 		ctrl.LoggerFrom(ctx).Info("Peer Pod watches changed", "open", len(want), "opened", keyStrings(opened), "closed", keyStrings(closed), "listed", synced)
 	}
-	if r.Nodes != nil && r.ClusterPolicies {
+	// Without ClusterNetworkPolicies (their CRD gone) no selector is wanted: the watches close.
+	if r.Nodes != nil {
 		selectors, _ := NodePeerSelectors(in.ClusterPolicies)
 		opened, closed, synced, err := r.Nodes.set(ctx, selectors)
 		if err != nil {

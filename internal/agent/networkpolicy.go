@@ -7,17 +7,16 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
-	cnpv1beta1 "sigs.k8s.io/network-policy-api/apis/v1beta1"
 
 	"github.com/winnet-io/winnet/controllers/networkpolicy"
 	"github.com/winnet-io/winnet/controllers/nodenetwork"
 	"github.com/winnet-io/winnet/controllers/podendpoint"
 	"github.com/winnet-io/winnet/internal/auditlog"
+	"github.com/winnet-io/winnet/internal/servedcrd"
 )
 
 // NetworkPolicyOptions configure the agent's NetworkPolicy reconciler.
@@ -78,14 +77,9 @@ func SetupNetworkPolicy(mgr ctrl.Manager, opts NetworkPolicyOptions) error {
 	if err != nil {
 		return fmt.Errorf("creating the client of the peer Pod watches: %w", err)
 	}
-	// ClusterNetworkPolicies are realised when the cluster serves their CRD (the chart installs it);
-	// without it the agent realises NetworkPolicies alone, and says so.
-	cluster := true
-	gk := schema.GroupKind{Group: cnpv1beta1.GroupName, Kind: "ClusterNetworkPolicy"}
-	if _, err := mgr.GetRESTMapper().RESTMapping(gk, cnpv1beta1.GroupVersion.Version); err != nil {
-		cluster = false
-		mgr.GetLogger().Info("ClusterNetworkPolicies are not realised: the cluster does not serve their CRD (restart the agent once it does)",
-			"group", gk.Group, "version", cnpv1beta1.GroupVersion.Version, "reason", err.Error())
+	cluster, err := servedcrd.ClusterNetworkPolicies(mgr)
+	if err != nil {
+		return err
 	}
 	r := &networkpolicy.Reconciler{
 		ClusterPolicies: cluster,

@@ -19,6 +19,11 @@ package agent
 // +kubebuilder:rbac:groups=discovery.k8s.io,resources=endpointslices,verbs=get;list;watch
 // +kubebuilder:rbac:groups=networking.k8s.io,resources=networkpolicies,verbs=get;list;watch
 // +kubebuilder:rbac:groups=policy.networking.k8s.io,resources=clusternetworkpolicies,verbs=get;list;watch
+// The ClusterNetworkPolicy CRD, that one by name (servedcrd: a list or watch with the field
+// selector metadata.name is authorised by resourceNames, as a get is): whether the cluster serves
+// the policies, to realise them from the time their CRD is installed and stop when it is deleted,
+// without a restart. No other CRD is read.
+// +kubebuilder:rbac:groups=apiextensions.k8s.io,resources=customresourcedefinitions,resourceNames=clusternetworkpolicies.policy.networking.k8s.io,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",resources=namespaces,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",resources=events,verbs=create;patch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch

@@ -6,19 +6,18 @@ import (
 	"strings"
 	"time"
 
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
-	cnpv1beta1 "sigs.k8s.io/network-policy-api/apis/v1beta1"
 
 	"github.com/winnet-io/winnet/controllers/cluster"
 	"github.com/winnet-io/winnet/controllers/clusternetworkpolicy"
 	"github.com/winnet-io/winnet/controllers/packettrace"
 	winnetscheme "github.com/winnet-io/winnet/internal/scheme"
+	"github.com/winnet-io/winnet/internal/servedcrd"
 )
 
 // LeaderElectionID is the name of the Lease that elects the active winnet-controller.
@@ -101,12 +100,13 @@ func NewManager(cfg *rest.Config, opts Options) (manager.Manager, error) {
 	if err := conflicts.SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("setting up the route conflict reconciler: %w", err)
 	}
-	// ClusterNetworkPolicies' conditions, when the cluster serves their CRD (the chart installs it).
-	gk := schema.GroupKind{Group: cnpv1beta1.GroupName, Kind: "ClusterNetworkPolicy"}
-	if _, err := mgr.GetRESTMapper().RESTMapping(gk, cnpv1beta1.GroupVersion.Version); err != nil {
-		mgr.GetLogger().Info("ClusterNetworkPolicies get no conditions: the cluster does not serve their CRD (restart winnet-controller once it does)",
-			"group", gk.Group, "version", cnpv1beta1.GroupVersion.Version, "reason", err.Error())
-	} else if err := (&clusternetworkpolicy.Reconciler{Client: mgr.GetClient()}).SetupWithManager(mgr); err != nil {
+	// ClusterNetworkPolicies' conditions, while the cluster serves their CRD (the chart installs
+	// it; another product may install it, or delete it, later): no restart needed.
+	cnps, err := servedcrd.ClusterNetworkPolicies(mgr)
+	if err != nil {
+		return nil, err
+	}
+	if err := (&clusternetworkpolicy.Reconciler{Client: mgr.GetClient(), Policies: cnps}).SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("setting up the ClusterNetworkPolicy status reconciler: %w", err)
 	}
 	traces := &packettrace.Reconciler{Client: mgr.GetClient(), Reader: mgr.GetAPIReader()}

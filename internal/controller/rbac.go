@@ -18,6 +18,11 @@ package controller
 // +kubebuilder:rbac:groups=network.winnet.io,resources=windowsnodenetworks,verbs=get;list;watch;create;update;patch
 // +kubebuilder:rbac:groups=policy.networking.k8s.io,resources=clusternetworkpolicies,verbs=get;list;watch
 // +kubebuilder:rbac:groups=policy.networking.k8s.io,resources=clusternetworkpolicies/status,verbs=get;update;patch
+// The ClusterNetworkPolicy CRD, that one by name (servedcrd: a list or watch with the field
+// selector metadata.name is authorised by resourceNames, as a get is): whether the cluster serves
+// the policies, to realise them from the time their CRD is installed and stop when it is deleted,
+// without a restart. No other CRD is read.
+// +kubebuilder:rbac:groups=apiextensions.k8s.io,resources=customresourcedefinitions,resourceNames=clusternetworkpolicies.policy.networking.k8s.io,verbs=get;list;watch
 // +kubebuilder:rbac:groups=authentication.k8s.io,resources=tokenreviews,verbs=create
 // +kubebuilder:rbac:groups=authorization.k8s.io,resources=subjectaccessreviews,verbs=create
 // +kubebuilder:rbac:groups=network.winnet.io,resources=remotesubnetroutes,verbs=get;list;watch;create;update;patch;delete

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -75,12 +76,44 @@ type APIServerOptions struct {
 	// Args are kube-apiserver flags (name without dashes -> value) set over envtest's defaults, such as
 	// "advertise-address" and "service-cluster-ip-range" for a cluster whose Pods reach the API server.
 	Args map[string]string
+	// OmitCRDFiles are files of config/crd/bases not installed (StartAPIServerWith), for a test
+	// that installs a CRD after winnet started (ClusterNetworkPolicyCRDFile).
+	OmitCRDFiles []string
+}
+
+// ClusterNetworkPolicyCRDFile is the ClusterNetworkPolicy CRD in config/crd/bases, the one the
+// chart ships (copied from the network-policy-api module by make manifests).
+const ClusterNetworkPolicyCRDFile = "policy.networking.k8s.io_clusternetworkpolicies.yaml"
+
+// CRDBasesDir is config/crd/bases: winnet's CRDs and the ClusterNetworkPolicy CRD.
+func CRDBasesDir() string {
+	return filepath.Join(RepoRoot(), "config", "crd", "bases")
 }
 
 // StartAPIServerWith starts kube-apiserver with the options and etcd, installs config/crd/bases and
 // returns a client. Call Stop when done.
 func StartAPIServerWith(opts APIServerOptions) (*APIServer, error) {
-	return startAPIServer(opts, filepath.Join(RepoRoot(), "config", "crd", "bases"))
+	if len(opts.OmitCRDFiles) == 0 {
+		return startAPIServer(opts, CRDBasesDir())
+	}
+	// envtest installs directories or files: the files of the directory but those omitted.
+	entries, err := os.ReadDir(CRDBasesDir())
+	if err != nil {
+		return nil, fmt.Errorf("listing the CRDs: %w", err)
+	}
+	var files []string
+	omitted := 0
+	for _, e := range entries {
+		if slices.Contains(opts.OmitCRDFiles, e.Name()) {
+			omitted++
+			continue
+		}
+		files = append(files, filepath.Join(CRDBasesDir(), e.Name()))
+	}
+	if omitted != len(opts.OmitCRDFiles) {
+		return nil, fmt.Errorf("omitting CRD files %v: not all are in %s", opts.OmitCRDFiles, CRDBasesDir())
+	}
+	return startAPIServer(opts, files...)
 }
 
 // apiServerStartTimeout bounds the start of kube-apiserver and etcd.

@@ -25,6 +25,7 @@ import (
 	"github.com/winnet-io/winnet/controllers/networkpolicy"
 	"github.com/winnet-io/winnet/internal/pipeline"
 	winnetscheme "github.com/winnet-io/winnet/internal/scheme"
+	"github.com/winnet-io/winnet/internal/servedcrd"
 	"github.com/winnet-io/winnet/test/framework"
 	"github.com/winnet-io/winnet/test/simnode"
 )
@@ -295,7 +296,7 @@ func TestClusterNetworkPolicy(t *testing.T) {
 	// Status: each agent reports what it realised of each policy in its WindowsNodeNetwork, and
 	// winnet-controller's reconciler (run here against the same API server) writes the policies'
 	// Realised condition from the reports: False where a part is not realised, True elsewhere.
-	startStatusReconciler(t)
+	startStatusReconciler(t, server)
 	g.Eventually(func(g Gomega) {
 		w := &networkv1alpha1.WindowsNodeNetwork{}
 		g.Expect(server.Client.Get(ctx, client.ObjectKey{Name: "cnp-a"}, w)).To(Succeed())
@@ -316,17 +317,19 @@ func TestClusterNetworkPolicy(t *testing.T) {
 		HaveField("Status", metav1.ConditionTrue), HaveField("Reason", networkv1alpha1.RealisedReason)))
 }
 
-// startStatusReconciler runs winnet-controller's ClusterNetworkPolicy status reconciler for the
-// rest of the test.
-func startStatusReconciler(t *testing.T) {
+// startStatusReconciler runs winnet-controller's ClusterNetworkPolicy status reconciler against s
+// for the rest of the test.
+func startStatusReconciler(t *testing.T, s *framework.APIServer) {
 	t.Helper()
 	g := NewWithT(t)
 	scheme, err := winnetscheme.New()
 	g.Expect(err).NotTo(HaveOccurred())
-	mgr, err := ctrl.NewManager(server.Config, ctrl.Options{Scheme: scheme, Metrics: metricsserver.Options{BindAddress: "0"},
+	mgr, err := ctrl.NewManager(s.Config, ctrl.Options{Scheme: scheme, Metrics: metricsserver.Options{BindAddress: "0"},
 		HealthProbeBindAddress: "0", Controller: config.Controller{SkipNameValidation: ptr.To(true)}})
 	g.Expect(err).NotTo(HaveOccurred())
-	g.Expect((&clusternetworkpolicy.Reconciler{Client: mgr.GetClient()}).SetupWithManager(mgr)).To(Succeed())
+	cnps, err := servedcrd.ClusterNetworkPolicies(mgr)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect((&clusternetworkpolicy.Reconciler{Client: mgr.GetClient(), Policies: cnps}).SetupWithManager(mgr)).To(Succeed())
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- mgr.Start(ctx) }()
