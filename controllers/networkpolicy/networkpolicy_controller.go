@@ -509,6 +509,12 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 	}
 	if r.ClusterPolicies != nil && !r.ClusterPolicies.Decided() {
 		log.V(1).Info("Whether the cluster serves ClusterNetworkPolicies is not known yet; NetworkPolicies wait for it")
+		if err := r.ClusterPolicies.WatchError(); err != nil {
+			// The node keeps its flows and new Pods wait: say why on the node (PoliciesReady).
+			r.State.SetPolicies(nodenetwork.PoliciesResult{Err: fmt.Sprintf(
+				"waiting to learn whether the cluster serves ClusterNetworkPolicies: watching CustomResourceDefinition %s failed (the agent's RBAC rule must allow get, list and watch on it): %v",
+				r.ClusterPolicies.CRDName(), err)})
+		}
 		return ctrl.Result{RequeueAfter: notReadyRetry}, nil
 	}
 	r.handleAudit(rz.Flows)

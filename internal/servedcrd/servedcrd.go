@@ -66,6 +66,8 @@ type Kind struct {
 	decided bool
 	// notServed is why the kind was last found not served (logged once per reason).
 	notServed string
+	// watchErr is the CRD watch's last error, cleared when the CRD is listed.
+	watchErr error
 }
 
 type serving struct {
@@ -126,6 +128,14 @@ func (k *Kind) Decided() bool {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	return k.decided
+}
+
+// WatchError is the last error of the CRD's list or watch since it was last listed (nil: none), so
+// that a controller waiting for Decided can say why (typically an RBAC rule that lacks the CRD).
+func (k *Kind) WatchError() error {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.watchErr
 }
 
 // NeedLeaderElection is false: every instance follows the CRD, as the manager's caches run on
@@ -204,13 +214,16 @@ func (k *Kind) Start(ctx context.Context) error {
 	inf := toolscache.NewSharedIndexInformer(lw, &apiextensionsv1.CustomResourceDefinition{}, 0, nil)
 	if err := inf.SetWatchErrorHandlerWithContext(func(ctx context.Context, _ *toolscache.Reflector, err error) {
 		log.Error(err, "Watching the CustomResourceDefinition failed; retrying (the RBAC rule for it must allow get, list and watch)")
+		k.mu.Lock()
+		k.watchErr = err
+		k.mu.Unlock()
 	}); err != nil {
 		return fmt.Errorf("setting the CustomResourceDefinition watch's error handler: %w", err)
 	}
 	set := func(obj any) {
 		crd, _ := obj.(*apiextensionsv1.CustomResourceDefinition)
 		k.mu.Lock()
-		k.latest = crd
+		k.latest, k.watchErr = crd, nil
 		k.mu.Unlock()
 		select {
 		case k.wake <- struct{}{}:

@@ -107,6 +107,23 @@ func TestKindFollowsTheCRD(t *testing.T) {
 		return apierrors.IsForbidden(restricted.List(ctx, &apiextensionsv1.CustomResourceDefinitionList{}))
 	}).WithTimeout(10*time.Second).Should(BeTrue(), "the rules do not let it list every CRD")
 
+	// A user the rule does not name (an agent whose ClusterRole predates the rule) cannot decide,
+	// and the Kind says why.
+	stranger, err := s.Env.ControlPlane.AddUser(envtest.User{Name: "crd-stranger"}, s.Config)
+	g.Expect(err).NotTo(HaveOccurred())
+	sctx, scancel := context.WithCancel(ctx)
+	undecided, err := servedcrd.New(servedcrd.Options{
+		Config: stranger.Config(), Scheme: scheme, Plural: "clusternetworkpolicies", Object: &cnpv1beta1.ClusterNetworkPolicy{},
+		GroupVersionKind: schema.GroupVersionKind{Group: cnpv1beta1.GroupName, Version: "v1beta1", Kind: "ClusterNetworkPolicy"},
+	})
+	g.Expect(err).NotTo(HaveOccurred())
+	sdone := make(chan error, 1)
+	go func() { sdone <- undecided.Start(sctx) }()
+	g.Eventually(undecided.WatchError).WithTimeout(10*time.Second).Should(Satisfy(apierrors.IsForbidden), "the watch's refusal is kept for the controller to report")
+	g.Expect(undecided.Decided()).To(BeFalse())
+	scancel()
+	g.Expect(<-sdone).To(Succeed())
+
 	k, err := servedcrd.New(servedcrd.Options{
 		Config: user.Config(), Scheme: scheme, Plural: "clusternetworkpolicies", Object: &cnpv1beta1.ClusterNetworkPolicy{},
 		GroupVersionKind: schema.GroupVersionKind{Group: cnpv1beta1.GroupName, Version: "v1beta1", Kind: "ClusterNetworkPolicy"},
