@@ -2,11 +2,10 @@ package networkpolicy
 
 import (
 	"context"
-	"fmt"
 	"maps"
 	"net/netip"
 	"slices"
-	"sync"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -14,7 +13,6 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
-	ctrl "sigs.k8s.io/controller-runtime"
 	cnpv1beta1 "sigs.k8s.io/network-policy-api/apis/v1beta1"
 )
 
@@ -51,91 +49,55 @@ func NodePeerSelectors(policies []cnpv1beta1.ClusterNetworkPolicy) (selectors ma
 
 // PeerNodes holds the Node watches of the ClusterNetworkPolicies' nodes peers, one per selector.
 type PeerNodes struct {
-	client kubernetes.Interface
-
-	mu sync.Mutex
-	// ctx is the manager's (set by start): watches run within it.
-	ctx     context.Context
-	watches map[string]*nodeWatch
-	// changed is told of every event that changes what a watch selects, after its list.
+	client  kubernetes.Interface
+	watches *watchSet[string]
+	// changed is told of every event that changes what a watch selects, after its list (set by
+	// start).
 	changed func()
-}
-
-type nodeWatch struct {
-	informer cache.SharedIndexInformer
-	stop     context.CancelFunc
 }
 
 // NewPeerNodes returns the Node watches, which list and watch Nodes through client.
 func NewPeerNodes(client kubernetes.Interface) *PeerNodes {
-	return &PeerNodes{client: client, watches: map[string]*nodeWatch{}}
+	p := &PeerNodes{client: client}
+	p.watches = newWatchSet(watchSetOptions[string]{
+		kind: "Node", compare: strings.Compare, text: func(sel string) string { return sel },
+		listWatch: func(sel string) *cache.ListWatch {
+			return &cache.ListWatch{
+				ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+					o.LabelSelector = sel
+					return p.client.CoreV1().Nodes().List(ctx, o)
+				},
+				WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+					o.LabelSelector = sel
+					return p.client.CoreV1().Nodes().Watch(ctx, o)
+				},
+			}
+		},
+		object: &corev1.Node{}, transform: TrimNode,
+		handler: p.handler,
+		// A list the pass did not wait for (peerSyncWait) takes the next full pass.
+		synced: func() func() { return p.changed },
+	})
+	return p
 }
 
 // start gives the watches the context they run in and the function told of their changes.
 func (p *PeerNodes) start(ctx context.Context, changed func()) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.ctx, p.changed = ctx, changed
-	go func() {
-		<-ctx.Done()
-		p.mu.Lock()
-		defer p.mu.Unlock()
-		for sel, w := range p.watches {
-			w.stop()
-			delete(p.watches, sel)
-		}
-	}()
+	p.changed = changed
+	p.watches.start(ctx)
 }
 
 // set opens the watches of the selectors not open, closes the open ones no longer wanted, and waits
 // up to peerSyncWait for the new ones' lists. It returns whether every watch has listed.
 func (p *PeerNodes) set(ctx context.Context, want map[string]bool) (opened, closed []string, synced bool, err error) {
-	p.mu.Lock()
-	if p.ctx == nil {
-		p.mu.Unlock()
-		return nil, nil, false, fmt.Errorf("the peer Node watches are not started")
-	}
-	for sel, w := range p.watches {
-		if !want[sel] {
-			w.stop()
-			delete(p.watches, sel)
-			closed = append(closed, sel)
-		}
-	}
-	var waits []cache.InformerSynced
-	for _, sel := range slices.Sorted(maps.Keys(want)) {
-		w, ok := p.watches[sel]
-		if !ok {
-			w = p.openLocked(sel)
-			opened = append(opened, sel)
-		}
-		waits = append(waits, w.informer.HasSynced)
-	}
-	p.mu.Unlock()
-	if len(waits) == 0 {
-		return opened, closed, true, nil
-	}
-	wctx, cancel := context.WithTimeout(ctx, peerSyncWait)
-	defer cancel()
-	return opened, closed, cache.WaitForCacheSync(wctx.Done(), waits...), nil
+	return p.watches.set(ctx, want)
 }
 
-// openLocked opens the watch of one selector (p.mu held).
-func (p *PeerNodes) openLocked(sel string) *nodeWatch {
-	lw := &cache.ListWatch{
-		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-			o.LabelSelector = sel
-			return p.client.CoreV1().Nodes().List(ctx, o)
-		},
-		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-			o.LabelSelector = sel
-			return p.client.CoreV1().Nodes().Watch(ctx, o)
-		},
-	}
-	inf := cache.NewSharedIndexInformerWithOptions(lw, &corev1.Node{}, cache.SharedIndexInformerOptions{})
-	_ = inf.SetTransform(TrimNode)
+// handler tells of every Node added or deleted after the list, and of every change of the labels
+// or the addresses; kubelet's status updates (conditions, images, heartbeats) are dropped here.
+func (p *PeerNodes) handler() cache.ResourceEventHandler {
 	changed := p.changed
-	_, _ = inf.AddEventHandler(cache.ResourceEventHandlerDetailedFuncs{
+	return cache.ResourceEventHandlerDetailedFuncs{
 		AddFunc: func(_ any, initial bool) {
 			if !initial {
 				changed()
@@ -150,32 +112,16 @@ func (p *PeerNodes) openLocked(sel string) *nodeWatch {
 			changed()
 		},
 		DeleteFunc: func(any) { changed() },
-	})
-	ctx, stop := context.WithCancel(p.ctx)
-	w := &nodeWatch{informer: inf, stop: stop}
-	p.watches[sel] = w
-	go inf.RunWithContext(ctx)
-	go func() {
-		// A list the pass did not wait for (peerSyncWait) takes the next full pass.
-		if cache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
-			changed()
-		}
-	}()
-	ctrl.Log.WithName("networkpolicy").V(1).Info("Opened a peer Node watch", "selector", sel)
-	return w
+	}
 }
 
 // Addresses returns, per open selector whose list is done, the IPv4 addresses of the Nodes it selects, sorted.
 func (p *PeerNodes) Addresses() map[string][]netip.Addr {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	out := make(map[string][]netip.Addr, len(p.watches))
-	for sel, w := range p.watches {
-		if !w.informer.HasSynced() {
-			continue
-		}
+	stores := p.watches.stores(nil, true)
+	out := make(map[string][]netip.Addr, len(stores))
+	for sel, store := range stores {
 		var addrs []netip.Addr
-		for _, obj := range w.informer.GetStore().List() {
+		for _, obj := range store.List() {
 			n, ok := obj.(*corev1.Node)
 			if !ok {
 				continue

@@ -2,11 +2,9 @@ package networkpolicy
 
 import (
 	"context"
-	"fmt"
 	"maps"
 	"slices"
 	"strconv"
-	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -18,7 +16,6 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
-	ctrl "sigs.k8s.io/controller-runtime"
 )
 
 // The peer watches: an agent holds the Pods its node's policies name, and no other remote Pod.
@@ -128,126 +125,58 @@ func peerWatchKeys(policies []networkingv1.NetworkPolicy, namespaces map[string]
 
 // PeerPods holds the Pod watches of the node's policies' peers (peerWatchKeys).
 type PeerPods struct {
-	client kubernetes.Interface
-
-	mu sync.Mutex
-	// ctx is the manager's (set by start): watches run within it.
-	ctx     context.Context
-	watches map[watchKey]*podWatch
-	// changed is told of every Pod event of a watch after its list, synced of a watch's list done.
+	client  kubernetes.Interface
+	watches *watchSet[watchKey]
+	// changed is told of every Pod event of a watch after its list, synced of a watch's list done
+	// (both set by start).
 	changed func(types.NamespacedName)
 	synced  func()
-}
-
-// podWatch is one open watch.
-type podWatch struct {
-	informer cache.SharedIndexInformer
-	stop     context.CancelFunc
-	// counted is how many objects it added to the objects gauge (mu of PeerPods).
-	counted *int64
 }
 
 // NewPeerPods returns the peer watches, which list and watch Pods through client (the agent gives
 // it protobuf).
 func NewPeerPods(client kubernetes.Interface) *PeerPods {
-	return &PeerPods{client: client, watches: map[watchKey]*podWatch{}}
+	p := &PeerPods{client: client}
+	p.watches = newWatchSet(watchSetOptions[watchKey]{
+		kind: "Pod", compare: compareKeys, text: watchKey.String,
+		listWatch: func(k watchKey) *cache.ListWatch {
+			return &cache.ListWatch{
+				ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+					o.LabelSelector = k.selector
+					return p.client.CoreV1().Pods(k.namespace).List(ctx, o)
+				},
+				WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+					o.LabelSelector = k.selector
+					return p.client.CoreV1().Pods(k.namespace).Watch(ctx, o)
+				},
+			}
+		},
+		object: &corev1.Pod{}, transform: TrimPod,
+		handler: p.handler, synced: func() func() { return p.synced },
+		watchesGauge: peerWatches, objectsGauge: peerObjects,
+	})
+	return p
 }
 
 // start gives the watches the context they run in and the functions told of their events.
 func (p *PeerPods) start(ctx context.Context, changed func(types.NamespacedName), synced func()) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.ctx, p.changed, p.synced = ctx, changed, synced
-	go func() {
-		<-ctx.Done()
-		p.mu.Lock()
-		defer p.mu.Unlock()
-		for k, w := range p.watches {
-			p.closeLocked(k, w)
-		}
-	}()
+	p.changed, p.synced = changed, synced
+	p.watches.start(ctx)
 }
 
 // set opens the watches of want not open, closes the open ones not in want, and waits up to
 // peerSyncWait for the new ones' lists. It returns the keys opened and closed (for the log) and
 // whether every watch has listed.
 func (p *PeerPods) set(ctx context.Context, want map[watchKey]bool) (opened, closed []watchKey, synced bool, err error) {
-	p.mu.Lock()
-	if p.ctx == nil {
-		p.mu.Unlock()
-		return nil, nil, false, fmt.Errorf("the peer Pod watches are not started")
-	}
-	if p.ctx.Err() != nil {
-		p.mu.Unlock()
-		return nil, nil, false, p.ctx.Err()
-	}
-	for k, w := range p.watches {
-		if !want[k] {
-			p.closeLocked(k, w)
-			closed = append(closed, k)
-		}
-	}
-	var waits []cache.InformerSynced
-	for _, k := range slices.SortedFunc(maps.Keys(want), func(a, b watchKey) int { return compareKeys(a, b) }) {
-		w, ok := p.watches[k]
-		if !ok {
-			w = p.openLocked(k)
-			opened = append(opened, k)
-		}
-		waits = append(waits, w.informer.HasSynced)
-	}
-	p.mu.Unlock()
-	wctx, cancel := context.WithTimeout(ctx, peerSyncWait)
-	defer cancel()
-	synced = cache.WaitForCacheSync(wctx.Done(), waits...)
-	return opened, closed, synced, nil
+	return p.watches.set(ctx, want)
 }
 
-func compareKeys(a, b watchKey) int {
-	if a.namespace != b.namespace {
-		if a.namespace < b.namespace {
-			return -1
-		}
-		return 1
-	}
-	if a.selector < b.selector {
-		return -1
-	}
-	if a.selector > b.selector {
-		return 1
-	}
-	return 0
-}
-
-// openLocked opens watch k (p.mu held).
-func (p *PeerPods) openLocked(k watchKey) *podWatch {
-	lw := &cache.ListWatch{
-		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-			o.LabelSelector = k.selector
-			return p.client.CoreV1().Pods(k.namespace).List(ctx, o)
-		},
-		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-			o.LabelSelector = k.selector
-			return p.client.CoreV1().Pods(k.namespace).Watch(ctx, o)
-		},
-	}
-	inf := cache.NewSharedIndexInformerWithOptions(lw, &corev1.Pod{}, cache.SharedIndexInformerOptions{})
-	_ = inf.SetTransform(TrimPod)
-	var counted int64
-	w := &podWatch{informer: inf, counted: &counted}
-	count := func(d int64) {
-		p.mu.Lock()
-		if p.watches[k] == w {
-			counted += d
-			peerObjects.Add(float64(d))
-		}
-		p.mu.Unlock()
-	}
-	changed, synced := p.changed, p.synced
-	_, _ = inf.AddEventHandler(cache.ResourceEventHandlerDetailedFuncs{
+// handler queues, for the incremental path, each Pod whose policy-relevant fields changed.
+func (p *PeerPods) handler() cache.ResourceEventHandler {
+	changed := p.changed
+	return cache.ResourceEventHandlerDetailedFuncs{
 		AddFunc: func(obj any, initial bool) {
 			peerEvents.Inc()
-			count(1)
 			if !initial {
 				if pod, ok := obj.(*corev1.Pod); ok {
 					changed(types.NamespacedName{Namespace: pod.Namespace, Name: pod.Name})
@@ -267,7 +196,6 @@ func (p *PeerPods) openLocked(k watchKey) *podWatch {
 		},
 		DeleteFunc: func(obj any) {
 			peerEvents.Inc()
-			count(-1)
 			if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 				obj = d.Obj
 			}
@@ -275,47 +203,32 @@ func (p *PeerPods) openLocked(k watchKey) *podWatch {
 				changed(types.NamespacedName{Namespace: pod.Namespace, Name: pod.Name})
 			}
 		},
-	})
-	ctx, stop := context.WithCancel(p.ctx)
-	w.stop = stop
-	p.watches[k] = w
-	peerWatches.Inc()
-	go inf.RunWithContext(ctx)
-	go func() {
-		if cache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
-			synced()
-		}
-	}()
-	ctrl.Log.WithName("networkpolicy").V(1).Info("Opened a peer Pod watch", "watch", k.String())
-	return w
+	}
 }
 
-// closeLocked stops watch k (p.mu held): what it held goes with it.
-func (p *PeerPods) closeLocked(k watchKey, w *podWatch) {
-	w.stop()
-	delete(p.watches, k)
-	peerWatches.Dec()
-	peerObjects.Sub(float64(*w.counted))
-	*w.counted = 0
-	ctrl.Log.WithName("networkpolicy").V(1).Info("Closed a peer Pod watch", "watch", k.String())
+func compareKeys(a, b watchKey) int {
+	if a.namespace != b.namespace {
+		if a.namespace < b.namespace {
+			return -1
+		}
+		return 1
+	}
+	if a.selector < b.selector {
+		return -1
+	}
+	if a.selector > b.selector {
+		return 1
+	}
+	return 0
 }
 
 // open returns the keys of the open watches.
-func (p *PeerPods) open() []watchKey {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return slices.SortedFunc(maps.Keys(p.watches), compareKeys)
-}
+func (p *PeerPods) open() []watchKey { return p.watches.keys() }
 
 // list returns every Pod the open watches hold, each once (the newest copy when several watches
 // hold it).
 func (p *PeerPods) list() []*corev1.Pod {
-	p.mu.Lock()
-	stores := make([]cache.Store, 0, len(p.watches))
-	for _, w := range p.watches {
-		stores = append(stores, w.informer.GetStore())
-	}
-	p.mu.Unlock()
+	stores := slices.Collect(maps.Values(p.watches.stores(nil, false)))
 	if len(stores) == 1 {
 		items := stores[0].List()
 		out := make([]*corev1.Pod, 0, len(items))
@@ -346,14 +259,7 @@ func (p *PeerPods) list() []*corev1.Pod {
 
 // get returns Pod key from the open watches (the newest copy), or nil when none holds it.
 func (p *PeerPods) get(key types.NamespacedName) *corev1.Pod {
-	p.mu.Lock()
-	var stores []cache.Store
-	for k, w := range p.watches {
-		if k.namespace == "" || k.namespace == key.Namespace {
-			stores = append(stores, w.informer.GetStore())
-		}
-	}
-	p.mu.Unlock()
+	stores := p.watches.stores(func(k watchKey) bool { return k.namespace == "" || k.namespace == key.Namespace }, false)
 	var out *corev1.Pod
 	for _, s := range stores {
 		o, ok, err := s.GetByKey(key.Namespace + "/" + key.Name)
