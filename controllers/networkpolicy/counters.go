@@ -2,6 +2,8 @@ package networkpolicy
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"sync"
 	"time"
 
@@ -18,7 +20,7 @@ import (
 // agent: one flow-stats request per metric table for the counter flows (cookie mask
 // pipeline.PolicyCounterCookie), one per default-drop table for the policy flows (the drops, each
 // naming its Pod by its match) and one per ClusterNetworkPolicy table for its rules' flows
-// (pipeline.ClusterRuleCookie) when the node has such rules, cached for CounterCacheTTL so that a scrape storm costs
+// (pipeline.ClusterRuleCookie) when the node has such rules, all sent at once, cached for CounterCacheTTL so that a scrape storm costs
 // the switch at most one read per period. The flows' counters are added to running totals per
 // series, so that flows replaced (a restart of ovs-vswitchd replays them from zero, a rule's
 // priority moves) do not make a series go back; a series goes when its rule (or, for default
@@ -151,18 +153,64 @@ type counterFlowStats interface {
 	FlowStats(ctx context.Context, table uint8, cookie, cookieMask uint64) ([]openflow.FlowStat, error)
 }
 
+// statsRequest is one flow-stats request of a read: a table and a cookie with its mask.
+type statsRequest struct {
+	table        uint8
+	cookie, mask uint64
+}
+
+// flowStatsAll sends every request at once (the bridge tells the replies apart by xid, and
+// ovs-vswitchd answers each as soon as it has read it) and returns their flows in the requests'
+// order, or the requests' errors.
+func flowStatsAll(ctx context.Context, b counterFlowStats, reqs []statsRequest) ([][]openflow.FlowStat, error) {
+	out := make([][]openflow.FlowStat, len(reqs))
+	errs := make([]error, len(reqs))
+	var wg sync.WaitGroup
+	for i, r := range reqs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			out[i], errs[i] = b.FlowStats(ctx, r.table, r.cookie, r.mask)
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return nil, fmt.Errorf("reading the counter flows: %w", err)
+	}
+	return out, nil
+}
+
 // readCounterFlows reads the counter flows, the isolated Pods' default drops and the
 // ClusterNetworkPolicy Deny and Pass rules' flows, each named by the index of the last full pass.
 // Flows the index does not name (a rule realised by a pass whose index is not recorded yet) are
-// left for the next read.
+// left for the next read. The requests (one per table) are sent together.
 func readCounterFlows(ctx context.Context, b counterFlowStats, idx nodenetwork.PolicyIndex) (map[flowKey]counted, error) {
-	out := map[flowKey]counted{}
-	cookie, mask := pipeline.PolicyCounterCookie()
-	for _, table := range []uint8{pipeline.EgressMetricTable, pipeline.IngressMetricTable} {
-		stats, err := b.FlowStats(ctx, table, cookie, mask)
-		if err != nil {
-			return nil, err
+	counterCookie, counterMask := pipeline.PolicyCounterCookie()
+	metricTables := []uint8{pipeline.EgressMetricTable, pipeline.IngressMetricTable}
+	dirs := []pipeline.PolicyDirection{pipeline.PolicyEgress, pipeline.PolicyIngress}
+	reqs := make([]statsRequest, 0, 8)
+	for _, table := range metricTables {
+		reqs = append(reqs, statsRequest{table: table, cookie: counterCookie, mask: counterMask})
+	}
+	for _, dir := range dirs {
+		reqs = append(reqs, statsRequest{table: pipeline.DefaultDropTable(dir), cookie: openflow.MakeCookie(0, pipeline.CategoryPolicy, 0), mask: openflow.CategoryMask})
+	}
+	clusterTables := 0
+	if len(idx.ClusterRules) > 0 {
+		cookie, mask := pipeline.ClusterRuleCookie()
+		for _, tier := range []pipeline.ClusterTier{pipeline.AdminTier, pipeline.BaselineTier} {
+			for _, dir := range dirs {
+				reqs = append(reqs, statsRequest{table: pipeline.ClusterTable(tier, dir), cookie: cookie, mask: mask})
+				clusterTables++
+			}
 		}
+	}
+	replies, err := flowStatsAll(ctx, b, reqs)
+	if err != nil {
+		return nil, err
+	}
+	out := map[flowKey]counted{}
+	for _, stats := range replies[:len(metricTables)] {
 		for _, s := range stats {
 			kind, _, id, ok := pipeline.ParsePolicyCounterObject(s.Cookie)
 			if !ok {
@@ -181,16 +229,12 @@ func readCounterFlows(ctx context.Context, b counterFlowStats, idx nodenetwork.P
 	}
 	// The default drops: the policy flows of the default tables at their priority, one per
 	// isolated Pod, named by the Pod's namespace.
-	for _, dir := range []pipeline.PolicyDirection{pipeline.PolicyEgress, pipeline.PolicyIngress} {
+	for i, dir := range dirs {
 		isolation := idx.IngressIsolation
 		if dir == pipeline.PolicyEgress {
 			isolation = idx.EgressIsolation
 		}
-		stats, err := b.FlowStats(ctx, pipeline.DefaultDropTable(dir), openflow.MakeCookie(0, pipeline.CategoryPolicy, 0), openflow.CategoryMask)
-		if err != nil {
-			return nil, err
-		}
-		for _, s := range stats {
+		for _, s := range replies[len(metricTables)+i] {
 			port, ok := pipeline.DefaultDropPort(dir, s.InPort, s.Regs)
 			if s.Priority != pipeline.DefaultDropPriority || !ok || len(isolation[port]) == 0 {
 				continue
@@ -201,31 +245,21 @@ func readCounterFlows(ctx context.Context, b counterFlowStats, idx nodenetwork.P
 				values: counterValues{packets: s.Packets, bytes: s.Bytes, connections: s.Packets}}
 		}
 	}
-	if len(idx.ClusterRules) == 0 {
-		return out, nil
-	}
-	cookie, mask = pipeline.ClusterRuleCookie()
-	for _, tier := range []pipeline.ClusterTier{pipeline.AdminTier, pipeline.BaselineTier} {
-		for _, dir := range []pipeline.PolicyDirection{pipeline.PolicyEgress, pipeline.PolicyIngress} {
-			stats, err := b.FlowStats(ctx, pipeline.ClusterTable(tier, dir), cookie, mask)
-			if err != nil {
-				return nil, err
+	// Only a rule's deciding flows count packets (clause flows of a conjunction never do): the
+	// sum over its flows is what it dropped or passed.
+	for _, stats := range replies[len(reqs)-clusterTables:] {
+		for _, s := range stats {
+			name, ok := idx.RuleOfCookie(s.Cookie)
+			if !ok || (name.Action != nodenetwork.ActionDeny && name.Action != nodenetwork.ActionPass) {
+				continue // Accept rules count in the metric tables
 			}
-			// Only a rule's deciding flows count packets (clause flows of a conjunction never do):
-			// the sum over its flows is what it dropped or passed.
-			for _, s := range stats {
-				name, ok := idx.RuleOfCookie(s.Cookie)
-				if !ok || (name.Action != nodenetwork.ActionDeny && name.Action != nodenetwork.ActionPass) {
-					continue // Accept rules count in the metric tables
-				}
-				k := flowKey{table: s.Table, priority: s.Priority, object: s.Cookie & openflow.ObjectMask}
-				f := out[k]
-				f.series = ruleSeries(name)
-				f.values.packets += s.Packets
-				f.values.bytes += s.Bytes
-				f.values.connections += s.Packets
-				out[k] = f
-			}
+			k := flowKey{table: s.Table, priority: s.Priority, object: s.Cookie & openflow.ObjectMask}
+			f := out[k]
+			f.series = ruleSeries(name)
+			f.values.packets += s.Packets
+			f.values.bytes += s.Bytes
+			f.values.connections += s.Packets
+			out[k] = f
 		}
 	}
 	return out, nil

@@ -8,7 +8,9 @@ import "github.com/winnet-io/winnet/internal/ovs/openflow"
 //   - the flow that decides for a rule that admits (a NetworkPolicy rule's conj_id flow, or its
 //     per-Pod flow when it admits everything; a ClusterNetworkPolicy Accept rule's) loads the
 //     rule's id into EgressRuleField or IngressRuleField; ConntrackCommitTable commits the new
-//     connection with both ids in ct_label (EgressRuleLabel, IngressRuleLabel);
+//     connection with both ids in ct_label (EgressRuleLabel, IngressRuleLabel) of the zone its
+//     packets are tracked in at the metric tables (ConntrackZone, or a UDP Service port's own;
+//     a connection also SNATed in ServiceSNATZone is committed there first: admit);
 //   - each such rule has two flows in its direction's metric table, both going where the table's
 //     miss goes: CounterNew matches the new connection's first packet (its id in the register,
 //     none in ct_label yet): one connection; CounterEstablished matches every later packet of the

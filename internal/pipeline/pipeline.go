@@ -209,7 +209,12 @@ var (
 //	[96..127] IngressRuleLabel: the ingress rule that admitted the connection (IngressRuleField)
 //
 // The rule ids are written by the commit that ends a new connection's walk (ConntrackCommitTable),
-// so that its later packets, in both directions, are counted per rule in the metric tables.
+// so that its later packets, in both directions, are counted per rule in the metric tables. A
+// Service connection SNATed in ServiceSNATZone (hairpin, the host's own NodePorts, clients from the
+// uplink reaching another node's endpoint) keeps them in the zone it is DNATed in (ConntrackZone,
+// or its UDP port's own), where its packets are tracked when they pass the metric tables: the
+// flow that SNATs it first commits it there (admit), never in ServiceSNATZone, whose ct_label
+// is never read.
 const (
 	// EgressRuleLabel is the first bit of ct_label that keeps the id of the egress rule that
 	// admitted the connection (EgressRuleField), for its counters.

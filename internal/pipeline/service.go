@@ -138,10 +138,11 @@ const bucketWeight = 100
 //   - replies of NodePort connections from the uplink leave on the uplink with the MACs the
 //     request came with, kept in ct_label (the host never sees them: it would drop a packet from
 //     its own address);
-//   - Service connections are committed already (by the DNAT), the ones marked for it are SNATed
-//     to the gateway IP in ServiceSNATZone, in both directions' request side; the others are
-//     marked PolicyAdmittedCTMark once they got through NetworkPolicy (committed again in the
-//     same zone after the DNAT, as Antrea's rule tables do);
+//   - Service connections are committed already (by the DNAT); once they got through
+//     NetworkPolicy they are marked PolicyAdmittedCTMark, with the ids of the rules that admitted
+//     them in ct_label (committed again in the same zone after the DNAT, as Antrea's rule tables
+//     do: admit), and the ones marked for it are then SNATed to the gateway IP in ServiceSNATZone,
+//     in both directions' request side;
 //   - replies of the host's connections to its own NodePorts go back to it on the gateway;
 //   - ARP for ServiceNextHop, the next hop of the host's ClusterIP and NodePortVirtualIP routes,
 //     is answered;
@@ -172,19 +173,24 @@ func (n Node) ServiceBaseFlows() []openflow.Flow {
 		flow(EndpointDNATTable, priorityMiss, nil, openflow.SetEthDst(GlobalVirtualMAC), openflow.GotoTable(AdminEgressRuleTable)),
 		flow(ConntrackStateTable, priorityNormal, match(openflow.IPv4(), openflow.CTState(openflow.CTTrk, openflow.CTNew), openflow.CTMark(ServiceCTMark, ServiceCTMark)),
 			openflow.SetEthDst(GlobalVirtualMAC), openflow.GotoTable(DNATTable)),
-		flow(ConntrackCommitTable, priorityTop, match(openflow.IPv4(), openflow.CTState(openflow.CTNew|openflow.CTTrk, 0), regMatch(ServiceSNATField, 1)),
-			openflow.CT(openflow.CTAction{Commit: true, Table: ptr(L2ForwardingOutTable), Zone: ServiceSNATZone, SNAT: n.GatewayIP})),
+		// A new connection SNATed in ServiceSNATZone is admitted in ConntrackZone first (marked,
+		// its rules' ids in ct_label: its packets pass the metric tables tracked there), then
+		// SNATed; one from the uplink keeps its MACs where the egress id would go.
+		flow(ConntrackCommitTable, priorityTop, match(openflow.IPv4(), openflow.CTState(openflow.CTNew|openflow.CTTrk, 0), regMatch(ServiceSNATField, 1),
+			openflow.CTMark(0, ServiceExternalCTMark)),
+			admit(ConntrackZone, false), openflow.CT(openflow.CTAction{Commit: true, Table: ptr(L2ForwardingOutTable), Zone: ServiceSNATZone, SNAT: n.GatewayIP})),
+		flow(ConntrackCommitTable, priorityTop, match(openflow.IPv4(), openflow.CTState(openflow.CTNew|openflow.CTTrk, 0), regMatch(ServiceSNATField, 1),
+			openflow.CTMark(ServiceExternalCTMark, ServiceExternalCTMark)),
+			admit(ConntrackZone, true), openflow.CT(openflow.CTAction{Commit: true, Table: ptr(L2ForwardingOutTable), Zone: ServiceSNATZone, SNAT: n.GatewayIP})),
 		flow(ConntrackCommitTable, priorityTop, match(openflow.IPv4(), openflow.CTState(openflow.CTTrk, openflow.CTNew|openflow.CTRpl), openflow.CTMark(ServiceSNATCTMark, ServiceSNATCTMark)),
 			openflow.CT(openflow.CTAction{Table: ptr(L2ForwardingOutTable), Zone: ServiceSNATZone, NAT: true})),
 		flow(ConntrackCommitTable, priorityHigh, match(openflow.IPv4(), openflow.CTState(openflow.CTTrk, openflow.CTRpl), openflow.CTMark(ServiceCTMark, ServiceCTMark|PolicyAdmittedCTMark)),
-			openflow.CT(openflow.CTAction{Commit: true, Table: ptr(L2ForwardingOutTable), Zone: ConntrackZone,
-				Exec: append([]openflow.Action{openflow.SetCTMark(PolicyAdmittedCTMark, PolicyAdmittedCTMark)}, commitRules()...)})),
+			openflow.CT(openflow.CTAction{Commit: true, Table: ptr(L2ForwardingOutTable), Zone: ConntrackZone, Exec: admitExec(false)})),
 		// A NodePort connection from the uplink keeps MACs in ct_label where the egress rule's id
 		// would go: its ingress rule's alone (it has no egress rule).
 		flow(ConntrackCommitTable, priorityHigh+1, match(openflow.IPv4(), openflow.CTState(openflow.CTTrk, openflow.CTRpl),
 			openflow.CTMark(ServiceCTMark|ServiceExternalCTMark, ServiceCTMark|ServiceExternalCTMark|PolicyAdmittedCTMark)),
-			openflow.CT(openflow.CTAction{Commit: true, Table: ptr(L2ForwardingOutTable), Zone: ConntrackZone,
-				Exec: []openflow.Action{openflow.SetCTMark(PolicyAdmittedCTMark, PolicyAdmittedCTMark), commitRule(PolicyIngress)}})),
+			openflow.CT(openflow.CTAction{Commit: true, Table: ptr(L2ForwardingOutTable), Zone: ConntrackZone, Exec: admitExec(true)})),
 		flow(ARPResponderTable, priorityNormal, match(openflow.ARP(), openflow.ARPTPA(ServiceNextHop), openflow.ARPOp(1)),
 			openflow.Move(openflow.FieldEthSrc, openflow.FieldEthDst), openflow.SetEthSrc(GlobalVirtualMAC), openflow.SetARPOp(2),
 			openflow.Move(openflow.FieldARPSha, openflow.FieldARPTha), openflow.SetARPSha(GlobalVirtualMAC),
@@ -248,10 +254,11 @@ func (n Node) ServiceFlows(sp ServicePort) ([]openflow.Group, []openflow.Flow) {
 //   - ConntrackCommit: a new connection, once NetworkPolicy let it through, is recorded in
 //     ConntrackZone as the endpoint sees it (after the DNAT, before any Service SNAT; no NAT) with
 //     Z in ct_mark[16..31] (ServiceZoneCTMarkMask), in the flow that ends it as other Service
-//     connections end (marked PolicyAdmittedCTMark in Z, then the record; or the record, then
-//     the SNAT in ServiceSNATZone for clients from outside reaching another node's endpoint, and
-//     for hairpin). Both commits are in one flow because OVS clears the packet's conntrack fields
-//     after a ct() that does not recirculate: no later flow could match them;
+//     connections end (marked PolicyAdmittedCTMark in Z, then the record; for clients from
+//     outside reaching another node's endpoint, the host's own NodePort connections and hairpin,
+//     marked in Z, the record, then the SNAT in ServiceSNATZone). The commits are in one flow
+//     because OVS clears the packet's conntrack fields after a ct() that does not recirculate: no
+//     later flow could match them;
 //   - ConntrackState: a reply, which comes from the endpoint (and the endpoint may serve several
 //     UDP ports), is tracked in ConntrackZone first like every packet (after its un-SNAT, if
 //     any); when the record there names Z, it goes through Z too, which un-DNATs it.
@@ -275,15 +282,8 @@ func (n Node) zoneFlows(sp ServicePort) []openflow.Flow {
 	record := openflow.CT(openflow.CTAction{Commit: true, Zone: ConntrackZone, Exec: []openflow.Action{openflow.SetCTMark(mark, ServiceZoneCTMarkMask)}})
 	// The admission keeps the ids of the rules that admitted the connection in Z's ct_label
 	// (counters.go): the connection's packets are tracked in Z when they pass the metric tables.
-	// A connection from the uplink (ServiceExternalCTMark) keeps MACs where the egress id would
-	// go: its ingress rule's alone.
-	admitExec := func(external bool) []openflow.Action {
-		if external {
-			return []openflow.Action{openflow.SetCTMark(PolicyAdmittedCTMark, PolicyAdmittedCTMark), commitRule(PolicyIngress)}
-		}
-		return append([]openflow.Action{openflow.SetCTMark(PolicyAdmittedCTMark, PolicyAdmittedCTMark)}, commitRules()...)
-	}
-	admit := func(external bool) openflow.Action {
+	// So do the Service SNAT and hairpin flows, before their record and SNAT.
+	admitOut := func(external bool) openflow.Action {
 		return openflow.CT(openflow.CTAction{Commit: true, Table: ptr(L2ForwardingOutTable), Zone: z, Exec: admitExec(external)})
 	}
 	inZone := openflow.CTZone(z)
@@ -297,11 +297,18 @@ func (n Node) zoneFlows(sp ServicePort) []openflow.Flow {
 			openflow.CT(openflow.CTAction{Commit: true, Zone: z, Exec: admitExec(false)}),
 			openflow.CT(openflow.CTAction{Commit: true, Table: ptr(L2ForwardingOutTable), Zone: ConntrackZone, Exec: []openflow.Action{openflow.SetCTMark(mark, ServiceZoneCTMarkMask)}})),
 		flow(ConntrackCommitTable, priorityServiceZone, udp(openflow.CTState(openflow.CTTrk, openflow.CTNew|openflow.CTRpl), inZone, notAdmitted),
-			admit(false)),
-		// Service SNAT and hairpin, as ServiceBaseFlows and HairpinFlows do them, after the record.
-		flow(ConntrackCommitTable, priorityServiceZoneSNAT, udp(openflow.CTState(openflow.CTNew|openflow.CTTrk, 0), inZone, regMatch(ServiceSNATField, 1)),
-			record, openflow.CT(openflow.CTAction{Commit: true, Table: ptr(L2ForwardingOutTable), Zone: ServiceSNATZone, SNAT: n.GatewayIP})),
+			admitOut(false)),
 	)
+	// Service SNAT and hairpin, as ServiceBaseFlows and HairpinFlows do them: admitted in Z, then
+	// the record, then the SNAT.
+	for _, external := range []bool{false, true} {
+		kind := openflow.CTMark(0, ServiceExternalCTMark)
+		if external {
+			kind = openflow.CTMark(ServiceExternalCTMark, ServiceExternalCTMark)
+		}
+		out = append(out, flow(ConntrackCommitTable, priorityServiceZoneSNAT, udp(openflow.CTState(openflow.CTNew|openflow.CTTrk, 0), inZone, regMatch(ServiceSNATField, 1), kind),
+			admit(z, external), record, openflow.CT(openflow.CTAction{Commit: true, Table: ptr(L2ForwardingOutTable), Zone: ServiceSNATZone, SNAT: n.GatewayIP})))
+	}
 	if sp.hasExternal() {
 		external := openflow.CTMark(ServiceCTMark|ServiceExternalCTMark, ServiceCTMark|ServiceExternalCTMark|PolicyAdmittedCTMark)
 		out = append(out,
@@ -309,7 +316,7 @@ func (n Node) zoneFlows(sp ServicePort) []openflow.Flow {
 				openflow.CT(openflow.CTAction{Commit: true, Zone: z, Exec: admitExec(true)}),
 				openflow.CT(openflow.CTAction{Commit: true, Table: ptr(L2ForwardingOutTable), Zone: ConntrackZone, Exec: []openflow.Action{openflow.SetCTMark(mark, ServiceZoneCTMarkMask)}})),
 			flow(ConntrackCommitTable, priorityServiceZone+1, udp(openflow.CTState(openflow.CTTrk, openflow.CTNew|openflow.CTRpl), inZone, external),
-				admit(true)))
+				admitOut(true)))
 	}
 	for _, ep := range sp.Endpoints {
 		ip := ep.Addr.Addr()
@@ -318,7 +325,7 @@ func (n Node) zoneFlows(sp ServicePort) []openflow.Flow {
 		}
 		self := []openflow.MatchField{openflow.NwSrc(netip.PrefixFrom(ip, 32)), openflow.NwDst(netip.PrefixFrom(ip, 32)), openflow.CTMark(ServiceCTMark, ServiceCTMark)}
 		out = append(out, flow(ConntrackCommitTable, priorityServiceZoneHairpin, udp(append([]openflow.MatchField{openflow.CTState(openflow.CTNew|openflow.CTTrk, 0), inZone}, self...)...),
-			loadReg(HairpinField, 1), record,
+			loadReg(HairpinField, 1), admit(z, false), record,
 			openflow.CT(openflow.CTAction{Commit: true, Table: ptr(L2ForwardingOutTable), Zone: ServiceSNATZone, SNAT: n.GatewayIP,
 				Exec: []openflow.Action{openflow.SetCTMark(HairpinCTMark, HairpinCTMark)}})))
 	}
@@ -496,10 +503,11 @@ func (n Node) affinityHitFlows(sp ServicePort) []openflow.Flow {
 }
 
 // HairpinFlows let a Pod reach itself through a Service (one set per local endpoint address,
-// shared by every Service port): its connection, DNATed back to its own address, is SNATed to the
-// gateway IP in ServiceSNATZone (marked HairpinCTMark there) so that the Pod's answer goes to OVS
-// rather than to itself, and both directions are output on the port they came in on, which OVS
-// does only when told to (output:in_port). Replies are recognised by the mark of the un-SNAT pass
+// shared by every Service port): its connection, DNATed back to its own address, is admitted in
+// ConntrackZone (admit: its packets are counted there) and SNATed to the gateway IP in
+// ServiceSNATZone (marked HairpinCTMark there) so that the Pod's answer goes to OVS rather than to
+// itself, and both directions are output on the port they came in on, which OVS does only when
+// told to (output:in_port). Replies are recognised by the mark of the un-SNAT pass
 // (ServiceBaseFlows).
 func (n Node) HairpinFlows(ip netip.Addr) []openflow.Flow {
 	if !ip.Is4() {
@@ -508,7 +516,7 @@ func (n Node) HairpinFlows(ip netip.Addr) []openflow.Flow {
 	self := match(openflow.NwSrc(netip.PrefixFrom(ip, 32)), openflow.NwDst(netip.PrefixFrom(ip, 32)), openflow.CTMark(ServiceCTMark, ServiceCTMark))
 	return []openflow.Flow{
 		flow(ConntrackCommitTable, priorityHairpin, append(match(openflow.IPv4(), openflow.CTState(openflow.CTNew|openflow.CTTrk, 0)), self...),
-			loadReg(HairpinField, 1),
+			loadReg(HairpinField, 1), admit(ConntrackZone, false),
 			openflow.CT(openflow.CTAction{Commit: true, Table: ptr(L2ForwardingOutTable), Zone: ServiceSNATZone, SNAT: n.GatewayIP,
 				Exec: []openflow.Action{openflow.SetCTMark(HairpinCTMark, HairpinCTMark)}})),
 		flow(ConntrackCommitTable, priorityHairpin, append(match(openflow.IPv4(), openflow.CTState(openflow.CTTrk, openflow.CTNew|openflow.CTRpl)), self...),
@@ -582,6 +590,26 @@ func (n Node) endpointActions(sp ServicePort, ep Endpoint, external, learn bool)
 	}
 	exec = append([]openflow.Action{openflow.SetCTMark(mark, mark)}, exec...)
 	return append(actions, openflow.CT(openflow.CTAction{Commit: true, Table: ptr(EndpointDNATTable), Zone: sp.dnatZone(), DNAT: ep.Addr, Exec: exec}))
+}
+
+// admitExec are the actions, inside the commit of a Service connection that NetworkPolicy let
+// through, that mark it PolicyAdmittedCTMark and keep the ids of the rules that admitted it in
+// ct_label (counters.go). A connection from the uplink (ServiceExternalCTMark) keeps MACs where the
+// egress id would go: its ingress rule's alone (it has no egress rule).
+func admitExec(external bool) []openflow.Action {
+	mark := openflow.SetCTMark(PolicyAdmittedCTMark, PolicyAdmittedCTMark)
+	if external {
+		return []openflow.Action{mark, commitRule(PolicyIngress)}
+	}
+	return append([]openflow.Action{mark}, commitRules()...)
+}
+
+// admit commits a new Service connection, in the zone it is DNATed in, as admitExec marks it,
+// without recirculating: the flows that SNAT a connection in ServiceSNATZone (Service SNAT,
+// hairpin) admit it this way first, since its packets pass the metric tables tracked in the DNAT
+// zone, whose ct_label must name its rules for its later packets to be counted.
+func admit(zone uint16, external bool) openflow.Action {
+	return openflow.CT(openflow.CTAction{Commit: true, Zone: zone, Exec: admitExec(external)})
 }
 
 func ipValue(ip netip.Addr) uint32 {

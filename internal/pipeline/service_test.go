@@ -162,8 +162,9 @@ func TestServiceFlows(t *testing.T) {
 				// A NodePort connection from the uplink: its ingress rule alone (MACs in ct_label[0..95]).
 				"table=105, priority=216,ct_state=+new-rpl+trk,ct_zone=61441,ct_mark=0x90/0x190,udp actions=ct(commit,zone=61441,exec(set_field:0x100/0x100->ct_mark,move:NXM_NX_REG9[]->NXM_NX_CT_LABEL[96..127])),ct(commit,table=110,zone=65520,exec(set_field:0xf0010000/0xffff0000->ct_mark))",
 				"table=105, priority=216,ct_state=-new-rpl+trk,ct_zone=61441,ct_mark=0x90/0x190,udp actions=ct(commit,table=110,zone=61441,exec(set_field:0x100/0x100->ct_mark,move:NXM_NX_REG9[]->NXM_NX_CT_LABEL[96..127]))",
-				"table=105, priority=221,ct_state=+new+trk,ct_zone=61441,udp,reg0=0x40000/0x40000 actions=ct(commit,zone=65520,exec(set_field:0xf0010000/0xffff0000->ct_mark)),ct(commit,table=110,zone=65521,nat(src=10.244.1.1))",
-				"table=105, priority=231,ct_state=+new+trk,ct_zone=61441,ct_mark=0x10/0x10,udp,nw_src=10.244.1.5,nw_dst=10.244.1.5 actions=set_field:0x80000/0x80000->reg0,ct(commit,zone=65520,exec(set_field:0xf0010000/0xffff0000->ct_mark)),ct(commit,table=110,zone=65521,nat(src=10.244.1.1),exec(set_field:0x200/0x200->ct_mark))",
+				"table=105, priority=221,ct_state=+new+trk,ct_zone=61441,ct_mark=0/0x80,udp,reg0=0x40000/0x40000 actions=ct(commit,zone=61441,exec(set_field:0x100/0x100->ct_mark,move:NXM_NX_REG8[]->NXM_NX_CT_LABEL[64..95],move:NXM_NX_REG9[]->NXM_NX_CT_LABEL[96..127])),ct(commit,zone=65520,exec(set_field:0xf0010000/0xffff0000->ct_mark)),ct(commit,table=110,zone=65521,nat(src=10.244.1.1))",
+				"table=105, priority=221,ct_state=+new+trk,ct_zone=61441,ct_mark=0x80/0x80,udp,reg0=0x40000/0x40000 actions=ct(commit,zone=61441,exec(set_field:0x100/0x100->ct_mark,move:NXM_NX_REG9[]->NXM_NX_CT_LABEL[96..127])),ct(commit,zone=65520,exec(set_field:0xf0010000/0xffff0000->ct_mark)),ct(commit,table=110,zone=65521,nat(src=10.244.1.1))",
+				"table=105, priority=231,ct_state=+new+trk,ct_zone=61441,ct_mark=0x10/0x10,udp,nw_src=10.244.1.5,nw_dst=10.244.1.5 actions=set_field:0x80000/0x80000->reg0,ct(commit,zone=61441,exec(set_field:0x100/0x100->ct_mark,move:NXM_NX_REG8[]->NXM_NX_CT_LABEL[64..95],move:NXM_NX_REG9[]->NXM_NX_CT_LABEL[96..127])),ct(commit,zone=65520,exec(set_field:0xf0010000/0xffff0000->ct_mark)),ct(commit,table=110,zone=65521,nat(src=10.244.1.1),exec(set_field:0x200/0x200->ct_mark))",
 			},
 			wantGroups: []string{
 				"group_id=1,type=select," +
@@ -234,7 +235,8 @@ func TestServiceBaseFlows(t *testing.T) {
 		"table=31, priority=220,ct_state=-new+rpl+trk,ct_mark=0x400/0x400,ip actions=set_field:aa:bb:cc:dd:ee:ff->eth_src,set_field:02:42:0a:f4:01:01->eth_dst,output:2",
 		"table=45, priority=0 actions=set_field:aa:bb:cc:dd:ee:ff->eth_dst,goto_table:46",
 		"table=31, priority=200,ct_state=-new+trk,ct_mark=0x10/0x10,ip actions=set_field:aa:bb:cc:dd:ee:ff->eth_dst,goto_table:40",
-		"table=105, priority=220,ct_state=+new+trk,ip,reg0=0x40000/0x40000 actions=ct(commit,table=110,zone=65521,nat(src=10.244.1.1))",
+		"table=105, priority=220,ct_state=+new+trk,ct_mark=0/0x80,ip,reg0=0x40000/0x40000 actions=ct(commit,zone=65520,exec(set_field:0x100/0x100->ct_mark,move:NXM_NX_REG8[]->NXM_NX_CT_LABEL[64..95],move:NXM_NX_REG9[]->NXM_NX_CT_LABEL[96..127])),ct(commit,table=110,zone=65521,nat(src=10.244.1.1))",
+		"table=105, priority=220,ct_state=+new+trk,ct_mark=0x80/0x80,ip,reg0=0x40000/0x40000 actions=ct(commit,zone=65520,exec(set_field:0x100/0x100->ct_mark,move:NXM_NX_REG9[]->NXM_NX_CT_LABEL[96..127])),ct(commit,table=110,zone=65521,nat(src=10.244.1.1))",
 		"table=105, priority=220,ct_state=-new-rpl+trk,ct_mark=0x20/0x20,ip actions=ct(table=110,zone=65521,nat)",
 		"table=105, priority=210,ct_state=-rpl+trk,ct_mark=0x10/0x110,ip actions=ct(commit,table=110,zone=65520,exec(set_field:0x100/0x100->ct_mark,move:NXM_NX_REG8[]->NXM_NX_CT_LABEL[64..95],move:NXM_NX_REG9[]->NXM_NX_CT_LABEL[96..127]))",
 		"table=105, priority=211,ct_state=-rpl+trk,ct_mark=0x90/0x190,ip actions=ct(commit,table=110,zone=65520,exec(set_field:0x100/0x100->ct_mark,move:NXM_NX_REG9[]->NXM_NX_CT_LABEL[96..127]))",
@@ -250,7 +252,7 @@ func TestServiceBaseFlows(t *testing.T) {
 func TestHairpinFlows(t *testing.T) {
 	g := NewWithT(t)
 	g.Expect(strs(testNode().HairpinFlows(netip.MustParseAddr("10.244.1.5")))).To(ConsistOf(
-		"table=105, priority=230,ct_state=+new+trk,ct_mark=0x10/0x10,ip,nw_src=10.244.1.5,nw_dst=10.244.1.5 actions=set_field:0x80000/0x80000->reg0,ct(commit,table=110,zone=65521,nat(src=10.244.1.1),exec(set_field:0x200/0x200->ct_mark))",
+		"table=105, priority=230,ct_state=+new+trk,ct_mark=0x10/0x10,ip,nw_src=10.244.1.5,nw_dst=10.244.1.5 actions=set_field:0x80000/0x80000->reg0,ct(commit,zone=65520,exec(set_field:0x100/0x100->ct_mark,move:NXM_NX_REG8[]->NXM_NX_CT_LABEL[64..95],move:NXM_NX_REG9[]->NXM_NX_CT_LABEL[96..127])),ct(commit,table=110,zone=65521,nat(src=10.244.1.1),exec(set_field:0x200/0x200->ct_mark))",
 		"table=105, priority=230,ct_state=-new-rpl+trk,ct_mark=0x10/0x10,ip,nw_src=10.244.1.5,nw_dst=10.244.1.5 actions=set_field:0x80000/0x80000->reg0,ct(table=110,zone=65521,nat)",
 	))
 }
