@@ -38,7 +38,7 @@ func TestClusterNetworkPolicyCRDInstalledAfterStart(t *testing.T) {
 			t.Errorf("stopping the test's API server: %v", err)
 		}
 	})
-	mgr, err := controller.NewManager(s.Config, controller.Options{MetricsBindAddress: "0", HealthProbeBindAddress: "0", Namespace: "default"})
+	mgr, err := controller.NewManager(s.Config, controller.Options{MetricsBindAddress: "0", HealthProbeBindAddress: "0", Namespace: "default", SeveralPerProcess: true})
 	g.Expect(err).NotTo(HaveOccurred())
 	mctx, mcancel := context.WithCancel(ctx)
 	done := make(chan error, 1)

@@ -8,6 +8,7 @@ import (
 
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
@@ -41,6 +42,9 @@ type Options struct {
 	Namespace string
 	// Defaults are written into every WindowsNodeNetwork derived from a Node.
 	Defaults cluster.NetworkDefaults
+	// SeveralPerProcess allows more than one manager in a process, as tests run them (controller
+	// names are otherwise unique per process).
+	SeveralPerProcess bool
 }
 
 // namespace is the namespace winnet-controller runs in (see Options.Namespace).
@@ -77,6 +81,7 @@ func NewManager(cfg *rest.Config, opts Options) (manager.Manager, error) {
 			FilterProvider: filters.WithAuthenticationAndAuthorization,
 		},
 		HealthProbeBindAddress:  opts.HealthProbeBindAddress,
+		Controller:              config.Controller{SkipNameValidation: &opts.SeveralPerProcess},
 		LeaderElection:          opts.LeaderElection,
 		LeaderElectionID:        LeaderElectionID,
 		LeaderElectionNamespace: opts.LeaderElectionNamespace,

@@ -26,7 +26,7 @@ func TestMetricsNeedATokenAllowedToGetThem(t *testing.T) {
 	address := l.Addr().String()
 	g.Expect(l.Close()).To(Succeed())
 
-	mgr, err := controller.NewManager(server.Config, controller.Options{MetricsBindAddress: address, HealthProbeBindAddress: "0", Namespace: "default"})
+	mgr, err := controller.NewManager(server.Config, controller.Options{MetricsBindAddress: address, HealthProbeBindAddress: "0", Namespace: "default", SeveralPerProcess: true})
 	g.Expect(err).NotTo(HaveOccurred())
 	mctx, mcancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
