@@ -145,6 +145,10 @@ func (n Node) PolicyFlows(p Policy) []openflow.Flow {
 		flow(EgressRuleTable, priorityHigh, match(openflow.IPv4(), fromLocalPod, hostPrefix(n.NodeIP, openflow.NwDst)), openflow.GotoTable(EgressMetricTable)),
 		flow(IngressRuleTable, priorityHigh, match(openflow.IPv4(), regMatch(PktSourceField, FromGateway), hostPrefix(n.GatewayIP, openflow.NwSrc)),
 			openflow.GotoTable(IngressMetricTable)),
+		// The host's own connections to its NodePorts enter from the gateway with the node's
+		// address (the host's NodePort NAT changes the destination only).
+		flow(IngressRuleTable, priorityHigh, match(openflow.IPv4(), regMatch(PktSourceField, FromGateway), hostPrefix(n.NodeIP, openflow.NwSrc)),
+			openflow.GotoTable(IngressMetricTable)),
 		flow(IngressRuleTable, priorityHigh, match(openflow.IPv4(), regMatch(PktSourceField, FromLocal), hostPrefix(n.NodeIP, openflow.NwSrc)),
 			openflow.GotoTable(IngressMetricTable)),
 	}

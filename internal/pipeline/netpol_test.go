@@ -177,6 +177,7 @@ func TestPolicyIsolationAndExemptions(t *testing.T) {
 		"table=50, priority=210,ip,reg0=0x2/0xffff,nw_dst=10.244.1.1 actions=goto_table:62",
 		"table=50, priority=210,ip,reg0=0x2/0xffff,nw_dst=192.168.10.11 actions=goto_table:62",
 		"table=90, priority=210,ip,reg0=0x1/0xffff,nw_src=10.244.1.1 actions=goto_table:102",
+		"table=90, priority=210,ip,reg0=0x1/0xffff,nw_src=192.168.10.11 actions=goto_table:102",
 		"table=90, priority=210,ip,reg0=0x4/0xffff,nw_src=192.168.10.11 actions=goto_table:102",
 		"table=50, priority=210,ip,in_port=11,nw_dst=10.244.1.6 actions=goto_table:62",
 		"table=60, priority=200,ip,in_port=11 actions=drop",

@@ -221,6 +221,8 @@ func (n Node) forwardingFlows() []openflow.Flow {
 		flow(AdminEgressRuleTable, priorityClusterExempt, match(openflow.IPv4(), fromLocalPod, hostPrefix(n.NodeIP, openflow.NwDst)), openflow.GotoTable(EgressPeerClassTable)),
 		flow(AdminIngressRuleTable, priorityClusterExempt, match(openflow.IPv4(), regMatch(PktSourceField, FromGateway), hostPrefix(n.GatewayIP, openflow.NwSrc)),
 			openflow.GotoTable(IngressPeerClassTable)),
+		flow(AdminIngressRuleTable, priorityClusterExempt, match(openflow.IPv4(), regMatch(PktSourceField, FromGateway), hostPrefix(n.NodeIP, openflow.NwSrc)),
+			openflow.GotoTable(IngressPeerClassTable)),
 		flow(AdminIngressRuleTable, priorityClusterExempt, match(openflow.IPv4(), regMatch(PktSourceField, FromLocal), hostPrefix(n.NodeIP, openflow.NwSrc)),
 			openflow.GotoTable(IngressPeerClassTable)),
 		flow(AdminEgressRuleTable, priorityMiss, nil, openflow.GotoTable(EgressPeerClassTable)),
