@@ -52,7 +52,7 @@ type PeerNodes struct {
 	client  kubernetes.Interface
 	watches *watchSet[string]
 	// changed is told of every event that changes what a watch selects, after its list (set by
-	// start).
+	// start, before any watch opens).
 	changed func()
 }
 
@@ -74,9 +74,9 @@ func NewPeerNodes(client kubernetes.Interface) *PeerNodes {
 			}
 		},
 		object: &corev1.Node{}, transform: TrimNode,
-		handler: p.handler,
+		handler: p.handler(),
 		// A list the pass did not wait for (peerSyncWait) takes the next full pass.
-		synced: func() func() { return p.changed },
+		synced: func() { p.changed() },
 	})
 	return p
 }
@@ -96,7 +96,7 @@ func (p *PeerNodes) set(ctx context.Context, want map[string]bool) (opened, clos
 // handler tells of every Node added or deleted after the list, and of every change of the labels
 // or the addresses; kubelet's status updates (conditions, images, heartbeats) are dropped here.
 func (p *PeerNodes) handler() cache.ResourceEventHandler {
-	changed := p.changed
+	changed := func() { p.changed() }
 	return cache.ResourceEventHandlerDetailedFuncs{
 		AddFunc: func(_ any, initial bool) {
 			if !initial {

@@ -128,7 +128,7 @@ type PeerPods struct {
 	client  kubernetes.Interface
 	watches *watchSet[watchKey]
 	// changed is told of every Pod event of a watch after its list, synced of a watch's list done
-	// (both set by start).
+	// (both set by start, before any watch opens).
 	changed func(types.NamespacedName)
 	synced  func()
 }
@@ -152,7 +152,7 @@ func NewPeerPods(client kubernetes.Interface) *PeerPods {
 			}
 		},
 		object: &corev1.Pod{}, transform: TrimPod,
-		handler: p.handler, synced: func() func() { return p.synced },
+		handler: p.handler(), synced: func() { p.synced() },
 		watchesGauge: peerWatches, objectsGauge: peerObjects,
 	})
 	return p
@@ -173,7 +173,7 @@ func (p *PeerPods) set(ctx context.Context, want map[watchKey]bool) (opened, clo
 
 // handler queues, for the incremental path, each Pod whose policy-relevant fields changed.
 func (p *PeerPods) handler() cache.ResourceEventHandler {
-	changed := p.changed
+	changed := func(key types.NamespacedName) { p.changed(key) }
 	return cache.ResourceEventHandlerDetailedFuncs{
 		AddFunc: func(obj any, initial bool) {
 			peerEvents.Inc()

@@ -37,11 +37,11 @@ type watchSetOptions[K comparable] struct {
 	listWatch func(k K) *cache.ListWatch
 	object    runtime.Object
 	transform cache.TransformFunc
-	// handler returns the handler of a watch's events (it runs after the set's counting).
-	handler func() cache.ResourceEventHandler
-	// synced returns the function told when a watch's list is done (one the pass did not wait
-	// for brings a pass of its own).
-	synced func() func()
+	// handler gets a watch's events (after the set's counting).
+	handler cache.ResourceEventHandler
+	// synced is told when a watch's list is done (one the pass did not wait for brings a pass of
+	// its own).
+	synced func()
 	// watchesGauge and objectsGauge, when set, count the open watches and the objects they hold.
 	watchesGauge, objectsGauge prometheus.Gauge
 }
@@ -131,7 +131,7 @@ func (s *watchSet[K]) openLocked(k K) *setWatch {
 			DeleteFunc: func(any) { count(-1) },
 		})
 	}
-	_, _ = inf.AddEventHandler(s.handler())
+	_, _ = inf.AddEventHandler(s.handler)
 	ctx, stop := context.WithCancel(s.ctx)
 	w.stop = stop
 	s.watches[k] = w
@@ -139,10 +139,9 @@ func (s *watchSet[K]) openLocked(k K) *setWatch {
 		s.watchesGauge.Inc()
 	}
 	go inf.RunWithContext(ctx)
-	synced := s.synced()
 	go func() {
 		if cache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
-			synced()
+			s.synced()
 		}
 	}()
 	ctrl.Log.WithName("networkpolicy").V(1).Info("Opened a peer watch", "kind", s.kind, "watch", s.text(k))
