@@ -17,6 +17,25 @@ const (
 	DefaultPacketTraceTimeoutSeconds = 20
 )
 
+// PacketTraceDisclosure is what a trace may name: what its creator was allowed to read when it was
+// created (the chart's admission policy checks it with the creator's rights).
+// +kubebuilder:validation:Enum=Namespace;Cluster
+type PacketTraceDisclosure string
+
+// Disclosure levels of a trace.
+const (
+	// PacketTraceDisclosureNamespace: the trace names the Pods and NetworkPolicies of its own
+	// namespace and the destination its creator named; any other Pod, NetworkPolicy or
+	// ClusterNetworkPolicy is named by its kind alone ("a NetworkPolicy of namespace N", "a Pod of
+	// another namespace", "a ClusterNetworkPolicy of the Admin tier"). The names of the nodes on the
+	// packet's path are shown (each node writes its own hop under its name).
+	PacketTraceDisclosureNamespace PacketTraceDisclosure = "Namespace"
+	// PacketTraceDisclosureCluster: the trace names every object that decided; only a creator who
+	// may get Pods, Services and NetworkPolicies in every namespace and ClusterNetworkPolicies may
+	// ask for it.
+	PacketTraceDisclosureCluster PacketTraceDisclosure = "Cluster"
+)
+
 // PacketTraceProtocol is the IP protocol of a traced packet.
 // +kubebuilder:validation:Enum=TCP;UDP;ICMP
 type PacketTraceProtocol string
@@ -92,11 +111,20 @@ type PacketTraceSpec struct {
 	// packet is the protocol and port.
 	// +optional
 	Packet PacketTracePacket `json:"packet,omitzero"`
-	// timeoutSeconds is how long the trace waits for the packet's fate before it fails.
+	// timeoutSeconds is how long the trace waits for the packet's fate before it fails; a trace
+	// still Pending (waiting for a tag) fails after it too.
 	// +optional
 	// +kubebuilder:validation:Minimum=1
 	// +kubebuilder:validation:Maximum=300
 	TimeoutSeconds int32 `json:"timeoutSeconds,omitempty"`
+	// disclosure is what the trace may name: Namespace (the default) names the Pods and
+	// NetworkPolicies of the trace's namespace and the destination its creator named, and any
+	// other object by its kind alone; Cluster names every Pod, NetworkPolicy and
+	// ClusterNetworkPolicy that decided, and needs the rights to read them all (the chart's
+	// admission policy refuses it otherwise).
+	// +optional
+	// +kubebuilder:default=Namespace
+	Disclosure PacketTraceDisclosure `json:"disclosure,omitempty"`
 }
 
 // PacketTracePhase is where a trace is.
@@ -118,6 +146,18 @@ const (
 // Reasons of a trace's phase.
 const (
 	PacketTraceReasonSourceNotFound     = "SourcePodNotFound"
+	// PacketTraceReasonSourceNotInNamespace: the source Pod is not in the trace's namespace (a
+	// trace sends only as its own namespace's Pods).
+	PacketTraceReasonSourceNotInNamespace = "SourceNotInTraceNamespace"
+	// PacketTraceReasonNotAuthorized: the trace names another namespace's objects or asks for
+	// Cluster disclosure, and winnet-controller cannot know that its creator may read them (the
+	// chart's admission policies, which check the creator's rights, are off).
+	PacketTraceReasonNotAuthorized = "NotAuthorized"
+	// PacketTraceReasonNodeNotReady: a winnet node on the packet's path has no ready agent.
+	PacketTraceReasonNodeNotReady = "NodeNotReady"
+	// PacketTraceReasonClusterLimit: the cluster has as many unfinished traces as
+	// winnet-controller allows.
+	PacketTraceReasonClusterLimit = "TooManyTracesInCluster"
 	PacketTraceReasonSourceNotWinnet    = "SourceNotOnWinnetNode"
 	PacketTraceReasonSourceNotReady     = "SourcePodHasNoAddress"
 	PacketTraceReasonDestinationUnknown = "DestinationNotFound"
@@ -181,6 +221,7 @@ type PolicyRuleReference struct {
 	// rule is the rule ("ingress[0]", "egress[1]"), or "default deny" for a packet no rule admitted.
 	// +optional
 	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[^\x00-\x1f\x7f-\x9f]*$`
 	Rule string `json:"rule,omitempty"`
 }
 
@@ -190,15 +231,19 @@ type PacketTraceObservation struct {
 	// NetworkPolicy, Forwarding, Output.
 	// +required
 	// +kubebuilder:validation:MaxLength=32
+	// +kubebuilder:validation:Pattern=`^[^\x00-\x1f\x7f-\x9f]*$`
 	Component string `json:"component"`
 	// action is what it did: Injected, DNAT, Admitted, Passed, Dropped, Forwarded, Delivered,
 	// ForwardedExternally.
 	// +required
 	// +kubebuilder:validation:MaxLength=32
+	// +kubebuilder:validation:Pattern=`^[^\x00-\x1f\x7f-\x9f]*$`
 	Action string `json:"action"`
-	// detail says with what: the endpoint, the policy rule, the tunnel peer, the Pod.
+	// detail says with what: the endpoint, the policy rule, the tunnel peer, the Pod. Control
+	// characters are refused (a terminal that prints the trace must not take them for commands).
 	// +optional
 	// +kubebuilder:validation:MaxLength=512
+	// +kubebuilder:validation:Pattern=`^[^\x00-\x1f\x7f-\x9f]*$`
 	Detail string `json:"detail,omitempty"`
 	// policy is the policy rule that admitted, passed or dropped the packet (NetworkPolicy and
 	// ClusterNetworkPolicy observations).
@@ -228,10 +273,12 @@ type PacketTraceStatus struct {
 	// reason is why the trace is in its phase (a Failed trace's cause).
 	// +optional
 	// +kubebuilder:validation:MaxLength=64
+	// +kubebuilder:validation:Pattern=`^[^\x00-\x1f\x7f-\x9f]*$`
 	Reason string `json:"reason,omitempty"`
-	// message says it for a person.
+	// message says it for a person; control characters are refused.
 	// +optional
 	// +kubebuilder:validation:MaxLength=1024
+	// +kubebuilder:validation:Pattern=`^[^\x00-\x1f\x7f-\x9f]*$`
 	Message string `json:"message,omitempty"`
 	// tag is the DSCP value winnet-controller gave the running trace (1..63).
 	// +optional
@@ -285,6 +332,7 @@ type PacketTraceStatus struct {
 // +kubebuilder:object:root=true
 // +kubebuilder:subresource:status
 // +kubebuilder:resource:scope=Namespaced,shortName=ptrace,categories=winnet
+// +kubebuilder:selectablefield:JSONPath=`.status.phase`
 // +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
 // +kubebuilder:printcolumn:name="Verdict",type=string,JSONPath=`.status.verdict`
 // +kubebuilder:printcolumn:name="Dropped-By",type=string,JSONPath=`.status.droppedBy.name`
