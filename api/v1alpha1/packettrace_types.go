@@ -145,7 +145,7 @@ const (
 
 // Reasons of a trace's phase.
 const (
-	PacketTraceReasonSourceNotFound     = "SourcePodNotFound"
+	PacketTraceReasonSourceNotFound = "SourcePodNotFound"
 	// PacketTraceReasonSourceNotInNamespace: the source Pod is not in the trace's namespace (a
 	// trace sends only as its own namespace's Pods).
 	PacketTraceReasonSourceNotInNamespace = "SourceNotInTraceNamespace"
@@ -157,7 +157,7 @@ const (
 	PacketTraceReasonNodeNotReady = "NodeNotReady"
 	// PacketTraceReasonClusterLimit: the cluster has as many unfinished traces as
 	// winnet-controller allows.
-	PacketTraceReasonClusterLimit = "TooManyTracesInCluster"
+	PacketTraceReasonClusterLimit       = "TooManyTracesInCluster"
 	PacketTraceReasonSourceNotWinnet    = "SourceNotOnWinnetNode"
 	PacketTraceReasonSourceNotReady     = "SourcePodHasNoAddress"
 	PacketTraceReasonDestinationUnknown = "DestinationNotFound"
