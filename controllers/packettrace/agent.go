@@ -11,9 +11,8 @@ import (
 	"time"
 
 	"golang.org/x/time/rate"
-	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/workqueue"
@@ -51,12 +50,10 @@ type Attachments interface {
 // packet-ins of the trace flows. It writes nothing but its node's hop (server-side apply, field
 // manager "winnet-agent-<node>"), which the admission policy enforces.
 type AgentReconciler struct {
-	Client client.Client
-	// APIReader finds Pods of other nodes by address (an endpoint a Service chose).
-	APIReader client.Reader
-	NodeName  string
-	State     *nodenetwork.State
-	Local     Attachments
+	Client   client.Client
+	NodeName string
+	State    *nodenetwork.State
+	Local    Attachments
 
 	mu sync.Mutex
 	// byTag maps the tags of the running traces to them; observed holds what the node observed of
@@ -435,58 +432,67 @@ func (r *AgentReconciler) report(ctx context.Context, p openflow.PacketIn) {
 	if !ok {
 		return
 	}
-	o, err := r.observation(ctx, point, arg, p)
+	o, err := r.observation(ctx, &ref.tr, point, arg, p)
 	if err != nil {
-		o = networkv1alpha1.PacketTraceObservation{Component: "Unknown", Action: "Unknown", Detail: truncate(err.Error())}
+		o = networkv1alpha1.PacketTraceObservation{Component: "Unknown", Action: "Unknown", Detail: printable(err.Error())}
 	}
 	r.observe(ref.uid, o)
 }
 
-// observation says what the pipeline decided at point.
-func (r *AgentReconciler) observation(ctx context.Context, point pipeline.TracePoint, arg uint32, p openflow.PacketIn) (networkv1alpha1.PacketTraceObservation, error) {
+// observation says what the pipeline decided at point, naming what the trace's disclosure allows.
+func (r *AgentReconciler) observation(ctx context.Context, tr *networkv1alpha1.PacketTrace, point pipeline.TracePoint, arg uint32, p openflow.PacketIn) (networkv1alpha1.PacketTraceObservation, error) {
 	h, err := parseFrame(p.Frame)
 	if err != nil {
 		return networkv1alpha1.PacketTraceObservation{}, fmt.Errorf("report of trace point %d: %w", point, err)
 	}
+	d := disclosureOf(tr)
 	index := r.State.PolicyIndex()
-	np := func(action string, name nodenetwork.PolicyRuleName, rule, detail string) networkv1alpha1.PacketTraceObservation {
-		return networkv1alpha1.PacketTraceObservation{Component: networkv1alpha1.PacketTraceComponentNetworkPolicy, Action: action, Detail: truncate(detail),
-			Policy: &networkv1alpha1.PolicyRuleReference{Kind: "NetworkPolicy", Namespace: name.Policy.Namespace, Name: name.Policy.Name, Rule: rule}}
+	np := func(action string, policy types.NamespacedName, rule string, detail func(name string) string) networkv1alpha1.PacketTraceObservation {
+		ref, name := d.networkPolicy(policy, rule)
+		return networkv1alpha1.PacketTraceObservation{Component: networkv1alpha1.PacketTraceComponentNetworkPolicy, Action: action,
+			Detail: printable(detail(name)), Policy: ref}
 	}
 	switch point {
 	case pipeline.TraceServiceDNAT:
 		return networkv1alpha1.PacketTraceObservation{Component: networkv1alpha1.PacketTraceComponentService, Action: networkv1alpha1.PacketTraceActionDNAT,
-			Detail: truncate(fmt.Sprintf("to endpoint %s%s", endpointText(h), r.podOf(ctx, h.Dst)))}, nil
+			Detail: printable(fmt.Sprintf("to endpoint %s%s", endpointText(h), r.endpointNode(ctx, tr, h.Dst)))}, nil
 	case pipeline.TraceEgressRule, pipeline.TraceIngressRule:
 		name, ok := index.Rules[arg]
 		if !ok {
 			return networkv1alpha1.PacketTraceObservation{Component: networkv1alpha1.PacketTraceComponentNetworkPolicy, Action: networkv1alpha1.PacketTraceActionAdmitted,
 				Detail: fmt.Sprintf("by a rule (conjunction %d) the agent no longer knows", arg)}, nil
 		}
-		return np(networkv1alpha1.PacketTraceActionAdmitted, name, name.Rule(), fmt.Sprintf("admitted by NetworkPolicy %s rule %s", name.Policy, name.Rule())), nil
+		return np(networkv1alpha1.PacketTraceActionAdmitted, name.Policy, name.Rule(), func(policy string) string {
+			if strings.HasPrefix(policy, "a ") {
+				return "admitted by a rule of " + policy
+			}
+			return fmt.Sprintf("admitted by %s rule %s", policy, name.Rule())
+		}), nil
 	case pipeline.TraceEgressDrop, pipeline.TraceIngressDrop:
 		dir, isolation := "ingress", index.IngressIsolation[arg]
 		if point == pipeline.TraceEgressDrop {
 			dir, isolation = "egress", index.EgressIsolation[arg]
 		}
-		var names []string
-		for _, n := range isolation {
-			names = append(names, n.String())
-		}
-		first := nodenetwork.PolicyRuleName{}
+		var first types.NamespacedName
 		if len(isolation) > 0 {
-			first.Policy = isolation[0]
+			first = isolation[0]
 		}
-		return np(networkv1alpha1.PacketTraceActionDropped, first, "default deny",
-			fmt.Sprintf("dropped: the Pod on port %d is isolated for %s by NetworkPolicy %s and no rule admits the packet", arg, dir, strings.Join(names, ", "))), nil
+		return np(networkv1alpha1.PacketTraceActionDropped, first, "default deny", func(string) string {
+			var names []string
+			for _, n := range isolation {
+				_, name := d.networkPolicy(n, "")
+				names = append(names, name)
+			}
+			return fmt.Sprintf("dropped: the Pod on port %d is isolated for %s by %s and no rule admits the packet", arg, dir, strings.Join(slices.Compact(names), ", "))
+		}), nil
 	case pipeline.TraceClusterAccept, pipeline.TraceClusterDeny, pipeline.TraceClusterPass:
-		return clusterObservation(index, point, arg), nil
+		return clusterObservation(index, point, arg, d.clusterNetworkPolicy()), nil
 	case pipeline.TraceExternal:
 		return networkv1alpha1.PacketTraceObservation{Component: networkv1alpha1.PacketTraceComponentForwarding, Action: networkv1alpha1.PacketTraceActionForwardedExternally,
 			Detail: fmt.Sprintf("to external address %s: SNAT to the node's address, out of the uplink (the trace packet is consumed here)", h.Dst)}, nil
 	case pipeline.TraceTunnel:
 		return networkv1alpha1.PacketTraceObservation{Component: networkv1alpha1.PacketTraceComponentForwarding, Action: networkv1alpha1.PacketTraceActionForwarded,
-			Detail: truncate(fmt.Sprintf("tunnel to %s%s", p.TunDst, r.nodeOf(ctx, p.TunDst)))}, nil
+			Detail: printable(fmt.Sprintf("tunnel to %s%s", p.TunDst, r.nodeOf(ctx, p.TunDst)))}, nil
 	case pipeline.TraceUplink:
 		return networkv1alpha1.PacketTraceObservation{Component: networkv1alpha1.PacketTraceComponentForwarding, Action: networkv1alpha1.PacketTraceActionForwarded,
 			Detail: fmt.Sprintf("routed out of the uplink towards %s", h.Dst)}, nil
@@ -500,15 +506,15 @@ func (r *AgentReconciler) observation(ctx context.Context, point pipeline.TraceP
 		}
 		port := p.Regs[pipeline.TargetOFPortField.Reg]
 		return networkv1alpha1.PacketTraceObservation{Component: networkv1alpha1.PacketTraceComponentOutput, Action: networkv1alpha1.PacketTraceActionDelivered,
-			Detail: truncate(fmt.Sprintf("to %s (port %d)%s; consumed before the Pod's application", endpointText(h), port, r.localPod(port)))}, nil
+			Detail: printable(fmt.Sprintf("to %s (port %d)%s; consumed before the Pod's application", endpointText(h), port, r.localPod(d, port)))}, nil
 	}
 	return networkv1alpha1.PacketTraceObservation{}, fmt.Errorf("unknown trace point %d", point)
 }
 
 // clusterObservation says what the ClusterNetworkPolicy rule of a trace flow (its tier, direction
 // and priority in arg) did with the packet: the flow's point says the action it took, the index
-// names the rule.
-func clusterObservation(index nodenetwork.PolicyIndex, point pipeline.TracePoint, arg uint32) networkv1alpha1.PacketTraceObservation {
+// names the rule when the trace may name ClusterNetworkPolicies (named).
+func clusterObservation(index nodenetwork.PolicyIndex, point pipeline.TracePoint, arg uint32, named bool) networkv1alpha1.PacketTraceObservation {
 	action, verb := networkv1alpha1.PacketTraceActionAdmitted, "admitted"
 	switch point {
 	case pipeline.TraceClusterDeny:
@@ -536,7 +542,14 @@ func clusterObservation(index nodenetwork.PolicyIndex, point pipeline.TracePoint
 			next = ": no tier is left, the default admits"
 		}
 	}
-	o.Detail = truncate(fmt.Sprintf("%s by ClusterNetworkPolicy %s rule %s (%s tier, %s)%s", verb, name.Policy.Name, name.Rule(), name.Tier, name.Action, next))
+	if !named {
+		// The tier and the action say what decided; the policy's name and rule are the cluster
+		// administrator's, which the trace's creator may not read.
+		o.Detail = fmt.Sprintf("%s by a ClusterNetworkPolicy %s rule (%s tier, %s)%s", verb, dir, name.Tier, name.Action, next)
+		o.Policy = &networkv1alpha1.PolicyRuleReference{Kind: string(nodenetwork.KindClusterNetworkPolicy)}
+		return o
+	}
+	o.Detail = printable(fmt.Sprintf("%s by ClusterNetworkPolicy %s rule %s (%s tier, %s)%s", verb, name.Policy.Name, name.Rule(), name.Tier, name.Action, next))
 	o.Policy = &networkv1alpha1.PolicyRuleReference{Kind: string(nodenetwork.KindClusterNetworkPolicy), Name: name.Policy.Name, Rule: name.Rule()}
 	return o
 }
@@ -548,31 +561,46 @@ func endpointText(h frameHeader) string {
 	return h.Dst.String()
 }
 
-// localPod names the local Pod on port.
-func (r *AgentReconciler) localPod(port uint32) string {
+// localPod names the local Pod on port, as the trace's disclosure allows.
+func (r *AgentReconciler) localPod(d disclosure, port uint32) string {
 	for _, a := range r.Local.List() {
 		if uint32(a.OFPort) == port {
-			return fmt.Sprintf(", Pod %s/%s", a.PodNamespace, a.PodName)
+			return ", " + d.pod(a.PodNamespace, a.PodName)
 		}
 	}
 	return ""
 }
 
-// podOf names the Pod with address ip, anywhere in the cluster.
-func (r *AgentReconciler) podOf(ctx context.Context, ip netip.Addr) string {
-	if r.APIReader == nil {
+// endpointNode names the node of the Service endpoint ip chose by the DNAT, from the EndpointSlices
+// the agent caches for its Services (no API request per report): only for a trace to a Service, whose
+// slices it reads by the Service's label. The endpoint's Pod is named by the node that delivers to it.
+func (r *AgentReconciler) endpointNode(ctx context.Context, tr *networkv1alpha1.PacketTrace, ip netip.Addr) string {
+	svc := tr.Spec.Destination.Service
+	if svc == nil {
 		return ""
 	}
-	pods := &corev1.PodList{}
-	if err := r.APIReader.List(ctx, pods, client.MatchingFieldsSelector{Selector: fields.OneTermEqualSelector("status.podIP", ip.String())}); err != nil {
+	list := &discoveryv1.EndpointSliceList{}
+	if err := r.Client.List(ctx, list, client.InNamespace(orDefault(svc.Namespace, tr.Namespace)),
+		client.MatchingLabels{discoveryv1.LabelServiceName: svc.Name}); err != nil {
 		return ""
 	}
-	for _, p := range pods.Items {
-		if !p.Spec.HostNetwork {
-			return fmt.Sprintf(" (Pod %s/%s on node %s)", p.Namespace, p.Name, p.Spec.NodeName)
+	for _, s := range list.Items {
+		for _, e := range s.Endpoints {
+			if e.NodeName != nil && *e.NodeName != "" && containsAddr(e.Addresses, ip) {
+				return " on node " + *e.NodeName
+			}
 		}
 	}
 	return ""
+}
+
+func containsAddr(addrs []string, ip netip.Addr) bool {
+	for _, a := range addrs {
+		if p, err := netip.ParseAddr(a); err == nil && p == ip {
+			return true
+		}
+	}
+	return false
 }
 
 // nodeOf names the peer whose tunnel endpoint is ip.

@@ -23,17 +23,26 @@ func TestClusterObservation(t *testing.T) {
 	index.ClusterRules[pipeline.ClusterRuleObject(pipeline.BaselineTier, pipeline.PolicyIngress, 59999)] = name("tenants", false, 0, "Accept", "Baseline")
 	index.ClusterRules[pipeline.ClusterRuleObject(pipeline.AdminTier, pipeline.PolicyIngress, 60000)] = name("delegate", false, 2, "Pass", "Admin")
 
-	o := clusterObservation(index, pipeline.TraceClusterDeny, pipeline.TraceClusterArg(pipeline.AdminTier, pipeline.PolicyEgress, 60000))
+	o := clusterObservation(index, pipeline.TraceClusterDeny, pipeline.TraceClusterArg(pipeline.AdminTier, pipeline.PolicyEgress, 60000), true)
 	g.Expect(o).To(Equal(networkv1alpha1.PacketTraceObservation{Component: "ClusterNetworkPolicy", Action: "Dropped",
 		Detail: "dropped by ClusterNetworkPolicy deny-metadata rule egress[1] (Admin tier, Deny)",
 		Policy: &networkv1alpha1.PolicyRuleReference{Kind: "ClusterNetworkPolicy", Name: "deny-metadata", Rule: "egress[1]"}}))
-	o = clusterObservation(index, pipeline.TraceClusterAccept, pipeline.TraceClusterArg(pipeline.BaselineTier, pipeline.PolicyIngress, 59999))
+	o = clusterObservation(index, pipeline.TraceClusterAccept, pipeline.TraceClusterArg(pipeline.BaselineTier, pipeline.PolicyIngress, 59999), true)
 	g.Expect(o.Action).To(Equal("Admitted"))
 	g.Expect(o.Detail).To(Equal("admitted by ClusterNetworkPolicy tenants rule ingress[0] (Baseline tier, Accept)"))
-	o = clusterObservation(index, pipeline.TraceClusterPass, pipeline.TraceClusterArg(pipeline.AdminTier, pipeline.PolicyIngress, 60000))
+	o = clusterObservation(index, pipeline.TraceClusterPass, pipeline.TraceClusterArg(pipeline.AdminTier, pipeline.PolicyIngress, 60000), true)
 	g.Expect(o.Action).To(Equal("Passed"))
 	g.Expect(o.Detail).To(Equal("passed by ClusterNetworkPolicy delegate rule ingress[2] (Admin tier, Pass): NetworkPolicy decides next"))
-	o = clusterObservation(index, pipeline.TraceClusterDeny, pipeline.TraceClusterArg(pipeline.BaselineTier, pipeline.PolicyEgress, 1000))
+	o = clusterObservation(index, pipeline.TraceClusterDeny, pipeline.TraceClusterArg(pipeline.BaselineTier, pipeline.PolicyEgress, 1000), true)
 	g.Expect(o).To(Equal(networkv1alpha1.PacketTraceObservation{Component: "ClusterNetworkPolicy", Action: "Dropped",
 		Detail: "dropped by a Baseline tier egress rule (priority 1000) the agent no longer knows"}), "still a drop, named as far as the flow knows")
+
+	// A trace of Namespace disclosure names no ClusterNetworkPolicy: the tier and action only.
+	o = clusterObservation(index, pipeline.TraceClusterDeny, pipeline.TraceClusterArg(pipeline.AdminTier, pipeline.PolicyEgress, 60000), false)
+	g.Expect(o).To(Equal(networkv1alpha1.PacketTraceObservation{Component: "ClusterNetworkPolicy", Action: "Dropped",
+		Detail: "dropped by a ClusterNetworkPolicy egress rule (Admin tier, Deny)",
+		Policy: &networkv1alpha1.PolicyRuleReference{Kind: "ClusterNetworkPolicy"}}))
+	o = clusterObservation(index, pipeline.TraceClusterPass, pipeline.TraceClusterArg(pipeline.AdminTier, pipeline.PolicyIngress, 60000), false)
+	g.Expect(o.Detail).To(Equal("passed by a ClusterNetworkPolicy ingress rule (Admin tier, Pass): NetworkPolicy decides next"))
+	g.Expect(o.Detail).NotTo(ContainSubstring("delegate"))
 }

@@ -118,6 +118,9 @@ func NewManager(cfg *rest.Config, opts Options) (manager.Manager, error) {
 				&corev1.Node{}:                        {Field: byName},
 				&networkv1alpha1.PodEndpoint{}:        {Field: onNode},
 				&corev1.Pod{}:                         {Field: onNode},
+				// Only the running traces: a node installs flows and injects for them alone, and a
+				// namespace's finished traces (kept for an hour) cost no agent anything.
+				&networkv1alpha1.PacketTrace{}: {Field: fields.OneTermEqualSelector("status.phase", string(networkv1alpha1.PacketTraceRunning))},
 				// Every Service and EndpointSlice of the cluster that winnet serves (10,000 Services
 				// hold 50,000 or more endpoints), selected by the API server as kube-proxy selects
 				// them (no other proxy's, no headless Service's slices), kept without what no

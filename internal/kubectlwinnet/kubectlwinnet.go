@@ -11,9 +11,11 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+	"unicode"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/rand"
+	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	networkv1alpha1 "github.com/winnet-io/winnet/api/v1alpha1"
@@ -45,6 +47,18 @@ func Run(ctx context.Context, args []string, out io.Writer) error {
 		return nil
 	}
 	return fmt.Errorf("unknown command %q: trace or status", args[0])
+}
+
+// contextNamespace is the namespace of the kubeconfig's current context, as kubectl picks it
+// (--kubeconfig, else $KUBECONFIG, else ~/.kube/config); "default" when the context names none.
+func contextNamespace(kubeconfig string) (string, error) {
+	rules := clientcmd.NewDefaultClientConfigLoadingRules()
+	rules.ExplicitPath = kubeconfig
+	ns, _, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{}).Namespace()
+	if err != nil {
+		return "", fmt.Errorf("reading the kubeconfig context's namespace: %w", err)
+	}
+	return ns, nil
 }
 
 func newClient(kubeconfig string) (client.Client, error) {
@@ -80,7 +94,7 @@ func trace(ctx context.Context, args []string, out io.Writer) error {
 	fs := cmdline.FlagSet("trace", usage)
 	fs.SetOutput(out)
 	kubeconfig := cmdline.KubeconfigFlag(fs)
-	namespace := fs.String("n", "default", "namespace of the trace and of SRC and DST")
+	namespace := fs.String("n", "", "namespace of the trace and of SRC and DST (default: the kubeconfig context's namespace)")
 	port := fs.Int("port", 0, "destination port (TCP, UDP)")
 	protocol := fs.String("protocol", "tcp", "tcp, udp or icmp")
 	timeout := fs.Duration("timeout", 30*time.Second, "how long to wait for the trace")
@@ -91,6 +105,11 @@ func trace(ctx context.Context, args []string, out io.Writer) error {
 	}
 	if len(pos) != 2 {
 		return fmt.Errorf("trace takes SRC and DST, got %q", pos)
+	}
+	if *namespace == "" {
+		if *namespace, err = contextNamespace(*kubeconfig); err != nil {
+			return err
+		}
 	}
 	tr, err := newTrace(*namespace, pos[0], pos[1], *protocol, *port, *timeout)
 	if err != nil {
@@ -173,30 +192,51 @@ func newTrace(namespace, src, dst, protocol string, port int, timeout time.Durat
 // PrintTrace prints a finished trace: its verdict, then its hops as a table, the source node first
 // and then the nodes in the order the packet reached them.
 func PrintTrace(out io.Writer, tr *networkv1alpha1.PacketTrace) {
-	fmt.Fprintf(out, "Phase: %s", tr.Status.Phase)
+	fmt.Fprintf(out, "Phase: %s", clean(string(tr.Status.Phase)))
 	if tr.Status.Verdict != "" {
-		fmt.Fprintf(out, "  Verdict: %s", tr.Status.Verdict)
+		fmt.Fprintf(out, "  Verdict: %s", clean(string(tr.Status.Verdict)))
 	}
 	if d := tr.Status.DroppedBy; d != nil {
-		// A ClusterNetworkPolicy is cluster-scoped: no namespace.
-		name := d.Name
-		if d.Namespace != "" {
-			name = d.Namespace + "/" + d.Name
-		}
-		fmt.Fprintf(out, "  Dropped by: %s %s %s", d.Kind, name, d.Rule)
+		fmt.Fprintf(out, "  Dropped by: %s", clean(policyText(d)))
 	}
 	fmt.Fprintln(out)
 	if tr.Status.Phase == networkv1alpha1.PacketTraceFailed {
-		fmt.Fprintf(out, "Reason: %s: %s\n", tr.Status.Reason, tr.Status.Message)
+		fmt.Fprintf(out, "Reason: %s: %s\n", clean(tr.Status.Reason), clean(tr.Status.Message))
 	}
 	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(w, "NODE\tCOMPONENT\tACTION\tDETAIL")
 	for _, h := range orderedHops(tr) {
 		for _, o := range h.Observations {
-			fmt.Fprintf(w, "%s\t%s\t%s\t%s\n", h.Node, o.Component, o.Action, o.Detail)
+			fmt.Fprintf(w, "%s\t%s\t%s\t%s\n", clean(h.Node), clean(o.Component), clean(o.Action), clean(o.Detail))
 		}
 	}
 	_ = w.Flush()
+}
+
+// policyText names the policy rule that dropped the packet: a ClusterNetworkPolicy has no namespace;
+// a policy the trace's disclosure does not name has no name.
+func policyText(d *networkv1alpha1.PolicyRuleReference) string {
+	switch {
+	case d.Name == "" && d.Namespace != "":
+		return fmt.Sprintf("a %s of namespace %s %s", d.Kind, d.Namespace, d.Rule)
+	case d.Name == "":
+		return fmt.Sprintf("a %s (not named: the trace's disclosure is Namespace) %s", d.Kind, d.Rule)
+	case d.Namespace != "":
+		return fmt.Sprintf("%s %s/%s %s", d.Kind, d.Namespace, d.Name, d.Rule)
+	}
+	return fmt.Sprintf("%s %s %s", d.Kind, d.Name, d.Rule)
+}
+
+// clean replaces the control characters of text the API server returned (written by agents and
+// controllers, or by anyone who could write the object) with '?': a terminal must not take them for
+// commands (escape sequences that move the cursor, retitle the window or hide lines).
+func clean(s string) string {
+	return strings.Map(func(r rune) rune {
+		if unicode.IsControl(r) {
+			return '?'
+		}
+		return r
+	}, s)
 }
 
 // orderedHops puts the source node first, then each node a "Forwarded ... (node X)" observation
@@ -273,11 +313,11 @@ func PrintStatus(out io.Writer, nodes []networkv1alpha1.WindowsNodeNetwork) {
 				ready = string(c.Status)
 			}
 			if bad(c) {
-				problems = append(problems, fmt.Sprintf("%s: %s=%s %s: %s", n.Name, c.Type, c.Status, c.Reason, c.Message))
+				problems = append(problems, clean(fmt.Sprintf("%s: %s=%s %s: %s", n.Name, c.Type, c.Status, c.Reason, c.Message)))
 			}
 		}
 		s := n.Status
-		fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%d/%d (%d failed)\t%d (%d ports)\t%d (%d rules)\n", n.Name, ready, strings.Join(conds, ","),
+		fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%d/%d (%d failed)\t%d (%d ports)\t%d (%d rules)\n", clean(n.Name), clean(ready), clean(strings.Join(conds, ",")),
 			s.FlowCount, s.RemoteRoutes.Installed, s.RemoteRoutes.Desired, s.RemoteRoutes.Failed, s.Services.Services, s.Services.Ports,
 			s.NetworkPolicies.Policies, s.NetworkPolicies.Rules)
 	}

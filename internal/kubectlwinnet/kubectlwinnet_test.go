@@ -2,6 +2,8 @@ package kubectlwinnet
 
 import (
 	"bytes"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -60,4 +62,52 @@ func TestPrintTrace(t *testing.T) {
 	out.Reset()
 	PrintTrace(&out, tr)
 	g.Expect(out.String()).To(HavePrefix("Phase: Succeeded  Verdict: Dropped  Dropped by: ClusterNetworkPolicy no-metadata egress[0]\n"))
+}
+
+// TestPrintTraceStripsControlCharacters: what agents, controllers or anyone who could write a trace's
+// status put there reaches the terminal without control characters (no escape sequence runs).
+func TestPrintTraceStripsControlCharacters(t *testing.T) {
+	g := NewWithT(t)
+	tr := &networkv1alpha1.PacketTrace{Status: networkv1alpha1.PacketTraceStatus{
+		Phase: networkv1alpha1.PacketTraceFailed, Reason: "Timeout", Message: "no end\x1b]0;owned\x07", SourceNode: "a",
+		Hops: []networkv1alpha1.PacketTraceHop{{Node: "a", Observations: []networkv1alpha1.PacketTraceObservation{
+			{Component: "Source", Action: "Injected", Detail: "TCP\x1b[2J\x1b[1A\rhidden\u009b31m"}}}}}}
+	var out bytes.Buffer
+	PrintTrace(&out, tr)
+	g.Expect(out.String()).NotTo(ContainSubstring("\x1b"))
+	g.Expect(out.String()).NotTo(ContainSubstring("\r"))
+	g.Expect(out.String()).NotTo(ContainSubstring("\u009b"))
+	g.Expect(out.String()).To(ContainSubstring("Reason: Timeout: no end?]0;owned?\n"))
+	g.Expect(out.String()).To(ContainSubstring("TCP?[2J?[1A?hidden?31m\n"))
+
+	// A policy the trace's disclosure does not name.
+	tr.Status = networkv1alpha1.PacketTraceStatus{Phase: networkv1alpha1.PacketTraceSucceeded, Verdict: networkv1alpha1.PacketTraceDropped,
+		DroppedBy: &networkv1alpha1.PolicyRuleReference{Kind: "NetworkPolicy", Namespace: "shared", Rule: "default deny"}}
+	out.Reset()
+	PrintTrace(&out, tr)
+	g.Expect(out.String()).To(HavePrefix("Phase: Succeeded  Verdict: Dropped  Dropped by: a NetworkPolicy of namespace shared default deny\n"))
+}
+
+// TestTraceNamespaceFromContext: without -n, a trace goes into the namespace of the kubeconfig's
+// current context, as kubectl's commands do; "default" when the context names none.
+func TestTraceNamespaceFromContext(t *testing.T) {
+	g := NewWithT(t)
+	dir := t.TempDir()
+	write := func(ns string) string {
+		p := filepath.Join(dir, "kubeconfig-"+ns)
+		g.Expect(os.WriteFile(p, []byte(`apiVersion: v1
+kind: Config
+clusters: [{name: c, cluster: {server: "https://127.0.0.1:1"}}]
+users: [{name: u, user: {token: t}}]
+contexts: [{name: x, context: {cluster: c, user: u, namespace: "`+ns+`"}}]
+current-context: x
+`), 0o600)).To(Succeed())
+		return p
+	}
+	ns, err := contextNamespace(write("tenant-x"))
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(ns).To(Equal("tenant-x"))
+	ns, err = contextNamespace(write(""))
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(ns).To(Equal("default"))
 }

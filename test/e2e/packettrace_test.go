@@ -33,8 +33,16 @@ import (
 // traceTimeout is how long a test waits for a trace to finish.
 const traceTimeout = 45 * time.Second
 
-// runTrace creates a PacketTrace and waits until it has finished; it returns the finished trace.
+// runTrace creates a PacketTrace (the default disclosure, Namespace) as the cluster's admin and waits until
+// it has finished; it returns the finished trace.
 func runTrace(t *testing.T, name string, dst networkv1alpha1.PacketTraceDestination, packet networkv1alpha1.PacketTracePacket, from string) *networkv1alpha1.PacketTrace {
+	t.Helper()
+	return runTraceAs(t, c.Client, name, dst, packet, from, "")
+}
+
+// runTraceAs creates a PacketTrace of the disclosure as the client's user and waits until it has finished.
+func runTraceAs(t *testing.T, as client.Client, name string, dst networkv1alpha1.PacketTraceDestination, packet networkv1alpha1.PacketTracePacket, from string,
+	disclosure networkv1alpha1.PacketTraceDisclosure) *networkv1alpha1.PacketTrace {
 	t.Helper()
 	g := NewWithT(t)
 	ctx := context.Background()
@@ -42,10 +50,10 @@ func runTrace(t *testing.T, name string, dst networkv1alpha1.PacketTraceDestinat
 		ObjectMeta: metav1.ObjectMeta{Namespace: cluster.PodNamespace, Name: name},
 		Spec: networkv1alpha1.PacketTraceSpec{
 			Source:      networkv1alpha1.PacketTraceSource{Pod: networkv1alpha1.ObjectReference{Name: from}},
-			Destination: dst, Packet: packet, TimeoutSeconds: 30,
+			Destination: dst, Packet: packet, TimeoutSeconds: 30, Disclosure: disclosure,
 		},
 	}
-	g.Expect(c.Client.Create(ctx, tr)).To(Succeed())
+	g.Expect(as.Create(ctx, tr)).To(Succeed())
 	t.Cleanup(func() { _ = c.Client.Delete(context.Background(), tr) })
 	g.Eventually(func(g Gomega) {
 		g.Expect(c.Client.Get(ctx, client.ObjectKeyFromObject(tr), tr)).To(Succeed())
@@ -247,7 +255,7 @@ func TestPacketTraceClusterNetworkPolicy(t *testing.T) {
 	cluster.ExpectConnection(t, pods["pod-a2"], pods["pod-b1"], 8080, true, converge)
 	g.Eventually(node("node-a").Flows).WithTimeout(converge).Should(MatchRegexp(`table=61, .*conj_id=\d+,ip actions=.*goto_table:62`))
 
-	dropped := runTrace(t, "trace-cnp-dropped", networkv1alpha1.PacketTraceDestination{Pod: &networkv1alpha1.ObjectReference{Name: "pod-b1"}}, tcpPacket(8080), "pod-a1")
+	dropped := runTraceAs(t, c.Client, "trace-cnp-dropped", networkv1alpha1.PacketTraceDestination{Pod: &networkv1alpha1.ObjectReference{Name: "pod-b1"}}, tcpPacket(8080), "pod-a1", networkv1alpha1.PacketTraceDisclosureCluster)
 	g.Expect(dropped.Status.Phase).To(Equal(networkv1alpha1.PacketTraceSucceeded), hopsText(dropped))
 	g.Expect(dropped.Status.Verdict).To(Equal(networkv1alpha1.PacketTraceDropped), hopsText(dropped))
 	g.Expect(dropped.Status.DroppedBy).To(PointTo(Equal(networkv1alpha1.PolicyRuleReference{
@@ -255,15 +263,23 @@ func TestPacketTraceClusterNetworkPolicy(t *testing.T) {
 	g.Expect(observations(dropped, "node-b")).To(HaveExactElements(
 		"ClusterNetworkPolicy Dropped dropped by ClusterNetworkPolicy trace-admin rule ingress[0] (Admin tier, Deny)"), hopsText(dropped))
 
+	// The same trace at the default disclosure (Namespace): the decision, the tier and the action, but not
+	// the cluster administrator's policy.
+	redacted := runTrace(t, "trace-cnp-redacted", networkv1alpha1.PacketTraceDestination{Pod: &networkv1alpha1.ObjectReference{Name: "pod-b1"}}, tcpPacket(8080), "pod-a1")
+	g.Expect(redacted.Status.Verdict).To(Equal(networkv1alpha1.PacketTraceDropped), hopsText(redacted))
+	g.Expect(redacted.Status.DroppedBy).To(PointTo(Equal(networkv1alpha1.PolicyRuleReference{Kind: "ClusterNetworkPolicy"})))
+	g.Expect(observations(redacted, "node-b")).To(HaveExactElements(
+		"ClusterNetworkPolicy Dropped dropped by a ClusterNetworkPolicy ingress rule (Admin tier, Deny)"), hopsText(redacted))
+
 	// On 9090 the Admin tier passes pod-a1's packet on (ingress[2]); no NetworkPolicy or Baseline rule
 	// decides, so it is delivered.
-	passed := runTrace(t, "trace-cnp-passed", networkv1alpha1.PacketTraceDestination{Pod: &networkv1alpha1.ObjectReference{Name: "pod-b1"}}, tcpPacket(9090), "pod-a1")
+	passed := runTraceAs(t, c.Client, "trace-cnp-passed", networkv1alpha1.PacketTraceDestination{Pod: &networkv1alpha1.ObjectReference{Name: "pod-b1"}}, tcpPacket(9090), "pod-a1", networkv1alpha1.PacketTraceDisclosureCluster)
 	g.Expect(passed.Status.Verdict).To(Equal(networkv1alpha1.PacketTraceDelivered), hopsText(passed))
 	g.Expect(observations(passed, "node-b")).To(HaveExactElements(
 		"ClusterNetworkPolicy Passed passed by ClusterNetworkPolicy trace-admin rule ingress[2] (Admin tier, Pass): NetworkPolicy decides next",
 		HavePrefix("Output Delivered to "+pods["pod-b1"].IP.String()+":9090")), hopsText(passed))
 
-	isolated := runTrace(t, "trace-cnp-isolated", networkv1alpha1.PacketTraceDestination{Pod: &networkv1alpha1.ObjectReference{Name: "pod-b1"}}, tcpPacket(8080), "pod-c1")
+	isolated := runTraceAs(t, c.Client, "trace-cnp-isolated", networkv1alpha1.PacketTraceDestination{Pod: &networkv1alpha1.ObjectReference{Name: "pod-b1"}}, tcpPacket(8080), "pod-c1", networkv1alpha1.PacketTraceDisclosureCluster)
 	g.Expect(isolated.Status.Verdict).To(Equal(networkv1alpha1.PacketTraceDropped), hopsText(isolated))
 	g.Expect(isolated.Status.DroppedBy).To(PointTo(Equal(networkv1alpha1.PolicyRuleReference{
 		Kind: "ClusterNetworkPolicy", Name: "trace-admin-egress", Rule: "egress[0]"})))
@@ -271,7 +287,7 @@ func TestPacketTraceClusterNetworkPolicy(t *testing.T) {
 		"ClusterNetworkPolicy Dropped dropped by ClusterNetworkPolicy trace-admin-egress rule egress[0] (Admin tier, Deny)"), hopsText(isolated))
 	g.Expect(observations(isolated, "node-b")).To(BeEmpty(), "the packet never left node-c")
 
-	admitted := runTrace(t, "trace-cnp-admitted", networkv1alpha1.PacketTraceDestination{Pod: &networkv1alpha1.ObjectReference{Name: "pod-b1"}}, tcpPacket(8080), "pod-a2")
+	admitted := runTraceAs(t, c.Client, "trace-cnp-admitted", networkv1alpha1.PacketTraceDestination{Pod: &networkv1alpha1.ObjectReference{Name: "pod-b1"}}, tcpPacket(8080), "pod-a2", networkv1alpha1.PacketTraceDisclosureCluster)
 	g.Expect(admitted.Status.Verdict).To(Equal(networkv1alpha1.PacketTraceDelivered), hopsText(admitted))
 	g.Expect(admitted.Status.DroppedBy).To(BeNil())
 	g.Expect(observations(admitted, "node-a")).To(HaveExactElements(HavePrefix("Source Injected TCP"),
@@ -321,9 +337,10 @@ func TestPacketTraceThroughService(t *testing.T) {
 	g.Expect(tr.Status.Nodes).To(Equal([]string{"node-a", "node-c"}), "the source's node and the endpoint's")
 	g.Expect(observations(tr, "node-a")).To(HaveExactElements(
 		HavePrefix("Source Injected TCP "+pods["pod-a1"].IP.String()),
-		And(HavePrefix("ServiceDNAT DNAT to endpoint "+ep.IP.String()+":8088"), ContainSubstring("Pod "+cluster.PodNamespace+"/trace-web on node node-c")),
+		Equal("ServiceDNAT DNAT to endpoint "+ep.IP.String()+":8088 on node node-c"),
 		HavePrefix("Forwarding Forwarded tunnel to 192.168.77.13")), hopsText(tr))
-	g.Expect(observations(tr, "node-c")).To(HaveExactElements(HavePrefix("Output Delivered to "+ep.IP.String()+":8088")), hopsText(tr))
+	g.Expect(observations(tr, "node-c")).To(HaveExactElements(
+		And(HavePrefix("Output Delivered to "+ep.IP.String()+":8088"), ContainSubstring("Pod "+cluster.PodNamespace+"/trace-web;"))), hopsText(tr))
 }
 
 // TestPacketTraceThroughCachedFlows: the source node's datapath still holds the flows it cached for a real

@@ -321,7 +321,10 @@ func (c *Cluster) startController() error {
 	c.logf("Starting winnet-controller %v", c.opts.ControllerArgs)
 	args := []string{filepath.Join(c.BinDir, "winnet-controller"), "--kubeconfig", c.Kubeconfig, "--leader-elect=false",
 		"--health-probe-bind-address", "0", "--metrics-bind-address", "0",
-		"--cluster-cidrs", c.ClusterCIDR.String()}
+		"--cluster-cidrs", c.ClusterCIDR.String(),
+		// The chart's PacketTrace tenancy policy is installed (installAgentCredentials), as the chart
+		// installs it and passes this flag.
+		"--packettrace-admission-checked"}
 	p, err := c.reg.startProcess("winnet-controller", filepath.Join(c.RunDir, "winnet-controller.log"), false,
 		append(args, c.opts.ControllerArgs...)...)
 	if err != nil {

@@ -39,13 +39,17 @@ const (
 	agentTokenLifetime = 48 * 3600
 )
 
-// agentChartObjects are the chart's objects that make up winnet-agent's credentials, by kind and name.
-var agentChartObjects = map[string]string{
-	"ServiceAccount":                   AgentServiceAccount,
-	"ClusterRole":                      "winnet-agent",
-	"ClusterRoleBinding":               "winnet-agent",
-	"ValidatingAdmissionPolicy":        "winnet-agent-own-node",
-	"ValidatingAdmissionPolicyBinding": "winnet-agent-own-node",
+// agentChartObjects are the chart's objects that make up winnet-agent's credentials, and the admission
+// policy on PacketTrace creators (winnet-controller runs with --packettrace-admission-checked, as the
+// chart runs it), by kind and name.
+var agentChartObjects = []string{
+	"ServiceAccount/" + AgentServiceAccount,
+	"ClusterRole/winnet-agent",
+	"ClusterRoleBinding/winnet-agent",
+	"ValidatingAdmissionPolicy/winnet-agent-own-node",
+	"ValidatingAdmissionPolicyBinding/winnet-agent-own-node",
+	"ValidatingAdmissionPolicy/winnet-packettrace-tenancy",
+	"ValidatingAdmissionPolicyBinding/winnet-packettrace-tenancy",
 }
 
 // installAgentCredentials renders the chart with helm and creates winnet-agent's ServiceAccount, RBAC and
@@ -80,17 +84,17 @@ func (c *Cluster) installAgentCredentials(ctx context.Context) error {
 		} else if err != nil {
 			return fmt.Errorf("reading the rendered chart: %w", err)
 		}
-		if len(u.Object) == 0 || agentChartObjects[u.GetKind()] != u.GetName() {
+		if len(u.Object) == 0 || !slices.Contains(agentChartObjects, u.GetKind()+"/"+u.GetName()) {
 			continue
 		}
 		if err := c.Client.Create(ctx, u); err != nil {
 			return fmt.Errorf("creating the chart's %s %s: %w", u.GetKind(), u.GetName(), err)
 		}
-		created = append(created, u.GetKind())
+		created = append(created, u.GetKind()+"/"+u.GetName())
 	}
-	for kind := range agentChartObjects {
-		if !slices.Contains(created, kind) {
-			return fmt.Errorf("the rendered chart has no %s %s", kind, agentChartObjects[kind])
+	for _, o := range agentChartObjects {
+		if !slices.Contains(created, o) {
+			return fmt.Errorf("the rendered chart has no %s", o)
 		}
 	}
 	return nil

@@ -86,7 +86,8 @@ func TestInstallAndLeastPrivilege(t *testing.T) {
 			"Role/winnet-controller", "RoleBinding/winnet-controller",
 			"DaemonSet/winnet-agent", "Deployment/winnet-controller",
 			"ValidatingAdmissionPolicy/winnet-agent-own-node", "ValidatingAdmissionPolicyBinding/winnet-agent-own-node",
-			"ValidatingAdmissionPolicy/winnet-node-flannel-record", "ValidatingAdmissionPolicyBinding/winnet-node-flannel-record"))
+			"ValidatingAdmissionPolicy/winnet-node-flannel-record", "ValidatingAdmissionPolicyBinding/winnet-node-flannel-record",
+			"ValidatingAdmissionPolicy/winnet-packettrace-tenancy", "ValidatingAdmissionPolicyBinding/winnet-packettrace-tenancy"))
 		// The network-policy-api's CRD, absent from this cluster, is installed from the chart's crds/.
 		cnp := &apiextensionsv1.CustomResourceDefinition{}
 		g.Expect(admin.Get(ctx, client.ObjectKey{Name: "clusternetworkpolicies.policy.networking.k8s.io"}, cnp)).To(Succeed())
@@ -289,6 +290,10 @@ func TestInstallAndLeastPrivilege(t *testing.T) {
 		theirs.Name = networkv1alpha1.PodEndpointName("win-b", types.UID(theirs.Spec.PodUID))
 		g.Expect(agentB.c.Create(ctx, theirs)).To(Succeed(), "node B records its Pod under its own name")
 		g.Expect(agentB.c.Delete(ctx, theirs)).To(Succeed())
+	})
+
+	t.Run("PacketTraces: a tenant traces only as its namespace's Pods and names only what it may read", func(t *testing.T) {
+		testPacketTraceTenancy(ctx, t, server, admin, agentA.c, agentB.c)
 	})
 
 	t.Run("agent tokens without a node are denied", func(t *testing.T) {
