@@ -114,7 +114,8 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	r.wake = make(chan event.GenericEvent, 64)
 	return ctrl.NewControllerManagedBy(mgr).Named("packettrace").For(&networkv1alpha1.PacketTrace{}).
 		WatchesRawSource(source.Channel(r.wake, &handler.EnqueueRequestForObject{})).
-		// One worker: admission and tags are decided one trace at a time (the default, said).
+		// One worker (controller-runtime's default, said here because the limits and tags depend
+		// on it): traces are admitted and tagged one at a time.
 		WithOptions(controller.Options{MaxConcurrentReconciles: 1}).
 		Complete(r)
 }
@@ -163,16 +164,11 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		// The cache has not seen this reconciler's last write yet; its event brings the trace back.
 		return ctrl.Result{}, nil
 	}
+	// A trace this reconciler has not written (before a restart) is as the cache shows it.
 	switch tr.Status.Phase {
 	case networkv1alpha1.PacketTraceRunning:
-		if !known { // written before this reconciler started
-			r.traces[key] = tracked{uid: tr.UID, phase: networkv1alpha1.PacketTraceRunning, tag: tr.Status.Tag}
-		}
 		return r.running(ctx, tr)
 	case networkv1alpha1.PacketTracePending:
-		if !known {
-			r.traces[key] = tracked{uid: tr.UID, phase: networkv1alpha1.PacketTracePending}
-		}
 		return r.pending(ctx, tr)
 	}
 	return r.admit(ctx, tr)
