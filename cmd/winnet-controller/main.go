@@ -9,6 +9,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	ctrl "sigs.k8s.io/controller-runtime"
 
+	"github.com/winnet-io/winnet/controllers/packettrace"
 	"github.com/winnet-io/winnet/internal/cmdline"
 	"github.com/winnet-io/winnet/internal/controller"
 )
@@ -40,6 +41,11 @@ func main() {
 		opts.Defaults.WindowsNodeSelector = sel
 		return err
 	})
+	fs.BoolVar(&opts.PacketTraceAdmissionChecked, "packettrace-admission-checked", false,
+		"the chart's admission policies check each PacketTrace creator's rights (set when they are on); "+
+			"without it, traces to another namespace's Pod or Service and traces with disclosure Cluster fail with NotAuthorized")
+	fs.IntVar(&opts.PacketTraceMaxInCluster, "packettrace-max-in-cluster", packettrace.DefaultMaxInCluster,
+		"how many PacketTraces may be Pending or Running in the cluster at once; more fail with TooManyTracesInCluster")
 	// client-go's defaults (5 requests/s, burst 10; controller-runtime raises them to 20 and 30) are
 	// sized for one object at a time; at 5,000 Nodes a resync of every Node's route and network
 	// would take minutes.
@@ -55,6 +61,10 @@ func main() {
 	}
 	if *qps <= 0 || *burst <= 0 {
 		log.Error(nil, "--kube-api-qps and --kube-api-burst must be positive", "qps", *qps, "burst", *burst)
+		os.Exit(2)
+	}
+	if opts.PacketTraceMaxInCluster <= 0 {
+		log.Error(nil, "--packettrace-max-in-cluster must be positive", "max", opts.PacketTraceMaxInCluster)
 		os.Exit(2)
 	}
 	cfg.QPS, cfg.Burst = float32(*qps), *burst

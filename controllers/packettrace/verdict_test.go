@@ -1,6 +1,7 @@
 package packettrace
 
 import (
+	"slices"
 	"testing"
 
 	. "github.com/onsi/gomega"
@@ -62,4 +63,45 @@ func TestSummary(t *testing.T) {
 	g.Expect(summary(networkv1alpha1.PacketTraceDropped, &networkv1alpha1.PolicyRuleReference{Kind: "ClusterNetworkPolicy", Name: "no-metadata", Rule: "egress[0]"})).
 		To(Equal("Dropped by ClusterNetworkPolicy no-metadata egress[0]"))
 	g.Expect(summary(networkv1alpha1.PacketTraceDelivered, nil)).To(Equal("Delivered"))
+}
+
+// TestPathVerdict: only the hops of the source node and status.nodes count. Any agent may write its
+// own node's hop into any trace: a node the packet was not sent to can neither decide the verdict
+// (a forged Dropped or Delivered) nor hold it back (a hop that never ends).
+func TestPathVerdict(t *testing.T) {
+	forged := obs(networkv1alpha1.PacketTraceActionDropped)
+	forged.Policy = &networkv1alpha1.PolicyRuleReference{Kind: "NetworkPolicy", Namespace: "other", Name: "forged"}
+	delivered := []networkv1alpha1.PacketTraceHop{
+		{Node: "a", Observations: []networkv1alpha1.PacketTraceObservation{obs("Injected"), obs("Forwarded")}},
+		{Node: "b", Observations: []networkv1alpha1.PacketTraceObservation{obs("Delivered")}}}
+	for _, tc := range []struct {
+		name string
+		hops []networkv1alpha1.PacketTraceHop
+		want networkv1alpha1.PacketTraceVerdict
+		done bool
+	}{
+		{"on the path only", delivered, networkv1alpha1.PacketTraceDelivered, true},
+		{"a forged drop by a node off the path", append([]networkv1alpha1.PacketTraceHop{
+			{Node: "x", Observations: []networkv1alpha1.PacketTraceObservation{forged}}}, delivered...), networkv1alpha1.PacketTraceDelivered, true},
+		{"a node off the path that never ends its hop", append(slices.Clone(delivered),
+			networkv1alpha1.PacketTraceHop{Node: "x", Observations: []networkv1alpha1.PacketTraceObservation{obs("Injected")}}), networkv1alpha1.PacketTraceDelivered, true},
+		{"a forged delivery by a node off the path while the path has not ended", []networkv1alpha1.PacketTraceHop{
+			{Node: "a", Observations: []networkv1alpha1.PacketTraceObservation{obs("Injected"), obs("Forwarded")}},
+			{Node: "x", Observations: []networkv1alpha1.PacketTraceObservation{obs("Delivered")}}}, "", false},
+		{"a drop on the path", []networkv1alpha1.PacketTraceHop{
+			{Node: "a", Observations: []networkv1alpha1.PacketTraceObservation{obs("Injected"), obs("Forwarded")}},
+			{Node: "b", Observations: []networkv1alpha1.PacketTraceObservation{obs("Admitted"), obs("Dropped")}}}, networkv1alpha1.PacketTraceDropped, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g := NewWithT(t)
+			st := &networkv1alpha1.PacketTraceStatus{SourceNode: "a", Nodes: []string{"a", "b"}, Hops: tc.hops}
+			v, by, done := PathVerdict(st)
+			g.Expect(done).To(Equal(tc.done))
+			g.Expect(v).To(Equal(tc.want))
+			g.Expect(by).To(BeNil(), "no policy of a node off the path")
+		})
+	}
+	g := NewWithT(t)
+	st := &networkv1alpha1.PacketTraceStatus{SourceNode: "a", Nodes: []string{"b"}, Hops: append(slices.Clone(delivered), networkv1alpha1.PacketTraceHop{Node: "x"})}
+	g.Expect(HopsOnPath(st)).To(Equal(delivered), "the source node is on the path even when status.nodes leaves it out")
 }

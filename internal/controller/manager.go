@@ -42,6 +42,13 @@ type Options struct {
 	Namespace string
 	// Defaults are written into every WindowsNodeNetwork derived from a Node.
 	Defaults cluster.NetworkDefaults
+	// PacketTraceAdmissionChecked says that the chart's admission policies check each PacketTrace's
+	// creator's rights (a destination of another namespace, Cluster disclosure); when false,
+	// winnet-controller fails such traces with NotAuthorized, since it cannot know those rights.
+	PacketTraceAdmissionChecked bool
+	// PacketTraceMaxInCluster is how many PacketTraces may be Pending or Running in the cluster at
+	// once; zero means packettrace.DefaultMaxInCluster.
+	PacketTraceMaxInCluster int
 	// SeveralPerProcess allows more than one manager in a process, as tests run them (controller
 	// names are otherwise unique per process).
 	SeveralPerProcess bool
@@ -114,7 +121,8 @@ func NewManager(cfg *rest.Config, opts Options) (manager.Manager, error) {
 	if err := (&clusternetworkpolicy.Reconciler{Client: mgr.GetClient(), Policies: cnps}).SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("setting up the ClusterNetworkPolicy status reconciler: %w", err)
 	}
-	traces := &packettrace.Reconciler{Client: mgr.GetClient(), Reader: mgr.GetAPIReader()}
+	traces := &packettrace.Reconciler{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(),
+		AdmissionChecked: opts.PacketTraceAdmissionChecked, MaxInCluster: opts.PacketTraceMaxInCluster}
 	if err := traces.SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("setting up the packet trace reconciler: %w", err)
 	}
