@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"net/netip"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -693,15 +694,20 @@ func timeout(tr *networkv1alpha1.PacketTrace) time.Duration {
 }
 
 func summary(v networkv1alpha1.PacketTraceVerdict, by *networkv1alpha1.PolicyRuleReference) string {
-	if by != nil {
-		// A ClusterNetworkPolicy is cluster-scoped: no namespace.
-		name := by.Name
-		if by.Namespace != "" {
-			name = by.Namespace + "/" + by.Name
-		}
-		return fmt.Sprintf("%s by %s %s %s", v, by.Kind, name, by.Rule)
+	if by == nil {
+		return string(v)
 	}
-	return string(v)
+	switch {
+	case by.Name == "" && by.Namespace != "":
+		// Redacted to the trace's disclosure (disclosure.go): the namespace is all it may name.
+		return strings.TrimSpace(fmt.Sprintf("%s by a %s of namespace %s %s", v, by.Kind, by.Namespace, by.Rule))
+	case by.Name == "":
+		return strings.TrimSpace(fmt.Sprintf("%s by a %s (not named: the trace's disclosure is Namespace) %s", v, by.Kind, by.Rule))
+	case by.Namespace == "":
+		// A ClusterNetworkPolicy is cluster-scoped: no namespace.
+		return fmt.Sprintf("%s by %s %s %s", v, by.Kind, by.Name, by.Rule)
+	}
+	return fmt.Sprintf("%s by %s %s/%s %s", v, by.Kind, by.Namespace, by.Name, by.Rule)
 }
 
 func podIPv4(p *corev1.Pod) netip.Addr {

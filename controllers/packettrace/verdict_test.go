@@ -105,3 +105,19 @@ func TestPathVerdict(t *testing.T) {
 	st := &networkv1alpha1.PacketTraceStatus{SourceNode: "a", Nodes: []string{"b"}, Hops: append(slices.Clone(delivered), networkv1alpha1.PacketTraceHop{Node: "x"})}
 	g.Expect(HopsOnPath(st)).To(Equal(delivered), "the source node is on the path even when status.nodes leaves it out")
 }
+
+// TestSummaryRedacted: a trace's message names the policy that dropped its packet as far as its observations
+// do: by name, by namespace alone (redacted to the trace's disclosure), or by kind alone.
+func TestSummaryRedacted(t *testing.T) {
+	g := NewWithT(t)
+	dropped := networkv1alpha1.PacketTraceDropped
+	g.Expect(summary(networkv1alpha1.PacketTraceDelivered, nil)).To(Equal("Delivered"))
+	g.Expect(summary(dropped, &networkv1alpha1.PolicyRuleReference{Kind: "NetworkPolicy", Namespace: "ns", Name: "deny", Rule: "default deny"})).
+		To(Equal("Dropped by NetworkPolicy ns/deny default deny"))
+	g.Expect(summary(dropped, &networkv1alpha1.PolicyRuleReference{Kind: "ClusterNetworkPolicy", Name: "admin", Rule: "ingress[0]"})).
+		To(Equal("Dropped by ClusterNetworkPolicy admin ingress[0]"))
+	g.Expect(summary(dropped, &networkv1alpha1.PolicyRuleReference{Kind: "NetworkPolicy", Namespace: "shared", Rule: "default deny"})).
+		To(Equal("Dropped by a NetworkPolicy of namespace shared default deny"))
+	g.Expect(summary(dropped, &networkv1alpha1.PolicyRuleReference{Kind: "ClusterNetworkPolicy"})).
+		To(Equal("Dropped by a ClusterNetworkPolicy (not named: the trace's disclosure is Namespace)"))
+}
