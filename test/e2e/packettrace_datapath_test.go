@@ -104,6 +104,8 @@ func TestPacketTraceOffPathConsumed(t *testing.T) {
 
 	tr := runTrace(t, "trace-no-agent", networkv1alpha1.PacketTraceDestination{Service: &networkv1alpha1.ObjectReference{Name: svc.Name}},
 		networkv1alpha1.PacketTracePacket{Protocol: networkv1alpha1.PacketTraceUDP, DstPort: port}, "pod-a1")
+	g.Consistently(received.Load).WithTimeout(time.Second).Should(BeZero(), "the traced datagram left node-a through the tunnel")
+	g.Expect(traceConntrack(t, node("node-a"), tr)).To(BeEmpty(), "conntrack entries of the trace on node-a")
 	g.Expect(tr.Status.Phase).To(Equal(networkv1alpha1.PacketTraceSucceeded), hopsText(tr))
 	g.Expect(tr.Status.Verdict).To(Equal(networkv1alpha1.PacketTraceForwardedExternally), hopsText(tr))
 	g.Expect(tr.Status.Nodes).To(Equal([]string{"node-a"}))
@@ -111,8 +113,6 @@ func TestPacketTraceOffPathConsumed(t *testing.T) {
 		HavePrefix("Source Injected UDP "+pods["pod-a1"].IP.String()),
 		HavePrefix(fmt.Sprintf("ServiceDNAT DNAT to endpoint %s:%d", endpoint, port)),
 		fmt.Sprintf("Forwarding ForwardedExternally tunnel to %s: not a node on the trace's path (no winnet agent there): consumed here", c.ExternalIP)), hopsText(tr))
-	g.Consistently(received.Load).WithTimeout(time.Second).Should(BeZero(), "the traced datagram left node-a through the tunnel")
-	g.Expect(traceConntrack(t, node("node-a"), tr)).To(BeEmpty(), "conntrack entries of the trace on node-a")
 
 	// The control: a real datagram to the Service takes that tunnel (the first ones may be lost while node-a
 	// resolves the far end's MAC).
@@ -156,16 +156,16 @@ func TestPacketTraceServiceLeavesNoState(t *testing.T) {
 
 	tr := runTrace(t, "trace-nostate", networkv1alpha1.PacketTraceDestination{Service: &networkv1alpha1.ObjectReference{Name: svc.Name}}, tcpPacket(80), "pod-a1")
 	g.Expect(tr.Status.Verdict).To(Equal(networkv1alpha1.PacketTraceDelivered), hopsText(tr))
+	for _, n := range []string{"node-a", "node-b"} {
+		g.Expect(traceConntrack(t, node(n), tr)).To(BeEmpty(), "conntrack entries of the trace on %s", n)
+	}
+	g.Expect(learned(pods["pod-a1"].IP)()).NotTo(ContainSubstring("nw_dst="+svc.Spec.ClusterIP), "an affinity flow learned for the trace")
 	g.Expect(tr.Status.Nodes).To(Equal([]string{"node-a", "node-b"}))
 	g.Expect(observations(tr, "node-a")).To(HaveExactElements(
 		HavePrefix("Source Injected TCP "+pods["pod-a1"].IP.String()),
 		HavePrefix("ServiceDNAT DNAT to endpoint "+ep.IP.String()+":8090"),
 		HavePrefix("Forwarding Forwarded tunnel to 192.168.77.12")), hopsText(tr))
 	g.Expect(observations(tr, "node-b")).To(HaveExactElements(HavePrefix("Output Delivered to "+ep.IP.String()+":8090")), hopsText(tr))
-	for _, n := range []string{"node-a", "node-b"} {
-		g.Expect(traceConntrack(t, node(n), tr)).To(BeEmpty(), "conntrack entries of the trace on %s", n)
-	}
-	g.Expect(learned(pods["pod-a1"].IP)()).NotTo(ContainSubstring("nw_dst="+svc.Spec.ClusterIP), "an affinity flow learned for the trace")
 }
 
 // TestPacketTraceNoReplay: while pod-a1's trace to pod-a2 (same node) runs, pod-a1 sends a real datagram with
