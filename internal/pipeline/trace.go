@@ -19,7 +19,7 @@ import (
 //
 // Only the packet the agent injects is traced. The source node's packet-out loads the trace's tag
 // into traceTagField; on the other nodes the trace's mark flow loads it into a packet that arrives
-// from the tunnel (or, routed, from the uplink with a peer's source address), and every other
+// from the tunnel (or, routed, through the host from a peer's Pod address), and every other
 // trace flow matches the tag in traceTagField. So a packet that a Pod sends itself with its
 // trace's DSCP, source address and source port is real traffic on its own node: it is neither
 // reported nor consumed there, and costs no packet-in (no replay of a trace by its source Pod).
@@ -81,7 +81,8 @@ const (
 	// consumed.
 	TraceDeliver TracePoint = 10
 	// TraceMark reports nothing: it loads the tag into traceTagField (ConntrackTable) of a packet
-	// that arrived from the tunnel (argument FromTunnel) or, routed, from the uplink (FromUplink).
+	// that arrived from the tunnel (argument FromTunnel) or, routed, from a peer's Pod address
+	// through the host (FromGateway).
 	TraceMark TracePoint = 11
 	// TraceClusterAccept, TraceClusterDeny and TraceClusterPass: a ClusterNetworkPolicy rule
 	// decided (TraceClusterArg in the argument: its tier, direction and priority). Accept and
@@ -269,16 +270,18 @@ func (n Node) TraceFlows(t Trace, p TracePolicy) []openflow.Flow {
 	var out []openflow.Flow
 	// The mark: a traced packet that arrived from another node carries the tag in traceTagField
 	// before its first ct action (see traceTagField). Only arrivals from another node: a packet
-	// from a Pod's port is the Pod's own traffic, whatever it carries. Routed, a peer's Pods'
-	// packets arrive on the uplink; a packet from the uplink with the source address of one of
-	// this node's own Pods (the source's node) is no peer's and is not marked.
+	// from a Pod's port is the Pod's own traffic, whatever it carries. Routed (NoEncap), a peer's
+	// Pods' packets arrive on the uplink, which sends them to the host (ConntrackStateTable), and
+	// the host routes them back in through the gateway: they are marked there. A packet with the
+	// source address of one of this node's own Pods (on the source's node) is no peer's and is
+	// never marked.
 	unmarked := regMatch(traceTagField, 0)
 	if n.TunnelOFPort != 0 {
 		out = append(out, f(TraceMark, FromTunnel, ConntrackTable, priorityTrace, t.traceMatch(openflow.InPort(n.TunnelOFPort), unmarked),
 			loadReg(traceTagField, uint32(t.Tag)), openflow.Resubmit(ConntrackTable)))
 	}
-	if n.UplinkOFPort != 0 && !(n.PodCIDR.IsValid() && n.PodCIDR.Contains(t.Src)) {
-		out = append(out, f(TraceMark, FromUplink, ConntrackTable, priorityTrace, t.traceMatch(openflow.InPort(n.UplinkOFPort), unmarked),
+	if n.GatewayOFPort != 0 && !(n.PodCIDR.IsValid() && n.PodCIDR.Contains(t.Src)) {
+		out = append(out, f(TraceMark, FromGateway, ConntrackTable, priorityTrace, t.traceMatch(openflow.InPort(n.GatewayOFPort), unmarked),
 			loadReg(traceTagField, uint32(t.Tag)), openflow.Resubmit(ConntrackTable)))
 	}
 	// Service DNAT without state: the trace's own flow, above the Service port's, DNATs to the

@@ -135,7 +135,7 @@ func TestClusterTraceRules(t *testing.T) {
 
 // TestTraceFlowsLeaveNoStateAndNoReplay: the flows that make a trace stateless, unreplayable and
 // contained. Only the mark flows match a packet without the tag in reg7, and they mark only what
-// arrives from another node (the tunnel; the uplink with a peer's source, routed); the traced
+// arrives from another node (the tunnel; routed, the host with a peer's source); the traced
 // packet goes on through the tunnel or the uplink only towards a node of the trace's path, past
 // the commit; anywhere else it is consumed; a Service DNATs it with set_field, never through the
 // port's group (which commits and learns affinity).
@@ -154,14 +154,14 @@ func TestTraceFlowsLeaveNoStateAndNoReplay(t *testing.T) {
 		name: "source's node: marks only arrivals from the tunnel",
 		tr:   local,
 		want: []string{"cookie=0x70b000000, table=30, priority=250,tcp,reg7=0/0xfc,in_port=1," + src + " actions=set_field:0x1c/0xfc->reg7,resubmit(,30)"},
-		// The source's own Pod is no peer: nothing from the uplink with its address is marked.
-		absent: []string{"in_port=3,"},
+		// The source's own Pod is no peer: nothing from the gateway with its address is marked.
+		absent: []string{"in_port=2,"},
 	}, {
-		name: "routed peer's trace: arrivals from the uplink are marked too",
+		name: "routed peer's trace: arrivals through the host are marked too",
 		tr:   peer,
 		want: []string{
 			"cookie=0x90b000000, table=30, priority=250,tcp,reg7=0/0xfc,in_port=1,nw_src=10.244.4.9,nw_tos=36,tp_src=40009 actions=set_field:0x24/0xfc->reg7,resubmit(,30)",
-			"cookie=0x90b000003, table=30, priority=250,tcp,reg7=0/0xfc,in_port=3,nw_src=10.244.4.9,nw_tos=36,tp_src=40009 actions=set_field:0x24/0xfc->reg7,resubmit(,30)",
+			"cookie=0x90b000001, table=30, priority=250,tcp,reg7=0/0xfc,in_port=2,nw_src=10.244.4.9,nw_tos=36,tp_src=40009 actions=set_field:0x24/0xfc->reg7,resubmit(,30)",
 		},
 	}, {
 		name: "Service: DNAT to the picked endpoint by set_field, without commit or learn",

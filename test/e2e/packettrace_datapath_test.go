@@ -244,3 +244,39 @@ func sendTaggedUDP(t *testing.T, path string, sport int, dst netip.AddrPort, tag
 	})
 	NewWithT(t).Expect(err).NotTo(HaveOccurred())
 }
+
+// TestPacketTraceRouted: without encapsulation (every node NoEncap), a trace from pod-a1 to pod-b1 is routed out
+// of node-a's uplink towards node-b, which marks it as it arrives on its uplink (the trace's source is a peer's
+// Pod) and delivers it; a trace to an address of a Pod CIDR no node of the path owns (pod-c1's: node-c is not on
+// the path of a trace to an IP the controller finds no Pod for) is consumed on node-a.
+func TestPacketTraceRouted(t *testing.T) {
+	g := NewWithT(t)
+	t.Cleanup(func() { setEncapsulation(t, encapsulations[0]) })
+	setEncapsulation(t, encapsulations[2])
+	g.Expect(encapsulations[2].spec.Mode).To(Equal(networkv1alpha1.EncapsulationModeNoEncap))
+	// A real exchange first: node-a resolves node-b's MAC on the underlay.
+	s, err := cluster.ServeEcho(pods["pod-b1"].NSPath, 8080)
+	g.Expect(err).NotTo(HaveOccurred())
+	defer s.Close()
+	cluster.ExpectConnection(t, pods["pod-a1"], pods["pod-b1"], 8080, true, converge)
+
+	tr := runTrace(t, "trace-routed", networkv1alpha1.PacketTraceDestination{Pod: &networkv1alpha1.ObjectReference{Name: "pod-b1"}}, tcpPacket(8080), "pod-a1")
+	g.Expect(tr.Status.Verdict).To(Equal(networkv1alpha1.PacketTraceDelivered), hopsText(tr))
+	g.Expect(observations(tr, "node-a")).To(HaveExactElements(
+		HavePrefix("Source Injected TCP "+pods["pod-a1"].IP.String()),
+		"Forwarding Forwarded routed out of the uplink towards "+pods["pod-b1"].IP.String()), hopsText(tr))
+	g.Expect(observations(tr, "node-b")).To(HaveExactElements(HavePrefix("Output Delivered to "+pods["pod-b1"].IP.String()+":8080")), hopsText(tr))
+	g.Expect(traceConntrack(t, node("node-a"), tr)).To(BeEmpty(), "conntrack entries of the trace on node-a")
+
+	// An address of node-c's Pod CIDR that no Pod has (host-local allocates from the start of the range): the
+	// controller finds no Pod for it, so node-c is not on the path.
+	free := node("node-c").PodCIDR.Addr().Next()
+	for range 250 {
+		free = free.Next()
+	}
+	off := runTrace(t, "trace-routed-off", networkv1alpha1.PacketTraceDestination{IP: networkv1alpha1.IPv4Address(free.String())}, tcpPacket(8080), "pod-a1")
+	g.Expect(off.Status.Nodes).To(Equal([]string{"node-a"}), "no Pod has %s", free)
+	g.Expect(off.Status.Verdict).To(Equal(networkv1alpha1.PacketTraceForwardedExternally), hopsText(off))
+	g.Expect(observations(off, "node-a")).To(HaveExactElements(HavePrefix("Source Injected"),
+		"Forwarding ForwardedExternally routed out of the uplink towards "+free.String()+": not a node on the trace's path (no winnet agent there): consumed here"), hopsText(off))
+}
