@@ -198,9 +198,7 @@ func (r *AgentReconciler) Reconcile(ctx context.Context, _ reconcile.Request) (c
 			continue
 		}
 		byTag[t.Tag] = traceRef{key: client.ObjectKeyFromObject(tr), uid: tr.UID, tr: *tr}
-		// A trace whose end is reported needs its flows no more: they go at once, not when the
-		// controller ends the trace (late reports of its packet-ins are still recorded).
-		if _, _, ended := Verdict(tr.Status.Hops, tr.Status.SourceNode); ended {
+		if !needsFlows(tr) {
 			continue
 		}
 		if routes == nil {

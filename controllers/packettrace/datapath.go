@@ -97,6 +97,14 @@ func containmentObservation(point pipeline.TracePoint, p openflow.PacketIn) (o n
 	return o, false, nil
 }
 
+// needsFlows tells whether a running trace needs its flows on the node: not once the end of its
+// packet is reported on its hops (Verdict), even before the controller ends the trace (the tag of
+// a trace without flows still names it, so late packet-ins are recorded).
+func needsFlows(tr *networkv1alpha1.PacketTrace) bool {
+	_, _, ended := Verdict(tr.Status.Hops, tr.Status.SourceNode)
+	return !ended
+}
+
 // reportKey identifies one report of a trace on this node: its point and argument.
 func reportKey(point pipeline.TracePoint, arg uint32) uint32 {
 	return uint32(point)<<24 | arg&0xffffff

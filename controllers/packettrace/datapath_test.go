@@ -145,3 +145,18 @@ func testFrame(t *testing.T, dst netip.Addr, port uint16) []byte {
 	NewWithT(t).Expect(err).NotTo(HaveOccurred())
 	return frame
 }
+
+// TestNeedsFlows: a running trace keeps its flows until its end is reported on its hops, then loses
+// them while still Running (the controller has not written the verdict yet).
+func TestNeedsFlows(t *testing.T) {
+	g := NewWithT(t)
+	tr := &networkv1alpha1.PacketTrace{Status: networkv1alpha1.PacketTraceStatus{Phase: networkv1alpha1.PacketTraceRunning, Tag: 3, SourceIP: "10.244.1.5",
+		SourceNode: "node-a", Nodes: []string{"node-a", "node-b"}}}
+	g.Expect(needsFlows(tr)).To(BeTrue(), "nothing reported")
+	tr.Status.Hops = []networkv1alpha1.PacketTraceHop{{Node: "node-a", Observations: []networkv1alpha1.PacketTraceObservation{
+		{Component: "Source", Action: "Injected"}, {Component: "Forwarding", Action: "Forwarded"}}}, {Node: "node-b"}}
+	g.Expect(needsFlows(tr)).To(BeTrue(), "forwarded, not delivered yet")
+	tr.Status.Hops[1].Observations = []networkv1alpha1.PacketTraceObservation{{Component: "Output", Action: "Delivered"}}
+	g.Expect(needsFlows(tr)).To(BeFalse(), "delivered: the end is reported")
+	g.Expect(tr.Status.Phase).To(Equal(networkv1alpha1.PacketTraceRunning))
+}
