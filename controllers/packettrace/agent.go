@@ -191,6 +191,9 @@ func (r *AgentReconciler) Reconcile(ctx context.Context, _ reconcile.Request) (c
 	byTag := map[uint8]traceRef{}
 	var flows []openflow.Flow
 	var routes *networkv1alpha1.RemoteSubnetRouteList
+	// awaitingService holds this node's traces to a Service whose port the node has not realised
+	// yet: injected now, their packet would go through the port's group, which commits.
+	awaitingService := map[types.UID]bool{}
 	for i := range list.Items {
 		tr := &list.Items[i]
 		t, ok := pipelineTrace(tr)
@@ -211,6 +214,7 @@ func (r *AgentReconciler) Reconcile(ctx context.Context, _ reconcile.Request) (c
 		if tr.Status.SourceNode == r.NodeName {
 			dst, _ := netip.ParseAddr(string(tr.Status.DestinationIP))
 			t.Service = traceService(r.Services, t, dst, tr.Spec.Packet.DstPort)
+			awaitingService[tr.UID] = r.Services != nil && tr.Spec.Destination.Service != nil && t.Service == nil
 		}
 		flows = append(flows, rz.Node.TraceFlows(t, policy)...)
 	}
@@ -243,6 +247,8 @@ func (r *AgentReconciler) Reconcile(ctx context.Context, _ reconcile.Request) (c
 			_, _, ended := Verdict(tr.Status.Hops, tr.Status.SourceNode)
 			switch {
 			case inj.attempts == 0 && (!settled || !acknowledged(tr, r.NodeName)):
+				retry = true
+			case inj.attempts == 0 && awaitingService[tr.UID] && now.Sub(r.installedAt(tr.UID)) < serviceWait:
 				retry = true
 			case inj.attempts == 0 || (!ended && inj.attempts < maxAttempts && time.Since(inj.at) >= reinjectAfter):
 				if err := r.inject(ctx, rz, tr, inj.attempts+1); err != nil {

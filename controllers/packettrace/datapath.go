@@ -5,6 +5,9 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
+	"time"
+
+	"k8s.io/apimachinery/pkg/types"
 
 	networkv1alpha1 "github.com/winnet-io/winnet/api/v1alpha1"
 	"github.com/winnet-io/winnet/internal/ovs/openflow"
@@ -17,6 +20,18 @@ import (
 // endpoints may be none (a port without endpoint for this node).
 type ServiceEndpoints interface {
 	TraceEndpoints(proto uint8, dst netip.AddrPort) (endpoints []pipeline.Endpoint, ok bool)
+}
+
+// serviceWait is how long the source node waits, before it injects a trace to a Service, for the
+// services reconciler to realise the Service's port (the trace's own DNAT needs its endpoints);
+// after it, the packet is injected all the same and takes the port's group, if any.
+const serviceWait = 5 * time.Second
+
+// installedAt is when the node first installed the trace's flows.
+func (r *AgentReconciler) installedAt(uid types.UID) time.Time {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.installed[uid]
 }
 
 // tracePath is the trace's path (status.nodes) but this node, as this node reaches each node: its
