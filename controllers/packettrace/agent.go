@@ -54,6 +54,10 @@ type AgentReconciler struct {
 	NodeName string
 	State    *nodenetwork.State
 	Local    Attachments
+	// Services finds the endpoints the node balances a Service address over, so that the source
+	// node DNATs a trace's packet to one of them without committing it (nil: through the
+	// Service's group, which commits).
+	Services ServiceEndpoints
 
 	mu sync.Mutex
 	// byTag maps the tags of the running traces to them; observed holds what the node observed of
@@ -65,6 +69,9 @@ type AgentReconciler struct {
 	injected map[types.UID]injection
 	// installed is when the node first installed each running trace's flows.
 	installed map[types.UID]time.Time
+	// reported holds the (point, argument) pairs (reportKey) each trace reported on this node since
+	// its last injection here: a packet-in for one of them again costs no lookup and adds nothing.
+	reported map[types.UID]map[uint32]bool
 	// bridge is the connection whose packet-ins the reconciler handles.
 	bridge *openflow.Bridge
 
@@ -113,6 +120,7 @@ func (r *AgentReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	r.written = map[types.UID]int{}
 	r.injected = map[types.UID]injection{}
 	r.installed = map[types.UID]time.Time{}
+	r.reported = map[types.UID]map[uint32]bool{}
 	r.limiter = rate.NewLimiter(reportRate, reportBurst)
 	r.reports = make(chan openflow.PacketIn, reportQueue)
 	realized := r.State.Subscribe()
@@ -179,6 +187,10 @@ func (r *AgentReconciler) Reconcile(ctx context.Context, _ reconcile.Request) (c
 	policy := r.State.PolicyIndex().TracePolicy()
 	byTag := map[uint8]traceRef{}
 	var flows []openflow.Flow
+	var routes *networkv1alpha1.RemoteSubnetRouteList
+	// awaitingService holds this node's traces to a Service whose port the node has not realised
+	// yet: injected now, their packet would go through the port's group, which commits.
+	awaitingService := map[types.UID]bool{}
 	for i := range list.Items {
 		tr := &list.Items[i]
 		t, ok := pipelineTrace(tr)
@@ -186,6 +198,21 @@ func (r *AgentReconciler) Reconcile(ctx context.Context, _ reconcile.Request) (c
 			continue
 		}
 		byTag[t.Tag] = traceRef{key: client.ObjectKeyFromObject(tr), uid: tr.UID, tr: *tr}
+		if !needsFlows(tr) {
+			continue
+		}
+		if routes == nil {
+			routes = &networkv1alpha1.RemoteSubnetRouteList{}
+			if err := r.Client.List(ctx, routes); err != nil {
+				return ctrl.Result{}, fmt.Errorf("listing RemoteSubnetRoutes for the packet traces' paths: %w", err)
+			}
+		}
+		t.Path = tracePath(tr, r.NodeName, routes.Items)
+		if tr.Status.SourceNode == r.NodeName {
+			dst, _ := netip.ParseAddr(string(tr.Status.DestinationIP))
+			t.Service = traceService(r.Services, t, dst, tr.Spec.Packet.DstPort)
+			awaitingService[tr.UID] = r.Services != nil && tr.Spec.Destination.Service != nil && t.Service == nil
+		}
 		flows = append(flows, rz.Node.TraceFlows(t, policy)...)
 	}
 	r.mu.Lock()
@@ -214,14 +241,23 @@ func (r *AgentReconciler) Reconcile(ctx context.Context, _ reconcile.Request) (c
 		}
 		if running && tr.Status.SourceNode == r.NodeName {
 			inj := r.injection(tr.UID)
-			_, _, ended := Verdict(tr.Status.Hops, tr.Status.SourceNode)
+			_, _, ended := PathVerdict(&tr.Status)
 			switch {
 			case inj.attempts == 0 && (!settled || !acknowledged(tr, r.NodeName)):
 				retry = true
+			case inj.attempts == 0 && awaitingService[tr.UID] && now.Sub(r.installedAt(tr.UID)) < serviceWait:
+				retry = true
+			case inj.attempts == 0 && awaitingService[tr.UID]:
+				// Never through the Service's group: its buckets commit the connection and learn
+				// session affinity, state a trace must not leave.
+				r.observe(tr.UID, networkv1alpha1.PacketTraceObservation{Component: networkv1alpha1.PacketTraceComponentSource,
+					Action: networkv1alpha1.PacketTraceActionDropped,
+					Detail: fmt.Sprintf("not injected: node %s has not realised the Service port %s:%d within %v", r.NodeName, tr.Status.DestinationIP, tr.Spec.Packet.DstPort, serviceWait)})
+				r.setInjected(tr.UID, maxAttempts)
 			case inj.attempts == 0 || (!ended && inj.attempts < maxAttempts && time.Since(inj.at) >= reinjectAfter):
 				if err := r.inject(ctx, rz, tr, inj.attempts+1); err != nil {
 					r.observe(tr.UID, networkv1alpha1.PacketTraceObservation{Component: networkv1alpha1.PacketTraceComponentSource,
-						Action: networkv1alpha1.PacketTraceActionDropped, Detail: truncate("the packet could not be injected: " + err.Error())})
+						Action: networkv1alpha1.PacketTraceActionDropped, Detail: printable("the packet could not be injected: " + err.Error())})
 					r.setInjected(tr.UID, maxAttempts)
 				}
 				retry = true
@@ -307,6 +343,11 @@ func (r *AgentReconciler) forget(traces []networkv1alpha1.PacketTrace) {
 			delete(r.installed, uid)
 		}
 	}
+	for uid := range r.reported {
+		if !live[uid] {
+			delete(r.reported, uid)
+		}
+	}
 }
 
 func (r *AgentReconciler) injection(uid types.UID) injection {
@@ -375,6 +416,10 @@ func (r *AgentReconciler) inject(ctx context.Context, rz nodenetwork.Realized, t
 		Detail: truncate(fmt.Sprintf("%s %s:%d -> %s:%d from Pod %s/%s (port %d), DSCP tag %d%s", tr.Spec.Packet.Protocol, src, p.SrcPort, dst, p.DstPort,
 			from.PodNamespace, from.PodName, from.OFPort, p.Tag, again))})
 	r.setInjected(tr.UID, attempt)
+	// This injection's packet reports anew where it goes (a packet lost on its way reported no end).
+	r.mu.Lock()
+	delete(r.reported, tr.UID)
+	r.mu.Unlock()
 	if err := rz.Flows.SendPacketOut(out.InPort, out.Actions, frame); err != nil {
 		return fmt.Errorf("sending the trace packet: %w", err)
 	}
@@ -428,11 +473,27 @@ func (r *AgentReconciler) report(ctx context.Context, p openflow.PacketIn) {
 	tag, point, arg := pipeline.ParseTraceCookieObject(p.Cookie & openflow.ObjectMask)
 	r.mu.Lock()
 	ref, ok := r.byTag[tag]
+	// A point already recorded for this trace (a packet the source Pod sent with the trace's
+	// header and that another node took for the trace's, a reinjection reaching a node again)
+	// is dropped here, before any lookup.
+	if ok {
+		if r.reported[ref.uid][reportKey(point, arg)] {
+			ok = false
+		} else {
+			if r.reported[ref.uid] == nil {
+				r.reported[ref.uid] = map[uint32]bool{}
+			}
+			r.reported[ref.uid][reportKey(point, arg)] = true
+		}
+	}
 	r.mu.Unlock()
 	if !ok {
 		return
 	}
-	o, err := r.observation(ctx, &ref.tr, point, arg, p)
+	o, contained, err := containmentObservation(point, p)
+	if !contained {
+		o, err = r.observation(ctx, &ref.tr, point, arg, p)
+	}
 	if err != nil {
 		o = networkv1alpha1.PacketTraceObservation{Component: "Unknown", Action: "Unknown", Detail: printable(err.Error())}
 	}

@@ -122,7 +122,7 @@ func SetupNodeNetwork(ctx context.Context, mgr ctrl.Manager, nodeName string, op
 	if err := SetupNetworkPolicy(mgr, NetworkPolicyOptions{NodeName: nodeName, State: state, Local: podNet.Pods.Store(), Pods: podNet.Pods, Audit: audit}); err != nil {
 		return err
 	}
-	traces := &packettrace.AgentReconciler{Client: mgr.GetClient(), NodeName: nodeName, State: state, Local: podNet.Pods.Store()}
+	traces := &packettrace.AgentReconciler{Client: mgr.GetClient(), NodeName: nodeName, State: state, Local: podNet.Pods.Store(), Services: services}
 	if err := traces.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the packet trace reconciler: %w", err)
 	}

@@ -17,14 +17,29 @@ import (
 // port (TCP and UDP; ICMP echo requests), the part of the 5-tuple that no NAT before the last hop
 // changes: real traffic that happens to carry the same DSCP is never taken for the trace.
 //
+// Only the packet the agent injects is traced. The source node's packet-out loads the trace's tag
+// into traceTagField; on the other nodes the trace's mark flow loads it into a packet that arrives
+// from the tunnel (or, routed, through the host from a peer's Pod address), and every other
+// trace flow matches the tag in traceTagField. So a packet that a Pod sends itself with its
+// trace's DSCP, source address and source port is real traffic on its own node: it is neither
+// reported nor consumed there, and costs no packet-in (no replay of a trace by its source Pod).
+//
 // Each trace flow sits above every flow of its table (priorityTrace), or above the flow it
 // shadows (the conj_id flow of a policy rule, the default drop of an isolated Pod), and either
-//   - reports and goes on: it marks the packet (TraceReportedField) so that it does not match
-//     again, sends it to the agent and resubmits it to its own table, where the pipeline's own
-//     flows decide as they would have; or
+//   - reports and goes on: it sends the packet to the agent and goes on where the pipeline's own
+//     flows would send it; or
 //   - reports and consumes it: a drop by policy, delivery to a local Pod, to the host or out to
-//     an external address. The traced packet never reaches a Pod's application and never
-//     leaves the node towards an external host.
+//     an external address, and a packet that would leave what winnet controls (through the
+//     tunnel to a node that is not on the trace's path, status.nodes: a flannel Linux node, a
+//     node without a winnet agent; out of the uplink to anything but such a node's Pod CIDR).
+//     The traced packet never reaches a Pod's application and never leaves the node towards a
+//     host that does not consume it.
+//
+// A trace leaves no state behind: the traced packet is never committed to conntrack (it skips
+// ConntrackCommitTable, the only table that commits, and the Service stage's groups, whose
+// buckets commit the DNAT and learn session affinity: the trace's own flow at DNATTable DNATs it
+// with set_field to the endpoint the agent picked), so no conntrack entry lets replies of its
+// 5-tuple past the source Pod's ingress policy, and no learned flow pins a client to an endpoint.
 //
 // The cookie's object part (40 bits) says which trace (bits 32..37: the tag) and which
 // observation point (bits 24..31: TracePoint) sent the packet, and the point's argument (bits
@@ -54,16 +69,20 @@ const (
 	TraceIngressDrop TracePoint = 5
 	// TraceExternal: Pod-to-external traffic, SNATed to the node IP: consumed before the commit.
 	TraceExternal TracePoint = 6
-	// TraceTunnel: output to the tunnel (tun_dst in the packet-in): goes on to the peer.
+	// TraceTunnel: output to the tunnel towards a node of the trace's path (tun_dst in the
+	// packet-in): goes on to the peer, uncommitted.
 	TraceTunnel TracePoint = 7
-	// TraceUplink: output to the uplink (a routed peer): goes on.
+	// TraceUplink: output to the uplink towards a Pod CIDR of a node of the trace's path (a routed
+	// peer): goes on, uncommitted.
 	TraceUplink TracePoint = 8
 	// TraceHost: output to the gateway (the node's host): consumed.
 	TraceHost TracePoint = 9
 	// TraceDeliver: output to the port in reg1 (a local Pod), or nowhere when reg0[16] is 0:
 	// consumed.
 	TraceDeliver TracePoint = 10
-	// TraceMark reports nothing: it loads the tag into traceTagField (ConntrackTable).
+	// TraceMark reports nothing: it loads the tag into traceTagField (ConntrackTable) of a packet
+	// that arrived from the tunnel (argument FromTunnel) or, routed, from a peer's Pod address
+	// through the host (FromGateway).
 	TraceMark TracePoint = 11
 	// TraceClusterAccept, TraceClusterDeny and TraceClusterPass: a ClusterNetworkPolicy rule
 	// decided (TraceClusterArg in the argument: its tier, direction and priority). Accept and
@@ -71,6 +90,20 @@ const (
 	TraceClusterAccept TracePoint = 12
 	TraceClusterDeny   TracePoint = 13
 	TraceClusterPass   TracePoint = 14
+	// TraceTunnelLeaves: output to the tunnel towards an endpoint that is no node of the trace's
+	// path (tun_dst in the packet-in): the packet would leave what winnet controls, so it is
+	// reported (forwarded externally) and consumed.
+	TraceTunnelLeaves TracePoint = 15
+	// TraceUplinkLeaves: output to the uplink towards anything but a Pod CIDR of a node of the
+	// trace's path: reported (forwarded externally) and consumed.
+	TraceUplinkLeaves TracePoint = 16
+	// TraceServiceDNATPick reports nothing: it DNATs the packet to the endpoint the agent picked
+	// for the trace (DNATTable, set_field, no commit), which TraceServiceDNAT reports.
+	TraceServiceDNATPick TracePoint = 17
+	// TraceServiceNoEndpoint: the trace's destination is a Service port with no endpoint for this
+	// node (none at all, or internalTrafficPolicy Local and none here): consumed (a real
+	// connection would be refused or dropped).
+	TraceServiceNoEndpoint TracePoint = 18
 )
 
 // Cached datapath flows. A datapath caches what ovs-vswitchd decided for a packet as a flow that
@@ -93,14 +126,12 @@ const (
 //	reg7[2..7] the trace's tag (0: not a traced packet, or not marked yet)
 var traceTagField = RegField{Reg: 7, Start: 2, End: 7}
 
-// TraceReportedField marks, per observation point that reports and goes on, that the packet has
-// reported there, so that its resubmit into the same table reaches the pipeline's own flows.
+// traceReportedDNAT marks that the packet has reported the Service DNAT, so that its resubmit into
+// EndpointDNATTable reaches the pipeline's own flow. (The forwarding reports go on to
+// L2ForwardingOutTable, past the commit, and need no mark.)
 //
-//	reg7[0] the DNAT report, reg7[1] the forwarding report
-var (
-	traceReportedDNAT    = RegField{Reg: 7, Start: 0, End: 0}
-	traceReportedForward = RegField{Reg: 7, Start: 1, End: 1}
-)
+//	reg7[0] the DNAT report; reg7[1] unused
+var traceReportedDNAT = RegField{Reg: 7, Start: 0, End: 0}
 
 // CategoryTrace holds the flows of every running packet trace on the node; the object part of the
 // cookie is TraceCookieObject.
@@ -118,6 +149,31 @@ type Trace struct {
 	// Src and SrcPort are the source Pod's address and the trace's source port (TCP, UDP).
 	Src     netip.Addr
 	SrcPort uint16
+	// Path are the other nodes of the trace's path (status.nodes) as this node reaches them. The
+	// traced packet goes on through the tunnel only to their tunnel endpoints and out of the
+	// uplink only to their Pod CIDRs; anything else leaves what winnet controls and is consumed.
+	Path []TracePeer
+	// Service, when the trace's destination is a Service port this node balances, is how the node
+	// DNATs the traced packet (nil: no Service port here).
+	Service *TraceService
+}
+
+// TracePeer is a node of a trace's path as this node reaches it: its tunnel endpoint (its node
+// IP) and its Pod CIDRs (routed).
+type TracePeer struct {
+	NodeIP netip.Addr
+	CIDRs  []netip.Prefix
+}
+
+// TraceService is the Service port a trace is sent to and the endpoint the agent picked for it,
+// as the port's group would have (the group itself would commit the connection and learn session
+// affinity).
+type TraceService struct {
+	// Dst is the Service address and port (status.destinationIP, spec.packet.dstPort).
+	Dst netip.AddrPort
+	// Endpoint is the endpoint picked; the zero value when the port has no endpoint for this
+	// node: the traced packet is reported (TraceServiceNoEndpoint) and consumed.
+	Endpoint netip.AddrPort
 }
 
 // TracePolicy is what the node's NetworkPolicy realises that a trace names: the conjunction ids of
@@ -182,9 +238,24 @@ func (t Trace) traceMatch(extra ...openflow.MatchField) []openflow.MatchField {
 	return append(m, extra...)
 }
 
+// tagged matches the packets that carry the trace's tag in traceTagField and have each of clear
+// (bits of reg7) clear: one match field, since OpenFlow refuses a match that names reg7 twice.
+func (t Trace) tagged(clear ...RegField) openflow.MatchField {
+	value := uint32(t.Tag&0x3f) << traceTagField.Start
+	mask := fieldMask(traceTagField)
+	for _, f := range clear {
+		mask |= fieldMask(f)
+	}
+	return openflow.RegMasked(traceTagField.Reg, value, mask)
+}
+
+func fieldMask(f RegField) uint32 {
+	return uint32((uint64(1)<<(f.End-f.Start+1) - 1) << f.Start)
+}
+
 // TraceFlows are the flows of one running trace on the node (CategoryTrace; each carries its own
-// cookie object, TraceCookieObject). They are the same on every node; the NetworkPolicy ones name
-// the node's own rules and isolated Pods.
+// cookie object, TraceCookieObject). The NetworkPolicy ones name the node's own rules and isolated
+// Pods; the forwarding ones the nodes of the trace's path as this node reaches them.
 func (n Node) TraceFlows(t Trace, p TracePolicy) []openflow.Flow {
 	if t.Tag == 0 || !t.Src.Is4() {
 		return nil
@@ -195,51 +266,90 @@ func (n Node) TraceFlows(t Trace, p TracePolicy) []openflow.Flow {
 		fl.Cookie = TraceCookieObject(t.Tag, point, arg)
 		return fl
 	}
+	tagged := t.tagged()
 	var out []openflow.Flow
 	// The mark: a traced packet that arrived from another node carries the tag in traceTagField
-	// before its first ct action (see traceTagField).
-	out = append(out, f(TraceMark, 0, ConntrackTable, priorityTrace, t.traceMatch(regMatch(traceTagField, 0)),
-		loadReg(traceTagField, uint32(t.Tag)), openflow.Resubmit(ConntrackTable)))
-	// Service DNAT: the connections a Service's group DNATed arrive here; report and go on.
-	out = append(out, f(TraceServiceDNAT, 0, EndpointDNATTable, priorityTrace, t.traceMatch(regMatch(traceReportedDNAT, 0)),
+	// before its first ct action (see traceTagField). Only arrivals from another node: a packet
+	// from a Pod's port is the Pod's own traffic, whatever it carries. Routed (NoEncap), a peer's
+	// Pods' packets arrive on the uplink, which sends them to the host (ConntrackStateTable), and
+	// the host routes them back in through the gateway: they are marked there. A packet with the
+	// source address of one of this node's own Pods (on the source's node) is no peer's and is
+	// never marked.
+	unmarked := regMatch(traceTagField, 0)
+	if n.TunnelOFPort != 0 {
+		out = append(out, f(TraceMark, FromTunnel, ConntrackTable, priorityTrace, t.traceMatch(openflow.InPort(n.TunnelOFPort), unmarked),
+			loadReg(traceTagField, uint32(t.Tag)), openflow.Resubmit(ConntrackTable)))
+	}
+	if n.GatewayOFPort != 0 && !(n.PodCIDR.IsValid() && n.PodCIDR.Contains(t.Src)) {
+		out = append(out, f(TraceMark, FromGateway, ConntrackTable, priorityTrace, t.traceMatch(openflow.InPort(n.GatewayOFPort), unmarked),
+			loadReg(traceTagField, uint32(t.Tag)), openflow.Resubmit(ConntrackTable)))
+	}
+	// Service DNAT without state: the trace's own flow, above the Service port's, DNATs to the
+	// endpoint the agent picked with set_field (Windows rewrites IPv4 addresses and TCP/UDP
+	// ports) and goes where the group's buckets go; a port without endpoint consumes it.
+	if s := t.Service; s != nil && s.Dst.Addr().Is4() && (t.Protocol == openflow.ProtoTCP || t.Protocol == openflow.ProtoUDP) {
+		m := t.traceMatch(tagged, openflow.NwDst(netip.PrefixFrom(s.Dst.Addr(), 32)), openflow.TpDst(t.Protocol, s.Dst.Port()))
+		if s.Endpoint.Addr().Is4() {
+			out = append(out, f(TraceServiceDNATPick, 0, DNATTable, priorityTrace, m,
+				openflow.SetNwDst(s.Endpoint.Addr()), openflow.SetTpDst(t.Protocol, s.Endpoint.Port()), openflow.GotoTable(EndpointDNATTable)))
+		} else {
+			out = append(out, f(TraceServiceNoEndpoint, 0, DNATTable, priorityTrace, m, toAgent))
+		}
+	}
+	// Service DNAT: the connections a Service DNATed arrive here; report and go on.
+	out = append(out, f(TraceServiceDNAT, 0, EndpointDNATTable, priorityTrace, t.traceMatch(t.tagged(traceReportedDNAT)),
 		loadReg(traceReportedDNAT, 1), toAgent, openflow.Resubmit(EndpointDNATTable)))
 	// NetworkPolicy: the rule that admitted (above its conj_id flow, which the conjunction's
 	// lookup finds like any other flow), the default drop of an isolated Pod.
 	for _, id := range p.EgressRules {
-		out = append(out, f(TraceEgressRule, id, EgressRuleTable, priorityTraceRule, append(t.traceMatch(), openflow.ConjID(id)),
+		out = append(out, f(TraceEgressRule, id, EgressRuleTable, priorityTraceRule, t.traceMatch(tagged, openflow.ConjID(id)),
 			toAgent, openflow.GotoTable(EgressMetricTable)))
 	}
 	for _, id := range p.IngressRules {
-		out = append(out, f(TraceIngressRule, id, IngressRuleTable, priorityTraceRule, append(t.traceMatch(), openflow.ConjID(id)),
+		out = append(out, f(TraceIngressRule, id, IngressRuleTable, priorityTraceRule, t.traceMatch(tagged, openflow.ConjID(id)),
 			toAgent, openflow.GotoTable(IngressMetricTable)))
 	}
 	for _, port := range p.EgressIsolated {
-		out = append(out, f(TraceEgressDrop, port, EgressDefaultTable, priorityNormal+1, t.traceMatch(openflow.InPort(port)), toAgent))
+		out = append(out, f(TraceEgressDrop, port, EgressDefaultTable, priorityNormal+1, t.traceMatch(tagged, openflow.InPort(port)), toAgent))
 	}
 	for _, port := range p.IngressIsolated {
-		out = append(out, f(TraceIngressDrop, port, IngressDefaultTable, priorityNormal+1, t.traceMatch(regMatch(TargetOFPortField, port)), toAgent))
+		out = append(out, f(TraceIngressDrop, port, IngressDefaultTable, priorityNormal+1, t.traceMatch(tagged, regMatch(TargetOFPortField, port)), toAgent))
 	}
 	// ClusterNetworkPolicy: the rule that decided, above the band of the rules' priorities (below
 	// the Admin tier's pending drops, established-connection skips and own-node exemptions, which
 	// a traced packet meets as any packet does).
 	out = append(out, n.traceClusterFlows(t, p.ClusterRules)...)
-	// Forwarding, before the commit: out to an external address (consumed before it is SNATed
-	// and committed), through the tunnel or the uplink to a peer (report and go on), to the host
-	// (consumed), to a local Pod or nowhere (consumed).
-	notReported := regMatch(traceReportedForward, 0)
-	out = append(out, f(TraceExternal, 0, ConntrackCommitTable, priorityTrace+1, t.traceMatch(regMatch(SNATRequiredField, 1)), toAgent))
+	// Forwarding, at ConntrackCommitTable, before the commit: through the tunnel or the uplink to a
+	// node of the trace's path (report, and go on past the commit: priorityTrace+2); out to an
+	// external address (consumed before it is SNATed and committed: priorityTrace+1); through the
+	// tunnel or the uplink anywhere else (consumed), to the host (consumed: priorityTrace); to a
+	// local Pod or nowhere (consumed: priorityTrace-1).
+	past := openflow.GotoTable(L2ForwardingOutTable)
+	out = append(out, f(TraceExternal, 0, ConntrackCommitTable, priorityTrace+1, t.traceMatch(tagged, regMatch(SNATRequiredField, 1)), toAgent))
 	if n.TunnelOFPort != 0 {
-		out = append(out, f(TraceTunnel, 0, ConntrackCommitTable, priorityTrace, t.traceMatch(notReported, regMatch(TargetOFPortField, n.TunnelOFPort)),
-			loadReg(traceReportedForward, 1), toAgent, openflow.Resubmit(ConntrackCommitTable)))
+		tunnel := regMatch(TargetOFPortField, n.TunnelOFPort)
+		for _, peer := range t.Path {
+			if peer.NodeIP.Is4() {
+				out = append(out, f(TraceTunnel, 0, ConntrackCommitTable, priorityTrace+2, t.traceMatch(tagged, tunnel, openflow.TunDst(peer.NodeIP)), toAgent, past))
+			}
+		}
+		out = append(out, f(TraceTunnelLeaves, 0, ConntrackCommitTable, priorityTrace, t.traceMatch(tagged, tunnel), toAgent))
 	}
 	if n.UplinkOFPort != 0 {
-		out = append(out, f(TraceUplink, 0, ConntrackCommitTable, priorityTrace, t.traceMatch(notReported, regMatch(TargetOFPortField, n.UplinkOFPort)),
-			loadReg(traceReportedForward, 1), toAgent, openflow.Resubmit(ConntrackCommitTable)))
+		uplink := regMatch(TargetOFPortField, n.UplinkOFPort)
+		for _, peer := range t.Path {
+			for _, cidr := range peer.CIDRs {
+				if cidr.Addr().Is4() {
+					out = append(out, f(TraceUplink, 0, ConntrackCommitTable, priorityTrace+2, t.traceMatch(tagged, uplink, openflow.NwDst(cidr)), toAgent, past))
+				}
+			}
+		}
+		out = append(out, f(TraceUplinkLeaves, 0, ConntrackCommitTable, priorityTrace, t.traceMatch(tagged, uplink), toAgent))
 	}
 	if n.GatewayOFPort != 0 {
-		out = append(out, f(TraceHost, 0, ConntrackCommitTable, priorityTrace, t.traceMatch(notReported, regMatch(TargetOFPortField, n.GatewayOFPort)), toAgent))
+		out = append(out, f(TraceHost, 0, ConntrackCommitTable, priorityTrace, t.traceMatch(tagged, regMatch(TargetOFPortField, n.GatewayOFPort)), toAgent))
 	}
-	out = append(out, f(TraceDeliver, 0, ConntrackCommitTable, priorityTrace-1, t.traceMatch(notReported), toAgent))
+	out = append(out, f(TraceDeliver, 0, ConntrackCommitTable, priorityTrace-1, t.traceMatch(tagged), toAgent))
 	return out
 }
 
@@ -278,14 +388,15 @@ func (n Node) traceClusterFlows(t Trace, rules []TraceClusterRule) []openflow.Fl
 			f.Cookie = cookie
 			out = append(out, f)
 		}
+		tagged := t.tagged()
 		for _, id := range r.ConjIDs {
-			add(append(t.traceMatch(), openflow.ConjID(id)))
+			add(t.traceMatch(tagged, openflow.ConjID(id)))
 		}
 		for _, port := range r.FirstPods {
 			if r.Direction == PolicyEgress {
-				add(t.traceMatch(openflow.InPort(port)))
+				add(t.traceMatch(tagged, openflow.InPort(port)))
 			} else {
-				add(t.traceMatch(regMatch(TargetOFPortField, port)))
+				add(t.traceMatch(tagged, regMatch(TargetOFPortField, port)))
 			}
 		}
 	}
