@@ -247,8 +247,8 @@ func sendTaggedUDP(t *testing.T, path string, sport int, dst netip.AddrPort, tag
 
 // TestPacketTraceRouted: without encapsulation (every node NoEncap), a trace from pod-a1 to pod-b1 is routed out
 // of node-a's uplink towards node-b, which marks it as it arrives on its uplink (the trace's source is a peer's
-// Pod) and delivers it; a trace to an address of a Pod CIDR no node of the path owns (pod-c1's: node-c is not on
-// the path of a trace to an IP the controller finds no Pod for) is consumed on node-a.
+// Pod) and delivers it; a trace to an address of a CIDR routed to a host without winnet (no node's Pod CIDR, so
+// no node of the path owns it) is consumed on node-a.
 func TestPacketTraceRouted(t *testing.T) {
 	g := NewWithT(t)
 	t.Cleanup(func() { setEncapsulation(t, encapsulations[0]) })
@@ -268,14 +268,21 @@ func TestPacketTraceRouted(t *testing.T) {
 	g.Expect(observations(tr, "node-b")).To(HaveExactElements(HavePrefix("Output Delivered to "+pods["pod-b1"].IP.String()+":8080")), hopsText(tr))
 	g.Expect(traceConntrack(t, node("node-a"), tr)).To(BeEmpty(), "conntrack entries of the trace on node-a")
 
-	// An address of node-c's Pod CIDR that no Pod has (host-local allocates from the start of the range): the
-	// controller finds no Pod for it, so node-c is not on the path.
-	free := node("node-c").PodCIDR.Addr().Next()
-	for range 250 {
-		free = free.Next()
+	// A CIDR routed out of the uplink to a host that runs no winnet agent (the external host, as a
+	// RemoteSubnetRoute of its own): no node's Pod CIDR holds it, so no node of it is on the path.
+	ctx := context.Background()
+	route := &networkv1alpha1.RemoteSubnetRoute{
+		ObjectMeta: metav1.ObjectMeta{Name: "trace-routed-no-agent"},
+		Spec: networkv1alpha1.RemoteSubnetRouteSpec{NodeName: "trace-routed-no-agent", NodeIP: networkv1alpha1.IPAddress(c.ExternalIP.String()),
+			PodCIDRs: []networkv1alpha1.CIDR{"10.244.251.0/24"}, Mode: networkv1alpha1.RouteModeRoute},
 	}
+	g.Expect(c.Client.Create(ctx, route)).To(Succeed())
+	t.Cleanup(func() { _ = c.Client.Delete(context.Background(), route) })
+	g.Eventually(node("node-a").Flows).WithTimeout(converge).Should(MatchRegexp(`table=70, .*nw_dst=10\.244\.251\.0/24 `),
+		"node-a routes the CIDR out of its uplink")
+	free := netip.MustParseAddr("10.244.251.5")
 	off := runTrace(t, "trace-routed-off", networkv1alpha1.PacketTraceDestination{IP: networkv1alpha1.IPv4Address(free.String())}, tcpPacket(8080), "pod-a1")
-	g.Expect(off.Status.Nodes).To(Equal([]string{"node-a"}), "no Pod has %s", free)
+	g.Expect(off.Status.Nodes).To(Equal([]string{"node-a"}), "no node's Pod CIDR holds %s", free)
 	g.Expect(off.Status.Verdict).To(Equal(networkv1alpha1.PacketTraceForwardedExternally), hopsText(off))
 	g.Expect(observations(off, "node-a")).To(HaveExactElements(HavePrefix("Source Injected"),
 		"Forwarding ForwardedExternally routed out of the uplink towards "+free.String()+": not a node on the trace's path (no winnet agent there): consumed here"), hopsText(off))
