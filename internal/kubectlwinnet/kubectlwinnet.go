@@ -49,12 +49,18 @@ func Run(ctx context.Context, args []string, out io.Writer) error {
 	return fmt.Errorf("unknown command %q: trace or status", args[0])
 }
 
-// contextNamespace is the namespace of the kubeconfig's current context, as kubectl picks it
-// (--kubeconfig, else $KUBECONFIG, else ~/.kube/config); "default" when the context names none.
-func contextNamespace(kubeconfig string) (string, error) {
+// kubeconfigFile is the kubeconfig as kubectl picks it: --kubeconfig, else $KUBECONFIG, else
+// ~/.kube/config.
+func kubeconfigFile(path string) clientcmd.ClientConfig {
 	rules := clientcmd.NewDefaultClientConfigLoadingRules()
-	rules.ExplicitPath = kubeconfig
-	ns, _, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{}).Namespace()
+	rules.ExplicitPath = path
+	return clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{})
+}
+
+// contextNamespace is the namespace of the kubeconfig's current context; "default" when the context
+// names none.
+func contextNamespace(kubeconfig clientcmd.ClientConfig) (string, error) {
+	ns, _, err := kubeconfig.Namespace()
 	if err != nil {
 		return "", fmt.Errorf("reading the kubeconfig context's namespace: %w", err)
 	}
@@ -107,7 +113,7 @@ func trace(ctx context.Context, args []string, out io.Writer) error {
 		return fmt.Errorf("trace takes SRC and DST, got %q", pos)
 	}
 	if *namespace == "" {
-		if *namespace, err = contextNamespace(*kubeconfig); err != nil {
+		if *namespace, err = contextNamespace(kubeconfigFile(*kubeconfig)); err != nil {
 			return err
 		}
 	}

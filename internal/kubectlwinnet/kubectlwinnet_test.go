@@ -2,12 +2,12 @@ package kubectlwinnet
 
 import (
 	"bytes"
-	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
 	. "github.com/onsi/gomega"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
 	networkv1alpha1 "github.com/winnet-io/winnet/api/v1alpha1"
 )
@@ -92,22 +92,18 @@ func TestPrintTraceStripsControlCharacters(t *testing.T) {
 // current context, as kubectl's commands do; "default" when the context names none.
 func TestTraceNamespaceFromContext(t *testing.T) {
 	g := NewWithT(t)
-	dir := t.TempDir()
-	write := func(ns string) string {
-		p := filepath.Join(dir, "kubeconfig-"+ns)
-		g.Expect(os.WriteFile(p, []byte(`apiVersion: v1
-kind: Config
-clusters: [{name: c, cluster: {server: "https://127.0.0.1:1"}}]
-users: [{name: u, user: {token: t}}]
-contexts: [{name: x, context: {cluster: c, user: u, namespace: "`+ns+`"}}]
-current-context: x
-`), 0o600)).To(Succeed())
-		return p
+	kubeconfig := func(ns string) clientcmd.ClientConfig {
+		cfg := clientcmdapi.NewConfig()
+		cfg.Clusters["c"] = &clientcmdapi.Cluster{Server: "https://127.0.0.1:1"}
+		cfg.AuthInfos["u"] = &clientcmdapi.AuthInfo{Token: "t"}
+		cfg.Contexts["x"] = &clientcmdapi.Context{Cluster: "c", AuthInfo: "u", Namespace: ns}
+		cfg.CurrentContext = "x"
+		return clientcmd.NewNonInteractiveClientConfig(*cfg, "", &clientcmd.ConfigOverrides{}, nil)
 	}
-	ns, err := contextNamespace(write("tenant-x"))
+	ns, err := contextNamespace(kubeconfig("tenant-x"))
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(ns).To(Equal("tenant-x"))
-	ns, err = contextNamespace(write(""))
+	ns, err = contextNamespace(kubeconfig(""))
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(ns).To(Equal("default"))
 }
