@@ -2,7 +2,11 @@
 
 SHELL := /usr/bin/env bash -o pipefail
 .SHELLFLAGS := -ec
-export GOTOOLCHAIN := local
+# winnet is built with the Go toolchain go.mod names (its toolchain line, a patch release that fixes the
+# standard library's advisories the machine's Go has): the go command fetches it from the module proxy
+# once and keeps it in the module cache.
+WINNET_TOOLCHAIN := $(shell sed -n 's/^toolchain //p' go.mod)
+export GOTOOLCHAIN := $(WINNET_TOOLCHAIN)
 
 GO ?= go
 BIN := $(CURDIR)/bin

@@ -2,6 +2,8 @@ module github.com/winnet-io/winnet
 
 go 1.26.8
 
+toolchain go1.26.11
+
 require (
 	antrea.io/libOpenflow v0.15.0
 	antrea.io/ofnet v0.14.0

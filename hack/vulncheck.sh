@@ -18,7 +18,8 @@ GOVULNCHECK_VERSION=${GOVULNCHECK_VERSION:-v1.9.0}
 VULNDB_VERSION=${VULNDB_VERSION:-v0.0.0-20261105234957-e22db6528018}
 GOVULNCHECK="$ROOT/bin/govulncheck-$GOVULNCHECK_VERSION/govulncheck"
 VULNDB="$ROOT/bin/vulndb-$VULNDB_VERSION"
-export GOTOOLCHAIN=local
+# The standard library checked is that of the toolchain winnet is built with (go.mod's toolchain line).
+export GOTOOLCHAIN="$(sed -n 's/^toolchain //p' "$ROOT/go.mod")"
 
 log() { echo "vulncheck: $*" >&2; }
 

@@ -29,7 +29,6 @@ func BuildShim(t testing.TB) string {
 		}
 		cmd := hostcmd.Command("go", "build", "-o", filepath.Join(shimDir, cni.PluginType), "./cmd/winnet-cni")
 		cmd.Dir = RepoRoot()
-		cmd.Env = append(os.Environ(), "GOTOOLCHAIN=local")
 		if out, err := cmd.CombinedOutput(); err != nil {
 			shimErr = fmt.Errorf("building winnet-cni: %w: %s", err, out)
 		}
