@@ -51,8 +51,9 @@ const bundleMaxStateEntries = 20000
 // listing (names, sizes, modes: no contents), the tail of the agent's logs and the node's
 // WindowsNodeNetwork, PodEndpoints and the RemoteSubnetRoutes, with their status. Every member
 // goes through Redact, and the OVSDB rows' maps through redactMaps first. Files (the logs) are
-// opened without following links (securefs.OpenNoFollow). A source that cannot be read is named with the reason in errors.txt and the
-// rest is still collected; it returns the names of the members it wrote.
+// opened without following links (securefs.OpenNoFollow). A source that cannot be read is named
+// with the reason in errors.txt and the rest is still collected; it returns the names of the
+// members it wrote.
 func SupportBundle(ctx context.Context, host HostOptions, opts BundleOptions, w io.Writer) ([]string, error) {
 	host = host.withDefaults()
 	if opts.Bridge == "" {
