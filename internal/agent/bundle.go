@@ -10,9 +10,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
-	"os"
 	"path/filepath"
-	"regexp"
 	"sort"
 	"strings"
 	"time"
@@ -23,6 +21,7 @@ import (
 	"github.com/winnet-io/winnet/internal/hostnet"
 	"github.com/winnet-io/winnet/internal/ovs/openflow"
 	"github.com/winnet-io/winnet/internal/ovs/ovsdb"
+	"github.com/winnet-io/winnet/internal/securefs"
 )
 
 // BundleOptions configure SupportBundle.
@@ -51,8 +50,10 @@ const bundleMaxStateEntries = 20000
 // simulator's state on Linux), the host's links, addresses and routes, the state directory's
 // listing (names, sizes, modes: no contents), the tail of the agent's logs and the node's
 // WindowsNodeNetwork, PodEndpoints and the RemoteSubnetRoutes, with their status. Every member
-// goes through Redact. A source that cannot be read is named with the reason in errors.txt and the
-// rest is still collected; it returns the names of the members it wrote.
+// goes through Redact, and the OVSDB rows' maps through redactMaps first. Files (the logs) are
+// opened without following links (securefs.OpenNoFollow). A source that cannot be read is named
+// with the reason in errors.txt and the rest is still collected; it returns the names of the
+// members it wrote.
 func SupportBundle(ctx context.Context, host HostOptions, opts BundleOptions, w io.Writer) ([]string, error) {
 	host = host.withDefaults()
 	if opts.Bridge == "" {
@@ -101,7 +102,7 @@ func SupportBundle(ctx context.Context, host HostOptions, opts BundleOptions, w 
 		if err != nil {
 			return nil, err
 		}
-		return json.MarshalIndent(s, "", "  ")
+		return ovsdbJSON(s)
 	})
 	b.collect("hns/"+hnsMemberName, func() ([]byte, error) { return hnsSnapshot(ctx, host, opts.HNSNetwork) })
 	b.collect("host/network.json", func() ([]byte, error) { return hostNetworkSnapshot(ctx, host) })
@@ -197,49 +198,6 @@ func (b *bundle) add(name string, data []byte) {
 	b.names = append(b.names, name)
 }
 
-// What Redact replaces: PEM blocks (keys, certificates; also escaped inside JSON strings) and
-// their base64 form (kubeconfig's *-data), JSON Web Tokens (service account and bound tokens),
-// bearer credentials, and the value of every key or field whose name says it holds a secret.
-var (
-	redactPEM     = regexp.MustCompile(`(?s)-----BEGIN [A-Z0-9 ]{1,64}-----.*?-----END [A-Z0-9 ]{1,64}-----`)
-	redactPEM64   = regexp.MustCompile(`LS0tLS1CRUdJT[A-Za-z0-9+/=]*`)
-	redactJWT     = regexp.MustCompile(`eyJ[A-Za-z0-9_-]{4,}\.[A-Za-z0-9_-]{4,}\.[A-Za-z0-9_-]*`)
-	redactBearer  = regexp.MustCompile(`(?i)(bearer\s+)[A-Za-z0-9._~+/=-]{8,}`)
-	redactKeyword = regexp.MustCompile(`(?i)("?[A-Za-z0-9_.-]*(?:token|password|passwd|secret|key-data|certificate-data|authority-data|private[-_]?key|api[-_]?key)[A-Za-z0-9_.-]*"?\s*[:=]\s*)("(?:[^"\\]|\\.)*"|'[^']*'|[^\s,}\]]+)`)
-)
-
-// Redact replaces credentials in data with [REDACTED].
-func Redact(data []byte) []byte {
-	data = redactPEM.ReplaceAll(data, []byte("[REDACTED PEM]"))
-	data = redactPEMEnds(data)
-	data = redactPEM64.ReplaceAll(data, []byte("[REDACTED PEM]"))
-	data = redactJWT.ReplaceAll(data, []byte("[REDACTED TOKEN]"))
-	data = redactBearer.ReplaceAll(data, []byte("${1}[REDACTED]"))
-	return redactKeyword.ReplaceAll(data, []byte(`${1}"[REDACTED]"`))
-}
-
-// redactPEMEnds replaces what is left of a PEM block cut by the start or the end of data (a log's
-// tail begins anywhere): everything up to an END line before any BEGIN, and everything from a BEGIN
-// line that no END follows.
-func redactPEMEnds(data []byte) []byte {
-	begin, end := []byte("-----BEGIN "), []byte("-----END ")
-	if e := bytes.Index(data, end); e >= 0 {
-		if b := bytes.Index(data, begin); b < 0 || b > e {
-			stop := e + len(end)
-			if n := bytes.Index(data[stop:], []byte("-----")); n >= 0 {
-				stop += n + len("-----")
-			} else {
-				stop = len(data)
-			}
-			data = append([]byte("[REDACTED PEM]"), data[stop:]...)
-		}
-	}
-	if b := bytes.LastIndex(data, begin); b >= 0 && !bytes.Contains(data[b:], end) {
-		data = append(data[:b:b], []byte("[REDACTED PEM]")...)
-	}
-	return data
-}
-
 // stateListing lists the state directory: each entry's mode, size and path, no contents, links
 // not followed.
 func stateListing(dir string) ([]byte, error) {
@@ -265,26 +223,25 @@ func stateListing(dir string) ([]byte, error) {
 	return out.Bytes(), err
 }
 
-// tail returns the last max bytes of the regular file at path (links are not followed).
+// tail returns the last max bytes of the regular file at path, opened without following a link at
+// path and checked once open (securefs.OpenNoFollow): a link, a reparse point, a directory or a
+// device is refused, also when it is swapped in between.
 func tail(path string, max int64) ([]byte, error) {
-	fi, err := os.Lstat(path)
-	if err != nil {
-		return nil, err
-	}
-	if !fi.Mode().IsRegular() {
-		return nil, fmt.Errorf("%s is not a regular file (mode %s)", path, fi.Mode())
-	}
-	f, err := os.Open(path)
+	f, fi, err := securefs.OpenNoFollow(path)
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close()
 	if fi.Size() > max {
 		if _, err := f.Seek(fi.Size()-max, io.SeekStart); err != nil {
-			return nil, err
+			return nil, fmt.Errorf("reading %s: %w", path, err)
 		}
 	}
-	return io.ReadAll(io.LimitReader(f, max))
+	b, err := io.ReadAll(io.LimitReader(f, max))
+	if err != nil {
+		return nil, fmt.Errorf("reading %s: %w", path, err)
+	}
+	return b, nil
 }
 
 // objectJSON renders objects with their status, without managedFields.

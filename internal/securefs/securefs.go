@@ -189,22 +189,41 @@ func OpenAppend(path string, a Access) (*os.File, error) {
 	return f, nil
 }
 
-// ReadFile reads the regular file at path, at most max bytes: a file that is not regular (a link),
-// not owned by the administrators, open to others beyond a, or larger than max is refused with an
-// error naming why, and is not read.
-func ReadFile(path string, a Access, max int64) ([]byte, error) {
+// ErrNotRegular is wrapped when a path winnet reads is not a regular file (a directory, a device,
+// a pipe or a socket): it is refused.
+var ErrNotRegular = errors.New("not a regular file")
+
+// OpenNoFollow opens the regular file at path for reading without following a link at path: a
+// link or another reparse point is refused (ErrLink), and so is anything else that is not a regular
+// file (ErrNotRegular). What it checks is the open file (fstat on Linux, the handle's type and
+// attributes on Windows), never the path before it is opened: a link swapped in between is refused
+// too. It returns the open file's information; the caller closes the file.
+func OpenNoFollow(path string) (*os.File, fs.FileInfo, error) {
 	f, err := openNoFollow(path)
 	if err != nil {
-		return nil, fmt.Errorf("reading %s: %w", path, err)
+		return nil, nil, fmt.Errorf("opening %s: %w", path, err)
 	}
-	defer f.Close()
 	fi, err := f.Stat()
 	if err != nil {
-		return nil, fmt.Errorf("reading %s: %w", path, err)
+		f.Close()
+		return nil, nil, fmt.Errorf("opening %s: %w", path, err)
 	}
 	if !fi.Mode().IsRegular() {
-		return nil, fmt.Errorf("reading %s: not a regular file (mode %s)", path, fi.Mode())
+		f.Close()
+		return nil, nil, fmt.Errorf("opening %s: %w (mode %s)", path, ErrNotRegular, fi.Mode())
 	}
+	return f, fi, nil
+}
+
+// ReadFile reads the regular file at path, at most max bytes: a file that is not regular (a link,
+// never followed: OpenNoFollow), not owned by the administrators, open to others beyond a, or
+// larger than max is refused with an error naming why, and is not read.
+func ReadFile(path string, a Access, max int64) ([]byte, error) {
+	f, fi, err := OpenNoFollow(path)
+	if err != nil {
+		return nil, err // "opening <path>: why"
+	}
+	defer f.Close()
 	if err := checkPath(path, a, false); err != nil {
 		return nil, err
 	}

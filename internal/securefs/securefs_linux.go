@@ -7,6 +7,8 @@ import (
 	"os"
 	"path/filepath"
 	"syscall"
+
+	"golang.org/x/sys/unix"
 )
 
 // On Linux a directory of Access Private is 0700 and its files 0600 (0700 for executables); a
@@ -106,8 +108,14 @@ func protectFile(f *os.File, a Access) error {
 	return f.Chmod(fileMode(a))
 }
 
+// openNoFollow opens path for reading with O_NOFOLLOW (a link at path fails with ELOOP: ErrLink)
+// and O_NONBLOCK (a FIFO does not block the open; OpenNoFollow refuses it after fstat).
 func openNoFollow(path string) (*os.File, error) {
-	return os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
+	f, err := os.OpenFile(path, os.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK, 0)
+	if errors.Is(err, unix.ELOOP) {
+		return nil, ErrLink
+	}
+	return f, err
 }
 
 // createNew opens path with O_CREAT|O_EXCL, which fails on any existing name, a symbolic link

@@ -1,6 +1,7 @@
 package securefs
 
 import (
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -246,4 +247,39 @@ func TestOpenAppend(t *testing.T) {
 	g.Expect(os.Mkdir(filepath.Join(dir, "dir.log"), 0o700)).To(Succeed())
 	_, err = OpenAppend(filepath.Join(dir, "dir.log"), Private)
 	g.Expect(err).To(MatchError(ContainSubstring("not a regular file")))
+}
+
+// TestOpenNoFollow: a regular file is opened with its information; a link to a file outside its directory
+// and a dangling link (ErrLink, never followed), a directory and a FIFO (ErrNotRegular, without blocking)
+// are refused.
+func TestOpenNoFollow(t *testing.T) {
+	g := NewWithT(t)
+	dir := t.TempDir()
+	regular := filepath.Join(dir, "agent.log")
+	g.Expect(os.WriteFile(regular, []byte("a log line\n"), 0o644)).To(Succeed())
+	f, fi, err := OpenNoFollow(regular)
+	g.Expect(err).NotTo(HaveOccurred())
+	b, err := io.ReadAll(f)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(f.Close()).To(Succeed())
+	g.Expect(string(b)).To(Equal("a log line\n"))
+	g.Expect(fi.Size()).To(BeEquivalentTo(len(b)))
+	g.Expect(fi.Mode().IsRegular()).To(BeTrue())
+
+	outside := filepath.Join(t.TempDir(), "secret")
+	g.Expect(os.WriteFile(outside, []byte("outside\n"), 0o600)).To(Succeed())
+	for name, dest := range map[string]string{"link.log": outside, "dangling.log": filepath.Join(dir, "missing")} {
+		link := filepath.Join(dir, name)
+		g.Expect(os.Symlink(dest, link)).To(Succeed())
+		_, _, err := OpenNoFollow(link)
+		g.Expect(err).To(MatchError(ErrLink), name)
+		g.Expect(err.Error()).To(ContainSubstring(link))
+	}
+	g.Expect(os.Mkdir(filepath.Join(dir, "dir.log"), 0o700)).To(Succeed())
+	_, _, err = OpenNoFollow(filepath.Join(dir, "dir.log"))
+	g.Expect(err).To(MatchError(ErrNotRegular))
+	fifo := filepath.Join(dir, "fifo.log")
+	g.Expect(syscall.Mkfifo(fifo, 0o600)).To(Succeed())
+	_, _, err = OpenNoFollow(fifo)
+	g.Expect(err).To(MatchError(ErrNotRegular))
 }

@@ -158,16 +158,44 @@ func protectFile(f *os.File, a Access) error {
 	return nil
 }
 
-// openNoFollow opens path for reading unless it is a link or another reparse point.
+// readShare lets the writer of a file (the agent's log, opened with appendShare), and whoever
+// renames or deletes it, go on while it is read.
+const readShare = windows.FILE_SHARE_READ | windows.FILE_SHARE_WRITE | windows.FILE_SHARE_DELETE
+
+// openNoFollow opens path for reading with FILE_FLAG_OPEN_REPARSE_POINT, so that a link (or another
+// reparse point) is opened as itself, never followed, and then refused from the open handle: its
+// type must be a disk file and its attributes neither a reparse point (ErrLink) nor a directory.
 func openNoFollow(path string) (*os.File, error) {
-	fi, err := os.Lstat(path)
+	p, err := windows.UTF16PtrFromString(path)
 	if err != nil {
 		return nil, err
 	}
-	if fi.Mode()&(fs.ModeSymlink|fs.ModeIrregular) != 0 {
-		return nil, fmt.Errorf("%s is a link or reparse point (mode %s)", path, fi.Mode())
+	h, err := windows.CreateFile(p, windows.GENERIC_READ, readShare, nil,
+		windows.OPEN_EXISTING, windows.FILE_ATTRIBUTE_NORMAL|windows.FILE_FLAG_OPEN_REPARSE_POINT, 0)
+	if err != nil {
+		return nil, err
 	}
-	return os.Open(path)
+	if t, err := windows.GetFileType(h); err != nil {
+		windows.CloseHandle(h)
+		return nil, err
+	} else if t != windows.FILE_TYPE_DISK {
+		windows.CloseHandle(h)
+		return nil, fmt.Errorf("%w (file type %d)", ErrNotRegular, t)
+	}
+	var info windows.ByHandleFileInformation
+	if err := windows.GetFileInformationByHandle(h, &info); err != nil {
+		windows.CloseHandle(h)
+		return nil, err
+	}
+	switch {
+	case info.FileAttributes&windows.FILE_ATTRIBUTE_REPARSE_POINT != 0:
+		windows.CloseHandle(h)
+		return nil, fmt.Errorf("%w (attributes %#x)", ErrLink, info.FileAttributes)
+	case info.FileAttributes&windows.FILE_ATTRIBUTE_DIRECTORY != 0:
+		windows.CloseHandle(h)
+		return nil, fmt.Errorf("%w: a directory (attributes %#x)", ErrNotRegular, info.FileAttributes)
+	}
+	return os.NewFile(uintptr(h), path), nil
 }
 
 // createNew creates path with CREATE_NEW, which fails on any existing name, and

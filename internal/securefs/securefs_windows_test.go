@@ -1,6 +1,7 @@
 package securefs
 
 import (
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -80,4 +81,51 @@ func TestOpenAppendAppends(t *testing.T) {
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(f.Close()).To(Succeed())
 	g.Expect(os.ReadFile(path)).To(Equal([]byte("one\ntwo\n")))
+}
+
+// TestOpenNoFollowReadsALogBeingWritten: a regular file is opened and read while its writer holds it
+// open for appending (the agent's log: a support bundle reads its tail); a directory is refused.
+func TestOpenNoFollowReadsALogBeingWritten(t *testing.T) {
+	g := NewWithT(t)
+	// Not t.TempDir: under Wine its RemoveAll fails here ("Invalid function") while os.Remove works.
+	dir, err := os.MkdirTemp("", "opennofollow")
+	g.Expect(err).NotTo(HaveOccurred())
+	path := filepath.Join(dir, "winnet-agent.log")
+	sub := filepath.Join(dir, "sub")
+	t.Cleanup(func() {
+		g.Expect(os.Remove(path)).To(Succeed())
+		g.Expect(os.Remove(sub)).To(Succeed())
+		g.Expect(os.Remove(dir)).To(Succeed())
+	})
+	w, err := OpenAppend(path, Private)
+	g.Expect(err).NotTo(HaveOccurred())
+	defer w.Close()
+	_, err = w.WriteString("a log line\n")
+	g.Expect(err).NotTo(HaveOccurred())
+	f, fi, err := OpenNoFollow(path)
+	g.Expect(err).NotTo(HaveOccurred())
+	b, err := io.ReadAll(f)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(f.Close()).To(Succeed())
+	g.Expect(string(b)).To(Equal("a log line\n"))
+	g.Expect(fi.Size()).To(BeEquivalentTo(len(b)))
+	g.Expect(w.Close()).To(Succeed())
+
+	g.Expect(os.Mkdir(sub, 0o700)).To(Succeed())
+	_, _, err = OpenNoFollow(sub)
+	g.Expect(err).To(HaveOccurred(), "a directory")
+}
+
+// TestOpenNoFollowRefusesALink: a symbolic link to a file outside its directory is opened as itself
+// (FILE_FLAG_OPEN_REPARSE_POINT) and refused (ErrLink), never followed.
+func TestOpenNoFollowRefusesALink(t *testing.T) {
+	g := NewWithT(t)
+	dir := t.TempDir()
+	outside := filepath.Join(t.TempDir(), "secret")
+	g.Expect(os.WriteFile(outside, []byte("outside\n"), 0o600)).To(Succeed())
+	link := filepath.Join(dir, "winnet-agent.log")
+	g.Expect(os.Symlink(outside, link)).To(Succeed(), "creating a symbolic link needs an elevated administrator or Developer Mode")
+	_, _, err := OpenNoFollow(link)
+	g.Expect(err).To(MatchError(ErrLink))
+	g.Expect(err.Error()).To(ContainSubstring(link))
 }
