@@ -38,6 +38,7 @@ manifests: ## Generate CRDs (config/crd) and RBAC roles (config/rbac) from the m
 	install -m 0644 "$$($(GO) list -m -f '{{.Dir}}' $(NETWORK_POLICY_API))/config/crd/experimental/policy.networking.k8s.io_clusternetworkpolicies.yaml" config/crd/bases/
 	$(CONTROLLER_GEN) rbac:roleName=winnet-agent paths=./internal/agent/... output:rbac:artifacts:config=config/rbac/agent
 	$(CONTROLLER_GEN) rbac:roleName=winnet-controller paths=./internal/controller/... output:rbac:artifacts:config=config/rbac/controller
+	$(CONTROLLER_GEN) rbac:roleName=winnet-metrics-auth paths=./internal/metricsauth/... output:rbac:artifacts:config=config/rbac/metrics-auth
 	@$(MAKE) --no-print-directory helm-crds
 
 HELM_CRDS := config/helm/winnet/crds

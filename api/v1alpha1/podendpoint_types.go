@@ -6,9 +6,10 @@ import (
 )
 
 // PodEndpointName is the name of the PodEndpoint of the Pod with uid on node: "<nodeName>.<podUID>".
-// The node comes first so that the admission policy can require an agent's PodEndpoints to carry its
-// own node's prefix (no agent can take another node's Pod's name first), and the Pod's UID makes the
-// name unique over the Pod's life. Node names of at most MaxPodEndpointNodeName characters fit an
+// The node comes first so that the admission policy can require an agent to create its PodEndpoints
+// under exactly this name, its own node's and its spec.podUID's (no agent can take another node's
+// Pod's name first, not even node "win" one of node "win.corp"), and the Pod's UID makes the name
+// unique over the Pod's life. Node names of at most MaxPodEndpointNodeName characters fit an
 // object name.
 func PodEndpointName(nodeName string, podUID types.UID) string {
 	return nodeName + "." + string(podUID)

@@ -92,17 +92,21 @@ func SetupNodeNetwork(ctx context.Context, mgr ctrl.Manager, nodeName string, op
 		host.OpenFlowAddress = func(bridge string) string { return openFlowAddress(opts.OVSRunDir, bridge) }
 	}
 	state := nodenetwork.NewState()
+	recorder, err := NewEventRecorder(mgr, nodeName)
+	if err != nil {
+		return err
+	}
 	nodes := &nodenetwork.Reconciler{
-		Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("winnet-agent"), NodeName: nodeName, Host: host, State: state,
+		Client: mgr.GetClient(), Recorder: recorder, NodeName: nodeName, Host: host, State: state,
 	}
 	if err := nodes.SetupWithManager(mgr); err != nil {
 		return err
 	}
-	routes := &remoteroute.Reconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("winnet-agent"), NodeName: nodeName, Net: netClient, State: state}
+	routes := &remoteroute.Reconciler{Client: mgr.GetClient(), Recorder: recorder, NodeName: nodeName, Net: netClient, State: state}
 	if err := routes.SetupWithManager(mgr); err != nil {
 		return err
 	}
-	services := &service.Reconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("winnet-agent"), NodeName: nodeName, State: state, Net: netClient,
+	services := &service.Reconciler{Client: mgr.GetClient(), Recorder: recorder, NodeName: nodeName, State: state, Net: netClient,
 		NodePorts: hostnet.NewNodePortNAT(hostnet.Options{NetNSPath: opts.NetNSPath})}
 	if err := services.SetupWithManager(mgr); err != nil {
 		return err

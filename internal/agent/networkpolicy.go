@@ -81,10 +81,14 @@ func SetupNetworkPolicy(mgr ctrl.Manager, opts NetworkPolicyOptions) error {
 	if err != nil {
 		return err
 	}
+	recorder, err := NewEventRecorder(mgr, opts.NodeName)
+	if err != nil {
+		return err
+	}
 	r := &networkpolicy.Reconciler{
 		ClusterPolicies: cluster,
 		Client:          mgr.GetClient(), Peers: networkpolicy.NewPeerPods(cs), Nodes: networkpolicy.NewPeerNodes(cs), APIReader: mgr.GetAPIReader(), Local: opts.Local,
-		Recorder: mgr.GetEventRecorder("winnet-agent"), NodeName: opts.NodeName, State: opts.State, ResyncPeriod: opts.ResyncPeriod,
+		Recorder: recorder, NodeName: opts.NodeName, State: opts.State, ResyncPeriod: opts.ResyncPeriod,
 		Audit: opts.Audit,
 	}
 	if err := r.SetupWithManager(mgr); err != nil {

@@ -102,8 +102,12 @@ func SetupPodNetwork(ctx context.Context, mgr ctrl.Manager, opts PodNetworkOptio
 		NotReadyWait: opts.NotReadyWait,
 		VNICTimeout:  opts.VNICTimeout,
 	})
+	recorder, err := NewEventRecorder(mgr, opts.NodeName)
+	if err != nil {
+		return nil, err
+	}
 	reconciler := &podendpoint.Reconciler{
-		Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("winnet-agent"), NodeName: opts.NodeName, Pods: pods,
+		Client: mgr.GetClient(), Recorder: recorder, NodeName: opts.NodeName, Pods: pods,
 		ResyncPeriod: opts.ResyncPeriod,
 	}
 	if err := reconciler.SetupWithManager(mgr); err != nil {

@@ -28,8 +28,5 @@ package agent
 // +kubebuilder:rbac:groups="",resources=events,verbs=create;patch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
-// The metrics endpoint (metricsOptions) authenticates every scrape with a TokenReview and
-// authorizes it with a SubjectAccessReview (get on the non-resource URL /metrics): creating those
-// two reviews is all the agent's RBAC grows by for it.
-// +kubebuilder:rbac:groups=authentication.k8s.io,resources=tokenreviews,verbs=create
-// +kubebuilder:rbac:groups=authorization.k8s.io,resources=subjectaccessreviews,verbs=create
+// The metrics endpoint's TokenReviews and SubjectAccessReviews are in internal/metricsauth: the chart
+// grants them only when metrics are on.

@@ -12,8 +12,8 @@ package controller
 // (get). Never cluster-wide: a Lease write elsewhere could take kube-controller-manager's or
 // kube-scheduler's leader election or forge a node heartbeat in kube-node-lease.
 
-// TokenReviews and SubjectAccessReviews: create, to authenticate and authorize each scrape of the
-// metrics endpoint (when metrics are on), as the agent does.
+// TokenReviews and SubjectAccessReviews, to authenticate and authorize each scrape of the metrics
+// endpoint, are in internal/metricsauth: the chart grants them only when metrics are on.
 
 // +kubebuilder:rbac:groups=network.winnet.io,resources=windowsnodenetworks,verbs=get;list;watch;create;update;patch
 // +kubebuilder:rbac:groups=policy.networking.k8s.io,resources=clusternetworkpolicies,verbs=get;list;watch
@@ -23,8 +23,6 @@ package controller
 // the policies, to realise them from the time their CRD is installed and stop when it is deleted,
 // without a restart. No other CRD is read.
 // +kubebuilder:rbac:groups=apiextensions.k8s.io,resources=customresourcedefinitions,resourceNames=clusternetworkpolicies.policy.networking.k8s.io,verbs=get;list;watch
-// +kubebuilder:rbac:groups=authentication.k8s.io,resources=tokenreviews,verbs=create
-// +kubebuilder:rbac:groups=authorization.k8s.io,resources=subjectaccessreviews,verbs=create
 // +kubebuilder:rbac:groups=network.winnet.io,resources=remotesubnetroutes,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups=network.winnet.io,resources=remotesubnetroutes/status,verbs=get;update;patch
 // +kubebuilder:rbac:groups=network.winnet.io,resources=flannelinterops,verbs=get;list;watch

@@ -131,8 +131,12 @@ func StartAgentWith(t testing.TB, s *APIServer, node *simnode.Node, opts AgentOp
 		fail("manager", err)
 	}
 	state := nodenetwork.NewState()
+	recorder, err := agent.NewEventRecorder(mgr, node.Name)
+	if err != nil {
+		fail("Event recorder", err)
+	}
 	nodes := &nodenetwork.Reconciler{
-		Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("winnet-agent"), NodeName: node.Name, State: state,
+		Client: mgr.GetClient(), Recorder: recorder, NodeName: node.Name, State: state,
 		Host: nodenetwork.Host{HNS: sim, OVSDB: db, Net: net, OpenFlowAddress: node.OVS.MgmtSocket,
 			StateDir: filepath.Join(dir, "state")},
 		ResyncPeriod: resync,
@@ -140,11 +144,11 @@ func StartAgentWith(t testing.TB, s *APIServer, node *simnode.Node, opts AgentOp
 	if err := nodes.SetupWithManager(mgr); err != nil {
 		fail("node network reconciler", err)
 	}
-	routes := &remoteroute.Reconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("winnet-agent"), NodeName: node.Name, Net: net, State: state, ResyncPeriod: resync}
+	routes := &remoteroute.Reconciler{Client: mgr.GetClient(), Recorder: recorder, NodeName: node.Name, Net: net, State: state, ResyncPeriod: resync}
 	if err := routes.SetupWithManager(mgr); err != nil {
 		fail("remote route reconciler", err)
 	}
-	services := &service.Reconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("winnet-agent"), NodeName: node.Name, State: state, Net: net,
+	services := &service.Reconciler{Client: mgr.GetClient(), Recorder: recorder, NodeName: node.Name, State: state, Net: net,
 		NodePorts: hostnet.NewNodePortNAT(hostnet.Options{NetNSPath: node.NSPath}), ResyncPeriod: resync}
 	if err := services.SetupWithManager(mgr); err != nil {
 		fail("Service reconciler", err)

@@ -26,8 +26,8 @@ import (
 )
 
 // The agents run with the credentials winnet's Helm chart gives winnet-agent: its ServiceAccount in the
-// release namespace, its ClusterRole and binding, and the ValidatingAdmissionPolicy that lets an agent write
-// only its own node's objects, rendered from the chart by helm (not copied), and a ServiceAccount token bound
+// release namespace, its ClusterRole and binding, and the ValidatingAdmissionPolicies that let an agent write
+// only its own node's objects and Events, rendered from the chart by helm (not copied), and a ServiceAccount token bound
 // to the agent's Node (the chart's is bound to the agent's Pod on that Node; both carry the node-name claim
 // the policy checks, and the harness runs no agent Pods).
 const (
@@ -48,6 +48,8 @@ var agentChartObjects = []string{
 	"ClusterRoleBinding/winnet-agent",
 	"ValidatingAdmissionPolicy/winnet-agent-own-node",
 	"ValidatingAdmissionPolicyBinding/winnet-agent-own-node",
+	"ValidatingAdmissionPolicy/winnet-agent-events",
+	"ValidatingAdmissionPolicyBinding/winnet-agent-events",
 	"ValidatingAdmissionPolicy/winnet-packettrace-tenancy",
 	"ValidatingAdmissionPolicyBinding/winnet-packettrace-tenancy",
 }

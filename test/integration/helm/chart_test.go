@@ -205,6 +205,34 @@ func TestChartRBACMatchesGenerated(t *testing.T) {
 	agent := &rbacv1.ClusterRole{}
 	find(t, objs, "ClusterRole", "winnet-agent", agent)
 	g.Expect(agent.Rules).To(Equal(generated("agent", "ClusterRole")))
+
+	// The metrics endpoint's reviews (config/rbac/metrics-auth) are granted to a component only when
+	// its metrics are on: with the defaults (off) neither ClusterRole may create a TokenReview or a
+	// SubjectAccessReview.
+	reviews := generated("metrics-auth", "ClusterRole")
+	g.Expect(reviews).To(ConsistOf(
+		HaveField("Resources", ConsistOf("tokenreviews")), HaveField("Resources", ConsistOf("subjectaccessreviews"))))
+	review := HaveField("Resources", ContainElement(BeElementOf("tokenreviews", "subjectaccessreviews")))
+	g.Expect(agent.Rules).NotTo(ContainElement(review), "agent, metrics off")
+	g.Expect(controller.Rules).NotTo(ContainElement(review), "controller, metrics off")
+	for _, tc := range []struct{ values, agentOn, controllerOn string }{
+		{"agent: {metricsPort: 9443}", "agent", ""},
+		{"controller: {metricsPort: 8443}", "", "controller"},
+		{"{agent: {metricsPort: 9443}, controller: {metricsPort: 8443}}", "agent", "controller"},
+	} {
+		manifest, err := renderChart(t, writeValues(t, tc.values))
+		g.Expect(err).NotTo(HaveOccurred(), tc.values)
+		objs := splitManifest(t, manifest)
+		for _, c := range []struct{ component, on string }{{"agent", tc.agentOn}, {"controller", tc.controllerOn}} {
+			role := &rbacv1.ClusterRole{}
+			find(t, objs, "ClusterRole", "winnet-"+c.component, role)
+			want := generated(c.component, "ClusterRole")
+			if c.on != "" {
+				want = append(want, reviews...)
+			}
+			g.Expect(role.Rules).To(Equal(want), "%s with %s", c.component, tc.values)
+		}
+	}
 }
 
 // TestSchemaRejectsInvalidValues: values.schema.json turns wrong values into an error naming the field.

@@ -14,6 +14,7 @@ import (
 
 	. "github.com/onsi/gomega"
 	authenticationv1 "k8s.io/api/authentication/v1"
+	authorizationv1 "k8s.io/api/authorization/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
@@ -86,6 +87,7 @@ func TestInstallAndLeastPrivilege(t *testing.T) {
 			"Role/winnet-controller", "RoleBinding/winnet-controller",
 			"DaemonSet/winnet-agent", "Deployment/winnet-controller",
 			"ValidatingAdmissionPolicy/winnet-agent-own-node", "ValidatingAdmissionPolicyBinding/winnet-agent-own-node",
+			"ValidatingAdmissionPolicy/winnet-agent-events", "ValidatingAdmissionPolicyBinding/winnet-agent-events",
 			"ValidatingAdmissionPolicy/winnet-node-flannel-record", "ValidatingAdmissionPolicyBinding/winnet-node-flannel-record",
 			"ValidatingAdmissionPolicy/winnet-packettrace-tenancy", "ValidatingAdmissionPolicyBinding/winnet-packettrace-tenancy"))
 		// The network-policy-api's CRD, absent from this cluster, is installed from the chart's crds/.
@@ -211,8 +213,10 @@ func TestInstallAndLeastPrivilege(t *testing.T) {
 		g.Expect(agentA.c.List(ctx, &corev1.PodList{}, client.MatchingFields{"spec.nodeName": "win-a"})).To(Succeed())
 		g.Expect(agentA.c.Get(ctx, client.ObjectKey{Name: "win-a"}, &corev1.Node{})).To(Succeed())
 		g.Expect(agentA.c.List(ctx, &networkv1alpha1.WindowsNodeNetworkList{}, client.MatchingFields{"metadata.name": "win-a"})).To(Succeed())
+		// An Event on its Node, as the agent writes one (internal/agent nodeEvent).
 		g.Expect(agentA.c.Create(ctx, &corev1.Event{ObjectMeta: metav1.ObjectMeta{GenerateName: "win-a.", Namespace: "default"},
-			InvolvedObject: corev1.ObjectReference{Kind: "WindowsNodeNetwork", Name: "win-a", APIVersion: "network.winnet.io/v1alpha1"},
+			InvolvedObject: corev1.ObjectReference{Kind: "Node", Name: "win-a", APIVersion: "v1"},
+			Source:         corev1.EventSource{Component: "winnet-agent", Host: "win-a"},
 			Reason:         "Test", Message: "event from the agent", Type: corev1.EventTypeNormal})).To(Succeed())
 	})
 
@@ -283,13 +287,35 @@ func TestInstallAndLeastPrivilege(t *testing.T) {
 		for _, name := range []string{"win-b." + podUID, "web-b"} {
 			squat := podEndpoint("default", "web-b", "win-a")
 			squat.Name, squat.Spec.PodName = name, name
-			g.Expect(agentA.c.Create(ctx, squat)).To(beDenied("winnet-agent of node win-a may create only PodEndpoints named win-a.<Pod UID>, not default/" + name))
+			g.Expect(agentA.c.Create(ctx, squat)).To(beDenied("winnet-agent of node win-a may create only PodEndpoints named win-a.<spec.podUID>, not default/" + name))
 		}
 		theirs := podEndpoint("default", "web-b2", "win-b")
 		theirs.Spec.PodUID = "0a1b2c3d-4e5f-4a6b-8c7d-9e0f1a2b3c4d"
 		theirs.Name = networkv1alpha1.PodEndpointName("win-b", types.UID(theirs.Spec.PodUID))
 		g.Expect(agentB.c.Create(ctx, theirs)).To(Succeed(), "node B records its Pod under its own name")
 		g.Expect(agentB.c.Delete(ctx, theirs)).To(Succeed())
+	})
+
+	t.Run("the agent's Events: its own node's, about the kinds it reports on, with a bounded note", func(t *testing.T) {
+		testAgentEvents(ctx, t, server, admin, agentA, agentB)
+	})
+
+	t.Run("with metrics off, neither the agent nor the controller may create TokenReviews or SubjectAccessReviews", func(t *testing.T) {
+		g := NewWithT(t)
+		for who, cfg := range map[string]*rest.Config{"agent": agentA.cfg, "controller": restConfigFor(server, controllerToken)} {
+			cs := kubernetes.NewForConfigOrDie(cfg)
+			_, err := cs.AuthenticationV1().TokenReviews().Create(ctx, &authenticationv1.TokenReview{
+				Spec: authenticationv1.TokenReviewSpec{Token: controllerToken}}, metav1.CreateOptions{})
+			g.Expect(apierrors.IsForbidden(err)).To(BeTrue(), "%s: TokenReview: %v", who, err)
+			_, err = cs.AuthorizationV1().SubjectAccessReviews().Create(ctx, &authorizationv1.SubjectAccessReview{
+				Spec: authorizationv1.SubjectAccessReviewSpec{User: "someone", NonResourceAttributes: &authorizationv1.NonResourceAttributes{Path: "/metrics", Verb: "get"}}},
+				metav1.CreateOptions{})
+			g.Expect(apierrors.IsForbidden(err)).To(BeTrue(), "%s: SubjectAccessReview: %v", who, err)
+		}
+	})
+
+	t.Run("PodEndpoint names: the agent of node win cannot take node win.corp's", func(t *testing.T) {
+		testPodEndpointNames(ctx, t, server, admin)
 	})
 
 	t.Run("PacketTraces: a tenant traces only as its namespace's Pods and names only what it may read", func(t *testing.T) {
@@ -308,8 +334,13 @@ func TestInstallAndLeastPrivilege(t *testing.T) {
 	})
 }
 
-// beDenied matches an error of the chart's admission policy carrying message.
+// beDenied matches an error of the chart's admission policy winnet-agent-own-node carrying message.
 func beDenied(message string) OmegaMatcher {
+	return beDeniedBy("winnet-agent-own-node", message)
+}
+
+// beDeniedBy matches an error of the chart's admission policy named policy carrying message.
+func beDeniedBy(policy, message string) OmegaMatcher {
 	return WithTransform(func(err error) string {
 		if err == nil {
 			return "<allowed>"
@@ -317,7 +348,7 @@ func beDenied(message string) OmegaMatcher {
 		return fmt.Sprintf("%s: %v", apierrors.ReasonForError(err), err)
 	}, And(
 		HavePrefix(string(metav1.StatusReasonForbidden)+": "),
-		ContainSubstring("ValidatingAdmissionPolicy 'winnet-agent-own-node'"),
+		ContainSubstring("ValidatingAdmissionPolicy '"+policy+"'"),
 		ContainSubstring(message)))
 }
 
