@@ -83,7 +83,7 @@ func TestAgentCredentials(t *testing.T) {
 	for _, name := range []string{"pod-b2", beforeB.Name} {
 		squat := &networkv1alpha1.PodEndpoint{ObjectMeta: metav1.ObjectMeta{Namespace: cluster.PodNamespace, Name: name}, Spec: *beforeB.Spec.DeepCopy()}
 		squat.Spec.NodeName, squat.Spec.PodName = "node-a", name
-		refused(agentA.Create(ctx, squat), "may create only PodEndpoints named node-a.<Pod UID>, not default/"+name)
+		refused(agentA.Create(ctx, squat), "may create only PodEndpoints named node-a.<spec.podUID>, not default/"+name)
 	}
 	pb, err = framework.PodEndpointOf(ctx, c.Client, cluster.PodNamespace, "pod-b1")
 	g.Expect(err).NotTo(HaveOccurred())

@@ -4,7 +4,6 @@ package helm
 
 import (
 	"context"
-	"fmt"
 	"testing"
 	"time"
 
@@ -27,17 +26,7 @@ import (
 const tenancyPolicy = "winnet-packettrace-tenancy"
 
 // beRefusedByTenancy matches a refusal of the chart's PacketTrace tenancy policy carrying message.
-func beRefusedByTenancy(message string) OmegaMatcher {
-	return WithTransform(func(err error) string {
-		if err == nil {
-			return "<allowed>"
-		}
-		return fmt.Sprintf("%s: %v", apierrors.ReasonForError(err), err)
-	}, And(
-		HavePrefix(string(metav1.StatusReasonForbidden)+": "),
-		ContainSubstring("ValidatingAdmissionPolicy '"+tenancyPolicy+"'"),
-		ContainSubstring(message)))
-}
+func beRefusedByTenancy(message string) OmegaMatcher { return beDeniedBy(tenancyPolicy, message) }
 
 // impersonating returns a client that acts as user (no groups but system:authenticated), through the
 // admin's right to impersonate: what a tenant's own kubeconfig would do.
