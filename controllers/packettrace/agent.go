@@ -647,21 +647,12 @@ func (r *AgentReconciler) endpointNode(ctx context.Context, tr *networkv1alpha1.
 	}
 	for _, s := range list.Items {
 		for _, e := range s.Endpoints {
-			if e.NodeName != nil && *e.NodeName != "" && containsAddr(e.Addresses, ip) {
+			if e.NodeName != nil && *e.NodeName != "" && slices.Contains(e.Addresses, ip.String()) {
 				return " on node " + *e.NodeName
 			}
 		}
 	}
 	return ""
-}
-
-func containsAddr(addrs []string, ip netip.Addr) bool {
-	for _, a := range addrs {
-		if p, err := netip.ParseAddr(a); err == nil && p == ip {
-			return true
-		}
-	}
-	return false
 }
 
 // nodeOf names the peer whose tunnel endpoint is ip.
