@@ -244,6 +244,25 @@ type ids[K comparable] struct {
 	byKey map[K]uint32
 	next  uint32
 	free  []uint32 // sorted
+	// dirty is set when a number is given out or taken back (the Reconciler's IDsFile is behind).
+	dirty bool
+}
+
+// seed gives the keys of m their numbers, as a previous agent gave them (loadIDs); the numbers below
+// the highest that no key has are free. Call before any number is given out.
+func (a *ids[K]) seed(m map[K]uint32) {
+	a.byKey, a.next, a.free = make(map[K]uint32, len(m)), 0, nil
+	used := make(map[uint32]bool, len(m))
+	for k, id := range m {
+		a.byKey[k] = id
+		used[id] = true
+		a.next = max(a.next, id)
+	}
+	for id := uint32(1); id < a.next; id++ {
+		if !used[id] {
+			a.free = append(a.free, id)
+		}
+	}
 }
 
 // get returns the key's number, giving one out the first time.
@@ -262,6 +281,7 @@ func (a *ids[K]) get(k K) uint32 {
 		id = a.next
 	}
 	a.byKey[k] = id
+	a.dirty = true
 	return id
 }
 
@@ -279,6 +299,7 @@ func (a *ids[K]) release(k K) {
 		return
 	}
 	delete(a.byKey, k)
+	a.dirty = true
 	at, _ := slices.BinarySearch(a.free, id)
 	a.free = slices.Insert(a.free, at, id)
 }
@@ -290,6 +311,7 @@ func (a *ids[K]) releaseUnused(inUse func(K) bool) {
 		if !inUse(k) {
 			delete(a.byKey, k)
 			a.free = append(a.free, id)
+			a.dirty = true
 		}
 	}
 	if len(a.free) > n {

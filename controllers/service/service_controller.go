@@ -95,6 +95,9 @@ type Reconciler struct {
 	ResyncPeriod time.Duration
 	// Clock tells when the host's routes were last read back; nil is the real clock.
 	Clock clock.PassiveClock
+	// IDsFile keeps the group ids, cookie objects and UDP zones the reconciler gave out, for the next
+	// agent to take back (idsfile.go); empty keeps them only in memory.
+	IDsFile string
 
 	// passes lets the passes of several Services run at once (the controller's workers never run
 	// two passes of one Service at once), each holding it for reading, while the full pass and the
@@ -113,6 +116,8 @@ type Reconciler struct {
 	// each Service's flows.
 	groups  ids[groupKey]
 	objects ids[types.NamespacedName]
+	// idsLoaded is set once IDsFile was read (loadIDs).
+	idsLoaded bool
 	// warned holds the Services (by UID and resourceVersion) already given a Warning Event for
 	// ports that cannot be realised; warnedNoZone those given one for UDP ports without a zone.
 	warned       map[types.UID]string
@@ -270,6 +275,9 @@ func (r *Reconciler) checkDrift(ctx context.Context, rz nodenetwork.Realized, li
 	if !r.complete || !r.builtOn(rz, nodeIPs(rz)) || rz.Flows.Invalidations() != r.synced || r.checks >= fullPassEvery {
 		return r.reconcileAll(ctx, rz)
 	}
+	// The numbers the Services' own passes gave out since the last full pass or check: written here,
+	// not by each pass, so that a churn of Services costs one write per check.
+	r.saveIDs(ctx)
 	if err := r.syncNodePortNAT(ctx, false); err != nil {
 		return err
 	}
@@ -492,6 +500,7 @@ func (r *Reconciler) reconcileAll(ctx context.Context, rz nodenetwork.Realized) 
 	}
 
 	r.complete = false // until every Service is installed
+	r.loadIDs(ctx)
 	groups, flows, udpBefore := r.desired(ctx, rz, services.Items, bySvc)
 	if err := r.flushNewZones(ctx, rz); err != nil {
 		return err
@@ -528,10 +537,19 @@ func (r *Reconciler) reconcileAll(ctx context.Context, rz nodenetwork.Realized) 
 			udpInUse[k] = true
 		}
 	}
+	r.udp.carriedGone(func(k portKey) ([]netip.AddrPort, bool) {
+		rs := r.realised[types.NamespacedName{Namespace: k.Namespace, Name: k.Name}]
+		if rs == nil {
+			return nil, false
+		}
+		p, ok := rs.udp[k]
+		return p.endpoints, ok
+	})
 	r.udp.release(func(k portKey) bool { return udpInUse[k] })
 	r.objects.releaseUnused(func(k types.NamespacedName) bool { return r.realised[k] != nil && len(r.realised[k].flows) > 0 })
 	r.complete, r.checks, r.synced = true, 0, invalidations
 	r.fullPasses++
+	r.saveIDs(ctx)
 	r.State.FlowsSynced(ctx, nodenetwork.ServiceFlows, rz.Flows)
 	if err := r.syncHostRoutes(ctx, rz, slices.Collect(maps.Keys(r.clusterIPs)), r.resync()); err != nil {
 		return err

@@ -19,9 +19,11 @@ import (
 // conntrack zone of its own (pipeline.ServicePort.UDPZone, from the budget
 // pipeline.ServiceUDPZoneFirst..ServiceUDPZoneLast), and the agent flushes that zone whole:
 //   - when it gives the zone to a port, before the flows that use it are installed: the zone may
-//     hold connections of a port that had it before, or of an agent that ran before this one (the
-//     agent does not carry its zones over a restart: it gives them out again, and flushes each);
-//   - when one of the port's endpoints goes, after the pass's groups and flows are in the switch,
+//     hold connections of a port that had it before (the agent carries its zones over a restart in
+//     the Reconciler's IDsFile, idsfile.go, so that a restart flushes nothing; a zone it could not
+//     take back is given out again and flushed);
+//   - when one of the port's endpoints goes (also while no agent ran: carriedGone), after the pass's
+//     groups and flows are in the switch,
 //     so that the connections that start again never meet a bucket of the endpoint that went: the
 //     port's other clients start again too, and are balanced over the endpoints there are (the
 //     price of a clean flush).
@@ -46,6 +48,33 @@ type udpZones struct {
 	// unflushed holds the zones given out and not flushed yet: they are flushed before any flow
 	// uses them. stale holds the zones to flush because an endpoint of their port went.
 	unflushed, stale map[uint16]bool
+	// carried holds the endpoints of the ports whose zones the previous agent gave out (loadIDs),
+	// until the first pass compares them with the ports' endpoints now (carriedGone).
+	carried map[portKey][]netip.AddrPort
+}
+
+// carriedGone marks stale the carried zones of ports one of whose endpoints went while no agent ran,
+// once the first pass computed the ports (endpoints(k) returns a port's endpoints now, false when the port
+// has no zone any more); then it forgets what it carried.
+func (z *udpZones) carriedGone(endpoints func(portKey) ([]netip.AddrPort, bool)) {
+	for k, old := range z.carried {
+		now, ok := endpoints(k)
+		if !ok {
+			continue
+		}
+		for _, ep := range old {
+			if !slices.Contains(now, ep) {
+				if z.stale == nil {
+					z.stale = map[uint16]bool{}
+				}
+				if id, ok := z.ids.lookup(k); ok {
+					z.stale[zoneOf(id)] = true
+				}
+				break
+			}
+		}
+	}
+	z.carried = nil
 }
 
 // udpPort is a UDP Service port's zone and the endpoints its flows balance over.

@@ -107,6 +107,7 @@ func SetupNodeNetwork(ctx context.Context, mgr ctrl.Manager, nodeName string, op
 		return err
 	}
 	services := &service.Reconciler{Client: mgr.GetClient(), Recorder: recorder, NodeName: nodeName, State: state, Net: netClient,
+		IDsFile:   filepath.Join(opts.StateDir, service.IDsFileName),
 		NodePorts: hostnet.NewNodePortNAT(hostnet.Options{NetNSPath: opts.NetNSPath})}
 	if err := services.SetupWithManager(mgr); err != nil {
 		return err

@@ -14,6 +14,7 @@ import (
 
 	"github.com/winnet-io/winnet/controllers/nodenetwork"
 	"github.com/winnet-io/winnet/controllers/podendpoint"
+	"github.com/winnet-io/winnet/controllers/service"
 	"github.com/winnet-io/winnet/internal/cni"
 	"github.com/winnet-io/winnet/internal/hns"
 	"github.com/winnet-io/winnet/internal/hostnet"
@@ -284,8 +285,9 @@ func (r *resetter) run(ctx context.Context) error {
 		}
 	}
 	// (6) The conflist, unless sandboxes are left (the shim removes it with the last one), and the
-	// agent's state.
-	removals := []string{filepath.Join(r.opts.StateDir, "ipam"), filepath.Join(r.opts.StateDir, "pods")}
+	// agent's state (the Service numbers name groups and zones of the switch reset took apart).
+	removals := []string{filepath.Join(r.opts.StateDir, "ipam"), filepath.Join(r.opts.StateDir, "pods"),
+		filepath.Join(r.opts.StateDir, service.IDsFileName)}
 	keep, err := r.retireCNI(ctx)
 	if err != nil {
 		return err

@@ -79,6 +79,9 @@ type APIServerOptions struct {
 	// OmitCRDFiles are files of config/crd/bases not installed (StartAPIServerWith), for a test
 	// that installs a CRD after winnet started (ClusterNetworkPolicyCRDFile).
 	OmitCRDFiles []string
+	// CRDDir is the directory of CRDs installed instead of config/crd/bases: another release's (an
+	// upgrade test starts the previous release's cluster).
+	CRDDir string
 }
 
 // ClusterNetworkPolicyCRDFile is the ClusterNetworkPolicy CRD in config/crd/bases, the one the
@@ -90,14 +93,18 @@ func CRDBasesDir() string {
 	return filepath.Join(RepoRoot(), "config", "crd", "bases")
 }
 
-// StartAPIServerWith starts kube-apiserver with the options and etcd, installs config/crd/bases and
+// StartAPIServerWith starts kube-apiserver with the options and etcd, installs config/crd/bases (or CRDDir) and
 // returns a client. Call Stop when done.
 func StartAPIServerWith(opts APIServerOptions) (*APIServer, error) {
+	dir := CRDBasesDir()
+	if opts.CRDDir != "" {
+		dir = opts.CRDDir
+	}
 	if len(opts.OmitCRDFiles) == 0 {
-		return startAPIServer(opts, CRDBasesDir())
+		return startAPIServer(opts, dir)
 	}
 	// envtest installs directories or files: the files of the directory but those omitted.
-	entries, err := os.ReadDir(CRDBasesDir())
+	entries, err := os.ReadDir(dir)
 	if err != nil {
 		return nil, fmt.Errorf("listing the CRDs: %w", err)
 	}
@@ -108,10 +115,10 @@ func StartAPIServerWith(opts APIServerOptions) (*APIServer, error) {
 			omitted++
 			continue
 		}
-		files = append(files, filepath.Join(CRDBasesDir(), e.Name()))
+		files = append(files, filepath.Join(dir, e.Name()))
 	}
 	if omitted != len(opts.OmitCRDFiles) {
-		return nil, fmt.Errorf("omitting CRD files %v: not all are in %s", opts.OmitCRDFiles, CRDBasesDir())
+		return nil, fmt.Errorf("omitting CRD files %v: not all are in %s", opts.OmitCRDFiles, dir)
 	}
 	return startAPIServer(opts, files...)
 }

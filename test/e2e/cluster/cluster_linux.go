@@ -43,8 +43,11 @@ type Options struct {
 	// RunDir holds the run's records (owner, pids, directories), logs, kubeconfig and per-node state.
 	// Empty: RunRoot/<prefix>.
 	RunDir string
-	// BinDir holds winnet-agent, winnet-controller and winnet-cni. Empty: bin/linux of the repository.
+	// BinDir holds winnet-agent, winnet-controller and winnet-cni. Empty: Release's.
 	BinDir string
+	// Release is the release every component starts with: its CRDs, chart objects and binaries. Empty:
+	// this tree's (CurrentRelease), with BinDir's binaries when BinDir is set.
+	Release Release
 	// UnderlayCIDR is the nodes' subnet; the bridge holds its first address, the external host the last
 	// (and the one before, ExcludedIP). Default 192.168.77.0/24.
 	UnderlayCIDR netip.Prefix
@@ -102,6 +105,7 @@ type Cluster struct {
 	api               *framework.APIServer
 	relay             net.Listener
 	controller        *process
+	controllerRelease Release
 	controllerManager *process
 	// scheduler and egress: clusters with Options.Kubelets (kube-scheduler, the API server's egress proxy).
 	scheduler  *process
@@ -155,7 +159,7 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 	if err := c.startAPIRelay(); err != nil {
 		return c, err
 	}
-	if err := c.installAgentCredentials(ctx); err != nil {
+	if err := c.ApplyChart(ctx, c.opts.Release); err != nil {
 		return c, err
 	}
 	if err := c.startControllerManager(); err != nil {
@@ -189,9 +193,13 @@ func newCluster(opts Options) (*Cluster, error) {
 	if opts.RunDir == "" {
 		opts.RunDir = filepath.Join(RunRoot, opts.Prefix)
 	}
-	if opts.BinDir == "" {
-		opts.BinDir = filepath.Join(framework.RepoRoot(), "bin", "linux")
+	if opts.Release.BinDir == "" {
+		opts.Release = CurrentRelease()
 	}
+	if opts.BinDir != "" {
+		opts.Release.BinDir = opts.BinDir
+	}
+	opts.BinDir = opts.Release.BinDir
 	if !opts.UnderlayCIDR.IsValid() {
 		opts.UnderlayCIDR = netip.MustParsePrefix("192.168.77.0/24")
 	}
@@ -216,6 +224,7 @@ func newCluster(opts Options) (*Cluster, error) {
 		Prefix: opts.Prefix, RunDir: opts.RunDir, BinDir: opts.BinDir,
 		UnderlayNS: opts.Prefix + "-u", UnderlayCIDR: opts.UnderlayCIDR.Masked(), ClusterCIDR: opts.ClusterCIDR.Masked(),
 		opts: opts, reg: &registry{dir: opts.RunDir}, nodes: map[string]*Node{}, pods: map[string]*Pod{},
+		controllerRelease: opts.Release,
 	}
 	c.UnderlayGateway = c.UnderlayCIDR.Addr().Next()
 	c.ExternalIP = lastHost(c.UnderlayCIDR)
@@ -286,7 +295,7 @@ func (c *Cluster) startAPIServer() error {
 	if err != nil {
 		return err
 	}
-	api, err := framework.StartAPIServerWith(framework.APIServerOptions{Args: args})
+	api, err := framework.StartAPIServerWith(framework.APIServerOptions{Args: args, CRDDir: c.opts.Release.CRDDir})
 	if err != nil {
 		return fmt.Errorf("starting the API server: %w", err)
 	}
@@ -318,13 +327,18 @@ func (c *Cluster) startAPIServer() error {
 }
 
 func (c *Cluster) startController() error {
-	c.logf("Starting winnet-controller %v", c.opts.ControllerArgs)
-	args := []string{filepath.Join(c.BinDir, "winnet-controller"), "--kubeconfig", c.Kubeconfig, "--leader-elect=false",
+	c.logf("Starting winnet-controller %s %v", c.controllerRelease, c.opts.ControllerArgs)
+	bin := filepath.Join(c.controllerRelease.BinDir, "winnet-controller")
+	args := []string{bin, "--kubeconfig", c.Kubeconfig, "--leader-elect=false",
 		"--health-probe-bind-address", "0", "--metrics-bind-address", "0",
-		"--cluster-cidrs", c.ClusterCIDR.String(),
-		// The chart's PacketTrace tenancy policy is installed (installAgentCredentials), as the chart
-		// installs it and passes this flag.
-		"--packettrace-admission-checked"}
+		"--cluster-cidrs", c.ClusterCIDR.String()}
+	// The chart's PacketTrace tenancy policy is installed (ApplyChart) and the chart passes this flag,
+	// since the release that has it.
+	if has, err := hasFlag(bin, "packettrace-admission-checked"); err != nil {
+		return err
+	} else if has {
+		args = append(args, "--packettrace-admission-checked")
+	}
 	p, err := c.reg.startProcess("winnet-controller", filepath.Join(c.RunDir, "winnet-controller.log"), false,
 		append(args, c.opts.ControllerArgs...)...)
 	if err != nil {
@@ -344,6 +358,15 @@ func (c *Cluster) RestartController(args ...string) error {
 	}
 	c.opts.ControllerArgs = args
 	return c.startController()
+}
+
+// hasFlag reports whether the binary's usage lists the flag.
+func hasFlag(bin, flag string) (bool, error) {
+	out, err := hostcmd.Command(bin, "--help").CombinedOutput()
+	if err != nil && !strings.Contains(string(out), "Usage") {
+		return false, fmt.Errorf("%s --help: %w: %s", bin, err, out)
+	}
+	return strings.Contains(string(out), "-"+flag+" ") || strings.Contains(string(out), "-"+flag+"\n"), nil
 }
 
 // agentFlagsNeeded are the agent flags the harness passes for the CNI server and per-node state (see the

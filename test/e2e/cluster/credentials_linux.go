@@ -3,31 +3,22 @@
 package cluster
 
 import (
-	"bytes"
 	"context"
-	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
-	"slices"
 
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-
-	"github.com/winnet-io/winnet/test/framework"
-	"github.com/winnet-io/winnet/test/hostcmd"
 )
 
 // The agents run with the credentials winnet's Helm chart gives winnet-agent: its ServiceAccount in the
 // release namespace, its ClusterRole and binding, and the ValidatingAdmissionPolicies that let an agent write
-// only its own node's objects and Events, rendered from the chart by helm (not copied), and a ServiceAccount token bound
+// only its own node's objects and Events, rendered from the chart of the cluster's release by helm (not
+// copied; ApplyChart), and a ServiceAccount token bound
 // to the agent's Node (the chart's is bound to the agent's Pod on that Node; both carry the node-name claim
 // the policy checks, and the harness runs no agent Pods).
 const (
@@ -38,69 +29,6 @@ const (
 	// agentTokenLifetime outlives any test run; the agent reads its kubeconfig once.
 	agentTokenLifetime = 48 * 3600
 )
-
-// agentChartObjects are the chart's objects that make up winnet-agent's credentials, and the admission
-// policy on PacketTrace creators (winnet-controller runs with --packettrace-admission-checked, as the
-// chart runs it), by kind and name.
-var agentChartObjects = []string{
-	"ServiceAccount/" + AgentServiceAccount,
-	"ClusterRole/winnet-agent",
-	"ClusterRoleBinding/winnet-agent",
-	"ValidatingAdmissionPolicy/winnet-agent-own-node",
-	"ValidatingAdmissionPolicyBinding/winnet-agent-own-node",
-	"ValidatingAdmissionPolicy/winnet-agent-events",
-	"ValidatingAdmissionPolicyBinding/winnet-agent-events",
-	"ValidatingAdmissionPolicy/winnet-packettrace-tenancy",
-	"ValidatingAdmissionPolicyBinding/winnet-packettrace-tenancy",
-}
-
-// installAgentCredentials renders the chart with helm and creates winnet-agent's ServiceAccount, RBAC and
-// admission policy from it.
-func (c *Cluster) installAgentCredentials(ctx context.Context) error {
-	c.logf("Installing winnet-agent's ServiceAccount, RBAC and admission policy from the Helm chart")
-	helm, err := framework.HelmBinary()
-	if err != nil {
-		return err
-	}
-	home := filepath.Join(c.RunDir, "helm")
-	cmd := hostcmd.CommandContext(ctx, helm, "template", "winnet", framework.ChartDir(), "--namespace", AgentNamespace,
-		"--show-only", "templates/serviceaccounts.yaml", "--show-only", "templates/rbac.yaml", "--show-only", "templates/admission-policy.yaml")
-	// Keep helm away from the user's repositories, plugins and cache.
-	cmd.Env = append(os.Environ(), "HELM_CACHE_HOME="+filepath.Join(home, "cache"), "HELM_CONFIG_HOME="+filepath.Join(home, "config"),
-		"HELM_DATA_HOME="+filepath.Join(home, "data"))
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	if err := cmd.Run(); err != nil {
-		return fmt.Errorf("rendering the chart: helm template: %w: %s", err, stderr.String())
-	}
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: AgentNamespace}}
-	if err := c.Client.Create(ctx, ns); err != nil && !apierrors.IsAlreadyExists(err) {
-		return fmt.Errorf("creating namespace %s: %w", AgentNamespace, err)
-	}
-	dec := utilyaml.NewYAMLOrJSONDecoder(&stdout, 4096)
-	var created []string
-	for {
-		u := &unstructured.Unstructured{}
-		if err := dec.Decode(&u.Object); errors.Is(err, io.EOF) {
-			break
-		} else if err != nil {
-			return fmt.Errorf("reading the rendered chart: %w", err)
-		}
-		if len(u.Object) == 0 || !slices.Contains(agentChartObjects, u.GetKind()+"/"+u.GetName()) {
-			continue
-		}
-		if err := c.Client.Create(ctx, u); err != nil {
-			return fmt.Errorf("creating the chart's %s %s: %w", u.GetKind(), u.GetName(), err)
-		}
-		created = append(created, u.GetKind()+"/"+u.GetName())
-	}
-	for _, o := range agentChartObjects {
-		if !slices.Contains(created, o) {
-			return fmt.Errorf("the rendered chart has no %s", o)
-		}
-	}
-	return nil
-}
 
 // AgentKubeconfig is the kubeconfig the node's agent runs with (see writeAgentKubeconfig).
 func (n *Node) AgentKubeconfig() string { return filepath.Join(n.Dir, "agent.kubeconfig") }

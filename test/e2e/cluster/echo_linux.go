@@ -238,6 +238,9 @@ func (c *EchoConn) Ask(timeout time.Duration) (EchoAnswer, error) {
 	return a, nil
 }
 
+// Conn is the connection, for a client that writes and reads on it itself.
+func (c *EchoConn) Conn() net.Conn { return c.conn }
+
 // Close closes the connection.
 func (c *EchoConn) Close() error {
 	err := c.conn.Close()

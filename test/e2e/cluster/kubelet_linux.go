@@ -221,7 +221,7 @@ func (k *kubeletNode) start(c *Cluster, n *Node) error {
 		return err
 	}
 	// containerd runs winnet's shim (and the loopback plugin, which containerd's CRI always adds).
-	shim, err := os.ReadFile(filepath.Join(c.BinDir, cni.PluginType))
+	shim, err := os.ReadFile(filepath.Join(n.shimDir, cni.PluginType))
 	if err != nil {
 		return fmt.Errorf("reading the CNI shim: %w", err)
 	}

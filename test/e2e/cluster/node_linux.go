@@ -78,6 +78,11 @@ type Node struct {
 	network        func(*networkv1alpha1.WindowsNodeNetwork)
 	extraAgentArgs []string
 	agentBinary    string
+	agentRelease   Release
+	// shimDir holds the CNI shim the harness's own CNI calls run; shimRelease is its release (and, on a
+	// node with a real kubelet, that of the shim containerd runs).
+	shimDir     string
+	shimRelease Release
 	// kubelet: a node with a real kubelet and containerd (AddKubeletNode).
 	kubelet *kubeletNode
 }
@@ -117,6 +122,7 @@ func (c *Cluster) register(spec NodeSpec, with func(*Node)) (*Node, error) {
 		Name: spec.Name, NS: c.Prefix + "-" + spec.Name, IP: spec.IP, PodCIDR: spec.PodCIDR.Masked(),
 		Gateway: spec.PodCIDR.Masked().Addr().Next(), Dir: filepath.Join(c.RunDir, spec.Name), c: c, network: spec.Network,
 		extraAgentArgs: spec.AgentArgs, agentBinary: spec.AgentBinary,
+		agentRelease: c.opts.Release, shimDir: c.BinDir, shimRelease: c.opts.Release,
 	}
 	n.NSPath = nsPath(n.NS)
 	n.StateDir, n.CNISocket, n.CNIConfDir = filepath.Join(n.Dir, "state"), filepath.Join(n.Dir, "cni.sock"), filepath.Join(n.Dir, "net.d")

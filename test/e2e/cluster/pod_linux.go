@@ -282,7 +282,7 @@ func (p *Pod) runtimeConf() *libcni.RuntimeConf {
 }
 
 func (c *Cluster) cniConfig(n *Node) *libcni.CNIConfig {
-	return libcni.NewCNIConfigWithCacheDir(append([]string{c.BinDir}, cniPluginDirs...), filepath.Join(n.Dir, "cni-cache"), nil)
+	return libcni.NewCNIConfigWithCacheDir(append([]string{n.shimDir}, cniPluginDirs...), filepath.Join(n.Dir, "cni-cache"), nil)
 }
 
 // waitConflist waits up to timeout for the agent's CNI configuration and loads it.
