@@ -100,6 +100,10 @@ test-windows: test-deps ## Build the Windows test binaries of test/wine/packages
 	@hack/setup-wine.sh >/dev/null
 	$(GO) run ./test/wine/run
 
+.PHONY: previous-release
+previous-release: ## Build the previous release (hack/previous-release) from the git history into bin/release-<version>-<commit>/ (src/, linux/ binaries; cached by a stamp) for the upgrade and skew tests; prints the directory.
+	@hack/build-previous-release.sh
+
 # CONFORMANCE_PACKAGE runs Kubernetes' own e2e.test (built by kubelet-deps) against winnet nodes with real
 # kubelets; its tests build only with the tag conformance, so go test ./... does not run them.
 CONFORMANCE_PACKAGE := ./test/e2e/conformance/

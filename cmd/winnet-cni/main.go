@@ -10,6 +10,7 @@ import (
 
 	"github.com/containernetworking/cni/pkg/skel"
 
+	"github.com/winnet-io/winnet"
 	"github.com/winnet-io/winnet/internal/cni"
 )
 
@@ -33,11 +34,15 @@ func main() {
 }
 
 // runCLI handles command-line arguments, given only when a person (not a container runtime, which
-// sets CNI_COMMAND and passes none) runs the binary. It returns the exit code.
+// sets CNI_COMMAND and passes none) runs the binary. It returns the exit code. --version is winnet's
+// release; the CNI command VERSION (the spec versions the shim supports) is answered by skel as ever.
 func runCLI(args []string, stdout, stderr io.Writer) int {
 	switch args[0] {
 	case "-h", "--help", "-help", "help":
 		fmt.Fprint(stdout, usage())
+		return 0
+	case "--version", "-version":
+		fmt.Fprintln(stdout, winnet.Build().String("winnet-cni"))
 		return 0
 	default:
 		fmt.Fprintf(stderr, "winnet-cni: unknown argument %q\n\n%s", args[0], usage())
@@ -46,7 +51,7 @@ func runCLI(args []string, stdout, stderr io.Writer) int {
 }
 
 func usage() string {
-	return fmt.Sprintf(`Usage: winnet-cni [-h | --help]
+	return fmt.Sprintf(`Usage: winnet-cni [-h | --help | --version]
 
 winnet-cni is the CNI plugin of winnet. kubelet or containerd runs it with CNI_COMMAND and the
 other CNI_* environment variables set and the network configuration on stdin; it forwards the

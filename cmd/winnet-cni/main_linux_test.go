@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -21,6 +22,7 @@ import (
 	types100 "github.com/containernetworking/cni/pkg/types/100"
 	. "github.com/onsi/gomega"
 
+	"github.com/winnet-io/winnet"
 	"github.com/winnet-io/winnet/internal/cni"
 	"github.com/winnet-io/winnet/test/hostcmd"
 )
@@ -511,6 +513,44 @@ func TestCommandLine(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestCommandLineVersion: --version, which only a person passes, prints winnet's release and exits 0;
+// with CNI_COMMAND set the shim ignores its arguments as ever, and the CNI command VERSION answers
+// the CNI spec versions.
+func TestCommandLineVersion(t *testing.T) {
+	run := func(g Gomega, env []string, args ...string) string {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		cmd := hostcmd.CommandContext(ctx, filepath.Join(shimDir, pluginName), args...)
+		for _, kv := range os.Environ() {
+			if !strings.HasPrefix(kv, "CNI_") {
+				cmd.Env = append(cmd.Env, kv)
+			}
+		}
+		cmd.Env = append(cmd.Env, env...)
+		cmd.Stdin = strings.NewReader(`{"cniVersion": "1.0.0", "name": "winnet", "type": "winnet-cni"}`)
+		var stdout, stderr bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &stdout, &stderr
+		g.Expect(cmd.Run()).To(Succeed(), "stderr: %s", stderr.String())
+		return stdout.String()
+	}
+	t.Run("--version", func(t *testing.T) {
+		g := NewWithT(t)
+		out := run(g, nil, "--version")
+		g.Expect(out).To(MatchRegexp(`^winnet-cni %s \(revision ([0-9a-f]{12}(-modified)?|unknown), go[0-9a-z.]+\)\n$`,
+			regexp.QuoteMeta(winnet.Version)))
+	})
+	t.Run("CNI_COMMAND=VERSION --version", func(t *testing.T) {
+		g := NewWithT(t)
+		out := run(g, []string{"CNI_COMMAND=VERSION"}, "--version")
+		var info struct {
+			CNIVersion        string   `json:"cniVersion"`
+			SupportedVersions []string `json:"supportedVersions"`
+		}
+		g.Expect(json.Unmarshal([]byte(out), &info)).To(Succeed(), "the CNI VERSION answer, got %q", out)
+		g.Expect(info.SupportedVersions).To(Equal(cni.SupportedVersions))
+	})
 }
 
 // TestRealShimIgnoresAPlantedRemoveList: the real shim, run by libcni for DEL on a retired node,

@@ -21,6 +21,8 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	networkv1alpha1 "github.com/winnet-io/winnet/api/v1alpha1"
+	// winnet_build_info on the registry the metrics endpoint serves.
+	_ "github.com/winnet-io/winnet/internal/buildinfo"
 	winnetscheme "github.com/winnet-io/winnet/internal/scheme"
 )
 

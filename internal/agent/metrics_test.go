@@ -68,4 +68,5 @@ func TestMetricsNeedATokenAllowedToGetThem(t *testing.T) {
 	g.Eventually(func() error { _, err := net.DialTimeout("tcp", address, time.Second); return err }).
 		WithTimeout(30*time.Second).Should(Succeed(), "the metrics endpoint starts")
 	g.Expect(server.CheckMetricsAccess(ctx, address)).To(Succeed())
+	g.Expect(framework.ScrapeBuildInfo(ctx, server, address)).To(Succeed())
 }

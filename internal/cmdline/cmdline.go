@@ -13,6 +13,8 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+
+	"github.com/winnet-io/winnet"
 )
 
 // FlagSet returns the flag set of the command name: parsing returns errors rather than exiting, and
@@ -97,17 +99,27 @@ func Subcommand(prefix string, args []string, run func(args []string) (handled b
 	}
 }
 
-// ParseMain parses a daemon's flags with zap's logging flags bound to fs: on -help the process ends
-// with status 0, on a bad flag with 2 (the error and the usage printed). It then sets
-// controller-runtime's logger from the logging flags and returns it, named after fs.
+// ParseMain parses a daemon's flags with zap's logging flags and --version bound to fs: on -help the
+// process ends with status 0, on --version too once it printed the version line
+// (winnet.BuildInfo.String), on a bad flag with 2 (the error and the usage printed). It then sets
+// controller-runtime's logger from the logging flags, logs the build (version, revision, Go) and
+// returns the logger, named after fs.
 func ParseMain(fs *flag.FlagSet, args []string) logr.Logger {
 	zopts := zap.Options{}
 	zopts.BindFlags(fs)
+	version := fs.Bool("version", false, "print the version and exit")
 	if help, err := Parse(fs, args); help {
 		os.Exit(0)
 	} else if err != nil {
 		os.Exit(2)
 	}
+	if *version {
+		fmt.Println(winnet.Build().String(fs.Name()))
+		os.Exit(0)
+	}
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zopts)))
-	return ctrl.Log.WithName(fs.Name())
+	log := ctrl.Log.WithName(fs.Name())
+	b := winnet.Build()
+	log.Info("Version", "version", b.Version, "revision", b.Revision, "goVersion", b.GoVersion)
+	return log
 }

@@ -20,12 +20,31 @@ import (
 //
 // A frame is a 4-byte big-endian unsigned length followed by that many bytes of JSON (one object,
 // nothing after it). A frame whose length is zero or larger than MaxMessageSize is rejected before its
-// body is read; a body that is not exactly one JSON object of the expected shape is rejected as well.
-// Both errors wrap ErrProtocol.
+// body is read; a body that is not exactly one JSON object whose known fields have the expected types
+// is rejected as well (fields the receiver does not know are ignored, see Releases below). Both errors
+// wrap ErrProtocol.
 //
 // The shim answers VERSION itself; the agent sees ADD, DEL, CHECK, STATUS and GC. StdinData carries the
 // network configuration exactly as the container runtime passed it on the shim's stdin (including the
 // runtime-injected prevResult, runtimeConfig and, for GC, cni.dev/valid-attachments).
+//
+// Releases. The shim and the agent are replaced at different moments (the agent's DaemonSet rolls
+// node by node and install-cni copies the shim on its own), so a shim of release N meets an agent of
+// N-1 and the reverse, on the same node. The protocol carries no version; it stays compatible both
+// ways by these rules, which also hold for what else the agent writes and the shim reads (the
+// conflist's fields, ShimNetConf, and the retirement record, Retirement):
+//   - A receiver ignores JSON fields it does not know (encoding/json's default: never
+//     DisallowUnknownFields, never a strict decoder).
+//   - A new field is optional: absent (its zero value) means what the previous release does, and no
+//     sender relies on its peer having understood it, since a previous release drops it silently.
+//     Behaviour that needs the peer's agreement needs a version field first, which a previous
+//     receiver ignores (so its absence in an answer says "previous release").
+//   - No field is removed, renamed, or changes type or meaning while the previous release reads or
+//     writes it; the framing, MaxMessageSize, MaxConfigSize, the commands and the default address stay.
+//   - The agent's ADD result keeps a cniVersion the previous shim's CNI library decodes and converts
+//     (types100.ImplementedSpecVersion today).
+// test/upgrade/cniskew holds this against the previous release (hack/previous-release): its shim with
+// this agent and this shim with its agent, ADD, CHECK and DEL of a Pod and a malformed call.
 
 // MaxConfigSize is the largest network configuration, in bytes, winnet accepts on the shim's stdin.
 // Neither the CNI spec nor containerd bounds it; a larger one is refused by the shim (and the agent)

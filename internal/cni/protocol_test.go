@@ -269,6 +269,22 @@ func TestMessageSizeLimit(t *testing.T) {
 	}
 }
 
+// TestUnknownFieldsAreIgnored: a request or a response with fields this release does not know, as a
+// later release may send them, is read as if they were absent (the protocol's Releases rules).
+func TestUnknownFieldsAreIgnored(t *testing.T) {
+	g := NewWithT(t)
+	req, err := ReadRequest(bytes.NewReader(framed([]byte(`{"command":"DEL","containerID":"abc","ifName":"eth0",` +
+		`"stdinData":"e30=","protocolVersion":2,"future":{"nested":[1,2,3]}}`))))
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(req).To(Equal(Request{Command: CommandDel, ContainerID: "abc", IfName: "eth0", StdinData: []byte("{}")}))
+
+	resp, err := ReadResponse(bytes.NewReader(framed([]byte(`{"result":{"cniVersion":"1.0.0"},"warnings":["w"],` +
+		`"error":{"code":11,"msg":"later","details":"d","retryAfter":5}}`))))
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(resp.Error).To(Equal(&types.Error{Code: 11, Msg: "later", Details: "d"}))
+	g.Expect(resp.Result).To(MatchJSON(`{"cniVersion":"1.0.0"}`))
+}
+
 func TestReadResponseRejectsMalformed(t *testing.T) {
 	tests := []struct {
 		name    string

@@ -17,6 +17,8 @@ import (
 	"github.com/winnet-io/winnet/controllers/cluster"
 	"github.com/winnet-io/winnet/controllers/clusternetworkpolicy"
 	"github.com/winnet-io/winnet/controllers/packettrace"
+	// winnet_build_info on the registry the metrics endpoint serves.
+	_ "github.com/winnet-io/winnet/internal/buildinfo"
 	winnetscheme "github.com/winnet-io/winnet/internal/scheme"
 	"github.com/winnet-io/winnet/internal/servedcrd"
 )

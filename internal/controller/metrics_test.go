@@ -12,6 +12,7 @@ import (
 	. "github.com/onsi/gomega"
 
 	"github.com/winnet-io/winnet/internal/controller"
+	"github.com/winnet-io/winnet/test/framework"
 )
 
 // TestMetricsNeedATokenAllowedToGetThem starts winnet-controller's manager with metrics enabled:
@@ -42,4 +43,5 @@ func TestMetricsNeedATokenAllowedToGetThem(t *testing.T) {
 	}).
 		WithTimeout(30*time.Second).Should(Succeed(), fmt.Sprintf("the metrics endpoint starts on %s", address))
 	g.Expect(server.CheckMetricsAccess(ctx, address)).To(Succeed())
+	g.Expect(framework.ScrapeBuildInfo(ctx, server, address)).To(Succeed())
 }

@@ -18,6 +18,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/winnet-io/winnet"
 	networkv1alpha1 "github.com/winnet-io/winnet/api/v1alpha1"
 	"github.com/winnet-io/winnet/internal/cmdline"
 	"github.com/winnet-io/winnet/internal/scheme"
@@ -29,7 +30,9 @@ const usage = `kubectl winnet: see what winnet's network does.
       Trace one packet from Pod SRC to DST (a Pod name, svc/NAME for a Service, or an IPv4
       address): creates a PacketTrace, waits for it and prints what each node decided.
   kubectl winnet status
-      Summarise every winnet node: its conditions, counts and last errors.`
+      Summarise every winnet node: its conditions, counts and last errors.
+  kubectl winnet --version
+      Print the plugin's version.`
 
 // Run runs the plugin with args (without the program name), printing to out.
 func Run(ctx context.Context, args []string, out io.Writer) error {
@@ -44,6 +47,9 @@ func Run(ctx context.Context, args []string, out io.Writer) error {
 		return status(ctx, args[1:], out)
 	case "-h", "-help", "--help", "help":
 		fmt.Fprintln(out, usage)
+		return nil
+	case "--version", "-version":
+		fmt.Fprintln(out, winnet.Build().String("kubectl-winnet"))
 		return nil
 	}
 	return fmt.Errorf("unknown command %q: trace or status", args[0])

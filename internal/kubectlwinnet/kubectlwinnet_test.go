@@ -2,6 +2,7 @@ package kubectlwinnet
 
 import (
 	"bytes"
+	"context"
 	"testing"
 	"time"
 
@@ -9,8 +10,18 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
+	"github.com/winnet-io/winnet"
 	networkv1alpha1 "github.com/winnet-io/winnet/api/v1alpha1"
 )
+
+// TestVersion: --version prints the plugin's build without a kubeconfig.
+func TestVersion(t *testing.T) {
+	g := NewWithT(t)
+	var out bytes.Buffer
+	g.Expect(Run(context.Background(), []string{"--version"}, &out)).To(Succeed())
+	g.Expect(out.String()).To(Equal(winnet.Build().String("kubectl-winnet") + "\n"))
+	g.Expect(out.String()).To(HavePrefix("kubectl-winnet " + winnet.Version + " (revision "))
+}
 
 // TestNewTrace: the destination is a Pod, svc/NAME or an IPv4 address; a port is needed but for ICMP;
 // bad input is refused with what to fix.

@@ -19,6 +19,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
+
+	"github.com/winnet-io/winnet"
 )
 
 // MetricsReader scrapes winnet's metrics endpoints as Prometheus does: over HTTPS, with the token of
@@ -156,6 +158,25 @@ func (s *APIServer) CheckMetricsAccess(ctx context.Context, address string) erro
 	}
 	if !strings.Contains(string(body), "# HELP") {
 		return fmt.Errorf("a ServiceAccount allowed get on /metrics got no metrics: %.200s", body)
+	}
+	return nil
+}
+
+// ScrapeBuildInfo checks that the metrics endpoint at address serves winnet_build_info at 1 with the
+// labels of this process's build (the agent and the controller run in the test process).
+func ScrapeBuildInfo(ctx context.Context, s *APIServer, address string) error {
+	reader, err := s.NewMetricsReader(ctx)
+	if err != nil {
+		return err
+	}
+	body, err := reader.Scrape(ctx, address)
+	if err != nil {
+		return err
+	}
+	b := winnet.Build()
+	want := fmt.Sprintf("winnet_build_info{goversion=%q,revision=%q,version=%q} 1\n", b.GoVersion, b.Revision, b.Version)
+	if !strings.Contains(string(body), want) {
+		return fmt.Errorf("the metrics at %s have no %q", address, strings.TrimSpace(want))
 	}
 	return nil
 }

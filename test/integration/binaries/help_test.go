@@ -1,31 +1,42 @@
 package binaries
 
 import (
+	"os"
 	"path/filepath"
+	"regexp"
+	"strings"
 	"testing"
 
 	. "github.com/onsi/gomega"
 
+	"github.com/winnet-io/winnet"
 	"github.com/winnet-io/winnet/test/framework"
 	"github.com/winnet-io/winnet/test/hostcmd"
 )
 
-// TestBinariesAnswerHelp builds each command and runs it with --help: it must exit 0 and print its
-// usage, without needing a cluster, OVS or an agent.
-func TestBinariesAnswerHelp(t *testing.T) {
+// buildCommands builds every command of cmd/ into a directory of the test and returns it.
+func buildCommands(t *testing.T) string {
+	t.Helper()
 	dir := t.TempDir()
 	build := hostcmd.Command("go", "build", "-o", dir+string(filepath.Separator), "./cmd/...")
 	build.Dir = framework.RepoRoot()
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("go build ./cmd/...: %v\n%s", err, out)
 	}
+	return dir
+}
+
+// TestBinariesAnswerHelp builds each command and runs it with --help: it must exit 0 and print its
+// usage, without needing a cluster, OVS or an agent.
+func TestBinariesAnswerHelp(t *testing.T) {
+	dir := buildCommands(t)
 	cases := []struct {
 		binary string
 		want   []string
 	}{
-		{"winnet-agent", []string{"Usage: winnet-agent", "-node-name", "-kubeconfig"}},
-		{"winnet-controller", []string{"Usage: winnet-controller", "-leader-elect", "-kubeconfig"}},
-		{"winnet-cni", []string{"winnet-cni", "CNI"}},
+		{"winnet-agent", []string{"Usage: winnet-agent", "-node-name", "-kubeconfig", "-version"}},
+		{"winnet-controller", []string{"Usage: winnet-controller", "-leader-elect", "-kubeconfig", "-version"}},
+		{"winnet-cni", []string{"winnet-cni", "CNI", "--version"}},
 	}
 	for _, tc := range cases {
 		for _, flag := range []string{"--help", "-h"} {
@@ -38,5 +49,40 @@ func TestBinariesAnswerHelp(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// TestBinariesAnswerVersion: each command, built by `go build` from this checkout without linker
+// flags, prints "<command> <VERSION> (revision <commit>, <go version>)" for --version and exits 0,
+// needing no cluster, OVS, agent or CNI environment. The revision is the one the go command recorded
+// in the binary (vcs.revision, "-modified" for a tree with changes), or "unknown" when it recorded
+// none: with -buildvcs=false (GOFLAGS), in a source archive, and in a linked git worktree, whose .git
+// file the go command does not recognise (golang/go#58218).
+func TestBinariesAnswerVersion(t *testing.T) {
+	dir := buildCommands(t)
+	for _, binary := range []string{"winnet-agent", "winnet-controller", "winnet-cni", "kubectl-winnet"} {
+		t.Run(binary, func(t *testing.T) {
+			g := NewWithT(t)
+			path := filepath.Join(dir, binary)
+			info, err := hostcmd.Command("go", "version", "-m", path).Output()
+			g.Expect(err).NotTo(HaveOccurred(), "go version -m %s", binary)
+			goVersion := regexp.MustCompile(`^\S+: (go\S+)`).FindStringSubmatch(string(info))
+			g.Expect(goVersion).NotTo(BeNil(), "go version -m %s:\n%s", binary, info)
+			revision := `unknown`
+			if m := regexp.MustCompile(`(?m)^\s+build\s+vcs\.revision=([0-9a-f]{40})$`).FindStringSubmatch(string(info)); m != nil {
+				revision = m[1][:12] + `(-modified)?`
+			}
+
+			cmd := hostcmd.Command(path, "--version")
+			for _, kv := range os.Environ() {
+				if !strings.HasPrefix(kv, "CNI_") && !strings.HasPrefix(kv, "KUBECONFIG=") {
+					cmd.Env = append(cmd.Env, kv)
+				}
+			}
+			out, err := cmd.CombinedOutput()
+			g.Expect(err).NotTo(HaveOccurred(), "%s --version must exit 0; printed:\n%s", binary, out)
+			g.Expect(string(out)).To(MatchRegexp(`^%s %s \(revision %s, %s\)\n$`,
+				regexp.QuoteMeta(binary), regexp.QuoteMeta(winnet.Version), revision, regexp.QuoteMeta(goVersion[1])))
+		})
 	}
 }

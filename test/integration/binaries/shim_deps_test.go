@@ -51,3 +51,23 @@ func within(dep, prefix string) bool {
 	}
 	return dep == prefix || strings.HasPrefix(dep, prefix+"/")
 }
+
+// TestDaemonsExportBuildInfo: winnet-agent and winnet-controller link internal/buildinfo, which puts
+// winnet_build_info on the registry their metrics endpoints serve (internal/agent's and
+// internal/controller's TestMetricsNeedATokenAllowedToGetThem scrape it; they run in one test
+// process with other packages, so only the binaries' dependencies show that each links it).
+func TestDaemonsExportBuildInfo(t *testing.T) {
+	for _, cmd := range []string{"winnet-agent", "winnet-controller"} {
+		for _, goos := range []string{"linux", "windows"} {
+			t.Run(cmd+" "+goos, func(t *testing.T) {
+				g := NewWithT(t)
+				list := hostcmd.Command("go", "list", "-deps", "./cmd/"+cmd)
+				list.Dir = framework.RepoRoot()
+				list.Env = append(os.Environ(), "GOOS="+goos)
+				out, err := list.Output()
+				g.Expect(err).NotTo(HaveOccurred(), "go list -deps ./cmd/%s", cmd)
+				g.Expect(strings.Fields(string(out))).To(ContainElement("github.com/winnet-io/winnet/internal/buildinfo"))
+			})
+		}
+	}
+}

@@ -12,6 +12,7 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	"sigs.k8s.io/yaml"
 
+	"github.com/winnet-io/winnet"
 	"github.com/winnet-io/winnet/test/framework"
 )
 
@@ -28,6 +29,32 @@ func TestChartLints(t *testing.T) {
 		g.Expect(err).NotTo(HaveOccurred(), "helm lint:\n%s%s", out, stderr)
 		g.Expect(out).To(ContainSubstring("1 chart(s) linted, 0 chart(s) failed"))
 	}
+}
+
+// TestChartVersionIsWinnetVersion: the chart's version and appVersion are winnet's release (VERSION),
+// and the images default to that tag (the agent's also serves the OVS container).
+func TestChartVersionIsWinnetVersion(t *testing.T) {
+	g := NewWithT(t)
+	b, err := os.ReadFile(filepath.Join(chartDir(), "Chart.yaml"))
+	g.Expect(err).NotTo(HaveOccurred())
+	var chart struct {
+		Version    string `json:"version"`
+		AppVersion string `json:"appVersion"`
+	}
+	g.Expect(yaml.Unmarshal(b, &chart)).To(Succeed())
+	g.Expect(chart.Version).To(Equal(winnet.Version), "Chart.yaml's version is VERSION's")
+	g.Expect(chart.AppVersion).To(Equal(winnet.Version), "Chart.yaml's appVersion is VERSION's")
+
+	manifest, err := renderChart(t, writeValues(t, "ovs: {enabled: true}"))
+	g.Expect(err).NotTo(HaveOccurred())
+	objs := splitManifest(t, manifest)
+	controller := &appsv1.Deployment{}
+	find(t, objs, "Deployment", "winnet-controller", controller)
+	g.Expect(controller.Spec.Template.Spec.Containers).To(HaveEach(HaveField("Image", "ghcr.io/winnet-io/winnet-controller:"+winnet.Version)))
+	agent := &appsv1.DaemonSet{}
+	find(t, objs, "DaemonSet", "winnet-agent", agent)
+	pod := agent.Spec.Template.Spec
+	g.Expect(append(pod.InitContainers, pod.Containers...)).To(HaveEach(HaveField("Image", "ghcr.io/winnet-io/winnet-windows:"+winnet.Version)))
 }
 
 // TestTemplateGolden compares helm template with testdata/*.golden; go test -update rewrites them.
