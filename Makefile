@@ -145,6 +145,18 @@ conformance-netpol: test-deps ## Play every non-SCTP cyclonus NetworkPolicy case
 	@grep -E '^conformance-netpol ' $(BIN)/conformance-netpol.log
 	@grep -q '^conformance-netpol cases=[1-9]' $(BIN)/conformance-netpol.log || { echo "conformance-netpol ran no case"; exit 1; }
 
+# UPGRADE_SKEW_HOLD is how long make test-upgrade holds each version skew (controller and agents of two releases).
+UPGRADE_SKEW_HOLD ?= 5m
+
+.PHONY: test-upgrade
+test-upgrade: kubelet-deps build previous-release ## Upgrade the previous release's cluster (hack/previous-release) to this tree's and roll it back under live traffic, restart every agent (SIGTERM, SIGKILL), hold each version skew UPGRADE_SKEW_HOLD (5m); one line per phase (needs root; about 20 min).
+	@mkdir -p bin
+	export WINNET_PREVIOUS_RELEASE_DIR=$$(hack/build-previous-release.sh | tail -1); \
+	$(GO) test -tags upgrade -count=1 -timeout 20m -v ./test/upgrade/cniskew/ > bin/test-upgrade-cniskew.log 2>&1 || { tail -40 bin/test-upgrade-cniskew.log; exit 1; }; \
+	grep -E '^(--- |ok|PASS)' bin/test-upgrade-cniskew.log; \
+	WINNET_UPGRADE_SKEW_HOLD=$(UPGRADE_SKEW_HOLD) $(GO) test -tags upgrade -count=1 -timeout 60m -run '^TestUpgrade$$' -v ./test/upgrade/ > bin/test-upgrade.log 2>&1 || { grep -E '^test-upgrade|_test.go:[0-9]+:' bin/test-upgrade.log | tail -80; echo "logs in bin/test-upgrade.log"; exit 1; }
+	@grep -E '^test-upgrade' bin/test-upgrade.log
+
 CHAOS_ROUNDS ?= 200
 
 .PHONY: test-chaos

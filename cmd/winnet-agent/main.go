@@ -3,6 +3,7 @@
 package main
 
 import (
+	"context"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -80,12 +81,21 @@ func main() {
 		log.Error(err, "Cannot create the agent")
 		os.Exit(1)
 	}
-	ctx, done := agentContext() // also ends on a Windows service Stop
+	stopping, done := agentContext() // also ends on a Windows service Stop
 	defer done()
-	if err := agent.SetupNodeNetwork(ctx, mgr, opts.NodeName, hostOpts); err != nil {
+	// The manager's context ends only once the node's switch is frozen (SetupNodeNetwork).
+	ctx, stop := context.WithCancel(context.Background())
+	defer stop()
+	freeze, err := agent.SetupNodeNetwork(ctx, mgr, opts.NodeName, hostOpts)
+	if err != nil {
 		log.Error(err, "Cannot set up the node network reconciler")
 		os.Exit(1)
 	}
+	context.AfterFunc(stopping, func() {
+		freeze()
+		log.Info("Stopping: the switch keeps its flows and groups for the next agent")
+		stop()
+	})
 	log.Info("Starting winnet-agent", "node", opts.NodeName)
 	if err := mgr.Start(ctx); err != nil {
 		log.Error(err, "winnet-agent stopped")

@@ -2,6 +2,8 @@ package nodenetwork
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"slices"
 	"sync"
 
@@ -101,4 +103,25 @@ func (s *State) FlowsSynced(ctx context.Context, owner FlowOwner, flows *openflo
 		return
 	}
 	p.deleted = true
+}
+
+// FlowsInstalled tells whether the node's flows are whole: the node network is realised and every flow
+// owner has installed its complete set on the current bridge connection (the previous round's leftovers
+// are gone then). It is the agent's readiness (/readyz): a DaemonSet rollout moves to the next node only
+// once the restarted agent has taken over its switch. The error says what is missing.
+func (s *State) FlowsInstalled() error {
+	rz, ok := s.Realized()
+	if !ok {
+		return errors.New("the node network is not realised")
+	}
+	p := &s.previousRound
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.flows != rz.Flows {
+		return fmt.Errorf("no flow owner has installed its flows on the bridge connection yet (0 of %d)", s.owners())
+	}
+	if !p.deleted {
+		return fmt.Errorf("%d of %d flow owners have installed their flows on the bridge connection", len(p.synced), s.owners())
+	}
+	return nil
 }

@@ -90,6 +90,19 @@ type State struct {
 	// (policyindex.go).
 	policyIndex       *PolicyIndex
 	policySubscribers []chan struct{}
+	// frozen is set by Freeze: the realised bridge, and any realised later, sends nothing.
+	frozen bool
+}
+
+// Freeze stops every change to the node's switch: the realised bridge's, and any bridge realised later
+// (openflow.Bridge.Freeze). The agent calls it first when it is told to stop (SetupNodeNetwork).
+func (s *State) Freeze() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.frozen = true
+	if s.realized != nil && s.realized.Flows != nil {
+		s.realized.Flows.Freeze()
+	}
 }
 
 // NewState returns an empty State.
@@ -110,6 +123,9 @@ func (s *State) Realized() (Realized, bool) {
 func (s *State) setRealized(r *Realized) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.frozen && r != nil && r.Flows != nil {
+		r.Flows.Freeze()
+	}
 	changed := !sameRealized(s.realized, r)
 	s.realized = r
 	if changed {

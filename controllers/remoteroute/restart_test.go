@@ -35,7 +35,7 @@ func runAgent(t *testing.T, n *simnode.Node, stateDir string) (stop func()) {
 		NodeName: n.Name, MetricsBindAddress: "0", HealthProbeBindAddress: "0", SeveralAgentsPerProcess: true,
 	})
 	if err == nil {
-		err = agent.SetupNodeNetwork(ctx, mgr, n.Name, agent.HostOptions{
+		_, err = agent.SetupNodeNetwork(ctx, mgr, n.Name, agent.HostOptions{
 			OVSDBAddress: n.OVS.DBSocket(), OVSRunDir: n.OVS.Dir, NetNSPath: n.NSPath, StateDir: stateDir,
 			CNISocket: filepath.Join(stateDir, "cni.sock"), CNIConfDir: filepath.Join(stateDir, "net.d"),
 		})

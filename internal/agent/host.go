@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"path/filepath"
 	"time"
 
@@ -70,66 +71,77 @@ func (o HostOptions) withDefaults() HostOptions {
 // SetupNodeNetwork connects to the host's Open vSwitch and HNS and registers the node network,
 // remote route and Pod network (CNI server, PodEndpoint reconciler) with the manager. The
 // connections live as long as ctx.
-func SetupNodeNetwork(ctx context.Context, mgr ctrl.Manager, nodeName string, opts HostOptions) error {
+//
+// Call freeze first when the agent is told to stop, and only then end the manager's context: from
+// then on nothing changes the node's switch (openflow.Bridge.Freeze). The manager stops the
+// informers the reconcilers read before the reconcilers themselves, and a pass computed meanwhile
+// (a NetworkPolicy peer set that looks empty) must not reach the switch: it keeps forwarding with
+// what it has until the next agent takes over.
+func SetupNodeNetwork(ctx context.Context, mgr ctrl.Manager, nodeName string, opts HostOptions) (freeze func(), err error) {
 	opts = opts.withDefaults()
 	if err := protectDirectories(ctx, mgr.GetClient(), nodeName, opts); err != nil {
-		return err
+		return nil, err
 	}
 	db, err := ovsdb.New(ctx, ovsdb.Options{Address: opts.OVSDBAddress, SocketDir: filepath.Join(opts.StateDir, "run")})
 	if err != nil {
-		return fmt.Errorf("connecting to ovsdb-server: %w", err)
+		return nil, fmt.Errorf("connecting to ovsdb-server: %w", err)
 	}
 	hnsClient, err := newHNS(opts)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	netClient, err := hostnet.New(hostnet.Options{NetNSPath: opts.NetNSPath})
 	if err != nil {
-		return fmt.Errorf("opening the host network stack: %w", err)
+		return nil, fmt.Errorf("opening the host network stack: %w", err)
 	}
 	host := nodenetwork.Host{HNS: hnsClient, OVSDB: db, Net: netClient, StateDir: opts.StateDir}
 	if opts.OVSRunDir != "" {
 		host.OpenFlowAddress = func(bridge string) string { return openFlowAddress(opts.OVSRunDir, bridge) }
 	}
 	state := nodenetwork.NewState()
+	// Ready (/readyz) once the node's flows are whole: the DaemonSet's rollout waits for it before it
+	// restarts the next node's agent.
+	if err := mgr.AddReadyzCheck("flows", func(*http.Request) error { return state.FlowsInstalled() }); err != nil {
+		return nil, fmt.Errorf("adding the readiness check of the node's flows: %w", err)
+	}
 	recorder, err := NewEventRecorder(mgr, nodeName)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	nodes := &nodenetwork.Reconciler{
 		Client: mgr.GetClient(), Recorder: recorder, NodeName: nodeName, Host: host, State: state,
 	}
 	if err := nodes.SetupWithManager(mgr); err != nil {
-		return err
+		return nil, err
 	}
 	routes := &remoteroute.Reconciler{Client: mgr.GetClient(), Recorder: recorder, NodeName: nodeName, Net: netClient, State: state}
 	if err := routes.SetupWithManager(mgr); err != nil {
-		return err
+		return nil, err
 	}
 	services := &service.Reconciler{Client: mgr.GetClient(), Recorder: recorder, NodeName: nodeName, State: state, Net: netClient,
 		IDsFile:   filepath.Join(opts.StateDir, service.IDsFileName),
 		NodePorts: hostnet.NewNodePortNAT(hostnet.Options{NetNSPath: opts.NetNSPath})}
 	if err := services.SetupWithManager(mgr); err != nil {
-		return err
+		return nil, err
 	}
 	podNet, err := SetupPodNetwork(ctx, mgr, PodNetworkOptions{
 		NodeName: nodeName, Host: podendpoint.Host{HNS: hnsClient, OVSDB: db, Net: netClient}, State: state,
 		CNISocket: opts.CNISocket, CNIConfDir: opts.CNIConfDir, StateDir: opts.StateDir, CNIShimPath: opts.CNIShimPath,
 	})
 	if err != nil {
-		return err
+		return nil, err
 	}
 	nodes.Teardown = podNet
 	audit, err := OpenAuditLog(ctx, mgr, nodeName, opts.AuditLog)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if err := SetupNetworkPolicy(mgr, NetworkPolicyOptions{NodeName: nodeName, State: state, Local: podNet.Pods.Store(), Pods: podNet.Pods, Audit: audit}); err != nil {
-		return err
+		return nil, err
 	}
 	traces := &packettrace.AgentReconciler{Client: mgr.GetClient(), NodeName: nodeName, State: state, Local: podNet.Pods.Store(), Services: services}
 	if err := traces.SetupWithManager(mgr); err != nil {
-		return fmt.Errorf("setting up the packet trace reconciler: %w", err)
+		return nil, fmt.Errorf("setting up the packet trace reconciler: %w", err)
 	}
-	return nil
+	return state.Freeze, nil
 }

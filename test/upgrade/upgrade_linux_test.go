@@ -135,8 +135,14 @@ func (w *world) restarts(t *testing.T, r cluster.Release) {
 		})
 		after := w.dumps(t, r.Version+"-"+what+"-after")
 		for node, b := range before {
-			if d := diffLines(b, after[node]); d != "" {
+			d := diffLines(b, after[node])
+			switch {
+			case d == "":
+			case r.Version == cluster.CurrentRelease().Version:
 				t.Errorf("release %s on %s: a fresh start (%v) installs other flows, groups or ports than the agent before it had:\n%s", r, node, sig, d)
+			default:
+				// Releases before 0.2.0 give the Service numbers out afresh at every start.
+				logf("  release %s on %s: a fresh start (%v) installs other flows, groups or ports than the agent before it had (a defect of that release):\n%s", r, node, sig, d)
 			}
 		}
 	}

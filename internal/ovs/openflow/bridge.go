@@ -115,6 +115,8 @@ type Bridge struct {
 	everConn bool
 	connErr  chan error
 
+	// frozen is set by Freeze: no change is sent to the switch any more.
+	frozen atomic.Bool
 	// previous is the round the bridge recorded before Connect advanced it (0: none); set once.
 	previous uint16
 

@@ -123,6 +123,9 @@ func (b *Bridge) sendBundle(ctx context.Context, src bundleSource) error {
 // that turns out to be dead (errBundleLost: ovs-vswitchd restarted while it was idle) is replaced
 // and send runs once more; a rejection (errBundleRejected) leaves the connection clean.
 func (b *Bridge) onBundleConn(ctx context.Context, send func(context.Context, *bundleConn) error) error {
+	if b.frozen.Load() {
+		return ErrFrozen
+	}
 	ctx, cancel := context.WithTimeout(ctx, bundleTimeout)
 	defer cancel()
 	for attempt := 1; ; attempt++ {
@@ -154,6 +157,17 @@ func (b *Bridge) onBundleConn(ctx context.Context, send func(context.Context, *b
 		return err
 	}
 }
+
+// Freeze stops every change to the switch: from then on each Sync, group change, round deletion, replay
+// and conntrack flush fails with ErrFrozen and sends nothing. A bundle under way when it is called is
+// finished. The agent freezes its bridge first when it is told to stop, before its reconcilers and the
+// informers they read stop: what a pass computes from caches being torn down (a peer set that looks
+// empty) must never reach the switch, which keeps forwarding with what it has until the next agent
+// takes over.
+func (b *Bridge) Freeze() { b.frozen.Store(true) }
+
+// ErrFrozen is the error of every change to a frozen bridge (Freeze).
+var ErrFrozen = errors.New("the bridge is frozen: the agent is stopping and changes nothing on the switch")
 
 // errBundleLost marks a bundle whose connection failed before it was committed; errBundleRejected
 // one the switch rejected and that was discarded.

@@ -751,3 +751,32 @@ func TestFlowStatsNameTheMatch(t *testing.T) {
 	g.Expect(byCookie[2].Regs).To(BeEmpty())
 	g.Expect(byCookie[3].Regs).To(Equal(map[int]uint32{9: 0x8000ea60}))
 }
+
+// TestFreeze: a frozen bridge changes nothing on the switch — no flow sync, group change, round deletion or
+// conntrack flush is sent, each fails with ErrFrozen — and what the switch had stays, as an agent that is
+// stopping leaves it for the next one.
+func TestFreeze(t *testing.T) {
+	g := NewWithT(t)
+	e := setup(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	group := openflow.Group{ID: 1, Buckets: []openflow.Bucket{{Weight: 100, Actions: []openflow.Action{openflow.Output(1)}}}}
+	_, err := e.br.SyncGroups(ctx, []openflow.Group{group})
+	g.Expect(err).NotTo(HaveOccurred())
+	_, err = e.br.Sync(ctx, 2, featureFlows())
+	g.Expect(err).NotTo(HaveOccurred())
+	flows, err := e.ovs.DumpFlows(bridge)
+	g.Expect(err).NotTo(HaveOccurred())
+	groups, err := e.ovs.DumpGroups(bridge)
+	g.Expect(err).NotTo(HaveOccurred())
+
+	e.br.Freeze()
+	_, err = e.br.Sync(ctx, 2, nil)
+	g.Expect(err).To(MatchError(openflow.ErrFrozen))
+	_, err = e.br.SyncGroups(ctx, nil)
+	g.Expect(err).To(MatchError(openflow.ErrFrozen))
+	g.Expect(e.br.DeleteRound(ctx, e.br.Round()+1)).To(MatchError(openflow.ErrFrozen))
+	g.Expect(e.br.FlushConntrackZone(ctx, 7)).To(MatchError(openflow.ErrFrozen))
+	g.Expect(e.ovs.DumpFlows(bridge)).To(Equal(flows), "the switch keeps its flows")
+	g.Expect(e.ovs.DumpGroups(bridge)).To(Equal(groups), "the switch keeps its groups")
+}

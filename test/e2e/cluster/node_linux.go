@@ -6,6 +6,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net"
+	"net/http"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -83,6 +86,9 @@ type Node struct {
 	// node with a real kubelet, that of the shim containerd runs).
 	shimDir     string
 	shimRelease Release
+	// healthAddr is where the agent serves /healthz and /readyz (a free port of the loopback when the
+	// node was added).
+	healthAddr string
 	// kubelet: a node with a real kubelet and containerd (AddKubeletNode).
 	kubelet *kubeletNode
 }
@@ -127,6 +133,7 @@ func (c *Cluster) register(spec NodeSpec, with func(*Node)) (*Node, error) {
 	n.NSPath = nsPath(n.NS)
 	n.StateDir, n.CNISocket, n.CNIConfDir = filepath.Join(n.Dir, "state"), filepath.Join(n.Dir, "cni.sock"), filepath.Join(n.Dir, "net.d")
 	n.AuditLogDir = filepath.Join(n.Dir, "audit")
+	n.healthAddr = freeLoopbackPort()
 	if with != nil {
 		with(n)
 	}
@@ -230,7 +237,7 @@ func (n *Node) agentArgs() []string {
 	args := []string{
 		bin, "--node-name", n.Name, "--kubeconfig", n.AgentKubeconfig(),
 		"--ovsdb", n.OVS.DBSocket(), "--ovs-rundir", n.OVS.Dir, "--netns", n.NSPath,
-		"--health-probe-bind-address", "0", "--metrics-bind-address", "0",
+		"--health-probe-bind-address", n.healthAddr, "--metrics-bind-address", "0",
 		"--state-dir", n.StateDir, "--cni-socket", n.CNISocket, "--cni-conf-dir", n.CNIConfDir,
 		"--audit-log-dir", n.AuditLogDir,
 	}
@@ -241,6 +248,35 @@ func (n *Node) agentArgs() []string {
 		args = n.kubelet.nsenter("", append(args, "--hns-sim-containerd", n.kubelet.socket())...)
 	}
 	return args
+}
+
+// freeLoopbackPort returns an address of the loopback with a port nothing listens on now.
+func freeLoopbackPort() string {
+	l, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		return "0"
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// AgentReady asks the agent's /readyz, as kubelet's readiness probe of the agent's DaemonSet Pod does: nil
+// when it answers 200.
+func (n *Node) AgentReady() error {
+	if n.healthAddr == "0" {
+		return errors.New("the agent serves no readiness probe")
+	}
+	c := &http.Client{Timeout: time.Second}
+	resp, err := c.Get("http://" + n.healthAddr + "/readyz")
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("/readyz: %s: %s", resp.Status, body)
+	}
+	return nil
 }
 
 // AgentPID is the pid of the node's running agent process, 0 when none runs.

@@ -56,40 +56,19 @@ func CurrentRelease() Release {
 		CRDDir: framework.CRDBasesDir()}
 }
 
-// PreviousReleaseFile names the release before this tree's: "<commit> <version>" (hack/build-previous-release.sh
-// builds it from the git history).
-const PreviousReleaseFile = "hack/previous-release"
-
-// PreviousRelease is the release hack/previous-release names, as hack/build-previous-release.sh (make
-// previous-release) built it into bin/release-<version>-<commit>/: its source tree in src/, its binaries in
-// linux/. It fails, saying how to build it, when that has not been done.
+// PreviousRelease is the release hack/previous-release names, as make previous-release built it
+// (framework.PreviousRelease: the directory WINNET_PREVIOUS_RELEASE_DIR names): its binaries, and the chart
+// and CRDs of its source tree. It fails, saying how to build it, when that has not been done.
 func PreviousRelease() (Release, error) {
-	root := framework.RepoRoot()
-	b, err := os.ReadFile(filepath.Join(root, PreviousReleaseFile))
+	b, err := framework.PreviousRelease()
 	if err != nil {
-		return Release{}, fmt.Errorf("reading the previous release's name: %w", err)
+		return Release{}, err
 	}
-	var commit, version string
-	for _, line := range strings.Split(string(b), "\n") {
-		line = strings.TrimSpace(line)
-		if line == "" || strings.HasPrefix(line, "#") {
-			continue
-		}
-		if f := strings.Fields(line); len(f) == 2 {
-			commit, version = f[0], f[1]
-			break
-		}
-	}
-	if len(commit) < 12 || version == "" {
-		return Release{}, fmt.Errorf("%s has no line \"<commit> <version>\"", PreviousReleaseFile)
-	}
-	dir := filepath.Join(root, "bin", "release-"+version+"-"+commit[:12])
-	r := Release{Version: version, BinDir: filepath.Join(dir, "linux"), ChartDir: filepath.Join(dir, "src", "config", "helm", "winnet"),
-		CRDDir: filepath.Join(dir, "src", "config", "crd", "bases")}
-	for _, p := range []string{filepath.Join(r.BinDir, "winnet-agent"), filepath.Join(r.BinDir, "winnet-controller"),
-		filepath.Join(r.BinDir, cni.PluginType), filepath.Join(r.ChartDir, "Chart.yaml"), r.CRDDir} {
+	r := Release{Version: b.Version, BinDir: b.BinDir, ChartDir: filepath.Join(b.Dir, "src", "config", "helm", "winnet"),
+		CRDDir: filepath.Join(b.Dir, "src", "config", "crd", "bases")}
+	for _, p := range []string{filepath.Join(r.ChartDir, "Chart.yaml"), r.CRDDir} {
 		if _, err := os.Stat(p); err != nil {
-			return Release{}, fmt.Errorf("release %s (%s) is not built: run 'make previous-release': %w", version, commit[:12], err)
+			return Release{}, fmt.Errorf("the build of release %s in %s has no source tree: run 'make previous-release': %w", b.Version, b.Dir, err)
 		}
 	}
 	return r, nil
