@@ -252,7 +252,7 @@ func TestOneOwnerFloods(t *testing.T) {
 	for _, r := range readLines(t, l.Path()) {
 		byOwner[r.Owner()]++
 	}
-	g.Expect(byOwner[b] + byOwner[c]).To(Equal(quiet), "every decision of b and of the ClusterNetworkPolicy written")
+	g.Expect(byOwner[b]+byOwner[c]).To(Equal(quiet), "every decision of b and of the ClusterNetworkPolicy written")
 	g.Expect(byOwner[a]).To(Equal(5+20), "a's burst, then its rate for the 2 s before its suspension")
 	s := l.Stats()
 	g.Expect(s.DroppedCeiling).To(BeZero(), "one owner alone never reaches the node's ceiling")
@@ -270,7 +270,7 @@ func TestOneOwnerFloods(t *testing.T) {
 	g.Expect(sum.PolicyKind).To(Equal(KindNetworkPolicy))
 	g.Expect(sum.Rule).To(Equal(NotLoggedRule))
 	g.Expect(sum.Node).To(Equal("n1"))
-	g.Expect(sum.Time).To(Equal(t0.Add(5 * time.Millisecond)), "a's first decision not written")
+	g.Expect(sum.Time).To(Equal(t0.Add(5*time.Millisecond)), "a's first decision not written")
 	g.Expect(sum.Until).To(Equal(until))
 	g.Expect(sum.SuspendedAt).To(Equal(sus.Owners[a].At))
 	g.Expect(sum.SuspendedUntil).To(Equal(until))
