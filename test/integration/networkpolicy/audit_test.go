@@ -380,13 +380,13 @@ func TestAuditLogSuspends(t *testing.T) {
 	}
 	for _, src := range written {
 		g.Eventually(func() []auditlog.Record { return linesOf(auditLines(t, log.Path()), "TCP", src, t2.webHTTP) }).
-			WithTimeout(5*time.Second).Should(ConsistOf(MatchFields(IgnoreExtras, Fields{"Namespace": Equal("audit-t"), "Name": Equal("allow-client")})))
+			WithTimeout(5 * time.Second).Should(ConsistOf(MatchFields(IgnoreExtras, Fields{"Namespace": Equal("audit-t"), "Name": Equal("allow-client")})))
 	}
 
 	// After the cooldown audit-s's flows send again, a summary line says what of audit-s's was
 	// not written, and a new connection is logged.
 	g.Eventually(func() []string { return controllerFlows(t, a) }).WithTimeout(time.Until(suspension.Until) + converge).Should(HaveLen(4))
-	g.Eventually(func() []auditlog.Summary { return auditSummaries(t, log.Path()) }).WithTimeout(5 * time.Second).Should(ConsistOf(
+	g.Eventually(func() []auditlog.Summary { return auditSummaries(t, log.Path()) }).WithTimeout(5*time.Second).Should(ConsistOf(
 		MatchFields(IgnoreExtras, Fields{"PolicyKind": Equal("NetworkPolicy"), "Namespace": Equal("audit-s"), "Rule": Equal(auditlog.NotLoggedRule),
 			"Count": BeNumerically(">=", suspension.Dropped), "SuspendedAt": BeTemporally("==", suspension.At), "SuspendedUntil": BeTemporally("==", suspension.Until),
 			"Until": BeTemporally(">=", suspension.Until)})), "one summary, audit-s's: audit-t had everything written")
