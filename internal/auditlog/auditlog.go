@@ -165,7 +165,7 @@ type Summary struct {
 	NotLogged NotLogged `json:"notLogged"`
 	// SuspendedAt and SuspendedUntil are the owner's suspension within the window, if any: its
 	// audited flows sent nothing to the agent meanwhile, so what they decided then is not counted
-	// here (the per-rule counters, winnet_networkpolicy_rule_*, count it).
+	// here (the per-rule counter winnet_policy_rule_connections_total counts it).
 	SuspendedAt    time.Time `json:"suspendedAt,omitzero"`
 	SuspendedUntil time.Time `json:"suspendedUntil,omitzero"`
 }
