@@ -142,9 +142,6 @@ func (r *Record) Owner() Owner {
 	return Owner{Kind: OwnerNamespace, Name: r.Namespace}
 }
 
-// KindClusterNetworkPolicy is a ClusterNetworkPolicy record's PolicyKind.
-const KindClusterNetworkPolicy = "ClusterNetworkPolicy"
-
 // Summary is a line that says how many decisions of one owner were not written, between Time and
 // Until, by reason. It is written when the owner's suspension ends, every SummaryInterval while it
 // is not suspended, when the log stops tracking the owner and when the log closes; never when

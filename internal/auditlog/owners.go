@@ -19,8 +19,11 @@ const (
 	OwnerClusterNetworkPolicy = "ClusterNetworkPolicy"
 )
 
-// KindNetworkPolicy is a NetworkPolicy record's PolicyKind (a default drop's too).
-const KindNetworkPolicy = "NetworkPolicy"
+// Policy kinds of the records: a NetworkPolicy's rule or default drop, a ClusterNetworkPolicy's rule.
+const (
+	KindNetworkPolicy        = "NetworkPolicy"
+	KindClusterNetworkPolicy = "ClusterNetworkPolicy"
+)
 
 // Owner is whom audited decisions belong to: a namespace (its NetworkPolicies' rules and its
 // isolated Pods' default drops) or a ClusterNetworkPolicy (its rules). The zero Owner stands for
