@@ -4,6 +4,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -49,11 +50,13 @@ func main() {
 	fs.StringVar(&hostOpts.AuditLog.Dir, "audit-log-dir", agent.DefaultAuditLogDir, "directory of the audit log of policy decisions ("+auditlog.FileName+"), created private to the node's administrators; a link or a file of another owner there is refused. \"\" turns audit logging off (annotations are ignored)")
 	auditMaxSizeMB := fs.Int("audit-log-max-size", auditlog.DefaultMaxSize>>20, "size in MB beyond which the audit log is rotated")
 	fs.IntVar(&hostOpts.AuditLog.MaxFiles, "audit-log-max-files", auditlog.DefaultMaxFiles, "rotated audit log files kept ("+auditlog.FileName+".1 is the newest)")
-	fs.Float64Var(&hostOpts.AuditLog.Rate, "audit-log-rate", auditlog.DefaultRate, "audit log lines per second the node writes at most (one per new connection and rule); beyond, decisions are counted in winnet_audit_log_dropped_total{reason=\"rate\"}")
-	fs.IntVar(&hostOpts.AuditLog.Burst, "audit-log-burst", auditlog.DefaultBurst, "audit log lines the node may write at once beyond --audit-log-rate")
+	fs.Float64Var(&hostOpts.AuditLog.Rate, "audit-log-rate", auditlog.DefaultRate, "audit log lines per second each namespace (its NetworkPolicies and default drops) or ClusterNetworkPolicy writes at most (one per new connection and rule); beyond, its decisions are counted in winnet_audit_log_dropped_total{reason=\"rate\"} and in its summary line")
+	fs.IntVar(&hostOpts.AuditLog.Burst, "audit-log-burst", auditlog.DefaultBurst, "audit log lines each namespace or ClusterNetworkPolicy may write at once beyond --audit-log-rate")
+	fs.Float64Var(&hostOpts.AuditLog.NodeRate, "audit-log-node-rate", 0, fmt.Sprintf("audit log lines per second the node writes at most, all namespaces and ClusterNetworkPolicies together (0: %d times --audit-log-rate); beyond, decisions are counted in winnet_audit_log_dropped_total{reason=\"ceiling\"}", auditlog.DefaultNodeFactor))
+	fs.IntVar(&hostOpts.AuditLog.NodeBurst, "audit-log-node-burst", 0, fmt.Sprintf("audit log lines the node may write at once beyond --audit-log-node-rate (0: %d times --audit-log-burst)", auditlog.DefaultNodeFactor))
 	fs.DurationVar(&hostOpts.AuditLog.Window, "audit-log-dedup-window", auditlog.DefaultWindow, "the packets of one 5-tuple and rule within this window are one audit log line with their count")
-	fs.DurationVar(&hostOpts.AuditLog.SuspendAfter, "audit-log-suspend-after", auditlog.DefaultSuspendAfter, "when decisions are dropped beyond --audit-log-rate with no second free of drops for this long, the audited flows stop sending to the agent for --audit-log-cooldown (an Event on the node's WindowsNodeNetwork says so); a negative value never suspends")
-	fs.DurationVar(&hostOpts.AuditLog.Cooldown, "audit-log-cooldown", auditlog.DefaultCooldown, "how long the audit log stays suspended (--audit-log-suspend-after)")
+	fs.DurationVar(&hostOpts.AuditLog.SuspendAfter, "audit-log-suspend-after", auditlog.DefaultSuspendAfter, "when a namespace's or ClusterNetworkPolicy's decisions are dropped beyond --audit-log-rate with no second free of drops for this long, its audited flows (only its) stop sending to the agent for --audit-log-cooldown (an Event on the node's WindowsNodeNetwork says so); so do those of the namespaces and ClusterNetworkPolicies that sent at least their share when the node's ceiling (--audit-log-node-rate) dropped decisions for this long; a negative value never suspends")
+	fs.DurationVar(&hostOpts.AuditLog.Cooldown, "audit-log-cooldown", auditlog.DefaultCooldown, "how long a namespace's or ClusterNetworkPolicy's audit log stays suspended (--audit-log-suspend-after)")
 	if runtime.GOOS == "linux" {
 		fs.DurationVar(&hostOpts.HNSSimLatency, hnsSimLatencyFlag, 0, "Linux only: latency added to every call of the HNS simulator (benchmarks)")
 		fs.StringVar(&hostOpts.HNSSimContainerd, hnsSimContainerdFlag, "", "Linux only: containerd socket whose task events start and stop the HNS simulator's sandboxes (nodes with a real kubelet)")
@@ -63,8 +66,8 @@ func main() {
 	log := cmdline.ParseMain(fs, os.Args[1:])
 	hostOpts.AuditLog.MaxSize = int64(*auditMaxSizeMB) << 20
 	if *auditMaxSizeMB < 1 || hostOpts.AuditLog.MaxFiles < 1 || hostOpts.AuditLog.Rate <= 0 || hostOpts.AuditLog.Burst < 1 || hostOpts.AuditLog.Window <= 0 ||
-		hostOpts.AuditLog.SuspendAfter == 0 || hostOpts.AuditLog.Cooldown <= 0 {
-		log.Error(nil, "--audit-log-max-size, --audit-log-max-files, --audit-log-rate, --audit-log-burst, --audit-log-dedup-window and --audit-log-cooldown must be positive, --audit-log-suspend-after not zero")
+		hostOpts.AuditLog.NodeRate < 0 || hostOpts.AuditLog.NodeBurst < 0 || hostOpts.AuditLog.SuspendAfter == 0 || hostOpts.AuditLog.Cooldown <= 0 {
+		log.Error(nil, "--audit-log-max-size, --audit-log-max-files, --audit-log-rate, --audit-log-burst, --audit-log-dedup-window and --audit-log-cooldown must be positive, --audit-log-node-rate and --audit-log-node-burst not negative, --audit-log-suspend-after not zero")
 		os.Exit(2)
 	}
 

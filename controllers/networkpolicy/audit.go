@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"net/netip"
 	"slices"
 	"strconv"
@@ -78,43 +79,150 @@ func truncateValue(v string) string {
 	return v
 }
 
-// Reasons of the Events on the node's WindowsNodeNetwork when the audit log is suspended, and when
-// it resumes.
+// Reasons of the Events on the node's WindowsNodeNetwork when the audit log of some owners (the
+// namespaces and ClusterNetworkPolicies whose rules decide) is suspended, and when it resumes.
 const (
 	AuditLogSuspendedReason = "AuditLogSuspended"
 	AuditLogResumedReason   = "AuditLogResumed"
 )
 
-// auditing tells whether this pass audits: the node has an audit log and it is not suspended. A
-// suspension (the log dropped decisions beyond its rate for a sustained period) takes the
-// packet-ins out of every audited flow for its cooldown, so that a flood of new connections stops
-// costing the switch an upcall and the agent a packet-in each; the change of state is an Event on
-// the node's WindowsNodeNetwork.
-func (r *Reconciler) auditing(ctx context.Context) bool {
+// auditEventOwners is how many owners one Event names; the others are counted.
+const auditEventOwners = 3
+
+// auditing tells whether this pass audits (the node has an audit log and it is not suspended as a
+// whole) and what is suspended. An owner's suspension (its decisions were dropped beyond its rate
+// for a sustained period) takes the packet-ins out of its audited flows only, for its cooldown, so
+// that its flood of new connections stops costing the switch an upcall and the agent a packet-in
+// each while every other owner's decisions are logged as before; each change is logged, and an
+// Event on the node's WindowsNodeNetwork names the owners.
+func (r *Reconciler) auditing(ctx context.Context) (bool, auditlog.Suspensions) {
 	if r.Audit == nil {
-		return false
+		return false, auditlog.Suspensions{}
 	}
-	suspended, s := r.Audit.Suspended()
-	if suspended != r.auditSuspended {
-		r.auditSuspended = suspended
-		wnn := &networkv1alpha1.WindowsNodeNetwork{}
-		err := r.Client.Get(ctx, client.ObjectKey{Name: r.NodeName}, wnn)
-		switch {
-		case suspended:
-			ctrl.LoggerFrom(ctx).Info("Audit log suspended: decisions were dropped beyond its rate", "since", s.Since, "until", s.Until, "dropped", s.Dropped)
-			if err == nil && r.Recorder != nil {
-				r.Recorder.Eventf(wnn, nil, corev1.EventTypeWarning, AuditLogSuspendedReason, "Audit",
-					"The audit log dropped %d decisions beyond its rate since %s: audited flows send nothing to the agent until %s, and nothing is logged meanwhile",
-					s.Dropped, s.Since.UTC().Format(time.RFC3339), s.Until.UTC().Format(time.RFC3339))
-			}
-		default:
-			ctrl.LoggerFrom(ctx).Info("Audit log resumed")
-			if err == nil && r.Recorder != nil {
-				r.Recorder.Eventf(wnn, nil, corev1.EventTypeNormal, AuditLogResumedReason, "Audit", "The audit log's cooldown is over: audited flows send their decisions again")
-			}
+	s := r.Audit.Suspensions()
+	r.reportSuspensions(ctx, r.auditSuspended, s)
+	r.auditSuspended = s
+	return s.All == nil, s
+}
+
+// reportSuspensions logs the owners suspended and resumed from before to now, and says so in at
+// most one Event of each kind.
+func (r *Reconciler) reportSuspensions(ctx context.Context, before, now auditlog.Suspensions) {
+	log := ctrl.LoggerFrom(ctx)
+	var suspended []auditlog.Suspension
+	var resumed []auditlog.Owner
+	for o, s := range now.Owners {
+		if b, ok := before.Owners[o]; !ok || !b.At.Equal(s.At) {
+			suspended = append(suspended, s)
 		}
 	}
-	return !suspended
+	for o := range before.Owners {
+		if _, ok := now.Owners[o]; !ok {
+			resumed = append(resumed, o)
+		}
+	}
+	allStarted := now.All != nil && (before.All == nil || !before.All.At.Equal(now.All.At))
+	allEnded := now.All == nil && before.All != nil
+	if len(suspended)+len(resumed) == 0 && !allStarted && !allEnded {
+		return
+	}
+	slices.SortFunc(suspended, func(a, b auditlog.Suspension) int { return compareOwners(a.Owner, b.Owner) })
+	slices.SortFunc(resumed, compareOwners)
+	for _, s := range suspended {
+		log.Info("Audit log suspended for an owner: its decisions were dropped beyond its rate", "owner", s.Owner.String(), "reason", s.Reason,
+			"since", s.Since, "until", s.Until, "dropped", s.Dropped)
+	}
+	for _, o := range resumed {
+		log.Info("Audit log resumed for an owner", "owner", o.String())
+	}
+	if allStarted {
+		log.Info("Audit log suspended for every owner: it tracks as many as it can, all suspended", "until", now.All.Until)
+	}
+	if allEnded {
+		log.Info("Audit log resumed for every owner")
+	}
+	wnn := &networkv1alpha1.WindowsNodeNetwork{}
+	if r.Recorder == nil || r.Client.Get(ctx, client.ObjectKey{Name: r.NodeName}, wnn) != nil {
+		return
+	}
+	if len(suspended) > 0 {
+		var parts []string
+		for _, s := range suspended[:min(len(suspended), auditEventOwners)] {
+			why := fmt.Sprintf("%d decisions dropped beyond its rate since %s", s.Dropped, s.Since.UTC().Format(time.RFC3339))
+			if s.Reason == auditlog.SuspendedCeiling {
+				why = fmt.Sprintf("%d decisions of all owners dropped beyond the node's ceiling since %s, and it sent at least its share", s.Dropped, s.Since.UTC().Format(time.RFC3339))
+			}
+			parts = append(parts, fmt.Sprintf("%s until %s (%s)", truncateValue(s.Owner.String()), s.Until.UTC().Format(time.RFC3339), why))
+		}
+		if n := len(suspended) - auditEventOwners; n > 0 {
+			parts = append(parts, fmt.Sprintf("and %d more", n))
+		}
+		r.Recorder.Eventf(wnn, nil, corev1.EventTypeWarning, AuditLogSuspendedReason, "Audit",
+			"Audit log suspended for %s: their audited flows send nothing to the agent and their decisions are not logged meanwhile (a summary line follows); other namespaces and ClusterNetworkPolicies are logged as before",
+			strings.Join(parts, "; "))
+	}
+	if allStarted {
+		r.Recorder.Eventf(wnn, nil, corev1.EventTypeWarning, AuditLogSuspendedReason, "Audit",
+			"Audit log suspended for every owner until %s: a decision came from a namespace or ClusterNetworkPolicy beyond the %d the log tracks, all suspended; no audited flow sends anything to the agent meanwhile",
+			now.All.Until.UTC().Format(time.RFC3339), len(now.Owners))
+	}
+	if len(resumed) > 0 {
+		var names []string
+		for _, o := range resumed[:min(len(resumed), auditEventOwners)] {
+			names = append(names, truncateValue(o.String()))
+		}
+		if n := len(resumed) - auditEventOwners; n > 0 {
+			names = append(names, fmt.Sprintf("and %d more", n))
+		}
+		r.Recorder.Eventf(wnn, nil, corev1.EventTypeNormal, AuditLogResumedReason, "Audit",
+			"Audit log resumed for %s: the cooldown is over, their audited flows send their decisions again", strings.Join(names, ", "))
+	}
+	if allEnded {
+		r.Recorder.Eventf(wnn, nil, corev1.EventTypeNormal, AuditLogResumedReason, "Audit", "Audit log resumed for every owner: the audited flows send their decisions again")
+	}
+}
+
+func compareOwners(a, b auditlog.Owner) int {
+	if c := strings.Compare(a.Kind, b.Kind); c != 0 {
+		return c
+	}
+	return strings.Compare(a.Name, b.Name)
+}
+
+// auditIsolation is what a default drop's line says of the policies that isolate a Pod in one
+// direction: their namespace, the first auditlog.MaxIsolatedBy of their names in order and how
+// many others. It is computed once per full pass (newAuditIsolations), not per packet-in, and
+// shared by the lines (never changed).
+type auditIsolation struct {
+	namespace string
+	names     []string
+	more      int
+}
+
+// auditIsolations are the isolations of a pass by Pod port, per direction.
+type auditIsolations struct {
+	ingress, egress map[uint32]auditIsolation
+}
+
+// newAuditIsolations computes the isolations of the index's Pod ports.
+func newAuditIsolations(idx nodenetwork.PolicyIndex) *auditIsolations {
+	of := func(in map[uint32][]types.NamespacedName) map[uint32]auditIsolation {
+		out := make(map[uint32]auditIsolation, len(in))
+		for port, by := range in {
+			if len(by) == 0 {
+				continue
+			}
+			names := make([]string, len(by))
+			for i, n := range by {
+				names[i] = n.Name
+			}
+			slices.Sort(names)
+			n := min(len(names), auditlog.MaxIsolatedBy)
+			out[port] = auditIsolation{namespace: by[0].Namespace, names: slices.Clip(names[:n]), more: len(names) - n}
+		}
+		return out
+	}
+	return &auditIsolations{ingress: of(idx.IngressIsolation), egress: of(idx.EgressIsolation)}
 }
 
 // handleAudit has the bridge's policy packet-ins go to the audit log, once per bridge.
@@ -145,35 +253,31 @@ func (r *Reconciler) auditRecord(p openflow.PacketIn, now time.Time) (auditlog.R
 		return auditlog.Record{}, err
 	}
 	rec := auditlog.Record{Time: now, SrcIP: h.src.String(), DstIP: h.dst.String(), Protocol: protocolName(h.proto), SrcPort: h.srcPort, DstPort: h.dstPort}
-	index := r.State.PolicyIndex()
-	named := func(n nodenetwork.PolicyRuleName) {
-		rec.PolicyKind, rec.Namespace, rec.Name, rec.Tier = string(n.Kind), n.Policy.Namespace, n.Policy.Name, n.Tier
-		rec.Rule, rec.Direction, rec.Action = n.Rule(), n.Direction(), n.Action
-	}
 	_, dir, _, drop := pipeline.AuditObject(p.Cookie)
-	switch {
-	case drop:
-		port, isolation := p.Regs[pipeline.TargetOFPortField.Reg], index.IngressIsolation
-		rec.Direction = "ingress"
-		if dir == pipeline.PolicyEgress {
-			port, isolation, rec.Direction = p.InPort, index.EgressIsolation, "egress"
-		}
-		by := isolation[port]
-		if len(by) == 0 {
+	if drop {
+		isolations := r.auditIsolations.Load()
+		if isolations == nil {
 			return rec, errUnnamed
 		}
-		rec.PolicyKind, rec.Namespace, rec.Rule, rec.Action = string(nodenetwork.KindNetworkPolicy), by[0].Namespace, auditlog.DefaultDenyRule, auditlog.ActionDrop
-		for _, n := range by {
-			rec.IsolatedBy = append(rec.IsolatedBy, n.Name)
+		port, isolation := p.Regs[pipeline.TargetOFPortField.Reg], isolations.ingress
+		rec.Direction = "ingress"
+		if dir == pipeline.PolicyEgress {
+			port, isolation, rec.Direction = p.InPort, isolations.egress, "egress"
 		}
-		slices.Sort(rec.IsolatedBy)
-	default:
-		n, ok := index.RuleOfCookie(p.Cookie)
+		by, ok := isolation[port]
 		if !ok {
 			return rec, errUnnamed
 		}
-		named(n)
+		rec.PolicyKind, rec.Namespace, rec.Rule, rec.Action = string(nodenetwork.KindNetworkPolicy), by.namespace, auditlog.DefaultDenyRule, auditlog.ActionDrop
+		rec.IsolatedBy, rec.IsolatedByMore = by.names, by.more
+		return rec, nil
 	}
+	n, ok := r.State.PolicyIndex().RuleOfCookie(p.Cookie)
+	if !ok {
+		return rec, errUnnamed
+	}
+	rec.PolicyKind, rec.Namespace, rec.Name, rec.Tier = string(n.Kind), n.Policy.Namespace, n.Policy.Name, n.Tier
+	rec.Rule, rec.Direction, rec.Action = n.Rule(), n.Direction(), n.Action
 	return rec, nil
 }
 

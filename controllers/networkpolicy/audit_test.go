@@ -2,6 +2,11 @@ package networkpolicy
 
 import (
 	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"net/netip"
+	"regexp"
+	"strings"
 	"testing"
 	"time"
 
@@ -106,6 +111,7 @@ func TestAuditRecord(t *testing.T) {
 		Egress: true, Index: 0, Action: nodenetwork.ActionDeny, Tier: nodenetwork.TierAdmin}
 	state.SetPolicyIndex(index)
 	r := &Reconciler{State: state}
+	r.auditIsolations.Store(newAuditIsolations(index))
 	// TCP SYN 10.244.1.5:40000 -> 10.244.2.6:8080.
 	tcpFrame, _ := hex.DecodeString("aabbccddeeff0a580a000005" + "0800" + "4500002800004000400600000af401050af40206" + "9c401f90000000000000000050020000" + "00000000")
 	udpFrame, _ := hex.DecodeString("aabbccddeeff0a580a000005" + "0800" + "4500002000004000401100000af401050af402060d2c0035000c0000" + "6869217e")
@@ -143,6 +149,105 @@ func TestAuditRecord(t *testing.T) {
 		_, err := r.auditRecord(p, now)
 		g.Expect(err).To(HaveOccurred())
 	}
+}
+
+// TestComputeAuditSuspended: with namespace x and one ClusterNetworkPolicy suspended, their
+// rules and x's default drops lose their packet-ins; namespace y's and the other
+// ClusterNetworkPolicy's keep them, and every flow passes the Windows datapath profile.
+func TestComputeAuditSuspended(t *testing.T) {
+	g := NewWithT(t)
+	allowClient := networkingv1.NetworkPolicySpec{Ingress: []networkingv1.NetworkPolicyIngressRule{{
+		From: []networkingv1.NetworkPolicyPeer{{PodSelector: sel(map[string]string{"app": "client"})}}, Ports: []networkingv1.NetworkPolicyPort{tcp(80)}}}}
+	inY := policy("y-api", map[string]string{"app": "api"}, allowClient)
+	inY.Namespace, inY.UID = "y", "y-api"
+	in := testInputs(policy("x-web", map[string]string{"app": "web"}, allowClient), inY)
+	api := netip.MustParseAddr("10.244.1.7")
+	in.Pods = append(in.Pods, PodInfo{Namespace: "y", Name: "api", Labels: map[string]string{"app": "api"}, IPs: []netip.Addr{api}})
+	in.Local = append(in.Local, LocalPod{Key: types.NamespacedName{Namespace: "y", Name: "api"}, Pod: pipeline.Pod{OFPort: 12, IP: api}})
+	teamA := cnpv1beta1.ClusterNetworkPolicySubject{Namespaces: sel(map[string]string{"team": "a"})}
+	deny := cnpv1beta1.ClusterNetworkPolicySpec{Ingress: []cnpv1beta1.ClusterNetworkPolicyIngressRule{{Action: cnpv1beta1.ClusterNetworkPolicyRuleActionDeny,
+		From: []cnpv1beta1.ClusterNetworkPolicyIngressPeer{{Namespaces: sel(nil)}}}}}
+	flooded, quiet := cnp("flooded", cnpv1beta1.AdminTier, 1, teamA, deny), cnp("quiet", cnpv1beta1.AdminTier, 2, teamA, deny)
+	for _, p := range []*cnpv1beta1.ClusterNetworkPolicy{&flooded, &quiet} {
+		p.Annotations = map[string]string{networkv1alpha1.AuditLogAnnotation: "true"}
+	}
+	in.Audit, in.AuditNamespaces = true, map[string]bool{"x": true, "y": true}
+	node := pipeline.Node{NodeIP: netip.MustParseAddr("192.168.10.11"), GatewayIP: netip.MustParseAddr("10.244.1.1")}
+	// toController are the flows that send packet-ins, by what they decide: a NetworkPolicy
+	// rule's policy, a default drop's Pod port, a ClusterNetworkPolicy.
+	toController := func(in Inputs) ([]string, []openflow.Flow) {
+		d := Compute(in, &conjIDs{})
+		cd := ComputeCluster([]cnpv1beta1.ClusterNetworkPolicy{flooded, quiet}, in)
+		flows := append(node.PolicyFlows(d.Policy), node.ClusterPolicyFlows(cd.Policy)...)
+		var audited []string
+		for _, f := range flows {
+			if !strings.Contains(f.String(), "CONTROLLER:") {
+				continue
+			}
+			id, dir, rule, drop := pipeline.AuditObject(f.Cookie)
+			switch {
+			case rule:
+				audited = append(audited, "rule of "+d.Index.Rules[id].Policy.String())
+			case drop && dir == pipeline.PolicyIngress:
+				audited = append(audited, "ingress drop "+regexp.MustCompile(`reg1=0x[0-9a-f]+`).FindString(f.String()))
+			default:
+				audited = append(audited, "cluster rule of "+cd.Index[f.Cookie&openflow.ObjectMask].Policy.Name)
+			}
+		}
+		return audited, flows
+	}
+	all, _ := toController(in)
+	g.Expect(all).To(ConsistOf("rule of x/x-web", "rule of y/y-api", "ingress drop reg1=0xa", "ingress drop reg1=0xc",
+		"cluster rule of flooded", "cluster rule of quiet"))
+
+	in.AuditSuspended = map[auditlog.Owner]bool{auditlog.NamespaceOwner("x"): true, auditlog.ClusterPolicyOwner("flooded"): true}
+	some, flows := toController(in)
+	g.Expect(some).To(ConsistOf("rule of y/y-api", "ingress drop reg1=0xc", "cluster rule of quiet"))
+	g.Expect(pipeline.CheckWindows(pipeline.Datapath{Flows: flows})).To(BeEmpty())
+}
+
+// TestAuditIsolatedByCap: a default drop's line names the first auditlog.MaxIsolatedBy isolating
+// policies by name and counts the others; the names are computed with the pass, not per
+// packet-in (two lines share them).
+func TestAuditIsolatedByCap(t *testing.T) {
+	g := NewWithT(t)
+	state := nodenetwork.NewState()
+	index := nodenetwork.NewPolicyIndex()
+	for i := range 40 {
+		index.IngressIsolation[11] = append(index.IngressIsolation[11], types.NamespacedName{Namespace: "x", Name: fmt.Sprintf("p%02d", 39-i)})
+	}
+	index.IngressIsolation[12] = []types.NamespacedName{{Namespace: "y", Name: "only"}}
+	state.SetPolicyIndex(index)
+	r := &Reconciler{State: state}
+	r.auditIsolations.Store(newAuditIsolations(index))
+	udpFrame, _ := hex.DecodeString("aabbccddeeff0a580a000005" + "0800" + "4500002000004000401100000af401050af402060d2c0035000c0000" + "6869217e")
+	var regs [8]uint32
+	regs[pipeline.TargetOFPortField.Reg] = 11
+	p := openflow.PacketIn{Cookie: openflow.MakeCookie(9, pipeline.CategoryPolicy, pipeline.AuditDropObject(pipeline.PolicyIngress)), Regs: regs, Frame: udpFrame}
+	now := time.Now()
+	rec, err := r.auditRecord(p, now)
+	g.Expect(err).NotTo(HaveOccurred())
+	var want []string
+	for i := range auditlog.MaxIsolatedBy {
+		want = append(want, fmt.Sprintf("p%02d", i))
+	}
+	g.Expect(rec.IsolatedBy).To(Equal(want))
+	g.Expect(rec.IsolatedByMore).To(Equal(40 - auditlog.MaxIsolatedBy))
+	b, err := json.Marshal(rec)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(string(b)).To(ContainSubstring(`"isolatedBy":["p00","p01",`))
+	g.Expect(string(b)).To(ContainSubstring(`"p15"],"isolatedByMore":24,`))
+	again, err := r.auditRecord(p, now)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(&again.IsolatedBy[0]).To(BeIdenticalTo(&rec.IsolatedBy[0]), "computed once, not per packet-in")
+
+	regs[pipeline.TargetOFPortField.Reg] = 12
+	p.Regs = regs
+	rec, err = r.auditRecord(p, now)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect([]any{rec.Namespace, rec.IsolatedBy, rec.IsolatedByMore}).To(Equal([]any{"y", []string{"only"}, 0}))
+	b, _ = json.Marshal(rec)
+	g.Expect(string(b)).NotTo(ContainSubstring("isolatedByMore"))
 }
 
 // BenchmarkAuditPacketIn is what winnet's own handler costs the OpenFlow reader per packet-in:

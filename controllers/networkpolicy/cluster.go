@@ -20,6 +20,7 @@ import (
 
 	networkv1alpha1 "github.com/winnet-io/winnet/api/v1alpha1"
 	"github.com/winnet-io/winnet/controllers/nodenetwork"
+	"github.com/winnet-io/winnet/internal/auditlog"
 	"github.com/winnet-io/winnet/internal/ovs/openflow"
 	"github.com/winnet-io/winnet/internal/pipeline"
 )
@@ -101,7 +102,7 @@ func ComputeCluster(policies []cnpv1beta1.ClusterNetworkPolicy, in Inputs) Clust
 		}
 		local := false
 		audit, auditValid := auditValue(p.Annotations)
-		audit = audit && in.Audit
+		audit = audit && in.Audit && !in.AuditSuspended[auditlog.ClusterPolicyOwner(p.Name)]
 		rule := func(dir pipeline.PolicyDirection, index int, action cnpv1beta1.ClusterNetworkPolicyRuleAction, peers []cnpv1beta1.ClusterNetworkPolicyEgressPeer, protocols []cnpv1beta1.ClusterNetworkPolicyProtocol) {
 			b := band{tier, dir}
 			n := used[b]

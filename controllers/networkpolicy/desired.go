@@ -17,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/winnet-io/winnet/controllers/nodenetwork"
+	"github.com/winnet-io/winnet/internal/auditlog"
 	cnpv1beta1 "sigs.k8s.io/network-policy-api/apis/v1beta1"
 
 	"github.com/winnet-io/winnet/internal/ovs/openflow"
@@ -59,9 +60,12 @@ type Inputs struct {
 	Local []LocalPod
 	// Audit: the agent writes an audit log (internal/auditlog). The NetworkPolicies of the
 	// namespaces in AuditNamespaces (annotated AuditLogAnnotation "true") and the
-	// ClusterNetworkPolicies so annotated are then audited; without Audit nothing is.
+	// ClusterNetworkPolicies so annotated are then audited, but for the owners (namespaces,
+	// ClusterNetworkPolicies) in AuditSuspended, whose audit log is suspended; without Audit
+	// nothing is.
 	Audit           bool
 	AuditNamespaces map[string]bool
+	AuditSuspended  map[auditlog.Owner]bool
 	// NodePeers are, per label selector of a ClusterNetworkPolicy nodes peer (as the API server
 	// parses it), the IPv4 addresses of the Nodes it selects (PeerNodes). nil: nodes peers are not
 	// realised; a selector missing: its Nodes are not listed yet.
@@ -171,8 +175,8 @@ func Compute(in Inputs, ids IDs) Desired {
 		}
 		d.Policies++
 		// Audited: the policy's rules and the default drops of the Pods it isolates (all of its
-		// namespace, whose every policy is audited alike).
-		audit := in.Audit && in.AuditNamespaces[np.Namespace]
+		// namespace, whose every policy is audited alike, and suspended alike).
+		audit := in.Audit && in.AuditNamespaces[np.Namespace] && !in.AuditSuspended[auditlog.NamespaceOwner(np.Namespace)]
 		audited := func(rs []compiledRule) []compiledRule {
 			for i := range rs {
 				rs[i].Audit = audit

@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -150,8 +151,11 @@ type Reconciler struct {
 	// annotation values) given a Warning Event for an audit annotation that is neither true nor false.
 	auditBridge *openflow.Bridge
 	auditWarned map[types.UID]string
-	// auditSuspended is the audit log's suspension the last pass compiled with (auditing).
-	auditSuspended bool
+	// auditSuspended is what of the audit log was suspended when the last pass compiled (auditing);
+	// auditIsolations what its default drops' lines say of the policies that isolate each Pod, for
+	// the OpenFlow reader.
+	auditSuspended  auditlog.Suspensions
+	auditIsolations atomic.Pointer[auditIsolations]
 }
 
 // SetupWithManager registers the reconciler for NetworkPolicies, Namespaces, the node's Pods, the
@@ -634,6 +638,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 	observePass(d, synced.Mods() > 0, time.Since(changed))
 	r.State.SetPolicies(r.result(d))
 	d.Index.ClusterRules, d.Index.ClusterTraceRules = cd.Index, cd.Policy.TraceRules()
+	if r.Audit != nil {
+		r.auditIsolations.Store(newAuditIsolations(d.Index))
+	}
 	r.State.SetPolicyIndex(d.Index)
 	r.covered(in)
 	if synced.Mods() > 0 {
@@ -842,8 +849,13 @@ func (r *Reconciler) inputs(ctx context.Context) (Inputs, uint64, uint64, error)
 		return in, 0, 0, fmt.Errorf("listing Namespaces: %w", err)
 	}
 	in.Namespaces = map[string]map[string]string{}
-	in.Audit, in.AuditNamespaces = r.auditing(ctx), map[string]bool{}
+	audit, suspended := r.auditing(ctx)
+	in.Audit, in.AuditNamespaces, in.AuditSuspended = audit, map[string]bool{}, map[auditlog.Owner]bool{}
 	write("audit", strconv.FormatBool(in.Audit))
+	for o := range suspended.Owners {
+		in.AuditSuspended[o] = true
+		write("audit-suspended", o.Kind, o.Name)
+	}
 	for i := range namespaces.Items {
 		ns := &namespaces.Items[i]
 		in.Namespaces[ns.Name] = ns.Labels

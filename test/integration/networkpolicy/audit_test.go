@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -265,61 +266,133 @@ func TestAuditLog(t *testing.T) {
 	g.Expect(s.DroppedUnnamed+s.DroppedQueue+s.DroppedWrite+s.DroppedRate).To(BeZero(), "every decision named and written")
 }
 
-// TestAuditLogSuspends: a flood of new connections beyond the log's rate, sustained, takes the
-// packet-ins out of the audited flows for the cooldown (an Event on the node's
-// WindowsNodeNetwork), then they come back.
+// auditSummaries reads the summary lines of the agent's audit log.
+func auditSummaries(t *testing.T, path string) []auditlog.Summary {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []auditlog.Summary
+	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		if !strings.Contains(line, `"rule":"`+auditlog.NotLoggedRule+`"`) {
+			continue
+		}
+		var s auditlog.Summary
+		if err := json.Unmarshal([]byte(line), &s); err != nil {
+			t.Fatalf("audit log line %q is no summary: %v", line, err)
+		}
+		out = append(out, s)
+	}
+	return out
+}
+
+// flowKeys are the tables and matches of dumped flows (without their counters and actions).
+func flowKeys(flows []string) map[string]bool {
+	re := regexp.MustCompile(`table=\d+|priority=\S+`)
+	out := map[string]bool{}
+	for _, f := range flows {
+		out[strings.Join(re.FindAllString(f, -1), " ")] = true
+	}
+	return out
+}
+
+// TestAuditLogSuspends: a flood of new connections in one audited namespace (audit-s), beyond its
+// rate and sustained, takes the packet-ins out of that namespace's audited flows only, for the
+// cooldown (an Event on the node's WindowsNodeNetwork): the other audited namespace on the node
+// (audit-t) keeps its packet-ins and its decisions are written meanwhile. Then audit-s's flows
+// send again, and a summary line says what of audit-s's was not written.
 func TestAuditLogSuspends(t *testing.T) {
 	g := NewWithT(t)
 	ctx := context.Background()
 	u := simnode.NewUnderlay(t, netip.MustParsePrefix("192.168.78.0/24"))
 	a := framework.StartPodNodeWith(t, server, u, "audit-s", "192.168.78.11/24", "10.244.78.0/24", converge,
 		framework.PodNodeOptions{Agent: framework.AgentOptions{AuditLog: auditlog.Options{Rate: 5, Burst: 5, Window: 500 * time.Millisecond,
-			SuspendAfter: 2 * time.Second, Cooldown: 6 * time.Second}}})
+			SuspendAfter: 2 * time.Second, Cooldown: 10 * time.Second}}})
 	a.OVS.ExactMatchDatapath(t)
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "audit-s", Annotations: map[string]string{networkv1alpha1.AuditLogAnnotation: "true"}}}
-	g.Expect(server.Client.Create(ctx, ns)).To(Succeed())
-	t.Cleanup(func() { _ = server.Client.Delete(context.Background(), ns) })
-	web := a.AddPod(t, "web", framework.TestPodOptions{Namespace: ns.Name, Labels: map[string]string{"app": "web"}})
-	clientPod := a.AddPod(t, "client", framework.TestPodOptions{Namespace: ns.Name, Labels: map[string]string{"app": "client"}})
-	framework.Serve(t, web.NS, "web", httpPort)
-	webHTTP := netip.AddrPortFrom(web.IP, httpPort)
-	createPolicy(t, &networkingv1.NetworkPolicy{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns.Name, Name: "allow-client"},
-		Spec: networkingv1.NetworkPolicySpec{
-			PodSelector: metav1.LabelSelector{MatchLabels: map[string]string{"app": "web"}},
-			Ingress: []networkingv1.NetworkPolicyIngressRule{{
-				From: []networkingv1.NetworkPolicyPeer{{PodSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "client"}}}}}},
-		},
-	})
-	expectAllowed(t, clientPod.NS, "tcp4", webHTTP, "web")
+	log := a.Agent.AuditLog
+	flooder := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "audit-s", Annotations: map[string]string{networkv1alpha1.AuditLogAnnotation: "true"}}}
+	other := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "audit-t"}}
+	type tenant struct {
+		web, client *framework.TestPod
+		webHTTP     netip.AddrPort
+	}
+	tenants := map[string]*tenant{}
+	for _, ns := range []*corev1.Namespace{flooder, other} {
+		g.Expect(server.Client.Create(ctx, ns)).To(Succeed())
+		t.Cleanup(func() { _ = server.Client.Delete(context.Background(), ns) })
+		web := a.AddPod(t, "web", framework.TestPodOptions{Namespace: ns.Name, Labels: map[string]string{"app": "web"}})
+		clientPod := a.AddPod(t, "client", framework.TestPodOptions{Namespace: ns.Name, Labels: map[string]string{"app": "client"}})
+		framework.Serve(t, web.NS, "web", httpPort)
+		createPolicy(t, &networkingv1.NetworkPolicy{
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns.Name, Name: "allow-client"},
+			Spec: networkingv1.NetworkPolicySpec{
+				PodSelector: metav1.LabelSelector{MatchLabels: map[string]string{"app": "web"}},
+				Ingress: []networkingv1.NetworkPolicyIngressRule{{
+					From: []networkingv1.NetworkPolicyPeer{{PodSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "client"}}}}}},
+			},
+		})
+		tenants[ns.Name] = &tenant{web: web, client: clientPod, webHTTP: netip.AddrPortFrom(web.IP, httpPort)}
+	}
+	s, t2 := tenants["audit-s"], tenants["audit-t"]
+	expectAllowed(t, s.client.NS, "tcp4", s.webHTTP, "web")
+	expectAllowed(t, t2.client.NS, "tcp4", t2.webHTTP, "web")
+	// audit-s's audited flows (its rule's conj_id flow and its web's default drop), then
+	// audit-t's too.
 	g.Eventually(func() []string { return controllerFlows(t, a) }).WithTimeout(converge).Should(HaveLen(2))
+	flooderFlows := flowKeys(controllerFlows(t, a))
+	annotate(t, other, "true")
+	g.Eventually(func() []string { return controllerFlows(t, a) }).WithTimeout(converge).Should(HaveLen(4))
 
-	// About 50 new connections a second for 4 s against 5 lines a second: dropped beyond the rate
-	// for the 2 s the agent tolerates, then suspended.
+	// About 50 new connections a second for 4 s in audit-s against its 5 lines a second: dropped
+	// beyond its rate for the 2 s the agent tolerates, then audit-s alone is suspended.
 	stop := time.Now().Add(4 * time.Second)
 	for time.Now().Before(stop) {
-		_, _ = framework.Ask(clientPod.NS, "tcp4", webHTTP)
+		_, _ = framework.Ask(s.client.NS, "tcp4", s.webHTTP)
 		time.Sleep(20 * time.Millisecond)
 	}
-	suspended, s := a.Agent.AuditLog.Suspended()
-	g.Expect(suspended).To(BeTrue(), "%+v", a.Agent.AuditLog.Stats())
-	g.Expect(s.Dropped).To(BeNumerically(">", 50))
-	g.Eventually(func() []string { return controllerFlows(t, a) }).WithTimeout(converge).Should(BeEmpty(), "the audited flows send nothing while suspended")
+	sus := log.Suspensions()
+	g.Expect(sus.All).To(BeNil())
+	g.Expect(sus.Owners).To(HaveLen(1), "%+v", log.Stats())
+	suspension, ok := sus.Owners[auditlog.NamespaceOwner("audit-s")]
+	g.Expect(ok).To(BeTrue(), "%+v", sus.Owners)
+	g.Expect(suspension.Dropped).To(BeNumerically(">", 50))
+	g.Eventually(func() []string { return controllerFlows(t, a) }).WithTimeout(converge).Should(HaveLen(2), "audit-t's audited flows only")
+	for k := range flowKeys(controllerFlows(t, a)) {
+		g.Expect(flooderFlows).NotTo(HaveKey(k), "audit-s's flows send nothing while suspended")
+	}
 	g.Eventually(func() ([]string, error) { return server.WarningReasons(ctx, "default", "audit-s") }).WithTimeout(converge).
 		Should(ContainElement(networkpolicy.AuditLogSuspendedReason))
-	before := a.Agent.AuditLog.Stats().PacketIns
+	// While audit-s is suspended, its connections send nothing to the agent and audit-t's are
+	// written, one packet-in and one line each.
+	before := log.Stats().PacketIns
 	for range 10 {
-		expectAllowed(t, clientPod.NS, "tcp4", webHTTP, "web")
+		expectAllowed(t, s.client.NS, "tcp4", s.webHTTP, "web")
 	}
-	if on, _ := a.Agent.AuditLog.Suspended(); on {
-		g.Expect(a.Agent.AuditLog.Stats().PacketIns).To(Equal(before), "no packet-in while suspended")
+	var written []netip.AddrPort
+	for range 3 {
+		answer, err := framework.Ask(t2.client.NS, "tcp4", t2.webHTTP)
+		g.Expect(err).NotTo(HaveOccurred())
+		written = append(written, netip.AddrPortFrom(t2.client.IP, sourcePort(t, answer)))
+	}
+	if log.Suspensions().Suspended(auditlog.NamespaceOwner("audit-s")) {
+		g.Expect(log.Stats().PacketIns).To(Equal(before+3), "audit-t's 3 connections, none of audit-s's")
+	}
+	for _, src := range written {
+		g.Eventually(func() []auditlog.Record { return linesOf(auditLines(t, log.Path()), "TCP", src, t2.webHTTP) }).
+			WithTimeout(5 * time.Second).Should(ConsistOf(MatchFields(IgnoreExtras, Fields{"Namespace": Equal("audit-t"), "Name": Equal("allow-client")})))
 	}
 
-	// After the cooldown the flows send again, and a new connection is logged.
-	g.Eventually(func() []string { return controllerFlows(t, a) }).WithTimeout(s.Until.Sub(time.Now()) + converge).Should(HaveLen(2))
-	answer, err := framework.Ask(clientPod.NS, "tcp4", webHTTP)
+	// After the cooldown audit-s's flows send again, a summary line says what of audit-s's was
+	// not written, and a new connection is logged.
+	g.Eventually(func() []string { return controllerFlows(t, a) }).WithTimeout(time.Until(suspension.Until) + converge).Should(HaveLen(4))
+	g.Eventually(func() []auditlog.Summary { return auditSummaries(t, log.Path()) }).WithTimeout(5*time.Second).Should(ConsistOf(
+		MatchFields(IgnoreExtras, Fields{"PolicyKind": Equal("NetworkPolicy"), "Namespace": Equal("audit-s"), "Rule": Equal(auditlog.NotLoggedRule),
+			"Count": BeNumerically(">=", suspension.Dropped), "SuspendedAt": BeTemporally("==", suspension.At), "SuspendedUntil": BeTemporally("==", suspension.Until),
+			"Until": BeTemporally(">=", suspension.Until)})), "one summary, audit-s's: audit-t had everything written")
+	answer, err := framework.Ask(s.client.NS, "tcp4", s.webHTTP)
 	g.Expect(err).NotTo(HaveOccurred())
-	src := netip.AddrPortFrom(clientPod.IP, sourcePort(t, answer))
-	g.Eventually(func() []auditlog.Record { return linesOf(auditLines(t, a.Agent.AuditLog.Path()), "TCP", src, webHTTP) }).
+	src := netip.AddrPortFrom(s.client.IP, sourcePort(t, answer))
+	g.Eventually(func() []auditlog.Record { return linesOf(auditLines(t, log.Path()), "TCP", src, s.webHTTP) }).
 		WithTimeout(5 * time.Second).Should(HaveLen(1))
 }
