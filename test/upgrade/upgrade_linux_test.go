@@ -3,7 +3,6 @@
 package upgrade
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"net/netip"
@@ -20,7 +19,6 @@ import (
 
 	networkv1alpha1 "github.com/winnet-io/winnet/api/v1alpha1"
 	"github.com/winnet-io/winnet/test/e2e/cluster"
-	"github.com/winnet-io/winnet/test/hostcmd"
 )
 
 // The cluster: two winnet nodes with a real kubelet and containerd, a third winnet node played by the harness
@@ -157,16 +155,7 @@ func must(t *testing.T, err error) {
 
 // kubectl runs kubectl with the cluster's admin kubeconfig.
 func kubectl(c *cluster.Cluster, stdin string, args ...string) (string, error) {
-	cmd := hostcmd.Command(c.Kubectl, append([]string{"--kubeconfig", c.Kubeconfig}, args...)...)
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	if stdin != "" {
-		cmd.Stdin = strings.NewReader(stdin)
-	}
-	if err := cmd.Run(); err != nil {
-		return stdout.String(), fmt.Errorf("kubectl %s: %w: %s", strings.Join(args, " "), err, stderr.String())
-	}
-	return stdout.String(), nil
+	return c.RunKubectl(stdin, args...)
 }
 
 // netexecPod is an agnhost netexec Pod on node, probed Ready by kubelet; the test's echo server answers on

@@ -251,3 +251,18 @@ func (n *Node) InstallShim(r Release) error {
 
 // ShimRelease is the release of the node's CNI shim.
 func (n *Node) ShimRelease() Release { return n.shimRelease }
+
+// RunKubectl runs the cluster's kubectl with its admin kubeconfig, stdin (when not empty) on its standard
+// input, and returns its standard output; an error carries its standard error.
+func (c *Cluster) RunKubectl(stdin string, args ...string) (string, error) {
+	cmd := hostcmd.Command(c.Kubectl, append([]string{"--kubeconfig", c.Kubeconfig}, args...)...)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if stdin != "" {
+		cmd.Stdin = strings.NewReader(stdin)
+	}
+	if err := cmd.Run(); err != nil {
+		return stdout.String(), fmt.Errorf("kubectl %s: %w: %s", strings.Join(args, " "), err, stderr.String())
+	}
+	return stdout.String(), nil
+}

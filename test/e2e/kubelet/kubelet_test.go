@@ -3,7 +3,6 @@
 package kubelet
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"net/netip"
@@ -17,7 +16,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	"github.com/winnet-io/winnet/test/e2e/cluster"
-	"github.com/winnet-io/winnet/test/hostcmd"
 )
 
 var c *cluster.Cluster
@@ -92,16 +90,7 @@ func kubeletLogs() string {
 // kubectl runs kubectl with the cluster's admin kubeconfig and returns its standard output.
 func kubectl(t testing.TB, stdin string, args ...string) (string, error) {
 	t.Helper()
-	cmd := hostcmd.Command(c.Kubectl, append([]string{"--kubeconfig", c.Kubeconfig}, args...)...)
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	if stdin != "" {
-		cmd.Stdin = strings.NewReader(stdin)
-	}
-	if err := cmd.Run(); err != nil {
-		return stdout.String(), fmt.Errorf("kubectl %s: %w: %s", strings.Join(args, " "), err, stderr.String())
-	}
-	return stdout.String(), nil
+	return c.RunKubectl(stdin, args...)
 }
 
 func mustKubectl(t testing.TB, stdin string, args ...string) string {
