@@ -19,6 +19,7 @@ import (
 
 	"github.com/winnet-io/winnet/controllers/nodenetwork"
 	"github.com/winnet-io/winnet/internal/auditlog"
+	"github.com/winnet-io/winnet/internal/cnpstatus"
 	"github.com/winnet-io/winnet/internal/ovs/openflow"
 	"github.com/winnet-io/winnet/internal/pipeline"
 )
@@ -601,14 +602,22 @@ func withClusterPeers(policies []networkingv1.NetworkPolicy, cluster []cnpv1beta
 // winnet does not realise (the Event says how each is treated instead).
 const ClusterUnsupportedReason = "NotRealised"
 
+// maxEventNote is the longest note of an events.k8s.io/v1 Event (the API refuses longer ones).
+const maxEventNote = 1024
+
 // warnCluster emits one Warning Event per ClusterNetworkPolicy generation and reason for what of
-// it is not realised (ClusterUnsupportedReason) or refused (RuleRefusedReason).
+// it is not realised (ClusterUnsupportedReason) or refused (RuleRefusedReason), from the nodes
+// where it applies (ClusterDesired.Applied), as its Realised condition names them. The note is
+// cut to what the API takes; the condition has the whole of it.
 func (r *Reconciler) warnCluster(ctx context.Context, policies []cnpv1beta1.ClusterNetworkPolicy, d ClusterDesired) {
 	if r.warned == nil {
 		r.warned = map[warnKey]int64{}
 	}
 	for i := range policies {
 		p := &policies[i]
+		if !d.Applied[p.Name] {
+			continue
+		}
 		for reason, parts := range map[string][]string{ClusterUnsupportedReason: d.Unsupported[p.Name], RuleRefusedReason: d.Refused[p.Name]} {
 			k := warnKey{p.UID, "cnp/" + reason}
 			if len(parts) == 0 || r.warned[k] == p.Generation {
@@ -617,7 +626,8 @@ func (r *Reconciler) warnCluster(ctx context.Context, policies []cnpv1beta1.Clus
 			r.warned[k] = p.Generation
 			ctrl.LoggerFrom(ctx).Info("ClusterNetworkPolicy is not realised whole", "clusterNetworkPolicy", p.Name, "reason", reason, "parts", parts)
 			if r.Recorder != nil {
-				r.Recorder.Eventf(p, nil, corev1.EventTypeWarning, reason, "Realise", "On node %s: %s", r.NodeName, strings.Join(parts, "; "))
+				note := cnpstatus.Cut(fmt.Sprintf("On node %s: %s", r.NodeName, strings.Join(parts, "; ")), maxEventNote)
+				r.Recorder.Eventf(p, nil, corev1.EventTypeWarning, reason, "Realise", "%s", note)
 			}
 		}
 	}

@@ -1,6 +1,7 @@
 package networkpolicy
 
 import (
+	"context"
 	"fmt"
 	"net/netip"
 	"strings"
@@ -9,6 +10,7 @@ import (
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/events"
 	cnpv1beta1 "sigs.k8s.io/network-policy-api/apis/v1beta1"
 
 	"github.com/winnet-io/winnet/controllers/nodenetwork"
@@ -394,4 +396,26 @@ func TestComputeClusterPartLimit(t *testing.T) {
 			g.Expect(pipeline.CheckWindows(pipeline.Datapath{Flows: pipeline.Node{}.ClusterPolicyFlows(d.Policy)})).To(BeEmpty())
 		})
 	}
+}
+
+// TestWarnClusterEvents: a policy that applies to the node and is not realised whole gets a
+// Warning Event saying why, once per generation, its note cut to what the events API takes; a
+// policy that applies elsewhere gets none from this node.
+func TestWarnClusterEvents(t *testing.T) {
+	g := NewWithT(t)
+	rec := events.NewFakeRecorder(10)
+	r := &Reconciler{Recorder: rec, NodeName: "win-1"}
+	policies := []cnpv1beta1.ClusterNetworkPolicy{
+		{ObjectMeta: metav1.ObjectMeta{Name: "here", UID: "u-here", Generation: 3}},
+		{ObjectMeta: metav1.ObjectMeta{Name: "elsewhere", UID: "u-elsewhere", Generation: 1}},
+	}
+	long := strings.Repeat("egress rule 0: protocol 0: no field winnet knows: every port of its peers is dropped instead (fail closed); ", 20)
+	d := ClusterDesired{Applied: map[string]bool{"here": true},
+		Unsupported: map[string][]string{"here": {long}, "elsewhere": {"egress rule 0: x"}}, Refused: map[string][]string{}}
+	r.warnCluster(context.Background(), policies, d)
+	r.warnCluster(context.Background(), policies, d)
+	g.Expect(rec.Events).To(HaveLen(1))
+	e := <-rec.Events
+	g.Expect(e).To(HavePrefix("Warning " + ClusterUnsupportedReason + " On node win-1: egress rule 0: protocol 0: no field winnet knows: every port of its peers is dropped instead (fail closed)"))
+	g.Expect(len(strings.TrimPrefix(e, "Warning "+ClusterUnsupportedReason+" "))).To(BeNumerically("<=", maxEventNote))
 }
