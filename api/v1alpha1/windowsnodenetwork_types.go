@@ -376,8 +376,8 @@ type ClusterNetworkPolicyReport struct {
 	Applied int32 `json:"applied"`
 	// digests are the policies compiled in 256 buckets: a policy's bucket is the FNV-1a hash (32
 	// bits) of its name modulo 256, and a bucket's digest the first 16 hexadecimal digits of the
-	// SHA-256 of its policies' "<name> <generation>" lines, sorted by name, each ending in a newline
-	// (internal/cnpstatus).
+	// SHA-256 of its policies' "<name> <generation>" lines, sorted by name, each ending in a newline,
+	// or empty when it has none (internal/cnpstatus).
 	// +kubebuilder:validation:MaxItems=256
 	// +kubebuilder:validation:items:MaxLength=16
 	// +listType=atomic

@@ -35,8 +35,12 @@ func Bucket(name string) int {
 }
 
 // Digest is the digest of one bucket's policies, by name and generation: the first 16 hexadecimal
-// digits of the SHA-256 of their "<name> <generation>\n" lines sorted by name.
+// digits of the SHA-256 of their "<name> <generation>\n" lines sorted by name; empty for a bucket
+// without policies (a node with few policies writes little).
 func Digest(generations map[string]int64) string {
+	if len(generations) == 0 {
+		return ""
+	}
 	h := sha256.New()
 	for _, name := range slices.Sorted(maps.Keys(generations)) {
 		fmt.Fprintf(h, "%s %d\n", name, generations[name])

@@ -21,6 +21,7 @@ func TestDigest(t *testing.T) {
 	sum := sha256.Sum256([]byte("a 2\nb 10\n"))
 	g.Expect(Digest(map[string]int64{"b": 10, "a": 2})).To(Equal(hex.EncodeToString(sum[:])[:16]))
 	g.Expect(Digest(map[string]int64{"a": 3})).NotTo(Equal(Digest(map[string]int64{"a": 2})))
+	g.Expect(Digest(nil)).To(BeEmpty(), "a bucket without policies")
 
 	digests := Digests(map[string]int64{"a": 2, "b": 10})
 	g.Expect(digests).To(HaveLen(Buckets))
