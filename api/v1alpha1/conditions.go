@@ -33,12 +33,14 @@ const (
 
 // Condition types winnet-controller writes on ClusterNetworkPolicies (policy.networking.k8s.io,
 // whose API leaves the conditions to the implementation), from the agents' reports
-// (NetworkPoliciesStatus.ClusterNetworkPolicies).
+// (NetworkPoliciesStatus.ClusterNetworkPolicyReport, or ClusterNetworkPolicies from agents before
+// 0.2.0).
 const (
 	// RealisedCondition: every winnet node realises the policy's current generation whole (True,
 	// RealisedReason); some part is not realised on some node (False, PartlyRealisedReason, the
 	// message says what and where); some node has not reported the current generation yet
-	// (Unknown, ProgressingReason).
+	// (Unknown, ProgressingReason); some node's report is capped and may leave it out of what it
+	// does not realise (Unknown, NotReportedReason).
 	RealisedCondition = "Realised"
 )
 
@@ -125,6 +127,9 @@ const (
 	RealisedReason = "Realised"
 	// PartlyRealisedReason: some part of the ClusterNetworkPolicy is not realised on some node.
 	PartlyRealisedReason = "PartlyRealised"
+	// NotReportedReason: a node does not realise whole more ClusterNetworkPolicies than its report
+	// lists (ClusterNetworkPolicyReport.NotRealisedOmitted), and this one may be among them.
+	NotReportedReason = "NotReported"
 	// PortMissingReason: the OVS port is gone and the agent is recreating it.
 	PortMissingReason = "PortMissing"
 	// WaitingForVNICReason: the endpoint and the Pod's flows are in place; the OVS port waits for

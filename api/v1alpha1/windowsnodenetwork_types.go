@@ -342,14 +342,62 @@ type NetworkPoliciesStatus struct {
 
 	// clusterNetworkPolicies lists every ClusterNetworkPolicy (policy.networking.k8s.io) the agent
 	// compiled, with subjects on this node or not, at the generation compiled and with what of it
-	// this node does not realise. winnet-controller writes each policy's conditions from the
-	// nodes' lists. Absent while the agent does not realise ClusterNetworkPolicies (the cluster
-	// does not serve their CRD; the agent follows it without a restart).
+	// this node does not realise. It is what winnet-controller 0.1.0 reads. Agents from 0.2.0 on
+	// write it only while the cluster has at most 256 ClusterNetworkPolicies (none beyond: a node
+	// with an empty list takes no part in a 0.1.0 controller's conditions), with what is not
+	// realised only for the policies with subjects on this node, cut at 256 characters;
+	// clusterNetworkPolicyReport is the bounded report they write for every size, which
+	// winnet-controller reads from 0.2.0 on (this list only from agents that do not write it).
+	// Absent while the agent does not realise ClusterNetworkPolicies (the cluster does not serve
+	// their CRD; the agent follows it without a restart).
 	// +optional
 	// +listType=map
 	// +listMapKey=name
 	// +kubebuilder:validation:MaxItems=20000
 	ClusterNetworkPolicies []ClusterNetworkPolicyRealisation `json:"clusterNetworkPolicies,omitempty"`
+
+	// clusterNetworkPolicyReport is what the agent realised of the cluster's ClusterNetworkPolicies,
+	// bounded whatever their number: digests of the policies compiled (name and generation), and
+	// the policies with subjects on this node it does not realise whole. winnet-controller writes
+	// each policy's Realised condition from the nodes' reports. Absent while the agent does not
+	// realise ClusterNetworkPolicies, and from agents before 0.2.0.
+	// +optional
+	ClusterNetworkPolicyReport *ClusterNetworkPolicyReport `json:"clusterNetworkPolicyReport,omitempty"`
+}
+
+// ClusterNetworkPolicyReport is an agent's bounded report of the ClusterNetworkPolicies: a policy is
+// realised on the node when the node compiled its current generation (its bucket's digest is the
+// one winnet-controller computes, or was when that generation was current) and does not list it
+// in notRealised (nor may have omitted it: notRealisedOmitted).
+type ClusterNetworkPolicyReport struct {
+	// compiled counts the ClusterNetworkPolicies the agent compiled: every one of the cluster's.
+	Compiled int32 `json:"compiled"`
+	// applied counts those whose subject selects a Pod of this node.
+	Applied int32 `json:"applied"`
+	// digests are the policies compiled in 256 buckets: a policy's bucket is the FNV-1a hash (32
+	// bits) of its name modulo 256, and a bucket's digest the first 16 hexadecimal digits of the
+	// SHA-256 of its policies' "<name> <generation>" lines, sorted by name, each ending in a newline,
+	// or empty when it has none (internal/cnpstatus).
+	// +kubebuilder:validation:MaxItems=256
+	// +kubebuilder:validation:items:MaxLength=16
+	// +listType=atomic
+	Digests []string `json:"digests"`
+	// notRealised lists the policies with subjects on this node it does not realise whole, at the
+	// generation compiled, sorted by name: the first 64.
+	// +optional
+	// +listType=map
+	// +listMapKey=name
+	// +kubebuilder:validation:MaxItems=64
+	NotRealised []ClusterNetworkPolicyRealisation `json:"notRealised,omitempty"`
+	// notRealisedOmitted counts the policies not realised whole beyond those listed (their names
+	// sort after the last one listed).
+	// +optional
+	NotRealisedOmitted int32 `json:"notRealisedOmitted,omitempty"`
+	// legacyDigest is the digest of clusterNetworkPolicies as the agent wrote it with this report:
+	// a report that no longer matches the list was left by a newer agent and overwritten since by
+	// an older one, and the list is read instead.
+	// +kubebuilder:validation:MaxLength=16
+	LegacyDigest string `json:"legacyDigest"`
 }
 
 // ClusterNetworkPolicyRealisation is what an agent realised of one ClusterNetworkPolicy.

@@ -11,19 +11,43 @@ import (
 	cnpv1beta1 "sigs.k8s.io/network-policy-api/apis/v1beta1"
 
 	networkv1alpha1 "github.com/winnet-io/winnet/api/v1alpha1"
+	"github.com/winnet-io/winnet/internal/cnpstatus"
 )
 
 // maxNamedNodes bounds how many nodes a message names.
 const maxNamedNodes = 5
 
 // setRealisedCondition sets Realised from the nodes' reports. A node takes part when its agent
-// reports ClusterNetworkPolicies at all (a non-empty list); it is behind when it does not list the
-// policy at its current generation.
-func setRealisedCondition(p *cnpv1beta1.ClusterNetworkPolicy, nodes []networkv1alpha1.WindowsNodeNetwork) {
-	var behind, partly []string
+// reports ClusterNetworkPolicies at all. Its report (ClusterNetworkPolicyReport) says it is behind
+// unless compiled holds for the digest of the policy's bucket (the node compiled the policy's
+// current generation), and names the policy when the node does not realise it whole; a node
+// without a report that can be read (an agent before 0.2.0) takes part when its list is not empty,
+// and is behind when the list does not name the policy at its current generation.
+func setRealisedCondition(p *cnpv1beta1.ClusterNetworkPolicy, nodes []networkv1alpha1.WindowsNodeNetwork, compiled func(digest string) bool) {
+	var behind, partly, unreported []string
 	reporting := 0
+	bucket := cnpstatus.Bucket(p.Name)
 	for i := range nodes {
-		list := nodes[i].Status.NetworkPolicies.ClusterNetworkPolicies
+		status := nodes[i].Status.NetworkPolicies
+		if cnpstatus.Valid(status) {
+			reporting++
+			r := status.ClusterNetworkPolicyReport
+			if !compiled(r.Digests[bucket]) {
+				behind = append(behind, nodes[i].Name)
+				continue
+			}
+			j := slices.IndexFunc(r.NotRealised, func(c networkv1alpha1.ClusterNetworkPolicyRealisation) bool { return c.Name == p.Name })
+			switch {
+			case j >= 0 && r.NotRealised[j].Generation != p.Generation:
+				behind = append(behind, nodes[i].Name)
+			case j >= 0:
+				partly = append(partly, nodes[i].Name+": "+r.NotRealised[j].NotRealised)
+			case r.NotRealisedOmitted > 0 && (len(r.NotRealised) == 0 || p.Name > r.NotRealised[len(r.NotRealised)-1].Name):
+				unreported = append(unreported, fmt.Sprintf("%s (%d more not listed)", nodes[i].Name, r.NotRealisedOmitted))
+			}
+			continue
+		}
+		list := status.ClusterNetworkPolicies
 		if len(list) == 0 {
 			continue
 		}
@@ -38,6 +62,7 @@ func setRealisedCondition(p *cnpv1beta1.ClusterNetworkPolicy, nodes []networkv1a
 	}
 	slices.Sort(behind)
 	slices.Sort(partly)
+	slices.Sort(unreported)
 	c := metav1.Condition{Type: networkv1alpha1.RealisedCondition, ObservedGeneration: p.Generation}
 	switch {
 	case len(partly) > 0:
@@ -49,6 +74,10 @@ func setRealisedCondition(p *cnpv1beta1.ClusterNetworkPolicy, nodes []networkv1a
 		if len(behind) > 0 {
 			c.Message = fmt.Sprintf("Waiting for %d of %d winnet nodes: %s", len(behind), reporting, named(behind))
 		}
+	case len(unreported) > 0:
+		c.Status, c.Reason = metav1.ConditionUnknown, networkv1alpha1.NotReportedReason
+		c.Message = fmt.Sprintf("Not known on %d of %d winnet nodes, which do not realise whole more policies than they list: %s",
+			len(unreported), reporting, named(unreported))
 	default:
 		c.Status, c.Reason = metav1.ConditionTrue, networkv1alpha1.RealisedReason
 		c.Message = fmt.Sprintf("Realised whole on the %d winnet nodes", reporting)

@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"context"
 	"fmt"
-	"maps"
 	"net/netip"
 	"reflect"
 	"slices"
@@ -18,9 +17,9 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	cnpv1beta1 "sigs.k8s.io/network-policy-api/apis/v1beta1"
 
-	networkv1alpha1 "github.com/winnet-io/winnet/api/v1alpha1"
 	"github.com/winnet-io/winnet/controllers/nodenetwork"
 	"github.com/winnet-io/winnet/internal/auditlog"
+	"github.com/winnet-io/winnet/internal/cnpstatus"
 	"github.com/winnet-io/winnet/internal/ovs/openflow"
 	"github.com/winnet-io/winnet/internal/pipeline"
 )
@@ -31,33 +30,22 @@ type ClusterDesired struct {
 	Policy pipeline.ClusterPolicy
 	// Policies counts the ClusterNetworkPolicies with a rule on a local Pod, Rules those rules.
 	Policies, Rules int
-	// Unsupported holds, per policy name, what of it winnet does not realise (and how it is
-	// treated instead); Refused its rules beyond the tier's priority band.
+	// Unsupported holds, per policy name, what of it winnet does not realise as written and how it
+	// is treated instead (ComputeCluster); Refused its rules beyond the tier's priority band or
+	// the part limit.
 	Unsupported, Refused map[string][]string
 	// Generations are the generations compiled, by policy name.
 	Generations map[string]int64
-	// Index names every rule given a priority and a known action, local subjects or not, by its
-	// cookie object (pipeline.ClusterRuleObject): PolicyIndex.ClusterRules.
+	// Applied names the policies whose subject selects a Pod of this node: the node reports what
+	// it does not realise of those only (Report).
+	Applied map[string]bool
+	// Index names every rule given a priority, local subjects or not, by its cookie object
+	// (pipeline.ClusterRuleObject): PolicyIndex.ClusterRules. The rules beyond a band share
+	// pipeline.ClusterPriorityBeyondBand: the first of them names it.
 	Index map[uint64]nodenetwork.PolicyRuleName
 	// AuditInvalid names the policies with local subjects whose AuditLogAnnotation is neither
 	// "true" nor "false" (their rules are not audited), when the agent audits (Inputs.Audit).
 	AuditInvalid []string
-}
-
-// maxNotRealised bounds a ClusterNetworkPolicyRealisation's message (the API's MaxLength).
-const maxNotRealised = 2048
-
-// Realisations is what the node reports of each policy compiled, sorted by name.
-func (d ClusterDesired) Realisations() []networkv1alpha1.ClusterNetworkPolicyRealisation {
-	out := make([]networkv1alpha1.ClusterNetworkPolicyRealisation, 0, len(d.Generations))
-	for _, name := range slices.Sorted(maps.Keys(d.Generations)) {
-		msg := strings.Join(append(slices.Clone(d.Refused[name]), d.Unsupported[name]...), "; ")
-		if len(msg) > maxNotRealised {
-			msg = msg[:maxNotRealised-4] + " ..."
-		}
-		out = append(out, networkv1alpha1.ClusterNetworkPolicyRealisation{Name: name, Generation: d.Generations[name], NotRealised: msg})
-	}
-	return out
 }
 
 // clusterRulesPerBand is how many rules of one tier and direction have a priority of their own.
@@ -68,17 +56,41 @@ const clusterRulesPerBand = int(pipeline.ClusterPriorityHighest-pipeline.Cluster
 // order of equal priorities to the implementation: winnet makes it deterministic), and their rules
 // in the order written; each rule of a tier and direction gets the next OVS priority down from
 // pipeline.ClusterPriorityHighest, whether or not it has subjects on this node, so that every node
-// orders the same rules the same way. A rule beyond the band (clusterRulesPerBand) is refused and
-// reported.
+// orders the same rules the same way.
+//
+// What cannot be realised as written fails closed, never wider than the rule's subjects: a Deny
+// or Pass rule (or a rule whose action winnet does not know) drops a superset of what it matches
+// instead (a Pass widened would hand on what the later Admin rules deny, and passing or ignoring
+// what the administrator denied would admit it); an Accept rule
+// accepts a subset or nothing (what it does not accept goes on to the later rules and tiers, which
+// admit no more than the Accept would have). In a Deny or Pass rule, a protocol entry winnet does
+// not know (or an invalid port) makes the rule drop every port of its peers, and a peer it cannot
+// resolve (no field it knows, a domainNames peer, a nodes peer whose Nodes are not listed) every
+// peer; a rule whose named ports resolve to more than pipeline.MaxClusterSubRules sets of ports
+// drops every port of its peers; an unknown action drops. Rules beyond a band
+// (clusterRulesPerBand) cannot have a priority of their own: a Deny or Pass rule drops every peer
+// and port of its subjects at pipeline.ClusterPriorityBeyondBand, below the band (whose rules the
+// API orders first) and above the next tier (which it precedes). A policy of a tier winnet does not
+// know has its Deny and Pass rules drop ahead of every Admin rule: it is ordered before the Admin
+// tier's policies in the Admin tables, the earliest place there is. Every such rule is said in
+// Unsupported or Refused, with how it is treated.
 func ComputeCluster(policies []cnpv1beta1.ClusterNetworkPolicy, in Inputs) ClusterDesired {
 	d := ClusterDesired{Unsupported: map[string][]string{}, Refused: map[string][]string{}, Generations: map[string]int64{},
-		Index: map[uint64]nodenetwork.PolicyRuleName{}}
+		Applied: map[string]bool{}, Index: map[uint64]nodenetwork.PolicyRuleName{}}
 	sorted := make([]*cnpv1beta1.ClusterNetworkPolicy, 0, len(policies))
 	for i := range policies {
 		sorted = append(sorted, &policies[i])
 	}
+	// A tier winnet does not know goes first: its rules are realised in the Admin tables, ahead of
+	// the Admin tier's own.
+	known := func(p *cnpv1beta1.ClusterNetworkPolicy) int {
+		if _, ok := clusterTier(p.Spec.Tier); ok {
+			return 1
+		}
+		return 0
+	}
 	slices.SortFunc(sorted, func(a, b *cnpv1beta1.ClusterNetworkPolicy) int {
-		return cmp.Or(cmp.Compare(a.Spec.Priority, b.Spec.Priority), cmp.Compare(a.Name, b.Name))
+		return cmp.Or(cmp.Compare(known(a), known(b)), cmp.Compare(a.Spec.Priority, b.Spec.Priority), cmp.Compare(a.Name, b.Name))
 	})
 	infos := map[string]*PodInfo{}
 	for i := range in.Pods {
@@ -91,14 +103,20 @@ func ComputeCluster(policies []cnpv1beta1.ClusterNetworkPolicy, in Inputs) Clust
 	used := map[band]int{}
 	for _, p := range sorted {
 		d.Generations[p.Name] = p.Generation
-		tier, ok := clusterTier(p.Spec.Tier)
-		if !ok {
-			d.Unsupported[p.Name] = append(d.Unsupported[p.Name], fmt.Sprintf("tier %q is unknown: the policy is not realised", p.Spec.Tier))
-			continue
+		unsupported := func(s string) { d.Unsupported[p.Name] = append(d.Unsupported[p.Name], s) }
+		refused := func(s string) { d.Refused[p.Name] = append(d.Refused[p.Name], s) }
+		tier, tierKnown := clusterTier(p.Spec.Tier)
+		if !tierKnown {
+			tier = pipeline.AdminTier
+			unsupported(fmt.Sprintf("tier %q is unknown: its Deny and Pass rules drop instead, ahead of every Admin rule (fail closed); its Accept rules are not realised", p.Spec.Tier))
 		}
 		subjects, why := clusterSubjects(p.Spec.Subject, in, infos)
 		if why != "" {
-			d.Unsupported[p.Name] = append(d.Unsupported[p.Name], why)
+			unsupported(why)
+		}
+		// A subject the node cannot read may select its Pods: the policy is reported as applying.
+		if len(subjects) > 0 || why != "" {
+			d.Applied[p.Name] = true
 		}
 		local := false
 		audit, auditValid := auditValue(p.Annotations)
@@ -108,30 +126,78 @@ func ComputeCluster(policies []cnpv1beta1.ClusterNetworkPolicy, in Inputs) Clust
 			n := used[b]
 			used[b]++
 			name := fmt.Sprintf("%s rule %d", dirName(dir), index)
-			if n >= clusterRulesPerBand {
-				d.Refused[p.Name] = append(d.Refused[p.Name], fmt.Sprintf("%s: beyond the %d rules of the %s tier's %s priority band", name, clusterRulesPerBand, p.Spec.Tier, dirName(dir)))
+			act, actionKnown := clusterAction(action)
+			accept := actionKnown && act == pipeline.ClusterAccept
+			if !actionKnown {
+				unsupported(fmt.Sprintf("%s: action %q is unknown: it drops instead (fail closed)", name, action))
+			}
+			if accept && !tierKnown {
+				return // said once for the policy
+			}
+			closed := !actionKnown || !tierKnown
+			beyond := n >= clusterRulesPerBand
+			priority := pipeline.ClusterPriorityBeyondBand
+			switch {
+			case beyond && accept:
+				refused(fmt.Sprintf("%s: beyond the %d rules of the %s tier's %s priority band: not realised", name, clusterRulesPerBand, p.Spec.Tier, dirName(dir)))
+				return
+			case beyond:
+				refused(fmt.Sprintf("%s: beyond the %d rules of the %s tier's %s priority band: its subjects' traffic to and from every peer, on every port, is dropped instead, below the band (fail closed)",
+					name, clusterRulesPerBand, p.Spec.Tier, dirName(dir)))
+				closed = true
+			default:
+				priority = pipeline.ClusterPriorityHighest - uint16(n)
+			}
+			ruleName := func(closed bool) nodenetwork.PolicyRuleName {
+				n := nodenetwork.PolicyRuleName{Kind: nodenetwork.KindClusterNetworkPolicy, Policy: types.NamespacedName{Name: p.Name},
+					Egress: dir == pipeline.PolicyEgress, Index: index, Action: string(action), Tier: string(p.Spec.Tier)}
+				if closed {
+					n.Action, n.FailClosed = nodenetwork.ActionDeny, true
+				}
+				return n
+			}
+			obj := pipeline.ClusterRuleObject(tier, dir, priority)
+			if _, named := d.Index[obj]; !named || !beyond {
+				d.Index[obj] = ruleName(closed)
+			}
+			if closed {
+				act = pipeline.ClusterDeny
+			}
+			base := pipeline.ClusterRule{Tier: tier, Direction: dir, Action: act, Priority: priority, Audit: audit}
+			if beyond {
+				if len(subjects) > 0 {
+					r := base
+					r.Pods, r.AnyPeer = clusterSubjectPods(subjects), true
+					d.Policy.Rules = append(d.Policy.Rules, r)
+					d.Rules++
+					local = true
+				}
 				return
 			}
-			act, ok := clusterAction(action)
-			if !ok {
-				d.Unsupported[p.Name] = append(d.Unsupported[p.Name], fmt.Sprintf("%s: action %q is unknown: the rule is not realised", name, action))
-				return
-			}
-			base := pipeline.ClusterRule{Tier: tier, Direction: dir, Action: act, Priority: pipeline.ClusterPriorityHighest - uint16(n), Audit: audit}
-			d.Index[pipeline.ClusterRuleObject(tier, dir, base.Priority)] = nodenetwork.PolicyRuleName{Kind: nodenetwork.KindClusterNetworkPolicy,
-				Policy: types.NamespacedName{Name: p.Name}, Egress: dir == pipeline.PolicyEgress, Index: index, Action: string(action), Tier: string(p.Spec.Tier)}
-			anyPeer, networks, peerPods, notes := clusterPeers(peers, act, in)
-			ports, names, none, portNotes := clusterPorts(protocols)
+			anyPeer, networks, peerPods, notes := clusterPeers(peers, !accept, in)
+			ports, names, none, everyPort, portNotes := clusterPorts(protocols, !accept)
 			for _, s := range append(notes, portNotes...) {
-				d.Unsupported[p.Name] = append(d.Unsupported[p.Name], name+": "+s)
+				unsupported(name + ": " + s)
+			}
+			if (anyPeer || everyPort) && !closed {
+				// Widened: a Pass would hand on, past the later Admin rules, what it does not match.
+				base.Action = pipeline.ClusterDeny
+				d.Index[obj] = ruleName(true)
 			}
 			if none || len(subjects) == 0 {
 				return // it matches nothing here
 			}
 			parts := clusterRuleParts(base, subjects, anyPeer, networks, peerPods, ports, names, in)
 			if len(parts) > pipeline.MaxClusterSubRules {
-				d.Refused[p.Name] = append(d.Refused[p.Name], fmt.Sprintf("%s: its named ports resolve to %d sets of ports, above %d", name, len(parts), pipeline.MaxClusterSubRules))
-				return
+				if accept {
+					refused(fmt.Sprintf("%s: its named ports resolve to %d sets of ports, above %d: not realised", name, len(parts), pipeline.MaxClusterSubRules))
+					return
+				}
+				refused(fmt.Sprintf("%s: its named ports resolve to %d sets of ports, above %d: every port of its peers is dropped instead (fail closed)",
+					name, len(parts), pipeline.MaxClusterSubRules))
+				base.Action = pipeline.ClusterDeny
+				d.Index[obj] = ruleName(true)
+				parts = clusterRuleParts(base, subjects, anyPeer, networks, peerPods, nil, nil, in)
 			}
 			if len(parts) == 0 {
 				return
@@ -261,12 +327,20 @@ func clusterPeerAsNetworkPolicyPeer(p cnpv1beta1.ClusterNetworkPolicyEgressPeer)
 // clusterPeers resolves a rule's peers to addresses. Namespaces and pods peers are the addresses
 // of the Pods they select; networks are their CIDRs (IPv6 ones match nothing on this IPv4
 // pipeline and are left out without a note: that is their meaning here); nodes are the addresses
-// of the Nodes selected (nodes.go). DomainNames peers are not realised: they match nothing, and a
-// note says so. A peer with no field winnet
-// knows fails closed as the API asks: it matches nothing in an Accept rule, everything in a Deny
-// or Pass rule.
-func clusterPeers(peers []cnpv1beta1.ClusterNetworkPolicyEgressPeer, act pipeline.ClusterAction, in Inputs) (anyPeer bool, out []netip.Prefix, pods []*PodInfo, notes []string) {
+// of the Nodes selected (nodes.go). A peer winnet cannot resolve (no field winnet knows, a
+// domainNames peer, a network that is no CIDR, a nodes peer whose Nodes are not listed) fails
+// closed: it matches nothing in an Accept rule, every peer in the others (failClosed), and a note
+// says so.
+func clusterPeers(peers []cnpv1beta1.ClusterNetworkPolicyEgressPeer, failClosed bool, in Inputs) (anyPeer bool, out []netip.Prefix, pods []*PodInfo, notes []string) {
 	var selectors []networkingv1.NetworkPolicyPeer
+	unresolved := func(i int, why string) {
+		if failClosed {
+			notes = append(notes, fmt.Sprintf("peer %d: %s: every peer is dropped instead (fail closed)", i, why))
+			anyPeer = true
+			return
+		}
+		notes = append(notes, fmt.Sprintf("peer %d: %s: it matches nothing (fail closed)", i, why))
+	}
 	for i, p := range peers {
 		if np, ok := clusterPeerAsNetworkPolicyPeer(p); ok {
 			selectors = append(selectors, np)
@@ -277,7 +351,7 @@ func clusterPeers(peers []cnpv1beta1.ClusterNetworkPolicyEgressPeer, act pipelin
 			for _, c := range p.Networks {
 				prefix, err := netip.ParsePrefix(string(c))
 				if err != nil {
-					notes = append(notes, fmt.Sprintf("peer %d: network %q is no CIDR: it matches nothing", i, c))
+					unresolved(i, fmt.Sprintf("network %q is no CIDR", c))
 					continue
 				}
 				if prefix.Addr().Is4() {
@@ -287,24 +361,30 @@ func clusterPeers(peers []cnpv1beta1.ClusterNetworkPolicyEgressPeer, act pipelin
 		case p.Nodes != nil:
 			addrs, err := nodePeer(p.Nodes, in.NodePeers)
 			if err != nil {
-				notes = append(notes, fmt.Sprintf("peer %d: %v: it matches nothing", i, err))
+				unresolved(i, err.Error())
 			}
 			for _, a := range addrs {
 				out = append(out, netip.PrefixFrom(a, 32))
 			}
 		case len(p.DomainNames) > 0:
-			notes = append(notes, fmt.Sprintf("peer %d: domainNames peers are not realised (winnet resolves no DNS in the datapath): it matches nothing", i))
-		case act == pipeline.ClusterAccept:
-			notes = append(notes, fmt.Sprintf("peer %d: no field winnet knows: it matches nothing (fail closed)", i))
+			unresolved(i, "domainNames peers are not realised (winnet resolves no DNS in the datapath)")
 		default:
-			notes = append(notes, fmt.Sprintf("peer %d: no field winnet knows: it matches every peer (fail closed)", i))
-			anyPeer = true
+			unresolved(i, "no field winnet knows")
 		}
 	}
 	if len(selectors) > 0 {
 		pods = resolvePeers("", selectors, in).pods
 	}
 	return anyPeer, uniquePrefixes(out), pods, notes
+}
+
+// clusterSubjectPods are the subjects' Pods.
+func clusterSubjectPods(ss []clusterSubject) []pipeline.Pod {
+	out := make([]pipeline.Pod, len(ss))
+	for i, s := range ss {
+		out[i] = s.pod
+	}
+	return out
 }
 
 // clusterRuleParts are the parts of one rule (ClusterRule.Sub): without named ports, one, whose
@@ -315,13 +395,7 @@ func clusterPeers(peers []cnpv1beta1.ClusterNetworkPolicyEgressPeer, act pipelin
 // the networks (which have no named ports; the API refuses the combination) keep the numbered
 // ports alone. A part left with no port matches nothing and is left out.
 func clusterRuleParts(base pipeline.ClusterRule, subjects []clusterSubject, anyPeer bool, networks []netip.Prefix, peerPods []*PodInfo, ports []pipeline.PolicyPort, names []string, in Inputs) []pipeline.ClusterRule {
-	subjectPods := func(ss []clusterSubject) []pipeline.Pod {
-		out := make([]pipeline.Pod, len(ss))
-		for i, s := range ss {
-			out[i] = s.pod
-		}
-		return out
-	}
+	subjectPods := clusterSubjectPods
 	podAddrs := func(pods []*PodInfo) []netip.Prefix {
 		var out []netip.Prefix
 		for _, p := range pods {
@@ -423,9 +497,19 @@ func portsKey(ps []pipeline.PolicyPort) string {
 // clusterPorts compiles a rule's protocols: none is every port of every protocol; TCP and UDP
 // with a port number or range are realised; destinationNamedPort names are returned to resolve on
 // the Pods (clusterRuleParts); SCTP is not realised (the Windows datapath's conntrack drops it, so
-// winnet drops SCTP from Pods anyway). none is true when the rule names protocols and none of them
-// is realised: the rule then matches nothing.
-func clusterPorts(protocols []cnpv1beta1.ClusterNetworkPolicyProtocol) (ports []pipeline.PolicyPort, names []string, none bool, notes []string) {
+// winnet drops SCTP from Pods anyway). An entry winnet cannot realise otherwise (no field it
+// knows, an invalid port) fails closed: in an Accept rule it matches nothing; in the others
+// (failClosed) the rule matches every port of its peers (everyPort; ports and names nil). none is
+// true when the rule names protocols and none of them is realised: the rule then matches nothing.
+func clusterPorts(protocols []cnpv1beta1.ClusterNetworkPolicyProtocol, failClosed bool) (ports []pipeline.PolicyPort, names []string, none, everyPort bool, notes []string) {
+	unrealised := func(i int, why string) {
+		if failClosed {
+			notes = append(notes, fmt.Sprintf("protocol %d: %s: every port of its peers is dropped instead (fail closed)", i, why))
+			everyPort = true
+			return
+		}
+		notes = append(notes, fmt.Sprintf("protocol %d: %s: it matches nothing (fail closed)", i, why))
+	}
 	for i, p := range protocols {
 		var proto uint8
 		var port *cnpv1beta1.Port
@@ -441,7 +525,7 @@ func clusterPorts(protocols []cnpv1beta1.ClusterNetworkPolicyProtocol) (ports []
 			names = append(names, p.DestinationNamedPort)
 			continue
 		default:
-			notes = append(notes, fmt.Sprintf("protocol %d: no field winnet knows: it matches nothing", i))
+			unrealised(i, "no field winnet knows")
 			continue
 		}
 		pp := pipeline.PolicyPort{Protocol: proto}
@@ -449,19 +533,22 @@ func clusterPorts(protocols []cnpv1beta1.ClusterNetworkPolicyProtocol) (ports []
 		case port == nil:
 		case port.Range != nil:
 			if port.Range.Start < 1 || port.Range.End > 65535 || port.Range.Start > port.Range.End {
-				notes = append(notes, fmt.Sprintf("protocol %d: range %d-%d is invalid: it matches nothing", i, port.Range.Start, port.Range.End))
+				unrealised(i, fmt.Sprintf("range %d-%d is invalid", port.Range.Start, port.Range.End))
 				continue
 			}
 			pp.Port, pp.EndPort = uint16(port.Range.Start), uint16(port.Range.End)
 		case port.Number >= 1 && port.Number <= 65535:
 			pp.Port = uint16(port.Number)
 		default:
-			notes = append(notes, fmt.Sprintf("protocol %d: port %d is invalid: it matches nothing", i, port.Number))
+			unrealised(i, fmt.Sprintf("port %d is invalid", port.Number))
 			continue
 		}
 		ports = append(ports, pp)
 	}
-	return ports, names, len(protocols) > 0 && len(ports) == 0 && len(names) == 0, notes
+	if everyPort {
+		return nil, nil, false, true, notes
+	}
+	return ports, names, len(protocols) > 0 && len(ports) == 0 && len(names) == 0, false, notes
 }
 
 // clusterPeersAsNetworkPolicy is a NetworkPolicy that names, as ingress peers, the Pods the
@@ -515,14 +602,22 @@ func withClusterPeers(policies []networkingv1.NetworkPolicy, cluster []cnpv1beta
 // winnet does not realise (the Event says how each is treated instead).
 const ClusterUnsupportedReason = "NotRealised"
 
+// maxEventNote is the longest note of an events.k8s.io/v1 Event (the API refuses longer ones).
+const maxEventNote = 1024
+
 // warnCluster emits one Warning Event per ClusterNetworkPolicy generation and reason for what of
-// it is not realised (ClusterUnsupportedReason) or refused (RuleRefusedReason).
+// it is not realised (ClusterUnsupportedReason) or refused (RuleRefusedReason), from the nodes
+// where it applies (ClusterDesired.Applied), as its Realised condition names them. The note is
+// cut to what the API takes; the condition has the whole of it.
 func (r *Reconciler) warnCluster(ctx context.Context, policies []cnpv1beta1.ClusterNetworkPolicy, d ClusterDesired) {
 	if r.warned == nil {
 		r.warned = map[warnKey]int64{}
 	}
 	for i := range policies {
 		p := &policies[i]
+		if !d.Applied[p.Name] {
+			continue
+		}
 		for reason, parts := range map[string][]string{ClusterUnsupportedReason: d.Unsupported[p.Name], RuleRefusedReason: d.Refused[p.Name]} {
 			k := warnKey{p.UID, "cnp/" + reason}
 			if len(parts) == 0 || r.warned[k] == p.Generation {
@@ -531,7 +626,8 @@ func (r *Reconciler) warnCluster(ctx context.Context, policies []cnpv1beta1.Clus
 			r.warned[k] = p.Generation
 			ctrl.LoggerFrom(ctx).Info("ClusterNetworkPolicy is not realised whole", "clusterNetworkPolicy", p.Name, "reason", reason, "parts", parts)
 			if r.Recorder != nil {
-				r.Recorder.Eventf(p, nil, corev1.EventTypeWarning, reason, "Realise", "On node %s: %s", r.NodeName, strings.Join(parts, "; "))
+				note := cnpstatus.Cut(fmt.Sprintf("On node %s: %s", r.NodeName, strings.Join(parts, "; ")), maxEventNote)
+				r.Recorder.Eventf(p, nil, corev1.EventTypeWarning, reason, "Realise", "%s", note)
 			}
 		}
 	}

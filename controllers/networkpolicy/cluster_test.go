@@ -1,6 +1,7 @@
 package networkpolicy
 
 import (
+	"context"
 	"fmt"
 	"net/netip"
 	"strings"
@@ -9,8 +10,10 @@ import (
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/events"
 	cnpv1beta1 "sigs.k8s.io/network-policy-api/apis/v1beta1"
 
+	"github.com/winnet-io/winnet/controllers/nodenetwork"
 	"github.com/winnet-io/winnet/internal/pipeline"
 )
 
@@ -68,7 +71,9 @@ func TestComputeCluster(t *testing.T) {
 	g.Expect(d.Refused).To(BeEmpty())
 }
 
-// TestComputeClusterBand: the rules beyond a tier's band are refused and said, the others kept.
+// TestComputeClusterBand: the rules beyond a tier's band cannot have a priority of their own: a
+// Deny or Pass rule fails closed, a drop of every peer and port of its subjects below the band (and
+// above the next tier); an Accept rule is not realised. Each is said, the others kept.
 func TestComputeClusterBand(t *testing.T) {
 	g := NewWithT(t)
 	subject := cnpv1beta1.ClusterNetworkPolicySubject{Namespaces: &metav1.LabelSelector{}}
@@ -80,10 +85,40 @@ func TestComputeClusterBand(t *testing.T) {
 	for i := 0; i*25 < clusterRulesPerBand+25; i++ {
 		policies = append(policies, cnp(fmtNum(i), cnpv1beta1.AdminTier, 0, subject, cnpv1beta1.ClusterNetworkPolicySpec{Egress: rules}))
 	}
+	beyond := len(policies)*25 - clusterRulesPerBand
+	tcp22 := []cnpv1beta1.ClusterNetworkPolicyProtocol{{TCP: &cnpv1beta1.ClusterNetworkPolicyProtocolTCP{DestinationPort: &cnpv1beta1.Port{Number: 22}}}}
+	network := cnpv1beta1.ClusterNetworkPolicyEgressPeer{Networks: []cnpv1beta1.CIDR{"8.8.4.0/24"}}
+	policies = append(policies, cnp("last", cnpv1beta1.AdminTier, 1, subject, cnpv1beta1.ClusterNetworkPolicySpec{Egress: []cnpv1beta1.ClusterNetworkPolicyEgressRule{
+		{Action: cnpv1beta1.ClusterNetworkPolicyRuleActionAccept, To: []cnpv1beta1.ClusterNetworkPolicyEgressPeer{network}, Protocols: tcp22},
+		{Action: cnpv1beta1.ClusterNetworkPolicyRuleActionPass, To: []cnpv1beta1.ClusterNetworkPolicyEgressPeer{network}, Protocols: tcp22},
+		{Action: cnpv1beta1.ClusterNetworkPolicyRuleActionDeny, To: []cnpv1beta1.ClusterNetworkPolicyEgressPeer{network}, Protocols: tcp22},
+	}}))
 	d := ComputeCluster(policies, testInputs())
-	g.Expect(d.Policy.Rules).To(HaveLen(clusterRulesPerBand))
-	g.Expect(d.Policy.Rules[len(d.Policy.Rules)-1].Priority).To(Equal(pipeline.ClusterPriorityLowest))
-	g.Expect(d.Refused).NotTo(BeEmpty())
+	var inBand, below []pipeline.ClusterRule
+	for _, r := range d.Policy.Rules {
+		if r.Priority >= pipeline.ClusterPriorityLowest {
+			inBand = append(inBand, r)
+		} else {
+			below = append(below, r)
+		}
+	}
+	g.Expect(inBand).To(HaveLen(clusterRulesPerBand))
+	g.Expect(inBand[len(inBand)-1].Priority).To(Equal(pipeline.ClusterPriorityLowest))
+	g.Expect(below).To(HaveLen(beyond+2), "the Deny rules beyond the band and the last policy's Pass and Deny; its Accept is not realised")
+	for _, r := range below {
+		g.Expect(r).To(Equal(pipeline.ClusterRule{Tier: pipeline.AdminTier, Direction: pipeline.PolicyEgress, Action: pipeline.ClusterDeny,
+			Priority: pipeline.ClusterPriorityBeyondBand, Pods: []pipeline.Pod{testInputs().Local[0].Pod, testInputs().Local[1].Pod}, AnyPeer: true}))
+	}
+	g.Expect(d.Refused["last"]).To(Equal([]string{
+		"egress rule 0: beyond the 59001 rules of the Admin tier's egress priority band: not realised",
+		"egress rule 1: beyond the 59001 rules of the Admin tier's egress priority band: its subjects' traffic to and from every peer, on every port, is dropped instead, below the band (fail closed)",
+		"egress rule 2: beyond the 59001 rules of the Admin tier's egress priority band: its subjects' traffic to and from every peer, on every port, is dropped instead, below the band (fail closed)",
+	}))
+	first := d.Index[pipeline.ClusterRuleObject(pipeline.AdminTier, pipeline.PolicyEgress, pipeline.ClusterPriorityBeyondBand)]
+	g.Expect(first.FailClosed).To(BeTrue())
+	g.Expect(first.Action).To(Equal(nodenetwork.ActionDeny))
+	g.Expect(first.Policy.Name).To(Equal(fmtNum(clusterRulesPerBand/25)), "the first rule beyond the band names the priority they share")
+	g.Expect(pipeline.CheckWindows(pipeline.Datapath{Flows: pipeline.Node{}.ClusterPolicyFlows(pipeline.ClusterPolicy{Rules: below})})).To(BeEmpty())
 }
 
 func fmtNum(i int) string {
@@ -133,7 +168,7 @@ func TestComputeClusterNamedPorts(t *testing.T) {
 
 // TestComputeClusterNodesPeers: a nodes peer is the addresses of the Nodes its selector selects,
 // looked up by the selector as the API server parses it (an empty selector: every Node); without
-// Node watches, or before its watch listed, it matches nothing and says so.
+// Node watches, or before its watch listed, it fails closed in a Deny rule (every peer) and says so.
 func TestComputeClusterNodesPeers(t *testing.T) {
 	g := NewWithT(t)
 	teamA := cnpv1beta1.ClusterNetworkPolicySubject{Namespaces: sel(map[string]string{"team": "a"})}
@@ -168,8 +203,11 @@ func TestComputeClusterNodesPeers(t *testing.T) {
 	g.Expect(d.Unsupported["to-every-node"]).To(ConsistOf(ContainSubstring("not listed yet")))
 	in.NodePeers = nil
 	d = ComputeCluster(policies, in)
-	g.Expect(d.Unsupported["to-workers"]).To(ConsistOf(ContainSubstring("nodes peers are not realised by this agent")))
-	g.Expect(d.Policy.Rules).To(BeEmpty(), "a nodes peer not realised matches nothing")
+	g.Expect(d.Unsupported["to-workers"]).To(ConsistOf(And(ContainSubstring("nodes peers are not realised by this agent"),
+		ContainSubstring("every peer is dropped instead (fail closed)"))))
+	g.Expect(renderClusterRules(t, d.Policy.Rules)).To(ConsistOf(
+		ContainSubstring("tier=0 dir=1 action=1 prio=60000 pods=[10 11] any=true peers=[]"),
+		ContainSubstring("tier=1 dir=1 action=1 prio=60000 pods=[10 11] any=true peers=[]")), "a Deny rule's nodes peer not realised fails closed: every peer")
 
 	bad := cnp("bad", cnpv1beta1.AdminTier, 2, teamA, cnpv1beta1.ClusterNetworkPolicySpec{Egress: []cnpv1beta1.ClusterNetworkPolicyEgressRule{
 		egressTo(cnpv1beta1.ClusterNetworkPolicyRuleActionDeny, cnpv1beta1.ClusterNetworkPolicyEgressPeer{Nodes: &metav1.LabelSelector{
@@ -197,4 +235,187 @@ func TestTrimNode(t *testing.T) {
 	g.Expect(trimmed.Status.Addresses).To(Equal(n.Status.Addresses))
 	g.Expect(trimmed.Annotations).To(BeNil())
 	g.Expect(trimmed.Status.Images).To(BeNil())
+}
+
+// TestComputeClusterFailClosed: a Deny or Pass rule (or one of an unknown action) that cannot be
+// realised as written drops a superset of what it matches, never wider than its subjects: every
+// port of its peers for a protocol entry winnet does not know, every peer for a peer it cannot
+// resolve; a tier winnet does not know drops ahead of the Admin tier. An Accept rule in the same
+// case accepts a subset or nothing. Each says why, on the policy and in the rule's name.
+func TestComputeClusterFailClosed(t *testing.T) {
+	teamA := cnpv1beta1.ClusterNetworkPolicySubject{Namespaces: sel(map[string]string{"team": "a"})}
+	clients := cnpv1beta1.ClusterNetworkPolicyEgressPeer{Pods: &cnpv1beta1.NamespacedPod{PodSelector: *sel(map[string]string{"app": "client"})}}
+	tcp80 := cnpv1beta1.ClusterNetworkPolicyProtocol{TCP: &cnpv1beta1.ClusterNetworkPolicyProtocolTCP{DestinationPort: &cnpv1beta1.Port{Number: 80}}}
+	// newer is a protocol entry or a peer of a newer API than winnet's: its field is not in
+	// winnet's Go types, which decode it empty.
+	newerProtocol, newerPeer := cnpv1beta1.ClusterNetworkPolicyProtocol{}, cnpv1beta1.ClusterNetworkPolicyEgressPeer{}
+	domains := cnpv1beta1.ClusterNetworkPolicyEgressPeer{DomainNames: []cnpv1beta1.DomainName{"example.com"}}
+	const (
+		accept = cnpv1beta1.ClusterNetworkPolicyRuleActionAccept
+		deny   = cnpv1beta1.ClusterNetworkPolicyRuleActionDeny
+		pass   = cnpv1beta1.ClusterNetworkPolicyRuleActionPass
+	)
+	for _, tc := range []struct {
+		name      string
+		tier      cnpv1beta1.Tier
+		action    cnpv1beta1.ClusterNetworkPolicyRuleAction
+		peers     []cnpv1beta1.ClusterNetworkPolicyEgressPeer
+		protocols []cnpv1beta1.ClusterNetworkPolicyProtocol
+		// want is the rule as realised (none: no flow), first whether it is ahead of the Admin
+		// policy "admin".
+		want       []string
+		ahead      bool
+		failClosed bool
+		note       string
+	}{
+		{name: "Deny, an unknown protocol field: every port of its peers", tier: cnpv1beta1.AdminTier, action: deny,
+			peers: []cnpv1beta1.ClusterNetworkPolicyEgressPeer{clients}, protocols: []cnpv1beta1.ClusterNetworkPolicyProtocol{tcp80, newerProtocol},
+			want: []string{"action=1 pods=[10 11] any=false peers=[10.244.2.5/32 10.244.2.6/32] ports=[]"}, failClosed: true,
+			note: "egress rule 0: protocol 1: no field winnet knows: every port of its peers is dropped instead (fail closed)"},
+		{name: "Pass, an unknown protocol field: a drop of every port of its peers", tier: cnpv1beta1.AdminTier, action: pass,
+			peers: []cnpv1beta1.ClusterNetworkPolicyEgressPeer{clients}, protocols: []cnpv1beta1.ClusterNetworkPolicyProtocol{newerProtocol},
+			want: []string{"action=1 pods=[10 11] any=false peers=[10.244.2.5/32 10.244.2.6/32] ports=[]"}, failClosed: true,
+			note: "egress rule 0: protocol 0: no field winnet knows: every port of its peers is dropped instead (fail closed)"},
+		{name: "Accept, an unknown protocol field alone: not realised", tier: cnpv1beta1.AdminTier, action: accept,
+			peers: []cnpv1beta1.ClusterNetworkPolicyEgressPeer{clients}, protocols: []cnpv1beta1.ClusterNetworkPolicyProtocol{newerProtocol},
+			note: "egress rule 0: protocol 0: no field winnet knows: it matches nothing (fail closed)"},
+		{name: "Accept, an unknown protocol field beside TCP 80: TCP 80 only", tier: cnpv1beta1.AdminTier, action: accept,
+			peers: []cnpv1beta1.ClusterNetworkPolicyEgressPeer{clients}, protocols: []cnpv1beta1.ClusterNetworkPolicyProtocol{tcp80, newerProtocol},
+			want: []string{"action=0 pods=[10 11] any=false peers=[10.244.2.5/32 10.244.2.6/32] ports=[{6 80 0}]"},
+			note: "egress rule 0: protocol 1: no field winnet knows: it matches nothing (fail closed)"},
+		{name: "an unknown action: a drop of its peers and ports", tier: cnpv1beta1.AdminTier, action: "Quarantine",
+			peers: []cnpv1beta1.ClusterNetworkPolicyEgressPeer{clients}, protocols: []cnpv1beta1.ClusterNetworkPolicyProtocol{tcp80},
+			want: []string{"action=1 pods=[10 11] any=false peers=[10.244.2.5/32 10.244.2.6/32] ports=[{6 80 0}]"}, failClosed: true,
+			note: `egress rule 0: action "Quarantine" is unknown: it drops instead (fail closed)`},
+		{name: "Deny, a peer of an unknown field: every peer", tier: cnpv1beta1.BaselineTier, action: deny,
+			peers: []cnpv1beta1.ClusterNetworkPolicyEgressPeer{clients, newerPeer}, protocols: []cnpv1beta1.ClusterNetworkPolicyProtocol{tcp80},
+			want: []string{"action=1 pods=[10 11] any=true peers=[10.244.2.5/32 10.244.2.6/32] ports=[{6 80 0}]"}, failClosed: true,
+			note: "egress rule 0: peer 1: no field winnet knows: every peer is dropped instead (fail closed)"},
+		{name: "Pass, a domainNames peer: a drop of every peer", tier: cnpv1beta1.AdminTier, action: pass,
+			peers: []cnpv1beta1.ClusterNetworkPolicyEgressPeer{domains}, protocols: []cnpv1beta1.ClusterNetworkPolicyProtocol{tcp80},
+			want: []string{"action=1 pods=[10 11] any=true peers=[] ports=[{6 80 0}]"}, failClosed: true,
+			note: "egress rule 0: peer 0: domainNames peers are not realised (winnet resolves no DNS in the datapath): every peer is dropped instead (fail closed)"},
+		{name: "Accept, a peer of an unknown field: not realised", tier: cnpv1beta1.AdminTier, action: accept,
+			peers: []cnpv1beta1.ClusterNetworkPolicyEgressPeer{newerPeer},
+			note:  "egress rule 0: peer 0: no field winnet knows: it matches nothing (fail closed)"},
+		{name: "a tier winnet does not know: its Deny drops ahead of the Admin tier", tier: "Emergency", action: deny,
+			peers: []cnpv1beta1.ClusterNetworkPolicyEgressPeer{clients}, protocols: []cnpv1beta1.ClusterNetworkPolicyProtocol{tcp80},
+			want: []string{"action=1 pods=[10 11] any=false peers=[10.244.2.5/32 10.244.2.6/32] ports=[{6 80 0}]"}, ahead: true, failClosed: true,
+			note: `tier "Emergency" is unknown: its Deny and Pass rules drop instead, ahead of every Admin rule (fail closed); its Accept rules are not realised`},
+		{name: "a tier winnet does not know: its Pass drops ahead of the Admin tier", tier: "Emergency", action: pass,
+			peers: []cnpv1beta1.ClusterNetworkPolicyEgressPeer{clients},
+			want:  []string{"action=1 pods=[10 11] any=false peers=[10.244.2.5/32 10.244.2.6/32] ports=[]"}, ahead: true, failClosed: true,
+			note: `tier "Emergency" is unknown`},
+		{name: "a tier winnet does not know: its Accept is not realised", tier: "Emergency", action: accept,
+			peers: []cnpv1beta1.ClusterNetworkPolicyEgressPeer{clients}, note: `tier "Emergency" is unknown`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g := NewWithT(t)
+			// The policy under test has a higher priority number than "admin" (it comes after it
+			// in the Admin tier), which accepts TCP 80 to the clients.
+			policies := []cnpv1beta1.ClusterNetworkPolicy{
+				cnp("admin", cnpv1beta1.AdminTier, 1, teamA, cnpv1beta1.ClusterNetworkPolicySpec{Egress: []cnpv1beta1.ClusterNetworkPolicyEgressRule{
+					{Action: accept, To: []cnpv1beta1.ClusterNetworkPolicyEgressPeer{clients}, Protocols: []cnpv1beta1.ClusterNetworkPolicyProtocol{tcp80}}}}),
+				cnp("p", tc.tier, 50, teamA, cnpv1beta1.ClusterNetworkPolicySpec{Egress: []cnpv1beta1.ClusterNetworkPolicyEgressRule{
+					{Action: tc.action, To: tc.peers, Protocols: tc.protocols}}}),
+			}
+			policies[1].Generation = 4
+			d := ComputeCluster(policies, testInputs())
+			var mine []pipeline.ClusterRule
+			var adminPriority uint16
+			for _, r := range d.Policy.Rules {
+				name := d.Index[pipeline.ClusterRuleObject(r.Tier, r.Direction, r.Priority)]
+				if name.Policy.Name == "admin" {
+					adminPriority = r.Priority
+					continue
+				}
+				mine = append(mine, r)
+				g.Expect(name.FailClosed).To(Equal(tc.failClosed), "the rule's name says whether it fails closed")
+				if tc.failClosed {
+					g.Expect(name.Action).To(Equal(nodenetwork.ActionDeny))
+				}
+				if tc.ahead {
+					g.Expect(r.Tier).To(Equal(pipeline.AdminTier))
+					g.Expect(r.Priority).To(BeNumerically(">", adminPriority), "ahead of the Admin tier's rules")
+				}
+			}
+			var got []string
+			for _, r := range renderClusterRules(t, mine) {
+				got = append(got, r[strings.Index(r, "action="):strings.Index(r, " prio=")]+r[strings.Index(r, " pods="):])
+			}
+			if tc.want == nil {
+				g.Expect(got).To(BeEmpty(), "not realised: no flow")
+			} else {
+				g.Expect(got).To(Equal(tc.want))
+			}
+			g.Expect(strings.Join(append(d.Refused["p"], d.Unsupported["p"]...), "; ")).To(ContainSubstring(tc.note))
+			g.Expect(d.Applied).To(HaveKey("p"))
+			legacy, report := d.Report()
+			g.Expect(report.NotRealised).To(ConsistOf(HaveField("NotRealised", ContainSubstring(tc.note))), "the condition says why")
+			g.Expect(legacy).To(ContainElement(HaveField("NotRealised", Not(BeEmpty()))))
+			g.Expect(pipeline.CheckWindows(pipeline.Datapath{Flows: pipeline.Node{}.ClusterPolicyFlows(d.Policy)})).To(BeEmpty())
+		})
+	}
+}
+
+// TestComputeClusterPartLimit: a rule whose named ports resolve to more sets of ports than
+// pipeline.MaxClusterSubRules cannot be realised part by part: a Deny or Pass rule drops every
+// port of its peers instead (one part), an Accept rule is not realised.
+func TestComputeClusterPartLimit(t *testing.T) {
+	in := testInputs()
+	many := pipeline.MaxClusterSubRules + 1
+	for i := range many {
+		in.Pods = append(in.Pods, PodInfo{Namespace: "y", Name: fmt.Sprintf("many-%d", i), Labels: map[string]string{"app": "many"},
+			IPs: []netip.Addr{netip.AddrFrom4([4]byte{10, 245, byte(i >> 8), byte(i)})}, Ports: []NamedPort{{Name: "http", Protocol: corev1.ProtocolTCP, Port: uint16(1000 + i)}}})
+	}
+	teamA := cnpv1beta1.ClusterNetworkPolicySubject{Namespaces: sel(map[string]string{"team": "a"})}
+	peers := []cnpv1beta1.ClusterNetworkPolicyEgressPeer{{Pods: &cnpv1beta1.NamespacedPod{PodSelector: *sel(map[string]string{"app": "many"})}}}
+	http := []cnpv1beta1.ClusterNetworkPolicyProtocol{{DestinationNamedPort: "http"}}
+	for _, action := range []cnpv1beta1.ClusterNetworkPolicyRuleAction{cnpv1beta1.ClusterNetworkPolicyRuleActionDeny,
+		cnpv1beta1.ClusterNetworkPolicyRuleActionPass, cnpv1beta1.ClusterNetworkPolicyRuleActionAccept} {
+		t.Run(string(action), func(t *testing.T) {
+			g := NewWithT(t)
+			d := ComputeCluster([]cnpv1beta1.ClusterNetworkPolicy{cnp("named", cnpv1beta1.AdminTier, 1, teamA, cnpv1beta1.ClusterNetworkPolicySpec{
+				Egress: []cnpv1beta1.ClusterNetworkPolicyEgressRule{{Action: action, To: peers, Protocols: http}}})}, in)
+			name := d.Index[pipeline.ClusterRuleObject(pipeline.AdminTier, pipeline.PolicyEgress, pipeline.ClusterPriorityHighest)]
+			if action == cnpv1beta1.ClusterNetworkPolicyRuleActionAccept {
+				g.Expect(d.Policy.Rules).To(BeEmpty(), "not realised: no flow")
+				g.Expect(d.Refused["named"]).To(Equal([]string{fmt.Sprintf("egress rule 0: its named ports resolve to %d sets of ports, above %d: not realised", many, pipeline.MaxClusterSubRules)}))
+				g.Expect(name.FailClosed).To(BeFalse())
+				return
+			}
+			g.Expect(d.Policy.Rules).To(HaveLen(1))
+			r := d.Policy.Rules[0]
+			g.Expect(r.Action).To(Equal(pipeline.ClusterDeny))
+			g.Expect(r.Ports).To(BeEmpty(), "every port")
+			g.Expect(r.Peers).To(HaveLen(many), "every peer Pod's address, and no other")
+			g.Expect(r.AnyPeer).To(BeFalse())
+			g.Expect(r.Pods).To(HaveLen(2))
+			g.Expect(d.Refused["named"]).To(Equal([]string{fmt.Sprintf("egress rule 0: its named ports resolve to %d sets of ports, above %d: every port of its peers is dropped instead (fail closed)", many, pipeline.MaxClusterSubRules)}))
+			g.Expect(name.FailClosed).To(BeTrue())
+			g.Expect(pipeline.CheckWindows(pipeline.Datapath{Flows: pipeline.Node{}.ClusterPolicyFlows(d.Policy)})).To(BeEmpty())
+		})
+	}
+}
+
+// TestWarnClusterEvents: a policy that applies to the node and is not realised whole gets a
+// Warning Event saying why, once per generation, its note cut to what the events API takes; a
+// policy that applies elsewhere gets none from this node.
+func TestWarnClusterEvents(t *testing.T) {
+	g := NewWithT(t)
+	rec := events.NewFakeRecorder(10)
+	r := &Reconciler{Recorder: rec, NodeName: "win-1"}
+	policies := []cnpv1beta1.ClusterNetworkPolicy{
+		{ObjectMeta: metav1.ObjectMeta{Name: "here", UID: "u-here", Generation: 3}},
+		{ObjectMeta: metav1.ObjectMeta{Name: "elsewhere", UID: "u-elsewhere", Generation: 1}},
+	}
+	long := strings.Repeat("egress rule 0: protocol 0: no field winnet knows: every port of its peers is dropped instead (fail closed); ", 20)
+	d := ClusterDesired{Applied: map[string]bool{"here": true},
+		Unsupported: map[string][]string{"here": {long}, "elsewhere": {"egress rule 0: x"}}, Refused: map[string][]string{}}
+	r.warnCluster(context.Background(), policies, d)
+	r.warnCluster(context.Background(), policies, d)
+	g.Expect(rec.Events).To(HaveLen(1))
+	e := <-rec.Events
+	g.Expect(e).To(HavePrefix("Warning " + ClusterUnsupportedReason + " On node win-1: egress rule 0: protocol 0: no field winnet knows: every port of its peers is dropped instead (fail closed)"))
+	g.Expect(len(strings.TrimPrefix(e, "Warning "+ClusterUnsupportedReason+" "))).To(BeNumerically("<=", maxEventNote))
 }

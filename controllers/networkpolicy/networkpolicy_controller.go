@@ -727,7 +727,7 @@ func (r *Reconciler) result(d Desired) nodenetwork.PoliciesResult {
 		}
 	}
 	if r.clusterServed {
-		res.Cluster = r.clusterLast.Realisations()
+		res.Cluster, res.ClusterReport = r.clusterLast.Report()
 	}
 	slices.Sort(res.Refused)
 	return res

@@ -47,7 +47,12 @@ type PolicyRuleName struct {
 	// ClusterNetworkPolicy rule.
 	Action string
 	// Tier is TierAdmin or TierBaseline for a ClusterNetworkPolicy rule, "" for a NetworkPolicy's.
+	// (A tier winnet does not know is named as written: its rules fail closed in the Admin tier.)
 	Tier string
+	// FailClosed marks a ClusterNetworkPolicy rule winnet cannot realise as written (an unknown
+	// action, tier or protocol field, peers it cannot resolve, beyond the priority band or the part
+	// limit) that drops instead: its Action is then ActionDeny, whatever the policy says.
+	FailClosed bool
 }
 
 // Direction is "ingress" or "egress".

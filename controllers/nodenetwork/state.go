@@ -58,8 +58,10 @@ type ServicesResult struct {
 // failed.
 type PoliciesResult struct {
 	Policies, Rules int
-	// Cluster is what was realised of each ClusterNetworkPolicy (nil: they are not realised), by name.
-	Cluster []networkv1alpha1.ClusterNetworkPolicyRealisation
+	// ClusterReport is what was realised of the ClusterNetworkPolicies (nil: they are not
+	// realised), Cluster the list previous releases read beside it.
+	ClusterReport *networkv1alpha1.ClusterNetworkPolicyReport
+	Cluster       []networkv1alpha1.ClusterNetworkPolicyRealisation
 	// Refused names the rules refused for their size ("namespace/name: ingress rule 1: why"); the
 	// rest was realised.
 	Refused []string
@@ -214,7 +216,7 @@ func (s *State) servicesResult() (ServicesResult, bool) {
 func (s *State) SetPolicies(r PoliciesResult) {
 	s.mu.Lock()
 	changed := s.policies == nil || s.policies.Policies != r.Policies || s.policies.Rules != r.Rules || s.policies.Err != r.Err || !slices.Equal(s.policies.Refused, r.Refused) ||
-		!slices.Equal(s.policies.Cluster, r.Cluster)
+		!slices.Equal(s.policies.Cluster, r.Cluster) || !reflect.DeepEqual(s.policies.ClusterReport, r.ClusterReport)
 	s.policies = &r
 	node := s.node
 	s.mu.Unlock()

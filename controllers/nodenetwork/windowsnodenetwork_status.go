@@ -129,7 +129,8 @@ func setServicesCondition(w *networkv1alpha1.WindowsNodeNetwork, r ServicesResul
 
 // setPoliciesCondition reports what the NetworkPolicy reconciler realised.
 func setPoliciesCondition(w *networkv1alpha1.WindowsNodeNetwork, r PoliciesResult) {
-	w.Status.NetworkPolicies = networkv1alpha1.NetworkPoliciesStatus{Policies: int32(r.Policies), Rules: int32(r.Rules), ClusterNetworkPolicies: r.Cluster}
+	w.Status.NetworkPolicies = networkv1alpha1.NetworkPoliciesStatus{Policies: int32(r.Policies), Rules: int32(r.Rules), ClusterNetworkPolicies: r.Cluster,
+		ClusterNetworkPolicyReport: r.ClusterReport}
 	c := metav1.Condition{Type: networkv1alpha1.PoliciesReadyCondition, ObservedGeneration: w.Generation}
 	switch {
 	case r.Err == "" && len(r.Refused) > 0:

@@ -597,6 +597,9 @@ func clusterObservation(index nodenetwork.PolicyIndex, point pipeline.TracePoint
 		return o
 	}
 	next := ""
+	if name.FailClosed {
+		next = ": the rule cannot be realised as written and drops instead (fail closed; see the policy's Realised condition)"
+	}
 	if point == pipeline.TraceClusterPass {
 		next = ": NetworkPolicy decides next"
 		if name.Tier == nodenetwork.TierBaseline {

@@ -37,6 +37,13 @@ func TestClusterObservation(t *testing.T) {
 	g.Expect(o).To(Equal(networkv1alpha1.PacketTraceObservation{Component: "ClusterNetworkPolicy", Action: "Dropped",
 		Detail: "dropped by a Baseline tier egress rule (priority 1000) the agent no longer knows"}), "still a drop, named as far as the flow knows")
 
+	// A rule that fails closed (controllers/networkpolicy ComputeCluster) says so.
+	closed := name("beyond", true, 3, "Deny", "Admin")
+	closed.FailClosed = true
+	index.ClusterRules[pipeline.ClusterRuleObject(pipeline.AdminTier, pipeline.PolicyEgress, pipeline.ClusterPriorityBeyondBand)] = closed
+	o = clusterObservation(index, pipeline.TraceClusterDeny, pipeline.TraceClusterArg(pipeline.AdminTier, pipeline.PolicyEgress, pipeline.ClusterPriorityBeyondBand), true)
+	g.Expect(o.Detail).To(Equal("dropped by ClusterNetworkPolicy beyond rule egress[3] (Admin tier, Deny): the rule cannot be realised as written and drops instead (fail closed; see the policy's Realised condition)"))
+
 	// A trace of Namespace disclosure names no ClusterNetworkPolicy: the tier and action only.
 	o = clusterObservation(index, pipeline.TraceClusterDeny, pipeline.TraceClusterArg(pipeline.AdminTier, pipeline.PolicyEgress, 60000), false)
 	g.Expect(o).To(Equal(networkv1alpha1.PacketTraceObservation{Component: "ClusterNetworkPolicy", Action: "Dropped",

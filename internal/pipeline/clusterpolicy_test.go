@@ -83,3 +83,40 @@ func TestClusterPolicyFlowsParts(t *testing.T) {
 		"table=82, priority=50000,conj_id=2147795792,ip actions=drop",
 	}))
 }
+
+// failClosedClusterPolicy has the rules the agent compiles of ClusterNetworkPolicy rules it cannot
+// realise as written (controllers/networkpolicy ComputeCluster): Deny and Pass rules beyond the
+// band, a drop of every peer and port of their subjects at ClusterPriorityBeyondBand in each table;
+// a Deny whose protocol entry winnet does not know, every port of its peers; a Deny whose peer it
+// cannot resolve, every peer on its ports.
+func failClosedClusterPolicy() ClusterPolicy {
+	var rules []ClusterRule
+	for _, tier := range []ClusterTier{AdminTier, BaselineTier} {
+		for _, dir := range []PolicyDirection{PolicyIngress, PolicyEgress} {
+			rules = append(rules, ClusterRule{Tier: tier, Direction: dir, Action: ClusterDeny, Priority: ClusterPriorityBeyondBand, Pods: []Pod{npPod1, npPod2}, AnyPeer: true},
+				ClusterRule{Tier: tier, Direction: dir, Action: ClusterDeny, Priority: ClusterPriorityHighest, Pods: []Pod{npPod1},
+					Peers: []netip.Prefix{netip.MustParsePrefix("10.244.3.0/24")}},
+				ClusterRule{Tier: tier, Direction: dir, Action: ClusterDeny, Priority: ClusterPriorityHighest - 1, Pods: []Pod{npPod2}, AnyPeer: true,
+					Ports: []PolicyPort{{Protocol: openflow.ProtoTCP, Port: 22}}, Audit: true})
+		}
+	}
+	return ClusterPolicy{Rules: rules}
+}
+
+// TestClusterPolicyFlowsFailClosed: the rules beyond the band are one drop per subject below the
+// band and above the table's miss, their rule's object the priority they share.
+func TestClusterPolicyFlowsFailClosed(t *testing.T) {
+	g := NewWithT(t)
+	var beyond []string
+	for _, f := range testNode().ClusterPolicyFlows(failClosedClusterPolicy()) {
+		if f.Priority == ClusterPriorityBeyondBand && f.Table == AdminEgressRuleTable {
+			beyond = append(beyond, f.String())
+		}
+	}
+	g.Expect(beyond).To(Equal([]string{
+		"cookie=0xbf000103e7, table=46, priority=999,ip,in_port=10 actions=drop",
+		"cookie=0xbf000103e7, table=46, priority=999,ip,in_port=11 actions=drop",
+	}))
+	g.Expect(ClusterPriorityBeyondBand).To(BeNumerically("<", ClusterPriorityLowest))
+	g.Expect(ClusterPriorityBeyondBand).To(BeNumerically(">", priorityMiss))
+}

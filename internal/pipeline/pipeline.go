@@ -449,6 +449,12 @@ const (
 const (
 	ClusterPriorityHighest uint16 = 60000
 	ClusterPriorityLowest  uint16 = 1000
+	// ClusterPriorityBeyondBand is where the Deny and Pass rules beyond a table's band fail closed:
+	// below every rule of the band (which the API orders before them), above the table's miss
+	// (the next tier, which they precede). They share it, each one drop per subject (every peer,
+	// every port): rules that all drop need no order among themselves, and flows of one action at
+	// one priority never conflict.
+	ClusterPriorityBeyondBand uint16 = ClusterPriorityLowest - 1
 )
 
 func mustMAC(s string) net.HardwareAddr {

@@ -179,6 +179,7 @@ func TestBuildersPassWindowsProfile(t *testing.T) {
 				audited.Rules[i].Audit = true
 			}
 			d.Flows = append(d.Flows, n.ClusterPolicyFlows(audited)...)
+			d.Flows = append(d.Flows, n.ClusterPolicyFlows(failClosedClusterPolicy())...)
 			for _, tr := range testTraces() {
 				d.Flows = append(d.Flows, n.TraceFlows(tr, testTracePolicy())...)
 			}

@@ -9,6 +9,7 @@ import (
 
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -293,15 +294,52 @@ func TestClusterNetworkPolicy(t *testing.T) {
 		g.Expect(server.WarningReasons(ctx, "", "unsupported")).To(ContainElement(networkpolicy.ClusterUnsupportedReason))
 	}).WithTimeout(converge).Should(Succeed())
 
-	// Status: each agent reports what it realised of each policy in its WindowsNodeNetwork, and
-	// winnet-controller's reconciler (run here against the same API server) writes the policies'
-	// Realised condition from the reports: False where a part is not realised, True elsewhere.
+	// A Deny rule winnet cannot realise as written fails closed: its domainNames peer (which the
+	// API admits in a Deny rule; winnet resolves no DNS) becomes every peer, on the rule's port
+	// only, from its subjects only. client-a (team x) is refused web's 9090, which it reached
+	// before; it still reaches 8080, and client-b (team y, no subject) still reaches 9090. A
+	// Warning Event says why.
+	expectAllowed(t, clientA.NS, "tcp4", webOther, "web")
+	createCNP(t, &cnpv1beta1.ClusterNetworkPolicy{
+		ObjectMeta: metav1.ObjectMeta{Name: "fail-closed"},
+		Spec: cnpv1beta1.ClusterNetworkPolicySpec{
+			Tier: cnpv1beta1.AdminTier, Priority: 31,
+			Subject: cnpv1beta1.ClusterNetworkPolicySubject{Namespaces: teamNamespaces("x")},
+			Egress: []cnpv1beta1.ClusterNetworkPolicyEgressRule{{
+				Action:    cnpv1beta1.ClusterNetworkPolicyRuleActionDeny,
+				To:        []cnpv1beta1.ClusterNetworkPolicyEgressPeer{{DomainNames: []cnpv1beta1.DomainName{"example.com"}}},
+				Protocols: tcpPort(otherPort),
+			}},
+		},
+	})
+	expectRefused(t, clientA.NS, "tcp4", webOther)
+	expectAllowed(t, clientA.NS, "tcp4", webHTTP, "web")
+	expectAllowed(t, clientB.NS, "tcp4", webOther, "web")
+	g.Eventually(func(g Gomega) {
+		list := &eventsv1.EventList{}
+		g.Expect(server.Client.List(ctx, list)).To(Succeed())
+		var notes []string
+		for _, e := range list.Items {
+			if e.Regarding.Name == "fail-closed" && e.Type == corev1.EventTypeWarning && e.Reason == networkpolicy.ClusterUnsupportedReason {
+				notes = append(notes, e.Note)
+			}
+		}
+		g.Expect(notes).To(ContainElement(ContainSubstring("domainNames peers are not realised (winnet resolves no DNS in the datapath): every peer is dropped instead (fail closed)")))
+	}).WithTimeout(converge).Should(Succeed())
+
+	// Status: each agent reports, in its WindowsNodeNetwork, what it does not realise of the
+	// policies that apply to its node (subjects there), and winnet-controller's reconciler (run
+	// here against the same API server) writes the policies' Realised condition from the reports:
+	// False where a part is not realised, naming the nodes where it applies, True elsewhere.
 	startStatusReconciler(t, server)
 	g.Eventually(func(g Gomega) {
 		w := &networkv1alpha1.WindowsNodeNetwork{}
 		g.Expect(server.Client.Get(ctx, client.ObjectKey{Name: "cnp-a"}, w)).To(Succeed())
-		g.Expect(w.Status.NetworkPolicies.ClusterNetworkPolicies).To(ContainElement(And(
+		g.Expect(w.Status.NetworkPolicies.ClusterNetworkPolicyReport).NotTo(BeNil())
+		g.Expect(w.Status.NetworkPolicies.ClusterNetworkPolicyReport.NotRealised).To(ContainElement(And(
 			HaveField("Name", "unsupported"), HaveField("NotRealised", ContainSubstring("domainNames")))))
+		g.Expect(w.Status.NetworkPolicies.ClusterNetworkPolicies).To(ContainElement(And(
+			HaveField("Name", "unsupported"), HaveField("NotRealised", ContainSubstring("domainNames")))), "the list winnet-controller 0.1.0 reads")
 	}).WithTimeout(converge).Should(Succeed())
 	realised := func(name string) func(g Gomega) *metav1.Condition {
 		return func(g Gomega) *metav1.Condition {
@@ -312,7 +350,10 @@ func TestClusterNetworkPolicy(t *testing.T) {
 	}
 	g.Eventually(realised("unsupported")).WithTimeout(converge).Should(And(Not(BeNil()),
 		HaveField("Status", metav1.ConditionFalse), HaveField("Reason", networkv1alpha1.PartlyRealisedReason),
-		HaveField("Message", And(ContainSubstring("cnp-a: "), ContainSubstring("cnp-b: "), ContainSubstring("domainNames")))))
+		HaveField("Message", And(ContainSubstring("cnp-a: "), Not(ContainSubstring("cnp-b")), ContainSubstring("domainNames")))))
+	g.Eventually(realised("fail-closed")).WithTimeout(converge).Should(And(Not(BeNil()),
+		HaveField("Status", metav1.ConditionFalse), HaveField("Reason", networkv1alpha1.PartlyRealisedReason),
+		HaveField("Message", And(ContainSubstring("cnp-a: "), Not(ContainSubstring("cnp-b")), ContainSubstring("every peer is dropped instead (fail closed)")))))
 	g.Eventually(realised("named-deny")).WithTimeout(converge).Should(And(Not(BeNil()),
 		HaveField("Status", metav1.ConditionTrue), HaveField("Reason", networkv1alpha1.RealisedReason)))
 }

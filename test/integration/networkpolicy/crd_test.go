@@ -122,6 +122,7 @@ func TestClusterNetworkPolicyCRDInstalledLater(t *testing.T) {
 		wnn := &networkv1alpha1.WindowsNodeNetwork{}
 		g.Expect(s.Client.Get(ctx, client.ObjectKey{Name: a.Name}, wnn)).To(Succeed())
 		g.Expect(wnn.Status.NetworkPolicies.ClusterNetworkPolicies).To(BeEmpty())
+		g.Expect(wnn.Status.NetworkPolicies.ClusterNetworkPolicyReport).To(BeNil())
 	}).WithTimeout(converge).Should(Succeed(), "the node reports no ClusterNetworkPolicy")
 
 	// Installed again: realised again, as the first time.

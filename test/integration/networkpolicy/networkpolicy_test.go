@@ -14,6 +14,7 @@ import (
 	"time"
 
 	. "github.com/onsi/gomega"
+	. "github.com/onsi/gomega/gstruct"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	networkingv1 "k8s.io/api/networking/v1"
@@ -378,7 +379,11 @@ func TestNetworkPolicy(t *testing.T) {
 				c := meta.FindStatusCondition(w.Status.Conditions, networkv1alpha1.PoliciesReadyCondition)
 				g.Expect(c).NotTo(BeNil())
 				g.Expect(c.Status).To(Equal(metav1.ConditionTrue))
-				g.Expect(w.Status.NetworkPolicies).To(Equal(networkv1alpha1.NetworkPoliciesStatus{Policies: 2, Rules: 3}))
+				g.Expect(w.Status.NetworkPolicies.Policies).To(Equal(int32(2)))
+				g.Expect(w.Status.NetworkPolicies.Rules).To(Equal(int32(3)))
+				// The cluster serves the ClusterNetworkPolicy CRD: the node reports that it compiled none.
+				g.Expect(w.Status.NetworkPolicies.ClusterNetworkPolicies).To(BeEmpty())
+				g.Expect(w.Status.NetworkPolicies.ClusterNetworkPolicyReport).To(PointTo(MatchFields(IgnoreExtras, Fields{"Compiled": BeZero(), "NotRealised": BeEmpty()})))
 			}).WithTimeout(converge).Should(Succeed())
 		}},
 		{"the realisation latency is measured", func(t *testing.T) {
