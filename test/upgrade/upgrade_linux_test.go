@@ -64,7 +64,7 @@ func TestUpgrade(t *testing.T) {
 	}
 	ctx := context.Background()
 	start := time.Now()
-	c, err := cluster.Start(ctx, cluster.Options{Logf: logf, Kubelets: true, Release: prev,
+	c, err := cluster.Start(ctx, cluster.Options{Logf: logf, Kubelets: true, Release: prev, AgentReadiness: true,
 		UnderlayCIDR: netip.MustParsePrefix("192.168.85.0/24"), ClusterCIDR: netip.MustParsePrefix("10.249.0.0/16")})
 	if err != nil {
 		t.Fatalf("starting release %s's cluster: %v", prev, err)

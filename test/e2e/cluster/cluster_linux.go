@@ -68,6 +68,10 @@ type Options struct {
 	APIServerArgs map[string]string
 	// ControllerManagerArgs are added to kube-controller-manager's command line.
 	ControllerManagerArgs []string
+	// AgentReadiness makes every agent serve /healthz and /readyz on a free port of the loopback
+	// (Node.AgentReady), as a DaemonSet's probes ask them; otherwise the agents serve no probe (a port
+	// picked free may be taken again before the agent binds it).
+	AgentReadiness bool
 }
 
 // Cluster is a running cluster. Its methods are safe for concurrent use unless they say otherwise.

@@ -86,8 +86,8 @@ type Node struct {
 	// node with a real kubelet, that of the shim containerd runs).
 	shimDir     string
 	shimRelease Release
-	// healthAddr is where the agent serves /healthz and /readyz (a free port of the loopback when the
-	// node was added).
+	// healthAddr is where the agent serves /healthz and /readyz: "0" (nowhere), or with
+	// Options.AgentReadiness a port of the loopback that was free when the node was added.
 	healthAddr string
 	// kubelet: a node with a real kubelet and containerd (AddKubeletNode).
 	kubelet *kubeletNode
@@ -133,7 +133,10 @@ func (c *Cluster) register(spec NodeSpec, with func(*Node)) (*Node, error) {
 	n.NSPath = nsPath(n.NS)
 	n.StateDir, n.CNISocket, n.CNIConfDir = filepath.Join(n.Dir, "state"), filepath.Join(n.Dir, "cni.sock"), filepath.Join(n.Dir, "net.d")
 	n.AuditLogDir = filepath.Join(n.Dir, "audit")
-	n.healthAddr = freeLoopbackPort()
+	n.healthAddr = "0"
+	if c.opts.AgentReadiness {
+		n.healthAddr = freeLoopbackPort()
+	}
 	if with != nil {
 		with(n)
 	}
