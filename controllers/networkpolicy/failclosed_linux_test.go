@@ -60,7 +60,7 @@ func startFailClosedSwitch(t *testing.T) *failClosedSwitch {
 		{"web", webPod.OFPort, []string{"type=internal"}},
 		{"db", db.OFPort, []string{"type=internal"}},
 	} {
-		o.MustVsctl(t, append([]string{"add-port", "br-int", p.name, "--", "set", "interface", p.name, fmt.Sprintf("ofport_request=%d", p.ofport)}, p.opts...)...)
+		o.AddPort(t, "br-int", p.name, p.ofport, p.opts...)
 	}
 	route := func(cidr, nodeIP string, peer uint64) pipeline.RemoteRoute {
 		return pipeline.RemoteRoute{CIDR: netip.MustParsePrefix(cidr), Tunnel: true, NodeIP: netip.MustParseAddr(nodeIP), VNI: 1,

@@ -47,8 +47,7 @@ func loadPipeline(t *testing.T, n Node) (*ovstest.OVS, []string) {
 		{"pod1", pod1.OFPort, []string{"type=internal"}},
 		{"pod2", pod2.OFPort, []string{"type=internal"}},
 	} {
-		args := []string{"add-port", "br-int", p.name, "--", "set", "interface", p.name, fmt.Sprintf("ofport_request=%d", p.ofport)}
-		o.MustVsctl(t, append(args, p.opts...)...)
+		o.AddPort(t, "br-int", p.name, p.ofport, p.opts...)
 	}
 	flows := slices.Concat(n.BaseFlows(), n.PodFlows(pod1), n.PodFlows(pod2), n.RouteFlows(remote), n.RouteFlows(remote3))
 	var text []string

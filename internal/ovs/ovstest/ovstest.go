@@ -361,6 +361,13 @@ func (o *OVS) AddBridge(t testing.TB, name string) {
 	o.MustVsctl(t, "add-br", name, "--", "set", "bridge", name, "datapath_type=netdev", "protocols=OpenFlow15")
 }
 
+// AddPort adds a port named name to the bridge with the OpenFlow port number ofport, and the
+// interface settings opts ("type=internal", "options:key=flow"...); it fails the test otherwise.
+func (o *OVS) AddPort(t testing.TB, bridge, name string, ofport uint32, opts ...string) {
+	t.Helper()
+	o.MustVsctl(t, append([]string{"add-port", bridge, name, "--", "set", "interface", name, fmt.Sprintf("ofport_request=%d", ofport)}, opts...)...)
+}
+
 // DumpFlows returns the flows of a bridge as `ovs-ofctl dump-flows --no-stats`
 // prints them, one flow a line, trimmed, sorted, without the reply header.
 func (o *OVS) DumpFlows(bridge string, extra ...string) ([]string, error) {
