@@ -15,6 +15,11 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
 log() { echo "build-previous-release: $*" >&2; }
 
+# git and tar (Debian's git and tar packages; a checkout has git) are what this script adds to the build.
+for cmd in git tar go; do
+	command -v "$cmd" >/dev/null || { log "$cmd is not installed: apt-get install ${cmd/go/golang} (go: the machine's Go)"; exit 1; }
+done
+
 # The one line of hack/previous-release that is neither a comment nor blank.
 lines=$(sed -e 's/#.*//' -e 's/[[:space:]]*$//' hack/previous-release | grep -v '^[[:space:]]*$' || true)
 if [ "$(printf '%s\n' "$lines" | grep -c .)" != 1 ]; then
