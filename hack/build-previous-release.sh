@@ -17,7 +17,7 @@ log() { echo "build-previous-release: $*" >&2; }
 
 # git and tar (Debian's git and tar packages; a checkout has git) are what this script adds to the build.
 for cmd in git tar go; do
-	command -v "$cmd" >/dev/null || { log "$cmd is not installed: apt-get install ${cmd/go/golang} (go: the machine's Go)"; exit 1; }
+	command -v "$cmd" >/dev/null || { log "$cmd is not installed (git and tar: apt-get install git tar; go: the machine's Go toolchain)"; exit 1; }
 done
 
 # The one line of hack/previous-release that is neither a comment nor blank.
