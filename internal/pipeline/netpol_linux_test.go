@@ -190,14 +190,14 @@ func TestPolicyPaths(t *testing.T) {
 // every later UDP packet of a committed connection as established, and a Service connection is
 // committed by its DNAT before policy refuses it: only a connection policy admitted (and marked so
 // at ConntrackCommit) may skip the rules. The userspace datapath keeps such packets +new, so a test-
-// only flow starts the trace at EgressRule with the state given (real packets never reach table 0
-// tracked).
+// only flow starts the trace at the first egress policy stage (AdminEgressRule) with the state given
+// (real packets never reach table 0 tracked); an admitted one goes on through EgressIncarnation.
 func TestPolicyEstablishedServiceConnections(t *testing.T) {
 	n := testNode()
 	o, _ := loadPipeline(t, n)
 	loadPolicy(t, o, n)
 	file := filepath.Join(t.TempDir(), "start")
-	if err := os.WriteFile(file, []byte("priority=250,ct_state=+trk,in_port=11 actions=goto_table:50\n"), 0o600); err != nil {
+	if err := os.WriteFile(file, []byte("priority=250,ct_state=+trk,in_port=11 actions=goto_table:46\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	o.MustOfctl(t, "-O", "OpenFlow15", "add-flows", "br-int", file)
@@ -210,11 +210,11 @@ func TestPolicyEstablishedServiceConnections(t *testing.T) {
 		{name: "an established Service connection policy never admitted is evaluated, and refused",
 			flow: packet("est|trk", "0x10"), want: []string{denied}},
 		{name: "an established Service connection policy admitted skips the rules",
-			flow: packet("est|trk", "0x110"), want: []string{`50\. ct_state=-new\+est\+trk,ct_mark=0x100/0x100,ip, priority 210`}, reject: []string{"60. ip,in_port=11"}},
+			flow: packet("est|trk", "0x110"), want: []string{`46\. ct_state=-new\+est\+trk,ct_mark=0x100/0x100,ip, priority 64000\n\s+goto_table:47`, `47\. reg10=0, priority 190`}, reject: []string{"60. ip,in_port=11"}},
 		{name: "an established connection that is no Service's skips the rules",
-			flow: packet("est|trk", "0"), want: []string{`50\. ct_state=-new\+est\+trk,ct_mark=0/0x10,ip, priority 210`}, reject: []string{"60. ip,in_port=11"}},
+			flow: packet("est|trk", "0"), want: []string{`46\. ct_state=-new\+est\+trk,ct_mark=0/0x10,ip, priority 64000\n\s+goto_table:47`, `47\. reg10=0, priority 190`}, reject: []string{"60. ip,in_port=11"}},
 		{name: "a reply skips the rules",
-			flow: packet("est|rpl|trk", "0x10"), want: []string{`50\. ct_state=-new\+rpl\+trk,ip, priority 210`}, reject: []string{"60. ip,in_port=11"}},
+			flow: packet("est|rpl|trk", "0x10"), want: []string{`46\. ct_state=-new\+rpl\+trk,ip, priority 64000\n\s+goto_table:47`, `47\. reg10=0, priority 190`}, reject: []string{"60. ip,in_port=11"}},
 	}
 	runTraces(t, o, cases)
 }
@@ -225,5 +225,5 @@ func TestServiceConnectionsAreAdmittedAtCommit(t *testing.T) {
 	g := NewWithT(t)
 	got := strs(testNode().ServiceBaseFlows())
 	g.Expect(got).To(ContainElement(
-		"table=105, priority=210,ct_state=-rpl+trk,ct_mark=0x10/0x110,ip actions=ct(commit,table=110,zone=65520,exec(set_field:0x100/0x100->ct_mark,move:NXM_NX_REG8[]->NXM_NX_CT_LABEL[64..95],move:NXM_NX_REG9[]->NXM_NX_CT_LABEL[96..127]))"))
+		"table=105, priority=210,ct_state=-rpl+trk,ct_mark=0x10/0x110,ip actions=ct(commit,table=110,zone=65520,exec(set_field:0x100/0x100->ct_mark,move:NXM_NX_REG8[]->NXM_NX_CT_LABEL[64..95],move:NXM_NX_REG9[]->NXM_NX_CT_LABEL[96..127],move:NXM_NX_REG10[]->NXM_NX_CT_LABEL[0..31],move:NXM_NX_REG11[]->NXM_NX_CT_LABEL[32..63]))"))
 }

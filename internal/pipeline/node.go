@@ -200,18 +200,15 @@ func (n Node) forwardingFlows() []openflow.Flow {
 		var out []openflow.Flow
 		for _, state := range []uint32{openflow.CTEst, openflow.CTRel} {
 			out = append(out,
-				flow(rules, priorityHigh, match(openflow.IPv4(), openflow.CTState(openflow.CTTrk|state, openflow.CTNew), openflow.CTMark(0, ServiceCTMark)), openflow.GotoTable(next)),
-				flow(rules, priorityHigh, match(openflow.IPv4(), openflow.CTState(openflow.CTTrk|state, openflow.CTNew), openflow.CTMark(PolicyAdmittedCTMark, PolicyAdmittedCTMark)), openflow.GotoTable(next)))
+				flow(rules, priorityClusterSkip, match(openflow.IPv4(), openflow.CTState(openflow.CTTrk|state, openflow.CTNew), openflow.CTMark(0, ServiceCTMark)), openflow.GotoTable(next)),
+				flow(rules, priorityClusterSkip, match(openflow.IPv4(), openflow.CTState(openflow.CTTrk|state, openflow.CTNew), openflow.CTMark(PolicyAdmittedCTMark, PolicyAdmittedCTMark)), openflow.GotoTable(next)))
 		}
-		return append(out, flow(rules, priorityHigh, match(openflow.IPv4(), openflow.CTState(openflow.CTTrk|openflow.CTRpl, openflow.CTNew)), openflow.GotoTable(next)))
+		return append(out, flow(rules, priorityClusterSkip, match(openflow.IPv4(), openflow.CTState(openflow.CTTrk|openflow.CTRpl, openflow.CTNew)), openflow.GotoTable(next)))
 	}
-	out := slices.Concat(skip(EgressRuleTable, EgressMetricTable), skip(IngressRuleTable, IngressMetricTable),
-		skip(AdminEgressRuleTable, EgressMetricTable), skip(AdminIngressRuleTable, IngressMetricTable))
-	for i := range out {
-		if out[i].Table == AdminEgressRuleTable || out[i].Table == AdminIngressRuleTable {
-			out[i].Priority = priorityClusterSkip
-		}
-	}
+	// They skip them in the first policy stage of their direction (the Admin tier's), through the
+	// incarnation tables, where a connection of an earlier Pod of a local Pod's address stops
+	// (incarnation.go).
+	out := slices.Concat(skip(AdminEgressRuleTable, EgressIncarnationTable), skip(AdminIngressRuleTable, IngressIncarnationTable), incarnationBaseFlows())
 	fromLocalPod := regMatch(PktSourceField, FromLocalPod)
 	return append(out,
 		// ClusterNetworkPolicy's tiers: traffic between a Pod and its own node goes on to
@@ -250,13 +247,14 @@ func (n Node) forwardingFlows() []openflow.Flow {
 		flow(L2ForwardingCalcTable, priorityNormal, match(openflow.EthDst(n.GatewayMAC)),
 			loadReg(TargetOFPortField, n.GatewayOFPort), loadReg(OFPortFoundField, 1), openflow.GotoTable(ingress)),
 		flow(L2ForwardingCalcTable, priorityMiss, nil, openflow.GotoTable(ingress)),
-		// New connections are committed with the ids of the rules that admitted them (counters.go);
-		// a NodePort connection from the uplink, whose ct_label keeps MACs where the egress id
-		// would go, with its ingress rule's alone (it has no egress rule).
+		// New connections are committed with the ids of the rules that admitted them (counters.go)
+		// and the incarnations of their local Pods (incarnation.go); a NodePort connection from the
+		// uplink, whose ct_label keeps MACs where the egress id and the incarnations would go, with
+		// its ingress rule's alone (it has no egress rule) and its endpoint's incarnation in ct_mark.
 		flow(ConntrackCommitTable, priorityLow, match(openflow.IPv4(), openflow.CTState(openflow.CTNew|openflow.CTTrk, 0)),
-			openflow.CT(openflow.CTAction{Commit: true, Table: ptr(L2ForwardingOutTable), Zone: ConntrackZone, Exec: commitRules()})),
+			openflow.CT(openflow.CTAction{Commit: true, Table: ptr(L2ForwardingOutTable), Zone: ConntrackZone, Exec: commitNew()})),
 		flow(ConntrackCommitTable, priorityLow+1, match(openflow.IPv4(), openflow.CTState(openflow.CTNew|openflow.CTTrk, 0), openflow.CTMark(ServiceExternalCTMark, ServiceExternalCTMark)),
-			openflow.CT(openflow.CTAction{Commit: true, Table: ptr(L2ForwardingOutTable), Zone: ConntrackZone, Exec: []openflow.Action{commitRule(PolicyIngress)}})),
+			openflow.CT(openflow.CTAction{Commit: true, Table: ptr(L2ForwardingOutTable), Zone: ConntrackZone, Exec: commitNewExternal()})),
 		flow(ConntrackCommitTable, priorityMiss, nil, openflow.GotoTable(L2ForwardingOutTable)),
 		flow(L2ForwardingOutTable, priorityLow, match(regMatch(OFPortFoundField, 1)), openflow.OutputReg(TargetOFPortField.Reg, TargetOFPortField.Start, TargetOFPortField.End)),
 		flow(L2ForwardingOutTable, priorityMiss, nil, openflow.Drop()),
@@ -277,7 +275,7 @@ func (n Node) snatFlows() []openflow.Flow {
 			loadReg(SNATRequiredField, 1), openflow.SetEthDst(n.GatewayMAC), openflow.GotoTable(L2ForwardingCalcTable)),
 		flow(ConntrackCommitTable, priorityNormal, match(openflow.IPv4(), openflow.CTState(openflow.CTNew|openflow.CTTrk, 0), regMatch(SNATRequiredField, 1)),
 			openflow.CT(openflow.CTAction{Commit: true, Table: ptr(L2ForwardingOutTable), Zone: ConntrackZone, SNAT: n.NodeIP,
-				Exec: append([]openflow.Action{openflow.SetCTMark(SNATCTMark, 0xffffffff)}, commitRules()...)})),
+				Exec: append([]openflow.Action{openflow.SetCTMark(SNATCTMark, 0xffffffff)}, commitNew()...)})),
 		flow(L2ForwardingOutTable, priorityNormal, match(openflow.IPv4(), regMatch(SNATRequiredField, 1)), openflow.Output(n.GatewayOFPort)),
 	}
 	for _, p := range n.NoSNAT {

@@ -42,7 +42,7 @@ func TestSNATFlows(t *testing.T) {
 	got := featureFlows(testNode(), CategorySNAT)
 	g.Expect(got).To(ConsistOf(
 		"table=70, priority=10,ip,reg0=0x2/0xffff actions=set_field:0x20000/0x20000->reg0,set_field:02:42:0a:f4:01:01->eth_dst,goto_table:80",
-		"table=105, priority=200,ct_state=+new+trk,ip,reg0=0x20000/0x20000 actions=ct(commit,table=110,zone=65520,nat(src=192.168.10.11),exec(set_field:0x40->ct_mark,move:NXM_NX_REG8[]->NXM_NX_CT_LABEL[64..95],move:NXM_NX_REG9[]->NXM_NX_CT_LABEL[96..127]))",
+		"table=105, priority=200,ct_state=+new+trk,ip,reg0=0x20000/0x20000 actions=ct(commit,table=110,zone=65520,nat(src=192.168.10.11),exec(set_field:0x40->ct_mark,move:NXM_NX_REG8[]->NXM_NX_CT_LABEL[64..95],move:NXM_NX_REG9[]->NXM_NX_CT_LABEL[96..127],move:NXM_NX_REG10[]->NXM_NX_CT_LABEL[0..31],move:NXM_NX_REG11[]->NXM_NX_CT_LABEL[32..63]))",
 		"table=110, priority=200,ip,reg0=0x20000/0x20000 actions=output:2",
 		"table=70, priority=180,ip,reg0=0x2/0xffff,nw_dst=10.244.0.0/16 actions=set_field:02:42:0a:f4:01:01->eth_dst,goto_table:80",
 		"table=70, priority=180,ip,reg0=0x2/0xffff,nw_dst=10.96.0.0/12 actions=set_field:02:42:0a:f4:01:01->eth_dst,goto_table:80",

@@ -60,12 +60,19 @@ const (
 	// virtual MAC (L3Forwarding delivers them like routed packets) and go on to L3Forwarding.
 	EndpointDNATTable uint8 = 45
 	// AdminEgressRuleTable is the Admin tier of ClusterNetworkPolicy for egress, the first policy
-	// stage: established and related packets skip every policy stage from here (as in
-	// EgressRuleTable); on new connections each Admin rule is one conjunction at an OVS priority of
+	// stage: established and related packets skip every policy stage from here, through
+	// EgressIncarnationTable; on new connections each Admin rule is one conjunction at an OVS priority of
 	// its own (ClusterPriority), whose conj_id flow accepts (EgressMetricTable: NetworkPolicy and
 	// Baseline skipped), denies (drop) or passes (EgressPeerClassTable, NetworkPolicy). Traffic from
 	// a Pod to its own node and what no rule matches go on to NetworkPolicy.
 	AdminEgressRuleTable uint8 = 46
+	// EgressIncarnationTable is where established and related packets go from the egress policy
+	// stages' skips: a packet from a local Pod goes on (EgressMetricTable) only when its connection
+	// was committed with that Pod's incarnation (PodIncarnationFlows), so that a connection of a Pod
+	// deleted since never passes as established for the Pod its address went to. Packets from
+	// elsewhere, and from Pods attached before incarnations (0), go on; the miss drops
+	// (IncarnationDropPriority, counted).
+	EgressIncarnationTable uint8 = 47
 	// EgressPeerClassTable is the longest-prefix-match stage of egress ipBlocks with exceptions:
 	// one flow per distinct CIDR or exception of the node's egress rules (priority
 	// priorityPeerClass + prefix length) loads the class of the destination (the id of its longest
@@ -74,8 +81,9 @@ const (
 	// EgressRuleTable evaluates the egress rules of NetworkPolicies on new connections, after
 	// Service DNAT (it sees the endpoint, not the ClusterIP): one conjunction per rule, whose
 	// clauses are the source Pods' ports, the destinations and the destination ports; a
-	// completed conjunction (conj_id) allows. Established and related packets, traffic from a
-	// Pod to its own node and to itself skip the evaluation.
+	// completed conjunction (conj_id) allows. Traffic from a Pod to its own node and to itself
+	// skips the evaluation; established and related packets never reach it (they skip every
+	// policy stage from AdminEgressRuleTable).
 	EgressRuleTable uint8 = 50
 	// EgressDefaultTable drops what no egress rule allowed from Pods isolated for egress.
 	EgressDefaultTable uint8 = 60
@@ -94,6 +102,10 @@ const (
 	// AdminIngressRuleTable is AdminEgressRuleTable for ingress, once the output port is known:
 	// a rule's clauses are the sources, the target Pods' ports (TargetOFPortField) and the ports.
 	AdminIngressRuleTable uint8 = 82
+	// IngressIncarnationTable is EgressIncarnationTable for ingress: a packet to a local Pod
+	// (TargetOFPortField) goes on (IngressMetricTable) only when its connection was committed with
+	// that Pod's incarnation.
+	IngressIncarnationTable uint8 = 83
 	// IngressPeerClassTable is EgressPeerClassTable for ingress: it classifies the source into
 	// IngressPeerClassField for IngressRuleTable.
 	IngressPeerClassTable uint8 = 85
@@ -132,6 +144,7 @@ var TableNames = map[uint8]string{
 	AffinityLearnTable:       "AffinityLearn",
 	EndpointDNATTable:        "EndpointDNAT",
 	AdminEgressRuleTable:     "AdminEgressRule",
+	EgressIncarnationTable:   "EgressIncarnation",
 	EgressPeerClassTable:     "EgressPeerClass",
 	EgressRuleTable:          "EgressRule",
 	EgressDefaultTable:       "EgressDefaultRule",
@@ -140,6 +153,7 @@ var TableNames = map[uint8]string{
 	L3ForwardingTable:        "L3Forwarding",
 	L2ForwardingCalcTable:    "L2ForwardingCalc",
 	AdminIngressRuleTable:    "AdminIngressRule",
+	IngressIncarnationTable:  "IngressIncarnation",
 	IngressPeerClassTable:    "IngressPeerClass",
 	IngressRuleTable:         "IngressRule",
 	IngressDefaultTable:      "IngressDefaultRule",
@@ -181,6 +195,12 @@ type RegField struct {
 //	             committed into ct_label[64..95] (EgressRuleLabel), counted in EgressMetricTable
 //	reg9[0..31]  IngressRuleField: the same for ingress, into ct_label[96..127] (IngressRuleLabel),
 //	             counted in IngressMetricTable
+//	reg10[0..31] SrcIncarnationField: the incarnation of the local Pod that sent the packet
+//	             (SpoofGuardTable; 0: not from a local Pod, or from one attached before
+//	             incarnations), committed into ct_label[0..31] (SrcIncarnationLabel)
+//	reg11[0..31] DstIncarnationField: the incarnation of the local Pod the packet goes to
+//	             (L2ForwardingCalcTable), committed into ct_label[32..63] (DstIncarnationLabel), or
+//	             for a NodePort connection from the uplink into ct_mark[16..31]
 var (
 	PktSourceField          = RegField{Reg: 0, Start: 0, End: 15}
 	OFPortFoundField        = RegField{Reg: 0, Start: 16, End: 16}
@@ -196,6 +216,8 @@ var (
 	IngressPeerClassField   = RegField{Reg: 6, Start: 0, End: 31}
 	EgressRuleField         = RegField{Reg: 8, Start: 0, End: 31}
 	IngressRuleField        = RegField{Reg: 9, Start: 0, End: 31}
+	SrcIncarnationField     = RegField{Reg: 10, Start: 0, End: 31}
+	DstIncarnationField     = RegField{Reg: 11, Start: 0, End: 31}
 )
 
 // ct_label of ConntrackZone (and of a UDP Service port's own zone) is 128 bits:
@@ -207,6 +229,12 @@ var (
 //	          bits are never written over (its commit moves the ingress rule alone), and the egress
 //	          counters skip it (ct_mark without ServiceExternalCTMark)
 //	[96..127] IngressRuleLabel: the ingress rule that admitted the connection (IngressRuleField)
+//	[0..31]   SrcIncarnationLabel: the incarnation of the local Pod that opened the connection
+//	          (SrcIncarnationField), on every connection but those from the uplink (whose client
+//	          is never a local Pod)
+//	[32..63]  DstIncarnationLabel: the incarnation of the local Pod the connection goes to
+//	          (DstIncarnationField), on the same connections; a NodePort connection from the
+//	          uplink keeps it in ct_mark[16..31] (IncarnationCTMarkShift) instead
 //
 // The rule ids are written by the commit that ends a new connection's walk (ConntrackCommitTable),
 // so that its later packets, in both directions, are counted per rule in the metric tables. A
@@ -222,6 +250,10 @@ const (
 	// IngressRuleLabel is the first bit of ct_label that keeps the id of the ingress rule that
 	// admitted the connection (IngressRuleField), for its counters.
 	IngressRuleLabel = 96
+	// SrcIncarnationLabel and DstIncarnationLabel are the first bits of ct_label that keep the
+	// incarnations of the connection's local Pods (incarnation.go).
+	SrcIncarnationLabel = 0
+	DstIncarnationLabel = 32
 )
 
 // Values of PktSourceField.
@@ -381,7 +413,10 @@ const (
 // ServiceZoneCTMarkMask is where ConntrackZone's record of a UDP Service connection keeps the zone
 // the connection is DNATed in (ct_mark[16..31], ServiceZoneCTMarkShift): a reply comes from the
 // endpoint, which may serve several UDP Service ports, so only this record tells which zone
-// un-DNATs it. No other ct_mark bit above 0x400 is used.
+// un-DNATs it. A NodePort connection from the uplink keeps its local endpoint's incarnation in the
+// same bits of the record its policy stages read (the zone it is DNATed in: IncarnationCTMarkShift),
+// below ServiceUDPZoneFirst (MaxIncarnation), so that it is never taken for a zone. No other
+// ct_mark bit above 0x400 is used.
 const (
 	ServiceZoneCTMarkShift        = 16
 	ServiceZoneCTMarkMask  uint32 = 0xffff0000

@@ -11,6 +11,7 @@ import (
 
 	. "github.com/onsi/gomega"
 
+	"github.com/winnet-io/winnet/internal/ovs/openflow"
 	"github.com/winnet-io/winnet/internal/ovs/ovstest"
 )
 
@@ -34,6 +35,12 @@ var (
 
 func loadPipeline(t *testing.T, n Node) (*ovstest.OVS, []string) {
 	t.Helper()
+	return loadPipelineWith(t, n, []Pod{pod1, pod2})
+}
+
+// loadPipelineWith is loadPipeline with pods (pod1 and pod2, as the test wants them) and extra flows.
+func loadPipelineWith(t *testing.T, n Node, pods []Pod, extra ...openflow.Flow) (*ovstest.OVS, []string) {
+	t.Helper()
 	o := ovstest.Start(t, ovstest.Options{})
 	o.AddBridge(t, "br-int")
 	for _, p := range []struct {
@@ -49,7 +56,10 @@ func loadPipeline(t *testing.T, n Node) (*ovstest.OVS, []string) {
 	} {
 		o.AddPort(t, "br-int", p.name, p.ofport, p.opts...)
 	}
-	flows := slices.Concat(n.BaseFlows(), n.PodFlows(pod1), n.PodFlows(pod2), n.RouteFlows(remote), n.RouteFlows(remote3))
+	flows := slices.Concat(n.BaseFlows(), n.RouteFlows(remote), n.RouteFlows(remote3), extra)
+	for _, p := range pods {
+		flows = append(flows, n.PodFlows(p)...)
+	}
 	var text []string
 	for _, f := range flows {
 		text = append(text, f.String())

@@ -12,26 +12,37 @@ type Pod struct {
 	OFPort uint32
 	MAC    net.HardwareAddr
 	IP     netip.Addr
+	// Incarnation tells this attachment of the address from the earlier ones (incarnation.go);
+	// 0 for a Pod attached before incarnations, whose connections are not checked.
+	Incarnation uint16
 }
 
 // PodFlows are the flows of one local Pod: it is classified as a local Pod, may send only with its
 // own MAC and IP (ARP too: sender MAC and IP, arp_sha and arp_spa, as Antrea's SpoofGuard checks, so
 // that a Pod cannot announce its own IP with another Pod's MAC), is reached by its MAC, and packets
-// routed to it (from the tunnel, or un-NATed replies) get its MAC and the gateway's as source.
+// routed to it (from the tunnel, or un-NATed replies) get its MAC and the gateway's as source. Its
+// incarnation is loaded as its packets enter and as packets to it are switched, and its
+// established connections pass the incarnation tables only when they carry it (incarnation.go).
 func (n Node) PodFlows(p Pod) []openflow.Flow {
 	host := netip.PrefixFrom(p.IP, p.IP.BitLen())
-	return []openflow.Flow{
+	var src, dst []openflow.Action
+	if p.Incarnation != 0 {
+		src = []openflow.Action{loadReg(SrcIncarnationField, uint32(p.Incarnation))}
+		dst = []openflow.Action{loadReg(DstIncarnationField, uint32(p.Incarnation))}
+	}
+	out := []openflow.Flow{
 		flow(ClassifierTable, priorityLow, match(openflow.InPort(p.OFPort)),
 			loadReg(PktSourceField, FromLocalPod), openflow.GotoTable(SpoofGuardTable)),
 		flow(SpoofGuardTable, priorityNormal, match(openflow.InPort(p.OFPort), openflow.IPv4(), openflow.EthSrc(p.MAC), openflow.NwSrc(host)),
-			openflow.GotoTable(ConntrackTable)),
+			append(src, openflow.GotoTable(ConntrackTable))...),
 		flow(SpoofGuardTable, priorityNormal, match(openflow.InPort(p.OFPort), openflow.ARP(), openflow.EthSrc(p.MAC), openflow.NwSrc(host), openflow.ARPSHA(p.MAC)),
 			openflow.GotoTable(ARPResponderTable)),
 		flow(L3ForwardingTable, priorityNormal, match(openflow.IPv4(), openflow.EthDst(GlobalVirtualMAC), openflow.NwDst(host)),
 			openflow.SetEthSrc(n.GatewayMAC), openflow.SetEthDst(p.MAC), openflow.GotoTable(L2ForwardingCalcTable)),
 		flow(L2ForwardingCalcTable, priorityNormal, match(openflow.EthDst(p.MAC)),
-			loadReg(TargetOFPortField, p.OFPort), loadReg(OFPortFoundField, 1), openflow.GotoTable(AdminIngressRuleTable)),
+			append(append([]openflow.Action{loadReg(TargetOFPortField, p.OFPort), loadReg(OFPortFoundField, 1)}, dst...), openflow.GotoTable(AdminIngressRuleTable))...),
 	}
+	return append(out, n.podIncarnationFlows(p)...)
 }
 
 // PodPolicyPendingFlows refuse every IP packet to a local Pod whose NetworkPolicy flows are not

@@ -160,11 +160,14 @@ func (n Node) ServiceBaseFlows() []openflow.Flow {
 			loadReg(HairpinField, 1), openflow.CT(openflow.CTAction{Table: ptr(ConntrackStateTable), Zone: ConntrackZone, NAT: true})),
 		flow(L2ForwardingOutTable, priorityHigh, match(regMatch(HairpinField, 1)), openflow.Output(openflow.PortInPort)),
 	)
-	label := openflow.FieldCTLabel
 	out = append(out,
-		flow(ConntrackStateTable, priorityTop, match(openflow.IPv4(), openflow.CTState(openflow.CTRpl|openflow.CTTrk, openflow.CTNew), openflow.CTMark(ServiceExternalCTMark, ServiceExternalCTMark)),
-			openflow.MoveBits(label, 0, openflow.FieldEthDst, 0, 48), openflow.MoveBits(label, 48, openflow.FieldEthSrc, 0, 48),
-			openflow.Output(n.UplinkOFPort)),
+		// (A local Pod with an incarnation sends them through a flow of its own, which checks the
+		// connection's; the rest is a stale connection's, dropped: incarnation.go.)
+		flow(ConntrackStateTable, priorityTop, match(openflow.IPv4(), openflow.CTState(openflow.CTRpl|openflow.CTTrk, openflow.CTNew), openflow.CTMark(ServiceExternalCTMark, ServiceExternalCTMark),
+			regMatch(SrcIncarnationField, 0)),
+			n.externalReplyActions()...),
+		flow(ConntrackStateTable, priorityStaleReply, match(openflow.IPv4(), openflow.CTState(openflow.CTRpl|openflow.CTTrk, openflow.CTNew), openflow.CTMark(ServiceExternalCTMark, ServiceExternalCTMark)),
+			openflow.Drop()),
 		// Replies of the host's connections to its own NodePorts (hostGroup), un-NATed, go back to
 		// the host on the gateway, where the host's own NAT turns them back into replies from its
 		// address.
@@ -592,6 +595,14 @@ func (n Node) endpointActions(sp ServicePort, ep Endpoint, external, learn bool)
 	return append(actions, openflow.CT(openflow.CTAction{Commit: true, Table: ptr(EndpointDNATTable), Zone: sp.dnatZone(), DNAT: ep.Addr, Exec: exec}))
 }
 
+// externalReplyActions send a reply of a NodePort connection from the uplink back out of it, with
+// the MACs its request came with (ct_label).
+func (n Node) externalReplyActions() []openflow.Action {
+	label := openflow.FieldCTLabel
+	return []openflow.Action{openflow.MoveBits(label, 0, openflow.FieldEthDst, 0, 48), openflow.MoveBits(label, 48, openflow.FieldEthSrc, 0, 48),
+		openflow.Output(n.UplinkOFPort)}
+}
+
 // admitExec are the actions, inside the commit of a Service connection that NetworkPolicy let
 // through, that mark it PolicyAdmittedCTMark and keep the ids of the rules that admitted it in
 // ct_label (counters.go). A connection from the uplink (ServiceExternalCTMark) keeps MACs where the
@@ -599,9 +610,9 @@ func (n Node) endpointActions(sp ServicePort, ep Endpoint, external, learn bool)
 func admitExec(external bool) []openflow.Action {
 	mark := openflow.SetCTMark(PolicyAdmittedCTMark, PolicyAdmittedCTMark)
 	if external {
-		return []openflow.Action{mark, commitRule(PolicyIngress)}
+		return append([]openflow.Action{mark}, commitNewExternal()...)
 	}
-	return append([]openflow.Action{mark}, commitRules()...)
+	return append([]openflow.Action{mark}, commitNew()...)
 }
 
 // admit commits a new Service connection, in the zone it is DNATed in, as admitExec marks it,

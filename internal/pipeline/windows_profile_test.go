@@ -160,7 +160,8 @@ func TestBuildersPassWindowsProfile(t *testing.T) {
 			d := Datapath{Flows: n.BaseFlows(), NATZones: n.NATZones()}
 			for _, p := range []Pod{
 				{OFPort: 10, MAC: mustMAC("02:42:0a:f4:01:05"), IP: netip.MustParseAddr("10.244.1.5")},
-				{OFPort: 11, MAC: mustMAC("02:42:0a:f4:01:06"), IP: netip.MustParseAddr("10.244.1.6")},
+				{OFPort: 11, MAC: mustMAC("02:42:0a:f4:01:06"), IP: netip.MustParseAddr("10.244.1.6"), Incarnation: 7},
+				{OFPort: 12, MAC: mustMAC("02:42:0a:f4:01:07"), IP: netip.MustParseAddr("10.244.1.7"), Incarnation: MaxIncarnation},
 			} {
 				d.Flows = append(d.Flows, n.PodFlows(p)...)
 			}

@@ -20,6 +20,9 @@ func TpDst(proto uint8, port uint16) MatchField {
 // FieldCTLabel is ct_label, for Move into ct(exec(...)) and out of it.
 var FieldCTLabel = Field{"NXM_NX_CT_LABEL", 128}
 
+// FieldCTMark is ct_mark, for Move into ct(exec(...)).
+var FieldCTMark = Field{"NXM_NX_CT_MARK", 32}
+
 type moveBitsAction struct {
 	src, dst           Field
 	srcStart, dstStart int
