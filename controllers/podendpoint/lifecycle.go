@@ -301,6 +301,12 @@ func doAddress(ctx context.Context, r *podRun) error {
 		return err
 	}
 	r.a.IP = ip
+	// The attachment's incarnation of the address, kept before its flows are installed.
+	if r.p.opts.Incarnations != nil {
+		if _, err := r.p.opts.Incarnations.Assign(r.a.SandboxID, ip.Addr()); err != nil {
+			return err
+		}
+	}
 	return nil
 }
 
@@ -308,7 +314,13 @@ func undoAddress(ctx context.Context, r *podRun) error {
 	if !r.a.IP.IsValid() {
 		return nil // no address was allocated
 	}
-	return r.p.opts.Host.IPAM.Release(ctx, ipamRequest(r.a))
+	if err := r.p.opts.Host.IPAM.Release(ctx, ipamRequest(r.a)); err != nil {
+		return err
+	}
+	if r.p.opts.Incarnations != nil {
+		r.p.opts.Incarnations.Forget(r.a.SandboxID)
+	}
+	return nil
 }
 
 func checkAddress(_ context.Context, r *podRun) []string {

@@ -60,6 +60,9 @@ type Options struct {
 	Host     Host
 	State    *nodenetwork.State
 	Store    *Store
+	// Incarnations gives each attachment its incarnation (incarnation.go); nil gives none (no
+	// connection is checked).
+	Incarnations *Incarnations
 	// NotReadyWait bounds how long ADD waits for the node network; zero means DefaultNotReadyWait.
 	NotReadyWait time.Duration
 	// VNICTimeout bounds how long the agent waits for a Pod's vNIC after ADD; zero means
@@ -451,7 +454,7 @@ func (p *Pods) podFlows(rz nodenetwork.Realized, a *Attachment) ([]openflow.Flow
 	if err != nil {
 		return nil, fmt.Errorf("MAC of endpoint %s: %w", a.EndpointName, err)
 	}
-	pod := pipeline.Pod{OFPort: uint32(a.OFPort), MAC: mac, IP: a.IP.Addr()}
+	pod := pipeline.Pod{OFPort: uint32(a.OFPort), MAC: mac, IP: a.IP.Addr(), Incarnation: p.opts.Incarnations.Of(a.SandboxID)}
 	flows := rz.Node.PodFlows(pod)
 	if a.WaitingForVNIC && p.policyGate() != nil {
 		flows = append(flows, rz.Node.PodPolicyPendingFlows(pod)...)

@@ -42,6 +42,9 @@ func (p *Pods) removeOrphanedFlows(ctx context.Context, n node, ofports map[uint
 func (p *Pods) Start(ctx context.Context) error {
 	log := ctrl.LoggerFrom(ctx).WithName("podendpoint")
 	ctx = ctrl.LoggerInto(ctx, log)
+	stale := newStaleCounter(p.opts.State)
+	staleConnections.add(stale)
+	defer staleConnections.remove(stale)
 	changes := p.opts.State.Subscribe()
 	started := false
 	var synced *openflow.Bridge // the connection every attachment's flows were installed on

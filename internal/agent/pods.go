@@ -97,8 +97,13 @@ func SetupPodNetwork(ctx context.Context, mgr ctrl.Manager, opts PodNetworkOptio
 		nodeEvent(ctx, mgr.GetClient(), opts.NodeName, corev1.EventTypeWarning, RecordSetAsideReason,
 			fmt.Sprintf("Set aside the Pod attachment record %s as %s, not trusted: %v", a.Record, a.Path, a.Err))
 	}
+	incarnations, err := podendpoint.OpenIncarnations(filepath.Join(opts.StateDir, podendpoint.IncarnationsFileName), store)
+	if err != nil {
+		// The numbers are given afresh: the Pods present are not checked (pipeline/incarnation.go).
+		ctrl.LoggerFrom(ctx).Error(err, "Ignoring the Pod incarnations of the previous agent")
+	}
 	pods := podendpoint.NewPods(podendpoint.Options{
-		Reader: mgr.GetClient(), NodeName: opts.NodeName, Host: opts.Host, State: opts.State, Store: store,
+		Reader: mgr.GetClient(), NodeName: opts.NodeName, Host: opts.Host, State: opts.State, Store: store, Incarnations: incarnations,
 		NotReadyWait: opts.NotReadyWait,
 		VNICTimeout:  opts.VNICTimeout,
 	})

@@ -45,17 +45,19 @@ const priorityStaleReply = priorityTop - 1
 // IncarnationDrop is one flow that drops packets of connections committed for another incarnation
 // of their Pod's address, and the direction it counts them under.
 type IncarnationDrop struct {
-	Table     uint8
-	Priority  uint16
+	Table    uint8
+	Priority uint16
+	// Category is the flow's cookie category.
+	Category  uint8
 	Direction PolicyDirection
 }
 
 // IncarnationDrops are the flows that drop packets of connections of an earlier incarnation of an
 // address: the miss of each incarnation table, and the stale replies to clients from the uplink.
 var IncarnationDrops = []IncarnationDrop{
-	{Table: EgressIncarnationTable, Priority: priorityMiss, Direction: PolicyEgress},
-	{Table: IngressIncarnationTable, Priority: priorityMiss, Direction: PolicyIngress},
-	{Table: ConntrackStateTable, Priority: priorityStaleReply, Direction: PolicyEgress},
+	{Table: EgressIncarnationTable, Priority: priorityMiss, Category: CategoryForwarding, Direction: PolicyEgress},
+	{Table: IngressIncarnationTable, Priority: priorityMiss, Category: CategoryForwarding, Direction: PolicyIngress},
+	{Table: ConntrackStateTable, Priority: priorityStaleReply, Category: CategoryService, Direction: PolicyEgress},
 }
 
 // incarnationBaseFlows let through the incarnation tables what is not from (egress) or to
