@@ -68,10 +68,10 @@ const (
 	AdminEgressRuleTable uint8 = 46
 	// EgressIncarnationTable is where established and related packets go from the egress policy
 	// stages' skips: a packet from a local Pod goes on (EgressMetricTable) only when its connection
-	// was committed with that Pod's incarnation (PodIncarnationFlows), so that a connection of a Pod
+	// was committed with that Pod's incarnation (podIncarnationFlows), so that a connection of a Pod
 	// deleted since never passes as established for the Pod its address went to. Packets from
 	// elsewhere, and from Pods attached before incarnations (0), go on; the miss drops
-	// (IncarnationDropPriority, counted).
+	// (IncarnationDrops, counted).
 	EgressIncarnationTable uint8 = 47
 	// EgressPeerClassTable is the longest-prefix-match stage of egress ipBlocks with exceptions:
 	// one flow per distinct CIDR or exception of the node's egress rules (priority

@@ -312,7 +312,8 @@ func TestPodNetwork(t *testing.T) {
 		g.Expect(left).To(ContainElement("attachment " + keep.sandbox))
 		g.Expect(left).NotTo(ContainElement(ContainSubstring(stale.sandbox)), "no attachment or allocation of the stale Pod")
 		g.Expect(left).NotTo(ContainElement(ContainSubstring(podendpoint.EndpointName(stale.sandbox))), "no endpoint or port of the stale Pod")
-		g.Expect(n.podFlows(g)).To(HaveLen(5), "only the kept Pod's flows")
+		// A Pod's flows: 5, and 7 that check its connections' incarnation (pipeline.PodFlows).
+		g.Expect(n.podFlows(g)).To(HaveLen(12), "only the kept Pod's flows")
 
 		// Orphans of an agent that crashed half-way: an endpoint, an OVS port and an allocation with
 		// winnet's marks but no attachment. GC removes them too.
