@@ -12,6 +12,7 @@ import (
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/winnet-io/winnet/controllers/nodenetwork"
+	"github.com/winnet-io/winnet/internal/metricsources"
 	"github.com/winnet-io/winnet/internal/ovs/openflow"
 	"github.com/winnet-io/winnet/internal/pipeline"
 )
@@ -273,26 +274,13 @@ func ruleSeries(n nodenetwork.PolicyRuleName) counterKey {
 // counterCollector exposes the rule counters of every agent of the process (one in production;
 // the tests run several, whose series with the same labels are added up).
 type counterCollector struct {
-	mu      sync.Mutex
-	sources map[*ruleCounters]bool
+	sources metricsources.Set[*ruleCounters]
 }
 
-var ruleCounterCollector = &counterCollector{sources: map[*ruleCounters]bool{}}
+var ruleCounterCollector = &counterCollector{}
 
 func init() {
 	ctrlmetrics.Registry.MustRegister(ruleCounterCollector)
-}
-
-func (c *counterCollector) add(s *ruleCounters) {
-	c.mu.Lock()
-	c.sources[s] = true
-	c.mu.Unlock()
-}
-
-func (c *counterCollector) remove(s *ruleCounters) {
-	c.mu.Lock()
-	delete(c.sources, s)
-	c.mu.Unlock()
 }
 
 // Describe sends the descriptors of the three counters.
@@ -304,12 +292,7 @@ func (c *counterCollector) Describe(ch chan<- *prometheus.Desc) {
 
 // Collect reads (or takes from the cache) every agent's counters.
 func (c *counterCollector) Collect(ch chan<- prometheus.Metric) {
-	c.mu.Lock()
-	sources := make([]*ruleCounters, 0, len(c.sources))
-	for s := range c.sources {
-		sources = append(sources, s)
-	}
-	c.mu.Unlock()
+	sources := c.sources.List()
 	sum := map[counterKey]counterValues{}
 	for _, s := range sources {
 		for k, v := range s.read(context.Background()) {

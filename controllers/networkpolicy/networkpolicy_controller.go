@@ -166,9 +166,9 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	// The node's rule counters are exposed while the manager runs (counters.go).
 	counters := newRuleCounters(r.State)
 	if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {
-		ruleCounterCollector.add(counters)
+		ruleCounterCollector.sources.Add(counters)
 		<-ctx.Done()
-		ruleCounterCollector.remove(counters)
+		ruleCounterCollector.sources.Remove(counters)
 		return nil
 	})); err != nil {
 		return fmt.Errorf("adding the policy rule counters: %w", err)

@@ -11,6 +11,7 @@ import (
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/winnet-io/winnet/controllers/nodenetwork"
+	"github.com/winnet-io/winnet/internal/metricsources"
 	"github.com/winnet-io/winnet/internal/ovs/openflow"
 	"github.com/winnet-io/winnet/internal/pipeline"
 )
@@ -94,26 +95,13 @@ func (c *staleCounter) readSwitch(ctx context.Context) {
 // staleCollector exposes the counters of every agent of the process (one in production; the tests
 // run several, whose series are added up).
 type staleCollector struct {
-	mu      sync.Mutex
-	sources map[*staleCounter]bool
+	sources metricsources.Set[*staleCounter]
 }
 
-var staleConnections = &staleCollector{sources: map[*staleCounter]bool{}}
+var staleConnections = &staleCollector{}
 
 func init() {
 	ctrlmetrics.Registry.MustRegister(staleConnections)
-}
-
-func (c *staleCollector) add(s *staleCounter) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.sources[s] = true
-}
-
-func (c *staleCollector) remove(s *staleCounter) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	delete(c.sources, s)
 }
 
 // Describe sends the counter's descriptor.
@@ -121,12 +109,7 @@ func (c *staleCollector) Describe(ch chan<- *prometheus.Desc) { ch <- staleDropp
 
 // Collect reads (or takes from the cache) every agent's counters.
 func (c *staleCollector) Collect(ch chan<- prometheus.Metric) {
-	c.mu.Lock()
-	sources := make([]*staleCounter, 0, len(c.sources))
-	for s := range c.sources {
-		sources = append(sources, s)
-	}
-	c.mu.Unlock()
+	sources := c.sources.List()
 	sum := map[string]uint64{"egress": 0, "ingress": 0}
 	for _, s := range sources {
 		for k, v := range s.read(context.Background()) {

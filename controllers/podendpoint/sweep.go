@@ -43,8 +43,8 @@ func (p *Pods) Start(ctx context.Context) error {
 	log := ctrl.LoggerFrom(ctx).WithName("podendpoint")
 	ctx = ctrl.LoggerInto(ctx, log)
 	stale := newStaleCounter(p.opts.State)
-	staleConnections.add(stale)
-	defer staleConnections.remove(stale)
+	staleConnections.sources.Add(stale)
+	defer staleConnections.sources.Remove(stale)
 	changes := p.opts.State.Subscribe()
 	started := false
 	var synced *openflow.Bridge // the connection every attachment's flows were installed on
