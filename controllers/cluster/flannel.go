@@ -138,7 +138,7 @@ func (f FlannelInterop) flannelRoute(node *corev1.Node, lease flannelLease) *uns
 func (f FlannelInterop) flannelRecord(node *corev1.Node, wnn *networkv1alpha1.WindowsNodeNetwork) map[string]string {
 	ip := string(wnn.Spec.NodeIP)
 	if ip == "" {
-		ip = factsOf(node).nodeIP
+		ip = factsOf(node).nodeIPv4
 	}
 	if ip == "" || len(factsOf(node).podCIDRs) == 0 {
 		return nil

@@ -27,7 +27,10 @@ var DefaultWindowsNodeSelector = labels.SelectorFromSet(labels.Set{corev1.LabelO
 // nodeFacts are what winnet-controller reads from a Node.
 type nodeFacts struct {
 	podCIDRs []string
-	nodeIP   string
+	// nodeIP is the Node's first IPv4 InternalIP, or its first InternalIP when it has none (a node of
+	// a dual-stack cluster lists both families, in either order: winnet's tunnels and routes are
+	// IPv4); nodeIPv4 is the first IPv4 one alone.
+	nodeIP, nodeIPv4 string
 }
 
 func factsOf(node *corev1.Node) nodeFacts {
@@ -36,8 +39,14 @@ func factsOf(node *corev1.Node) nodeFacts {
 		f.podCIDRs = []string{node.Spec.PodCIDR}
 	}
 	for _, a := range node.Status.Addresses {
-		if a.Type == corev1.NodeInternalIP {
+		if a.Type != corev1.NodeInternalIP {
+			continue
+		}
+		if f.nodeIP == "" {
 			f.nodeIP = a.Address
+		}
+		if ip, err := netip.ParseAddr(a.Address); err == nil && ip.Is4() {
+			f.nodeIP, f.nodeIPv4 = a.Address, a.Address
 			break
 		}
 	}
@@ -98,8 +107,8 @@ func desiredNodeNetwork(node *corev1.Node, d NetworkDefaults) (*unstructured.Uns
 		return nil, fmt.Errorf("node %s has no IPv4 Pod CIDR (%v): winnet's Windows data plane is IPv4", node.Name, f.podCIDRs)
 	}
 	spec := map[string]any{"podCIDRs": toAny(f.podCIDRs)}
-	if f.nodeIP != "" {
-		spec["nodeIP"] = f.nodeIP
+	if f.nodeIPv4 != "" {
+		spec["nodeIP"] = f.nodeIPv4
 	}
 	if len(d.ClusterCIDRs) > 0 {
 		spec["clusterCIDRs"] = toAny(d.ClusterCIDRs)

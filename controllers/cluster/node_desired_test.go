@@ -57,3 +57,48 @@ func TestDesiredNodeNetwork(t *testing.T) {
 		})
 	}
 }
+
+// TestNodeAddressOfADualStackNode: a Node of a dual-stack cluster lists an InternalIP of each family,
+// in either order; winnet's tunnels and routes use the IPv4 one. A node with only IPv6 addresses keeps
+// one in its route (skew: older releases read it) and gets no nodeIP in its WindowsNodeNetwork, whose
+// nodeIP is IPv4 only.
+func TestNodeAddressOfADualStackNode(t *testing.T) {
+	windows := map[string]string{corev1.LabelOSStable: "windows"}
+	node := func(addresses ...string) *corev1.Node {
+		n := &corev1.Node{
+			ObjectMeta: metav1.ObjectMeta{Name: "n1", Labels: windows},
+			Spec:       corev1.NodeSpec{PodCIDRs: []string{"10.244.1.0/24", "fd00:10:244:1::/64"}},
+		}
+		n.Status.Addresses = append(n.Status.Addresses, corev1.NodeAddress{Type: corev1.NodeHostName, Address: "n1"})
+		for _, a := range addresses {
+			n.Status.Addresses = append(n.Status.Addresses, corev1.NodeAddress{Type: corev1.NodeInternalIP, Address: a})
+		}
+		return n
+	}
+	for _, tc := range []struct {
+		name      string
+		addresses []string
+		route     string
+		wnn       any
+	}{
+		{"IPv4 first", []string{"192.168.1.5", "fd00::5"}, "192.168.1.5", "192.168.1.5"},
+		{"IPv6 first", []string{"fd00::5", "192.168.1.5"}, "192.168.1.5", "192.168.1.5"},
+		{"IPv6 only", []string{"fd00::5"}, "fd00::5", nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g := NewWithT(t)
+			n := node(tc.addresses...)
+			route := desiredRoute(n)
+			g.Expect(route).NotTo(BeNil())
+			g.Expect(route.Object["spec"]).To(HaveKeyWithValue("nodeIP", tc.route))
+			g.Expect(route.Object["spec"]).To(HaveKeyWithValue("podCIDRs", []any{"10.244.1.0/24", "fd00:10:244:1::/64"}), "both families kept")
+			wnn, err := desiredNodeNetwork(n, NetworkDefaults{})
+			g.Expect(err).NotTo(HaveOccurred())
+			if tc.wnn == nil {
+				g.Expect(wnn.Object["spec"]).NotTo(HaveKey("nodeIP"))
+			} else {
+				g.Expect(wnn.Object["spec"]).To(HaveKeyWithValue("nodeIP", tc.wnn))
+			}
+		})
+	}
+}
