@@ -716,11 +716,7 @@ func (r *Reconciler) ensurePipeline(ctx context.Context, s *state) (outcome, err
 		total += len(flows.Installed(category))
 	}
 	s.wnn.Status.FlowCount = int32(total)
-	snat := "off"
-	if s.desired.snat {
-		snat = "to " + s.desired.nodeIP.String()
-	}
-	return outcome{networkv1alpha1.ReadyReason, fmt.Sprintf("%d flows installed; SNAT %s", total, snat)}, nil
+	return outcome{networkv1alpha1.ReadyReason, s.desired.readyMessage(total)}, nil
 }
 
 func (r *Reconciler) event(wnn *networkv1alpha1.WindowsNodeNetwork, reason, format string, args ...any) {

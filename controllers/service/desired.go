@@ -114,6 +114,10 @@ type endpoint struct {
 type desiredService struct {
 	ports       []desiredPort
 	unsupported []string
+	// ipv6Only is set for a Service whose ClusterIPs are all IPv6 (SingleStack IPv6 in a dual-stack
+	// cluster): winnet's Windows data plane is IPv4, so it is not served on the node (said in an
+	// Event), as the IPv4 proxy of a dual-stack kube-proxy does not serve it either.
+	ipv6Only bool
 }
 
 // desiredPorts computes the Service's ports and their endpoints from its EndpointSlices, as
@@ -126,11 +130,18 @@ func desiredPorts(svc *corev1.Service, slices_ []discoveryv1.EndpointSlice, node
 		return out
 	}
 	clusterIP := netip.Addr{}
+	ipv6 := false
 	for _, s := range append([]string{svc.Spec.ClusterIP}, svc.Spec.ClusterIPs...) {
-		if a, err := netip.ParseAddr(s); err == nil && a.Is4() {
+		a, err := netip.ParseAddr(s)
+		if err == nil && a.Is4() {
 			clusterIP = a
 			break
 		}
+		ipv6 = ipv6 || (err == nil && a.Is6())
+	}
+	if !clusterIP.IsValid() && ipv6 {
+		out.ipv6Only = true
+		return out
 	}
 	for _, sp := range svc.Spec.Ports {
 		var proto uint8

@@ -64,6 +64,8 @@ func TestDesiredPorts(t *testing.T) {
 		wantPorts   int
 		wantEPs     []string
 		unsupported []string
+		ipv6Only    bool
+		clusterIP   string
 	}{
 		{
 			name: "slices merged and de-duplicated, FQDN slices ignored, local endpoints marked",
@@ -107,6 +109,25 @@ func TestDesiredPorts(t *testing.T) {
 		{name: "another proxy's", svc: svc(func(s *corev1.Service) { s.Labels = map[string]string{ServiceProxyNameLabel: "other"} })},
 		{name: "labelled headless", svc: svc(func(s *corev1.Service) { s.Labels = map[string]string{HeadlessLabel: ""} })},
 		{
+			name: "IPv6 only (SingleStack IPv6 in a dual-stack cluster): not served",
+			svc: svc(func(s *corev1.Service) {
+				s.Spec.ClusterIP, s.Spec.ClusterIPs = "fd00:10:96::10", []string{"fd00:10:96::10"}
+				s.Spec.Type, s.Spec.Ports[0].NodePort = corev1.ServiceTypeNodePort, 30080
+			}),
+			slices:   []discoveryv1.EndpointSlice{slice(discoveryv1.AddressTypeIPv6, "http", 8080, ep{ip: "fd00:10:244:1::5", node: "node-a", ready: yes})},
+			ipv6Only: true,
+		},
+		{
+			name: "RequireDualStack, IPv6 first: served on its IPv4 ClusterIP with its IPv4 endpoints",
+			svc: svc(func(s *corev1.Service) {
+				s.Spec.ClusterIP, s.Spec.ClusterIPs = "fd00:10:96::10", []string{"fd00:10:96::10", "10.96.0.10"}
+			}),
+			slices: []discoveryv1.EndpointSlice{
+				slice(discoveryv1.AddressTypeIPv6, "http", 8080, ep{ip: "fd00:10:244:1::5", node: "node-a", ready: yes}),
+				slice(v4, "http", 8080, ep{ip: "10.244.1.5", node: "node-a", ready: yes})},
+			wantPorts: 1, wantEPs: []string{"10.244.1.5:8080 local"}, clusterIP: "10.96.0.10",
+		},
+		{
 			name: "SCTP refused, the other ports kept",
 			svc: svc(func(s *corev1.Service) {
 				s.Spec.Ports = append(s.Spec.Ports, corev1.ServicePort{Name: "sig", Protocol: corev1.ProtocolSCTP, Port: 9})
@@ -120,6 +141,10 @@ func TestDesiredPorts(t *testing.T) {
 			d := desiredPorts(tc.svc, tc.slices, "node-a")
 			g.Expect(d.ports).To(HaveLen(tc.wantPorts))
 			g.Expect(d.unsupported).To(Equal(tc.unsupported))
+			g.Expect(d.ipv6Only).To(Equal(tc.ipv6Only))
+			if tc.clusterIP != "" {
+				g.Expect(d.ports[0].clusterIP.String()).To(Equal(tc.clusterIP))
+			}
 			if tc.wantPorts > 0 && tc.wantEPs != nil {
 				g.Expect(addrs(d.ports[0].endpoints)).To(Equal(tc.wantEPs))
 			}

@@ -117,6 +117,9 @@ func (r *Reconciler) realiseService(ctx context.Context, name types.NamespacedNa
 	if len(rs.d.unsupported) > 0 {
 		r.warnUnsupported(ctx, svc, rs.d.unsupported)
 	}
+	if rs.d.ipv6Only {
+		r.reportIPv6Only(ctx, svc)
+	}
 	if len(rs.d.ports) == 0 {
 		return rs
 	}

@@ -50,6 +50,10 @@ const notReadyRetry = 200 * time.Millisecond
 // protocol the Windows datapath cannot track (SCTP).
 const UnsupportedProtocolReason = "UnsupportedProtocol"
 
+// IPv6NotServedReason is the reason of the Normal Event on a Service whose ClusterIPs are all IPv6
+// (a dual-stack cluster's SingleStack IPv6 Service): the node does not serve it.
+const IPv6NotServedReason = "IPv6NotServed"
+
 // The work items that name no Service (every Service has a namespace; these have none):
 //   - fullPass, the pass over every Service: at start-up, when the realised node network changes,
 //     and from the drift check;
@@ -839,6 +843,20 @@ func nodeIPs(rz nodenetwork.Realized) []netip.Addr {
 }
 
 // warnUnsupported emits one Warning Event per Service version for ports that cannot be realised.
+// reportIPv6Only says once per version of an IPv6-only Service that the node does not serve it.
+func (r *Reconciler) reportIPv6Only(ctx context.Context, svc *corev1.Service) {
+	if r.warned[svc.UID] == svc.ResourceVersion {
+		return
+	}
+	r.warned[svc.UID] = svc.ResourceVersion
+	ctrl.LoggerFrom(ctx).V(1).Info("Service is IPv6 only: not served", "service", client.ObjectKeyFromObject(svc), "clusterIPs", svc.Spec.ClusterIPs)
+	if r.Recorder != nil {
+		r.Recorder.Eventf(svc, nil, corev1.EventTypeNormal, IPv6NotServedReason, "Proxy",
+			"Not served on node %s: the Service's ClusterIPs %v are IPv6, and winnet's Windows data plane is IPv4 (its Pods reach IPv4 and dual-stack Services)",
+			r.NodeName, svc.Spec.ClusterIPs)
+	}
+}
+
 func (r *Reconciler) warnUnsupported(ctx context.Context, svc *corev1.Service, ports []string) {
 	if r.warned[svc.UID] == svc.ResourceVersion {
 		return
