@@ -80,8 +80,9 @@ func hostPortFlows(g Gomega, n *framework.PodNode, port int) []string {
 
 // TestHostPort: a Pod's hostPort (TCP and UDP, containerd's portMappings through the conflist's
 // capability) is reached on its node's address by the external host (which keeps its source
-// address), another node's Pod and host (through the tunnel), a Pod of the same node, the target
-// Pod itself (hairpin) and the node itself (the host-side NAT); NetworkPolicy of the target Pod
+// address), another node's Pod and host (over the underlay: the Pod's traffic SNATed to its node's
+// address by its node, which is what the target Pod sees), a Pod of the same node, the target Pod
+// itself (hairpin) and the node itself (the host-side NAT); NetworkPolicy of the target Pod
 // applies to the external client by its own address; DEL releases the mapping (no flow, no
 // answer) and the port can be claimed again. A hostPort on one hostIP is answered there only.
 func TestHostPort(t *testing.T) {
@@ -107,10 +108,10 @@ func TestHostPort(t *testing.T) {
 			NewWithT(t).Expect(from).To(Equal(u.ExternalIP.String()), "the Pod sees the external client's own address")
 		})
 		t.Run("another node's Pod, "+network, func(t *testing.T) {
-			expectAnswer(t, remote.NS, network, target, "web")
+			t.Logf("the Pod sees %s", expectAnswer(t, remote.NS, network, target, "web"))
 		})
 		t.Run("another node's host, "+network, func(t *testing.T) {
-			expectAnswer(t, b.NS, network, target, "web")
+			t.Logf("the Pod sees %s", expectAnswer(t, b.NS, network, target, "web"))
 		})
 		t.Run("a Pod of the same node, "+network, func(t *testing.T) {
 			expectAnswer(t, local.NS, network, target, "web")
