@@ -60,7 +60,7 @@ func (m Mapping) overlaps(o Mapping) bool {
 // Parse checks the runtime's portMappings and returns them as mappings, or a CNI error
 // (ErrInvalidNetworkConfig) that names the entry at fault: a port out of 1..65535, a protocol
 // other than TCP and UDP (SCTP: the Windows datapath's conntrack cannot track it), a hostIP that
-// is not an IPv4 address. Whether the hostIP is the node's is for the caller (CheckHostIPs). The
+// is not an IPv4 address or is a loopback address. Whether the hostIP is the node's is for the caller (CheckHostIPs). The
 // same entry twice is one mapping.
 func Parse(entries []PortMapping) ([]Mapping, error) {
 	var out []Mapping
@@ -98,6 +98,12 @@ func Parse(entries []PortMapping) ([]Mapping, error) {
 			}
 			if ip.IsUnspecified() {
 				ip = netip.IPv4Unspecified() // "::" is every address too
+			}
+			if ip.IsLoopback() {
+				// Only the node's own connections could reach it, and winnet NATs those into the
+				// switch with WinNAT, which is not known to NAT the host's loopback connections
+				// (Kubernetes' own test of a 127.0.0.1 hostIP is [LinuxOnly]).
+				return nil, bad("hostIP %s is a loopback address: winnet serves hostPorts on the node's other addresses only", ip)
 			}
 			m.HostIP = ip
 		}

@@ -35,6 +35,7 @@ func TestParse(t *testing.T) {
 		{[]PortMapping{{HostPort: 80, ContainerPort: 80, Protocol: "quic"}}, `unknown protocol "quic"`},
 		{[]PortMapping{{HostPort: 80, ContainerPort: 80, HostIP: "fe80::1"}}, "not an IPv4 address"},
 		{[]PortMapping{{HostPort: 80, ContainerPort: 80, HostIP: "node"}}, `hostIP "node" is not an IP address`},
+		{[]PortMapping{{HostPort: 80, ContainerPort: 80, HostIP: "127.0.0.1"}}, "hostIP 127.0.0.1 is a loopback address"},
 		{[]PortMapping{{HostPort: 80, ContainerPort: 80}, {HostPort: 80, ContainerPort: 81, HostIP: "10.0.0.1"}}, "claim the same host port"},
 	} {
 		_, err := Parse(c.pm)

@@ -186,7 +186,8 @@ func TestHostPort(t *testing.T) {
 }
 
 // TestHostPortRefusals: ADD refuses, with a CNI error naming the entry or both Pods, malformed
-// portMappings (a port out of range, an unknown protocol, SCTP), a hostIP that is not the node's,
+// portMappings (a port out of range, an unknown protocol, SCTP), a hostIP that is not the node's or
+// is 127.0.0.1,
 // a port the node needs (RDP, WinRM, SMB, kubelet, the tunnel), and a hostPort another Pod of the
 // node holds (0.0.0.0 against a specific hostIP too). A refused ADD leaves no address allocated.
 func TestHostPortRefusals(t *testing.T) {
@@ -207,6 +208,7 @@ func TestHostPortRefusals(t *testing.T) {
 		{"unknown protocol", hostport.PortMapping{HostPort: 9100, ContainerPort: 80, Protocol: "icmp"}, []string{`unknown protocol "icmp"`}},
 		{"SCTP", hostport.PortMapping{HostPort: 9100, ContainerPort: 80, Protocol: "sctp"}, []string{"SCTP is not supported"}},
 		{"hostIP not the node's", hostport.PortMapping{HostPort: 9100, ContainerPort: 80, Protocol: "tcp", HostIP: "192.168.96.99"}, []string{"hostIP 192.168.96.99", "not one of the node's addresses"}},
+		{"loopback hostIP", hostport.PortMapping{HostPort: 9100, ContainerPort: 80, Protocol: "tcp", HostIP: "127.0.0.1"}, []string{"hostIP 127.0.0.1 is a loopback address"}},
 		{"RDP", hostport.PortMapping{HostPort: 3389, ContainerPort: 80, Protocol: "tcp"}, []string{"3389/TCP", "reserved", "RDP"}},
 		{"WinRM", hostport.PortMapping{HostPort: 5986, ContainerPort: 80, Protocol: "tcp"}, []string{"5986/TCP", "WinRM"}},
 		{"SMB", hostport.PortMapping{HostPort: 445, ContainerPort: 80, Protocol: "tcp"}, []string{"445/TCP", "SMB"}},
