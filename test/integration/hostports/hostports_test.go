@@ -239,7 +239,8 @@ func TestHostPortRefusals(t *testing.T) {
 
 // TestHostPortWinsOverNodePort: a Service whose NodePort a hostPort of a Pod holds on a node is
 // not served there on that port (the hostPort's Pod answers), and gets a Warning Event naming the
-// Pod; once the Pod is gone the NodePort is served again. Its ClusterIP is served all along.
+// Pod; once the Pod is gone the NodePort is served again. Its ClusterIP is served all along. The
+// same when the hostPort came first and the Service after.
 func TestHostPortWinsOverNodePort(t *testing.T) {
 	g := NewWithT(t)
 	ctx := context.Background()
@@ -281,4 +282,28 @@ func TestHostPortWinsOverNodePort(t *testing.T) {
 
 	g.Expect(a.DeletePod(ctx, holder)).To(Succeed())
 	expectAnswer(t, u.External().NS, "tcp4", target, "backend")
+
+	// The other order: the hostPort first, then a Service asking for its port (realised by the
+	// Service's own pass, not a full pass).
+	g.Expect(server.Client.Delete(ctx, svc)).To(Succeed())
+	first := a.AddPod(t, "first", framework.TestPodOptions{PortMappings: []hostport.PortMapping{{HostPort: nodePort, ContainerPort: containerPort, Protocol: "tcp"}}})
+	framework.Serve(t, first.NS, "first", containerPort)
+	expectAnswer(t, u.External().NS, "tcp4", target, "first")
+	later := &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "np-later"},
+		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeNodePort, Ports: []corev1.ServicePort{
+			{Name: "tcp", Protocol: corev1.ProtocolTCP, Port: 80, TargetPort: intstr.FromInt32(containerPort), NodePort: nodePort}}},
+	}
+	g.Eventually(func() error { return server.Client.Create(ctx, later) }).WithTimeout(converge).Should(Succeed(), "the NodePort is free again")
+	t.Cleanup(func() { _ = server.Client.Delete(context.Background(), later) })
+	laterSlice := slice.DeepCopy()
+	laterSlice.ObjectMeta = metav1.ObjectMeta{Namespace: "default", Name: "np-later-1", Labels: map[string]string{discoveryv1.LabelServiceName: "np-later"}}
+	g.Expect(server.Client.Create(ctx, laterSlice)).To(Succeed())
+	t.Cleanup(func() { _ = server.Client.Delete(context.Background(), laterSlice) })
+	g.Eventually(func(g Gomega) {
+		g.Expect(server.WarningReasons(ctx, "default", "np-later")).To(ContainElement(service.HostPortHeldReason))
+	}).WithTimeout(converge).Should(Succeed())
+	expectAnswer(t, a.NS, "tcp4", netip.AddrPortFrom(netip.MustParseAddr(later.Spec.ClusterIP), 80), "backend")
+	g.Consistently(func() (string, error) { return framework.Ask(u.External().NS, "tcp4", target) }).
+		WithTimeout(2*time.Second).WithPolling(200*time.Millisecond).Should(HavePrefix("first "), "the hostPort keeps its port")
 }
