@@ -32,7 +32,7 @@ func doHostPorts(_ context.Context, r *podRun) error {
 	if r.n.tunnelPort != 0 {
 		extra = append(extra, hostport.Reserved{Protocol: "UDP", Port: r.n.tunnelPort, What: "the node's tunnel"})
 	}
-	if err := hp.Claim(hostport.Entry{Sandbox: r.a.SandboxID, Pod: r.a.Pod(), IP: r.a.IP.Addr(), Mappings: mappings}, extra...); err != nil {
+	if err := hp.Claim(hostport.Entry{Sandbox: r.a.SandboxID, Pod: r.a.Pod().String(), IP: r.a.IP.Addr(), Mappings: mappings}, extra...); err != nil {
 		return err
 	}
 	if err := r.p.opts.HostPortRecords.Put(r.a.SandboxID, mappings); err != nil {
@@ -97,7 +97,7 @@ func (p *Pods) restoreHostPorts() {
 		if !ok || a.Deleting {
 			continue // an orphan: the start-up sweep removes it
 		}
-		if err := p.opts.HostPorts.Claim(hostport.Entry{Sandbox: sandbox, Pod: a.Pod(), IP: a.IP.Addr(), Mappings: records[sandbox]}); err != nil {
+		if err := p.opts.HostPorts.Claim(hostport.Entry{Sandbox: sandbox, Pod: a.Pod().String(), IP: a.IP.Addr(), Mappings: records[sandbox]}); err != nil {
 			log.Error(err, "Cannot restore the hostPorts of a Pod", "sandbox", sandbox, "pod", a.Pod())
 		}
 	}

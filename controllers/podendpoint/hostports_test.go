@@ -35,7 +35,7 @@ func TestRestoreHostPorts(t *testing.T) {
 	}
 	reg := hostport.NewRegistry()
 	NewPods(Options{Store: store, HostPorts: reg, HostPortRecords: records})
-	g.Expect(reg.List()).To(Equal([]hostport.Entry{{Sandbox: "web", Pod: web.Pod(), IP: netip.MustParseAddr("10.244.1.5"), Mappings: m}}))
+	g.Expect(reg.List()).To(Equal([]hostport.Entry{{Sandbox: "web", Pod: web.Pod().String(), IP: netip.MustParseAddr("10.244.1.5"), Mappings: m}}))
 
 	b, err := os.ReadFile(filepath.Join(state, "pods", "web.json"))
 	g.Expect(err).NotTo(HaveOccurred())

@@ -34,7 +34,7 @@ func TestRealiseHostPorts(t *testing.T) {
 		BridgeAddresses: []netip.Prefix{netip.PrefixFrom(nodeIP, 24), netip.PrefixFrom(second, 24)}}
 	reg := hostport.NewRegistry()
 	r := &Reconciler{NodeName: "node", HostPorts: reg, NodePorts: fakeNAT{}}
-	pod := ktypes.NamespacedName{Namespace: "ns", Name: "web"}
+	pod := "ns/web"
 	g.Expect(reg.Claim(hostport.Entry{Sandbox: "a", Pod: pod, IP: netip.MustParseAddr("10.244.1.5"), Mappings: []hostport.Mapping{
 		{HostIP: netip.IPv4Unspecified(), HostPort: 8080, ContainerPort: 80, Protocol: "TCP"},
 	}})).To(Succeed())
@@ -47,10 +47,10 @@ func TestRealiseHostPorts(t *testing.T) {
 	g.Expect(r.nodePorts).To(HaveKey(hostnet.NodePort{Protocol: "TCP", Port: 8080}))
 	g.Expect(r.hairpin).To(HaveKey(netip.MustParseAddr("10.244.1.5")))
 
-	g.Expect(reg.Claim(hostport.Entry{Sandbox: "b", Pod: ktypes.NamespacedName{Namespace: "ns", Name: "dns"}, IP: netip.MustParseAddr("10.244.1.6"), Mappings: []hostport.Mapping{
+	g.Expect(reg.Claim(hostport.Entry{Sandbox: "b", Pod: "ns/dns", IP: netip.MustParseAddr("10.244.1.6"), Mappings: []hostport.Mapping{
 		{HostIP: nodeIP, HostPort: 5353, ContainerPort: 53, Protocol: "UDP"},
 	}})).To(Succeed())
-	g.Expect(reg.Claim(hostport.Entry{Sandbox: "c", Pod: ktypes.NamespacedName{Namespace: "ns", Name: "dns2"}, IP: netip.MustParseAddr("10.244.1.7"), Mappings: []hostport.Mapping{
+	g.Expect(reg.Claim(hostport.Entry{Sandbox: "c", Pod: "ns/dns2", IP: netip.MustParseAddr("10.244.1.7"), Mappings: []hostport.Mapping{
 		{HostIP: second, HostPort: 5353, ContainerPort: 53, Protocol: "UDP"},
 	}})).To(Succeed())
 	svc := &corev1.Service{}

@@ -17,7 +17,6 @@ import (
 	"sync"
 
 	"github.com/containernetworking/cni/pkg/types"
-	ktypes "k8s.io/apimachinery/pkg/types"
 )
 
 // ErrConflict is the CNI error code (plugin-specific, 100 and above, CNI spec 1.1 "Error") of an
@@ -164,8 +163,9 @@ var DefaultReserved = []Reserved{
 // Entry is one sandbox's mappings: the Pod, its address (the endpoints' address; invalid until
 // the sandbox is attached) and its mappings.
 type Entry struct {
-	Sandbox  string
-	Pod      ktypes.NamespacedName
+	Sandbox string
+	// Pod is "namespace/name" (a string: the shim links this package, and no Kubernetes library).
+	Pod      string
 	IP       netip.Addr
 	Mappings []Mapping
 }

@@ -7,7 +7,6 @@ import (
 
 	"github.com/containernetworking/cni/pkg/types"
 	. "github.com/onsi/gomega"
-	ktypes "k8s.io/apimachinery/pkg/types"
 )
 
 func TestParse(t *testing.T) {
@@ -53,12 +52,12 @@ func TestRegistry(t *testing.T) {
 	g := NewWithT(t)
 	r := NewRegistry(Reserved{Protocol: "TCP", Port: 8081, What: "winnet-agent's health probes"})
 	changes := r.Subscribe()
-	web := ktypes.NamespacedName{Namespace: "ns", Name: "web"}
+	web := "ns/web"
 	any80 := Mapping{HostIP: netip.IPv4Unspecified(), HostPort: 80, ContainerPort: 80, Protocol: "TCP"}
 	g.Expect(r.Claim(Entry{Sandbox: "s1", Pod: web, IP: netip.MustParseAddr("10.244.1.5"), Mappings: []Mapping{any80}})).To(Succeed())
 	g.Expect(changes).To(Receive())
 	one80 := Mapping{HostIP: netip.MustParseAddr("192.168.1.10"), HostPort: 80, ContainerPort: 80, Protocol: "TCP"}
-	err := r.Claim(Entry{Sandbox: "s2", Pod: ktypes.NamespacedName{Namespace: "ns", Name: "other"}, Mappings: []Mapping{one80}})
+	err := r.Claim(Entry{Sandbox: "s2", Pod: "ns/other", Mappings: []Mapping{one80}})
 	g.Expect(err).To(MatchError(ContainSubstring("hostPort 192.168.1.10:80/TCP->80 of Pod ns/other conflicts with 0.0.0.0:80/TCP->80 of Pod ns/web (sandbox s1)")))
 	g.Expect(err.(*types.Error).Code).To(Equal(ErrConflict))
 	g.Expect(r.Claim(Entry{Sandbox: "s2", Mappings: []Mapping{{HostIP: netip.IPv4Unspecified(), HostPort: 80, ContainerPort: 80, Protocol: "UDP"}}})).To(Succeed(), "another protocol")
