@@ -89,6 +89,7 @@ func main() {
 	// The manager's context ends only once the node's switch is frozen (SetupNodeNetwork).
 	ctx, stop := context.WithCancel(context.Background())
 	defer stop()
+	hostOpts.ReservedPorts = agent.ReservedBindPorts(opts.HealthProbeBindAddress, opts.MetricsBindAddress)
 	freeze, err := agent.SetupNodeNetwork(ctx, mgr, opts.NodeName, hostOpts)
 	if err != nil {
 		log.Error(err, "Cannot set up the node network reconciler")

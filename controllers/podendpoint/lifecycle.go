@@ -68,6 +68,12 @@ var podSteps = []podStep{
 		do: doAddress, undo: undoAddress, check: checkAddress, orphans: orphanedAddresses,
 	},
 	{
+		// The Pod's hostPorts (runtimeConfig.portMappings) claimed on the node and recorded
+		// (hostports.go), before anything else is made: a conflict costs only the address.
+		name: "hostPorts",
+		do:   doHostPorts, undo: undoHostPorts, orphans: orphanedHostPorts,
+	},
+	{
 		// The HNS endpoint, with the Pod's address and DNS settings.
 		name: "endpoint", addStep: "endpoint", delStep: "endpoint",
 		do: doEndpoint, undo: undoEndpoint, check: checkEndpoint, repair: repairEndpoint, orphans: orphanedEndpoints,

@@ -13,6 +13,7 @@ import (
 
 	"github.com/winnet-io/winnet/internal/cni"
 	"github.com/winnet-io/winnet/internal/hns"
+	"github.com/winnet-io/winnet/internal/hostport"
 )
 
 // netConf is the part of the network configuration the agent reads: the runtime's conflist entry
@@ -22,7 +23,12 @@ type netConf struct {
 	RuntimeConfig struct {
 		// DNS is the Pod's DNS configuration, injected by the runtime for the "dns" capability.
 		DNS *runtimeDNS `json:"dns,omitempty"`
+		// PortMappings are the Pod's hostPorts, injected by the runtime for the "portMappings"
+		// capability.
+		PortMappings []hostport.PortMapping `json:"portMappings,omitempty"`
 	} `json:"runtimeConfig"`
+	// mappings are PortMappings checked (ADD only).
+	mappings []hostport.Mapping
 }
 
 // runtimeDNS is the "dns" capability's runtime configuration as containerd and CRI-O pass it.
@@ -59,6 +65,13 @@ func parseNetConf(req cni.Request) (*netConf, error) {
 				return nil, types.NewError(types.ErrInvalidNetworkConfig, fmt.Sprintf("runtimeConfig.dns.servers: %q is not an IP address", s), "")
 			}
 		}
+	}
+	if req.Command == cni.CommandAdd {
+		m, err := hostport.Parse(conf.RuntimeConfig.PortMappings)
+		if err != nil {
+			return nil, err
+		}
+		conf.mappings = m
 	}
 	return conf, nil
 }

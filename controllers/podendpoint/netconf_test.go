@@ -34,6 +34,13 @@ func TestParseCall(t *testing.T) {
 		{name: "no cniVersion", req: add(func(r *cni.Request) { r.StdinData = []byte(`{"name":"winnet"}`) }), code: types.ErrInvalidNetworkConfig, msg: "no cniVersion"},
 		{name: "unsupported cniVersion", req: add(func(r *cni.Request) { r.StdinData = []byte(`{"cniVersion":"0.2.0","name":"winnet"}`) }), code: types.ErrIncompatibleCNIVersion, msg: `"0.2.0" is not supported`},
 		{name: "bad network name", req: add(func(r *cni.Request) { r.StdinData = []byte(`{"cniVersion":"1.1.0","name":"a b"}`) }), code: types.ErrInvalidNetworkConfig, msg: "network name"},
+		{name: "malformed hostPort (a shim of 0.1.0 forwards it unchecked)", req: add(func(r *cni.Request) {
+			r.StdinData = []byte(`{"cniVersion":"1.1.0","name":"winnet","runtimeConfig":{"portMappings":[{"hostPort":0,"containerPort":80,"protocol":"tcp"}]}}`)
+		}), code: types.ErrInvalidNetworkConfig, msg: "portMappings[0] (hostPort 0, containerPort 80"},
+		{name: "malformed hostPort on DEL is no matter", req: add(func(r *cni.Request) {
+			r.Command = cni.CommandDel
+			r.StdinData = []byte(`{"cniVersion":"1.1.0","name":"winnet","runtimeConfig":{"portMappings":[{"hostPort":0,"containerPort":80,"protocol":"tcp"}]}}`)
+		}), sandbox: "c1"},
 		{name: "no container ID", req: add(func(r *cni.Request) { r.ContainerID = "" }), code: types.ErrInvalidEnvironmentVariables, msg: "CNI_CONTAINERID"},
 		{name: "bad container ID", req: add(func(r *cni.Request) { r.ContainerID = "a/b" }), code: types.ErrInvalidEnvironmentVariables, msg: "CNI_CONTAINERID"},
 		{name: "no ifname", req: add(func(r *cni.Request) { r.IfName = "" }), code: types.ErrInvalidEnvironmentVariables, msg: "CNI_IFNAME"},

@@ -19,6 +19,7 @@ import (
 	"github.com/winnet-io/winnet/internal/cni/ipam"
 	"github.com/winnet-io/winnet/internal/hns"
 	"github.com/winnet-io/winnet/internal/hostnet"
+	"github.com/winnet-io/winnet/internal/hostport"
 	"github.com/winnet-io/winnet/internal/keyed"
 	"github.com/winnet-io/winnet/internal/ovs/openflow"
 	"github.com/winnet-io/winnet/internal/ovs/ovsdb"
@@ -71,6 +72,11 @@ type Options struct {
 	// PolicyTimeout is how long a new Pod's port waits for its NetworkPolicy flows before its
 	// PodEndpoint says so (it goes on waiting, unbound); zero means DefaultPolicyTimeout.
 	PolicyTimeout time.Duration
+	// HostPorts holds the node's hostPort claims, which the Service reconciler realises; nil
+	// serves no hostPort (portMappings are checked and ignored). HostPortRecords keeps each
+	// sandbox's mappings for the next agent.
+	HostPorts       *hostport.Registry
+	HostPortRecords hostport.Records
 }
 
 // PolicyGate tells when the NetworkPolicy flows of a new local Pod are in the switch
@@ -189,6 +195,7 @@ func NewPods(opts Options) *Pods {
 			p.ofportOwner[a.OFPort] = a.SandboxID
 		}
 	}
+	p.restoreHostPorts()
 	return p
 }
 
@@ -217,6 +224,9 @@ type node struct {
 	bridge    string
 	networkID string
 	mtu       int
+	// tunnelPort is the node's configured tunnel UDP port (0: the type's default), which no
+	// hostPort may take.
+	tunnelPort uint16
 }
 
 // errNodeNotReady is wrapped when the node network is not Ready.
@@ -239,7 +249,8 @@ func (p *Pods) node(ctx context.Context) (node, error) {
 	if err != nil {
 		return node{}, fmt.Errorf("%w: looking up HNS network %s: %w", errNodeNotReady, wnn.Spec.HNSNetwork.Name, err)
 	}
-	return node{realized: rz, bridge: string(wnn.Spec.Bridge.Name), networkID: networkID, mtu: int(wnn.Status.MTU)}, nil
+	return node{realized: rz, bridge: string(wnn.Spec.Bridge.Name), networkID: networkID, mtu: int(wnn.Status.MTU),
+		tunnelPort: uint16(wnn.Spec.Encapsulation.Port)}, nil
 }
 
 // networkID returns the ID of the HNS network, looked up again when the node network was realised

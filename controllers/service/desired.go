@@ -59,6 +59,11 @@ type desiredPort struct {
 	internalLocal, externalLocal bool
 	// affinityTimeout is the ClientIP session affinity timeout in seconds, 0 for none.
 	affinityTimeout uint16
+	// nodeIPs, when not nil, are the only node addresses the NodePort is served on (a hostPort's
+	// hostIP); noHost leaves the host's own connections to the NodePort to another port's group
+	// (a hostPort whose port another hostIP's mapping serves the host on, hostports.go).
+	nodeIPs []netip.Addr
+	noHost  bool
 }
 
 // MaxAffinityTimeout is the longest session affinity winnet realises: a learned flow's

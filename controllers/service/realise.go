@@ -53,6 +53,9 @@ type realisedService struct {
 	// flows.
 	hairpin []netip.Addr
 	counts  counts
+	// blocked are the Service's NodePorts not served on this node because a hostPort holds them
+	// (hostports.go), with the holder of each.
+	blocked map[hostnet.NodePort]string
 	// udp holds the zone and endpoints of each UDP port with a zone of its own (udpzones.go).
 	udp map[portKey]udpPort
 }
@@ -123,11 +126,20 @@ func (r *Reconciler) realiseService(ctx context.Context, name types.NamespacedNa
 	if len(rs.d.ports) == 0 {
 		return rs
 	}
+	r.blockHeldNodePorts(ctx, svc, rs)
+	if noZone := r.realisePorts(name, rs, rz, ips); len(noZone) > 0 {
+		r.warnNoUDPZone(ctx, svc, noZone)
+	}
+	return rs
+}
+
+// realisePorts computes the groups and flows of rs.d's ports, under the cookie object of name, and
+// returns the UDP ports that got no zone of their own.
+func (r *Reconciler) realisePorts(name types.NamespacedName, rs *realisedService, rz nodenetwork.Realized, ips []netip.Addr) (noZone []string) {
 	rs.object = uint64(r.objects.get(name))
 	rs.clusterIP = rs.d.ports[0].clusterIP
 	rs.counts.services = 1
 	hairpin := map[netip.Addr]bool{}
-	var noZone []string
 	for _, p := range rs.d.ports {
 		rs.counts.ports++
 		rs.counts.endpoints += len(p.endpoints)
@@ -141,10 +153,15 @@ func (r *Reconciler) realiseService(ctx context.Context, name types.NamespacedNa
 		rs.groupKeys = append(rs.groupKeys, cluster)
 		if p.nodePort != 0 {
 			sp.NodeIPs = ips
+			if p.nodeIPs != nil {
+				sp.NodeIPs = p.nodeIPs
+			}
 			if r.NodePorts != nil {
-				host := groupKey{port: p.key, host: true}
-				sp.HostGroup = r.groups.get(host)
-				rs.groupKeys = append(rs.groupKeys, host)
+				if !p.noHost {
+					host := groupKey{port: p.key, host: true}
+					sp.HostGroup = r.groups.get(host)
+					rs.groupKeys = append(rs.groupKeys, host)
+				}
 				np := hostnet.NodePort{Protocol: string(p.key.Protocol), Port: p.nodePort}
 				if !slices.Contains(rs.nodePorts, np) {
 					rs.nodePorts = append(rs.nodePorts, np)
@@ -185,10 +202,7 @@ func (r *Reconciler) realiseService(ctx context.Context, name types.NamespacedNa
 		rs.flows[i].Cookie = rs.object
 	}
 	rs.hairpin = slices.SortedFunc(maps.Keys(hairpin), netip.Addr.Compare)
-	if len(noZone) > 0 {
-		r.warnNoUDPZone(ctx, svc, noZone)
-	}
-	return rs
+	return noZone
 }
 
 // goneGroups are the groups old had that rs has not.

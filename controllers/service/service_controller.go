@@ -26,6 +26,7 @@ import (
 
 	"github.com/winnet-io/winnet/controllers/nodenetwork"
 	"github.com/winnet-io/winnet/internal/hostnet"
+	"github.com/winnet-io/winnet/internal/hostport"
 	"github.com/winnet-io/winnet/internal/ovs/openflow"
 	"github.com/winnet-io/winnet/internal/pipeline"
 )
@@ -95,6 +96,9 @@ type Reconciler struct {
 	// which Net routes into the gateway and the switch balances over the ports' endpoints; nil
 	// leaves the host unable to reach its own NodePorts.
 	NodePorts hostnet.NodePortNAT
+	// HostPorts holds the hostPort mappings of the node's Pods, realised as NodePorts with one
+	// local endpoint (hostports.go); nil serves none.
+	HostPorts *hostport.Registry
 	// ResyncPeriod is the period of the drift check; zero means DefaultResyncPeriod.
 	ResyncPeriod time.Duration
 	// Clock tells when the host's routes were last read back; nil is the real clock.
@@ -126,6 +130,10 @@ type Reconciler struct {
 	// ports that cannot be realised; warnedNoZone those given one for UDP ports without a zone.
 	warned       map[types.UID]string
 	warnedNoZone map[types.UID]string
+	warnedHeld   map[types.UID]string
+	// held are the ports the hostPorts hold as of the last full pass (with their holders):
+	// Services' NodePorts on them are not served (hostports.go).
+	held map[hostnet.NodePort]string
 	// udp gives UDP Service ports their conntrack zones and flushes them (udpzones.go).
 	udp udpZones
 	// realised holds what each Service came to, computed on the node network realisedOn with the
@@ -185,10 +193,15 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	})
 	// The full pass (and the drift check) at start; the full pass again whenever the node network
 	// is realised anew.
+	wakes := []<-chan struct{}{r.State.Subscribe()}
+	if r.HostPorts != nil {
+		// A hostPort claimed or released: a full pass realises the hostPorts (hostports.go).
+		wakes = append(wakes, r.HostPorts.Subscribe())
+	}
 	onRealized := nodenetwork.WakeSource(
 		func(q nodenetwork.Queue) { q.Add(fullPass); q.Add(driftCheck) },
 		func(q nodenetwork.Queue) { q.Add(fullPass) },
-		r.State.Subscribe())
+		wakes...)
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("service").
 		// Several workers: the passes of several Services are under way at once and their changes
@@ -593,13 +606,20 @@ func (r *Reconciler) desired(ctx context.Context, rz nodenetwork.Realized, servi
 	r.realisedOn, r.realisedIPs = rz, ips
 	realised := make(map[types.NamespacedName]*realisedService, len(services))
 	r.hairpin, r.totals, r.clusterIPs, r.nodePorts = hairpinCount{}, counts{}, map[netip.Addr]int{}, map[hostnet.NodePort]int{}
+	var entries []hostport.Entry
+	if r.HostPorts != nil {
+		entries = r.HostPorts.List()
+	}
+	held := heldPorts(entries)
+	heldChanged := !maps.Equal(held, r.held)
+	r.held = held
 	var groups []openflow.Group
 	var own []openflow.Flow
 	for i := range services {
 		svc := &services[i]
 		name := types.NamespacedName{Namespace: svc.Namespace, Name: svc.Name}
 		rs := r.realised[name]
-		if rs == nil || !rs.inputs.same(svc, bySvc[name]) {
+		if rs == nil || !rs.inputs.same(svc, bySvc[name]) || heldChanged && rs.hasNodePorts() {
 			if old := before[name]; old != nil && len(old.udp) > 0 {
 				udpBefore[name] = old.udp
 			}
@@ -614,6 +634,18 @@ func (r *Reconciler) desired(ctx context.Context, rz nodenetwork.Realized, servi
 		r.nodePorts = countNodePorts(r.nodePorts, rs.nodePorts, 1)
 		groups = append(groups, rs.groups...)
 		own = append(own, rs.flows...)
+	}
+	if hp := r.realiseHostPorts(entries, rz, ips); len(hp.flows) > 0 {
+		if old := before[hostPortsName]; old != nil && len(old.udp) > 0 {
+			udpBefore[hostPortsName] = old.udp
+		}
+		realised[hostPortsName] = hp
+		r.hairpin.move(&realisedService{}, hp)
+		r.nodePorts = countNodePorts(r.nodePorts, hp.nodePorts, 1)
+		groups = append(groups, hp.groups...)
+		own = append(own, hp.flows...)
+	} else if old := before[hostPortsName]; old != nil && len(old.udp) > 0 {
+		udpBefore[hostPortsName] = old.udp
 	}
 	r.realised = realised
 	return groups, append(sharedFlows(rz, r.hairpin), own...), udpBefore

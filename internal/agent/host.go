@@ -3,8 +3,10 @@ package agent
 import (
 	"context"
 	"fmt"
+	"net"
 	"net/http"
 	"path/filepath"
+	"strconv"
 	"time"
 
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -17,6 +19,7 @@ import (
 	"github.com/winnet-io/winnet/internal/auditlog"
 	"github.com/winnet-io/winnet/internal/cni"
 	"github.com/winnet-io/winnet/internal/hostnet"
+	"github.com/winnet-io/winnet/internal/hostport"
 	"github.com/winnet-io/winnet/internal/ovs/ovsdb"
 )
 
@@ -53,6 +56,9 @@ type HostOptions struct {
 	// AuditLog configures the audit log of policy decisions (internal/auditlog); its Dir empty
 	// turns it off: no policy is audited, whatever its annotations say. Node is set here.
 	AuditLog auditlog.Options
+	// ReservedPorts are ports of the agent itself (health, metrics) that no hostPort may take,
+	// besides hostport.DefaultReserved and the node's tunnel port.
+	ReservedPorts []hostport.Reserved
 }
 
 func (o HostOptions) withDefaults() HostOptions {
@@ -118,15 +124,17 @@ func SetupNodeNetwork(ctx context.Context, mgr ctrl.Manager, nodeName string, op
 	if err := routes.SetupWithManager(mgr); err != nil {
 		return nil, err
 	}
+	hostPorts := hostport.NewRegistry(opts.ReservedPorts...)
 	services := &service.Reconciler{Client: mgr.GetClient(), Recorder: recorder, NodeName: nodeName, State: state, Net: netClient,
 		IDsFile:   filepath.Join(opts.StateDir, service.IDsFileName),
-		NodePorts: hostnet.NewNodePortNAT(hostnet.Options{NetNSPath: opts.NetNSPath})}
+		NodePorts: hostnet.NewNodePortNAT(hostnet.Options{NetNSPath: opts.NetNSPath}), HostPorts: hostPorts}
 	if err := services.SetupWithManager(mgr); err != nil {
 		return nil, err
 	}
 	podNet, err := SetupPodNetwork(ctx, mgr, PodNetworkOptions{
 		NodeName: nodeName, Host: podendpoint.Host{HNS: hnsClient, OVSDB: db, Net: netClient}, State: state,
 		CNISocket: opts.CNISocket, CNIConfDir: opts.CNIConfDir, StateDir: opts.StateDir, CNIShimPath: opts.CNIShimPath,
+		HostPorts: hostPorts,
 	})
 	if err != nil {
 		return nil, err
@@ -144,4 +152,20 @@ func SetupNodeNetwork(ctx context.Context, mgr ctrl.Manager, nodeName string, op
 		return nil, fmt.Errorf("setting up the packet trace reconciler: %w", err)
 	}
 	return state.Freeze, nil
+}
+
+// ReservedBindPorts are the TCP ports of the agent's own endpoints (the health probe and metrics
+// bind addresses, "host:port"), which no hostPort may take; "0", empty and port 0 reserve nothing.
+func ReservedBindPorts(health, metrics string) []hostport.Reserved {
+	var out []hostport.Reserved
+	for _, b := range []struct{ addr, what string }{{health, "winnet-agent's health probes"}, {metrics, "winnet-agent's metrics"}} {
+		_, port, err := net.SplitHostPort(b.addr)
+		if err != nil {
+			continue
+		}
+		if p, err := strconv.ParseUint(port, 10, 16); err == nil && p != 0 {
+			out = append(out, hostport.Reserved{Protocol: "TCP", Port: uint16(p), What: b.what})
+		}
+	}
+	return out
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/winnet-io/winnet/controllers/podendpoint"
 	"github.com/winnet-io/winnet/internal/cni"
 	"github.com/winnet-io/winnet/internal/cni/ipam"
+	"github.com/winnet-io/winnet/internal/hostport"
 )
 
 // PodNetworkOptions configure the agent's Pod networking: its CNI server, IPAM and PodEndpoints.
@@ -36,6 +37,9 @@ type PodNetworkOptions struct {
 	// ResyncPeriod and NotReadyWait tune the reconciler and ADD, VNICTimeout how long a Pod's port
 	// waits for its vNIC after ADD; zero means the defaults.
 	ResyncPeriod, NotReadyWait, VNICTimeout time.Duration
+	// HostPorts holds the node's hostPort claims, shared with the Service reconciler that realises
+	// them; nil serves no hostPort. Each sandbox's mappings are kept in StateDir/hostports.
+	HostPorts *hostport.Registry
 }
 
 // PodNetwork is the agent's Pod networking, for tests that look inside.
@@ -106,6 +110,7 @@ func SetupPodNetwork(ctx context.Context, mgr ctrl.Manager, opts PodNetworkOptio
 		Reader: mgr.GetClient(), NodeName: opts.NodeName, Host: opts.Host, State: opts.State, Store: store, Incarnations: incarnations,
 		NotReadyWait: opts.NotReadyWait,
 		VNICTimeout:  opts.VNICTimeout,
+		HostPorts:    opts.HostPorts, HostPortRecords: hostport.Records{Dir: filepath.Join(opts.StateDir, hostport.DirName)},
 	})
 	recorder, err := NewEventRecorder(mgr, opts.NodeName)
 	if err != nil {

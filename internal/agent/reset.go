@@ -18,6 +18,7 @@ import (
 	"github.com/winnet-io/winnet/internal/cni"
 	"github.com/winnet-io/winnet/internal/hns"
 	"github.com/winnet-io/winnet/internal/hostnet"
+	"github.com/winnet-io/winnet/internal/hostport"
 	"github.com/winnet-io/winnet/internal/ovs/ovsdb"
 	"github.com/winnet-io/winnet/internal/pipeline"
 )
@@ -287,7 +288,8 @@ func (r *resetter) run(ctx context.Context) error {
 	// (6) The conflist, unless sandboxes are left (the shim removes it with the last one), and the
 	// agent's state (the Service numbers name groups and zones of the switch reset took apart).
 	removals := []string{filepath.Join(r.opts.StateDir, "ipam"), filepath.Join(r.opts.StateDir, "pods"),
-		filepath.Join(r.opts.StateDir, service.IDsFileName), filepath.Join(r.opts.StateDir, podendpoint.IncarnationsFileName)}
+		filepath.Join(r.opts.StateDir, hostport.DirName), filepath.Join(r.opts.StateDir, service.IDsFileName),
+		filepath.Join(r.opts.StateDir, podendpoint.IncarnationsFileName)}
 	keep, err := r.retireCNI(ctx)
 	if err != nil {
 		return err

@@ -33,9 +33,10 @@ var ConfListVersions = []string{"1.0.0", "1.1.0"}
 // ConfList returns the network configuration list the container runtime reads (cniVersion
 // ConfListVersion, cniVersions ConfListVersions): one plugin, the shim, told where the agent listens, where its state directory is and where this conflist is
 // (for DEL on a retired node, see Retire), and asking the runtime for the Pod's DNS settings (the
-// "dns" capability: runtimeConfig.dns).
+// "dns" capability: runtimeConfig.dns) and hostPorts (the "portMappings" capability:
+// runtimeConfig.portMappings, which an agent of release 0.1.0 ignores).
 func ConfList(agentSocket, stateDir, confDir string) []byte {
-	plugin := map[string]any{"type": PluginType, "agentSocket": agentSocket, "capabilities": map[string]bool{"dns": true}}
+	plugin := map[string]any{"type": PluginType, "agentSocket": agentSocket, "capabilities": map[string]bool{"dns": true, "portMappings": true}}
 	if stateDir != "" {
 		plugin["stateDir"] = stateDir
 	}

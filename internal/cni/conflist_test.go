@@ -18,7 +18,7 @@ func TestWriteConfList(t *testing.T) {
 	b, err := os.ReadFile(filepath.Join(dir, ConfListName))
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(b).To(MatchJSON(`{"cniVersion":"1.0.0","cniVersions":["1.0.0","1.1.0"],"name":"winnet","plugins":[
-		{"type":"winnet-cni","agentSocket":"/run/winnet/cni.sock","stateDir":"/var/lib/winnet","confDir":"` + dir + `","capabilities":{"dns":true}}]}`))
+		{"type":"winnet-cni","agentSocket":"/run/winnet/cni.sock","stateDir":"/var/lib/winnet","confDir":"` + dir + `","capabilities":{"dns":true,"portMappings":true}}]}`))
 
 	written, err = WriteConfList(dir, "/run/winnet/cni.sock", "/var/lib/winnet")
 	g.Expect(err).NotTo(HaveOccurred())

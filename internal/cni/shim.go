@@ -12,6 +12,8 @@ import (
 	"github.com/containernetworking/cni/pkg/types"
 	"github.com/containernetworking/cni/pkg/types/create"
 	"github.com/containernetworking/cni/pkg/version"
+
+	"github.com/winnet-io/winnet/internal/hostport"
 )
 
 // SupportedVersions are the CNI spec versions the shim accepts in a network configuration.
@@ -32,6 +34,11 @@ type ShimNetConf struct {
 	StateDir string `json:"stateDir,omitempty"`
 	// ConfDir is the directory of the conflist, which a retired node's last DEL removes by name.
 	ConfDir string `json:"confDir,omitempty"`
+	// RuntimeConfig holds the Pod's hostPorts as the runtime injects them (the conflist's
+	// "portMappings" capability), which the shim checks on ADD before it calls the agent.
+	RuntimeConfig struct {
+		PortMappings []hostport.PortMapping `json:"portMappings,omitempty"`
+	} `json:"runtimeConfig"`
 }
 
 // ShimOptions configures a Shim.
@@ -91,6 +98,8 @@ func (s *Shim) Funcs(ctx context.Context) skel.CNIFuncs {
 //   - the configuration is larger than MaxConfigSize: ErrInvalidNetworkConfig naming the limit;
 //   - the container ID is too long or a reserved name (ValidateContainerID): ErrInvalidEnvironmentVariables;
 //   - the configuration cannot be decoded: ErrDecodingFailure, before contacting the agent;
+//   - ADD with malformed runtimeConfig.portMappings (hostport.Parse): ErrInvalidNetworkConfig naming
+//     the entry, before contacting the agent;
 //   - the agent cannot be reached or does not answer in time: ErrTryAgainLater, naming the address;
 //   - the agent's answer violates the protocol or ADD yields no valid result: ErrInternal;
 //   - the agent reports a CNI error: that error, unchanged.
@@ -110,6 +119,13 @@ func (s *Shim) Run(ctx context.Context, cmd Command, args *skel.CmdArgs) error {
 	var conf ShimNetConf
 	if err := json.Unmarshal(args.StdinData, &conf); err != nil {
 		return types.NewError(types.ErrDecodingFailure, fmt.Sprintf("decoding network configuration: %v", err), "")
+	}
+	if cmd == CommandAdd {
+		// Malformed hostPorts are refused here too, whatever the agent's release: an agent of 0.1.0
+		// ignores portMappings (it serves no hostPort), a later one refuses them the same way.
+		if _, err := hostport.Parse(conf.RuntimeConfig.PortMappings); err != nil {
+			return err
+		}
 	}
 	if cmd == CommandDel && conf.StateDir != "" {
 		node := RetiredNode{StateDir: conf.StateDir, ConfDir: conf.ConfDir, Self: s.opts.Executable}

@@ -80,6 +80,13 @@ func TestShimRun(t *testing.T) {
 			wantErrMsg: "decoding network configuration",
 		},
 		{
+			name: "ADD with a malformed hostPort is refused before contacting the agent", cmd: CommandAdd,
+			stdin: []byte(`{"cniVersion":"1.1.0","name":"winnet","type":"winnet-cni",
+				"runtimeConfig":{"portMappings":[{"hostPort":80,"containerPort":80,"protocol":"tcp"},{"hostPort":80,"containerPort":80,"protocol":"sctp"}]}}`),
+			wantErr: &types.Error{Code: types.ErrInvalidNetworkConfig,
+				Msg: `runtimeConfig.portMappings[1] (hostPort 80, containerPort 80, protocol "sctp", hostIP ""): SCTP is not supported on winnet nodes: the Windows datapath's conntrack tracks only TCP, UDP and ICMP`},
+		},
+		{
 			name: "agent not listening", cmd: CommandStatus, version: "1.1.0", noAgent: true,
 			wantErrMsg: "winnet agent is not reachable at",
 		},

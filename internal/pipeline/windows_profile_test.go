@@ -136,6 +136,19 @@ func nodeVariants() map[string]Node {
 	return out
 }
 
+// hostPortVariants are the Service ports a hostPort becomes (controllers/service hostports.go):
+// TCP on every node address with the host's own connections (HostGroup), and UDP on one hostIP in
+// a zone of its own without them; one local endpoint, externalTrafficPolicy Local.
+func hostPortVariants(n Node) []ServicePort {
+	ep := []Endpoint{{Addr: netip.MustParseAddrPort("10.244.1.5:8080"), Local: true}}
+	return []ServicePort{
+		{Protocol: openflow.ProtoTCP, Port: 8080, NodePort: 8080, NodeIPs: []netip.Addr{n.NodeIP}, ClusterGroup: 101, ExternalGroup: 102, HostGroup: 103,
+			Endpoints: ep, ExternalLocal: true},
+		{Protocol: openflow.ProtoUDP, Port: 8080, NodePort: 8080, NodeIPs: []netip.Addr{n.NodeIP}, ClusterGroup: 104, ExternalGroup: 105,
+			Endpoints: ep, ExternalLocal: true, UDPZone: ServiceUDPZoneFirst + 1},
+	}
+}
+
 // routeVariants are the remote routes the builders handle: tunnelled with the global virtual MAC
 // and an ARP answer for the remote gateway (VXLAN, Geneve), tunnelled to a flannel peer's VTEP
 // (VNI 4096, its VTEP MAC, no gateway), and routed without encapsulation.
@@ -185,6 +198,17 @@ func TestBuildersPassWindowsProfile(t *testing.T) {
 				d.Flows = append(d.Flows, n.TraceFlows(tr, testTracePolicy())...)
 			}
 			d.PacketOuts = append(d.PacketOuts, TracePacketOut(10, 7))
+			// hostPorts (controllers/service hostports.go): NodePorts of one local endpoint, on every
+			// node address with the host's own connections, or on one hostIP without them, in a UDP
+			// zone of its own; with the Services' base and hairpin flows they rely on.
+			d.Flows = append(d.Flows, n.ServiceBaseFlows()...)
+			d.Flows = append(d.Flows, n.HairpinFlows(netip.MustParseAddr("10.244.1.5"))...)
+			for _, hp := range hostPortVariants(n) {
+				groups, flows := n.ServiceFlows(hp)
+				d.Groups = append(d.Groups, groups...)
+				d.Flows = append(d.Flows, flows...)
+				d.NATZones = mergeNATZones(d.NATZones, hp.NATZones())
+			}
 			g.Expect(CheckWindows(d)).To(BeEmpty())
 		})
 	}

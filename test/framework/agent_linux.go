@@ -19,6 +19,7 @@ import (
 	"github.com/winnet-io/winnet/internal/auditlog"
 	"github.com/winnet-io/winnet/internal/hns"
 	"github.com/winnet-io/winnet/internal/hostnet"
+	"github.com/winnet-io/winnet/internal/hostport"
 	"github.com/winnet-io/winnet/internal/ovs/ovsdb"
 	"github.com/winnet-io/winnet/test/simnode"
 )
@@ -148,8 +149,9 @@ func StartAgentWith(t testing.TB, s *APIServer, node *simnode.Node, opts AgentOp
 	if err := routes.SetupWithManager(mgr); err != nil {
 		fail("remote route reconciler", err)
 	}
+	hostPorts := hostport.NewRegistry()
 	services := &service.Reconciler{Client: mgr.GetClient(), Recorder: recorder, NodeName: node.Name, State: state, Net: net,
-		NodePorts: hostnet.NewNodePortNAT(hostnet.Options{NetNSPath: node.NSPath}), ResyncPeriod: resync}
+		NodePorts: hostnet.NewNodePortNAT(hostnet.Options{NetNSPath: node.NSPath}), ResyncPeriod: resync, HostPorts: hostPorts}
 	if err := services.SetupWithManager(mgr); err != nil {
 		fail("Service reconciler", err)
 	}
@@ -159,7 +161,7 @@ func StartAgentWith(t testing.TB, s *APIServer, node *simnode.Node, opts AgentOp
 	a.Pods, err = agent.SetupPodNetwork(ctx, mgr, agent.PodNetworkOptions{
 		NodeName: node.Name, Host: podendpoint.Host{HNS: sim, OVSDB: db, Net: net}, State: state,
 		CNISocket: a.CNISocket, CNIConfDir: a.CNIConfDir, StateDir: a.StateDir, CNIShimPath: opts.CNIShimPath,
-		ResyncPeriod: podResync, NotReadyWait: testPodNotReadyWait, VNICTimeout: TestVNICTimeout,
+		ResyncPeriod: podResync, NotReadyWait: testPodNotReadyWait, VNICTimeout: TestVNICTimeout, HostPorts: hostPorts,
 	})
 	if err != nil {
 		fail("Pod network", err)

@@ -23,6 +23,7 @@ import (
 	networkv1alpha1 "github.com/winnet-io/winnet/api/v1alpha1"
 	"github.com/winnet-io/winnet/internal/cni"
 	"github.com/winnet-io/winnet/internal/hns"
+	"github.com/winnet-io/winnet/internal/hostport"
 	"github.com/winnet-io/winnet/test/simnode"
 )
 
@@ -153,6 +154,9 @@ type TestPodOptions struct {
 	Namespace string
 	Labels    map[string]string
 	Ports     []corev1.ContainerPort
+	// PortMappings are the Pod's hostPorts, passed as the runtime passes them (CapabilityArgs
+	// "portMappings": runtimeConfig.portMappings).
+	PortMappings []hostport.PortMapping
 	// BeforeStart, when set, runs once ADD returned and before the runtime starts the sandbox
 	// (before the Pod's vNIC exists), with the Pod's namespace and address known: a test that
 	// probes the Pod from its vNIC's first moment starts its probes there.
@@ -168,6 +172,17 @@ var podSeq struct {
 // starts the sandbox as the runtime does once ADD returned, and writes the Pod's address into its
 // status as kubelet does.
 func (n *PodNode) AddPod(t *testing.T, name string, opts TestPodOptions) *TestPod {
+	t.Helper()
+	p, err := n.TryAddPod(t, name, opts)
+	if err != nil {
+		t.Fatalf("ADD of %s: %v", name, err)
+	}
+	return p
+}
+
+// TryAddPod is AddPod returning the error of ADD (the runtime's CNI error) instead of failing the
+// test: the Pod object and its network namespace are made (and cleaned up) all the same.
+func (n *PodNode) TryAddPod(t *testing.T, name string, opts TestPodOptions) (*TestPod, error) {
 	t.Helper()
 	ctx := context.Background()
 	if opts.Namespace == "" {
@@ -196,9 +211,12 @@ func (n *PodNode) AddPod(t *testing.T, name string, opts TestPodOptions) *TestPo
 		Args: [][2]string{{"IgnoreUnknown", "1"}, {"K8S_POD_NAMESPACE", opts.Namespace}, {"K8S_POD_NAME", name},
 			{"K8S_POD_INFRA_CONTAINER_ID", sandbox}, {"K8S_POD_UID", string(pod.UID)}},
 	}
+	if len(opts.PortMappings) > 0 {
+		rt.CapabilityArgs = map[string]any{"portMappings": opts.PortMappings}
+	}
 	res, err := n.CNI.AddNetworkList(ctx, n.ConfList, rt)
 	if err != nil {
-		t.Fatalf("ADD of %s: %v", name, err)
+		return nil, err
 	}
 	t.Cleanup(func() { _ = n.CNI.DelNetworkList(context.Background(), n.ConfList, rt) })
 	cur, err := types100.NewResultFromResult(res)
@@ -227,7 +245,7 @@ func (n *PodNode) AddPod(t *testing.T, name string, opts TestPodOptions) *TestPo
 	if err := n.server.Client.Status().Update(ctx, pod); err != nil {
 		t.Fatal(err)
 	}
-	return p
+	return p, nil
 }
 
 // DeletePod deletes a Pod AddPod attached before the test ends, as kubelet and the runtime do: CNI

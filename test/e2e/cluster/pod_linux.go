@@ -24,6 +24,7 @@ import (
 
 	networkv1alpha1 "github.com/winnet-io/winnet/api/v1alpha1"
 	"github.com/winnet-io/winnet/internal/hns"
+	"github.com/winnet-io/winnet/internal/hostport"
 	"github.com/winnet-io/winnet/test/framework"
 	"github.com/winnet-io/winnet/test/simnode"
 )
@@ -52,8 +53,9 @@ type Pod struct {
 	// Result is the CNI result of ADD.
 	Result *types100.Result
 
-	uid       string
-	dnsPolicy corev1.DNSPolicy
+	uid          string
+	dnsPolicy    corev1.DNSPolicy
+	portMappings []hostport.PortMapping
 }
 
 // Exec runs a command inside the Pod's namespace.
@@ -74,6 +76,9 @@ type PodOptions struct {
 	// NotReady leaves the Pod's Ready condition False (a readiness probe that has not passed yet): Services
 	// do not send it traffic until SetPodReady.
 	NotReady bool
+	// PortMappings are the Pod's hostPorts as the runtime passes them (the "portMappings"
+	// capability: runtimeConfig.portMappings).
+	PortMappings []hostport.PortMapping
 }
 
 // AddPod creates a Pod object in PodNamespace on the node, its network namespace, and calls CNI ADD with the
@@ -112,7 +117,7 @@ func (c *Cluster) NewPod(ctx context.Context, node *Node, name string, opts PodO
 		opts.DNSPolicy = corev1.DNSClusterFirst
 	}
 	p := &Pod{Name: name, Namespace: opts.Namespace, Node: node.Name, NS: c.Prefix + "-" + node.Name + "-" + name,
-		dnsPolicy: opts.DNSPolicy}
+		dnsPolicy: opts.DNSPolicy, portMappings: opts.PortMappings}
 	p.NewSandbox()
 	p.NSPath = nsPath(p.NS)
 	c.mu.Lock()
@@ -265,6 +270,12 @@ func (p *Pod) runtimeConf() *libcni.RuntimeConf {
 			"searches": []string{p.Namespace + ".svc." + ClusterDomain, "svc." + ClusterDomain, ClusterDomain},
 			"options":  []string{"ndots:5"},
 		}}
+	}
+	if len(p.portMappings) > 0 {
+		if caps == nil {
+			caps = map[string]any{}
+		}
+		caps["portMappings"] = p.portMappings
 	}
 	return &libcni.RuntimeConf{
 		ContainerID:    p.ContainerID,

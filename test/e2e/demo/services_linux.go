@@ -17,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/winnet-io/winnet/internal/hostport"
 	"github.com/winnet-io/winnet/test/e2e/cluster"
 	"github.com/winnet-io/winnet/test/hostcmd"
 )
@@ -28,6 +29,8 @@ const (
 	webPort     = 8080
 	// asks is how many new connections each row of the Services table opens.
 	asks = 12
+	// webHostPort is web-a's hostPort on node-a (to its port http).
+	webHostPort = 18080
 )
 
 // servicesDemo is the demo's Service with its endpoint Pods.
@@ -63,11 +66,17 @@ func startServices(ctx context.Context, c *cluster.Cluster) (*servicesDemo, erro
 }
 
 // addEndpointPod adds a Pod labelled app=web on the node with its echo server on the port named http.
+// web-a also has the hostPort webHostPort.
 func (d *servicesDemo) addEndpointPod(ctx context.Context, name, node string) error {
-	p, err := d.c.AddPodWith(ctx, d.c.Node(node), name, cluster.PodOptions{
+	opts := cluster.PodOptions{
 		Labels: map[string]string{"app": serviceName},
 		Ports:  []corev1.ContainerPort{{Name: "http", ContainerPort: webPort, Protocol: corev1.ProtocolTCP}},
-	}, time.Minute)
+	}
+	if name == "web-a" {
+		opts.Ports[0].HostPort = webHostPort
+		opts.PortMappings = []hostport.PortMapping{{HostPort: webHostPort, ContainerPort: webPort, Protocol: "tcp"}}
+	}
+	p, err := d.c.AddPodWith(ctx, d.c.Node(node), name, opts, time.Minute)
 	if err != nil {
 		return err
 	}
@@ -156,7 +165,8 @@ func addrList(seen map[netip.Addr]bool) string {
 }
 
 // table measures the Services rows with real packets: Pods to the Service by its DNS name (resolved through
-// the Pod's own resolver), a Pod to https://kubernetes.default, the external host to the NodePort on each node.
+// the Pod's own resolver), a Pod to https://kubernetes.default, the external host to the NodePort on each node
+// and to web-a's hostPort on node-a.
 func (d *servicesDemo) table(ctx context.Context, pods map[string]*cluster.Pod) string {
 	var b strings.Builder
 	w := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
@@ -189,6 +199,10 @@ func (d *servicesDemo) table(ctx context.Context, pods map[string]*cluster.Pod) 
 		names, seen := d.ask(ctx, d.c.ExternalPlace(), dst, asks)
 		fmt.Fprintf(w, "external (%s)\t%s\tNodePort on %s\t%s\t%s\n", d.c.ExternalIP, dst, n.Name, countList(names), addrList(seen))
 	}
+	nodeA := d.c.Node("node-a")
+	dst := netip.AddrPortFrom(nodeA.IP, webHostPort)
+	names, seen := d.ask(ctx, d.c.ExternalPlace(), dst, asks)
+	fmt.Fprintf(w, "external (%s)\t%s\thostPort of web-a on %s\t%s\t%s\n", d.c.ExternalIP, dst, nodeA.Name, countList(names), addrList(seen))
 	_ = w.Flush()
 	return b.String()
 }
