@@ -514,9 +514,10 @@ func (r *Reconciler) destinationNodes(ctx context.Context, tr *networkv1alpha1.P
 			}
 			return netip.Addr{}, nil, "", "", fmt.Errorf("reading destination Service %s: %w", key, err)
 		}
-		ip, err := netip.ParseAddr(svc.Spec.ClusterIP)
-		if err != nil || !ip.Is4() {
-			return netip.Addr{}, nil, networkv1alpha1.PacketTraceReasonDestinationUnknown, fmt.Sprintf("destination Service %s has no IPv4 ClusterIP", key), nil
+		ip := serviceIPv4(svc)
+		if !ip.IsValid() {
+			return netip.Addr{}, nil, networkv1alpha1.PacketTraceReasonDestinationUnknown,
+				fmt.Sprintf("destination Service %s has no IPv4 ClusterIP (ClusterIPs %v): winnet's Windows data plane serves IPv4 only", key, svc.Spec.ClusterIPs), nil
 		}
 		slices := &discoveryv1.EndpointSliceList{}
 		if err := r.Reader.List(ctx, slices, client.InNamespace(key.Namespace), client.MatchingLabels{discoveryv1.LabelServiceName: key.Name}); err != nil {
@@ -732,4 +733,15 @@ func orDefault(s, def string) string {
 func sortedUnique(s []string) []string {
 	slices.Sort(s)
 	return slices.Compact(s)
+}
+
+// serviceIPv4 is the Service's IPv4 ClusterIP, whatever the order of its ClusterIPs (a dual-stack
+// Service may list its IPv6 one first); the zero Addr when it has none.
+func serviceIPv4(svc *corev1.Service) netip.Addr {
+	for _, s := range append([]string{svc.Spec.ClusterIP}, svc.Spec.ClusterIPs...) {
+		if ip, err := netip.ParseAddr(s); err == nil && ip.Is4() {
+			return ip
+		}
+	}
+	return netip.Addr{}
 }
