@@ -1,0 +1,106 @@
+package preflight
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"github.com/winnet-io/winnet/internal/hns"
+	"github.com/winnet-io/winnet/internal/securefs"
+)
+
+// hostSource marks the facts a Linux node answers from its own host (real netlink, the OVS
+// processes' pid files), not from a Windows API.
+const hostSource = "Linux host"
+
+// simSource marks what the HNS simulator answered.
+const simSource = "HNS simulator"
+
+// DefaultContainerdConfig is containerd's configuration on Linux.
+const DefaultContainerdConfig = "/etc/containerd/config.toml"
+
+// DefaultOVSRunDir is where Debian's Open vSwitch keeps its pid files.
+const DefaultOVSRunDir = "/var/run/openvswitch"
+
+func platformName(opts Options) string {
+	if opts.NetNSPath != "" {
+		return "linux, simulated node " + opts.NetNSPath + " (HNS simulator)"
+	}
+	return "linux (HNS simulator)"
+}
+
+// containerdDefaults: a Linux node without a containerd configuration is taken as a simulated node
+// whose runtime is the test harness: not compared.
+func containerdDefaults() (confDir, binDir string, ok bool) { return "", "", false }
+
+func gatherOS(context.Context) Fact[OSInfo] {
+	return NotOnPlatform[OSInfo]("Linux has no Windows build (registry)")
+}
+
+func gatherFeatures(context.Context) Fact[map[string]bool] {
+	return NotOnPlatform[map[string]bool]("Linux has no Windows features (WMI)")
+}
+
+func gatherDriver(context.Context) Fact[DriverInfo] {
+	return NotOnPlatform[DriverInfo]("Linux runs the userspace datapath: no extension driver, no driver signing")
+}
+
+// gatherServices reads the pid files ovsdb-server and ovs-vswitchd write into OVS's run directory
+// and whether those processes live (/proc/<pid>).
+func gatherServices(_ context.Context, opts Options) Fact[map[string]ServiceState] {
+	dir := opts.OVSRunDir
+	if dir == "" {
+		dir = DefaultOVSRunDir
+	}
+	out := map[string]ServiceState{}
+	for _, name := range []string{OVSDBService, OVSVswitchdService} {
+		b, err := os.ReadFile(filepath.Join(dir, name+".pid"))
+		if errors.Is(err, fs.ErrNotExist) {
+			out[name] = ServiceState{}
+			continue
+		} else if err != nil {
+			return Failed[map[string]ServiceState](err, hostSource)
+		}
+		s := ServiceState{Present: true, State: "stopped (stale pid file)"}
+		if pid, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil && pid > 0 {
+			if _, err := os.Stat(fmt.Sprintf("/proc/%d", pid)); err == nil {
+				s.Running, s.State = true, fmt.Sprintf("running, pid %d", pid)
+			}
+		}
+		out[name] = s
+	}
+	return Known(out, hostSource+", pid files in "+dir)
+}
+
+// gatherHNS reads the HNS simulator's state file, as the agent keeps it in its state directory,
+// without starting a simulator: winnet's network and its extension. The simulator answers its
+// version (hns.SimVersion) and no load balancer: it models none, as winnet makes none.
+func gatherHNS(_ context.Context, opts Options) Fact[HNSInfo] {
+	info := HNSInfo{Version: hns.SimVersion}
+	b, err := securefs.ReadFile(filepath.Join(opts.StateDir, SimStateFile), securefs.Private, 64<<20)
+	if errors.Is(err, fs.ErrNotExist) {
+		return Known(info, simSource)
+	} else if err != nil {
+		return Failed[HNSInfo](err, simSource)
+	}
+	networks, err := hns.ReadSimNetworks(b)
+	if err != nil {
+		return Failed[HNSInfo](err, simSource)
+	}
+	for _, n := range networks {
+		if n.Name == opts.HNSNetwork {
+			info.Network = &n.Network
+			info.ExtensionEnabled = n.OVSExtension
+			break
+		}
+	}
+	return Known(info, simSource)
+}
+
+// SimStateFile is the HNS simulator's state file in the agent's state directory.
+const SimStateFile = "hns-sim.json"
