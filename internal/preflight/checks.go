@@ -355,7 +355,7 @@ func checkKubeProxy(f *Facts) Result {
 }
 
 func checkUplink(f *Facts) Result {
-	if r, done := unknown(f.Uplink, "the uplink", Fail, "give preflight a kubeconfig (the Node's InternalIP names the uplink)"); done {
+	if r, done := unknown(f.Uplink, "the uplink", Warn, "give preflight a kubeconfig (the Node's InternalIP names the uplink)"); done {
 		return r
 	}
 	u := f.Uplink.Value

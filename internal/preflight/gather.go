@@ -44,7 +44,8 @@ type Options struct {
 	OVSRunDir    string
 	// NetNSPath, Linux only, is the simulated node's network namespace.
 	NetNSPath string
-	// ContainerdConfig is containerd's config.toml (empty: the platform's default path).
+	// ContainerdConfig is containerd's config.toml (empty: the platform's default path; none on a
+	// simulated node).
 	ContainerdConfig string
 	// Reader reads the Node and its Pods; nil: no API server (those checks warn).
 	Reader client.Reader
@@ -70,7 +71,7 @@ func Gather(ctx context.Context, opts Options) *Facts {
 	f.HNS = gatherHNS(ctx, opts)
 	f.OVSVersion = gatherOVSVersion(ctx, opts)
 	f.Node, f.KubeProxyPods = gatherNode(ctx, opts)
-	f.Containerd = gatherContainerd(opts.ContainerdConfig)
+	f.Containerd = gatherContainerd(opts)
 	f.CNI = gatherCNIDir(opts.CNIConfDir)
 	f.Uplink = gatherUplink(ctx, opts, f.Node)
 	f.Clock = gatherClock(ctx, opts)
@@ -122,9 +123,13 @@ type containerdCNI struct {
 	BinDirs []string `toml:"bin_dirs"`
 }
 
-func gatherContainerd(path string) Fact[ContainerdConfig] {
+func gatherContainerd(opts Options) Fact[ContainerdConfig] {
+	path := opts.ContainerdConfig
 	if path == "" {
-		path = DefaultContainerdConfig
+		var why string
+		if path, why = defaultContainerdConfig(opts); why != "" {
+			return NotOnPlatform[ContainerdConfig](why)
+		}
 	}
 	cfg := ContainerdConfig{Path: path}
 	var doc struct {

@@ -38,6 +38,15 @@ func platformName(opts Options) string {
 // whose runtime is the test harness: not compared.
 func containerdDefaults() (confDir, binDir string, ok bool) { return "", "", false }
 
+// defaultContainerdConfig is the host's containerd configuration, but none for a simulated node
+// (--netns): its runtime, if any, is not the host's.
+func defaultContainerdConfig(opts Options) (path, unavailable string) {
+	if opts.NetNSPath != "" {
+		return "", "a simulated node's runtime is not the host's containerd (give --containerd-config)"
+	}
+	return DefaultContainerdConfig, ""
+}
+
 func gatherOS(context.Context) Fact[OSInfo] {
 	return NotOnPlatform[OSInfo]("Linux has no Windows build (registry)")
 }

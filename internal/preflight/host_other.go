@@ -24,3 +24,5 @@ func gatherServices(context.Context, Options) Fact[map[string]ServiceState] {
 	return NotOnPlatform[map[string]ServiceState](notHere)
 }
 func gatherHNS(context.Context, Options) Fact[HNSInfo] { return NotOnPlatform[HNSInfo](notHere) }
+
+func defaultContainerdConfig(Options) (string, string) { return DefaultContainerdConfig, "" }

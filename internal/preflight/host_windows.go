@@ -39,6 +39,8 @@ func containerdDefaults() (confDir, binDir string, ok bool) {
 	return `C:\Program Files\containerd\cni\conf`, `C:\Program Files\containerd\cni\bin`, true
 }
 
+func defaultContainerdConfig(Options) (path, unavailable string) { return DefaultContainerdConfig, "" }
+
 // gatherOS reads the build from the registry (HKLM\SOFTWARE\Microsoft\Windows NT\CurrentVersion:
 // CurrentBuildNumber, UBR, ProductName, DisplayVersion or ReleaseId).
 func gatherOS(context.Context) Fact[OSInfo] {
