@@ -252,6 +252,10 @@ func checkContainerd(f *Facts) Result {
 			Fix: "join the node to the cluster; kubelet reports the runtime's version in the Node's status", Source: f.Node.Source}
 	}
 	rv := f.Node.Value.Status.NodeInfo.ContainerRuntimeVersion
+	if rv == "" {
+		return Result{Status: Warn, Detail: fmt.Sprintf("Node %s reports no container runtime (status.nodeInfo.containerRuntimeVersion)", f.NodeName),
+			Fix: "start kubelet with containerd on the node, then run preflight again", Source: f.Node.Source}
+	}
 	runtime, version, _ := strings.Cut(rv, "://")
 	if runtime != "containerd" {
 		return Result{Status: Fail, Detail: fmt.Sprintf("the Node's runtime is %q, not containerd", rv),

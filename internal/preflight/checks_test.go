@@ -100,6 +100,9 @@ func TestEachCheckFailsItsNode(t *testing.T) {
 		{"containerd", Fail, `"docker://20.10.9", not containerd`, func(f *Facts) {
 			f.Node.Value.Status.NodeInfo.ContainerRuntimeVersion = "docker://20.10.9"
 		}},
+		{"containerd", Warn, "Node win-1 reports no container runtime", func(f *Facts) {
+			f.Node.Value.Status.NodeInfo.ContainerRuntimeVersion = ""
+		}},
 		{"containerd", Warn, "Node win-1 does not exist yet", func(f *Facts) { f.Node = Known[*corev1.Node](nil, "") }},
 		{"cni-config", Fail, "containerd reads 05-calico.conflist", func(f *Facts) {
 			f.CNI.Value.Files = []string{"05-calico.conflist", "10-winnet.conflist"}

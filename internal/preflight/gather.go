@@ -91,6 +91,13 @@ func gatherOVSVersion(ctx context.Context, opts Options) Fact[string] {
 	if err != nil {
 		return Failed[string](err, hostSource)
 	}
+	if v == "" {
+		// Written by OVS's start scripts (ovs-ctl, the Windows installer's), not by ovs-vswitchd.
+		if v, err = vswitchdVersion(ctx, opts); err != nil {
+			return Failed[string](fmt.Errorf("OVSDB holds no ovs_version, and ovs-vswitchd did not answer: %w", err), hostSource)
+		}
+		return Known(v, strings.TrimPrefix(hostSource+", ", ", ")+"ovs-vswitchd's version command")
+	}
 	return Known(v, hostSource)
 }
 

@@ -5,10 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"os"
+	"net"
 	"path/filepath"
-	"strconv"
-	"strings"
+	"time"
 
 	"github.com/winnet-io/winnet/internal/hns"
 	"github.com/winnet-io/winnet/internal/securefs"
@@ -24,7 +23,7 @@ const simSource = "HNS simulator"
 // DefaultContainerdConfig is containerd's configuration on Linux.
 const DefaultContainerdConfig = "/etc/containerd/config.toml"
 
-// DefaultOVSRunDir is where Debian's Open vSwitch keeps its pid files.
+// DefaultOVSRunDir is where Debian's Open vSwitch keeps its control sockets.
 const DefaultOVSRunDir = "/var/run/openvswitch"
 
 func platformName(opts Options) string {
@@ -59,8 +58,9 @@ func gatherDriver(context.Context) Fact[DriverInfo] {
 	return NotOnPlatform[DriverInfo]("Linux runs the userspace datapath: no extension driver, no driver signing")
 }
 
-// gatherServices reads the pid files ovsdb-server and ovs-vswitchd write into OVS's run directory
-// and whether those processes live (/proc/<pid>).
+// gatherServices looks for the control sockets ovsdb-server and ovs-vswitchd serve in OVS's run
+// directory (<name>.ctl, or <name>.<pid>.ctl as Debian's packages start them) and connects to each:
+// a socket that answers is a running daemon; one left behind refuses the connection.
 func gatherServices(_ context.Context, opts Options) Fact[map[string]ServiceState] {
 	dir := opts.OVSRunDir
 	if dir == "" {
@@ -68,22 +68,22 @@ func gatherServices(_ context.Context, opts Options) Fact[map[string]ServiceStat
 	}
 	out := map[string]ServiceState{}
 	for _, name := range []string{OVSDBService, OVSVswitchdService} {
-		b, err := os.ReadFile(filepath.Join(dir, name+".pid"))
-		if errors.Is(err, fs.ErrNotExist) {
-			out[name] = ServiceState{}
-			continue
-		} else if err != nil {
+		socks, err := filepath.Glob(filepath.Join(dir, name+".*ctl"))
+		if err != nil {
 			return Failed[map[string]ServiceState](err, hostSource)
 		}
-		s := ServiceState{Present: true, State: "stopped (stale pid file)"}
-		if pid, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil && pid > 0 {
-			if _, err := os.Stat(fmt.Sprintf("/proc/%d", pid)); err == nil {
-				s.Running, s.State = true, fmt.Sprintf("running, pid %d", pid)
+		s := ServiceState{}
+		for _, sock := range socks {
+			s.Present, s.State = true, "not answering on "+filepath.Base(sock)
+			if c, err := net.DialTimeout("unix", sock, 2*time.Second); err == nil {
+				_ = c.Close()
+				s.Running, s.State = true, "answering on "+filepath.Base(sock)
+				break
 			}
 		}
 		out[name] = s
 	}
-	return Known(out, hostSource+", pid files in "+dir)
+	return Known(out, hostSource+", control sockets in "+dir)
 }
 
 // gatherHNS reads the HNS simulator's state file, as the agent keeps it in its state directory,
@@ -113,3 +113,22 @@ func gatherHNS(_ context.Context, opts Options) Fact[HNSInfo] {
 
 // SimStateFile is the HNS simulator's state file in the agent's state directory.
 const SimStateFile = "hns-sim.json"
+
+// dialVswitchd connects to ovs-vswitchd's control socket in OVS's run directory.
+func dialVswitchd(ctx context.Context, opts Options) (net.Conn, error) {
+	dir := opts.OVSRunDir
+	if dir == "" {
+		dir = DefaultOVSRunDir
+	}
+	socks, err := filepath.Glob(filepath.Join(dir, OVSVswitchdService+".*ctl"))
+	if err != nil {
+		return nil, err
+	}
+	var d net.Dialer
+	for _, sock := range socks {
+		if c, err := d.DialContext(ctx, "unix", sock); err == nil {
+			return c, nil
+		}
+	}
+	return nil, fmt.Errorf("no control socket of ovs-vswitchd answers in %s", dir)
+}

@@ -2,7 +2,11 @@
 
 package preflight
 
-import "context"
+import (
+	"context"
+	"errors"
+	"net"
+)
 
 const hostSource = ""
 
@@ -26,3 +30,5 @@ func gatherServices(context.Context, Options) Fact[map[string]ServiceState] {
 func gatherHNS(context.Context, Options) Fact[HNSInfo] { return NotOnPlatform[HNSInfo](notHere) }
 
 func defaultContainerdConfig(Options) (string, string) { return DefaultContainerdConfig, "" }
+
+func dialVswitchd(context.Context, Options) (net.Conn, error) { return nil, errors.ErrUnsupported }

@@ -6,10 +6,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"runtime"
 	"strconv"
 	"strings"
 
+	"github.com/Microsoft/go-winio"
 	ole "github.com/go-ole/go-ole"
 	"github.com/go-ole/go-ole/oleutil"
 	"golang.org/x/sys/windows"
@@ -274,4 +276,23 @@ func gatherHNS(ctx context.Context, opts Options) Fact[HNSInfo] {
 		return Failed[HNSInfo](err, hostSource)
 	}
 	return Known(out, hostSource)
+}
+
+// DefaultOVSRunDir is OVS for Windows' run directory.
+const DefaultOVSRunDir = `C:\openvswitch\var\run\openvswitch`
+
+// dialVswitchd connects to ovs-vswitchd's control pipe: OVS for Windows names it after the Unix
+// socket's path "<rundir>/ovs-vswitchd.ctl" without its slashes, under \\.\pipe\
+// (lib/stream-windows.c), as the agent derives the bridges' OpenFlow pipes.
+func dialVswitchd(ctx context.Context, opts Options) (net.Conn, error) {
+	dir := opts.OVSRunDir
+	if dir == "" {
+		dir = DefaultOVSRunDir
+	}
+	pipe := `\\.\pipe\` + strings.NewReplacer(`\`, "", "/", "").Replace(dir+"/"+OVSVswitchdService+".ctl")
+	c, err := winio.DialPipeContext(ctx, pipe)
+	if err != nil {
+		return nil, fmt.Errorf("connecting to ovs-vswitchd's control pipe %s: %w", pipe, err)
+	}
+	return c, nil
 }
