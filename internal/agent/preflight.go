@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"strings"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -29,6 +30,9 @@ func PreflightOptions(nodeName string, opts HostOptions) preflight.Options {
 	return p
 }
 
+// preflightTimeout bounds the agent's preflight: a fact not gathered by then is reported as such.
+const preflightTimeout = 2 * time.Minute
+
 // setupPreflight runs the preflight once the manager has started, beside the reconcilers and
 // blocking none of them, and hands its result to the node network reconciler, which writes it as
 // the Preflight condition and records its Event.
@@ -39,7 +43,9 @@ func setupPreflight(mgr manager.Manager, nodeName string, opts HostOptions, into
 	return mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {
 		log := ctrl.LoggerFrom(ctx).WithName("preflight")
 		log.Info("Checking the node's fitness for winnet")
-		rep := preflight.Run(ctx, preflight.Checks(), preflight.Gather(ctx, popts))
+		gctx, cancel := context.WithTimeout(ctx, preflightTimeout)
+		rep := preflight.Run(gctx, preflight.Checks(), preflight.Gather(gctx, popts))
+		cancel()
 		if ctx.Err() != nil {
 			return nil
 		}

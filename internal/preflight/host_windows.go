@@ -10,6 +10,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/Microsoft/go-winio"
 	ole "github.com/go-ole/go-ole"
@@ -81,6 +82,9 @@ func ReadOSInfo() (OSInfo, error) {
 // gatherFeatures asks WMI (root\cimv2 Win32_OptionalFeature, what Get-WindowsOptionalFeature
 // reads) whether Containers and Microsoft-Hyper-V are enabled (InstallState 1).
 func gatherFeatures(ctx context.Context) Fact[map[string]bool] {
+	// A WMI call cannot be cancelled: past this, its answer is dropped.
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
 	type result struct {
 		m   map[string]bool
 		err error
