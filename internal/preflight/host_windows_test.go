@@ -5,6 +5,7 @@ package preflight
 import (
 	"context"
 	"testing"
+	"time"
 
 	. "github.com/onsi/gomega"
 	"golang.org/x/sys/windows"
@@ -27,10 +28,10 @@ func TestReadOSInfo(t *testing.T) {
 // and for one nobody installed: present and running, then absent without an error.
 func TestQueryService(t *testing.T) {
 	g := NewWithT(t)
-	s, err := QueryService("RpcSs")
-	g.Expect(err).NotTo(HaveOccurred())
-	g.Expect(s).To(Equal(ServiceState{Present: true, Running: true, State: "running"}))
-	s, err = QueryService("winnet-no-such-service")
+	// RpcSs may still be starting in a Wine prefix that just woke up.
+	g.Eventually(func() (ServiceState, error) { return QueryService("RpcSs") }).WithTimeout(20*time.Second).
+		Should(Equal(ServiceState{Present: true, Running: true, State: "running"}))
+	s, err := QueryService("winnet-no-such-service")
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(s).To(Equal(ServiceState{}))
 	f := gatherServices(context.Background(), Options{})
