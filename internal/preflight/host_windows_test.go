@@ -29,7 +29,7 @@ func TestReadOSInfo(t *testing.T) {
 func TestQueryService(t *testing.T) {
 	g := NewWithT(t)
 	// RpcSs may still be starting in a Wine prefix that just woke up.
-	g.Eventually(func() (ServiceState, error) { return QueryService("RpcSs") }).WithTimeout(20*time.Second).
+	g.Eventually(func() (ServiceState, error) { return QueryService("RpcSs") }).WithTimeout(20 * time.Second).
 		Should(Equal(ServiceState{Present: true, Running: true, State: "running"}))
 	s, err := QueryService("winnet-no-such-service")
 	g.Expect(err).NotTo(HaveOccurred())
