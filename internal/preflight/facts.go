@@ -108,8 +108,8 @@ type DirInfo struct {
 	Err error `json:"-"`
 }
 
-// Facts are everything the checks read. The zero Fact of a group not gathered at all reads as an
-// error ("not gathered").
+// Facts are everything the checks read, as Gather collects them (tests build them by hand: a
+// check reads a zero Fact as a gathered zero value).
 type Facts struct {
 	NodeName string
 	Platform string
