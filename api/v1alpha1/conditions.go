@@ -29,6 +29,21 @@ const (
 	// PoliciesReadyCondition: the NetworkPolicies selecting the node's Pods are realised in OVS.
 	// It is not part of Ready: a node whose policies lag still networks its Pods.
 	PoliciesReadyCondition = "PoliciesReady"
+	// PreflightCondition: the node's fitness for winnet as the agent's preflight found it at its
+	// start (`winnet-agent preflight`): True when no check failed (reason PreflightPassed, or
+	// PreflightWarnings with the warnings in the message), False when some did (PreflightFailed,
+	// the failed checks and their fixes in the message). It is not part of Ready and blocks nothing.
+	PreflightCondition = "Preflight"
+)
+
+// Reasons of the Preflight condition of WindowsNodeNetwork, also those of the agent's Event.
+const (
+	// PreflightPassedReason: every check passed (or does not apply on this platform).
+	PreflightPassedReason = "PreflightPassed"
+	// PreflightWarningsReason: no check failed, some warned.
+	PreflightWarningsReason = "PreflightWarnings"
+	// PreflightFailedReason: some checks failed.
+	PreflightFailedReason = "PreflightFailed"
 )
 
 // Condition types winnet-controller writes on ClusterNetworkPolicies (policy.networking.k8s.io,

@@ -15,6 +15,7 @@ import (
 
 	"github.com/winnet-io/winnet/internal/agent"
 	"github.com/winnet-io/winnet/internal/cmdline"
+	"github.com/winnet-io/winnet/internal/preflight"
 	"github.com/winnet-io/winnet/internal/scheme"
 	"github.com/winnet-io/winnet/internal/securefs"
 )
@@ -36,8 +37,9 @@ func runBundleCommand(args []string) (handled bool, err error) {
 		"Writes a gzipped tar of this node's network for a maintainer: the bridge's OpenFlow flows and groups\n"+
 		"(read over a connection of its own, changing nothing), OVSDB's bridges, ports and interfaces, HNS's\n"+
 		"network and endpoints (the simulator's state on Linux), the host's links, addresses and routes, the\n"+
-		"state directory's listing (no contents), the tail of the agent's logs (--log) and, with an API server,\n"+
-		"the node's WindowsNodeNetwork, PodEndpoints and the RemoteSubnetRoutes with their status. Tokens,\n"+
+		"state directory's listing (no contents), the preflight's report (winnet-agent preflight), the tail\n"+
+		"of the agent's logs (--log) and, with an API server, the node's WindowsNodeNetwork, PodEndpoints and\n"+
+		"the RemoteSubnetRoutes with their status. Tokens,\n"+
 		"keys, certificates and credentials are redacted. FILE is created owner-only (an explicit DACL on\n"+
 		"Windows); an existing FILE or a link there is refused. Run it beside the agent, with its flags.")
 	out := fs.String("o", "", "the bundle to create (a .tar.gz); must not exist")
@@ -53,6 +55,9 @@ func runBundleCommand(args []string) (handled bool, err error) {
 	fs.StringVar(&hostOpts.OVSRunDir, "ovs-rundir", "", "OVS's run directory (default: the platform's)")
 	fs.StringVar(&hostOpts.NetNSPath, "netns", "", "Linux only: collect from this network namespace instead of the command's own (simulated nodes)")
 	fs.StringVar(&hostOpts.StateDir, "state-dir", agent.DefaultStateDir, "the agent's state directory")
+	fs.StringVar(&hostOpts.CNIConfDir, "cni-conf-dir", agent.DefaultCNIConfDir, "the agent's --cni-conf-dir, for the preflight")
+	fs.StringVar(&hostOpts.CNIShimPath, "cni-shim-path", "", "the agent's --cni-shim-path, for the preflight (default: its directory not compared)")
+	fs.StringVar(&hostOpts.AuditLog.Dir, "audit-log-dir", agent.DefaultAuditLogDir, "the agent's --audit-log-dir, for the preflight")
 	kubeconfig := cmdline.KubeconfigFlag(fs)
 	apiServer := fs.String("apiserver", "", "URL of the API server (https://host:port), overriding the kubeconfig's")
 	noAPI := fs.Bool("no-api-server", false, "leave the node's winnet objects out (no API server is reachable)")
@@ -78,6 +83,11 @@ func runBundleCommand(args []string) (handled bool, err error) {
 			return true, err
 		}
 		opts.Client = c
+		cfg, err := cmdline.RESTConfig(*kubeconfig, *apiServer)
+		if err != nil {
+			return true, err
+		}
+		opts.ServerTime = preflight.APIServerTime(cfg, nil)
 	}
 	f, err := securefs.CreateNew(*out, securefs.Private)
 	if err != nil {

@@ -24,9 +24,13 @@ func main() {
 	cmdline.Subcommand("winnet-agent reset", os.Args[1:], runResetCommand)
 	// `winnet-agent support-bundle -o FILE` collects this node's network for a maintainer (bundle.go).
 	cmdline.Subcommand("winnet-agent support-bundle", os.Args[1:], runBundleCommand)
+	// `winnet-agent preflight` checks whether this node is fit for winnet; its exit status is its
+	// verdict (preflight.go).
+	if handled, code := runPreflightCommand(os.Args[1:], os.Stdout, os.Stderr); handled {
+		os.Exit(code)
+	}
 	opts := agent.Options{}
-	fs := cmdline.FlagSet("winnet-agent", "Usage: winnet-agent [flags]\n       winnet-agent reset [--dry-run] [flags]   (give this node its network back, offline)\n"+
-		"       winnet-agent support-bundle -o FILE [flags]   (collect this node's network for a maintainer)\n\n"+
+	fs := cmdline.FlagSet("winnet-agent", "Usage: winnet-agent [flags]\n"+subcommandsUsage+"\n"+
 		"The per-node agent of winnet: it converges this node's network (HNS network, OVS bridge,\n"+
 		"uplink, gateway, tunnel, OpenFlow pipeline) toward its WindowsNodeNetwork\n"+
 		"(group network.winnet.io) and reports it in the object's status. It serves the winnet-cni\n"+
@@ -64,6 +68,12 @@ func main() {
 	kubeconfig := cmdline.KubeconfigFlag(fs)
 	apiServer := fs.String("apiserver", "", "URL of the API server (https://host:port), overriding the kubeconfig's: winnet provides Services on this node, so the agent must not depend on the kubernetes Service's ClusterIP")
 	log := cmdline.ParseMain(fs, os.Args[1:])
+	if fs.NArg() > 0 {
+		// The flags end at the first word that is not one: an unknown subcommand, or a stray
+		// argument, which would otherwise be ignored with every flag after it.
+		fmt.Fprintf(os.Stderr, "winnet-agent: unknown command or stray argument %q (the agent takes only flags); the commands are:\n%s\n", fs.Arg(0), subcommandsUsage)
+		os.Exit(2)
+	}
 	hostOpts.AuditLog.MaxSize = int64(*auditMaxSizeMB) << 20
 	if *auditMaxSizeMB < 1 || hostOpts.AuditLog.MaxFiles < 1 || hostOpts.AuditLog.Rate <= 0 || hostOpts.AuditLog.Burst < 1 || hostOpts.AuditLog.Window <= 0 ||
 		hostOpts.AuditLog.NodeRate < 0 || hostOpts.AuditLog.NodeBurst < 0 || hostOpts.AuditLog.SuspendAfter == 0 || hostOpts.AuditLog.Cooldown <= 0 {
@@ -106,6 +116,12 @@ func main() {
 		os.Exit(1)
 	}
 }
+
+// subcommandsUsage lists winnet-agent's subcommands, each of which answers --help.
+const subcommandsUsage = "       winnet-agent preflight [--output json] [flags]   (check whether this node is fit for winnet; exit 0, 1 warnings, 2 failures)\n" +
+	"       winnet-agent reset [--dry-run] [flags]   (give this node its network back, offline)\n" +
+	"       winnet-agent support-bundle -o FILE [flags]   (collect this node's network for a maintainer)\n" +
+	"       winnet-agent service install|uninstall|start|stop|run [flags]   (Windows: run the agent as a Windows service)"
 
 // hnsSimLatencyFlag is a hidden flag: the benchmarks' knob of the HNS simulator.
 const hnsSimLatencyFlag = "hns-sim-latency"

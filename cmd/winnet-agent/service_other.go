@@ -27,3 +27,6 @@ func agentContext() (ctx context.Context, done func()) {
 // defaultBundleLogs are the logs the support bundle takes when --log is not given: none outside
 // Windows (the agent logs to stderr, which the init system or the Pod's runtime keeps).
 func defaultBundleLogs() []string { return nil }
+
+// defaultPreflightLogDir is the service's log directory preflight checks: none outside Windows.
+func defaultPreflightLogDir() string { return "" }

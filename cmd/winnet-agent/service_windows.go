@@ -420,3 +420,9 @@ func defaultBundleLogs() []string {
 	}
 	return out
 }
+
+// defaultPreflightLogDir is the directory of the service's default log, which preflight checks.
+func defaultPreflightLogDir() string {
+	o := serviceOptions{home: `C:\ProgramData\winnet`}
+	return filepath.Dir(o.logPath())
+}

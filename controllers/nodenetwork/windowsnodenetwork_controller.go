@@ -78,6 +78,10 @@ type Reconciler struct {
 	State *State
 	// Teardown, when set, is told once the node network is gone, before the finalizer goes.
 	Teardown TeardownListener
+	// Preflight, when set, holds the agent's preflight result, written as the Preflight condition.
+	Preflight *Preflight
+	// preflightReported is the sequence number of the preflight result last reported by an Event.
+	preflightReported int
 
 	flows    flowConn
 	adapters adapterRecords
@@ -132,7 +136,11 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error { return r.watchHost(ctx, drift) })); err != nil {
 		return fmt.Errorf("adding the host watch: %w", err)
 	}
-	return ctrl.NewControllerManagedBy(mgr).
+	b := ctrl.NewControllerManagedBy(mgr)
+	if r.Preflight != nil {
+		b = b.WatchesRawSource(source.Channel(r.Preflight.changed, ownNode))
+	}
+	return b.
 		Named("windowsnodenetwork").
 		For(&networkv1alpha1.WindowsNodeNetwork{}).
 		Watches(&corev1.Node{}, ownNode).
@@ -177,6 +185,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 	}
 
 	before := wnn.DeepCopy()
+	if c := r.setPreflightCondition(wnn); c != nil {
+		r.preflightEvent(wnn, c)
+	}
 	defer func() {
 		// A converged node network is reconciled every resync period and on every report: when
 		// nothing changed, nothing is written (controller-runtime would send an empty patch, one API

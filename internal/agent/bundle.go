@@ -21,6 +21,7 @@ import (
 	"github.com/winnet-io/winnet/internal/hostnet"
 	"github.com/winnet-io/winnet/internal/ovs/openflow"
 	"github.com/winnet-io/winnet/internal/ovs/ovsdb"
+	"github.com/winnet-io/winnet/internal/preflight"
 	"github.com/winnet-io/winnet/internal/securefs"
 )
 
@@ -39,6 +40,8 @@ type BundleOptions struct {
 	Client client.Client
 	// Now stamps the bundle (default time.Now).
 	Now func() time.Time
+	// ServerTime asks the API server its time, for the preflight's clock check (nil: not checked).
+	ServerTime func(ctx context.Context) (preflight.ClockInfo, error)
 }
 
 // bundleMaxStateEntries bounds the state directory's listing.
@@ -48,7 +51,7 @@ const bundleMaxStateEntries = 20000
 // bridge's flows and groups (a read-only OpenFlow connection of its own: the running agent's flows
 // are left alone), OVSDB's bridges, ports and interfaces, HNS's network and endpoints (the
 // simulator's state on Linux), the host's links, addresses and routes, the state directory's
-// listing (names, sizes, modes: no contents), the tail of the agent's logs and the node's
+// listing (names, sizes, modes: no contents), the preflight's report (preflight.txt), the tail of the agent's logs and the node's
 // WindowsNodeNetwork, PodEndpoints and the RemoteSubnetRoutes, with their status. Every member
 // goes through Redact, and the OVSDB rows' maps through redactMaps first. Files (the logs) are
 // opened without following links (securefs.OpenNoFollow). A source that cannot be read is named
@@ -107,6 +110,16 @@ func SupportBundle(ctx context.Context, host HostOptions, opts BundleOptions, w 
 	b.collect("hns/"+hnsMemberName, func() ([]byte, error) { return hnsSnapshot(ctx, host, opts.HNSNetwork) })
 	b.collect("host/network.json", func() ([]byte, error) { return hostNetworkSnapshot(ctx, host) })
 	b.collect("state/listing.txt", func() ([]byte, error) { return stateListing(host.StateDir) })
+	b.collect("preflight.txt", func() ([]byte, error) {
+		popts := PreflightOptions(opts.NodeName, host)
+		popts.HNSNetwork, popts.Bridge, popts.ServerTime, popts.Now = opts.HNSNetwork, opts.Bridge, opts.ServerTime, opts.Now
+		if opts.Client != nil {
+			popts.Reader = opts.Client
+		}
+		var out bytes.Buffer
+		err := preflight.Run(ctx, preflight.Checks(), preflight.Gather(ctx, popts)).WriteText(&out)
+		return out.Bytes(), err
+	})
 	for i, path := range opts.Logs {
 		b.collect(fmt.Sprintf("logs/%d-%s", i, filepath.Base(path)), func() ([]byte, error) { return tail(path, opts.LogBytes) })
 	}

@@ -116,9 +116,13 @@ func SetupNodeNetwork(ctx context.Context, mgr ctrl.Manager, nodeName string, op
 	}
 	nodes := &nodenetwork.Reconciler{
 		Client: mgr.GetClient(), Recorder: recorder, NodeName: nodeName, Host: host, State: state,
+		Preflight: nodenetwork.NewPreflight(),
 	}
 	if err := nodes.SetupWithManager(mgr); err != nil {
 		return nil, err
+	}
+	if err := setupPreflight(mgr, nodeName, opts, nodes.Preflight); err != nil {
+		return nil, fmt.Errorf("adding the preflight: %w", err)
 	}
 	routes := &remoteroute.Reconciler{Client: mgr.GetClient(), Recorder: recorder, NodeName: nodeName, Net: netClient, State: state}
 	if err := routes.SetupWithManager(mgr); err != nil {

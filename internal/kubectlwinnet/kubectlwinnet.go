@@ -342,7 +342,11 @@ func PrintStatus(out io.Writer, nodes []networkv1alpha1.WindowsNodeNetwork) {
 	}
 }
 
-// bad: a readiness condition (Ready, BridgeReady, ...) that is not True.
+// bad: a readiness condition (Ready, BridgeReady, ...) that is not True, or a failed preflight
+// (its message names the failed checks and their fixes).
 func bad(c metav1.Condition) bool {
+	if c.Type == networkv1alpha1.PreflightCondition {
+		return c.Status == metav1.ConditionFalse
+	}
 	return strings.HasSuffix(c.Type, networkv1alpha1.ReadyCondition) && c.Status != metav1.ConditionTrue
 }

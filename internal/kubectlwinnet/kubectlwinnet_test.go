@@ -7,6 +7,7 @@ import (
 	"time"
 
 	. "github.com/onsi/gomega"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
@@ -117,4 +118,26 @@ func TestTraceNamespaceFromContext(t *testing.T) {
 	ns, err = contextNamespace(kubeconfig(""))
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(ns).To(Equal("default"))
+}
+
+// TestPrintStatusNamesAFailedPreflight: a node whose preflight failed is listed under the last
+// errors with the checks that failed; a preflight with warnings is not.
+func TestPrintStatusNamesAFailedPreflight(t *testing.T) {
+	g := NewWithT(t)
+	n := networkv1alpha1.WindowsNodeNetwork{}
+	n.Name = "win-1"
+	n.Status.Conditions = []metav1.Condition{
+		{Type: networkv1alpha1.ReadyCondition, Status: metav1.ConditionTrue, Reason: "Ready"},
+		{Type: networkv1alpha1.PreflightCondition, Status: metav1.ConditionFalse, Reason: networkv1alpha1.PreflightFailedReason,
+			Message: "FAIL kube-proxy: kube-proxy serves this node"},
+	}
+	var out bytes.Buffer
+	PrintStatus(&out, []networkv1alpha1.WindowsNodeNetwork{n})
+	g.Expect(out.String()).To(ContainSubstring("Ready=True,Preflight=False"))
+	g.Expect(out.String()).To(ContainSubstring("win-1: Preflight=False PreflightFailed: FAIL kube-proxy: kube-proxy serves this node"))
+
+	n.Status.Conditions[1].Status, n.Status.Conditions[1].Reason = metav1.ConditionTrue, networkv1alpha1.PreflightWarningsReason
+	out.Reset()
+	PrintStatus(&out, []networkv1alpha1.WindowsNodeNetwork{n})
+	g.Expect(out.String()).NotTo(ContainSubstring("Last errors"))
 }

@@ -123,7 +123,8 @@ func TestSupportBundle(t *testing.T) {
 	run := func(o string) (string, error) {
 		b, err := hostcmd.Command(filepath.Join(c.BinDir, "winnet-agent"), "support-bundle", "-o", o,
 			"--node-name", "node-a", "--kubeconfig", a.AgentKubeconfig(), "--ovsdb", a.OVS.DBSocket(), "--ovs-rundir", a.OVS.Dir,
-			"--netns", a.NSPath, "--state-dir", a.StateDir, "--log", a.AgentLog()).CombinedOutput()
+			"--netns", a.NSPath, "--state-dir", a.StateDir, "--cni-conf-dir", a.CNIConfDir, "--audit-log-dir", a.AuditLogDir,
+			"--log", a.AgentLog()).CombinedOutput()
 		return string(b), err
 	}
 	stdout, err := run(out)
@@ -142,7 +143,7 @@ func TestSupportBundle(t *testing.T) {
 		t.Logf("ovs/openflow.txt begins:\n%s", strings.Join(flows[:len(flows)-1], "\n"))
 	}
 	g.Expect(names).To(ConsistOf("README.txt", "ovs/openflow.txt", "ovs/ovsdb.json", "hns/simulator-state.json", "host/network.json",
-		"state/listing.txt", "logs/0-winnet-agent.log", "objects/windowsnodenetwork.json", "objects/podendpoints.json",
+		"state/listing.txt", "preflight.txt", "logs/0-winnet-agent.log", "objects/windowsnodenetwork.json", "objects/podendpoints.json",
 		"objects/remotesubnetroutes.json"), "every member and no errors.txt: %s", m["errors.txt"])
 	g.Expect(m["ovs/openflow.txt"]).To(And(ContainSubstring("table=0 "), ContainSubstring("group_id="), ContainSubstring("table=105 ")), "flows and groups")
 	g.Expect(m["ovs/ovsdb.json"]).To(And(ContainSubstring(`"br-int"`), ContainSubstring(iface)))
@@ -150,6 +151,9 @@ func TestSupportBundle(t *testing.T) {
 	g.Expect(m["host/network.json"]).To(And(ContainSubstring(a.IP.String()), ContainSubstring(node("node-b").PodCIDR.String())), "addresses and routes")
 	g.Expect(m["state/listing.txt"]).To(And(ContainSubstring("ipam"), ContainSubstring("planted-")))
 	g.Expect(m["logs/0-winnet-agent.log"]).To(ContainSubstring("Starting winnet-agent"))
+	g.Expect(m["preflight.txt"]).To(And(ContainSubstring("winnet preflight of node node-a"),
+		MatchRegexp(`PASS  hns +HNS 9\.2 answered; winnet's network "winnet" on adapter "uplink0" \[HNS simulator\]`),
+		ContainSubstring("PASS  uplink"), ContainSubstring("not checked on this platform")), "the preflight's report")
 	g.Expect(m["objects/windowsnodenetwork.json"]).To(And(ContainSubstring(`"name": "node-a"`), ContainSubstring(`"status"`), Not(ContainSubstring("managedFields"))))
 	g.Expect(m["objects/podendpoints.json"]).To(ContainSubstring(pep.Name))
 	for _, name := range []string{"logs/0-winnet-agent.log", "ovs/ovsdb.json", "hns/simulator-state.json", "state/listing.txt",

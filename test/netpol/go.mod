@@ -16,6 +16,7 @@ require (
 	antrea.io/libOpenflow v0.15.0 // indirect
 	antrea.io/ofnet v0.14.0 // indirect
 	cel.dev/expr v0.25.2 // indirect
+	github.com/BurntSushi/toml v1.6.0 // indirect
 	github.com/Masterminds/semver/v3 v3.5.0 // indirect
 	github.com/Microsoft/go-winio v0.6.4 // indirect
 	github.com/Microsoft/hcsshim v0.15.0 // indirect

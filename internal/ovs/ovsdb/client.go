@@ -418,6 +418,19 @@ func (c *Client) FlowRestoreWait(ctx context.Context) (bool, error) {
 	return root.OtherConfig[FlowRestoreWaitKey] == "true", nil
 }
 
+// OVSVersion returns Open_vSwitch's ovs_version, which ovs-vswitchd writes as it starts (empty
+// while no ovs-vswitchd has run on the database).
+func (c *Client) OVSVersion(ctx context.Context) (string, error) {
+	root, err := c.rootRow(ctx)
+	if err != nil {
+		return "", err
+	}
+	if root.OVSVersion == nil {
+		return "", nil
+	}
+	return *root.OVSVersion, nil
+}
+
 func copyMap(m map[string]string) map[string]string {
 	out := make(map[string]string, len(m)+2)
 	for k, v := range m {

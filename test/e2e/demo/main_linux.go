@@ -295,6 +295,11 @@ func build(ctx context.Context, c *cluster.Cluster, dir string) (string, *servic
 	}
 	var s strings.Builder
 	fmt.Fprintf(&s, "\n$ kubectl get winnet -A -o wide\n%s\n", get)
+	pre, err := preflightDemo(ctx, c, kc)
+	if err != nil {
+		return "", nil, nil, err
+	}
+	s.WriteString(pre)
 	fmt.Fprintf(&s, "Connectivity (ICMP: replies/requests; TCP: the source address the destination saw):\n%s\n", cluster.FormatTable(results))
 	policy, err := policyDemo(ctx, c, pods)
 	if err != nil {

@@ -1,6 +1,7 @@
 package binaries
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -84,5 +85,53 @@ func TestBinariesAnswerVersion(t *testing.T) {
 			g.Expect(string(out)).To(MatchRegexp(`^%s %s \(revision %s, %s\)\n$`,
 				regexp.QuoteMeta(binary), regexp.QuoteMeta(winnet.Version), revision, regexp.QuoteMeta(goVersion[1])))
 		})
+	}
+}
+
+// TestAgentSubcommands: every subcommand of winnet-agent answers --help (exit 0, its own usage)
+// without a cluster, OVS or HNS; an unknown subcommand or a stray argument is refused (exit 2) with
+// the list of subcommands, instead of starting the agent with every flag after it ignored.
+func TestAgentSubcommands(t *testing.T) {
+	dir := buildCommands(t)
+	agent := filepath.Join(dir, "winnet-agent")
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"preflight", "--help"}, "Usage: winnet-agent preflight [--output text|json] [flags]"},
+		{[]string{"preflight", "-h"}, "Exit status: 0 all passed, 1 warnings, 2 failures"},
+		{[]string{"reset", "--help"}, "Usage: winnet-agent reset [flags]"},
+		{[]string{"support-bundle", "--help"}, "Usage: winnet-agent support-bundle -o FILE [flags]"},
+	} {
+		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
+			g := NewWithT(t)
+			out, err := hostcmd.Command(agent, tc.args...).CombinedOutput()
+			g.Expect(err).NotTo(HaveOccurred(), "exit 0; printed:\n%s", out)
+			g.Expect(string(out)).To(ContainSubstring(tc.want))
+		})
+	}
+	for word, args := range map[string][]string{"prefligt": {"prefligt", "--help"}, "stray": {"--node-name", "n1", "stray"}, "help": {"help"}} {
+		t.Run(strings.Join(args, " "), func(t *testing.T) {
+			g := NewWithT(t)
+			cmd := hostcmd.Command(agent, args...)
+			cmd.Env = append(os.Environ(), "KUBECONFIG=/nonexistent")
+			out, err := cmd.CombinedOutput()
+			var exit interface{ ExitCode() int }
+			g.Expect(errors.As(err, &exit)).To(BeTrue(), "refused; printed:\n%s", out)
+			g.Expect(exit.ExitCode()).To(Equal(2), string(out))
+			g.Expect(string(out)).To(ContainSubstring("unknown command or stray argument %q", word))
+			for _, sub := range []string{"winnet-agent preflight", "winnet-agent reset", "winnet-agent support-bundle", "winnet-agent service"} {
+				g.Expect(string(out)).To(ContainSubstring(sub))
+			}
+			g.Expect(string(out)).NotTo(ContainSubstring("Starting winnet-agent"))
+		})
+	}
+	// preflight refuses a stray argument of its own, and a bad --output, with exit 3 (0-2 are verdicts).
+	for _, args := range [][]string{{"preflight", "--no-api-server", "extra"}, {"preflight", "--no-api-server", "--output", "yaml"}} {
+		g := NewWithT(t)
+		out, err := hostcmd.Command(agent, args...).CombinedOutput()
+		var exit interface{ ExitCode() int }
+		g.Expect(errors.As(err, &exit)).To(BeTrue(), string(out))
+		g.Expect(exit.ExitCode()).To(Equal(3), string(out))
 	}
 }

@@ -1,0 +1,15 @@
+//go:build !windows
+
+package hns
+
+import (
+	"context"
+	"errors"
+	"fmt"
+)
+
+// Inspect asks the real Host Networking Service, which exists only on Windows. The HNS simulator
+// answers SimVersion and no load balancers (it makes none, as winnet makes none).
+func Inspect(context.Context) (HostInfo, error) {
+	return HostInfo{}, fmt.Errorf("the Host Networking Service is available only on Windows: %w", errors.ErrUnsupported)
+}
