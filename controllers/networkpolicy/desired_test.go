@@ -207,6 +207,25 @@ func TestCompute(t *testing.T) {
 			ingressPods: []uint32{11},
 		},
 		{
+			name: "dual-stack: a rule whose only peer is an IPv6 ipBlock admits nothing (never every peer)",
+			policy: policy("v6only", map[string]string{"app": "db"}, networkingv1.NetworkPolicySpec{Ingress: []networkingv1.NetworkPolicyIngressRule{{
+				From: []networkingv1.NetworkPolicyPeer{{IPBlock: &networkingv1.IPBlock{CIDR: "::/0"}}},
+			}}}),
+			ingressPods: []uint32{11},
+		},
+		{
+			name: "dual-stack: IPv6 blocks and exceptions beside IPv4 ones neither widen nor narrow them",
+			policy: policy("mixed", map[string]string{"app": "db"}, networkingv1.NetworkPolicySpec{Ingress: []networkingv1.NetworkPolicyIngressRule{{
+				From: []networkingv1.NetworkPolicyPeer{
+					{IPBlock: &networkingv1.IPBlock{CIDR: "10.0.0.0/16", Except: []string{"10.0.1.0/24", "fd00::/8"}}},
+					{IPBlock: &networkingv1.IPBlock{CIDR: "fd00::/8", Except: []string{"fd00:1::/32"}}},
+					{IPBlock: &networkingv1.IPBlock{CIDR: "192.0.2.0/24", Except: []string{"::/0"}}},
+				},
+			}}}),
+			want: []ruleView{{Dir: in, Pods: []uint32{11}, Peers: prefixes("192.0.2.0/24"), Classes: prefixes("10.0.0.0/16")}},
+			ingressPods: []uint32{11},
+		},
+		{
 			name:   "a policy selecting no local Pod isolates nothing here",
 			policy: policy("elsewhere", map[string]string{"app": "client"}, networkingv1.NetworkPolicySpec{}),
 		},
