@@ -4,11 +4,13 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
 	. "github.com/onsi/gomega"
 
+	"github.com/winnet-io/winnet/internal/cni"
 	"github.com/winnet-io/winnet/internal/pipeline"
 	"github.com/winnet-io/winnet/test/wine"
 )
@@ -111,4 +113,12 @@ func TestIncarnationsOfEarlierReleases(t *testing.T) {
 	b, err = OpenIncarnations(path, store)
 	g.Expect(err).To(MatchError(ContainSubstring("has incarnation 0")))
 	g.Expect(b.Of("new")).To(BeZero())
+}
+
+// TestRetirementRemovesIncarnations: the node's last DEL after a retirement (the agent's teardown
+// on uninstall) removes the incarnations with the rest of the agent's state.
+func TestRetirementRemovesIncarnations(t *testing.T) {
+	if !slices.Contains(cni.StateSubdirs, IncarnationsFileName) {
+		t.Fatalf("cni.StateSubdirs %v does not name %s", cni.StateSubdirs, IncarnationsFileName)
+	}
 }

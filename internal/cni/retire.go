@@ -48,9 +48,11 @@ const (
 	maxRetiredBy = 1024
 )
 
-// StateSubdirs are the agent's directories in its state directory that a finished retirement
-// removes: IPAM allocations and Pod attachments. They are named here, never read from a file.
-var StateSubdirs = []string{"ipam", "pods"}
+// StateSubdirs are the agent's directories and files in its state directory that a finished
+// retirement removes: IPAM allocations, Pod attachments, their hostPort mappings
+// (hostport.DirName) and their incarnations (podendpoint.IncarnationsFileName). They are named
+// here, never read from a file.
+var StateSubdirs = []string{"ipam", "pods", "hostports", "pod-incarnations.json"}
 
 // Retirement is what the teardown leaves for the shim.
 type Retirement struct {
