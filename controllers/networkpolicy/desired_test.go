@@ -222,7 +222,7 @@ func TestCompute(t *testing.T) {
 					{IPBlock: &networkingv1.IPBlock{CIDR: "192.0.2.0/24", Except: []string{"::/0"}}},
 				},
 			}}}),
-			want: []ruleView{{Dir: in, Pods: []uint32{11}, Peers: prefixes("192.0.2.0/24"), Classes: prefixes("10.0.0.0/16")}},
+			want:        []ruleView{{Dir: in, Pods: []uint32{11}, Peers: prefixes("192.0.2.0/24"), Classes: prefixes("10.0.0.0/16")}},
 			ingressPods: []uint32{11},
 		},
 		{
