@@ -158,12 +158,16 @@ func (b *Incarnations) Of(sandbox string) uint16 {
 	return b.f.Sandboxes[sandbox]
 }
 
-// Forget drops the sandbox's number once its attachment is gone; its address keeps its last
-// number. It is kept on disk with the next write.
-func (b *Incarnations) Forget(sandbox string) {
+// Forget drops the sandbox's number once its attachment is gone, on disk too (nothing of a deleted
+// Pod stays in the agent's state); its address keeps its last number.
+func (b *Incarnations) Forget(sandbox string) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	if _, ok := b.f.Sandboxes[sandbox]; !ok {
+		return nil
+	}
 	delete(b.f.Sandboxes, sandbox)
+	return b.write()
 }
 
 // write keeps the numbers in the file. Call with mu held (or before b is shared).

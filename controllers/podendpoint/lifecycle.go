@@ -324,7 +324,7 @@ func undoAddress(ctx context.Context, r *podRun) error {
 		return err
 	}
 	if r.p.opts.Incarnations != nil {
-		r.p.opts.Incarnations.Forget(r.a.SandboxID)
+		return r.p.opts.Incarnations.Forget(r.a.SandboxID)
 	}
 	return nil
 }
