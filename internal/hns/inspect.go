@@ -27,10 +27,15 @@ var V2APIVersion = Version{Major: 9, Minor: 2}
 var SimVersion = V2APIVersion
 
 // LoadBalancer is an HNS load balancer (hcn.HostComputeLoadBalancer): kube-proxy's winkernel mode
-// makes one per Service port. winnet makes none.
+// makes one per Service port and frontend (kubernetes pkg/proxy/winkernel/hns.go, getLoadBalancer:
+// SourceVIP its --source-vip, FrontendVIPs the Service IP or none for a NodePort, HostComputeEndpoints
+// the IDs of its backends' endpoints, local or remote). winnet makes none.
 type LoadBalancer struct {
 	ID           string   `json:"id"`
 	FrontendVIPs []string `json:"frontendVIPs,omitempty"`
+	SourceVIP    string   `json:"sourceVIP,omitempty"`
+	// Endpoints are the IDs of its HNS endpoints (HostComputeEndpoints).
+	Endpoints []string `json:"endpoints,omitempty"`
 }
 
 // HostInfo is what HNS says about itself and the host, beyond Interface: its version and its load
