@@ -18,10 +18,11 @@ import (
 // runTakeoverCommand runs `winnet-agent takeover --from flannel|kube-proxy [flags]` when args start with
 // "takeover": it removes what those stacks left on this node (agent.Takeover).
 func runTakeoverCommand(args []string) (handled bool, err error) {
-	return takeoverCommand(args, os.Stdout)
+	return takeoverCommand(args, os.Stdout, os.Stderr)
 }
 
-func takeoverCommand(args []string, out io.Writer) (handled bool, err error) {
+// takeoverCommand is runTakeoverCommand writing its report to out and its usage to errOut.
+func takeoverCommand(args []string, out, errOut io.Writer) (handled bool, err error) {
 	if len(args) == 0 || args[0] != "takeover" {
 		return false, nil
 	}
@@ -34,6 +35,7 @@ func takeoverCommand(args []string, out io.Writer) (handled bool, err error) {
 		"refuses, changing nothing and saying why, when an endpoint is still attached to a Pod or when it\n"+
 		"finds something there it does not recognise. Cordon and drain the node and stop the old stack's\n"+
 		"services or Pods first; run it with --dry-run to see the list. Running it again is a no-op.")
+	fs.SetOutput(errOut)
 	from := fs.String("from", "", "the stacks whose leftovers to remove: "+strings.Join(agent.TakeoverStacks, ", ")+", or both separated by a comma (required)")
 	opts := agent.TakeoverOptions{Out: out}
 	hostOpts := agent.HostOptions{}
