@@ -51,6 +51,19 @@ type SimNetwork struct {
 	OVSExtension bool
 }
 
+// ReadSimLoadBalancers decodes the load balancers of an HNS simulator's state file (kube-proxy's, seeded on
+// a node taken over from it: sim_foreign.go) without starting a simulator.
+func ReadSimLoadBalancers(data []byte) ([]LoadBalancer, error) {
+	var s simState
+	if err := json.Unmarshal(data, &s); err != nil {
+		return nil, fmt.Errorf("decoding HNS simulator state: %w", err)
+	}
+	if s.Version != simStateVersion {
+		return nil, fmt.Errorf("HNS simulator state has version %d, want %d", s.Version, simStateVersion)
+	}
+	return s.LoadBalancers, nil
+}
+
 // ReadSimNetworks decodes the networks of an HNS simulator's state file (LinuxSimOptions.StateFile)
 // without starting a simulator: a command beside a running agent (preflight, the support bundle)
 // reads what the simulator holds, as it would ask HNS, and changes nothing.
