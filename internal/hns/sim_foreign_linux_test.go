@@ -2,6 +2,7 @@ package hns
 
 import (
 	"context"
+	"errors"
 	"net"
 	"net/netip"
 	"os"
@@ -51,4 +52,35 @@ func TestSimForeignStateFile(t *testing.T) {
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(sn).To(HaveLen(1))
 	g.Expect(sn[0].Name).To(Equal("vxlan0"))
+}
+
+// TestLinuxSimForeignNetwork: on a simulated node, flannel's Overlay network is HNS state only: it holds
+// the adapter (winnet's network is refused and the adapter keeps its address), its attached Pod endpoint
+// survives a restart of the simulator (it has no veth pair to lose), and once it is deleted winnet's
+// network takes the adapter.
+func TestLinuxSimForeignNetwork(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	file := filepath.Join(t.TempDir(), "hns-sim.json")
+	s, nodePath := newSimOnNode(t, false, LinuxSimOptions{StateFile: file})
+	before := inspectLink(t, nodePath, testAdapter)
+	n, err := s.CreateNetwork(ctx, ForeignNetworkSpec{Type: Overlay, Name: "vxlan0", AdapterName: testAdapter, Subnet: testSubnet, Gateway: testGateway, HostRoute: true})
+	g.Expect(err).NotTo(HaveOccurred())
+	pod, err := s.CreateEndpoint(ctx, EndpointSpec{Name: "3f1c0a9e77d2_vxlan0", NetworkID: n.ID, IP: netip.MustParseAddr("10.244.1.5")})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(s.AttachEndpoint(ctx, pod.ID, "5C0A7E0B-1111-2222-3333-444455556666")).To(Succeed())
+	_, err = s.CreateTransparentNetwork(ctx, linuxNetworkSpec())
+	g.Expect(errors.Is(err, ErrAdapterInUse)).To(BeTrue(), "%v", err)
+	g.Expect(inspectLink(t, nodePath, testAdapter)).To(Equal(before))
+	g.Expect(s.Close()).To(Succeed())
+
+	again := simsOnStateFile(t, nodePath, file)()
+	eps, err := again.ListEndpoints(ctx, n.ID)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(eps).To(HaveLen(1))
+	g.Expect(eps[0].NamespaceID).To(Equal("5C0A7E0B-1111-2222-3333-444455556666"))
+	g.Expect(again.DeleteNetwork(ctx, n.ID)).To(Succeed())
+	w, err := again.CreateTransparentNetwork(ctx, linuxNetworkSpec())
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Eventually(func() []string { return inspectLink(t, nodePath, w.ManagementVNIC).Addrs }).Should(Equal([]string{testHostIP}))
 }
