@@ -352,7 +352,9 @@ func (t *takeover) endpointOwner(n hns.NetworkInfo, ep hns.Endpoint, sourceVIP n
 		}
 		return StackKubeProxy, true
 	case !flannelNet:
-		t.refuse("%s is not recognised as kube-proxy's on a network that is not flannel's", desc)
+		// kube-proxy's network is not being removed (not flannel's, or flannel is not taken over):
+		// what is not kube-proxy's on it stays.
+		t.left = append(t.left, desc+": not kube-proxy's, and its network stays")
 		return "", false
 	case n.Type == hns.L2Bridge && ep.Name == n.Name+"_ep":
 		// flannel host-gw's bridge endpoint (hostgw_windows.go: "<network>_ep", the subnet's .2).

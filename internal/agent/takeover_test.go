@@ -186,6 +186,32 @@ func TestTakeoverFlannelAndKubeProxy(t *testing.T) {
 	g.Expect(out.String()).To(ContainSubstring(`leaving: network "winnet" (Transparent)`))
 }
 
+// TestTakeoverKubeProxyOnly: --from kube-proxy removes kube-proxy's load balancer, its source-VIP and
+// remote endpoints and its source VIP file, and leaves flannel's network, its Pod endpoint and files.
+func TestTakeoverKubeProxyOnly(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	n := seedFlannelNode(t)
+	before := n.state(t)
+	var out bytes.Buffer
+	opts := n.opts(StackKubeProxy)
+	opts.Out = &out
+	lines, err := Takeover(ctx, n.sim, opts)
+	g.Expect(err).NotTo(HaveOccurred(), out.String())
+	g.Expect(lines).To(Equal([]string{
+		"removed: kube-proxy's source VIP file " + n.vipFile + " (10.244.1.3)",
+		"removed: HNS load balancer " + n.kpLB.ID + " (frontends 10.96.0.10, source VIP 10.244.1.3, 2 endpoints) (kube-proxy)",
+		"removed: kube-proxy's HNS endpoint (unnamed) " + n.vipEP.ID + " (10.244.1.3) on network \"vxlan0\"",
+		"removed: kube-proxy's HNS endpoint (unnamed) " + n.remote.ID + " (10.244.2.7) on network \"vxlan0\"",
+	}))
+	g.Expect(out.String()).To(ContainSubstring("leaving: HNS endpoint 3f1c0a9e77d2_vxlan0 " + n.podEP.ID + " (10.244.1.5) on network \"vxlan0\": not kube-proxy's, and its network stays"))
+	after := n.state(t)
+	g.Expect(after.Networks).To(Equal(before.Networks))
+	g.Expect(after.Endpoints["vxlan0"]).To(Equal([]hns.Endpoint{*n.podEP}))
+	g.Expect(after.LoadBalancers).To(Equal([]hns.LoadBalancer{*n.natLB}))
+	g.Expect(after.Files).To(ConsistOf("10-flannel.conf", cni.ConfListName, "subnet.env"))
+}
+
 // TestTakeoverHostGW: flannel's host-gw backend leaves an L2Bridge network "cbr0" and its host endpoint
 // "cbr0_ep", attached to the host compartment: both go (the host endpoint is not a Pod).
 func TestTakeoverHostGW(t *testing.T) {
