@@ -22,6 +22,9 @@ func main() {
 	cmdline.Subcommand("winnet-agent", os.Args[1:], runServiceCommand)
 	// `winnet-agent reset ...` gives the node its network back offline (reset.go).
 	cmdline.Subcommand("winnet-agent reset", os.Args[1:], runResetCommand)
+	// `winnet-agent takeover --from flannel,kube-proxy` removes what those stacks left on this node
+	// (takeover.go).
+	cmdline.Subcommand("winnet-agent takeover", os.Args[1:], runTakeoverCommand)
 	// `winnet-agent support-bundle -o FILE` collects this node's network for a maintainer (bundle.go).
 	cmdline.Subcommand("winnet-agent support-bundle", os.Args[1:], runBundleCommand)
 	// `winnet-agent preflight` checks whether this node is fit for winnet; its exit status is its
@@ -120,6 +123,7 @@ func main() {
 // subcommandsUsage lists winnet-agent's subcommands, each of which answers --help.
 const subcommandsUsage = "       winnet-agent preflight [--output json] [flags]   (check whether this node is fit for winnet; exit 0, 1 warnings, 2 failures)\n" +
 	"       winnet-agent reset [--dry-run] [flags]   (give this node its network back, offline)\n" +
+	"       winnet-agent takeover --from flannel,kube-proxy [--dry-run] [flags]   (remove what flannel and kube-proxy left on this node)\n" +
 	"       winnet-agent support-bundle -o FILE [flags]   (collect this node's network for a maintainer)\n" +
 	"       winnet-agent service install|uninstall|start|stop|run [flags]   (Windows: run the agent as a Windows service)"
 

@@ -12,4 +12,7 @@ var (
 	DefaultAuditLogDir = "/var/log/winnet"
 	// DefaultStateDir holds the agent's state.
 	DefaultStateDir = "/var/lib/winnet"
+	// DefaultFlannelSubnetFile is where flanneld writes its lease (its --subnet-file default,
+	// "/run/flannel/subnet.env", which Windows resolves on the system drive).
+	DefaultFlannelSubnetFile = "/run/flannel/subnet.env"
 )

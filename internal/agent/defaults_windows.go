@@ -10,4 +10,7 @@ var (
 	DefaultAuditLogDir = `C:\ProgramData\winnet\audit`
 	// DefaultStateDir holds the agent's state.
 	DefaultStateDir = `C:\ProgramData\winnet`
+	// DefaultFlannelSubnetFile is where flanneld writes its lease (its --subnet-file default,
+	// "/run/flannel/subnet.env", which Windows resolves on the system drive).
+	DefaultFlannelSubnetFile = `C:\run\flannel\subnet.env`
 )

@@ -115,6 +115,7 @@ func fromHCNEndpoint(ep *hcn.HostComputeEndpoint) Endpoint {
 		}
 	}
 	out.MAC, _ = net.ParseMAC(ep.MacAddress)
+	out.Remote = ep.Flags&hcn.EndpointFlagsRemoteEndpoint != 0
 	for _, r := range ep.Routes {
 		if r.DestinationPrefix == defaultRoute {
 			out.Gateway, _ = netip.ParseAddr(r.NextHop)

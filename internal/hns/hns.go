@@ -102,6 +102,10 @@ type Endpoint struct {
 	DNS          DNS
 	// NamespaceID is the namespace the endpoint is attached to, empty when it is attached to none.
 	NamespaceID string
+	// Remote marks a remote endpoint (hcn.EndpointFlagsRemoteEndpoint): kube-proxy's winkernel proxier
+	// creates one on an Overlay network for every Service backend on another node (kubernetes
+	// pkg/proxy/winkernel/hns.go, createEndpoint with CreateRemoteEndpoint). winnet makes none.
+	Remote bool
 }
 
 // Interface is the narrow view winnet has of the Host Networking Service.

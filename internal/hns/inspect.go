@@ -27,10 +27,15 @@ var V2APIVersion = Version{Major: 9, Minor: 2}
 var SimVersion = V2APIVersion
 
 // LoadBalancer is an HNS load balancer (hcn.HostComputeLoadBalancer): kube-proxy's winkernel mode
-// makes one per Service port. winnet makes none.
+// makes one per Service port and frontend (kubernetes pkg/proxy/winkernel/hns.go, getLoadBalancer:
+// SourceVIP its --source-vip, FrontendVIPs the Service IP or none for a NodePort, HostComputeEndpoints
+// the IDs of its backends' endpoints, local or remote). winnet makes none.
 type LoadBalancer struct {
 	ID           string   `json:"id"`
 	FrontendVIPs []string `json:"frontendVIPs,omitempty"`
+	SourceVIP    string   `json:"sourceVIP,omitempty"`
+	// Endpoints are the IDs of its HNS endpoints (HostComputeEndpoints).
+	Endpoints []string `json:"endpoints,omitempty"`
 }
 
 // HostInfo is what HNS says about itself and the host, beyond Interface: its version and its load
@@ -44,6 +49,19 @@ type HostInfo struct {
 type SimNetwork struct {
 	Network
 	OVSExtension bool
+}
+
+// ReadSimLoadBalancers decodes the load balancers of an HNS simulator's state file (kube-proxy's, seeded on
+// a node taken over from it: sim_foreign.go) without starting a simulator.
+func ReadSimLoadBalancers(data []byte) ([]LoadBalancer, error) {
+	var s simState
+	if err := json.Unmarshal(data, &s); err != nil {
+		return nil, fmt.Errorf("decoding HNS simulator state: %w", err)
+	}
+	if s.Version != simStateVersion {
+		return nil, fmt.Errorf("HNS simulator state has version %d, want %d", s.Version, simStateVersion)
+	}
+	return s.LoadBalancers, nil
 }
 
 // ReadSimNetworks decodes the networks of an HNS simulator's state file (LinuxSimOptions.StateFile)

@@ -9,7 +9,8 @@ import (
 )
 
 // Inspect asks the real Host Networking Service, which exists only on Windows. The HNS simulator
-// answers SimVersion and no load balancers (it makes none, as winnet makes none).
+// answers SimVersion and the load balancers of its state file (ReadSimLoadBalancers): only those
+// seeded as kube-proxy's, since winnet makes none.
 func Inspect(context.Context) (HostInfo, error) {
 	return HostInfo{}, fmt.Errorf("the Host Networking Service is available only on Windows: %w", errors.ErrUnsupported)
 }

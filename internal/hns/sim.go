@@ -36,6 +36,10 @@ const (
 	OpDeleteEndpoint           Op = "DeleteEndpoint"
 	OpAttachEndpoint           Op = "AttachEndpoint"
 	OpDetachEndpoint           Op = "DetachEndpoint"
+	// Inventory (sim_foreign.go).
+	OpListNetworks       Op = "ListNetworks"
+	OpListLoadBalancers  Op = "ListLoadBalancers"
+	OpDeleteLoadBalancer Op = "DeleteLoadBalancer"
 )
 
 // SimOptions configure a simulator.
@@ -139,7 +143,7 @@ func (s *Sim) Reboot(ctx context.Context) error {
 	// Windows boots with the adapters configured as they were before HNS bound them: the switches and their
 	// management vNICs are gone, the adapters have their own addresses, routes and DNS servers again.
 	for _, n := range networks {
-		if m.backend != nil {
+		if m.backend != nil && n.realised() {
 			if err := m.backend.deleteNetwork(ctx, n); err != nil {
 				return fmt.Errorf("rebooting the HNS simulator: %w", err)
 			}
@@ -151,6 +155,7 @@ func (s *Sim) Reboot(ctx context.Context) error {
 	}
 	m.networks = nil
 	m.endpoints = nil
+	m.loadBalancers = nil
 	p := m.pending()
 	m.mu.Unlock()
 	return m.save(p)
@@ -291,7 +296,16 @@ type simNetwork struct {
 	adapterConfig hostnet.IPConfig
 	// dns are the vNIC's DNS servers, taken from the adapter.
 	dns []netip.Addr
+	// netType is the network's type; empty is Transparent (the only type the back-end realises).
+	netType NetworkType
+	// remoteSubnets and hostRoute are the policies of another stack's network (sim_foreign.go).
+	remoteSubnets []RemoteSubnetPolicy
+	hostRoute     bool
 }
+
+// realised reports whether the back-end realises the network and its endpoints: only Transparent
+// networks, winnet's. Another stack's network is HNS state only (sim_foreign.go).
+func (n *simNetwork) realised() bool { return n.netType == "" || n.netType == Transparent }
 
 // simModel is the raw, unbounded implementation behind Sim.
 type simModel struct {
@@ -314,7 +328,9 @@ type simModel struct {
 	mu        sync.Mutex
 	networks  []*simNetwork
 	endpoints []*Endpoint
-	backend   simBackend
+	// loadBalancers are kube-proxy's, seeded (sim_foreign.go): winnet makes none.
+	loadBalancers []*LoadBalancer
+	backend       simBackend
 	// adapterDNS holds the DNS servers of host adapters (see SetAdapterDNS).
 	adapterDNS map[string][]netip.Addr
 	// violations records calls made out of the order HNS requires (see OrderViolations).
@@ -526,14 +542,14 @@ func (m *simModel) DeleteNetwork(ctx context.Context, networkID string) error {
 			kept = append(kept, ep)
 			continue
 		}
-		if m.backend != nil {
+		if m.backend != nil && n.realised() {
 			if err := m.backend.deleteEndpoint(ctx, *ep); err != nil {
 				return fmt.Errorf("deleting endpoint %q of the network: %w", ep.Name, err)
 			}
 		}
 	}
 	m.endpoints = kept
-	if m.backend != nil {
+	if m.backend != nil && n.realised() {
 		// HNS removes the switch and its management vNIC and gives the adapter its configuration back.
 		if err := m.backend.deleteNetwork(ctx, n); err != nil {
 			return fmt.Errorf("deleting the Hyper-V switch of network %q: %w", n.Name, err)
@@ -609,7 +625,7 @@ func (m *simModel) CreateEndpoint(ctx context.Context, spec EndpointSpec) (*Endp
 	if err != nil {
 		return nil, err
 	}
-	if m.backend != nil {
+	if m.backend != nil && m.realisedNetwork(ep.NetworkID) {
 		if err := m.backend.createEndpoint(ctx, *ep); err != nil {
 			return nil, err
 		}
@@ -711,7 +727,7 @@ func (m *simModel) DeleteEndpoint(ctx context.Context, endpointID string) error 
 	if !ok {
 		return nil
 	}
-	if m.backend != nil {
+	if m.backend != nil && m.realisedNetwork(ep.NetworkID) {
 		if err := m.backend.deleteEndpoint(ctx, ep); err != nil {
 			return err
 		}
@@ -726,6 +742,15 @@ func (m *simModel) DeleteEndpoint(ctx context.Context, endpointID string) error 
 	p := m.pending()
 	m.mu.Unlock()
 	return m.save(p)
+}
+
+// realisedNetwork reports whether the back-end realises the endpoints of the network (see
+// simNetwork.realised); a network that is gone was not another stack's.
+func (m *simModel) realisedNetwork(id string) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	n := m.network(id)
+	return n == nil || n.realised()
 }
 
 // endpointCopy returns a copy of the endpoint, if it exists.
@@ -770,7 +795,7 @@ func (m *simModel) AttachEndpoint(ctx context.Context, endpointID, namespaceID s
 	case ep.NamespaceID != "":
 		return fmt.Errorf("endpoint %q is already attached to namespace %q", endpointID, ep.NamespaceID)
 	}
-	if m.backend != nil {
+	if m.backend != nil && m.realisedNetwork(ep.NetworkID) {
 		if err := m.backend.attachEndpoint(ctx, ep, namespaceID); err != nil {
 			return err
 		}
@@ -789,7 +814,7 @@ func (m *simModel) DetachEndpoint(ctx context.Context, endpointID, namespaceID s
 	if !ok || ep.NamespaceID == "" || !sameID(ep.NamespaceID, namespaceID) {
 		return nil
 	}
-	if m.backend != nil {
+	if m.backend != nil && m.realisedNetwork(ep.NetworkID) {
 		if err := m.backend.detachEndpoint(ctx, ep, namespaceID); err != nil {
 			return err
 		}

@@ -289,8 +289,19 @@ func loadLinuxSimState(m *simModel, b *vethBackend, path string) error {
 	if err != nil {
 		return err
 	}
+	// Another stack's networks are HNS state only (sim_foreign.go): their endpoints have no veth pair.
+	foreign := map[string]bool{}
+	for _, n := range state.Networks {
+		if n.Type != "" && n.Type != Transparent {
+			foreign[strings.ToUpper(n.ID)] = true
+		}
+	}
 	kept := state.Endpoints[:0:0]
 	for _, ep := range state.Endpoints {
+		if foreign[strings.ToUpper(ep.NetworkID)] {
+			kept = append(kept, ep)
+			continue
+		}
 		hostName := LinuxInterfaceName(ep.Name)
 		if ep.NamespaceID != "" {
 			exists, err := b.hostLinkExists(hostName)

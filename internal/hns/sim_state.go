@@ -26,6 +26,8 @@ type simState struct {
 	AdapterDNS map[string][]netip.Addr `json:"adapterDNS,omitempty"`
 	// Violations are the calls made out of HNS's order (see Sim.OrderViolations).
 	Violations []string `json:"violations,omitempty"`
+	// LoadBalancers are another stack's (kube-proxy's) load balancers.
+	LoadBalancers []LoadBalancer `json:"loadBalancers,omitempty"`
 }
 
 type simNetworkState struct {
@@ -40,6 +42,10 @@ type simNetworkState struct {
 	VNICIndex      int              `json:"vnicIndex,omitempty"`
 	AdapterConfig  hostnet.IPConfig `json:"adapterConfig"`
 	DNS            []netip.Addr     `json:"dns,omitempty"`
+	// Type, RemoteSubnets and HostRoute describe another stack's network; an empty Type is Transparent.
+	Type          NetworkType          `json:"type,omitempty"`
+	RemoteSubnets []RemoteSubnetPolicy `json:"remoteSubnets,omitempty"`
+	HostRoute     bool                 `json:"hostRoute,omitempty"`
 }
 
 type simEndpointState struct {
@@ -52,6 +58,7 @@ type simEndpointState struct {
 	Gateway      netip.Addr `json:"gateway"`
 	NamespaceID  string     `json:"namespaceID,omitempty"`
 	DNS          DNS        `json:"dns,omitempty"`
+	Remote       bool       `json:"remote,omitempty"`
 }
 
 // endpoint is the endpoint the state describes.
@@ -62,7 +69,7 @@ func (ep simEndpointState) endpoint() (*Endpoint, error) {
 	}
 	return &Endpoint{
 		ID: ep.ID, Name: ep.Name, NetworkID: ep.NetworkID, IP: ep.IP, PrefixLength: ep.PrefixLength,
-		MAC: mac, Gateway: ep.Gateway, NamespaceID: ep.NamespaceID, DNS: ep.DNS,
+		MAC: mac, Gateway: ep.Gateway, NamespaceID: ep.NamespaceID, DNS: ep.DNS, Remote: ep.Remote,
 	}, nil
 }
 
@@ -75,13 +82,17 @@ func (m *simModel) snapshot() simState {
 			ID: n.ID, Name: n.Name, AdapterName: n.AdapterName, Subnet: n.Subnet, Gateway: n.Gateway,
 			OVSExtension: n.ovsExtension, ManagementVNIC: n.ManagementVNIC, VNICIndex: n.vnicIndex,
 			AdapterConfig: n.adapterConfig, DNS: n.dns,
+			Type: n.netType, RemoteSubnets: n.remoteSubnets, HostRoute: n.hostRoute,
 		})
 	}
 	for _, ep := range m.endpoints {
 		s.Endpoints = append(s.Endpoints, simEndpointState{
 			ID: ep.ID, Name: ep.Name, NetworkID: ep.NetworkID, IP: ep.IP, PrefixLength: ep.PrefixLength,
-			MAC: ep.MAC.String(), Gateway: ep.Gateway, NamespaceID: ep.NamespaceID, DNS: ep.DNS,
+			MAC: ep.MAC.String(), Gateway: ep.Gateway, NamespaceID: ep.NamespaceID, DNS: ep.DNS, Remote: ep.Remote,
 		})
+	}
+	for _, lb := range m.loadBalancers {
+		s.LoadBalancers = append(s.LoadBalancers, *copyLoadBalancer(lb))
 	}
 	return s
 }
@@ -96,6 +107,7 @@ func (m *simModel) restore(s simState) error {
 				ManagementVNIC: n.ManagementVNIC,
 			},
 			ovsExtension: n.OVSExtension, vnicIndex: n.VNICIndex, adapterConfig: n.AdapterConfig, dns: n.DNS,
+			netType: n.Type, remoteSubnets: n.RemoteSubnets, hostRoute: n.HostRoute,
 		})
 	}
 	endpoints := make([]*Endpoint, 0, len(s.Endpoints))
@@ -107,6 +119,10 @@ func (m *simModel) restore(s simState) error {
 		endpoints = append(endpoints, e)
 	}
 	m.networks, m.endpoints = networks, endpoints
+	m.loadBalancers = nil
+	for _, lb := range s.LoadBalancers {
+		m.loadBalancers = append(m.loadBalancers, copyLoadBalancer(&lb))
+	}
 	m.adapterDNS, m.violations = s.AdapterDNS, s.Violations
 	return nil
 }

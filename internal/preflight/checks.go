@@ -345,7 +345,7 @@ func checkKubeProxy(f *Facts) Result {
 	if f.HNS.Err == nil && f.HNS.Unavailable == "" {
 		if lbs := f.HNS.Value.LoadBalancers; len(lbs) > 0 {
 			return Result{Status: Warn, Detail: fmt.Sprintf("no kube-proxy Pod, but HNS holds %d load balancers (kube-proxy's winkernel mode makes them; winnet makes none), the first %s", len(lbs), lbs[0].ID),
-				Fix: "remove kube-proxy's leftovers: Get-HnsPolicyList | Remove-HnsPolicyList (hns.psm1)", Source: f.HNS.Source}
+				Fix: "remove kube-proxy's leftovers: winnet-agent takeover --from kube-proxy --dry-run, then without --dry-run", Source: f.HNS.Source}
 		}
 		notes = append(notes, "no HNS load balancer")
 		if f.HNS.Source != "" {

@@ -88,7 +88,8 @@ func gatherServices(_ context.Context, opts Options) Fact[map[string]ServiceStat
 
 // gatherHNS reads the HNS simulator's state file, as the agent keeps it in its state directory,
 // without starting a simulator: winnet's network and its extension. The simulator answers its
-// version (hns.SimVersion) and no load balancer: it models none, as winnet makes none.
+// version (hns.SimVersion) and the load balancers of its state: only kube-proxy's, seeded on a node
+// taken over from it (winnet makes none).
 func gatherHNS(_ context.Context, opts Options) Fact[HNSInfo] {
 	info := HNSInfo{Version: hns.SimVersion}
 	b, err := securefs.ReadFile(filepath.Join(opts.StateDir, SimStateFile), securefs.Private, 64<<20)
@@ -99,6 +100,9 @@ func gatherHNS(_ context.Context, opts Options) Fact[HNSInfo] {
 	}
 	networks, err := hns.ReadSimNetworks(b)
 	if err != nil {
+		return Failed[HNSInfo](err, simSource)
+	}
+	if info.LoadBalancers, err = hns.ReadSimLoadBalancers(b); err != nil {
 		return Failed[HNSInfo](err, simSource)
 	}
 	for _, n := range networks {

@@ -54,4 +54,14 @@ func TestLinuxHNSFromSimulatorState(t *testing.T) {
 	g.Expect(f.Value.Network).NotTo(BeNil())
 	g.Expect(f.Value.Network.AdapterName).To(Equal("uplink0"))
 	g.Expect(checkOVSExtension(&Facts{HNS: f}).Status).To(Equal(Fail), "winnet's network without the extension")
+
+	// kube-proxy's load balancers, seeded on a node taken over from it, are HNS's too.
+	state = `{"version":1,"networks":[],"endpoints":[],"loadBalancers":[{"id":"LB1","frontendVIPs":["10.96.0.10"],"sourceVIP":"10.244.1.3"}]}`
+	g.Expect(os.WriteFile(filepath.Join(dir, SimStateFile), []byte(state), 0o600)).To(Succeed())
+	f = gatherHNS(context.Background(), Options{StateDir: dir, HNSNetwork: "winnet"})
+	g.Expect(f.Err).NotTo(HaveOccurred())
+	g.Expect(f.Value.LoadBalancers).To(Equal([]hns.LoadBalancer{{ID: "LB1", FrontendVIPs: []string{"10.96.0.10"}, SourceVIP: "10.244.1.3"}}))
+	r := checkKubeProxy(&Facts{HNS: f, KubeProxyPods: Known([]string{}, "")})
+	g.Expect(r.Status).To(Equal(Warn))
+	g.Expect(r.Fix).To(ContainSubstring("winnet-agent takeover --from kube-proxy"))
 }

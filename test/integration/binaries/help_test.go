@@ -102,6 +102,7 @@ func TestAgentSubcommands(t *testing.T) {
 		{[]string{"preflight", "-h"}, "Exit status: 0 all passed, 1 warnings, 2 failures"},
 		{[]string{"reset", "--help"}, "Usage: winnet-agent reset [flags]"},
 		{[]string{"support-bundle", "--help"}, "Usage: winnet-agent support-bundle -o FILE [flags]"},
+		{[]string{"takeover", "--help"}, "Usage: winnet-agent takeover --from flannel,kube-proxy [--dry-run] [flags]"},
 	} {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
 			g := NewWithT(t)
@@ -120,7 +121,7 @@ func TestAgentSubcommands(t *testing.T) {
 			g.Expect(errors.As(err, &exit)).To(BeTrue(), "refused; printed:\n%s", out)
 			g.Expect(exit.ExitCode()).To(Equal(2), string(out))
 			g.Expect(string(out)).To(ContainSubstring("unknown command or stray argument %q", word))
-			for _, sub := range []string{"winnet-agent preflight", "winnet-agent reset", "winnet-agent support-bundle", "winnet-agent service"} {
+			for _, sub := range []string{"winnet-agent preflight", "winnet-agent reset", "winnet-agent support-bundle", "winnet-agent takeover", "winnet-agent service"} {
 				g.Expect(string(out)).To(ContainSubstring(sub))
 			}
 			g.Expect(string(out)).NotTo(ContainSubstring("Starting winnet-agent"))
