@@ -72,7 +72,7 @@ func floorRun(t *testing.T, node *simnode.Node, conc int, namespaces []string) *
 		port := uint32(1000 + i)
 		cookie := uint64(conc)<<32 | uint64(i+1)
 		var flows bytes.Buffer
-		for _, f := range pipe.PodFlows(pipeline.Pod{OFPort: port, MAC: mac, IP: ip}) {
+		for _, f := range pipe.PodFlows(pipeline.Pod{OFPort: port, MAC: mac, IP: ip, Incarnation: 1}) {
 			f.Cookie = cookie
 			flows.WriteString(f.String())
 			flows.WriteByte('\n')
