@@ -14,13 +14,16 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/google/uuid"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	networkv1alpha1 "github.com/winnet-io/winnet/api/v1alpha1"
 	"github.com/winnet-io/winnet/internal/hns"
 	"github.com/winnet-io/winnet/test/hostcmd"
 	"github.com/winnet-io/winnet/test/simnode"
@@ -114,19 +117,41 @@ func (c *Cluster) AddFlannelWindowsNode(ctx context.Context, spec FlannelWindows
 			return fw, err
 		}
 	}
-	// flanneld on Windows publishes its lease once its network exists (vxlan_windows.go RegisterNetwork:
-	// AcquireLease with the network's DR MAC), through nodes/status as on Linux.
+	return fw, c.publishFlanneldRecord(ctx, fw)
+}
+
+// publishFlanneldRecord writes the record flanneld on Windows publishes on its Node once its network exists
+// (vxlan_windows.go RegisterNetwork: AcquireLease with the network's DR MAC), through nodes/status as on Linux.
+func (c *Cluster) publishFlanneldRecord(ctx context.Context, fw *FlannelWindowsNode) error {
 	record := map[string]string{
 		FlannelAnnotationPrefix + "/kube-subnet-manager": "true",
 		FlannelAnnotationPrefix + "/backend-type":        "vxlan",
 		FlannelAnnotationPrefix + "/backend-data":        fmt.Sprintf(`{"VNI":%d,"VtepMAC":"%s"}`, FlannelVNI, fw.VtepMAC),
-		FlannelAnnotationPrefix + "/public-ip":           n.IP.String(),
+		FlannelAnnotationPrefix + "/public-ip":           fw.IP.String(),
 	}
 	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": record}})
-	if err := c.Client.Status().Patch(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n.Name}}, client.RawPatch(types.MergePatchType, patch)); err != nil {
-		return fw, fmt.Errorf("publishing flanneld's record on Node %s: %w", n.Name, err)
+	if err := c.Client.Status().Patch(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: fw.Name}}, client.RawPatch(types.MergePatchType, patch)); err != nil {
+		return fmt.Errorf("publishing flanneld's record on Node %s: %w", fw.Name, err)
 	}
-	return fw, nil
+	return nil
+}
+
+// RestartOldStack plays flanneld and kube-proxy starting again on the node after winnet left it (the reverse
+// path): flanneld writes its subnet file and CNI configuration, creates its Overlay network on the uplink (HNS
+// refuses it while another network holds the adapter) with its policies, and publishes its record; kube-proxy
+// creates its source-VIP endpoint. Leftovers then name what they made.
+func (c *Cluster) RestartOldStack(ctx context.Context, fw *FlannelWindowsNode) error {
+	if fw.AgentRunning() {
+		return fmt.Errorf("the agent of %s runs", fw.Name)
+	}
+	fw.Leftovers, fw.Pods = nil, nil
+	if err := fw.seedFiles(); err != nil {
+		return err
+	}
+	if err := c.seedHNS(ctx, fw, FlannelWindowsSpec{}); err != nil {
+		return fmt.Errorf("starting flannel again on %s: %w", fw.Name, err)
+	}
+	return c.publishFlanneldRecord(ctx, fw)
 }
 
 // seedFiles writes flannel's CNI configuration (the flannel plugin delegating to win-overlay, as
@@ -332,6 +357,40 @@ func (fw *FlannelWindowsNode) Takeover(args ...string) (string, int, error) {
 	return string(out), 0, err
 }
 
+// Reset runs `winnet-agent reset` on the node, as an Administrator runs it there once the agent is stopped,
+// with the node's Open vSwitch, directories and args, and returns what it printed and its exit code.
+func (fw *FlannelWindowsNode) Reset(args ...string) (string, int, error) {
+	args = append([]string{"reset", "--netns", fw.NSPath, "--ovsdb", fw.OVS.DBSocket(), "--state-dir", fw.StateDir,
+		"--cni-conf-dir", fw.CNIConfDir}, args...)
+	out, err := hostcmd.Command(filepath.Join(fw.c.BinDir, "winnet-agent"), args...).CombinedOutput()
+	var exit interface{ ExitCode() int }
+	if errors.As(err, &exit) {
+		return string(out), exit.ExitCode(), nil
+	}
+	return string(out), 0, err
+}
+
+// ForgetNetwork deletes the node's WindowsNodeNetwork when no agent is left to release it: it deletes it and
+// clears its finalizer, as `kubectl delete wnn NODE --wait=false` and `kubectl patch wnn NODE --type merge -p
+// '{"metadata":{"finalizers":null}}'` do, and waits until it is gone.
+func (c *Cluster) ForgetNetwork(ctx context.Context, name string) error {
+	w := &networkv1alpha1.WindowsNodeNetwork{ObjectMeta: metav1.ObjectMeta{Name: name}}
+	if err := client.IgnoreNotFound(c.Client.Delete(ctx, w)); err != nil {
+		return fmt.Errorf("deleting WindowsNodeNetwork %s: %w", name, err)
+	}
+	err := c.Client.Patch(ctx, w, client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"finalizers":null}}`)))
+	if client.IgnoreNotFound(err) != nil {
+		return fmt.Errorf("clearing the finalizers of WindowsNodeNetwork %s: %w", name, err)
+	}
+	return waitFor(30*time.Second, 100*time.Millisecond, func() error {
+		err := c.Client.Get(ctx, client.ObjectKey{Name: name}, w)
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		return fmt.Errorf("WindowsNodeNetwork %s is still there: %v", name, err)
+	})
+}
+
 // StartWinnet makes winnet serve the node: its WindowsNodeNetwork (what winnet-controller derives once the
 // node is labelled for winnet; the harness's, with the simulated node's datapath), then its agent.
 func (c *Cluster) StartWinnet(ctx context.Context, n *Node) error {
@@ -384,6 +443,13 @@ func (inv HNSInventory) Foreign() []string {
 		out = append(out, "load balancer "+lb.ID)
 	}
 	return out
+}
+
+// UplinkHolds reports whether the node's uplink holds ip, as the adapter does again once HNS gave it its
+// configuration back.
+func (n *Node) UplinkHolds(ip netip.Addr) (bool, error) {
+	out, err := n.Exec("ip", "-4", "-o", "addr", "show", "dev", uplinkName)
+	return strings.Contains(out, " "+ip.String()+"/"), err
 }
 
 // FDB returns the flannel device's forwarding entries on the flannel node: MAC -> destination.

@@ -7,8 +7,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/netip"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -16,6 +19,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -28,6 +32,9 @@ import (
 var movedSpec = cluster.NodeSpec{Name: "win-m", IP: netip.MustParseAddr("192.168.77.15"), PodCIDR: netip.MustParsePrefix("10.244.5.0/24")}
 
 const takeoverEchoPort = 8080
+
+// probeInterval is how often each ping probe sends.
+const probeInterval = 50 * time.Millisecond
 
 // TestTakeoverFromFlannelAndKubeProxy moves one node of the running cluster from flannel (win-overlay) and
 // kube-proxy (winkernel) to winnet, following docs/getting-started.md "Coming from flannel and kube-proxy",
@@ -70,30 +77,7 @@ func TestTakeoverFromFlannelAndKubeProxy(t *testing.T) {
 	}).WithTimeout(timeout).Should(Succeed(), "flanneld on linux-a and winnet-controller use flanneld's lease of %s", fw.Name)
 
 	// Probes between the other nodes, for the whole move.
-	const interval = 50 * time.Millisecond
-	pingRows := []cluster.Check{
-		{From: a1.Place(), To: lx1.Place(), Path: "winnet -> flannel"},
-		{From: lx1.Place(), To: a1.Place(), Path: "flannel -> winnet"},
-		{From: a1.Place(), To: b1.Place(), Path: "winnet -> winnet"},
-		{From: lx2.Place(), To: b1.Place(), Path: "flannel -> winnet"},
-	}
-	_, failed, err := c.WaitReachable(ctx, pingRows, timeout)
-	g.Expect(err).NotTo(HaveOccurred(), "%s", cluster.Lines(failed))
-	var pings []*cluster.SteadyPing
-	for _, r := range pingRows {
-		p, err := cluster.StartSteadyPing(r.From, r.To.IP, interval)
-		g.Expect(err).NotTo(HaveOccurred())
-		pings = append(pings, p)
-	}
-	ticks := []*tickProbe{
-		startTicks("pod-a1 -> Service ClusterIP", 100*time.Millisecond, func() error {
-			return askEcho(a1.Place(), svcDst)
-		}),
-		startTicks("linux-a -> Service NodePort on node-b", 100*time.Millisecond, func() error {
-			return askEcho(linuxA.Host(), nodePort)
-		}),
-	}
-
+	others := startOtherProbes(t, g, svcDst, nodePort)
 	// 1. Cordon and drain. The takeover refuses while Pods are attached.
 	moveStart := time.Now()
 	g.Expect(c.Cordon(ctx, fw.Name, true)).To(Succeed())
@@ -160,7 +144,7 @@ func TestTakeoverFromFlannelAndKubeProxy(t *testing.T) {
 	g.Expect(fw.PodCIDR.Contains(m1.IP)).To(BeTrue())
 	var movedPings []*cluster.SteadyPing
 	for _, from := range []cluster.Place{lx1.Place(), a1.Place()} {
-		p, err := cluster.StartSteadyPing(from, m1.IP, interval)
+		p, err := cluster.StartSteadyPing(from, m1.IP, probeInterval)
 		g.Expect(err).NotTo(HaveOccurred())
 		movedPings = append(movedPings, p)
 	}
@@ -175,22 +159,7 @@ func TestTakeoverFromFlannelAndKubeProxy(t *testing.T) {
 	g.Eventually(func() error { return askEcho(m1.Place(), svcDst) }).WithTimeout(timeout).Should(Succeed(), "the Service from the moved node")
 
 	// The numbers.
-	var lost int
-	var gap time.Duration
-	var lines []string
-	for i, p := range pings {
-		st, err := p.Stop()
-		g.Expect(err).NotTo(HaveOccurred())
-		lost += st.Lost()
-		gap = max(gap, st.LongestGap)
-		lines = append(lines, fmt.Sprintf("%s -> %s (%s): %v", pingRows[i].From.Label, pingRows[i].To.Label, pingRows[i].Path, st))
-	}
-	for _, tp := range ticks {
-		r := tp.finish()
-		lost += r.failed
-		gap = max(gap, r.gap)
-		lines = append(lines, fmt.Sprintf("%s: %d tries, %d failed (first: %v), longest gap %v", tp.name, r.tries, r.failed, r.firstErr, r.gap))
-	}
+	lost, gap, lines := others.stop(g)
 	var movedReady time.Duration
 	for _, p := range movedPings {
 		st, err := p.Stop()
@@ -210,12 +179,151 @@ func TestTakeoverFromFlannelAndKubeProxy(t *testing.T) {
 	t.Log(summary)
 	if lost > 0 {
 		t.Logf("switch events on the nodes during the move:%s", cluster.Lines(c.SwitchEvents(moveStart)))
+		t.Logf("the agents' and winnet-controller's log around the losses:%s", cluster.Lines(logsAround(others.lostAt)))
 	}
 	g.Expect(lost).To(BeZero(), "the other nodes do not depend on the moved node")
 
 	inv, err = fw.HNSInventory()
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(inv.Foreign()).To(BeEmpty(), "nothing of flannel's or kube-proxy's after the move")
+
+	// And back, as docs/getting-started.md says: drain, stop winnet's agent (the label), reset, forget the
+	// node's network, drop the mark of winnet's record, start the old stack.
+	others = startOtherProbes(t, g, svcDst, nodePort)
+	g.Expect(c.Cordon(ctx, fw.Name, true)).To(Succeed())
+	g.Expect(c.DeletePod(ctx, m1)).To(Succeed())
+	g.Expect(fw.StopAgent(syscall.SIGTERM)).To(Succeed())
+	out, code, err = fw.Reset()
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(code).To(Equal(0), out)
+	t.Logf("winnet-agent reset:\n%s", out)
+	g.Expect(out).To(MatchRegexp(`removed: HNS network winnet .* on adapter uplink0`))
+	inv, err = fw.HNSInventory()
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(inv.Networks).To(BeEmpty(), "reset leaves no HNS network")
+	g.Expect(filepath.Join(fw.CNIConfDir, cluster.ConflistName)).NotTo(BeAnExistingFile())
+	g.Expect(fw.UplinkHolds(fw.IP)).To(BeTrue(), "the adapter has its address back")
+	g.Expect(c.ForgetNetwork(ctx, fw.Name)).To(Succeed())
+	// While the mark stays, winnet-controller takes any record on the Node for winnet's own.
+	g.Expect(annotations(g, fw.Name)).To(HaveKeyWithValue("network.winnet.io/flannel-record", cluster.FlannelAnnotationPrefix))
+	unmark := []byte(`{"metadata":{"annotations":{"network.winnet.io/flannel-record":null}}}`)
+	g.Expect(c.Client.Patch(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: fw.Name}}, client.RawPatch(types.MergePatchType, unmark))).To(Succeed())
+	g.Expect(c.RestartOldStack(ctx, fw)).To(Succeed())
+	backStart := time.Now()
+	g.Eventually(func(g Gomega) {
+		g.Expect(linuxA.Neighbour(subnetIP)).To(Equal(fw.VtepMAC))
+		fdb, err := linuxA.FDB()
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(fdb).To(HaveKeyWithValue(fw.VtepMAC, fw.IP.String()))
+		rsr := &networkv1alpha1.RemoteSubnetRoute{}
+		g.Expect(c.Client.Get(ctx, client.ObjectKey{Name: fw.Name}, rsr)).To(Succeed())
+		g.Expect(rsr.Spec.VTEPMAC).To(BeEquivalentTo(fw.VtepMAC))
+		g.Expect(rsr.Spec.VNI).To(HaveValue(BeEquivalentTo(cluster.FlannelVNI)))
+	}).WithTimeout(timeout).Should(Succeed(), "linux-a and winnet's nodes use flanneld's lease of %s again", fw.Name)
+	t.Logf("flanneld's lease of %s in use %.2f s after it was published again", fw.Name, time.Since(backStart).Seconds())
+	g.Consistently(func(g Gomega) {
+		a := annotations(g, fw.Name)
+		g.Expect(a).NotTo(HaveKey("network.winnet.io/flannel-record"))
+		g.Expect(recordMAC(g, fw.Name)).To(Equal(fw.VtepMAC))
+	}).WithTimeout(2*time.Second).Should(Succeed(), "winnet-controller leaves flanneld's record alone")
+	g.Expect(c.Cordon(ctx, fw.Name, false)).To(Succeed())
+	lost, gap, lines = others.stop(g)
+	t.Logf("probes during the way back:\n\t%s", strings.Join(lines, "\n\t"))
+	if lost > 0 {
+		t.Logf("the agents' and winnet-controller's log around the losses:%s", cluster.Lines(logsAround(others.lostAt)))
+	}
+	back := fmt.Sprintf("takeover reverse lost=%d gap_ms=%d", lost, gap.Milliseconds())
+	fmt.Println(back)
+	t.Log(back)
+	g.Expect(lost).To(BeZero(), "the other nodes do not depend on the node going back")
+}
+
+// logsAround returns the lines of the agents' and winnet-controller's logs stamped within a second of the times.
+func logsAround(times []time.Time) []string {
+	files := map[string]string{"winnet-controller": filepath.Join(c.RunDir, "winnet-controller.log")}
+	for _, n := range c.Nodes() {
+		files[n.Name] = n.AgentLog()
+	}
+	var out []string
+	for who, path := range files {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			out = append(out, fmt.Sprintf("%s: %v", who, err))
+			continue
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			var entry struct{ TS string }
+			if json.Unmarshal([]byte(line), &entry) != nil {
+				continue
+			}
+			ts, err := time.Parse(time.RFC3339, entry.TS)
+			if err != nil {
+				continue
+			}
+			for _, at := range times {
+				if d := ts.Sub(at.Truncate(time.Second)); d >= -time.Second && d <= time.Second {
+					out = append(out, who+": "+line)
+					break
+				}
+			}
+		}
+	}
+	return out
+}
+
+// otherProbes are the probes between the nodes that do not move: Pods of node-a, node-b and linux-a to each
+// other, the Service's ClusterIP from node-a's Pod and its NodePort on node-b from linux-a.
+type otherProbes struct {
+	rows  []cluster.Check
+	pings []*cluster.SteadyPing
+	ticks []*tickProbe
+	// lostAt holds when each lost request or failed try started, once stopped.
+	lostAt []time.Time
+}
+
+func startOtherProbes(t *testing.T, g Gomega, svcDst, nodePort netip.AddrPort) *otherProbes {
+	a1, b1, lx1, lx2 := pods["pod-a1"], pods["pod-b1"], lxPods["lx-1"], lxPods["lx-2"]
+	p := &otherProbes{rows: []cluster.Check{
+		{From: a1.Place(), To: lx1.Place(), Path: "winnet -> flannel"},
+		{From: lx1.Place(), To: a1.Place(), Path: "flannel -> winnet"},
+		{From: a1.Place(), To: b1.Place(), Path: "winnet -> winnet"},
+		{From: lx2.Place(), To: b1.Place(), Path: "flannel -> winnet"},
+	}}
+	_, failed, err := c.WaitReachable(context.Background(), p.rows, timeout)
+	g.Expect(err).NotTo(HaveOccurred(), "%s", cluster.Lines(failed))
+	for _, r := range p.rows {
+		ping, err := cluster.StartSteadyPing(r.From, r.To.IP, probeInterval)
+		g.Expect(err).NotTo(HaveOccurred())
+		p.pings = append(p.pings, ping)
+	}
+	p.ticks = []*tickProbe{
+		startTicks("pod-a1 -> Service ClusterIP", 100*time.Millisecond, func() error { return askEcho(a1.Place(), svcDst) }),
+		startTicks("linux-a -> Service NodePort on node-b", 100*time.Millisecond, func() error { return askEcho(linuxA.Host(), nodePort) }),
+	}
+	return p
+}
+
+// stop stops the probes and returns the packets and tries lost, the longest gap, and a line per probe.
+func (p *otherProbes) stop(g Gomega) (lost int, gap time.Duration, lines []string) {
+	for i, ping := range p.pings {
+		st, err := ping.Stop()
+		g.Expect(err).NotTo(HaveOccurred())
+		lost += st.Lost()
+		gap = max(gap, st.LongestGap)
+		p.lostAt = append(p.lostAt, st.LostAt...)
+		lines = append(lines, fmt.Sprintf("%s -> %s (%s): %v", p.rows[i].From.Label, p.rows[i].To.Label, p.rows[i].Path, st))
+		for _, at := range st.LostAt {
+			lines = append(lines, fmt.Sprintf("  lost the request sent at %s", at.UTC().Format("15:04:05.000")))
+		}
+	}
+	for _, tp := range p.ticks {
+		r := tp.finish()
+		lost += r.failed
+		gap = max(gap, r.gap)
+		lines = append(lines, fmt.Sprintf("%s: %d tries, %d failed (first: %v), longest gap %v", tp.name, r.tries, r.failed, r.firstErr, r.gap))
+		p.lostAt = append(p.lostAt, r.failedAt...)
+	}
+	return lost, gap, lines
 }
 
 // takeoverService creates the NodePort Service "takeover-echo" whose endpoints are echo servers in the two places
@@ -309,6 +417,7 @@ type tickResult struct {
 type tickSummary struct {
 	tries, failed int
 	firstErr      error
+	failedAt      []time.Time
 	// gap is the longest run of failed tries: from the first failed try's start to the next good one's.
 	gap time.Duration
 }
@@ -352,6 +461,7 @@ func (p *tickProbe) finish() tickSummary {
 		s.tries++
 		if r.err != nil {
 			s.failed++
+			s.failedAt = append(s.failedAt, r.at)
 			if s.firstErr == nil {
 				s.firstErr = r.err
 			}
