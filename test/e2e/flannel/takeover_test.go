@@ -44,8 +44,10 @@ const probeInterval = 50 * time.Millisecond
 // subnet file, flanneld's record on its Node); the test cordons it, drains it (one Pod's sandbox goes without a
 // CNI DEL), checks that `takeover --dry-run` lists exactly the seeded leftovers, takes over, lets winnet's agent
 // build its network, and uncordons it once flanneld on linux-a sends to winnet's VTEP; a new Pod there is then
-// reached from linux-a and node-a. The other nodes' probes must lose nothing: they do not depend on the moved
-// node. It prints one line with the numbers.
+// reached from linux-a and node-a. Then it goes back as the same page says (drain, stop the agent, `winnet-agent
+// reset`, forget the node's network, drop the mark of winnet's record, start the old stack) until linux-a and
+// winnet's nodes use flanneld's lease again. The other nodes' probes must lose nothing either way: they do not
+// depend on the moved node. It prints one line with the numbers of each way.
 func TestTakeoverFromFlannelAndKubeProxy(t *testing.T) {
 	g := NewWithT(t)
 	ctx := context.Background()
@@ -86,6 +88,7 @@ func TestTakeoverFromFlannelAndKubeProxy(t *testing.T) {
 	g.Expect(code).To(Equal(1), out)
 	g.Expect(out).To(ContainSubstring("a Pod still uses it"))
 	g.Expect(c.Drain(ctx, fw, "old-m2")).To(Succeed())
+	// 2. Stopping flanneld and kube-proxy: nothing of theirs runs on the simulated node.
 
 	// 3. Look first: exactly the seeded leftovers.
 	out, code, err = fw.Takeover("--from", "flannel,kube-proxy", "--dry-run")
