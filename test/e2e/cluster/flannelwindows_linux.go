@@ -13,6 +13,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -89,7 +90,8 @@ type FlannelWindowsPod struct {
 // AddFlannelWindowsNode builds a simulated node (namespace, uplink, Open vSwitch) in the state a Windows node of
 // flannel's win-overlay backend and kube-proxy's winkernel mode is in, with its Node object: Pod CIDR, InternalIP,
 // Ready, its Lease, and flanneld's record (VNI 4096, its VtepMAC, public-ip). No agent and no WindowsNodeNetwork:
-// winnet does not serve it yet.
+// winnet does not serve it yet, and WaitReady, which counts it among the cluster's nodes, waits for it until
+// StartWinnet.
 func (c *Cluster) AddFlannelWindowsNode(ctx context.Context, spec FlannelWindowsSpec) (*FlannelWindowsNode, error) {
 	n, err := c.register(spec.NodeSpec, nil)
 	if err != nil {
@@ -323,7 +325,7 @@ func (c *Cluster) Drain(ctx context.Context, fw *FlannelWindowsNode, withoutDel 
 		if err := sim.DetachEndpoint(ctx, p.EndpointID, p.NamespaceID); err != nil {
 			return err
 		}
-		if contains(withoutDel, p.Name) {
+		if slices.Contains(withoutDel, p.Name) {
 			fw.Leftovers = append(fw.Leftovers, p.EndpointID)
 			continue
 		}
@@ -333,15 +335,6 @@ func (c *Cluster) Drain(ctx context.Context, fw *FlannelWindowsNode, withoutDel 
 	}
 	fw.Pods = nil
 	return nil
-}
-
-func contains(list []string, s string) bool {
-	for _, v := range list {
-		if v == s {
-			return true
-		}
-	}
-	return false
 }
 
 // Takeover runs `winnet-agent takeover` on the node, as an Administrator runs it there, with the node's
