@@ -42,7 +42,8 @@ type skipped struct {
 // desiredRoutes computes the routes of this node from every RemoteSubnetRoute. It is pure. Routes of
 // the node itself, routes winnet-controller has not accepted for their current generation (among
 // them those with Conflict=True) and non-IPv4 CIDRs are not installed: a route is installed only
-// once it is known not to overlap another.
+// once it is known not to overlap another. (The reconciler passes a route whose new generation is
+// not judged yet as it was last accepted: keepAccepted.)
 func desiredRoutes(nodeName string, rz nodenetwork.Realized, list []networkv1alpha1.RemoteSubnetRoute) ([]route, []skipped) {
 	var out []route
 	var skips []skipped
@@ -133,4 +134,39 @@ func useTunnel(mode networkv1alpha1.RouteMode, rz nodenetwork.Realized, peer net
 func accepted(rsr networkv1alpha1.RemoteSubnetRoute) bool {
 	c := meta.FindStatusCondition(rsr.Status.Conditions, networkv1alpha1.AcceptedCondition)
 	return c != nil && c.Status == metav1.ConditionTrue && rsr.Status.ObservedGeneration == rsr.Generation
+}
+
+// keepAccepted returns the routes to compute this node's routes from: a route whose current generation
+// winnet-controller has not judged yet stays as it was last accepted, the version kept holds for it (by
+// name, the same object by UID). A changed spec — a peer's VTEP MAC or address, a flannel node's record
+// turning into a winnet node's during a takeover — then changes the route's flows in place once accepted,
+// instead of withdrawing them and the host route until winnet-controller has judged the change: that
+// withdrawal left the peer's Pods unreachable meanwhile and made every spec change two host route changes.
+// A generation judged not accepted (Conflict) is withdrawn, as before. keepAccepted records every accepted
+// route in kept, and forgets the routes the list does not hold when all says it holds every route. It does
+// not modify list, whose items may be the cache's.
+func keepAccepted(list []networkv1alpha1.RemoteSubnetRoute, kept map[string]networkv1alpha1.RemoteSubnetRoute, all bool) []networkv1alpha1.RemoteSubnetRoute {
+	out := make([]networkv1alpha1.RemoteSubnetRoute, 0, len(list))
+	seen := make(map[string]bool, len(list))
+	for _, rsr := range list {
+		seen[rsr.Name] = true
+		prev, ok := kept[rsr.Name]
+		switch {
+		case accepted(rsr):
+			kept[rsr.Name] = rsr
+		case rsr.Status.ObservedGeneration != rsr.Generation && ok && prev.UID == rsr.UID:
+			rsr = prev // not judged yet: as last accepted
+		default:
+			delete(kept, rsr.Name)
+		}
+		out = append(out, rsr)
+	}
+	if all {
+		for name := range kept {
+			if !seen[name] {
+				delete(kept, name)
+			}
+		}
+	}
+	return out
 }

@@ -85,3 +85,52 @@ func TestDesiredRoutes(t *testing.T) {
 		})
 	}
 }
+
+// TestKeepAccepted follows one route through spec changes: a generation winnet-controller has not judged yet
+// is installed as the last accepted one (its flows change in place once the new one is accepted, the host
+// route stays), a generation judged Conflict is withdrawn and forgotten, a route recreated under the same
+// name does not inherit the old one's spec, and a full pass forgets the routes that are gone.
+func TestKeepAccepted(t *testing.T) {
+	g := NewWithT(t)
+	rz := nodenetwork.Realized{Mode: networkv1alpha1.EncapsulationModeEncap, VNI: 1, Node: pipeline.Node{TunnelOFPort: 1}}
+	kept := map[string]networkv1alpha1.RemoteSubnetRoute{}
+	macs := func(list []networkv1alpha1.RemoteSubnetRoute, all bool) []string {
+		routes, _ := desiredRoutes("me", rz, keepAccepted(list, kept, all))
+		var out []string
+		for _, r := range routes {
+			out = append(out, r.name+" "+r.dstMAC.String())
+		}
+		return out
+	}
+	m := rsr("m", "m", "192.168.10.15", networkv1alpha1.RouteModeTunnel, "10.244.5.0/24")
+	m.UID, m.Generation, m.Status.ObservedGeneration = "uid-1", 1, 1
+	m.Spec.VTEPMAC = "0e:2a:0a:f4:05:00" // flanneld's on the node
+	g.Expect(macs([]networkv1alpha1.RemoteSubnetRoute{m}, true)).To(Equal([]string{"m 0e:2a:0a:f4:05:00"}))
+
+	// The node moves to winnet: winnet-controller writes the new spec, and judges it a moment later.
+	next := *m.DeepCopy()
+	next.Generation, next.Spec.VTEPMAC = 2, "06:3a:d6:fc:fb:06"
+	g.Expect(macs([]networkv1alpha1.RemoteSubnetRoute{next}, false)).To(Equal([]string{"m 0e:2a:0a:f4:05:00"}), "not judged yet: as last accepted")
+	g.Expect(macs([]networkv1alpha1.RemoteSubnetRoute{next}, true)).To(Equal([]string{"m 0e:2a:0a:f4:05:00"}), "the full pass too")
+	next.Status.ObservedGeneration = 2
+	g.Expect(macs([]networkv1alpha1.RemoteSubnetRoute{next}, false)).To(Equal([]string{"m 06:3a:d6:fc:fb:06"}))
+
+	// A generation judged Conflict goes, and is not brought back by the next unjudged one.
+	conflict := *next.DeepCopy()
+	conflict.Generation, conflict.Status.ObservedGeneration = 3, 3
+	conflict.Status.Conditions = []metav1.Condition{{Type: networkv1alpha1.AcceptedCondition, Status: metav1.ConditionFalse}}
+	g.Expect(macs([]networkv1alpha1.RemoteSubnetRoute{conflict}, false)).To(BeEmpty())
+	conflict.Generation = 4
+	g.Expect(macs([]networkv1alpha1.RemoteSubnetRoute{conflict}, false)).To(BeEmpty())
+
+	// Recreated under the same name: a new object, nothing of the old one's.
+	g.Expect(macs([]networkv1alpha1.RemoteSubnetRoute{next}, false)).To(Equal([]string{"m 06:3a:d6:fc:fb:06"}))
+	again := *m.DeepCopy()
+	again.UID, again.Generation, again.Status.ObservedGeneration = "uid-2", 1, 0
+	g.Expect(macs([]networkv1alpha1.RemoteSubnetRoute{again}, false)).To(BeEmpty())
+
+	// A full pass without the route forgets it.
+	g.Expect(macs([]networkv1alpha1.RemoteSubnetRoute{next}, false)).To(HaveLen(1))
+	g.Expect(macs(nil, true)).To(BeEmpty())
+	g.Expect(kept).To(BeEmpty())
+}

@@ -69,6 +69,9 @@ type Reconciler struct {
 	// costs the failures, not a pass over every route.
 	installed map[string]routeState
 	failed    map[string]string
+	// accepted holds the last version of each route winnet-controller accepted, installed while it has
+	// not judged a newer generation (keepAccepted).
+	accepted map[string]networkv1alpha1.RemoteSubnetRoute
 	// routes is the cache of RemoteSubnetRoutes (see SetupWithManager).
 	routes cache.Cache
 	// peers maps the object part of the routes' cookies to their routes; admission what the
@@ -204,7 +207,7 @@ func (r *Reconciler) reconcileAll(ctx context.Context, rz nodenetwork.Realized, 
 	if err := r.reader().List(ctx, list, client.UnsafeDisableDeepCopy); err != nil {
 		return ctrl.Result{}, fmt.Errorf("listing RemoteSubnetRoutes: %w", err)
 	}
-	routes, skips := desiredRoutes(r.NodeName, rz, list.Items)
+	routes, skips := desiredRoutes(r.NodeName, rz, keepAccepted(list.Items, r.acceptedRoutes(), true))
 	installed := make(map[string]routeState, len(routes))
 	failed := map[string]string{}
 	for _, sk := range skips {
@@ -284,8 +287,10 @@ func (r *Reconciler) reconcileOne(ctx context.Context, rz nodenetwork.Realized, 
 		list = append(list, *rsr)
 	} else if !apierrors.IsNotFound(err) {
 		return fmt.Errorf("getting RemoteSubnetRoute %s: %w", name, err)
+	} else {
+		delete(r.acceptedRoutes(), name)
 	}
-	routes, skips := desiredRoutes(r.NodeName, rz, list)
+	routes, skips := desiredRoutes(r.NodeName, rz, keepAccepted(list, r.acceptedRoutes(), false))
 	state := routeState{version: rsr.ResourceVersion}
 	for _, sk := range skips {
 		if sk.failed {
@@ -331,6 +336,14 @@ func (r *Reconciler) reconcileOne(ctx context.Context, rz nodenetwork.Realized, 
 	r.record(name, state, len(routes) > 0 || state.failure != "")
 	r.publish()
 	return nil
+}
+
+// acceptedRoutes returns the last accepted version of every route (keepAccepted), made on first use.
+func (r *Reconciler) acceptedRoutes() map[string]networkv1alpha1.RemoteSubnetRoute {
+	if r.accepted == nil {
+		r.accepted = map[string]networkv1alpha1.RemoteSubnetRoute{}
+	}
+	return r.accepted
 }
 
 // record keeps what was installed for a route, or forgets the route when keep is false.

@@ -497,6 +497,8 @@ type PingStats struct {
 	LongestGap time.Duration
 	// SendErr is the first request the kernel refused to send (counted as lost).
 	SendErr error
+	// LostAt holds when each request without a reply left.
+	LostAt []time.Time
 
 	replies []time.Time
 }
@@ -536,6 +538,8 @@ func (s *SteadyPing) Stop() (PingStats, error) {
 		if !r.IsZero() && r.Sub(s.sent[i]) <= replyWait {
 			st.Received++
 			st.replies = append(st.replies, r)
+		} else {
+			st.LostAt = append(st.LostAt, s.sent[i])
 		}
 	}
 	if st.Received == 0 {
