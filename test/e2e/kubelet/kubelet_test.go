@@ -42,7 +42,7 @@ func run(m *testing.M) int {
 	start := time.Now()
 	logf := func(f string, a ...any) { fmt.Fprintf(os.Stderr, "e2e-kubelet: "+f+"\n", a...) }
 	var err error
-	c, err = cluster.Start(ctx, cluster.Options{Logf: logf, Kubelets: true,
+	c, err = cluster.Start(ctx, cluster.Options{Logf: logf, Kubelets: true, DualStack: true,
 		UnderlayCIDR: netip.MustParsePrefix("192.168.79.0/24"), ClusterCIDR: netip.MustParsePrefix("10.246.0.0/16")})
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "FAIL: the kubelet e2e tests need a cluster on this machine: %v\n", err)
