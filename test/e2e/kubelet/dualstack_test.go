@@ -323,6 +323,11 @@ endpoints: [{addresses: ["fd00:10:246:2::99"], conditions: {ready: true}}]
 		g.Eventually(func() (string, error) { return curlFrom(t, ns, "cl-1", url) }, 60*time.Second, time.Second).Should(Equal("web"),
 			"Service %s on its IPv4 ClusterIP from a Pod of kube-a", name)
 		if name == "manual" {
+			// Every connection goes to web: the IPv6 slice's endpoint is no bucket of the Service.
+			out, err := kubectl(t, "", "-n", ns, "exec", "cl-1", "--", "sh", "-c",
+				fmt.Sprintf("for i in 1 2 3 4 5 6 7 8; do curl -sS --max-time 2 %s; echo; done", url))
+			g.Expect(err).NotTo(HaveOccurred(), "%s", out)
+			g.Expect(strings.Fields(out)).To(HaveEach("web"), "Service manual, 8 connections")
 			continue
 		}
 		for _, n := range []*cluster.Node{c.Node("kube-a"), c.Node("kube-b")} {
@@ -364,6 +369,9 @@ endpoints: [{addresses: ["fd00:10:246:2::99"], conditions: {ready: true}}]
 		g.Expect(flows).NotTo(ContainSubstring(fmt.Sprintf("tp_dst=%d,", ss6.nodePort)), "%s serves no NodePort of ss6", n.Name)
 		g.Expect(flows).NotTo(ContainSubstring(fmt.Sprintf("tp_dst=%d ", ss6.nodePort)), "%s serves no NodePort of ss6", n.Name)
 		g.Expect(flows).NotTo(ContainSubstring("fd00:"), "%s has no flow of an IPv6 address (ClusterIP, endpoint)", n.Name)
+		groups, err := n.OVS.Ofctl("-O", "OpenFlow15", "dump-groups", cluster.BridgeName)
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(groups).NotTo(ContainSubstring("fd00:"), "%s has no group bucket of an IPv6 endpoint", n.Name)
 	}
 
 	// The cluster DNS, asked from the winnet Pod through kube-dns's IPv4 ClusterIP.
