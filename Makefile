@@ -67,8 +67,9 @@ vulncheck: ## govulncheck the linux and windows builds against golang.org/x/vuln
 	hack/vulncheck.sh
 
 .PHONY: vet
-vet: ## go vet for linux and windows (the test-only module test/netpol too).
+vet: ## go vet for linux and windows (the test-only module test/netpol too), and the upgrade and soak tests (build tags).
 	$(foreach os,$(PLATFORMS),GOOS=$(os) $(GO) vet ./... && (cd $(NETPOL_MODULE) && GOOS=$(os) $(GO) vet ./...) &&) true
+	$(GO) vet -tags upgrade,soak ./test/upgrade/...
 
 .PHONY: helm-lint
 helm-lint: test-deps ## Lint the Helm chart with the helm that test-deps builds into bin/.
@@ -159,6 +160,16 @@ test-upgrade: kubelet-deps build previous-release ## Upgrade the previous releas
 	grep -E '^(--- |ok|PASS)' bin/test-upgrade-cniskew.log; \
 	WINNET_UPGRADE_SKEW_HOLD=$(UPGRADE_SKEW_HOLD) $(GO) test -tags upgrade -count=1 -timeout 60m -run '^TestUpgrade$$' -v ./test/upgrade/ > bin/test-upgrade.log 2>&1 || { grep -E '^test-upgrade|_test.go:[0-9]+:' bin/test-upgrade.log | tail -80; echo "logs in bin/test-upgrade.log"; exit 1; }
 	@grep -E '^test-upgrade' bin/test-upgrade.log
+
+# SOAK_MINUTES is make soak's length; SOAK_RATE the short-lived Pods it starts a second at most.
+SOAK_MINUTES ?= 120
+SOAK_RATE ?= 0.5
+
+.PHONY: soak
+soak: kubelet-deps build ## The upgrade test's cluster (real kubelets) under ordinary churn for SOAK_MINUTES (120): Pods, rollouts, policies, traces, traffic; samples every 30 s into bin/soak/ (samples.csv, a picture per quantity); one `soak` line (needs root; SOAK_MINUTES=10 to try it).
+	@mkdir -p bin/soak
+	SOAK_MINUTES=$(SOAK_MINUTES) SOAK_RATE=$(SOAK_RATE) $(GO) test -tags soak -count=1 -timeout $$(awk 'BEGIN{print int($(SOAK_MINUTES))+45}')m -run '^TestSoak$$' -v ./test/upgrade/ > bin/soak.log 2>&1 || { grep -E '^soak|_test.go:[0-9]+:' bin/soak.log | tail -80; echo "logs in bin/soak.log"; exit 1; }
+	@grep -E '^soak ' bin/soak.log
 
 CHAOS_ROUNDS ?= 200
 

@@ -14,8 +14,8 @@ import (
 // The hostPorts step: the runtime's portMappings (the "portMappings" capability) claimed on the
 // node for the sandbox, once it has its address, and recorded beside its attachment (in
 // hostport.Records, never in the attachment record: see hostport.DirName). The Service reconciler
-// realises the claims (controllers/service, hostports.go); a claim that overlaps another Pod's
-// or takes a port the node needs fails the ADD, which undoes the address.
+// realises the claims (controllers/service, hostports.go); a claim that overlaps another Pod's,
+// takes a port the node needs or a Service's NodePort fails the ADD, which undoes the address.
 
 // doHostPorts checks the call's mappings against the node (its addresses, its tunnel port) and the
 // other Pods' claims, claims them and records them.
@@ -32,7 +32,7 @@ func doHostPorts(_ context.Context, r *podRun) error {
 	if r.n.tunnelPort != 0 {
 		extra = append(extra, hostport.Reserved{Protocol: "UDP", Port: r.n.tunnelPort, What: "the node's tunnel"})
 	}
-	if err := hp.Claim(hostport.Entry{Sandbox: r.a.SandboxID, Pod: r.a.Pod().String(), IP: r.a.IP.Addr(), Mappings: mappings}, extra...); err != nil {
+	if err := hp.Claim(hostport.Entry{Sandbox: r.a.SandboxID, Pod: r.a.Pod().String(), PodUID: r.a.PodUID, IP: r.a.IP.Addr(), Mappings: mappings}, extra...); err != nil {
 		return err
 	}
 	if err := r.p.opts.HostPortRecords.Put(r.a.SandboxID, mappings); err != nil {
@@ -97,7 +97,7 @@ func (p *Pods) restoreHostPorts() {
 		if !ok || a.Deleting {
 			continue // an orphan: the start-up sweep removes it
 		}
-		if err := p.opts.HostPorts.Claim(hostport.Entry{Sandbox: sandbox, Pod: a.Pod().String(), IP: a.IP.Addr(), Mappings: records[sandbox]}); err != nil {
+		if err := p.opts.HostPorts.Restore(hostport.Entry{Sandbox: sandbox, Pod: a.Pod().String(), PodUID: a.PodUID, IP: a.IP.Addr(), Mappings: records[sandbox]}); err != nil {
 			log.Error(err, "Cannot restore the hostPorts of a Pod", "sandbox", sandbox, "pod", a.Pod())
 		}
 	}

@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -31,107 +32,93 @@ import (
 //     the host group, SNATed to the gateway IP like the host's NodePort connections.
 //
 // Every mapping's flows are under one cookie object (hostPortsName) and change only in full
-// passes, which every change of the registry queues. A hostPort wins over a Service's NodePort
-// on the same port and protocol on its node: the NodePort is not served there while the hostPort
-// holds it (the Service gets a Warning Event naming the Pod), whichever came first.
+// passes, which every change of the registry queues. A Service's NodePort wins over a hostPort on
+// the same port and protocol (see hostport.Registry for why): the ADD of a Pod whose hostPort is
+// a NodePort fails, and a hostPort whose port a Service takes later is not served while the
+// NodePort exists (the Pod gets a Warning Event, HostPortHeldReason).
 
 // hostPortsName is the cookie object and the realised entry of the hostPorts: no Service has an
 // empty namespace, and no work item is queued for it.
 var hostPortsName = types.NamespacedName{Name: "hostports"}
 
-// HostPortHeldReason is the reason of the Warning Event on a Service whose NodePort a hostPort
-// of a Pod of the node holds.
-const HostPortHeldReason = "NodePortHeldByHostPort"
+// HostPortHeldReason is the reason of the Warning Event on a Pod whose hostPort a Service's
+// NodePort holds.
+const HostPortHeldReason = "HostPortHeldByNodePort"
 
-// heldPorts are the ports the registry's mappings hold, each with its holders' description.
-func heldPorts(entries []hostport.Entry) map[hostnet.NodePort]string {
-	held := map[hostnet.NodePort]string{}
-	for _, e := range entries {
-		for _, m := range e.Mappings {
-			np := hostnet.NodePort{Protocol: m.Protocol, Port: m.HostPort}
-			desc := fmt.Sprintf("hostPort %s of Pod %s", m, e.Pod)
-			if held[np] != "" {
-				desc = held[np] + ", " + desc
-			}
-			held[np] = desc
+// serviceNodePorts are the NodePorts a Service asks for (whether or not this node serves them):
+// none for a Service that is gone.
+func serviceNodePorts(svc *corev1.Service) []hostport.Port {
+	if svc == nil {
+		return nil
+	}
+	var out []hostport.Port
+	for _, p := range svc.Spec.Ports {
+		if p.NodePort > 0 && p.NodePort <= 65535 && (p.Protocol == corev1.ProtocolTCP || p.Protocol == corev1.ProtocolUDP) {
+			out = append(out, hostport.Port{Protocol: string(p.Protocol), Port: uint16(p.NodePort)})
 		}
 	}
-	return held
+	return out
 }
 
-// blockHeldNodePorts takes the NodePorts a hostPort holds out of rs's ports (their ClusterIP,
-// external IPs and load balancer IPs stay served) and warns the Service.
-func (r *Reconciler) blockHeldNodePorts(ctx context.Context, svc *corev1.Service, rs *realisedService) {
-	for i := range rs.d.ports {
-		p := &rs.d.ports[i]
-		if p.nodePort == 0 {
-			continue
+// allNodePorts are the NodePorts of every Service, by "namespace/name".
+func allNodePorts(services []corev1.Service) map[string][]hostport.Port {
+	out := map[string][]hostport.Port{}
+	for i := range services {
+		if ports := serviceNodePorts(&services[i]); len(ports) > 0 {
+			out[client.ObjectKeyFromObject(&services[i]).String()] = ports
 		}
-		np := hostnet.NodePort{Protocol: string(p.key.Protocol), Port: p.nodePort}
-		holder, ok := r.held[np]
-		if !ok {
-			continue
-		}
-		if rs.blocked == nil {
-			rs.blocked = map[hostnet.NodePort]string{}
-		}
-		rs.blocked[np] = holder
-		p.nodePort = 0
 	}
-	if len(rs.blocked) > 0 {
-		r.warnHeld(ctx, svc, rs.blocked)
-	}
+	return out
 }
 
-// hasNodePorts tells whether the Service asks for NodePorts (served or blocked).
-func (rs *realisedService) hasNodePorts() bool {
-	if len(rs.blocked) > 0 {
-		return true
-	}
-	for _, p := range rs.d.ports {
-		if p.nodePort != 0 {
-			return true
-		}
-	}
-	return false
-}
-
-// warnHeld emits one Warning Event per Service version and set of holders.
-func (r *Reconciler) warnHeld(ctx context.Context, svc *corev1.Service, blocked map[hostnet.NodePort]string) {
-	var parts []string
-	for _, np := range slices.SortedFunc(maps.Keys(blocked), compareNodePorts) {
-		parts = append(parts, fmt.Sprintf("NodePort %d/%s (held by %s)", np.Port, np.Protocol, blocked[np]))
+// warnHeld emits a Warning Event on the Pod whose mappings NodePorts hold, once per message. The
+// Event is read by the Pod's namespace: a Service of another namespace is not named in it (the
+// agent's log names it).
+func (r *Reconciler) warnHeld(ctx context.Context, e hostport.Entry, held map[hostport.Mapping][]string) {
+	ns, name, _ := strings.Cut(e.Pod, "/")
+	var parts, logParts []string
+	for _, m := range slices.SortedFunc(maps.Keys(held), compareMappings) {
+		parts = append(parts, fmt.Sprintf("hostPort %s (NodePort of %s)", m, hostport.Describe("Service", held[m][0], ns)))
+		logParts = append(logParts, fmt.Sprintf("hostPort %s (NodePort of Service %s)", m, strings.Join(held[m], ", ")))
 	}
 	msg := strings.Join(parts, "; ")
+	key := cmp.Or(e.PodUID, e.Pod)
 	if r.warnedHeld == nil {
-		r.warnedHeld = map[types.UID]string{}
+		r.warnedHeld = map[string]string{}
 	}
-	if r.warnedHeld[svc.UID] == svc.ResourceVersion+"|"+msg {
+	if r.warnedHeld[key] == msg {
 		return
 	}
-	r.warnedHeld[svc.UID] = svc.ResourceVersion + "|" + msg
-	ctrl.LoggerFrom(ctx).Info("NodePorts not served: hostPorts hold them", "service", client.ObjectKeyFromObject(svc), "nodePorts", msg)
+	r.warnedHeld[key] = msg
+	ctrl.LoggerFrom(ctx).Info("hostPorts not served: Services' NodePorts hold them", "pod", e.Pod, "sandbox", e.Sandbox, "hostPorts", strings.Join(logParts, "; "))
 	if r.Recorder != nil {
-		r.Recorder.Eventf(svc, nil, corev1.EventTypeWarning, HostPortHeldReason, "Proxy",
-			"Not served on node %s, where a hostPort wins over a NodePort: %s", r.NodeName, msg)
+		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, UID: types.UID(e.PodUID)}}
+		r.Recorder.Eventf(pod, nil, corev1.EventTypeWarning, HostPortHeldReason, "Proxy",
+			"Not served on node %s, where a Service's NodePort wins over a hostPort: %s", r.NodeName, msg)
 	}
 }
 
-func compareNodePorts(a, b hostnet.NodePort) int {
-	return cmp.Or(cmp.Compare(a.Protocol, b.Protocol), cmp.Compare(a.Port, b.Port))
+func compareMappings(a, b hostport.Mapping) int {
+	return cmp.Or(cmp.Compare(a.Protocol, b.Protocol), cmp.Compare(a.HostPort, b.HostPort), a.HostIP.Compare(b.HostIP))
 }
 
-// realiseHostPorts computes the groups and flows of every hostPort mapping of entries. Of the
-// mappings of one port and protocol on several hostIPs, the first (by sandbox) serves the host's
-// own connections: the host's NAT knows ports, not addresses.
-func (r *Reconciler) realiseHostPorts(entries []hostport.Entry, rz nodenetwork.Realized, ips []netip.Addr) *realisedService {
+// realiseHostPorts computes the groups and flows of every hostPort mapping of entries that no
+// Service's NodePort holds. Of the mappings of one port and protocol on several hostIPs, the first
+// (by sandbox) serves the host's own connections: the host's NAT knows ports, not addresses.
+func (r *Reconciler) realiseHostPorts(ctx context.Context, entries []hostport.Entry, rz nodenetwork.Realized, ips []netip.Addr) *realisedService {
 	rs := &realisedService{}
 	hostServed := map[hostnet.NodePort]bool{}
+	warned := map[string]bool{}
 	for _, e := range entries {
 		if !e.IP.Is4() {
 			continue
 		}
+		held := map[hostport.Mapping][]string{}
 		for _, m := range e.Mappings {
+			if svcs := r.HostPorts.HeldBy(m); len(svcs) > 0 {
+				held[m] = svcs
+				continue
+			}
 			proto := uint8(openflow.ProtoTCP)
 			if m.Protocol == "UDP" {
 				proto = openflow.ProtoUDP
@@ -147,6 +134,16 @@ func (r *Reconciler) realiseHostPorts(entries []hostport.Entry, rz nodenetwork.R
 			}
 			hostServed[np] = true
 			rs.d.ports = append(rs.d.ports, p)
+		}
+		if len(held) > 0 {
+			key := cmp.Or(e.PodUID, e.Pod)
+			warned[key] = true
+			r.warnHeld(ctx, e, held)
+		}
+	}
+	for key := range r.warnedHeld {
+		if !warned[key] {
+			delete(r.warnedHeld, key) // served again, or gone: warn anew if it is held again
 		}
 	}
 	if len(rs.d.ports) == 0 {

@@ -53,9 +53,6 @@ type realisedService struct {
 	// flows.
 	hairpin []netip.Addr
 	counts  counts
-	// blocked are the Service's NodePorts not served on this node because a hostPort holds them
-	// (hostports.go), with the holder of each.
-	blocked map[hostnet.NodePort]string
 	// udp holds the zone and endpoints of each UDP port with a zone of its own (udpzones.go).
 	udp map[portKey]udpPort
 }
@@ -126,7 +123,6 @@ func (r *Reconciler) realiseService(ctx context.Context, name types.NamespacedNa
 	if len(rs.d.ports) == 0 {
 		return rs
 	}
-	r.blockHeldNodePorts(ctx, svc, rs)
 	if noZone := r.realisePorts(name, rs, rz, ips); len(noZone) > 0 {
 		r.warnNoUDPZone(ctx, svc, noZone)
 	}

@@ -3,6 +3,7 @@ package service
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"net/netip"
@@ -130,10 +131,9 @@ type Reconciler struct {
 	// ports that cannot be realised; warnedNoZone those given one for UDP ports without a zone.
 	warned       map[types.UID]string
 	warnedNoZone map[types.UID]string
-	warnedHeld   map[types.UID]string
-	// held are the ports the hostPorts hold as of the last full pass (with their holders):
-	// Services' NodePorts on them are not served (hostports.go).
-	held map[hostnet.NodePort]string
+	// warnedHeld holds the Pods (by UID or name) given a Warning Event for hostPorts a NodePort
+	// holds, with the Event's message (hostports.go).
+	warnedHeld map[string]string
 	// udp gives UDP Service ports their conntrack zones and flushes them (udpzones.go).
 	udp udpZones
 	// realised holds what each Service came to, computed on the node network realisedOn with the
@@ -221,8 +221,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		if built, err := r.reconcileService(ctx, req.NamespacedName); built {
 			return ctrl.Result{}, err
 		}
-		// Nothing to build on yet on this node network: the full pass (queued when the node
-		// network changed) covers this Service too.
+		// Nothing to build on yet on this node network (the full pass queued when the node
+		// network changed covers this Service too), or the Service took or gave back a hostPort's
+		// port: the full pass.
 		req = fullPass
 	}
 	var listed *hostRoutes
@@ -273,12 +274,17 @@ func (r *Reconciler) reconcileService(ctx context.Context, name types.Namespaced
 	if !r.complete || !r.builtOn(rz, nodeIPs(rz)) {
 		return false, nil
 	}
-	if err := r.reconcileOne(ctx, rz, name); err != nil {
+	if err := r.reconcileOne(ctx, rz, name); errors.Is(err, errFullPass) {
+		return false, nil
+	} else if err != nil {
 		r.State.SetServices(nodenetwork.ServicesResult{Err: err.Error()})
 		return true, err
 	}
 	return true, nil
 }
+
+// errFullPass tells reconcileService that the Service's change needs the full pass.
+var errFullPass = errors.New("the Service's change needs the full pass")
 
 // checkDrift runs every ResyncPeriod. It runs the full pass when the per-Service passes have
 // nothing to build on (the node network changed, a full pass failed), when the bridge's flows were
@@ -358,6 +364,11 @@ func (r *Reconciler) reconcileOne(ctx context.Context, rz nodenetwork.Realized, 
 		svc = nil
 	} else if err != nil {
 		return fmt.Errorf("getting Service %s: %w", name, err)
+	}
+	if r.HostPorts != nil && r.HostPorts.SetServiceNodePorts(name.String(), serviceNodePorts(svc)) {
+		// A NodePort taken or given back on a hostPort's port: the full pass stops or starts
+		// serving the hostPort with the Service's change (hostports.go).
+		return errFullPass
 	}
 	var eps []discoveryv1.EndpointSlice
 	if svc != nil {
@@ -610,16 +621,16 @@ func (r *Reconciler) desired(ctx context.Context, rz nodenetwork.Realized, servi
 	if r.HostPorts != nil {
 		entries = r.HostPorts.List()
 	}
-	held := heldPorts(entries)
-	heldChanged := !maps.Equal(held, r.held)
-	r.held = held
+	if r.HostPorts != nil {
+		r.HostPorts.ReplaceNodePorts(allNodePorts(services)) // before the hostPorts are realised
+	}
 	var groups []openflow.Group
 	var own []openflow.Flow
 	for i := range services {
 		svc := &services[i]
 		name := types.NamespacedName{Namespace: svc.Namespace, Name: svc.Name}
 		rs := r.realised[name]
-		if rs == nil || !rs.inputs.same(svc, bySvc[name]) || heldChanged && rs.hasNodePorts() {
+		if rs == nil || !rs.inputs.same(svc, bySvc[name]) {
 			if old := before[name]; old != nil && len(old.udp) > 0 {
 				udpBefore[name] = old.udp
 			}
@@ -635,7 +646,7 @@ func (r *Reconciler) desired(ctx context.Context, rz nodenetwork.Realized, servi
 		groups = append(groups, rs.groups...)
 		own = append(own, rs.flows...)
 	}
-	if hp := r.realiseHostPorts(entries, rz, ips); len(hp.flows) > 0 {
+	if hp := r.realiseHostPorts(ctx, entries, rz, ips); len(hp.flows) > 0 {
 		if old := before[hostPortsName]; old != nil && len(old.udp) > 0 {
 			udpBefore[hostPortsName] = old.udp
 		}

@@ -164,31 +164,69 @@ var DefaultReserved = []Reserved{
 // the sandbox is attached) and its mappings.
 type Entry struct {
 	Sandbox string
-	// Pod is "namespace/name" (a string: the shim links this package, and no Kubernetes library).
+	// Pod is "namespace/name" (a string: the shim links this package, and no Kubernetes library);
+	// PodUID its UID when known (for Events on the Pod).
 	Pod      string
+	PodUID   string
 	IP       netip.Addr
 	Mappings []Mapping
 }
 
+// namespace is the namespace of a "namespace/name".
+func namespace(pod string) string {
+	ns, _, _ := strings.Cut(pod, "/")
+	return ns
+}
+
+// Port is a port of the node and its protocol ("TCP" or "UDP").
+type Port struct {
+	Protocol string
+	Port     uint16
+}
+
+// Describe names what holds a node port for a Pod of namespace ns: the holder in full when it is
+// of the same namespace; otherwise only what kind of holder it is, as a Pod's events and errors
+// are read by its namespace's users, who must not learn another namespace's names through them
+// (the agent's log has both sides).
+func Describe(kind, holder, ns string) string {
+	if namespace(holder) == ns {
+		return kind + " " + holder
+	}
+	return "a " + kind + " of another namespace"
+}
+
 // Registry holds the node's hostPort claims. It is safe for concurrent use.
+//
+// It also holds the ports of the cluster's Services' NodePorts (SetServiceNodePorts), which win
+// over hostPorts: a NodePort is the cluster's, allocated by the API server to a Service, while a
+// hostPort is taken by whoever may create a Pod on the node, and letting it win would let a Pod of
+// one namespace receive the NodePort traffic of another namespace's Service.
 type Registry struct {
 	mu        sync.Mutex
 	reserved  []Reserved
 	bySandbox map[string]Entry
+	// nodePorts are the Services ("namespace/name") of each NodePort; byService the NodePorts of
+	// each Service.
+	nodePorts map[Port][]string
+	byService map[string][]Port
 	subs      []chan struct{}
 }
 
 // NewRegistry returns a registry that refuses the reserved ports (DefaultReserved and extra).
 func NewRegistry(extra ...Reserved) *Registry {
-	return &Registry{reserved: slices.Concat(DefaultReserved, extra), bySandbox: map[string]Entry{}}
+	return &Registry{reserved: slices.Concat(DefaultReserved, extra), bySandbox: map[string]Entry{},
+		nodePorts: map[Port][]string{}, byService: map[string][]Port{}}
 }
 
-// Claim records e's mappings unless one of them is a port the node needs (extra, such as the
-// node's configured tunnel port, besides the registry's own) or another sandbox's mapping
-// overlaps it: the CNI error then names both sides. A sandbox's claim replaces what it claimed.
+// Claim records e's mappings, at the sandbox's ADD, unless one of them is a port the node needs
+// (extra, such as the node's configured tunnel port, besides the registry's own), a Service's
+// NodePort, or overlaps another sandbox's mapping: the CNI error then says which (naming the other
+// side where the Pod's namespace may know it, see Describe). A sandbox's claim replaces what it
+// claimed.
 func (r *Registry) Claim(e Entry, extra ...Reserved) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	ns := namespace(e.Pod)
 	for _, m := range e.Mappings {
 		for _, res := range slices.Concat(r.reserved, extra) {
 			if res.Protocol == m.Protocol && res.Port == m.HostPort {
@@ -196,6 +234,34 @@ func (r *Registry) Claim(e Entry, extra ...Reserved) error {
 					fmt.Sprintf("hostPort %d/%s of Pod %s is reserved on this node for %s", m.HostPort, m.Protocol, e.Pod, res.What), "")
 			}
 		}
+		if svcs := r.nodePorts[Port{m.Protocol, m.HostPort}]; len(svcs) > 0 {
+			return types.NewError(ErrConflict,
+				fmt.Sprintf("hostPort %s of Pod %s is NodePort %d/%s of %s, and a Service's NodePort wins over a hostPort on winnet nodes", m, e.Pod, m.HostPort, m.Protocol, Describe("Service", svcs[0], ns)), "")
+		}
+	}
+	if err := r.overlap(e); err != nil {
+		return err
+	}
+	r.put(e)
+	return nil
+}
+
+// Restore records e's mappings again at the agent's start-up, from the sandbox's record: only
+// another sandbox's overlapping claim refuses it. The node's reserved ports and the Services'
+// NodePorts are not checked again: a mapping on a port a NodePort took since is kept, and not
+// served (HeldBy), so that it is served again once the NodePort is gone, as before the restart.
+func (r *Registry) Restore(e Entry) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if err := r.overlap(e); err != nil {
+		return err
+	}
+	r.put(e)
+	return nil
+}
+
+func (r *Registry) overlap(e Entry) error {
+	for _, m := range e.Mappings {
 		for _, o := range r.sorted() {
 			if o.Sandbox == e.Sandbox {
 				continue
@@ -203,11 +269,15 @@ func (r *Registry) Claim(e Entry, extra ...Reserved) error {
 			for _, om := range o.Mappings {
 				if m.overlaps(om) {
 					return types.NewError(ErrConflict,
-						fmt.Sprintf("hostPort %s of Pod %s conflicts with %s of Pod %s (sandbox %s) on this node", m, e.Pod, om, o.Pod, o.Sandbox), "")
+						fmt.Sprintf("hostPort %s of Pod %s conflicts with %s of %s on this node", m, e.Pod, om, Describe("Pod", o.Pod, namespace(e.Pod))), "")
 				}
 			}
 		}
 	}
+	return nil
+}
+
+func (r *Registry) put(e Entry) {
 	if len(e.Mappings) == 0 {
 		delete(r.bySandbox, e.Sandbox)
 	} else {
@@ -215,7 +285,87 @@ func (r *Registry) Claim(e Entry, extra ...Reserved) error {
 		r.bySandbox[e.Sandbox] = e
 	}
 	r.notify()
-	return nil
+}
+
+// SetServiceNodePorts records the NodePorts of a Service ("namespace/name"; none: the Service is
+// gone or has none) and reports whether that changed which Service holds the port of a claimed
+// mapping: the caller then serves, or stops serving, that mapping before it serves the Service's
+// NodePorts (two sets of flows for one port would collide).
+func (r *Registry) SetServiceNodePorts(service string, ports []Port) (claimedChanged bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.setServiceNodePorts(service, ports)
+}
+
+// ReplaceNodePorts records the NodePorts of every Service, forgetting the Services not in byService
+// (the full pass, which serves the mappings as HeldBy says next).
+func (r *Registry) ReplaceNodePorts(byService map[string][]Port) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for svc := range r.byService {
+		if _, ok := byService[svc]; !ok {
+			r.setServiceNodePorts(svc, nil)
+		}
+	}
+	for svc, ports := range byService {
+		r.setServiceNodePorts(svc, ports)
+	}
+}
+
+// setServiceNodePorts records the Service's NodePorts and reports whether a claimed mapping's
+// port changed holders.
+func (r *Registry) setServiceNodePorts(service string, ports []Port) bool {
+	old := r.byService[service]
+	ports = slices.Compact(slices.SortedFunc(slices.Values(ports), comparePorts))
+	if slices.Equal(old, ports) {
+		return false
+	}
+	claimedChanged := false
+	for _, p := range old {
+		if !slices.Contains(ports, p) {
+			r.nodePorts[p] = slices.DeleteFunc(r.nodePorts[p], func(s string) bool { return s == service })
+			if len(r.nodePorts[p]) == 0 {
+				delete(r.nodePorts, p)
+			}
+			claimedChanged = claimedChanged || r.claimed(p)
+		}
+	}
+	for _, p := range ports {
+		if !slices.Contains(old, p) {
+			r.nodePorts[p] = append(r.nodePorts[p], service)
+			slices.Sort(r.nodePorts[p])
+			claimedChanged = claimedChanged || r.claimed(p)
+		}
+	}
+	if len(ports) == 0 {
+		delete(r.byService, service)
+	} else {
+		r.byService[service] = ports
+	}
+	return claimedChanged
+}
+
+func (r *Registry) claimed(p Port) bool {
+	for _, e := range r.bySandbox {
+		for _, m := range e.Mappings {
+			if m.Protocol == p.Protocol && m.HostPort == p.Port {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// HeldBy returns the Services ("namespace/name", sorted) whose NodePort is on the mapping's port
+// and protocol: the mapping is not served while there is one.
+func (r *Registry) HeldBy(m Mapping) []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.nodePorts[Port{m.Protocol, m.HostPort}])
+}
+
+func comparePorts(a, b Port) int {
+	return cmp.Or(cmp.Compare(a.Protocol, b.Protocol), cmp.Compare(a.Port, b.Port))
 }
 
 // Release forgets the sandbox's claims; an unknown sandbox is a no-op.

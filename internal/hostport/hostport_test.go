@@ -58,8 +58,11 @@ func TestRegistry(t *testing.T) {
 	g.Expect(changes).To(Receive())
 	one80 := Mapping{HostIP: netip.MustParseAddr("192.168.1.10"), HostPort: 80, ContainerPort: 80, Protocol: "TCP"}
 	err := r.Claim(Entry{Sandbox: "s2", Pod: "ns/other", Mappings: []Mapping{one80}})
-	g.Expect(err).To(MatchError(ContainSubstring("hostPort 192.168.1.10:80/TCP->80 of Pod ns/other conflicts with 0.0.0.0:80/TCP->80 of Pod ns/web (sandbox s1)")))
+	g.Expect(err).To(MatchError(ContainSubstring("hostPort 192.168.1.10:80/TCP->80 of Pod ns/other conflicts with 0.0.0.0:80/TCP->80 of Pod ns/web on this node")))
 	g.Expect(err.(*types.Error).Code).To(Equal(ErrConflict))
+	err = r.Claim(Entry{Sandbox: "s2", Pod: "tenant/other", Mappings: []Mapping{one80}})
+	g.Expect(err).To(MatchError(ContainSubstring("conflicts with 0.0.0.0:80/TCP->80 of a Pod of another namespace on this node")))
+	g.Expect(err.Error()).NotTo(ContainSubstring("ns/web"), "a Pod's error names no Pod of another namespace")
 	g.Expect(r.Claim(Entry{Sandbox: "s2", Mappings: []Mapping{{HostIP: netip.IPv4Unspecified(), HostPort: 80, ContainerPort: 80, Protocol: "UDP"}}})).To(Succeed(), "another protocol")
 	g.Expect(r.Claim(Entry{Sandbox: "s1", Pod: web, IP: netip.MustParseAddr("10.244.1.5"), Mappings: []Mapping{any80}})).To(Succeed(), "a sandbox's own claim again")
 	g.Expect(r.Claim(Entry{Sandbox: "s3", Mappings: []Mapping{{HostIP: netip.IPv4Unspecified(), HostPort: 8081, ContainerPort: 80, Protocol: "TCP"}}})).
@@ -71,6 +74,30 @@ func TestRegistry(t *testing.T) {
 	r.Release("s1")
 	g.Expect(r.List()).To(BeEmpty())
 	g.Expect(r.Claim(Entry{Sandbox: "s4", Mappings: []Mapping{one80}})).To(Succeed(), "released ports are free")
+}
+
+// TestRegistryNodePortsWin: a Service's NodePort refuses an ADD's claim on its port and protocol
+// (naming the Service only to its own namespace), while a restored claim is kept (HeldBy tells it
+// is not served); the port is free again once the Service gives it back.
+func TestRegistryNodePortsWin(t *testing.T) {
+	g := NewWithT(t)
+	r := NewRegistry()
+	r.ReplaceNodePorts(map[string][]Port{"shop/web": {{"TCP", 30080}}, "shop/dns": {{"UDP", 30053}}})
+	m := Mapping{HostIP: netip.IPv4Unspecified(), HostPort: 30080, ContainerPort: 80, Protocol: "TCP"}
+	err := r.Claim(Entry{Sandbox: "s1", Pod: "tenant/grab", Mappings: []Mapping{m}})
+	g.Expect(err).To(MatchError(ContainSubstring("hostPort 0.0.0.0:30080/TCP->80 of Pod tenant/grab is NodePort 30080/TCP of a Service of another namespace, and a Service's NodePort wins over a hostPort")))
+	g.Expect(err.(*types.Error).Code).To(Equal(ErrConflict))
+	g.Expect(err.Error()).NotTo(ContainSubstring("shop/web"))
+	g.Expect(r.Claim(Entry{Sandbox: "s1", Pod: "shop/grab", Mappings: []Mapping{m}})).
+		To(MatchError(ContainSubstring("is NodePort 30080/TCP of Service shop/web")), "its own namespace's Service is named")
+	g.Expect(r.Claim(Entry{Sandbox: "s1", Pod: "tenant/grab", Mappings: []Mapping{{HostIP: netip.IPv4Unspecified(), HostPort: 30080, ContainerPort: 80, Protocol: "UDP"}}})).
+		To(Succeed(), "another protocol")
+	g.Expect(r.Restore(Entry{Sandbox: "s2", Pod: "tenant/old", IP: netip.MustParseAddr("10.244.1.5"), Mappings: []Mapping{m}})).To(Succeed())
+	g.Expect(r.HeldBy(m)).To(Equal([]string{"shop/web"}))
+	r.ReplaceNodePorts(map[string][]Port{"shop/dns": {{"UDP", 30053}}})
+	g.Expect(r.HeldBy(m)).To(BeEmpty())
+	r.Release("s2")
+	g.Expect(r.Claim(Entry{Sandbox: "s3", Pod: "tenant/grab", Mappings: []Mapping{m}})).To(Succeed(), "the port given back is free")
 }
 
 func TestRecords(t *testing.T) {

@@ -143,6 +143,8 @@ func (n *PodNode) Route(t *testing.T) {
 type TestPod struct {
 	Name, Namespace, NS string
 	IP                  netip.Addr
+	// UID is the Pod object's.
+	UID string
 
 	// rt and sandboxes are what DeletePod needs to delete it as the runtime does.
 	rt        *libcni.RuntimeConf
@@ -161,6 +163,9 @@ type TestPodOptions struct {
 	// (before the Pod's vNIC exists), with the Pod's namespace and address known: a test that
 	// probes the Pod from its vNIC's first moment starts its probes there.
 	BeforeStart func(*TestPod)
+	// Creator, when set, creates the Pod object (an impersonated tenant's client, say); the admin's
+	// client otherwise.
+	Creator client.Client
 }
 
 var podSeq struct {
@@ -201,9 +206,14 @@ func (n *PodNode) TryAddPod(t *testing.T, name string, opts TestPodOptions) (*Te
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: opts.Namespace, Labels: opts.Labels},
 		Spec:       corev1.PodSpec{NodeName: n.Name, Containers: []corev1.Container{{Name: "c", Image: "pause", Ports: opts.Ports}}},
 	}
-	if err := n.server.Client.Create(ctx, pod); err != nil {
+	creator := opts.Creator
+	if creator == nil {
+		creator = n.server.Client
+	}
+	if err := creator.Create(ctx, pod); err != nil {
 		t.Fatal(err)
 	}
+	p.UID = string(pod.UID)
 	t.Cleanup(func() { _ = n.server.Client.Delete(context.Background(), pod, client.GracePeriodSeconds(0)) })
 	sandbox := fmt.Sprintf("sandbox%06d%s", seq, strings.Repeat("0", 51))
 	rt := &libcni.RuntimeConf{

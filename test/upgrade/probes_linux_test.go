@@ -1,4 +1,4 @@
-//go:build upgrade && linux
+//go:build (upgrade || soak) && linux
 
 package upgrade
 
@@ -292,7 +292,10 @@ func lookupOnce(from cluster.Place, name string) error {
 	return err
 }
 
-func logf(format string, args ...any) { fmt.Fprintf(os.Stderr, "test-upgrade: "+format+"\n", args...) }
+// logPrefix starts every line logf writes: the make target whose log it is.
+var logPrefix = "test-upgrade"
+
+func logf(format string, args ...any) { fmt.Fprintf(os.Stderr, logPrefix+": "+format+"\n", args...) }
 
 func TestMain(m *testing.M) {
 	ctrl.SetLogger(zap.New(zap.WriteTo(os.Stderr)))

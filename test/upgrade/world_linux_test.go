@@ -1,4 +1,4 @@
-//go:build upgrade && linux
+//go:build (upgrade || soak) && linux
 
 package upgrade
 
@@ -649,7 +649,13 @@ func (w *world) refusedSince(sizes map[string]int64) []string {
 // on the CRDs of the moment, and fails the test unless it is delivered.
 func (w *world) trace(t *testing.T, label string) {
 	t.Helper()
-	ctx := context.Background()
+	if err := w.traceOnce(context.Background()); err != nil {
+		t.Errorf("%s: %v", label, err)
+	}
+}
+
+// traceOnce runs one PacketTrace from client to web-b and tells why it was not delivered.
+func (w *world) traceOnce(ctx context.Context) error {
 	w.traced++
 	tr := &networkv1alpha1.PacketTrace{
 		ObjectMeta: metav1.ObjectMeta{Namespace: appNamespace, Name: fmt.Sprintf("upgrade-%d", w.traced)},
@@ -661,9 +667,9 @@ func (w *world) trace(t *testing.T, label string) {
 		},
 	}
 	if err := w.c.Client.Create(ctx, tr); err != nil {
-		t.Errorf("%s: creating PacketTrace %s: %v", label, tr.Name, err)
-		return
+		return fmt.Errorf("creating PacketTrace %s: %w", tr.Name, err)
 	}
+	defer func() { _ = w.c.Client.Delete(ctx, tr) }()
 	deadline := time.Now().Add(time.Minute)
 	for {
 		err := w.c.Client.Get(ctx, client.ObjectKeyFromObject(tr), tr)
@@ -671,13 +677,12 @@ func (w *world) trace(t *testing.T, label string) {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Errorf("%s: PacketTrace %s has not finished in a minute: %v %+v", label, tr.Name, err, tr.Status)
-			return
+			return fmt.Errorf("PacketTrace %s has not finished in a minute: %v %+v", tr.Name, err, tr.Status)
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
 	if tr.Status.Phase != networkv1alpha1.PacketTraceSucceeded || tr.Status.Verdict != networkv1alpha1.PacketTraceDelivered {
-		t.Errorf("%s: PacketTrace %s: %s %s %s (%s)", label, tr.Name, tr.Status.Phase, tr.Status.Verdict, tr.Status.Message, tr.Status.Reason)
+		return fmt.Errorf("PacketTrace %s: %s %s %s (%s)", tr.Name, tr.Status.Phase, tr.Status.Verdict, tr.Status.Message, tr.Status.Reason)
 	}
-	_ = w.c.Client.Delete(ctx, tr)
+	return nil
 }

@@ -13,10 +13,14 @@ import (
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	eventsv1 "k8s.io/api/events/v1"
 	networkingv1 "k8s.io/api/networking/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/winnet-io/winnet/controllers/service"
 	"github.com/winnet-io/winnet/internal/hostport"
@@ -237,73 +241,115 @@ func TestHostPortRefusals(t *testing.T) {
 	})
 }
 
-// TestHostPortWinsOverNodePort: a Service whose NodePort a hostPort of a Pod holds on a node is
-// not served there on that port (the hostPort's Pod answers), and gets a Warning Event naming the
-// Pod; once the Pod is gone the NodePort is served again. Its ClusterIP is served all along. The
-// same when the hostPort came first and the Service after.
-func TestHostPortWinsOverNodePort(t *testing.T) {
+// TestNodePortWinsOverHostPort: a Service's NodePort wins over a hostPort on its node, so that a
+// tenant who may only create Pods in its namespace (an impersonated user with a namespace Role)
+// cannot take another namespace's NodePort traffic with a hostPort:
+//   - the ADD of the tenant's Pod with a hostPort on the NodePort is refused (ErrConflict), its error
+//     naming no Service of the other namespace, and the Pod's address is given back;
+//   - a hostPort served first stops being served when a Service takes its port (the Service's
+//     backend answers from the external host and the node itself; the ClusterIP all along), and the
+//     tenant's Pod gets a Warning Event the tenant can read, naming no Service of the other namespace;
+//   - once the Service is gone the hostPort is served again.
+func TestNodePortWinsOverHostPort(t *testing.T) {
 	g := NewWithT(t)
 	ctx := context.Background()
+	for _, n := range []string{"shop", "tenant"} {
+		g.Expect(server.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: n}})).To(Succeed())
+	}
+	tenant := impersonating(t, "mallory")
+	role := &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Namespace: "tenant", Name: "mallory"}, Rules: []rbacv1.PolicyRule{
+		{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"create", "get", "list", "watch", "delete"}},
+		{APIGroups: []string{"events.k8s.io"}, Resources: []string{"events"}, Verbs: []string{"get", "list", "watch"}},
+	}}
+	g.Expect(server.Client.Create(ctx, role)).To(Succeed())
+	g.Expect(server.Client.Create(ctx, &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: "tenant", Name: "mallory"},
+		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "mallory"},
+		Subjects: []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: "mallory"}}})).To(Succeed())
+
 	u := simnode.NewUnderlay(t, netip.MustParsePrefix("192.168.97.0/24"))
 	a := framework.StartPodNode(t, server, u, "hpn-a", "192.168.97.11/24", "10.244.98.0/24", converge)
 	if err := simnode.DisableTxChecksum(u.External().NS, simnode.HostIfName); err != nil {
 		t.Fatal(err)
 	}
-	const nodePort = 30958
-	backend := a.AddPod(t, "backend", framework.TestPodOptions{})
+	const nodePort, laterPort = 30958, 30959
+	backend := a.AddPod(t, "backend", framework.TestPodOptions{Namespace: "shop"})
 	framework.Serve(t, backend.NS, "backend", containerPort)
-	svc := &corev1.Service{
-		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "np-held"},
-		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeNodePort, Ports: []corev1.ServicePort{
-			{Name: "tcp", Protocol: corev1.ProtocolTCP, Port: 80, TargetPort: intstr.FromInt32(containerPort), NodePort: nodePort}}},
+	newService := func(name string, port int32) *corev1.Service {
+		svc := &corev1.Service{
+			ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: name},
+			Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeNodePort, Ports: []corev1.ServicePort{
+				{Name: "tcp", Protocol: corev1.ProtocolTCP, Port: 80, TargetPort: intstr.FromInt32(containerPort), NodePort: port}}},
+		}
+		g.Expect(server.Client.Create(ctx, svc)).To(Succeed())
+		t.Cleanup(func() { _ = server.Client.Delete(context.Background(), svc) })
+		slice := &discoveryv1.EndpointSlice{
+			ObjectMeta:  metav1.ObjectMeta{Namespace: "shop", Name: name + "-1", Labels: map[string]string{discoveryv1.LabelServiceName: name}},
+			AddressType: discoveryv1.AddressTypeIPv4,
+			Ports:       []discoveryv1.EndpointPort{{Name: ptr.To("tcp"), Protocol: ptr.To(corev1.ProtocolTCP), Port: ptr.To(int32(containerPort))}},
+			Endpoints: []discoveryv1.Endpoint{{Addresses: []string{backend.IP.String()}, NodeName: ptr.To(a.Name),
+				Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true)}}},
+		}
+		g.Expect(server.Client.Create(ctx, slice)).To(Succeed())
+		t.Cleanup(func() { _ = server.Client.Delete(context.Background(), slice) })
+		return svc
 	}
-	g.Expect(server.Client.Create(ctx, svc)).To(Succeed())
-	t.Cleanup(func() { _ = server.Client.Delete(context.Background(), svc) })
-	slice := &discoveryv1.EndpointSlice{
-		ObjectMeta:  metav1.ObjectMeta{Namespace: "default", Name: "np-held-1", Labels: map[string]string{discoveryv1.LabelServiceName: "np-held"}},
-		AddressType: discoveryv1.AddressTypeIPv4,
-		Ports:       []discoveryv1.EndpointPort{{Name: ptr.To("tcp"), Protocol: ptr.To(corev1.ProtocolTCP), Port: ptr.To(int32(containerPort))}},
-		Endpoints: []discoveryv1.Endpoint{{Addresses: []string{backend.IP.String()}, NodeName: ptr.To(a.Name),
-			Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true)}}},
-	}
-	g.Expect(server.Client.Create(ctx, slice)).To(Succeed())
-	t.Cleanup(func() { _ = server.Client.Delete(context.Background(), slice) })
+	newService("np", nodePort)
 	target := netip.AddrPortFrom(a.NodeIP.Addr(), nodePort)
 	expectAnswer(t, u.External().NS, "tcp4", target, "backend")
 
-	holder := a.AddPod(t, "holder", framework.TestPodOptions{PortMappings: []hostport.PortMapping{{HostPort: nodePort, ContainerPort: containerPort, Protocol: "tcp"}}})
-	framework.Serve(t, holder.NS, "holder", containerPort)
-	expectAnswer(t, u.External().NS, "tcp4", target, "holder")
-	expectAnswer(t, a.NS, "tcp4", target, "holder")
-	g.Eventually(func(g Gomega) {
-		g.Expect(server.WarningReasons(ctx, "default", "np-held")).To(ContainElement(service.HostPortHeldReason))
-	}).WithTimeout(converge).Should(Succeed())
-	expectAnswer(t, a.NS, "tcp4", netip.AddrPortFrom(netip.MustParseAddr(svc.Spec.ClusterIP), 80), "backend")
-
-	g.Expect(a.DeletePod(ctx, holder)).To(Succeed())
+	// The ADD on the NodePort's port is refused; the tenant learns no name of the shop namespace.
+	_, err := a.TryAddPod(t, "grab", framework.TestPodOptions{Namespace: "tenant", Creator: tenant,
+		PortMappings: []hostport.PortMapping{{HostPort: nodePort, ContainerPort: containerPort, Protocol: "tcp"}}})
+	g.Expect(err).To(MatchError(ContainSubstring("is NodePort 30958/TCP of a Service of another namespace, and a Service's NodePort wins over a hostPort")))
+	g.Expect(err.Error()).NotTo(ContainSubstring("shop"))
+	allocs, err := a.Agent.Pods.IPAM.Allocations()
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(allocs).To(HaveLen(1), "only the backend has an address")
 	expectAnswer(t, u.External().NS, "tcp4", target, "backend")
 
-	// The other order: the hostPort first, then a Service asking for its port (realised by the
-	// Service's own pass, not a full pass).
-	g.Expect(server.Client.Delete(ctx, svc)).To(Succeed())
-	first := a.AddPod(t, "first", framework.TestPodOptions{PortMappings: []hostport.PortMapping{{HostPort: nodePort, ContainerPort: containerPort, Protocol: "tcp"}}})
+	// The hostPort first, then a Service takes its port (the Service's own pass, not a full pass).
+	later := netip.AddrPortFrom(a.NodeIP.Addr(), laterPort)
+	first := a.AddPod(t, "first", framework.TestPodOptions{Namespace: "tenant", Creator: tenant,
+		PortMappings: []hostport.PortMapping{{HostPort: laterPort, ContainerPort: containerPort, Protocol: "tcp"}}})
 	framework.Serve(t, first.NS, "first", containerPort)
-	expectAnswer(t, u.External().NS, "tcp4", target, "first")
-	later := &corev1.Service{
-		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "np-later"},
-		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeNodePort, Ports: []corev1.ServicePort{
-			{Name: "tcp", Protocol: corev1.ProtocolTCP, Port: 80, TargetPort: intstr.FromInt32(containerPort), NodePort: nodePort}}},
-	}
-	g.Eventually(func() error { return server.Client.Create(ctx, later) }).WithTimeout(converge).Should(Succeed(), "the NodePort is free again")
-	t.Cleanup(func() { _ = server.Client.Delete(context.Background(), later) })
-	laterSlice := slice.DeepCopy()
-	laterSlice.ObjectMeta = metav1.ObjectMeta{Namespace: "default", Name: "np-later-1", Labels: map[string]string{discoveryv1.LabelServiceName: "np-later"}}
-	g.Expect(server.Client.Create(ctx, laterSlice)).To(Succeed())
-	t.Cleanup(func() { _ = server.Client.Delete(context.Background(), laterSlice) })
+	expectAnswer(t, u.External().NS, "tcp4", later, "first")
+	svc := newService("np-later", laterPort)
+	expectAnswer(t, u.External().NS, "tcp4", later, "backend")
+	expectAnswer(t, a.NS, "tcp4", later, "backend")
+	expectAnswer(t, a.NS, "tcp4", netip.AddrPortFrom(netip.MustParseAddr(svc.Spec.ClusterIP), 80), "backend")
+	var seen *eventsv1.Event
 	g.Eventually(func(g Gomega) {
-		g.Expect(server.WarningReasons(ctx, "default", "np-later")).To(ContainElement(service.HostPortHeldReason))
+		list := &eventsv1.EventList{}
+		g.Expect(tenant.List(ctx, list, client.InNamespace("tenant"))).To(Succeed(), "the tenant reads its namespace's Events")
+		for i, e := range list.Items {
+			if e.Regarding.Name == "first" && e.Reason == service.HostPortHeldReason {
+				seen = &list.Items[i]
+			}
+		}
+		g.Expect(seen).NotTo(BeNil())
 	}).WithTimeout(converge).Should(Succeed())
-	expectAnswer(t, a.NS, "tcp4", netip.AddrPortFrom(netip.MustParseAddr(later.Spec.ClusterIP), 80), "backend")
-	g.Consistently(func() (string, error) { return framework.Ask(u.External().NS, "tcp4", target) }).
-		WithTimeout(2*time.Second).WithPolling(200*time.Millisecond).Should(HavePrefix("first "), "the hostPort keeps its port")
+	g.Expect(seen.Type).To(Equal(corev1.EventTypeWarning))
+	g.Expect(seen.Regarding.Kind).To(Equal("Pod"))
+	g.Expect(string(seen.Regarding.UID)).To(Equal(string(first.UID)), "kubectl describe pod finds it")
+	g.Expect(seen.Note).To(ContainSubstring("hostPort 0.0.0.0:30959/TCP->8080 (NodePort of a Service of another namespace)"))
+	g.Expect(seen.Note).NotTo(ContainSubstring("shop"))
+	g.Consistently(func() (string, error) { return framework.Ask(u.External().NS, "tcp4", later) }).
+		WithTimeout(2*time.Second).WithPolling(200*time.Millisecond).Should(HavePrefix("backend "), "the NodePort keeps its port")
+
+	// The Service gone: the hostPort is served again.
+	g.Expect(server.Client.Delete(ctx, svc)).To(Succeed())
+	expectAnswer(t, u.External().NS, "tcp4", later, "first")
+}
+
+// impersonating returns a client that acts as user (no groups but system:authenticated), through
+// the admin's right to impersonate: what a tenant's own kubeconfig would do.
+func impersonating(t *testing.T, user string) client.Client {
+	t.Helper()
+	cfg := rest.CopyConfig(server.Config)
+	cfg.Impersonate = rest.ImpersonationConfig{UserName: user, Groups: []string{"system:authenticated"}}
+	c, err := client.New(cfg, client.Options{Scheme: server.Client.Scheme()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
 }
