@@ -109,19 +109,27 @@ func podCIDRs(v4, v6 netip.Prefix) []string {
 }
 
 // nodeAddresses are a Node's status addresses as kubelet writes them: its InternalIPs, IPv4 first (and IPv6
-// when v6 is valid), and its host name.
-func nodeAddresses(name string, v4, v6 netip.Addr) []corev1.NodeAddress {
-	out := []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: v4.String()}}
-	if v6.IsValid() {
-		out = append(out, corev1.NodeAddress{Type: corev1.NodeInternalIP, Address: v6.String()})
+// when v6 is valid, first when v6First), and its host name.
+func nodeAddresses(name string, v4, v6 netip.Addr, v6First bool) []corev1.NodeAddress {
+	var out []corev1.NodeAddress
+	for _, ip := range orderedIPs(v4, v6, v6First) {
+		out = append(out, corev1.NodeAddress{Type: corev1.NodeInternalIP, Address: ip})
 	}
 	return append(out, corev1.NodeAddress{Type: corev1.NodeHostName, Address: name})
 }
 
-// nodeIPs is kubelet's --node-ip: the IPv4 address, and the IPv6 one when v6 is valid.
-func nodeIPs(v4, v6 netip.Addr) string {
-	if v6.IsValid() {
-		return v4.String() + "," + v6.String()
+// nodeIPs is kubelet's --node-ip: the IPv4 address, and the IPv6 one when v6 is valid (first when v6First).
+func nodeIPs(v4, v6 netip.Addr, v6First bool) string {
+	return strings.Join(orderedIPs(v4, v6, v6First), ",")
+}
+
+func orderedIPs(v4, v6 netip.Addr, v6First bool) []string {
+	switch {
+	case !v6.IsValid():
+		return []string{v4.String()}
+	case v6First:
+		return []string{v6.String(), v4.String()}
+	default:
+		return []string{v4.String(), v6.String()}
 	}
-	return v4.String()
 }

@@ -202,7 +202,7 @@ func (c *Cluster) SetNodeAddress(ctx context.Context, name string, ip netip.Addr
 		if err := c.Client.Get(ctx, client.ObjectKey{Name: name}, node); err != nil {
 			return fmt.Errorf("getting Node %s: %w", name, err)
 		}
-		node.Status.Addresses = nodeAddresses(name, ip, c.underlayV6(ip))
+		node.Status.Addresses = nodeAddresses(name, ip, c.underlayV6(ip), false)
 		node.Status.Conditions = []corev1.NodeCondition{nodeReady(metav1.Now())}
 		err := c.Client.Status().Update(ctx, node)
 		if err == nil {

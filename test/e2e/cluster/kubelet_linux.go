@@ -459,7 +459,7 @@ func (k *kubeletNode) startKubelet(c *Cluster, n *Node) error {
 	}
 	p, err := c.reg.startProcess("kubelet "+n.Name, filepath.Join(n.Dir, "kubelet.log"), false,
 		k.nsenter(n.NSPath, bin, "--config", config, "--kubeconfig", kubeconfig, "--hostname-override", n.Name,
-			"--node-ip", nodeIPs(n.IP, n.IPv6), "--root-dir", filepath.Join(k.dir, "kubelet"), "--cert-dir", filepath.Join(k.dir, "certs"), "--v=2")...)
+			"--node-ip", nodeIPs(n.IP, n.IPv6, n.ipv6First), "--root-dir", filepath.Join(k.dir, "kubelet"), "--cert-dir", filepath.Join(k.dir, "certs"), "--v=2")...)
 	if err != nil {
 		return err
 	}

@@ -55,6 +55,9 @@ type NodeSpec struct {
 	// AgentBinary, when set, is the winnet-agent this node runs instead of BinDir's (a benchmark's
 	// reference build).
 	AgentBinary string
+	// IPv6First, in a dual-stack cluster, lists the node's IPv6 InternalIP before its IPv4 one (kubelet
+	// --node-ip <v6>,<v4>), as a node whose primary family is IPv6 does.
+	IPv6First bool
 }
 
 // Node is a simulated node: a namespace with an uplink on the underlay, its own Open vSwitch and a
@@ -85,6 +88,7 @@ type Node struct {
 	network        func(*networkv1alpha1.WindowsNodeNetwork)
 	extraAgentArgs []string
 	agentBinary    string
+	ipv6First      bool
 	agentRelease   Release
 	// shimDir holds the CNI shim the harness's own CNI calls run; shimRelease is its release (and, on a
 	// node with a real kubelet, that of the shim containerd runs).
@@ -134,7 +138,7 @@ func (c *Cluster) register(spec NodeSpec, with func(*Node)) (*Node, error) {
 	n := &Node{
 		Name: spec.Name, NS: c.Prefix + "-" + spec.Name, IP: spec.IP, PodCIDR: spec.PodCIDR.Masked(),
 		Gateway: spec.PodCIDR.Masked().Addr().Next(), Dir: filepath.Join(c.RunDir, spec.Name), c: c, network: spec.Network,
-		extraAgentArgs: spec.AgentArgs, agentBinary: spec.AgentBinary,
+		extraAgentArgs: spec.AgentArgs, agentBinary: spec.AgentBinary, ipv6First: spec.IPv6First,
 		agentRelease: c.opts.Release, shimDir: c.BinDir, shimRelease: c.opts.Release,
 	}
 	n.NSPath = nsPath(n.NS)
@@ -233,7 +237,7 @@ func (c *Cluster) createNode(ctx context.Context, n *Node) error {
 	}
 	// kube-controller-manager's node lifecycle writes the Node too (taints): retry on conflicts.
 	for {
-		node.Status.Addresses = nodeAddresses(n.Name, n.IP, n.IPv6)
+		node.Status.Addresses = nodeAddresses(n.Name, n.IP, n.IPv6, n.ipv6First)
 		node.Status.Conditions = []corev1.NodeCondition{nodeReady(metav1.Now())}
 		err := c.Client.Status().Update(ctx, node)
 		if err == nil {

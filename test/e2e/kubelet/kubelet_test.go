@@ -27,7 +27,8 @@ var nodes = []struct {
 	rt   func() cluster.Runtime
 }{
 	{cluster.NodeSpec{Name: "kube-a", IP: netip.MustParseAddr("192.168.79.11"), PodCIDR: netip.MustParsePrefix("10.246.1.0/24")}, cluster.DebianContainerd},
-	{cluster.NodeSpec{Name: "kube-b", IP: netip.MustParseAddr("192.168.79.12"), PodCIDR: netip.MustParsePrefix("10.246.2.0/24")}, cluster.BuiltContainerd},
+	// kube-b lists its IPv6 InternalIP first (the cluster is dual-stack): winnet takes its IPv4 one.
+	{cluster.NodeSpec{Name: "kube-b", IP: netip.MustParseAddr("192.168.79.12"), PodCIDR: netip.MustParsePrefix("10.246.2.0/24"), IPv6First: true}, cluster.BuiltContainerd},
 }
 
 const readyTimeout = 3 * time.Minute
