@@ -111,6 +111,9 @@ CONFORMANCE_PACKAGE := ./test/e2e/conformance/
 # The network-policy-api conformance features winnet declares (make conformance-cnp).
 CNP_FEATURES ?= ClusterNetworkPolicy,ClusterNetworkPolicyNamedPorts,ClusterNetworkPolicyEgressNodePeers
 CONFORMANCE_PROCS ?= 3
+# CONFORMANCE_DUALSTACK=1 runs make conformance-k8s (and conformance-cnp) on a dual-stack cluster.
+CONFORMANCE_DUALSTACK ?=
+CONFORMANCE_DUALSTACK_ARG = $(if $(CONFORMANCE_DUALSTACK),-conformance.dualstack)
 
 .PHONY: e2e-conformance-sample
 e2e-conformance-sample: kubelet-deps build ## Run a small sample of Kubernetes' [sig-network] [Conformance] tests (stock e2e.test) on two winnet nodes with real kubelets (part of make test; needs root).
@@ -121,14 +124,14 @@ e2e-conformance-sample: kubelet-deps build ## Run a small sample of Kubernetes' 
 .PHONY: conformance-cnp
 conformance-cnp: kubelet-deps build ## Run the network-policy-api v0.3.0 conformance suite (ClusterNetworkPolicy, Admin and Baseline tiers) on winnet nodes with real kubelets; test/e2e/conformance/cnp-skips.txt names what is skipped and why; report in bin/conformance-cnp/ (needs root).
 	hack/setup-kubelet-deps.sh cnp >/dev/null
-	$(GO) test -tags conformance -count=1 -timeout 90m -run '^TestConformanceCNP$$' -v $(CONFORMANCE_PACKAGE) -args -cnp.features=$(CNP_FEATURES) > $(BIN)/conformance-cnp.log 2>&1 || { grep -E '^conformance-cnp|cnp_linux_test.go' $(BIN)/conformance-cnp.log | tail -80; echo "logs in bin/conformance-cnp.log and bin/conformance-cnp.suite.log"; }
+	$(GO) test -tags conformance -count=1 -timeout 90m -run '^TestConformanceCNP$$' -v $(CONFORMANCE_PACKAGE) -args -cnp.features=$(CNP_FEATURES) $(CONFORMANCE_DUALSTACK_ARG) > $(BIN)/conformance-cnp.log 2>&1 || { grep -E '^conformance-cnp|cnp_linux_test.go' $(BIN)/conformance-cnp.log | tail -80; echo "logs in bin/conformance-cnp.log and bin/conformance-cnp.suite.log"; }
 	@grep -E '^conformance-cnp passed=' $(BIN)/conformance-cnp.log
 	@grep -qE '^conformance-cnp passed=[1-9][0-9]* failed=0 ' $(BIN)/conformance-cnp.log
 
 .PHONY: conformance-k8s
-conformance-k8s: kubelet-deps build ## Run every Kubernetes [sig-network] [Conformance] and [Feature:NetworkPolicy] test, [LinuxOnly] included, but those test/e2e/conformance/skips.txt names, on winnet nodes with real kubelets; JUnit in bin/conformance-k8s/ (needs root).
+conformance-k8s: kubelet-deps build ## Run every Kubernetes [sig-network] [Conformance] and [Feature:NetworkPolicy] test, [LinuxOnly] included, but those test/e2e/conformance/skips.txt names, on winnet nodes with real kubelets; JUnit in bin/conformance-k8s/; CONFORMANCE_DUALSTACK=1 runs it on a dual-stack cluster (needs root).
 	@mkdir -p bin
-	$(GO) test -tags conformance -count=1 -timeout 100m -run '^TestConformance$$' -v $(CONFORMANCE_PACKAGE) -args -conformance.all -conformance.procs=$(CONFORMANCE_PROCS) -conformance.timeout=80m > $(BIN)/conformance-k8s.log 2>&1 || { grep -E '^conformance-k8s|conformance_linux_test.go' $(BIN)/conformance-k8s.log | tail -80; echo "logs in bin/conformance-k8s.log and bin/conformance-k8s.e2e.log"; }
+	$(GO) test -tags conformance -count=1 -timeout 100m -run '^TestConformance$$' -v $(CONFORMANCE_PACKAGE) -args -conformance.all -conformance.procs=$(CONFORMANCE_PROCS) -conformance.timeout=80m $(CONFORMANCE_DUALSTACK_ARG) > $(BIN)/conformance-k8s.log 2>&1 || { grep -E '^conformance-k8s|conformance_linux_test.go' $(BIN)/conformance-k8s.log | tail -80; echo "logs in bin/conformance-k8s.log and bin/conformance-k8s.e2e.log"; }
 	@grep -E '^conformance-k8s passed=' $(BIN)/conformance-k8s.log
 	@grep -qE '^conformance-k8s passed=[1-9][0-9]* failed=0 ' $(BIN)/conformance-k8s.log
 

@@ -13,9 +13,11 @@ type CIDR string
 // +kubebuilder:validation:XValidation:rule="isIP(self)",message="must be an IP address such as 10.0.0.4",reason=FieldValueInvalid
 type IPAddress string
 
-// IPv4Address is an IPv4 address, such as 10.0.0.4.
+// IPv4Address is an IPv4 address, such as 10.0.0.4. Its maximum length is an IPv6 address's, so that an
+// IPv6 address (a dual-stack cluster's) is refused by the rule, saying that it must be IPv4, rather than as
+// too long.
 // +kubebuilder:validation:MinLength=7
-// +kubebuilder:validation:MaxLength=15
+// +kubebuilder:validation:MaxLength=39
 // +kubebuilder:validation:XValidation:rule="isIP(self) && ip(self).family() == 4",message="must be an IPv4 address such as 10.0.0.4",reason=FieldValueInvalid
 type IPv4Address string
 

@@ -419,3 +419,31 @@ func TestWarnClusterEvents(t *testing.T) {
 	g.Expect(e).To(HavePrefix("Warning " + ClusterUnsupportedReason + " On node win-1: egress rule 0: protocol 0: no field winnet knows: every port of its peers is dropped instead (fail closed)"))
 	g.Expect(len(strings.TrimPrefix(e, "Warning "+ClusterUnsupportedReason+" "))).To(BeNumerically("<=", maxEventNote))
 }
+
+// TestComputeClusterIPv6Networks: in a dual-stack cluster, a ClusterNetworkPolicy rule whose only peers are
+// IPv6 networks matches no IPv4 traffic, whatever its action (a Deny or Pass rule drops nothing, an Accept
+// rule admits nothing), without a note; IPv6 networks beside IPv4 ones neither widen nor narrow them.
+func TestComputeClusterIPv6Networks(t *testing.T) {
+	teamA := cnpv1beta1.ClusterNetworkPolicySubject{Namespaces: sel(map[string]string{"team": "a"})}
+	v6 := cnpv1beta1.ClusterNetworkPolicyEgressPeer{Networks: []cnpv1beta1.CIDR{"fd00::/8", "::/0"}}
+	mixed := cnpv1beta1.ClusterNetworkPolicyEgressPeer{Networks: []cnpv1beta1.CIDR{"::/0", "8.8.8.0/24", "fd00:10:244::/48"}}
+	for _, action := range []cnpv1beta1.ClusterNetworkPolicyRuleAction{
+		cnpv1beta1.ClusterNetworkPolicyRuleActionDeny, cnpv1beta1.ClusterNetworkPolicyRuleActionPass, cnpv1beta1.ClusterNetworkPolicyRuleActionAccept,
+	} {
+		t.Run(string(action), func(t *testing.T) {
+			g := NewWithT(t)
+			d := ComputeCluster([]cnpv1beta1.ClusterNetworkPolicy{
+				cnp("only-v6", cnpv1beta1.AdminTier, 5, teamA, cnpv1beta1.ClusterNetworkPolicySpec{Egress: []cnpv1beta1.ClusterNetworkPolicyEgressRule{egressTo(action, v6)}}),
+				cnp("mixed", cnpv1beta1.AdminTier, 6, teamA, cnpv1beta1.ClusterNetworkPolicySpec{Egress: []cnpv1beta1.ClusterNetworkPolicyEgressRule{egressTo(action, mixed)}}),
+			}, testInputs())
+			for _, r := range d.Policy.Rules {
+				g.Expect(r.AnyPeer).To(BeFalse(), "no rule matches every peer")
+				g.Expect(r.Peers).NotTo(BeEmpty(), "a rule with no IPv4 peer is not realised as one matching anything")
+				g.Expect(r.Peers).To(ConsistOf(netip.MustParsePrefix("8.8.8.0/24")), "the mixed rule's IPv4 network, no more, no less")
+			}
+			g.Expect(d.Policy.Rules).NotTo(BeEmpty(), "the mixed rule is realised")
+			g.Expect(d.Unsupported).To(BeEmpty())
+			g.Expect(d.Refused).To(BeEmpty())
+		})
+	}
+}

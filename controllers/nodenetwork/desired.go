@@ -61,9 +61,6 @@ type desired struct {
 	vtepMAC net.HardwareAddr
 	snat    bool
 	noSNAT  []netip.Prefix
-	// ipv6PodCIDRs are the spec's Pod CIDRs the node does not realise (a dual-stack cluster's IPv6
-	// ones): kept in the objects, said in the Ready condition's message.
-	ipv6PodCIDRs []netip.Prefix
 }
 
 // invalidSpecError is a spec that cannot be realised on this host; the agent reports it and waits
@@ -93,8 +90,6 @@ func desiredState(spec networkv1alpha1.WindowsNodeNetworkSpec, f facts) (desired
 		}
 		if p.Addr().Is4() {
 			d.podCIDR = p
-		} else {
-			d.ipv6PodCIDRs = append(d.ipv6PodCIDRs, p)
 		}
 	}
 	if !d.podCIDR.IsValid() {
@@ -197,15 +192,12 @@ func contains(list []string, s string) bool {
 	return false
 }
 
-// readyMessage is the Ready condition's message of a node network with total flows installed.
+// readyMessage is the PipelineReady condition's message of a node network with total flows installed (the
+// Ready condition names the IPv6 Pod CIDRs the node does not realise: setReadyCondition).
 func (d desired) readyMessage(total int) string {
 	snat := "off"
 	if d.snat {
 		snat = "to " + d.nodeIP.String()
 	}
-	msg := fmt.Sprintf("%d flows installed; SNAT %s", total, snat)
-	if len(d.ipv6PodCIDRs) > 0 {
-		msg += fmt.Sprintf("; IPv6 Pod CIDRs %v not realised (winnet's Windows data plane is IPv4: the node's Pods get IPv4 addresses only)", d.ipv6PodCIDRs)
-	}
-	return msg
+	return fmt.Sprintf("%d flows installed; SNAT %s", total, snat)
 }

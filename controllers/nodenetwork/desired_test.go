@@ -72,9 +72,6 @@ func TestDesiredState(t *testing.T) {
 			s.PodCIDRs = []networkv1alpha1.CIDR{"fd00:10:244:1::/64", "10.244.1.0/24"}
 		}, check: func(g *WithT, d desired) {
 			g.Expect(d.podCIDR).To(Equal(netip.MustParsePrefix("10.244.1.0/24")))
-			g.Expect(d.ipv6PodCIDRs).To(ConsistOf(netip.MustParsePrefix("fd00:10:244:1::/64")))
-			g.Expect(d.readyMessage(42)).To(Equal("42 flows installed; SNAT to 192.168.10.11; IPv6 Pod CIDRs [fd00:10:244:1::/64] not realised "+
-				"(winnet's Windows data plane is IPv4: the node's Pods get IPv4 addresses only)"), "said in the Ready condition, not as an error")
 		}},
 		{name: "Pod CIDR not the Node's", mutate: func(s *networkv1alpha1.WindowsNodeNetworkSpec) {
 			s.PodCIDRs = []networkv1alpha1.CIDR{"10.244.9.0/24"}

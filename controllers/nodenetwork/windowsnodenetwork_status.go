@@ -3,6 +3,7 @@ package nodenetwork
 import (
 	"errors"
 	"fmt"
+	"net/netip"
 	"strings"
 
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -81,11 +82,26 @@ func setReadyCondition(w *networkv1alpha1.WindowsNodeNetwork) {
 	c := metav1.Condition{Type: networkv1alpha1.ReadyCondition, ObservedGeneration: w.Generation}
 	if len(notReady) == 0 {
 		c.Status, c.Reason, c.Message = metav1.ConditionTrue, networkv1alpha1.ReadyReason, "The node network is converged"
+		if v6 := unrealisedPodCIDRs(w.Spec.PodCIDRs); len(v6) > 0 {
+			c.Message += fmt.Sprintf(" for IPv4; IPv6 Pod CIDRs %v not realised (winnet's Windows data plane is IPv4: the node's Pods get IPv4 addresses only)", v6)
+		}
 	} else {
 		c.Status, c.Reason = metav1.ConditionFalse, networkv1alpha1.ComponentsNotReadyReason
 		c.Message = "Not ready: " + strings.Join(notReady, ", ")
 	}
 	meta.SetStatusCondition(&w.Status.Conditions, c)
+}
+
+// unrealisedPodCIDRs are the Pod CIDRs of the spec the node does not realise: a dual-stack cluster's IPv6
+// ones, which the WindowsNodeNetwork keeps (they are the Node's) and the Ready condition names, once.
+func unrealisedPodCIDRs(cidrs []networkv1alpha1.CIDR) []string {
+	var out []string
+	for _, c := range cidrs {
+		if p, err := netip.ParsePrefix(string(c)); err == nil && !p.Addr().Is4() {
+			out = append(out, p.String())
+		}
+	}
+	return out
 }
 
 // maxNamedRoutes bounds how many failed routes RoutesReady names.

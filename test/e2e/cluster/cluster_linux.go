@@ -68,6 +68,13 @@ type Options struct {
 	APIServerArgs map[string]string
 	// ControllerManagerArgs are added to kube-controller-manager's command line.
 	ControllerManagerArgs []string
+	// DualStack makes the cluster dual-stack, IPv4 first (see ServiceCIDRv6): the API server and
+	// kube-controller-manager have an IPv6 Service CIDR and cluster CIDR beside the IPv4 ones, every host on
+	// the underlay an IPv6 address too, every Node (winnet's, flannel's, with a real kubelet or not) an IPv6
+	// Pod CIDR and InternalIP beside its IPv4 ones, and the WindowsNodeNetworks the harness writes both
+	// families of Pod, cluster and Service CIDRs. winnet's nodes realise the IPv4 ones. It needs a /24
+	// underlay and a /16 cluster CIDR, and /24 Pod CIDRs.
+	DualStack bool
 	// AgentReadiness makes every agent serve /healthz and /readyz on a free port of the loopback
 	// (Node.AgentReady), as a DaemonSet's probes ask them; otherwise the agents serve no probe (a port
 	// picked free may be taken again before the agent binds it).
@@ -92,6 +99,8 @@ type Cluster struct {
 	// UnderlayGateway is the bridge's address, the default gateway of every host on the underlay.
 	UnderlayGateway netip.Addr
 	ClusterCIDR     netip.Prefix
+	// ClusterCIDRv6 is the cluster's IPv6 cluster CIDR (Options.DualStack); the zero Prefix otherwise.
+	ClusterCIDRv6 netip.Prefix
 	// External is the external host. It answers on ExternalIP (SNATed Pod traffic) and on ExcludedIP (a
 	// destination every node excludes from SNAT), and routes every Pod CIDR to its node.
 	External   *Host
@@ -213,6 +222,11 @@ func newCluster(opts Options) (*Cluster, error) {
 	if opts.Logf == nil {
 		opts.Logf = func(string, ...any) {}
 	}
+	if opts.DualStack {
+		if err := checkDualStack(opts); err != nil {
+			return nil, err
+		}
+	}
 	for _, b := range []string{"winnet-agent", "winnet-controller", "winnet-cni"} {
 		if _, err := os.Stat(filepath.Join(opts.BinDir, b)); err != nil {
 			return nil, fmt.Errorf("%s is missing in %s: run 'make build': %w", b, opts.BinDir, err)
@@ -231,6 +245,10 @@ func newCluster(opts Options) (*Cluster, error) {
 		controllerRelease: opts.Release,
 	}
 	c.UnderlayGateway = c.UnderlayCIDR.Addr().Next()
+	if opts.DualStack {
+		b := c.ClusterCIDR.Addr().As4()
+		c.ClusterCIDRv6 = mirrorV6(48, b[0], b[1])
+	}
 	c.ExternalIP = lastHost(c.UnderlayCIDR)
 	c.ExcludedIP = c.ExternalIP.Prev()
 	for file, content := range map[string]string{ownerFile: strconv.Itoa(os.Getpid()), prefixFile: c.Prefix} {
@@ -274,6 +292,9 @@ func (c *Cluster) startUnderlay() error {
 	if err := newUnderlay(c.UnderlayNS, c.UnderlayCIDR, c.UnderlayGateway); err != nil {
 		return err
 	}
+	if err := c.addUnderlayV6(c.UnderlayNS, underlayBridge, c.UnderlayGateway); err != nil {
+		return err
+	}
 	bits := c.UnderlayCIDR.Bits()
 	ext := &Host{Name: "external", NS: c.Prefix + "-ext", IP: netip.PrefixFrom(c.ExternalIP, bits)}
 	ext.NSPath = nsPath(ext.NS)
@@ -284,6 +305,9 @@ func (c *Cluster) startUnderlay() error {
 		return err
 	}
 	if err := run(ext.NS, []string{"ip", "addr", "add", netip.PrefixFrom(c.ExcludedIP, bits).String(), "dev", hostIfName}); err != nil {
+		return err
+	}
+	if err := c.addUnderlayV6(ext.NS, hostIfName, c.ExternalIP); err != nil {
 		return err
 	}
 	if err := simnode.DisableTxChecksum(ext.NS, hostIfName); err != nil {
@@ -335,7 +359,7 @@ func (c *Cluster) startController() error {
 	bin := filepath.Join(c.controllerRelease.BinDir, "winnet-controller")
 	args := []string{bin, "--kubeconfig", c.Kubeconfig, "--leader-elect=false",
 		"--health-probe-bind-address", "0", "--metrics-bind-address", "0",
-		"--cluster-cidrs", c.ClusterCIDR.String()}
+		"--cluster-cidrs", c.clusterCIDRs()}
 	// The chart's PacketTrace tenancy policy is installed (ApplyChart) and the chart passes this flag,
 	// since the release that has it.
 	if has, err := hasFlag(bin, "packettrace-admission-checked"); err != nil {

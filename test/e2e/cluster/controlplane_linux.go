@@ -63,6 +63,9 @@ func (c *Cluster) startAPIHost() error {
 	if err := plug(c.UnderlayNS, h.NS, hostIfName, c.nextPort(), h.IP, c.UnderlayGateway); err != nil {
 		return err
 	}
+	if err := c.addUnderlayV6(h.NS, hostIfName, h.IP.Addr()); err != nil {
+		return err
+	}
 	if err := simnode.DisableTxChecksum(h.NS, hostIfName); err != nil {
 		return err
 	}
@@ -71,11 +74,11 @@ func (c *Cluster) startAPIHost() error {
 }
 
 // apiServerArgs make the API server advertise the API host's address (the endpoint of the kubernetes
-// Service) and allocate ClusterIPs from ServiceCIDR.
+// Service) and allocate ClusterIPs from ServiceCIDR (and ServiceCIDRv6 in a dual-stack cluster).
 func (c *Cluster) apiServerArgs() (map[string]string, error) {
 	args := map[string]string{
 		"advertise-address":        c.APIHost.IP.Addr().String(),
-		"service-cluster-ip-range": ServiceCIDR.String(),
+		"service-cluster-ip-range": c.serviceCIDRs(),
 	}
 	if c.opts.Kubelets {
 		// exec, logs and proxy reach the kubelets at their InternalIP, through the egress proxy.
@@ -165,7 +168,7 @@ func (c *Cluster) startControllerManager() error {
 	c.logf("Starting kube-controller-manager")
 	controllers := "endpointslice,endpointslicemirroring,nodelifecycle,taint-eviction-controller,serviceaccount"
 	args := []string{bin, "--kubeconfig", c.Kubeconfig, "--leader-elect=false", "--secure-port=0",
-		"--service-cluster-ip-range", ServiceCIDR.String(), "--cluster-cidr", c.ClusterCIDR.String()}
+		"--service-cluster-ip-range", c.serviceCIDRs(), "--cluster-cidr", c.clusterCIDRs()}
 	if c.opts.Kubelets {
 		// What Pods made through the API need: their namespace's lifecycle, owners (Deployments, ReplicaSets,
 		// StatefulSets) and the kube-root-ca.crt ConfigMap every Pod mounts.
@@ -238,9 +241,14 @@ func (c *Cluster) SetPodReady(ctx context.Context, p *Pod, ready bool) error {
 	if ready {
 		status = corev1.ConditionTrue
 	}
-	hostIP := ""
+	hostIP, hostIPs := "", []corev1.HostIP(nil)
 	if n := c.Node(p.Node); n != nil {
 		hostIP = n.IP.String()
+		for _, ip := range []netip.Addr{n.IP, n.IPv6} {
+			if ip.IsValid() {
+				hostIPs = append(hostIPs, corev1.HostIP{IP: ip.String()})
+			}
+		}
 	}
 	for {
 		pod := &corev1.Pod{}
@@ -249,7 +257,7 @@ func (c *Cluster) SetPodReady(ctx context.Context, p *Pod, ready bool) error {
 		}
 		now := metav1.Now()
 		pod.Status.Phase = corev1.PodRunning
-		pod.Status.HostIP, pod.Status.HostIPs = hostIP, []corev1.HostIP{{IP: hostIP}}
+		pod.Status.HostIP, pod.Status.HostIPs = hostIP, hostIPs
 		pod.Status.PodIP, pod.Status.PodIPs = p.IP.String(), []corev1.PodIP{{IP: p.IP.String()}}
 		if pod.Status.StartTime == nil {
 			pod.Status.StartTime = &now

@@ -73,6 +73,10 @@ type FlannelNode struct {
 	NSPath  string
 	IP      netip.Addr
 	PodCIDR netip.Prefix
+	// IPv6 and PodCIDRv6 are the node's IPv6 address and Pod CIDR in a dual-stack cluster, which its Node
+	// lists (flanneld runs IPv4 only, see writeConfig); zero otherwise.
+	IPv6      netip.Addr
+	PodCIDRv6 netip.Prefix
 	// Gateway is cni0's address, the first of the Pod CIDR; the flannel.4096 device holds the network address.
 	Gateway netip.Addr
 	Dir     string
@@ -132,6 +136,10 @@ func (c *Cluster) AddFlannelNode(ctx context.Context, spec FlannelNodeSpec) (*Fl
 	n := &FlannelNode{Name: spec.Name, NS: c.Prefix + "-" + spec.Name, IP: spec.IP, PodCIDR: spec.PodCIDR.Masked(),
 		Gateway: spec.PodCIDR.Masked().Addr().Next(), Dir: filepath.Join(c.RunDir, spec.Name), c: c}
 	n.NSPath = nsPath(n.NS)
+	if err := c.checkPodCIDR(n.PodCIDR); err != nil {
+		return nil, err
+	}
+	n.IPv6, n.PodCIDRv6 = c.underlayV6(n.IP), c.podCIDRv6(n.PodCIDR)
 	c.mu.Lock()
 	c.flannelNodes = append(c.flannelNodes, n)
 	c.mu.Unlock()
@@ -143,6 +151,9 @@ func (c *Cluster) AddFlannelNode(ctx context.Context, spec FlannelNodeSpec) (*Fl
 		return n, err
 	}
 	if err := plug(c.UnderlayNS, n.NS, hostIfName, c.nextPort(), netip.PrefixFrom(n.IP, c.UnderlayCIDR.Bits()), c.UnderlayGateway); err != nil {
+		return n, err
+	}
+	if err := c.addUnderlayV6(n.NS, hostIfName, n.IP); err != nil {
 		return n, err
 	}
 	// A kernel vxlan device behind a veth leaves the outer UDP checksum partial, and the winnet nodes' OVS
@@ -175,7 +186,7 @@ func (c *Cluster) createFlannelNode(ctx context.Context, n *FlannelNode) error {
 		ObjectMeta: metav1.ObjectMeta{Name: n.Name,
 			Labels:      map[string]string{corev1.LabelHostname: n.Name, corev1.LabelOSStable: "linux"},
 			Annotations: map[string]string{"node.alpha.kubernetes.io/ttl": "0"}},
-		Spec: corev1.NodeSpec{PodCIDR: n.PodCIDR.String(), PodCIDRs: []string{n.PodCIDR.String()}},
+		Spec: corev1.NodeSpec{PodCIDR: n.PodCIDR.String(), PodCIDRs: podCIDRs(n.PodCIDR, n.PodCIDRv6)},
 	}
 	if err := c.Client.Create(ctx, node); err != nil {
 		return fmt.Errorf("creating Node %s: %w", n.Name, err)
@@ -183,14 +194,15 @@ func (c *Cluster) createFlannelNode(ctx context.Context, n *FlannelNode) error {
 	return c.SetNodeAddress(ctx, n.Name, n.IP)
 }
 
-// SetNodeAddress writes the Node's InternalIP and a Ready condition into its status, as kubelet does.
+// SetNodeAddress writes the Node's InternalIP and a Ready condition into its status, as kubelet does; in a
+// dual-stack cluster the IPv6 InternalIP mirroring ip follows it.
 func (c *Cluster) SetNodeAddress(ctx context.Context, name string, ip netip.Addr) error {
 	for {
 		node := &corev1.Node{}
 		if err := c.Client.Get(ctx, client.ObjectKey{Name: name}, node); err != nil {
 			return fmt.Errorf("getting Node %s: %w", name, err)
 		}
-		node.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: ip.String()}, {Type: corev1.NodeHostName, Address: name}}
+		node.Status.Addresses = nodeAddresses(name, ip, c.underlayV6(ip), false)
 		node.Status.Conditions = []corev1.NodeCondition{nodeReady(metav1.Now())}
 		err := c.Client.Status().Update(ctx, node)
 		if err == nil {
@@ -438,7 +450,15 @@ func (c *Cluster) SetFlannelNodeIP(ctx context.Context, n *FlannelNode, ip netip
 			return err
 		}
 	}
-	n.IP = ip
+	if c.opts.DualStack {
+		if err := run(n.NS, []string{"ip", "-6", "addr", "del", netip.PrefixFrom(n.IPv6, 64).String(), "dev", hostIfName}); err != nil {
+			return err
+		}
+		if err := c.addUnderlayV6(n.NS, hostIfName, ip); err != nil {
+			return err
+		}
+	}
+	n.IP, n.IPv6 = ip, c.underlayV6(ip)
 	if err := c.SetNodeAddress(ctx, n.Name, ip); err != nil {
 		return err
 	}

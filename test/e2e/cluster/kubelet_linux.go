@@ -139,7 +139,7 @@ func (c *Cluster) AddKubeletNode(ctx context.Context, spec NodeSpec, rt Runtime)
 	}
 	node := &corev1.Node{
 		ObjectMeta: metav1.ObjectMeta{Name: n.Name, Labels: map[string]string{corev1.LabelHostname: n.Name}},
-		Spec:       corev1.NodeSpec{PodCIDR: n.PodCIDR.String(), PodCIDRs: []string{n.PodCIDR.String()}},
+		Spec:       corev1.NodeSpec{PodCIDR: n.PodCIDR.String(), PodCIDRs: podCIDRs(n.PodCIDR, n.PodCIDRv6)},
 	}
 	if err := c.Client.Create(ctx, node); err != nil {
 		return n, fmt.Errorf("creating Node %s: %w", n.Name, err)
@@ -459,7 +459,7 @@ func (k *kubeletNode) startKubelet(c *Cluster, n *Node) error {
 	}
 	p, err := c.reg.startProcess("kubelet "+n.Name, filepath.Join(n.Dir, "kubelet.log"), false,
 		k.nsenter(n.NSPath, bin, "--config", config, "--kubeconfig", kubeconfig, "--hostname-override", n.Name,
-			"--node-ip", n.IP.String(), "--root-dir", filepath.Join(k.dir, "kubelet"), "--cert-dir", filepath.Join(k.dir, "certs"), "--v=2")...)
+			"--node-ip", nodeIPs(n.IP, n.IPv6, n.ipv6First), "--root-dir", filepath.Join(k.dir, "kubelet"), "--cert-dir", filepath.Join(k.dir, "certs"), "--v=2")...)
 	if err != nil {
 		return err
 	}

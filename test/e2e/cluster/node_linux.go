@@ -55,6 +55,9 @@ type NodeSpec struct {
 	// AgentBinary, when set, is the winnet-agent this node runs instead of BinDir's (a benchmark's
 	// reference build).
 	AgentBinary string
+	// IPv6First, in a dual-stack cluster, lists the node's IPv6 InternalIP before its IPv4 one (kubelet
+	// --node-ip <v6>,<v4>), as a node whose primary family is IPv6 does.
+	IPv6First bool
 }
 
 // Node is a simulated node: a namespace with an uplink on the underlay, its own Open vSwitch and a
@@ -65,6 +68,10 @@ type Node struct {
 	NSPath  string
 	IP      netip.Addr
 	PodCIDR netip.Prefix
+	// IPv6 and PodCIDRv6 are the node's IPv6 address on the underlay and its IPv6 Pod CIDR in a dual-stack
+	// cluster (Options.DualStack), which its Node lists and winnet keeps but does not realise; zero otherwise.
+	IPv6      netip.Addr
+	PodCIDRv6 netip.Prefix
 	// Gateway is the first address of the Pod CIDR, held by the gateway interface.
 	Gateway netip.Addr
 	OVS     *ovstest.OVS
@@ -81,6 +88,7 @@ type Node struct {
 	network        func(*networkv1alpha1.WindowsNodeNetwork)
 	extraAgentArgs []string
 	agentBinary    string
+	ipv6First      bool
 	agentRelease   Release
 	// shimDir holds the CNI shim the harness's own CNI calls run; shimRelease is its release (and, on a
 	// node with a real kubelet, that of the shim containerd runs).
@@ -124,13 +132,17 @@ func (c *Cluster) register(spec NodeSpec, with func(*Node)) (*Node, error) {
 	if _, ok := c.nodes[spec.Name]; ok {
 		return nil, fmt.Errorf("node %s exists", spec.Name)
 	}
+	if err := c.checkPodCIDR(spec.PodCIDR); err != nil {
+		return nil, err
+	}
 	n := &Node{
 		Name: spec.Name, NS: c.Prefix + "-" + spec.Name, IP: spec.IP, PodCIDR: spec.PodCIDR.Masked(),
 		Gateway: spec.PodCIDR.Masked().Addr().Next(), Dir: filepath.Join(c.RunDir, spec.Name), c: c, network: spec.Network,
-		extraAgentArgs: spec.AgentArgs, agentBinary: spec.AgentBinary,
+		extraAgentArgs: spec.AgentArgs, agentBinary: spec.AgentBinary, ipv6First: spec.IPv6First,
 		agentRelease: c.opts.Release, shimDir: c.BinDir, shimRelease: c.opts.Release,
 	}
 	n.NSPath = nsPath(n.NS)
+	n.IPv6, n.PodCIDRv6 = c.underlayV6(n.IP), c.podCIDRv6(n.PodCIDR)
 	n.StateDir, n.CNISocket, n.CNIConfDir = filepath.Join(n.Dir, "state"), filepath.Join(n.Dir, "cni.sock"), filepath.Join(n.Dir, "net.d")
 	n.AuditLogDir = filepath.Join(n.Dir, "audit")
 	n.healthAddr = "0"
@@ -159,6 +171,9 @@ func (n *Node) build() error {
 	if err := plug(c.UnderlayNS, n.NS, uplinkName, c.nextPort(), netip.PrefixFrom(n.IP, c.UnderlayCIDR.Bits()), c.UnderlayGateway); err != nil {
 		return err
 	}
+	if err := c.addUnderlayV6(n.NS, uplinkName, n.IP); err != nil {
+		return err
+	}
 	o, err := ovstest.New(ovstest.Options{NetNS: n.NS})
 	if err != nil {
 		return err
@@ -175,17 +190,18 @@ func (n *Node) build() error {
 	return nil
 }
 
-// CreateNetwork creates the node's WindowsNodeNetwork: its Pod CIDR and node IP, the userspace datapath, the
-// cluster CIDR and the external host's excluded address, edited by NodeSpec.Network.
+// CreateNetwork creates the node's WindowsNodeNetwork: its Pod CIDRs and node IP, the userspace datapath, the
+// cluster and Service CIDRs (both families in a dual-stack cluster, as an operator lists them) and the
+// external host's excluded address, edited by NodeSpec.Network.
 func (c *Cluster) CreateNetwork(ctx context.Context, n *Node) error {
 	wnn := &networkv1alpha1.WindowsNodeNetwork{
 		ObjectMeta: metav1.ObjectMeta{Name: n.Name},
 		Spec: networkv1alpha1.WindowsNodeNetworkSpec{
-			PodCIDRs:     []networkv1alpha1.CIDR{networkv1alpha1.CIDR(n.PodCIDR.String())},
+			PodCIDRs:     cidrs(podCIDRs(n.PodCIDR, n.PodCIDRv6)...),
 			NodeIP:       networkv1alpha1.IPv4Address(n.IP.String()),
 			Bridge:       networkv1alpha1.BridgeSpec{DatapathType: networkv1alpha1.DatapathTypeNetdev},
-			ClusterCIDRs: []networkv1alpha1.CIDR{networkv1alpha1.CIDR(c.ClusterCIDR.String())},
-			ServiceCIDRs: []networkv1alpha1.CIDR{networkv1alpha1.CIDR(ServiceCIDR.String())},
+			ClusterCIDRs: cidrs(strings.Split(c.clusterCIDRs(), ",")...),
+			ServiceCIDRs: cidrs(strings.Split(c.serviceCIDRs(), ",")...),
 			SNAT: networkv1alpha1.SNATSpec{
 				ExcludeCIDRs: []networkv1alpha1.CIDR{networkv1alpha1.CIDR(netip.PrefixFrom(c.ExcludedIP, 32).String())},
 			},
@@ -200,19 +216,28 @@ func (c *Cluster) CreateNetwork(ctx context.Context, n *Node) error {
 	return nil
 }
 
-// createNode creates the Node object with the node's Pod CIDR, and writes its status as kubelet does when it
+// cidrs converts to the API's CIDR type.
+func cidrs(list ...string) []networkv1alpha1.CIDR {
+	out := make([]networkv1alpha1.CIDR, len(list))
+	for i, s := range list {
+		out[i] = networkv1alpha1.CIDR(s)
+	}
+	return out
+}
+
+// createNode creates the Node object with the node's Pod CIDRs, and writes its status as kubelet does when it
 // registers: the InternalIP and a Ready condition, with the node's Lease (renewed from then on).
 func (c *Cluster) createNode(ctx context.Context, n *Node) error {
 	node := &corev1.Node{
 		ObjectMeta: metav1.ObjectMeta{Name: n.Name, Labels: map[string]string{corev1.LabelHostname: n.Name}},
-		Spec:       corev1.NodeSpec{PodCIDR: n.PodCIDR.String(), PodCIDRs: []string{n.PodCIDR.String()}},
+		Spec:       corev1.NodeSpec{PodCIDR: n.PodCIDR.String(), PodCIDRs: podCIDRs(n.PodCIDR, n.PodCIDRv6)},
 	}
 	if err := c.Client.Create(ctx, node); err != nil {
 		return fmt.Errorf("creating Node %s: %w", n.Name, err)
 	}
 	// kube-controller-manager's node lifecycle writes the Node too (taints): retry on conflicts.
 	for {
-		node.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: n.IP.String()}, {Type: corev1.NodeHostName, Address: n.Name}}
+		node.Status.Addresses = nodeAddresses(n.Name, n.IP, n.IPv6, n.ipv6First)
 		node.Status.Conditions = []corev1.NodeCondition{nodeReady(metav1.Now())}
 		err := c.Client.Status().Update(ctx, node)
 		if err == nil {

@@ -31,6 +31,9 @@ var (
 	// procs > 1 runs e2e.test through the ginkgo CLI built with it, as Kubernetes' CI does.
 	procs   = flag.Int("conformance.procs", 1, "parallel ginkgo processes")
 	timeout = flag.Duration("conformance.timeout", 45*time.Minute, "ginkgo's timeout for the whole suite")
+	// dualStack runs the suites on a dual-stack cluster (cluster.Options.DualStack): CONFORMANCE_DUALSTACK=1
+	// make conformance-k8s.
+	dualStack = flag.Bool("conformance.dualstack", false, "run on a dual-stack cluster (IPv4 first; winnet's nodes run IPv4 Pods)")
 	// focus narrows the full run to the tests it matches (running again the ones that failed).
 	focus = flag.String("conformance.focus", "", "with -conformance.all, run only the tests of the full run this regular expression matches")
 )
@@ -304,13 +307,14 @@ func TestConformance(t *testing.T) {
 }
 
 // kubeletCluster starts the cluster the upstream suites run against: two winnet nodes with real kubelets
-// (containerd 1.6 and 2.x) and the cluster DNS on a third node tainted as a control plane; every kubelet node
+// (containerd 1.6 and 2.x) and the cluster DNS on a third node tainted as a control plane, dual-stack with
+// -conformance.dualstack; every kubelet node
 // imports images beside the standard ones. It returns the cluster (torn down by t.Cleanup) and a function
 // giving the kubelets' last log lines.
 func kubeletCluster(ctx context.Context, t *testing.T, logf func(string, ...any), images []string) (*cluster.Cluster, func() string) {
 	t.Helper()
 	start := time.Now()
-	c, err := cluster.Start(ctx, cluster.Options{Logf: logf, Kubelets: true, KubeletImages: images,
+	c, err := cluster.Start(ctx, cluster.Options{Logf: logf, Kubelets: true, KubeletImages: images, DualStack: *dualStack,
 		UnderlayCIDR: netip.MustParsePrefix("192.168.81.0/24"), ClusterCIDR: netip.MustParsePrefix("10.247.0.0/16")})
 	if err != nil {
 		t.Fatalf("starting the cluster: %v", err)

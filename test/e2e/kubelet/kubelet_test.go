@@ -27,7 +27,8 @@ var nodes = []struct {
 	rt   func() cluster.Runtime
 }{
 	{cluster.NodeSpec{Name: "kube-a", IP: netip.MustParseAddr("192.168.79.11"), PodCIDR: netip.MustParsePrefix("10.246.1.0/24")}, cluster.DebianContainerd},
-	{cluster.NodeSpec{Name: "kube-b", IP: netip.MustParseAddr("192.168.79.12"), PodCIDR: netip.MustParsePrefix("10.246.2.0/24")}, cluster.BuiltContainerd},
+	// kube-b lists its IPv6 InternalIP first (the cluster is dual-stack): winnet takes its IPv4 one.
+	{cluster.NodeSpec{Name: "kube-b", IP: netip.MustParseAddr("192.168.79.12"), PodCIDR: netip.MustParsePrefix("10.246.2.0/24"), IPv6First: true}, cluster.BuiltContainerd},
 }
 
 const readyTimeout = 3 * time.Minute
@@ -42,7 +43,7 @@ func run(m *testing.M) int {
 	start := time.Now()
 	logf := func(f string, a ...any) { fmt.Fprintf(os.Stderr, "e2e-kubelet: "+f+"\n", a...) }
 	var err error
-	c, err = cluster.Start(ctx, cluster.Options{Logf: logf, Kubelets: true,
+	c, err = cluster.Start(ctx, cluster.Options{Logf: logf, Kubelets: true, DualStack: true,
 		UnderlayCIDR: netip.MustParsePrefix("192.168.79.0/24"), ClusterCIDR: netip.MustParsePrefix("10.246.0.0/16")})
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "FAIL: the kubelet e2e tests need a cluster on this machine: %v\n", err)
@@ -65,6 +66,11 @@ func run(m *testing.M) int {
 	}
 	logf("cluster of %d nodes with kubelet up in %v", len(nodes), time.Since(start).Round(time.Millisecond))
 	code := m.Run()
+	// The dual-stack tests' Pods go before the nodes: a kubelet node's teardown with Pods still running takes a
+	// minute more.
+	if _, err := c.RunKubectl("", "delete", "namespace", dsNS, "--ignore-not-found", "--wait=true", "--timeout=120s"); err != nil {
+		fmt.Fprintf(os.Stderr, "deleting namespace %s: %v\n", dsNS, err)
+	}
 	if code != 0 {
 		fmt.Fprintf(os.Stderr, "%s\n%s", c.LogTails(60), kubeletLogs())
 	}
@@ -128,6 +134,16 @@ spec:
 func TestPodsThroughKubelet(t *testing.T) {
 	g := NewWithT(t)
 	ns := "kubelet-e2e"
+	// The sandboxes started before this test's Pods (other tests' Pods, CoreDNS's): they may stay.
+	before := map[string]map[string]bool{}
+	for _, n := range c.Nodes() {
+		started, err := sandboxes(n)
+		g.Expect(err).NotTo(HaveOccurred())
+		before[n.Name] = map[string]bool{}
+		for _, s := range started {
+			before[n.Name][s] = true
+		}
+	}
 	mustKubectl(t, "", "create", "namespace", ns)
 	t.Cleanup(func() { _, _ = kubectl(t, "", "delete", "namespace", ns, "--wait=false") })
 	mustKubectl(t, netexecPod("pod-a", "kube-a")+"---\n"+netexecPod("pod-b", "kube-b"), "-n", ns, "apply", "-f", "-")
@@ -175,12 +191,28 @@ spec:
 	// Deleted: kubelet stops the sandboxes, containerd's events stop them in the simulators.
 	mustKubectl(t, "", "-n", ns, "delete", "pod", "pod-a", "pod-b", "--wait=true", "--timeout=120s")
 	for _, n := range c.Nodes() {
-		g.Eventually(func() ([]os.DirEntry, error) {
-			entries, err := os.ReadDir(n.SandboxDir())
-			if os.IsNotExist(err) {
-				return nil, nil
+		g.Eventually(func() ([]string, error) {
+			started, err := sandboxes(n)
+			var left []string
+			for _, s := range started {
+				if !before[n.Name][s] {
+					left = append(left, s)
+				}
 			}
-			return entries, err
-		}, 60*time.Second, 500*time.Millisecond).Should(BeEmpty(), "node %s still has sandboxes started", n.Name)
+			return left, err
+		}, 60*time.Second, 500*time.Millisecond).Should(BeEmpty(), "node %s still has sandboxes of the test's Pods started", n.Name)
 	}
+}
+
+// sandboxes lists the sandboxes started on the node (in the HNS simulator's sandbox directory).
+func sandboxes(n *cluster.Node) ([]string, error) {
+	entries, err := os.ReadDir(n.SandboxDir())
+	if os.IsNotExist(err) {
+		return nil, nil
+	}
+	var names []string
+	for _, e := range entries {
+		names = append(names, e.Name())
+	}
+	return names, err
 }
