@@ -606,6 +606,8 @@ func (r *Reconciler) ensureBridge(ctx context.Context, s *state) (outcome, error
 		return outcome{}, failed(networkv1alpha1.HostAddressMoveFailedReason, fmt.Errorf("reading the addresses of %s: %w", d.bridge.Name, err))
 	}
 	slices.SortFunc(s.bridgeAddresses, netip.Prefix.Compare)
+	// winnet-controller places on this node only the egress IPs of this subnet.
+	s.wnn.Status.NodeSubnet = networkv1alpha1.InterfaceAddress(s.nodeSubnet.String())
 	return outcome{networkv1alpha1.ReadyReason, fmt.Sprintf("Bridge %s is the management vNIC and holds the node IP %s", d.bridge.Name, d.nodeIP)}, nil
 }
 
