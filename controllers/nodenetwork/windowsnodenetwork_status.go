@@ -3,6 +3,7 @@ package nodenetwork
 import (
 	"errors"
 	"fmt"
+	"net/netip"
 	"strings"
 
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -157,4 +158,12 @@ func setInvalidSpec(w *networkv1alpha1.WindowsNodeNetwork, reason string, err er
 		})
 	}
 	setReadyCondition(w)
+}
+
+// setEgressIPs reports the egress IPs the node realised.
+func setEgressIPs(w *networkv1alpha1.WindowsNodeNetwork, ips []netip.Addr) {
+	w.Status.EgressIPs = nil
+	for _, ip := range ips {
+		w.Status.EgressIPs = append(w.Status.EgressIPs, networkv1alpha1.IPv4Address(ip.String()))
+	}
 }
