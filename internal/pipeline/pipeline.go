@@ -483,7 +483,7 @@ const (
 	// IP (EgressFlows): below the destinations never SNATed (prioritySkip), above the node's SNAT.
 	priorityEgressSNAT uint16 = 150
 	prioritySNAT       uint16 = 10
-	priorityMiss           uint16 = 0
+	priorityMiss       uint16 = 0
 )
 
 // The band of OVS priorities of ClusterNetworkPolicy rules in each tier's tables: every rule of a
