@@ -141,7 +141,8 @@ func (r *Reconciler) desired(rz nodenetwork.Realized, items []networkv1alpha1.Eg
 		}
 	}
 	var d desiredState
-	byName := map[string]*pipeline.Egress{}
+	// byName indexes d.held (indexes: appending moves the elements).
+	byName := map[string]int{}
 	keep := map[string]bool{}
 	if r.ids == nil {
 		r.ids = map[string]uint32{}
@@ -158,8 +159,8 @@ func (r *Reconciler) desired(rz nodenetwork.Realized, items []networkv1alpha1.Eg
 			continue
 		}
 		keep[e.Name] = true
+		byName[e.Name] = len(d.held)
 		d.held = append(d.held, pipeline.Egress{IP: ip})
-		byName[e.Name] = &d.held[len(d.held)-1]
 	}
 	// Ids: kept while held, the lowest free one for a new Egress.
 	for name := range r.ids {
@@ -184,12 +185,12 @@ func (r *Reconciler) desired(rz nodenetwork.Realized, items []networkv1alpha1.Eg
 				used[id], r.ids[name] = true, id
 			}
 		}
-		byName[name].ID = id
+		d.held[byName[name]].ID = id
 	}
 	for _, p := range pods {
 		if applies, ok := egress.Applies(compiled, p.labels, p.namespaceLabs); ok {
-			if e := byName[applies.Egress.Name]; e != nil {
-				e.Pods = append(e.Pods, p.ip)
+			if i, held := byName[applies.Egress.Name]; held {
+				d.held[i].Pods = append(d.held[i].Pods, p.ip)
 			}
 		}
 	}
