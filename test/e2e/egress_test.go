@@ -5,6 +5,7 @@ package e2e
 import (
 	"context"
 	"net/netip"
+	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -91,6 +92,30 @@ func TestEgressLocalPods(t *testing.T) {
 	_, received, err = cluster.Ping(c.ExternalPlace(), egressIP, 2)
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(received).To(BeZero(), "the external host's ICMP to the egress IP is dropped")
+
+	// The holder's agent restarts (SIGTERM, then a new process) with the selected Pod's traffic running
+	// through the egress IP: not one packet is lost, the IP never leaves the bridge interface (the new
+	// agent logs no release) and the Pod still leaves from it.
+	ping, err := cluster.StartSteadyPing(selected.Place(), c.ExternalIP, 20*time.Millisecond)
+	g.Expect(err).NotTo(HaveOccurred())
+	time.Sleep(500 * time.Millisecond)
+	oldRound := flowRound(g, a)
+	g.Expect(a.RestartAgent()).To(Succeed())
+	time.Sleep(3 * time.Second) // the restarted agent resyncs meanwhile
+	g.Expect(c.WaitReady(ctx, converge)).To(Succeed())
+	g.Eventually(func(g Gomega) {
+		g.Expect(flowsOfRound(g, a, oldRound)).To(BeEmpty())
+	}).WithTimeout(converge).Should(Succeed(), "flows of the previous agent's round")
+	g.Expect(a.Flows()).To(ContainSubstring("nat(src="+egressIP.String()+")"), "the Egress's flows, in the new round")
+	stats, err := ping.Stop()
+	g.Expect(err).NotTo(HaveOccurred())
+	t.Logf("holder's agent restarted; steady ping through the egress IP every 20ms: %v", stats)
+	g.Expect(stats.Lost()).To(BeZero(), "packets through the egress IP lost while the holder's agent restarted")
+	log, err := os.ReadFile(a.AgentLog())
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(string(log)).NotTo(ContainSubstring("Releasing egress IP"), "the restarted agent never took the egress IP off")
+	g.Expect(bridgeHolds(a, egressIP)).To(BeTrue())
+	g.Expect(probeSource(ctx, selected.Place())).To(Equal(egressIP))
 
 	// Deleting the Egress returns the Pod to the node's SNAT.
 	g.Expect(c.Client.Delete(ctx, eg)).To(Succeed())
