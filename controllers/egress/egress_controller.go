@@ -223,7 +223,11 @@ func (r *Reconciler) apply(ctx context.Context, rz nodenetwork.Realized, d desir
 		r.added[e.IP] = true
 		installed = append(installed, e)
 	}
-	if _, err := rz.Flows.Sync(ctx, pipeline.CategoryEgress, rz.Node.EgressFlows(installed)); err != nil {
+	synced, err := rz.Flows.Sync(ctx, pipeline.CategoryEgress, rz.Node.EgressFlows(installed))
+	if synced.Mods() > 0 {
+		log.Info("Synced Egress flows", "egresses", len(installed), "added", synced.Added, "modified", synced.Modified, "deleted", synced.Deleted)
+	}
+	if err != nil {
 		errs = append(errs, fmt.Errorf("installing the Egresses' flows: %w", err))
 		r.State.SetEgressIPs(nil)
 		return errors.Join(errs...)

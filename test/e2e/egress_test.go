@@ -13,6 +13,7 @@ import (
 
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -92,6 +93,25 @@ func TestEgressLocalPods(t *testing.T) {
 	_, received, err = cluster.Ping(c.ExternalPlace(), egressIP, 2)
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(received).To(BeZero(), "the external host's ICMP to the egress IP is dropped")
+
+	// NetworkPolicy egress rules still apply at the source: a policy that lets the selected Pod reach only
+	// the excluded address cuts its connections through the egress IP, and its removal restores them.
+	policy := &networkingv1.NetworkPolicy{
+		ObjectMeta: metav1.ObjectMeta{Namespace: cluster.PodNamespace, Name: "egress-only-excluded"},
+		Spec: networkingv1.NetworkPolicySpec{
+			PodSelector: metav1.LabelSelector{MatchLabels: map[string]string{"egress-test": "selected"}},
+			PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeEgress},
+			Egress: []networkingv1.NetworkPolicyEgressRule{{To: []networkingv1.NetworkPolicyPeer{
+				{IPBlock: &networkingv1.IPBlock{CIDR: netip.PrefixFrom(c.ExcludedIP, 32).String()}}}}},
+		},
+	}
+	g.Expect(c.Client.Create(ctx, policy)).To(Succeed())
+	t.Cleanup(func() { _ = c.Client.Delete(context.Background(), policy) })
+	g.Eventually(func() netip.Addr { return probeSource(ctx, selected.Place()) }).WithTimeout(converge).Should(Equal(netip.Addr{}),
+		"the policy refuses the selected Pod's connection to the external host")
+	g.Expect(c.Probe(ctx, []cluster.Check{{From: selected.Place(), To: c.ExcludedPlace()}}, 1)[0].TCPOK()).To(BeTrue(), "the policy's allowed destination")
+	g.Expect(c.Client.Delete(ctx, policy)).To(Succeed())
+	g.Eventually(func() netip.Addr { return probeSource(ctx, selected.Place()) }).WithTimeout(converge).Should(Equal(egressIP))
 
 	// The holder's agent restarts (SIGTERM, then a new process) with the selected Pod's traffic running
 	// through the egress IP: not one packet is lost, the IP never leaves the bridge interface (the new
