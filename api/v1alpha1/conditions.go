@@ -158,3 +158,38 @@ const (
 	// PodGoneReason: the Pod no longer exists; the attachment is being torn down.
 	PodGoneReason = "PodGone"
 )
+
+// Condition types of Egress. ReadyCondition is the other: the holding node puts egressIP on its
+// uplink and SNATs the selected Pods' connections to it.
+const (
+	// AssignedCondition: winnet-controller chose the node that holds egressIP (status.node).
+	AssignedCondition = "Assigned"
+	// SupersededCondition: some Pods this Egress selects are selected by an older Egress too,
+	// whose egressIP they use (the message names it and counts them); False when none is.
+	SupersededCondition = "Superseded"
+)
+
+// Condition reasons of Egress.
+const (
+	// EgressAssignedReason: Assigned is True; status.node holds egressIP.
+	EgressAssignedReason = "Assigned"
+	// NoEligibleNodeReason: no Ready winnet node matches nodeSelector and has egressIP on its
+	// uplink subnet (the message says how many nodes fail which test).
+	NoEligibleNodeReason = "NoEligibleNode"
+	// IPConflictReason: egressIP is a node's address, an address of the cluster's Pod or Service
+	// CIDRs, or the egressIP of an older Egress (creationTimestamp, then name), which keeps it.
+	IPConflictReason = "IPConflict"
+	// NoEncapRefusedReason: the node that would hold egressIP runs in NoEncap mode, where the Pods
+	// of other nodes cannot be carried to it; winnet assigns Egresses to Encap and Hybrid nodes only.
+	NoEncapRefusedReason = "NoEncap"
+	// EgressRealisedReason: Ready is True; the node holds egressIP and SNATs to it.
+	EgressRealisedReason = "Realised"
+	// EgressPendingReason: Ready is False; the node does not report egressIP realised yet.
+	EgressPendingReason = "Pending"
+	// NotAssignedReason: Ready is False because Assigned is.
+	NotAssignedReason = "NotAssigned"
+	// OlderEgressSelectsPodsReason: Superseded is True; the message names the older Egress.
+	OlderEgressSelectsPodsReason = "OlderEgressSelectsPods"
+	// NoOverlapReason: Superseded is False.
+	NoOverlapReason = "NoOverlap"
+)

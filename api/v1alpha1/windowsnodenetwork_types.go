@@ -329,6 +329,18 @@ type WindowsNodeNetworkStatus struct {
 	// networkPolicies counts the NetworkPolicies and rules the agent realised in OVS.
 	// +optional
 	NetworkPolicies NetworkPoliciesStatus `json:"networkPolicies,omitzero"`
+
+	// nodeSubnet is the node IP with the prefix length of its subnet, as the bridge interface holds
+	// it: the uplink subnet, where the egress IPs the node may hold lie.
+	// +optional
+	NodeSubnet InterfaceAddress `json:"nodeSubnet,omitempty"`
+
+	// egressIPs are the egress IPs of the Egresses assigned to the node that it realised: on the
+	// bridge interface, with the selected Pods' connections SNATed to them.
+	// +optional
+	// +listType=set
+	// +kubebuilder:validation:MaxItems=256
+	EgressIPs []IPv4Address `json:"egressIPs,omitempty"`
 }
 
 // NetworkPoliciesStatus counts what the agent realised of the cluster's NetworkPolicies on this

@@ -77,6 +77,11 @@ type State struct {
 	routes   *RoutesResult
 	services *ServicesResult
 	policies *PoliciesResult
+	// egressIPs are the egress IPs the egress reconciler realised (SetEgressIPs); nil until it reports.
+	egressIPs []netip.Addr
+	// egressAddresses are the addresses the egress reconciler may have on the bridge interface
+	// (SetEgressAddresses).
+	egressAddresses []netip.Addr
 	// reports wakes the node network reconciler to write a changed RoutesResult into the status.
 	reports chan event.GenericEvent
 	// node is the name reports name.
@@ -249,4 +254,46 @@ func (s *State) routesResult() (RoutesResult, bool) {
 		return RoutesResult{}, false
 	}
 	return *s.routes, true
+}
+
+// SetEgressAddresses records the egress IPs the egress reconciler is about to put, or may still have,
+// on the bridge interface: the node network leaves them out of Realized.BridgeAddresses, since they
+// are not the node's own addresses (no NodePort, no hostPort on them). The reconciler sets them
+// before it adds an address and after it removed one.
+func (s *State) SetEgressAddresses(ips []netip.Addr) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.egressAddresses = slices.Clone(ips)
+}
+
+// egressAddressesOf returns what SetEgressAddresses recorded.
+func (s *State) egressAddressesOf() []netip.Addr {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return slices.Clone(s.egressAddresses)
+}
+
+// SetEgressIPs records the egress IPs the egress reconciler realised on the node (on the bridge
+// interface, their flows installed); a change is written into the node's status at once.
+func (s *State) SetEgressIPs(ips []netip.Addr) {
+	ips = slices.Clone(ips)
+	slices.SortFunc(ips, netip.Addr.Compare)
+	if ips == nil {
+		ips = []netip.Addr{}
+	}
+	s.mu.Lock()
+	changed := s.egressIPs == nil || !slices.Equal(s.egressIPs, ips)
+	s.egressIPs = ips
+	node := s.node
+	s.mu.Unlock()
+	if changed {
+		s.wake(node)
+	}
+}
+
+// EgressIPs returns the egress IPs the egress reconciler reported realised; false before it reports.
+func (s *State) EgressIPs() ([]netip.Addr, bool) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return slices.Clone(s.egressIPs), s.egressIPs != nil
 }

@@ -246,7 +246,8 @@ func (r *Reconciler) patchRoutesStatus(ctx context.Context, reader client.Reader
 	}
 	_, servicesReported := r.state().servicesResult()
 	_, policiesReported := r.state().policiesResult()
-	if (!reported && !servicesReported && !policiesReported) || !realized || !wnn.DeletionTimestamp.IsZero() || wnn.Status.ObservedGeneration != wnn.Generation {
+	_, egressReported := r.state().EgressIPs()
+	if (!reported && !servicesReported && !policiesReported && !egressReported) || !realized || !wnn.DeletionTimestamp.IsZero() || wnn.Status.ObservedGeneration != wnn.Generation {
 		return false, nil
 	}
 	before := wnn.DeepCopy()
@@ -258,6 +259,9 @@ func (r *Reconciler) patchRoutesStatus(ctx context.Context, reader client.Reader
 	}
 	if policies, ok := r.state().policiesResult(); ok {
 		setPoliciesCondition(wnn, policies)
+	}
+	if ips, ok := r.state().EgressIPs(); ok {
+		setEgressIPs(wnn, ips)
 	}
 	setReadyCondition(wnn)
 	if equality.Semantic.DeepEqual(before.Status, wnn.Status) {
@@ -348,6 +352,9 @@ func (r *Reconciler) converge(ctx context.Context, wnn *networkv1alpha1.WindowsN
 	}
 	if policies, ok := r.state().policiesResult(); ok {
 		setPoliciesCondition(wnn, policies)
+	}
+	if ips, ok := r.state().EgressIPs(); ok {
+		setEgressIPs(wnn, ips)
 	}
 	setComponentConditions(wnn, done, nil)
 	wnn.Status.MTU = int32(s.desired.mtu)
@@ -605,7 +612,13 @@ func (r *Reconciler) ensureBridge(ctx context.Context, s *state) (outcome, error
 	if s.bridgeAddresses, err = r.Host.Net.Addresses(ctx, s.bridge.Index); err != nil {
 		return outcome{}, failed(networkv1alpha1.HostAddressMoveFailedReason, fmt.Errorf("reading the addresses of %s: %w", d.bridge.Name, err))
 	}
+	// The egress IPs the node holds are not its own addresses.
+	if held := r.state().egressAddressesOf(); len(held) > 0 {
+		s.bridgeAddresses = slices.DeleteFunc(s.bridgeAddresses, func(p netip.Prefix) bool { return p.IsSingleIP() && slices.Contains(held, p.Addr()) })
+	}
 	slices.SortFunc(s.bridgeAddresses, netip.Prefix.Compare)
+	// winnet-controller places on this node only the egress IPs of this subnet.
+	s.wnn.Status.NodeSubnet = networkv1alpha1.InterfaceAddress(s.nodeSubnet.String())
 	return outcome{networkv1alpha1.ReadyReason, fmt.Sprintf("Bridge %s is the management vNIC and holds the node IP %s", d.bridge.Name, d.nodeIP)}, nil
 }
 

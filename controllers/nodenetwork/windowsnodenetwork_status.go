@@ -174,3 +174,11 @@ func setInvalidSpec(w *networkv1alpha1.WindowsNodeNetwork, reason string, err er
 	}
 	setReadyCondition(w)
 }
+
+// setEgressIPs reports the egress IPs the node realised.
+func setEgressIPs(w *networkv1alpha1.WindowsNodeNetwork, ips []netip.Addr) {
+	w.Status.EgressIPs = nil
+	for _, ip := range ips {
+		w.Status.EgressIPs = append(w.Status.EgressIPs, networkv1alpha1.IPv4Address(ip.String()))
+	}
+}

@@ -11,6 +11,7 @@ import (
 
 	ctrl "sigs.k8s.io/controller-runtime"
 
+	"github.com/winnet-io/winnet/controllers/egress"
 	"github.com/winnet-io/winnet/controllers/nodenetwork"
 	"github.com/winnet-io/winnet/controllers/packettrace"
 	"github.com/winnet-io/winnet/controllers/podendpoint"
@@ -127,6 +128,10 @@ func SetupNodeNetwork(ctx context.Context, mgr ctrl.Manager, nodeName string, op
 	routes := &remoteroute.Reconciler{Client: mgr.GetClient(), Recorder: recorder, NodeName: nodeName, Net: netClient, State: state}
 	if err := routes.SetupWithManager(mgr); err != nil {
 		return nil, err
+	}
+	egresses := &egress.Reconciler{Client: mgr.GetClient(), NodeName: nodeName, Net: netClient, State: state}
+	if err := egresses.SetupWithManager(mgr); err != nil {
+		return nil, fmt.Errorf("setting up the egress reconciler: %w", err)
 	}
 	hostPorts := hostport.NewRegistry(opts.ReservedPorts...)
 	services := &service.Reconciler{Client: mgr.GetClient(), Recorder: recorder, NodeName: nodeName, State: state, Net: netClient,

@@ -12,6 +12,7 @@ package agent
 // +kubebuilder:rbac:groups=network.winnet.io,resources=podendpoints/status,verbs=get;update;patch
 // +kubebuilder:rbac:groups=network.winnet.io,resources=podendpoints/finalizers,verbs=update
 // +kubebuilder:rbac:groups=network.winnet.io,resources=packettraces,verbs=get;list;watch
+// +kubebuilder:rbac:groups=network.winnet.io,resources=egresses,verbs=get;list;watch
 // +kubebuilder:rbac:groups=network.winnet.io,resources=packettraces/status,verbs=get;update;patch
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch

@@ -114,6 +114,10 @@ func NewManager(cfg *rest.Config, opts Options) (manager.Manager, error) {
 	if err := conflicts.SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("setting up the route conflict reconciler: %w", err)
 	}
+	egresses := &cluster.EgressReconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("winnet-controller")}
+	if err := egresses.SetupWithManager(mgr); err != nil {
+		return nil, fmt.Errorf("setting up the egress reconciler: %w", err)
+	}
 	// ClusterNetworkPolicies' conditions, while the cluster serves their CRD (the chart installs
 	// it; another product may install it, or delete it, later): no restart needed.
 	cnps, err := servedcrd.ClusterNetworkPolicies(mgr)

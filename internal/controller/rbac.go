@@ -28,7 +28,12 @@ package controller
 // +kubebuilder:rbac:groups=network.winnet.io,resources=flannelinterops,verbs=get;list;watch
 // +kubebuilder:rbac:groups=network.winnet.io,resources=packettraces,verbs=get;list;watch;delete
 // +kubebuilder:rbac:groups=network.winnet.io,resources=packettraces/status,verbs=get;update;patch
-// +kubebuilder:rbac:groups="",resources=pods,verbs=get;list
+// Egresses: winnet-controller assigns each to a node and writes only their status; to report a
+// Pod selected by two Egresses it watches Pods and Namespaces (their labels).
+// +kubebuilder:rbac:groups=network.winnet.io,resources=egresses,verbs=get;list;watch
+// +kubebuilder:rbac:groups=network.winnet.io,resources=egresses/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch
+// +kubebuilder:rbac:groups="",resources=namespaces,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",resources=services,verbs=get
 // +kubebuilder:rbac:groups=discovery.k8s.io,resources=endpointslices,verbs=list
 // +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch

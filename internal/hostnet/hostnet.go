@@ -248,6 +248,15 @@ type Links interface {
 	// that link is replaced. IPv6 addresses are added without duplicate address detection: the
 	// agent only adds addresses it owns or moves.
 	EnsureAddress(ctx context.Context, linkIndex int, addr netip.Prefix) error
+	// EnsureSkipAsSourceAddress puts an address on the link that the host never picks as the
+	// source of its own connections, only answers for (ARP) and receives on: an egress IP. addr must
+	// be a host prefix (/32 or /128), so that it adds no on-link route. On Windows the address has
+	// SkipAsSource set and goes through duplicate address detection, whose ARP probe and
+	// announcement tell the segment's hosts and switches where the address now lives; a duplicate
+	// (another host still holds it) is an error. On Linux, which has no SkipAsSource, a host prefix
+	// outside the link's subnets is never chosen as a source over the link's own address in the
+	// subnet (the node IP), which the kernel routes carry as their preferred source.
+	EnsureSkipAsSourceAddress(ctx context.Context, linkIndex int, addr netip.Prefix) error
 	// DeleteAddress removes the address (IP and prefix length) from the link.
 	DeleteAddress(ctx context.Context, linkIndex int, addr netip.Prefix) error
 	// SetMAC sets the link's hardware address. On Windows this is not available: the MAC of the

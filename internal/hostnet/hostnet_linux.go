@@ -221,6 +221,13 @@ func (h *netlinkHost) EnsureAddress(_ context.Context, linkIndex int, addr netip
 	return nil
 }
 
+func (h *netlinkHost) EnsureSkipAsSourceAddress(ctx context.Context, linkIndex int, addr netip.Prefix) error {
+	if !addr.IsValid() || !addr.IsSingleIP() {
+		return fmt.Errorf("adding address %s that is never a source: it must be a host prefix (/32 or /128)", addr)
+	}
+	return h.EnsureAddress(ctx, linkIndex, addr)
+}
+
 func (h *netlinkHost) DeleteAddress(_ context.Context, linkIndex int, addr netip.Prefix) error {
 	addr, err := validAddress(addr)
 	if err != nil {

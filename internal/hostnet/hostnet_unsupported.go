@@ -41,6 +41,10 @@ func (unsupportedHost) EnsureAddress(context.Context, int, netip.Prefix) error {
 	return errUnsupported()
 }
 
+func (unsupportedHost) EnsureSkipAsSourceAddress(context.Context, int, netip.Prefix) error {
+	return errUnsupported()
+}
+
 func (unsupportedHost) DeleteAddress(context.Context, int, netip.Prefix) error {
 	return errUnsupported()
 }

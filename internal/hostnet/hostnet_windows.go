@@ -387,6 +387,57 @@ func (h *ipHelper) EnsureAddress(_ context.Context, linkIndex int, addr netip.Pr
 	return nil
 }
 
+func (h *ipHelper) EnsureSkipAsSourceAddress(_ context.Context, linkIndex int, addr netip.Prefix) error {
+	if !addr.IsValid() || !addr.IsSingleIP() || addr.Addr().Is4In6() || addr.Addr().Zone() != "" {
+		return fmt.Errorf("adding address %s that is never a source to interface %d: it must be a host prefix (/32 or /128)", addr, linkIndex)
+	}
+	l, err := luid(linkIndex)
+	if err != nil {
+		return fmt.Errorf("adding address %s: %w", addr, err)
+	}
+	rows, err := unicastRows(linkIndex)
+	if err != nil {
+		return fmt.Errorf("adding address %s to interface %d: %w", addr, linkIndex, err)
+	}
+	for i := range rows {
+		if rowPrefix(&rows[i]).Addr() != addr.Addr() {
+			continue
+		}
+		if rows[i].DadState == windows.IpDadStateDuplicate {
+			return fmt.Errorf("adding address %s to interface %d: duplicate address detection found another host holding it", addr, linkIndex)
+		}
+		if rowPrefix(&rows[i]) == addr && rows[i].SkipAsSource != 0 {
+			return nil
+		}
+		// Fix the prefix length and SkipAsSource in place.
+		rows[i].OnLinkPrefixLength = uint8(addr.Bits())
+		rows[i].SkipAsSource = 1
+		if err := call(procSetUnicastIpAddressEntry, uintptr(unsafe.Pointer(&rows[i]))); err != nil {
+			return fmt.Errorf("setting SkipAsSource on address %s of interface %d: %w", addr, linkIndex, err)
+		}
+		return nil
+	}
+	var row windows.MibUnicastIpAddressRow
+	if err := callVoid(procInitializeUnicastIpAddressEntry, uintptr(unsafe.Pointer(&row))); err != nil {
+		return fmt.Errorf("adding address %s to interface %d: %w", addr, linkIndex, err)
+	}
+	*(*windows.RawSockaddrInet)(unsafe.Pointer(&row.Address)) = toSockaddr(addr.Addr())
+	row.InterfaceLuid = l
+	row.InterfaceIndex = uint32(linkIndex)
+	row.OnLinkPrefixLength = uint8(addr.Bits())
+	row.ValidLifetime = infiniteLifetime
+	row.PreferredLifetime = infiniteLifetime
+	row.SkipAsSource = 1
+	// DadState is left to the stack (InitializeUnicastIpAddressEntry's IpDadStateInvalid): duplicate
+	// address detection runs, and its ARP announces the address's new place on the segment (the
+	// gratuitous ARP of a takeover). A duplicate shows in the row's DadState at the next call.
+	err = call(procCreateUnicastIpAddressEntry, uintptr(unsafe.Pointer(&row)))
+	if err != nil && !errors.Is(err, windows.ERROR_OBJECT_ALREADY_EXISTS) {
+		return fmt.Errorf("adding address %s to interface %d: %w", addr, linkIndex, err)
+	}
+	return nil
+}
+
 func (h *ipHelper) DeleteAddress(_ context.Context, linkIndex int, addr netip.Prefix) error {
 	if _, err := luid(linkIndex); errors.Is(err, ErrNotFound) {
 		return nil

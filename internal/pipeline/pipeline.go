@@ -198,6 +198,9 @@ type RegField struct {
 //	reg10[0..31] SrcIncarnationField: the incarnation of the local Pod that sent the packet
 //	             (SpoofGuardTable; 0: not from a local Pod, or from one attached before
 //	             incarnations), committed into ct_label[0..31] (SrcIncarnationLabel)
+//	reg7[0..7]   packet traces' marks (trace.go: traceReportedDNAT, traceTagField)
+//	reg12[0..31] EgressField: the id of the Egress whose IP a local Pod's new connection to outside
+//	             the cluster is SNATed to (L3ForwardingTable; 0: none, the node's SNAT applies)
 //	reg11[0..31] DstIncarnationField: the incarnation of the local Pod the packet goes to
 //	             (L2ForwardingCalcTable), committed into ct_label[32..63] (DstIncarnationLabel), or
 //	             for a NodePort connection from the uplink into ct_mark[16..31]
@@ -216,6 +219,7 @@ var (
 	IngressPeerClassField   = RegField{Reg: 6, Start: 0, End: 31}
 	EgressRuleField         = RegField{Reg: 8, Start: 0, End: 31}
 	IngressRuleField        = RegField{Reg: 9, Start: 0, End: 31}
+	EgressField             = RegField{Reg: 12, Start: 0, End: 31}
 	SrcIncarnationField     = RegField{Reg: 10, Start: 0, End: 31}
 	DstIncarnationField     = RegField{Reg: 11, Start: 0, End: 31}
 )
@@ -298,6 +302,10 @@ const (
 	// the route whose inner sources arrived from the learned address, and they go with the route's
 	// flows (delete_learned).
 	CategoryTunnelSeen uint8 = 10
+	// (11 is CategoryTrace, declared in trace.go.)
+	// CategoryEgress holds the flows of the Egresses the node holds (EgressFlows): the SNAT of the
+	// selected local Pods' connections to their egress IP, and the drops of other traffic to it.
+	CategoryEgress uint8 = 12
 )
 
 // CategoryPolicy's cookie objects of the policy counter flows (PolicyCounterObject): bit 38 set
@@ -473,8 +481,11 @@ const (
 	priorityClusterPending uint16 = 65000
 	priorityClusterSkip    uint16 = 64000
 	priorityClusterExempt  uint16 = 63000
-	prioritySNAT           uint16 = 10
-	priorityMiss           uint16 = 0
+	// priorityEgressSNAT: a selected Pod's traffic to outside the cluster, SNATed to its Egress's
+	// IP (EgressFlows): below the destinations never SNATed (prioritySkip), above the node's SNAT.
+	priorityEgressSNAT uint16 = 150
+	prioritySNAT       uint16 = 10
+	priorityMiss       uint16 = 0
 )
 
 // The band of OVS priorities of ClusterNetworkPolicy rules in each tier's tables: every rule of a

@@ -32,7 +32,7 @@ func TestSamplesAreAccepted(t *testing.T) {
 			kinds[obj.GetKind()]++
 		})
 	}
-	for _, kind := range []string{"WindowsNodeNetwork", "RemoteSubnetRoute", "PodEndpoint", "FlannelInterop"} {
+	for _, kind := range []string{"WindowsNodeNetwork", "RemoteSubnetRoute", "PodEndpoint", "FlannelInterop", "Egress"} {
 		if kinds[kind] == 0 {
 			t.Errorf("config/samples has no %s", kind)
 		}
@@ -69,6 +69,11 @@ func TestValidVariantsAreAccepted(t *testing.T) {
 		{"wnn own vtepMAC", validWNN, set("spec.encapsulation.vtepMAC", "0e:6a:5e:1b:23:9c")},
 		{"fi VNI 1 (Linux-only flannel)", validFI, set("spec.vni", int64(1))},
 		{"fi custom annotation prefix", validFI, set("spec.annotationPrefix", "flannel.example.com")},
+		{"egress selecting everything, any node", validEgress, all(set("spec.podSelector", map[string]any{}), set("spec.namespaceSelector", map[string]any{}), del("spec.nodeSelector"))},
+		{"egress prefixed keys, DoesNotExist", validEgress, set("spec.podSelector", map[string]any{
+			"matchLabels":      map[string]any{"example.com/tier": "", "app.kubernetes.io/name": "a.b_c-d"},
+			"matchExpressions": []any{map[string]any{"key": "canary", "operator": "DoesNotExist"}},
+		})},
 	}
 	for i, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

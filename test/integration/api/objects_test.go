@@ -52,6 +52,18 @@ func validRSR(name string) *unstructured.Unstructured {
 	})
 }
 
+// validEgress is a valid Egress with every selector field set.
+func validEgress(name string) *unstructured.Unstructured {
+	return newObject("Egress", "", name, map[string]any{
+		"podSelector": map[string]any{"matchLabels": map[string]any{"app": "billing"}},
+		"namespaceSelector": map[string]any{"matchExpressions": []any{
+			map[string]any{"key": "team", "operator": "In", "values": []any{"finance"}},
+		}},
+		"egressIP":     "192.168.10.200",
+		"nodeSelector": map[string]any{"matchLabels": map[string]any{"egress": "true"}},
+	})
+}
+
 // legacyPEP is a valid PodEndpoint named after its Pod, as agents named them before "<node>.<Pod UID>".
 func legacyPEP(name string) *unstructured.Unstructured {
 	pep := validPEP(name)
@@ -125,6 +137,15 @@ func cidrs(n int) []any {
 	out := make([]any, n)
 	for i := range out {
 		out[i] = "172.30." + strconv.Itoa(i) + ".0/24"
+	}
+	return out
+}
+
+// labels returns n distinct matchLabels entries.
+func labels(n int) map[string]any {
+	out := make(map[string]any, n)
+	for i := range n {
+		out["key-"+strconv.Itoa(i)] = "v"
 	}
 	return out
 }

@@ -27,7 +27,7 @@ type invalidCase struct {
 }
 
 func invalidCases() []invalidCase {
-	wnn, rsr, pep, fi, pt := validWNN, validRSR, validPEP, validFI, validPT
+	wnn, rsr, pep, fi, pt, eg := validWNN, validRSR, validPEP, validFI, validPT, validEgress
 	return []invalidCase{
 		// WindowsNodeNetwork: schema.
 		{name: "wnn without spec", base: wnn, mutate: del("spec"), field: "spec", message: "Required value"},
@@ -129,6 +129,30 @@ func invalidCases() []invalidCase {
 		{name: "ptrace port 0", base: pt, mutate: set("spec.packet.dstPort", int64(70000)), field: "spec.packet.dstPort", message: "should be less than or equal to 65535"},
 		{name: "ptrace timeout too long", base: pt, mutate: set("spec.timeoutSeconds", int64(3600)), field: "spec.timeoutSeconds", message: "should be less than or equal to 300"},
 		{name: "ptrace source name too long", base: pt, mutate: set("spec.source.pod.name", strings.Repeat("a", 254)), field: "spec.source.pod.name", message: "may not be more than 253"},
+		// Egress: what the API server can judge alone (what needs other objects, such as a node's
+		// address or a Pod CIDR, is winnet-controller's IPConflict).
+		{name: "egress without egressIP", base: eg, mutate: del("spec.egressIP"), field: "spec.egressIP", message: "Required value"},
+		{name: "egress without podSelector", base: eg, mutate: del("spec.podSelector"), field: "spec.podSelector", message: "Required value"},
+		{name: "egress egressIP malformed", base: eg, mutate: set("spec.egressIP", "192.168.10.300"), field: "spec.egressIP", message: "must be an IPv4 address such as 10.0.0.4"},
+		{name: "egress egressIP IPv6", base: eg, mutate: set("spec.egressIP", "fd00::200"), field: "spec.egressIP", message: "must be an IPv4 address"},
+		{name: "egress egressIP loopback", base: eg, mutate: set("spec.egressIP", "127.0.0.5"), field: "spec.egressIP", message: "must not be a loopback address"},
+		{name: "egress egressIP unspecified", base: eg, mutate: set("spec.egressIP", "0.0.0.0"), field: "spec.egressIP", message: "must not be the unspecified address"},
+		{name: "egress egressIP multicast", base: eg, mutate: set("spec.egressIP", "239.1.2.3"), field: "spec.egressIP", message: "must not be a multicast address"},
+		{name: "egress egressIP link-local", base: eg, mutate: set("spec.egressIP", "169.254.0.252"), field: "spec.egressIP", message: "must not be a link-local address"},
+		{name: "egress egressIP broadcast", base: eg, mutate: set("spec.egressIP", "255.255.255.255"), field: "spec.egressIP", message: "must not be the broadcast address"},
+		{name: "egress unknown operator", base: eg, mutate: set("spec.namespaceSelector.matchExpressions", []any{map[string]any{"key": "team", "operator": "Equals", "values": []any{"x"}}}),
+			field: "spec.namespaceSelector.matchExpressions[0].operator", message: `supported values: "In", "NotIn", "Exists", "DoesNotExist"`},
+		{name: "egress In without values", base: eg, mutate: set("spec.namespaceSelector.matchExpressions", []any{map[string]any{"key": "team", "operator": "In"}}),
+			field: "spec.namespaceSelector.matchExpressions", message: "the operators In and NotIn need at least one value"},
+		{name: "egress Exists with values", base: eg, mutate: set("spec.podSelector.matchExpressions", []any{map[string]any{"key": "app", "operator": "Exists", "values": []any{"x"}}}),
+			field: "spec.podSelector.matchExpressions", message: "Exists and DoesNotExist take none"},
+		{name: "egress label key with space", base: eg, mutate: set("spec.podSelector.matchLabels", map[string]any{"my app": "billing"}),
+			field: "spec.podSelector.matchLabels", message: "every key must be a label key"},
+		{name: "egress label value with slash", base: eg, mutate: set("spec.nodeSelector.matchLabels", map[string]any{"egress": "a/b"}),
+			field: "spec.nodeSelector.matchLabels[egress]", message: "must be a label value"},
+		{name: "egress expression key with slash only", base: eg, mutate: set("spec.nodeSelector.matchExpressions", []any{map[string]any{"key": "/x", "operator": "Exists"}}),
+			field: "spec.nodeSelector.matchExpressions[0].key", message: "must be a label key"},
+		{name: "egress 17 matchLabels", base: eg, mutate: set("spec.podSelector.matchLabels", labels(17)), field: "spec.podSelector.matchLabels", message: "must have at most 16 items"},
 		{name: "ptrace spec changed", base: pt, update: true, mutate: set("spec.packet.dstPort", int64(81)), field: "spec", message: "a PacketTrace's spec is immutable"},
 	}
 }

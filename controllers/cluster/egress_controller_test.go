@@ -1,0 +1,126 @@
+//go:build !windows
+
+package cluster_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	networkv1alpha1 "github.com/winnet-io/winnet/api/v1alpha1"
+)
+
+// setNodeReady sets the kubelet's Ready condition of a Node.
+func setNodeReady(g Gomega, name string, ready bool) {
+	ctx := context.Background()
+	n := &corev1.Node{}
+	g.Expect(server.Client.Get(ctx, client.ObjectKey{Name: name}, n)).To(Succeed())
+	status := corev1.ConditionFalse
+	if ready {
+		status = corev1.ConditionTrue
+	}
+	n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: status, Reason: "Test", LastHeartbeatTime: metav1.Now(), LastTransitionTime: metav1.Now()}}
+	g.Expect(server.Client.Status().Update(ctx, n)).To(Succeed())
+}
+
+// reportNodeNetwork writes, as the node's agent would, the WindowsNodeNetwork's Ready condition, its
+// uplink subnet and the egress IPs it realised.
+func reportNodeNetwork(g Gomega, name, subnet string, egressIPs ...networkv1alpha1.IPv4Address) {
+	g.Eventually(func(g Gomega) {
+		w := getNodeNetwork(name)(g)
+		meta.SetStatusCondition(&w.Status.Conditions, metav1.Condition{Type: networkv1alpha1.ReadyCondition, Status: metav1.ConditionTrue, Reason: "Ready"})
+		w.Status.NodeSubnet = networkv1alpha1.InterfaceAddress(subnet)
+		w.Status.EgressIPs = egressIPs
+		g.Expect(server.Client.Status().Update(context.Background(), w)).To(Succeed())
+	}).WithTimeout(timeout).Should(Succeed())
+}
+
+func newEgress(name, ip string, podLabels map[string]networkv1alpha1.LabelValue) *networkv1alpha1.Egress {
+	return &networkv1alpha1.Egress{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: networkv1alpha1.EgressSpec{
+		PodSelector: networkv1alpha1.LabelSelector{MatchLabels: podLabels}, EgressIP: networkv1alpha1.IPv4Address(ip),
+	}}
+}
+
+func createEgress(t *testing.T, g Gomega, e *networkv1alpha1.Egress) {
+	g.Expect(server.Client.Create(context.Background(), e)).To(Succeed())
+	t.Cleanup(func() { _ = server.Client.Delete(context.Background(), e) })
+}
+
+func getEgress(name string) func(g Gomega) *networkv1alpha1.Egress {
+	return func(g Gomega) *networkv1alpha1.Egress {
+		e := &networkv1alpha1.Egress{}
+		g.Expect(server.Client.Get(context.Background(), client.ObjectKey{Name: name}, e)).To(Succeed())
+		return e
+	}
+}
+
+func condition(typ string, status metav1.ConditionStatus, reason string) OmegaMatcher {
+	return HaveField("Status.Conditions", ContainElement(And(HaveField("Type", typ), HaveField("Status", status), HaveField("Reason", reason))))
+}
+
+// TestEgressAssignment runs winnet-controller against a real API server: Egresses are spread over
+// the eligible nodes, Ready follows the holder's report, an IP moves off a node that is no longer
+// Ready, and what only winnet-controller can judge (a node's address, a Pod CIDR, another Egress's IP,
+// a Pod selected twice) is reported.
+func TestEgressAssignment(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	for _, n := range []struct{ name, cidr, ip string }{{"egress-a", "10.244.61.0/24", "192.168.61.11"}, {"egress-b", "10.244.62.0/24", "192.168.61.12"}} {
+		createNode(t, g, newNode(n.name, n.cidr, "", true), n.ip)
+		setNodeReady(g, n.name, true)
+		reportNodeNetwork(g, n.name, n.ip+"/24")
+	}
+
+	createEgress(t, g, newEgress("first", "192.168.61.200", map[string]networkv1alpha1.LabelValue{"app": "billing"}))
+	// creationTimestamps have a resolution of a second: of two Egresses of the same second the name
+	// sorts "first" before "second".
+	createEgress(t, g, newEgress("second", "192.168.61.201", map[string]networkv1alpha1.LabelValue{"app": "billing"}))
+	g.Eventually(getEgress("first")).WithTimeout(timeout).Should(And(HaveField("Status.Node", Not(BeEmpty())),
+		condition(networkv1alpha1.AssignedCondition, metav1.ConditionTrue, networkv1alpha1.EgressAssignedReason),
+		condition(networkv1alpha1.ReadyCondition, metav1.ConditionFalse, networkv1alpha1.EgressPendingReason)))
+	g.Eventually(getEgress("second")).WithTimeout(timeout).Should(HaveField("Status.Node", Not(BeEmpty())))
+	first, second := getEgress("first")(g).Status.Node, getEgress("second")(g).Status.Node
+	g.Expect(first).NotTo(Equal(second), "two Egresses on two eligible nodes are spread")
+
+	// Ready follows the holder's report.
+	reportNodeNetwork(g, first, map[string]string{"egress-a": "192.168.61.11/24", "egress-b": "192.168.61.12/24"}[first], "192.168.61.200")
+	g.Eventually(getEgress("first")).WithTimeout(timeout).Should(condition(networkv1alpha1.ReadyCondition, metav1.ConditionTrue, networkv1alpha1.EgressRealisedReason))
+
+	// The holder goes NotReady: the IP moves to the other node.
+	setNodeReady(g, first, false)
+	g.Eventually(getEgress("first")).WithTimeout(timeout).Should(HaveField("Status.Node", Equal(second)))
+	setNodeReady(g, first, true)
+	g.Consistently(getEgress("first")).WithTimeout(2*time.Second).Should(HaveField("Status.Node", Equal(second)), "no move back without a reason")
+
+	// Conflicts only winnet-controller can see.
+	for _, c := range []struct{ name, ip string }{{"node-address", "192.168.61.12"}, {"pod-cidr", "10.244.61.9"}, {"service-cidr", "10.96.0.10"}, {"taken", "192.168.61.200"}} {
+		createEgress(t, g, newEgress("conflict-"+c.name, c.ip, nil))
+		g.Eventually(getEgress("conflict-"+c.name)).WithTimeout(timeout).Should(And(HaveField("Status.Node", BeEmpty()),
+			condition(networkv1alpha1.AssignedCondition, metav1.ConditionFalse, networkv1alpha1.IPConflictReason),
+			condition(networkv1alpha1.ReadyCondition, metav1.ConditionFalse, networkv1alpha1.NotAssignedReason)), c.name)
+		t.Logf("%s: %s", c.name, meta.FindStatusCondition(getEgress("conflict-"+c.name)(g).Status.Conditions, networkv1alpha1.AssignedCondition).Message)
+	}
+	g.Expect(getEgress("first")(g).Status.Node).To(Equal(second), "the older Egress keeps its IP")
+
+	// No node on the subnet.
+	createEgress(t, g, newEgress("elsewhere", "192.168.99.5", nil))
+	g.Eventually(getEgress("elsewhere")).WithTimeout(timeout).Should(condition(networkv1alpha1.AssignedCondition, metav1.ConditionFalse, networkv1alpha1.NoEligibleNodeReason))
+
+	// A Pod selected by two Egresses: the older applies, the newer says so.
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "egress-tenant"}}
+	g.Expect(server.Client.Create(ctx, ns)).To(Succeed())
+	t.Cleanup(func() { _ = server.Client.Delete(context.Background(), ns) })
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns.Name, Name: "billing", Labels: map[string]string{"app": "billing"}},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "registry.k8s.io/pause:3.10"}}}}
+	g.Expect(server.Client.Create(ctx, pod)).To(Succeed())
+	t.Cleanup(func() { _ = server.Client.Delete(context.Background(), pod) })
+	g.Eventually(getEgress("second")).WithTimeout(timeout).Should(condition(networkv1alpha1.SupersededCondition, metav1.ConditionTrue, networkv1alpha1.OlderEgressSelectsPodsReason))
+	g.Expect(meta.FindStatusCondition(getEgress("second")(g).Status.Conditions, networkv1alpha1.SupersededCondition).Message).To(ContainSubstring("Egress first"))
+	g.Expect(getEgress("first")(g)).To(condition(networkv1alpha1.SupersededCondition, metav1.ConditionFalse, networkv1alpha1.NoOverlapReason))
+}

@@ -1,0 +1,264 @@
+package egress
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"net/netip"
+	"slices"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/labels"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	networkv1alpha1 "github.com/winnet-io/winnet/api/v1alpha1"
+	"github.com/winnet-io/winnet/controllers/nodenetwork"
+	"github.com/winnet-io/winnet/internal/egress"
+	"github.com/winnet-io/winnet/internal/hostnet"
+	"github.com/winnet-io/winnet/internal/pipeline"
+)
+
+// Flows is the flow owner of the Egresses' flows (pipeline.CategoryEgress): after a restart the
+// previous round of flows, the Egresses' included, stays until this reconciler has installed its
+// complete set, so a selected Pod's traffic never falls back to the node's SNAT meanwhile.
+const Flows nodenetwork.FlowOwner = "Egresses"
+
+// notReadyRetry is how soon a pass looks again while the node network is not realised.
+const notReadyRetry = 2 * time.Second
+
+// pass is the only work item: the node's Egresses are converged as one desired set.
+var pass = reconcile.Request{}
+
+// Reconciler converges the node's share of the cluster's Egresses: the egress IPs assigned to the node
+// on the bridge interface (never used as the host's source), the flows that SNAT the selected local
+// Pods' connections to them, and the absence of every other Egress's IP from the bridge interface.
+// It reports the egress IPs it realised through State (the WindowsNodeNetwork's status.egressIPs,
+// from which winnet-controller sets each Egress's Ready).
+type Reconciler struct {
+	Client   client.Client
+	NodeName string
+	Net      hostnet.Links
+	State    *nodenetwork.State
+
+	// ids are the EgressField ids of the Egresses held, by name; stable while an Egress is held.
+	ids map[string]uint32
+	// added are the egress IPs this agent put on the bridge interface since it started.
+	added map[netip.Addr]bool
+}
+
+// SetupWithManager registers the reconciler: any change of an Egress, of one of the node's Pods (the
+// manager's cache holds only those) or of a Namespace, and any change of the realised node network,
+// queues one pass.
+func (r *Reconciler) SetupWithManager(mgr manager.Manager) error {
+	r.State.AddFlowOwner(Flows)
+	all := handler.EnqueueRequestsFromMapFunc(func(context.Context, client.Object) []reconcile.Request { return []reconcile.Request{pass} })
+	onRealized := nodenetwork.WakeSource(func(q nodenetwork.Queue) { q.Add(pass) }, func(q nodenetwork.Queue) { q.Add(pass) }, r.State.Subscribe())
+	return ctrl.NewControllerManagedBy(mgr).
+		Named("egress").
+		Watches(&networkv1alpha1.Egress{}, all).
+		Watches(&corev1.Pod{}, all).
+		Watches(&corev1.Namespace{}, all).
+		WatchesRawSource(onRealized).
+		Complete(r)
+}
+
+// Reconcile converges the node's Egresses.
+func (r *Reconciler) Reconcile(ctx context.Context, _ reconcile.Request) (reconcile.Result, error) {
+	rz, ok := r.State.Realized()
+	if !ok {
+		return reconcile.Result{RequeueAfter: notReadyRetry}, nil
+	}
+	list := &networkv1alpha1.EgressList{}
+	if err := r.Client.List(ctx, list); err != nil {
+		return reconcile.Result{}, fmt.Errorf("listing Egresses: %w", err)
+	}
+	pods := &corev1.PodList{}
+	if err := r.Client.List(ctx, pods); err != nil {
+		return reconcile.Result{}, fmt.Errorf("listing the node's Pods: %w", err)
+	}
+	namespaces := &corev1.NamespaceList{}
+	if err := r.Client.List(ctx, namespaces); err != nil {
+		return reconcile.Result{}, fmt.Errorf("listing Namespaces: %w", err)
+	}
+	nsLabels := make(map[string]labels.Set, len(namespaces.Items))
+	for i := range namespaces.Items {
+		nsLabels[namespaces.Items[i].Name] = namespaces.Items[i].Labels
+	}
+	d := r.desired(rz, list.Items, localPods(r.NodeName, pods.Items, nsLabels))
+	return reconcile.Result{}, r.apply(ctx, rz, d)
+}
+
+// pod is what the desired state needs of a local Pod.
+type pod struct {
+	ip                    netip.Addr
+	labels, namespaceLabs labels.Set
+}
+
+// localPods are the node's running Pods on the Pod network with an IPv4 address.
+func localPods(node string, items []corev1.Pod, nsLabels map[string]labels.Set) []pod {
+	var out []pod
+	for i := range items {
+		p := &items[i]
+		if p.Spec.NodeName != node || p.Spec.HostNetwork || p.DeletionTimestamp != nil || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
+			continue
+		}
+		ns, ok := nsLabels[p.Namespace]
+		if !ok {
+			continue
+		}
+		for _, a := range p.Status.PodIPs {
+			if ip, err := netip.ParseAddr(a.IP); err == nil && ip.Is4() {
+				out = append(out, pod{ip: ip, labels: p.Labels, namespaceLabs: ns})
+			}
+		}
+	}
+	return out
+}
+
+// desiredState is the node's share of the Egresses.
+type desiredState struct {
+	// held are the Egresses the node holds, with their selected local Pods.
+	held []pipeline.Egress
+	// others are the egress IPs of Egresses the node does not hold: not on its bridge interface.
+	others []netip.Addr
+}
+
+// desired computes the node's share: the Egresses assigned to it (status.node, Assigned) whose IP
+// lies on its uplink subnet, each with the local Pods it applies to (the oldest Egress selecting a
+// Pod applies, assigned or not: egress.Applies, as winnet-controller's Superseded says).
+func (r *Reconciler) desired(rz nodenetwork.Realized, items []networkv1alpha1.Egress, pods []pod) desiredState {
+	var compiled []egress.Compiled
+	for i := range items {
+		if c, err := egress.Compile(&items[i]); err == nil {
+			compiled = append(compiled, c)
+		}
+	}
+	var d desiredState
+	// byName indexes d.held (indexes: appending moves the elements).
+	byName := map[string]int{}
+	keep := map[string]bool{}
+	if r.ids == nil {
+		r.ids = map[string]uint32{}
+	}
+	for _, c := range compiled {
+		e := c.Egress
+		ip, err := netip.ParseAddr(string(e.Spec.EgressIP))
+		if err != nil || !ip.Is4() || ip == rz.Node.NodeIP {
+			continue
+		}
+		if e.Status.Node != r.NodeName || !meta.IsStatusConditionTrue(e.Status.Conditions, networkv1alpha1.AssignedCondition) ||
+			!rz.NodeSubnet.Masked().Contains(ip) {
+			d.others = append(d.others, ip)
+			continue
+		}
+		keep[e.Name] = true
+		byName[e.Name] = len(d.held)
+		d.held = append(d.held, pipeline.Egress{IP: ip})
+	}
+	// Ids: kept while held, the lowest free one for a new Egress.
+	for name := range r.ids {
+		if !keep[name] {
+			delete(r.ids, name)
+		}
+	}
+	used := map[uint32]bool{}
+	for _, id := range r.ids {
+		used[id] = true
+	}
+	names := make([]string, 0, len(byName))
+	for name := range byName {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	for _, name := range names {
+		id, ok := r.ids[name]
+		for next := uint32(1); !ok; next++ {
+			if !used[next] {
+				id, ok = next, true
+				used[id], r.ids[name] = true, id
+			}
+		}
+		d.held[byName[name]].ID = id
+	}
+	for _, p := range pods {
+		if applies, ok := egress.Applies(compiled, p.labels, p.namespaceLabs); ok {
+			if i, held := byName[applies.Egress.Name]; held {
+				d.held[i].Pods = append(d.held[i].Pods, p.ip)
+			}
+		}
+	}
+	return d
+}
+
+// apply puts the held egress IPs on the bridge interface, installs the flows, then removes the
+// egress IPs the node no longer holds, and reports what it realised.
+func (r *Reconciler) apply(ctx context.Context, rz nodenetwork.Realized, d desiredState) error {
+	log := ctrl.LoggerFrom(ctx)
+	if r.added == nil {
+		r.added = map[netip.Addr]bool{}
+	}
+	heldIPs := make([]netip.Addr, 0, len(d.held))
+	for _, e := range d.held {
+		heldIPs = append(heldIPs, e.IP)
+	}
+	r.State.SetEgressAddresses(append(slices.Collect(maps.Keys(r.added)), heldIPs...))
+	var errs []error
+	var realised []netip.Addr
+	var installed []pipeline.Egress
+	for _, e := range d.held {
+		if !r.added[e.IP] {
+			log.Info("Taking egress IP", "egressIP", e.IP, "bridgeLink", rz.BridgeLinkIndex)
+		}
+		if err := r.Net.EnsureSkipAsSourceAddress(ctx, rz.BridgeLinkIndex, netip.PrefixFrom(e.IP, 32)); err != nil {
+			errs = append(errs, fmt.Errorf("putting egress IP %s on the bridge interface: %w", e.IP, err))
+			continue
+		}
+		r.added[e.IP] = true
+		installed = append(installed, e)
+	}
+	synced, err := rz.Flows.Sync(ctx, pipeline.CategoryEgress, rz.Node.EgressFlows(installed))
+	if synced.Mods() > 0 {
+		log.Info("Synced Egress flows", "egresses", len(installed), "added", synced.Added, "modified", synced.Modified, "deleted", synced.Deleted)
+	}
+	if err != nil {
+		errs = append(errs, fmt.Errorf("installing the Egresses' flows: %w", err))
+		r.State.SetEgressIPs(nil)
+		return errors.Join(errs...)
+	}
+	r.State.FlowsSynced(ctx, Flows, rz.Flows)
+	for _, e := range installed {
+		realised = append(realised, e.IP)
+	}
+	// Off the bridge: what this agent added and no longer holds, and any other Egress's IP (left by
+	// an agent before a restart). Never the node IP, never an address with another prefix length.
+	remove := slices.Collect(maps.Keys(r.added))
+	remove = append(remove, d.others...)
+	present, err := r.Net.Addresses(ctx, rz.BridgeLinkIndex)
+	if err != nil {
+		errs = append(errs, fmt.Errorf("reading the bridge interface's addresses: %w", err))
+	}
+	for _, ip := range remove {
+		if slices.Contains(heldIPs, ip) || ip == rz.Node.NodeIP {
+			continue
+		}
+		host := netip.PrefixFrom(ip, 32)
+		if slices.Contains(present, host) {
+			log.Info("Releasing egress IP", "egressIP", ip)
+			if err := r.Net.DeleteAddress(ctx, rz.BridgeLinkIndex, host); err != nil {
+				errs = append(errs, fmt.Errorf("removing egress IP %s from the bridge interface: %w", ip, err))
+				continue
+			}
+		}
+		delete(r.added, ip)
+	}
+	r.State.SetEgressAddresses(append(slices.Collect(maps.Keys(r.added)), heldIPs...))
+	r.State.SetEgressIPs(realised)
+	return errors.Join(errs...)
+}

@@ -1,0 +1,165 @@
+//go:build linux
+
+package e2e
+
+import (
+	"context"
+	"net/netip"
+	"os"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	networkv1alpha1 "github.com/winnet-io/winnet/api/v1alpha1"
+	"github.com/winnet-io/winnet/test/e2e/cluster"
+)
+
+// egressIP is an unused address of the underlay, on every winnet node's uplink subnet.
+var egressIP = netip.MustParseAddr("192.168.77.150")
+
+// TestEgressLocalPods sends real packets from a Pod an Egress selects and from one it does not, both on
+// the Egress's node, to the external host: the external host sees the egress IP as the source of the
+// selected Pod's TCP connection (its echo comes back: the connection works both ways) and the node IP as
+// the other's; the external host cannot reach the node's host through the egress IP (ICMP to it goes
+// unanswered); deleting the Egress returns the Pod to the node's SNAT and takes the IP off the node.
+func TestEgressLocalPods(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	a := node("node-a")
+	selected, err := c.AddPodWith(ctx, a, "egress-a1", cluster.PodOptions{Labels: map[string]string{"egress-test": "selected"}}, readyTimeout)
+	g.Expect(err).NotTo(HaveOccurred())
+	t.Cleanup(func() { _ = c.DeletePod(context.Background(), selected) })
+	unselected := pods["pod-a2"]
+
+	// Before any Egress: the node's SNAT, and nothing answers on the egress IP.
+	g.Expect(probeSource(ctx, selected.Place())).To(Equal(a.IP))
+	_, received, err := cluster.Ping(c.ExternalPlace(), egressIP, 1)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(received).To(BeZero())
+
+	eg := &networkv1alpha1.Egress{
+		ObjectMeta: metav1.ObjectMeta{Name: "e2e-egress"},
+		Spec: networkv1alpha1.EgressSpec{
+			PodSelector: networkv1alpha1.LabelSelector{MatchLabels: map[string]networkv1alpha1.LabelValue{"egress-test": "selected"}},
+			EgressIP:    networkv1alpha1.IPv4Address(egressIP.String()),
+			// Slice 3 carries only the holder's own Pods: pin the Egress to the selected Pod's node.
+			NodeSelector: &networkv1alpha1.LabelSelector{MatchLabels: map[string]networkv1alpha1.LabelValue{corev1.LabelHostname: networkv1alpha1.LabelValue(a.Name)}},
+		},
+	}
+	start := time.Now()
+	g.Expect(c.Client.Create(ctx, eg)).To(Succeed())
+	t.Cleanup(func() { _ = c.Client.Delete(context.Background(), eg) })
+	g.Eventually(func(g Gomega) {
+		got := &networkv1alpha1.Egress{}
+		g.Expect(c.Client.Get(ctx, client.ObjectKeyFromObject(eg), got)).To(Succeed())
+		g.Expect(got.Status.Node).To(Equal(a.Name))
+		g.Expect(meta.IsStatusConditionTrue(got.Status.Conditions, networkv1alpha1.ReadyCondition)).To(BeTrue(), "Ready: %v", got.Status.Conditions)
+	}).WithTimeout(converge).Should(Succeed())
+	t.Logf("Egress Ready on %s %v after it was created", a.Name, time.Since(start).Round(time.Millisecond))
+	g.Expect(bridgeHolds(a, egressIP)).To(BeTrue(), "the egress IP is on node-a's bridge interface")
+	for _, other := range []string{"node-b", "node-c"} {
+		g.Expect(bridgeHolds(node(other), egressIP)).To(BeFalse(), "the egress IP is not on %s", other)
+	}
+
+	// The selected Pod leaves from the egress IP, the other from the node IP, both ways.
+	g.Eventually(func() netip.Addr { return probeSource(ctx, selected.Place()) }).WithTimeout(converge).Should(Equal(egressIP))
+	t.Logf("the external host sees %s from %s %v after the Egress was created", egressIP, selected.Name, time.Since(start).Round(time.Millisecond))
+	checks := []cluster.Check{
+		{From: selected.Place(), To: c.ExternalPlace(), Path: "external, Egress", WantSource: egressIP},
+		{From: unselected.Place(), To: c.ExternalPlace(), Path: "external, node SNAT", WantSource: a.IP},
+		{From: selected.Place(), To: c.ExcludedPlace(), Path: "external, excluded from SNAT"},
+		{From: selected.Place(), To: pods["pod-b1"].Place(), Path: "to a remote Pod, no SNAT"},
+	}
+	// As the connectivity matrix does: the first packets to a tunnel peer new to the Pod's flows may be
+	// lost while ovs-vswitchd resolves the peer; every row must pass once before the counted attempts.
+	took, failures, err := c.WaitReachable(ctx, checks, converge)
+	g.Expect(err).NotTo(HaveOccurred(), "%s", cluster.Lines(failures))
+	t.Logf("every row passed once after %v", took.Round(time.Millisecond))
+	results := c.Probe(ctx, checks, 2)
+	t.Logf("\n%s", cluster.FormatTable(results))
+	for _, r := range results {
+		g.Expect(r.OK()).To(BeTrue(), "%s -> %s (%s)", r.From, r.To, r.Path)
+	}
+
+	// Nothing but the replies of egress connections reaches the host on the egress IP.
+	_, received, err = cluster.Ping(c.ExternalPlace(), egressIP, 2)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(received).To(BeZero(), "the external host's ICMP to the egress IP is dropped")
+
+	// NetworkPolicy egress rules still apply at the source: a policy that lets the selected Pod reach only
+	// the excluded address cuts its connections through the egress IP, and its removal restores them.
+	policy := &networkingv1.NetworkPolicy{
+		ObjectMeta: metav1.ObjectMeta{Namespace: cluster.PodNamespace, Name: "egress-only-excluded"},
+		Spec: networkingv1.NetworkPolicySpec{
+			PodSelector: metav1.LabelSelector{MatchLabels: map[string]string{"egress-test": "selected"}},
+			PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeEgress},
+			Egress: []networkingv1.NetworkPolicyEgressRule{{To: []networkingv1.NetworkPolicyPeer{
+				{IPBlock: &networkingv1.IPBlock{CIDR: netip.PrefixFrom(c.ExcludedIP, 32).String()}}}}},
+		},
+	}
+	g.Expect(c.Client.Create(ctx, policy)).To(Succeed())
+	t.Cleanup(func() { _ = c.Client.Delete(context.Background(), policy) })
+	g.Eventually(func() netip.Addr { return probeSource(ctx, selected.Place()) }).WithTimeout(converge).Should(Equal(netip.Addr{}),
+		"the policy refuses the selected Pod's connection to the external host")
+	g.Expect(c.Probe(ctx, []cluster.Check{{From: selected.Place(), To: c.ExcludedPlace()}}, 1)[0].TCPOK()).To(BeTrue(), "the policy's allowed destination")
+	g.Expect(c.Client.Delete(ctx, policy)).To(Succeed())
+	g.Eventually(func() netip.Addr { return probeSource(ctx, selected.Place()) }).WithTimeout(converge).Should(Equal(egressIP))
+
+	// The holder's agent restarts (SIGTERM, then a new process) with the selected Pod's traffic running
+	// through the egress IP: not one packet is lost, the IP never leaves the bridge interface (the new
+	// agent logs no release) and the Pod still leaves from it.
+	ping, err := cluster.StartSteadyPing(selected.Place(), c.ExternalIP, 20*time.Millisecond)
+	g.Expect(err).NotTo(HaveOccurred())
+	time.Sleep(500 * time.Millisecond)
+	oldRound := flowRound(g, a)
+	g.Expect(a.RestartAgent()).To(Succeed())
+	time.Sleep(3 * time.Second) // the restarted agent resyncs meanwhile
+	g.Expect(c.WaitReady(ctx, converge)).To(Succeed())
+	g.Eventually(func(g Gomega) {
+		g.Expect(flowsOfRound(g, a, oldRound)).To(BeEmpty())
+	}).WithTimeout(converge).Should(Succeed(), "flows of the previous agent's round")
+	g.Expect(a.Flows()).To(ContainSubstring("nat(src="+egressIP.String()+")"), "the Egress's flows, in the new round")
+	stats, err := ping.Stop()
+	g.Expect(err).NotTo(HaveOccurred())
+	t.Logf("holder's agent restarted; steady ping through the egress IP every 20ms: %v", stats)
+	g.Expect(stats.Lost()).To(BeZero(), "packets through the egress IP lost while the holder's agent restarted")
+	log, err := os.ReadFile(a.AgentLog())
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(string(log)).NotTo(ContainSubstring("Releasing egress IP"), "the restarted agent never took the egress IP off")
+	g.Expect(bridgeHolds(a, egressIP)).To(BeTrue())
+	g.Expect(probeSource(ctx, selected.Place())).To(Equal(egressIP))
+
+	// Deleting the Egress returns the Pod to the node's SNAT.
+	g.Expect(c.Client.Delete(ctx, eg)).To(Succeed())
+	deleted := time.Now()
+	g.Eventually(func() netip.Addr { return probeSource(ctx, selected.Place()) }).WithTimeout(converge).Should(Equal(a.IP))
+	t.Logf("back to the node's SNAT %v after the Egress was deleted", time.Since(deleted).Round(time.Millisecond))
+	g.Eventually(func() bool { return bridgeHolds(a, egressIP) }).WithTimeout(converge).Should(BeFalse(), "the egress IP leaves node-a")
+}
+
+// probeSource returns the source address the external host's echo server saw of one TCP connection
+// from a place, invalid when the exchange failed.
+func probeSource(ctx context.Context, from cluster.Place) netip.Addr {
+	r := c.Probe(ctx, []cluster.Check{{From: from, To: c.ExternalPlace()}}, 1)
+	if len(r) != 1 {
+		return netip.Addr{}
+	}
+	return r[0].TCPSource
+}
+
+// bridgeHolds reports whether the node's bridge interface holds ip.
+func bridgeHolds(n *cluster.Node, ip netip.Addr) bool {
+	out, err := n.Exec("ip", "-o", "-4", "addr", "show", "dev", cluster.BridgeName)
+	if err != nil {
+		return false
+	}
+	return slices.Contains(strings.Fields(out), ip.String()+"/32")
+}
