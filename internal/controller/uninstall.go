@@ -35,6 +35,8 @@ var CRDNames = []string{
 	"remotesubnetroutes.network.winnet.io",
 	"podendpoints.network.winnet.io",
 	"flannelinterops.network.winnet.io",
+	"packettraces.network.winnet.io",
+	"egresses.network.winnet.io",
 }
 
 // UninstallOptions configure Uninstall.

@@ -9,6 +9,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -18,6 +19,7 @@ import (
 	batchv1 "k8s.io/api/batch/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -265,6 +267,18 @@ func TestHelmUninstallLeavesNoTrace(t *testing.T) {
 			_ = admin.Delete(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "winnet-agent-" + n.Name}}, client.GracePeriodSeconds(0))
 		}
 	}()
+
+	// The hook's ClusterRole may delete exactly the CRDs the uninstall deletes (the hook below runs
+	// with the admin's kubeconfig: its own rights are checked here).
+	role := &rbacv1.ClusterRole{}
+	decode(t, objs, "ClusterRole/winnet-uninstall", role)
+	var crdNames []string
+	for _, r := range role.Rules {
+		if slices.Contains(r.Resources, "customresourcedefinitions") {
+			crdNames = append(crdNames, r.ResourceNames...)
+		}
+	}
+	g.Expect(crdNames).To(ConsistOf(controller.CRDNames), "the uninstall hook's ClusterRole names every CRD the uninstall deletes")
 
 	// The hook: its Job's command line, against this API server.
 	job := &batchv1.Job{}
