@@ -49,8 +49,51 @@ type Reconciler struct {
 
 	// ids are the EgressField ids of the Egresses held, by name; stable while an Egress is held.
 	ids map[string]uint32
-	// added are the egress IPs this agent put on the bridge interface since it started.
+	// RecordFile, when set, keeps the egress IPs the agent put on the bridge interface across its
+	// restarts (RecordFileName in its state directory).
+	RecordFile string
+
+	// added are the egress IPs on the bridge interface that this agent, or one before it (RecordFile),
+	// put there and has not removed.
 	added map[netip.Addr]bool
+	// recorded is what RecordFile holds, as last written or read.
+	recorded []netip.Addr
+}
+
+// loadAdded reads, at the first pass, the egress IPs earlier agents put on the bridge interface.
+func (r *Reconciler) loadAdded() error {
+	if r.added != nil {
+		return nil
+	}
+	r.added = map[netip.Addr]bool{}
+	if r.RecordFile == "" {
+		return nil
+	}
+	ips, err := loadRecord(r.RecordFile)
+	if err != nil {
+		return err
+	}
+	for _, ip := range ips {
+		r.added[ip] = true
+	}
+	r.recorded = ips
+	return nil
+}
+
+// record writes RecordFile when the set of added IPs changed.
+func (r *Reconciler) record() error {
+	if r.RecordFile == "" {
+		return nil
+	}
+	ips := slices.SortedFunc(maps.Keys(r.added), netip.Addr.Compare)
+	if slices.Equal(ips, r.recorded) {
+		return nil
+	}
+	if err := saveRecord(r.RecordFile, ips); err != nil {
+		return fmt.Errorf("recording the egress IPs: %w", err)
+	}
+	r.recorded = ips
+	return nil
 }
 
 // SetupWithManager registers the reconciler: any change of an Egress, of one of the node's Pods (the
@@ -201,8 +244,9 @@ func (r *Reconciler) desired(rz nodenetwork.Realized, items []networkv1alpha1.Eg
 // egress IPs the node no longer holds, and reports what it realised.
 func (r *Reconciler) apply(ctx context.Context, rz nodenetwork.Realized, d desiredState) error {
 	log := ctrl.LoggerFrom(ctx)
-	if r.added == nil {
-		r.added = map[netip.Addr]bool{}
+	if err := r.loadAdded(); err != nil {
+		// Not fatal: the IPs of the unreadable record stay where they are; this agent's are recorded anew.
+		log.Error(err, "Cannot read the egress IPs an earlier agent put on the bridge interface; they are left there")
 	}
 	heldIPs := make([]netip.Addr, 0, len(d.held))
 	for _, e := range d.held {
@@ -216,11 +260,17 @@ func (r *Reconciler) apply(ctx context.Context, rz nodenetwork.Realized, d desir
 		if !r.added[e.IP] {
 			log.Info("Taking egress IP", "egressIP", e.IP, "bridgeLink", rz.BridgeLinkIndex)
 		}
+		// Recorded before it is added: an agent that stops in between finds it in the record.
+		r.added[e.IP] = true
+		if err := r.record(); err != nil {
+			delete(r.added, e.IP)
+			errs = append(errs, err)
+			continue
+		}
 		if err := r.Net.EnsureSkipAsSourceAddress(ctx, rz.BridgeLinkIndex, netip.PrefixFrom(e.IP, 32)); err != nil {
 			errs = append(errs, fmt.Errorf("putting egress IP %s on the bridge interface: %w", e.IP, err))
 			continue
 		}
-		r.added[e.IP] = true
 		installed = append(installed, e)
 	}
 	synced, err := rz.Flows.Sync(ctx, pipeline.CategoryEgress, rz.Node.EgressFlows(installed))
@@ -257,6 +307,9 @@ func (r *Reconciler) apply(ctx context.Context, rz nodenetwork.Realized, d desir
 			}
 		}
 		delete(r.added, ip)
+	}
+	if err := r.record(); err != nil {
+		errs = append(errs, err)
 	}
 	r.State.SetEgressAddresses(append(slices.Collect(maps.Keys(r.added)), heldIPs...))
 	r.State.SetEgressIPs(realised)

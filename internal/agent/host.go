@@ -129,7 +129,8 @@ func SetupNodeNetwork(ctx context.Context, mgr ctrl.Manager, nodeName string, op
 	if err := routes.SetupWithManager(mgr); err != nil {
 		return nil, err
 	}
-	egresses := &egress.Reconciler{Client: mgr.GetClient(), NodeName: nodeName, Net: netClient, State: state}
+	egresses := &egress.Reconciler{Client: mgr.GetClient(), NodeName: nodeName, Net: netClient, State: state,
+		RecordFile: filepath.Join(opts.StateDir, egress.RecordFileName)}
 	if err := egresses.SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("setting up the egress reconciler: %w", err)
 	}

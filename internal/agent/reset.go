@@ -12,6 +12,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/winnet-io/winnet/controllers/egress"
 	"github.com/winnet-io/winnet/controllers/nodenetwork"
 	"github.com/winnet-io/winnet/controllers/podendpoint"
 	"github.com/winnet-io/winnet/controllers/service"
@@ -289,7 +290,7 @@ func (r *resetter) run(ctx context.Context) error {
 	// agent's state (the Service numbers name groups and zones of the switch reset took apart).
 	removals := []string{filepath.Join(r.opts.StateDir, "ipam"), filepath.Join(r.opts.StateDir, "pods"),
 		filepath.Join(r.opts.StateDir, hostport.DirName), filepath.Join(r.opts.StateDir, service.IDsFileName),
-		filepath.Join(r.opts.StateDir, podendpoint.IncarnationsFileName)}
+		filepath.Join(r.opts.StateDir, podendpoint.IncarnationsFileName), filepath.Join(r.opts.StateDir, egress.RecordFileName)}
 	keep, err := r.retireCNI(ctx)
 	if err != nil {
 		return err

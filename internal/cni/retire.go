@@ -50,9 +50,9 @@ const (
 
 // StateSubdirs are the agent's directories and files in its state directory that a finished
 // retirement removes: IPAM allocations, Pod attachments, their hostPort mappings
-// (hostport.DirName) and their incarnations (podendpoint.IncarnationsFileName). They are named
-// here, never read from a file.
-var StateSubdirs = []string{"ipam", "pods", "hostports", "pod-incarnations.json"}
+// (hostport.DirName), their incarnations (podendpoint.IncarnationsFileName) and the record of the
+// egress IPs the agent added (egress.RecordFileName). They are named here, never read from a file.
+var StateSubdirs = []string{"ipam", "pods", "hostports", "pod-incarnations.json", "egress-ips.json"}
 
 // Retirement is what the teardown leaves for the shim.
 type Retirement struct {

@@ -8,6 +8,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -143,6 +144,20 @@ func TestEgressLocalPods(t *testing.T) {
 	g.Eventually(func() netip.Addr { return probeSource(ctx, selected.Place()) }).WithTimeout(converge).Should(Equal(a.IP))
 	t.Logf("back to the node's SNAT %v after the Egress was deleted", time.Since(deleted).Round(time.Millisecond))
 	g.Eventually(func() bool { return bridgeHolds(a, egressIP) }).WithTimeout(converge).Should(BeFalse(), "the egress IP leaves node-a")
+
+	// An Egress deleted while its holder's agent is stopped: no object names the IP any more, and the
+	// next agent takes it off the bridge interface all the same (the record in its state directory).
+	again := &networkv1alpha1.Egress{ObjectMeta: metav1.ObjectMeta{Name: "e2e-egress-again"}, Spec: *eg.Spec.DeepCopy()}
+	g.Expect(c.Client.Create(ctx, again)).To(Succeed())
+	t.Cleanup(func() { _ = c.Client.Delete(context.Background(), again) })
+	g.Eventually(func() bool { return bridgeHolds(a, egressIP) }).WithTimeout(converge).Should(BeTrue(), "node-a holds the egress IP again")
+	g.Expect(a.StopAgent(syscall.SIGTERM)).To(Succeed())
+	g.Expect(c.Client.Delete(ctx, again)).To(Succeed())
+	g.Expect(a.StartAgent()).To(Succeed())
+	g.Expect(c.WaitReady(ctx, converge)).To(Succeed())
+	g.Eventually(func() bool { return bridgeHolds(a, egressIP) }).WithTimeout(converge).Should(BeFalse(),
+		"the next agent takes off the egress IP of an Egress deleted while no agent ran")
+	g.Expect(probeSource(ctx, selected.Place())).To(Equal(a.IP))
 }
 
 // probeSource returns the source address the external host's echo server saw of one TCP connection
