@@ -109,12 +109,16 @@ func TestSoak(t *testing.T) {
 
 	s := newSampler(w, pprof)
 	stats := &churnStats{}
-	p := w.startProbes(t)
 	external := netip.AddrPortFrom(kubeA.IP, uint16(nodePort))
-	nodePortProbe := startTicks("external->NodePort", 200*time.Millisecond, func() error {
-		return handshakeOnce(w.c.ExternalPlace(), external, time.Second)
-	})
 
+	// The reference: the same probes with nothing churning, on this machine at this moment.
+	idleFor := time.Duration(envFloat(t, "SOAK_IDLE_MINUTES", 2) * float64(time.Minute))
+	p := w.startSoakProbes(t, external)
+	s.every(contextFor(ctx, idleFor), 30*time.Second)
+	idle := p.finish(t, "idle")
+
+	p = w.startSoakProbes(t, external)
+	churnStart := time.Now()
 	runCtx, stopChurn := context.WithTimeout(ctx, time.Duration(minutes*float64(time.Minute)))
 	defer stopChurn()
 	var wg sync.WaitGroup
@@ -128,7 +132,7 @@ func TestSoak(t *testing.T) {
 	s.every(runCtx, 30*time.Second)
 	wg.Wait()
 	churnEnd := time.Now()
-	logf("churn stopped after %v; settling", churnEnd.Sub(start).Round(time.Second))
+	logf("churn stopped after %v; settling", churnEnd.Sub(churnStart).Round(time.Second))
 
 	// The end: the churn's objects gone, the cluster settled, the probes' totals, and what the nodes
 	// hold against what the objects need.
@@ -136,25 +140,9 @@ func TestSoak(t *testing.T) {
 	if err := w.c.WaitReady(ctx, readyTimeout); err != nil {
 		t.Errorf("the nodes are not Ready after the churn: %v", err)
 	}
-	ps, err := p.ping.Stop()
-	if err != nil {
-		t.Errorf("ping: %v", err)
-	}
-	var streamResets int
-	for _, st := range p.streams {
-		r := st.finish()
-		streamResets += r.resets
-		logf("  stream %s: %d sent, %d answered, %d resets (last: %v), longest stall %v", r.name, r.sent, r.answered, r.resets, r.lastErr, r.maxStall.Round(time.Millisecond))
-	}
-	ncFailed, ncFirst := failures(p.newConn.finish())
-	violations := 0
-	for _, d := range p.denied {
-		violations += successes(d.finish())
-	}
-	dnsFailed, dnsFirst := failures(p.dns.finish())
-	npFailed, npFirst := failures(nodePortProbe.finish())
-	logf("  ping client->web-b: %s; new connections failed %d (first %v); DNS failed %d (first %v); NodePort from the external host failed %d (first %v)",
-		ps, ncFailed, ncFirst, dnsFailed, dnsFirst, npFailed, npFirst)
+	churned := p.finish(t, "churn")
+	s.addCounts("cluster", "pings_lost_per_30s", append(idle.lostAt, churned.lostAt...), 30*time.Second)
+	violations := idle.violations + churned.violations
 	if violations > 0 {
 		t.Errorf("%d connections the policies deny got through during the soak", violations)
 	}
@@ -169,15 +157,16 @@ func TestSoak(t *testing.T) {
 	if err := s.write(); err != nil {
 		t.Errorf("writing the samples: %v", err)
 	}
-	sum := s.summary(start, churnEnd)
+	sum := s.summary(churnStart, churnEnd)
 	stats.mu.Lock()
 	for _, e := range stats.firstErrors {
 		logf("  churn error: %s", e)
 	}
 	stats.mu.Unlock()
-	line := fmt.Sprintf("soak minutes=%.0f pods_created=%d pods_per_s=%.2f pod_failures=%d %s leaked=%d unreachable=%d stale_ct=%d stale_ct_long=%d fresh_flow_diffs=%d violations=%d stream_resets=%d ping_lost=%d churn_errors=%d load_avg=%.1f",
-		churnEnd.Sub(start).Minutes(), stats.podsCreated.Load(), float64(stats.podsCreated.Load())/churnEnd.Sub(start).Seconds(), stats.podsFailed.Load(),
-		sum, len(leaks), unreachable, staleCT, staleCTLong, fresh, violations, streamResets, ps.Lost(), stats.churnErrors.Load(), s.meanLoad())
+	line := fmt.Sprintf("soak minutes=%.0f pods_created=%d pods_per_s=%.2f pod_failures=%d rollouts=%d scales=%d policy_changes=%d traces=%d %s leaked=%d unreachable=%d stale_ct=%d stale_ct_long=%d fresh_flow_diffs=%d violations=%d %s %s churn_errors=%d load_avg=%.1f",
+		churnEnd.Sub(churnStart).Minutes(), stats.podsCreated.Load(), float64(stats.podsCreated.Load())/churnEnd.Sub(churnStart).Seconds(), stats.podsFailed.Load(),
+		stats.rollouts.Load(), stats.scales.Load(), stats.policyChanges.Load(), stats.traces.Load(),
+		sum, len(leaks), unreachable, staleCT, staleCTLong, fresh, violations, idle.fields("idle_"), churned.fields(""), stats.churnErrors.Load(), s.meanLoad())
 	fmt.Println(line)
 	must(t, os.WriteFile(filepath.Join(soakDir, "summary.txt"), []byte(line+"\n"), 0o644))
 	if unreachable > 0 {
@@ -186,6 +175,70 @@ func TestSoak(t *testing.T) {
 	if fresh > 0 {
 		t.Errorf("a fresh agent computes other flows, groups or ports than the soaked one had (%d lines; bin/soak/*.txt)", fresh)
 	}
+}
+
+// soakProbes are the upgrade test's probes and the NodePort from the external host, for one window.
+type soakProbes struct {
+	*probes
+	nodePort *tickProbe
+	start    time.Time
+}
+
+func (w *world) startSoakProbes(t *testing.T, nodePort netip.AddrPort) *soakProbes {
+	return &soakProbes{probes: w.startProbes(t), start: time.Now(),
+		nodePort: startTicks("external->NodePort", 200*time.Millisecond, func() error {
+			return handshakeOnce(w.c.ExternalPlace(), nodePort, time.Second)
+		})}
+}
+
+// probeTotals is what the probes saw in one window.
+type probeTotals struct {
+	minutes                                float64
+	pingSent, pingLost                     int
+	pingGap, maxStall                      time.Duration
+	streamResets, newConnFailed, dnsFailed int
+	nodePortFailed, violations             int
+	// lostAt holds when each lost ping left.
+	lostAt []time.Time
+}
+
+// fields renders the totals for the soak line, each name with prefix.
+func (r probeTotals) fields(prefix string) string {
+	return fmt.Sprintf("%[1]sping_sent=%[2]d %[1]sping_lost=%[3]d %[1]sping_gap_ms=%[4]d %[1]sstream_resets=%[5]d %[1]sstream_stall_ms=%[6]d %[1]snew_conn_failed=%[7]d %[1]sdns_failed=%[8]d %[1]snodeport_failed=%[9]d",
+		prefix, r.pingSent, r.pingLost, r.pingGap.Milliseconds(), r.streamResets, r.maxStall.Milliseconds(), r.newConnFailed, r.dnsFailed, r.nodePortFailed)
+}
+
+// finish stops the probes and logs and returns what they saw.
+func (p *soakProbes) finish(t *testing.T, what string) probeTotals {
+	r := probeTotals{minutes: time.Since(p.start).Minutes()}
+	ps, err := p.ping.Stop()
+	if err != nil {
+		t.Errorf("%s: ping: %v", what, err)
+	}
+	r.pingSent, r.pingLost, r.pingGap, r.lostAt = ps.Sent, ps.Lost(), ps.LongestGap, ps.LostAt
+	for _, st := range p.streams {
+		sr := st.finish()
+		r.streamResets += sr.resets
+		r.maxStall = max(r.maxStall, sr.maxStall)
+		logf("  %s: stream %s: %d sent, %d answered, %d resets (last: %v), longest stall %v", what, sr.name, sr.sent, sr.answered, sr.resets, sr.lastErr, sr.maxStall.Round(time.Millisecond))
+	}
+	var ncFirst, dnsFirst, npFirst error
+	r.newConnFailed, ncFirst = failures(p.newConn.finish())
+	for _, d := range p.denied {
+		r.violations += successes(d.finish())
+	}
+	r.dnsFailed, dnsFirst = failures(p.dns.finish())
+	r.nodePortFailed, npFirst = failures(p.nodePort.finish())
+	logf("  %s (%.1f minutes): ping client->web-b: %s; new connections failed %d (first %v); DNS failed %d (first %v); NodePort from the external host failed %d (first %v)",
+		what, r.minutes, ps, r.newConnFailed, ncFirst, r.dnsFailed, dnsFirst, r.nodePortFailed, npFirst)
+	return r
+}
+
+// contextFor is a context that ends after d.
+func contextFor(ctx context.Context, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(ctx, d)
+	context.AfterFunc(ctx, cancel)
+	return ctx
 }
 
 // freeLoopback returns an address of the loopback with a port nothing listens on now.

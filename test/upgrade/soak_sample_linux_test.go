@@ -72,6 +72,20 @@ func (s *sampler) add(node, quantity string, v float64) {
 	s.samples = append(s.samples, sample{at: time.Since(s.start), node: node, quantity: quantity, value: v})
 }
 
+// addCounts adds, for every window of the run so far, how many of times fell into it (lost pings,
+// say), as a quantity of node.
+func (s *sampler) addCounts(node, quantity string, times []time.Time, window time.Duration) {
+	counts := make([]int, int(time.Since(s.start)/window)+1)
+	for _, at := range times {
+		if i := int(at.Sub(s.start) / window); i >= 0 && i < len(counts) {
+			counts[i]++
+		}
+	}
+	for i, n := range counts {
+		s.samples = append(s.samples, sample{at: time.Duration(i) * window, node: node, quantity: quantity, value: float64(n)})
+	}
+}
+
 func (s *sampler) sampleOnce(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 20*time.Second)
 	defer cancel()
@@ -379,16 +393,6 @@ func (s *sampler) write() error {
 	return nil
 }
 
-// series returns one node's samples of a quantity, from minute from on.
-func (s *sampler) series(node, quantity string, from time.Duration) (xs, ys []float64) {
-	for _, sm := range s.samples {
-		if sm.node == node && sm.quantity == quantity && sm.at >= from {
-			xs, ys = append(xs, sm.at.Hours()), append(ys, sm.value)
-		}
-	}
-	return xs, ys
-}
-
 // slope is the least-squares slope of ys over xs (per hour), 0 with fewer than two points.
 func slope(xs, ys []float64) float64 {
 	n := float64(len(xs))
@@ -410,29 +414,11 @@ func slope(xs, ys []float64) float64 {
 // first and last (during the churn), the slopes per hour of heap, RSS and ovs-vswitchd's RSS over
 // the second half, and its goroutines and descriptors first and last; and the largest slopes of
 // goroutines and descriptors of any agent.
-func (s *sampler) summary(start, churnEnd time.Time) string {
-	half := churnEnd.Sub(start) / 2
-	end := churnEnd.Sub(s.start)
-	var worst string
-	worstSlope := -1e18
-	for _, n := range s.w.c.Nodes() {
-		xs, ys := s.series(n.Name, "agent_heap_mb", half)
-		if sl := slope(xs, ys); sl > worstSlope {
-			worst, worstSlope = n.Name, sl
-		}
-	}
-	firstLast := func(node, q string) (first, last float64) {
-		var during []float64
-		for _, sm := range s.samplesOf(node, q) {
-			if sm.at <= end {
-				during = append(during, sm.value)
-			}
-		}
-		if len(during) == 0 {
-			return 0, 0
-		}
-		return during[0], during[len(during)-1]
-	}
+func (s *sampler) summary(churnStart, churnEnd time.Time) string {
+	begin, end := churnStart.Sub(s.start), churnEnd.Sub(s.start)
+	half := begin + (end-begin)/2
+	// Slopes and first and last values over the churn only: the last row is sampled after every
+	// agent restarted (freshFlows).
 	sl := func(node, q string) float64 {
 		var xs, ys []float64
 		for _, sm := range s.samplesOf(node, q) {
@@ -441,6 +427,25 @@ func (s *sampler) summary(start, churnEnd time.Time) string {
 			}
 		}
 		return slope(xs, ys)
+	}
+	firstLast := func(node, q string) (first, last float64) {
+		var during []float64
+		for _, sm := range s.samplesOf(node, q) {
+			if sm.at >= begin && sm.at <= end {
+				during = append(during, sm.value)
+			}
+		}
+		if len(during) == 0 {
+			return 0, 0
+		}
+		return during[0], during[len(during)-1]
+	}
+	var worst string
+	worstSlope := -1e18
+	for _, n := range s.w.c.Nodes() {
+		if v := sl(n.Name, "agent_heap_mb"); v > worstSlope {
+			worst, worstSlope = n.Name, v
+		}
 	}
 	hf, hl := firstLast(worst, "agent_heap_mb")
 	gf, gl := firstLast(worst, "agent_goroutines")
