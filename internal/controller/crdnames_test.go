@@ -1,3 +1,8 @@
+//go:build !windows
+
+// It reads the repository's generated CRDs: platform-neutral, run on Linux with the package's other
+// tests.
+
 package controller
 
 import (
