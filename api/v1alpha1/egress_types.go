@@ -70,9 +70,13 @@ type EgressSpec struct {
 	// +required
 	PodSelector LabelSelector `json:"podSelector"`
 
-	// namespaceSelector selects the namespaces of the Pods by their labels. An empty selector
-	// selects every namespace.
+	// namespaceSelector selects the namespaces of the Pods by their labels: at least one label or
+	// expression. The egress IP is what firewalls admit, and anyone who may create or label Pods in
+	// a selected namespace can give a Pod the labels podSelector asks for; so the namespaces are
+	// chosen on purpose (every namespace: matchExpressions [{key: kubernetes.io/metadata.name,
+	// operator: Exists}]).
 	// +required
+	// +kubebuilder:validation:XValidation:rule="(has(self.matchLabels) && size(self.matchLabels) > 0) || (has(self.matchExpressions) && size(self.matchExpressions) > 0)",message="namespaceSelector must name at least one label or expression: an empty one would give the egress IP to Pods of every namespace, whose users may label their Pods to match podSelector; to select every namespace on purpose, use matchExpressions [{key: kubernetes.io/metadata.name, operator: Exists}]",reason=FieldValueInvalid
 	NamespaceSelector LabelSelector `json:"namespaceSelector"`
 
 	// egressIP is the source address of the selected Pods' connections to destinations outside

@@ -41,9 +41,14 @@ func reportNodeNetwork(g Gomega, name, subnet string, egressIPs ...networkv1alph
 	}).WithTimeout(timeout).Should(Succeed())
 }
 
+// everyNamespace selects every namespace, as an Egress must say on purpose.
+var everyNamespace = networkv1alpha1.LabelSelector{MatchExpressions: []networkv1alpha1.LabelSelectorRequirement{
+	{Key: "kubernetes.io/metadata.name", Operator: "Exists"}}}
+
 func newEgress(name, ip string, podLabels map[string]networkv1alpha1.LabelValue) *networkv1alpha1.Egress {
 	return &networkv1alpha1.Egress{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: networkv1alpha1.EgressSpec{
 		PodSelector: networkv1alpha1.LabelSelector{MatchLabels: podLabels}, EgressIP: networkv1alpha1.IPv4Address(ip),
+		NamespaceSelector: everyNamespace,
 	}}
 }
 

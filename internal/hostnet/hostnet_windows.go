@@ -368,16 +368,10 @@ func (h *ipHelper) EnsureAddress(_ context.Context, linkIndex int, addr netip.Pr
 		}
 		return nil
 	}
-	var row windows.MibUnicastIpAddressRow
-	if err := callVoid(procInitializeUnicastIpAddressEntry, uintptr(unsafe.Pointer(&row))); err != nil {
-		return fmt.Errorf("adding address %s to interface %d: %w", addr, linkIndex, err)
+	row, err := newUnicastRow(l, linkIndex, addr)
+	if err != nil {
+		return err
 	}
-	*(*windows.RawSockaddrInet)(unsafe.Pointer(&row.Address)) = toSockaddr(addr.Addr())
-	row.InterfaceLuid = l
-	row.InterfaceIndex = uint32(linkIndex)
-	row.OnLinkPrefixLength = uint8(addr.Bits())
-	row.ValidLifetime = infiniteLifetime
-	row.PreferredLifetime = infiniteLifetime
 	// Preferred at once: no duplicate address detection for an address the host already had.
 	row.DadState = windows.IpDadStatePreferred
 	err = call(procCreateUnicastIpAddressEntry, uintptr(unsafe.Pointer(&row)))
@@ -417,16 +411,10 @@ func (h *ipHelper) EnsureSkipAsSourceAddress(_ context.Context, linkIndex int, a
 		}
 		return nil
 	}
-	var row windows.MibUnicastIpAddressRow
-	if err := callVoid(procInitializeUnicastIpAddressEntry, uintptr(unsafe.Pointer(&row))); err != nil {
-		return fmt.Errorf("adding address %s to interface %d: %w", addr, linkIndex, err)
+	row, err := newUnicastRow(l, linkIndex, addr)
+	if err != nil {
+		return err
 	}
-	*(*windows.RawSockaddrInet)(unsafe.Pointer(&row.Address)) = toSockaddr(addr.Addr())
-	row.InterfaceLuid = l
-	row.InterfaceIndex = uint32(linkIndex)
-	row.OnLinkPrefixLength = uint8(addr.Bits())
-	row.ValidLifetime = infiniteLifetime
-	row.PreferredLifetime = infiniteLifetime
 	row.SkipAsSource = 1
 	// DadState is left to the stack (InitializeUnicastIpAddressEntry's IpDadStateInvalid): duplicate
 	// address detection runs, and its ARP announces the address's new place on the segment (the
@@ -436,6 +424,22 @@ func (h *ipHelper) EnsureSkipAsSourceAddress(_ context.Context, linkIndex int, a
 		return fmt.Errorf("adding address %s to interface %d: %w", addr, linkIndex, err)
 	}
 	return nil
+}
+
+// newUnicastRow is a new address row of the interface (InitializeUnicastIpAddressEntry's defaults)
+// for addr, valid and preferred for ever.
+func newUnicastRow(l uint64, linkIndex int, addr netip.Prefix) (windows.MibUnicastIpAddressRow, error) {
+	var row windows.MibUnicastIpAddressRow
+	if err := callVoid(procInitializeUnicastIpAddressEntry, uintptr(unsafe.Pointer(&row))); err != nil {
+		return row, fmt.Errorf("adding address %s to interface %d: %w", addr, linkIndex, err)
+	}
+	*(*windows.RawSockaddrInet)(unsafe.Pointer(&row.Address)) = toSockaddr(addr.Addr())
+	row.InterfaceLuid = l
+	row.InterfaceIndex = uint32(linkIndex)
+	row.OnLinkPrefixLength = uint8(addr.Bits())
+	row.ValidLifetime = infiniteLifetime
+	row.PreferredLifetime = infiniteLifetime
+	return row, nil
 }
 
 func (h *ipHelper) DeleteAddress(_ context.Context, linkIndex int, addr netip.Prefix) error {

@@ -180,13 +180,13 @@ func TestSoak(t *testing.T) {
 // soakProbes are the upgrade test's probes and the NodePort from the external host, for one window.
 type soakProbes struct {
 	*probes
-	nodePort *tickProbe
+	nodePort *cluster.TickProbe
 	start    time.Time
 }
 
 func (w *world) startSoakProbes(t *testing.T, nodePort netip.AddrPort) *soakProbes {
 	return &soakProbes{probes: w.startProbes(t), start: time.Now(),
-		nodePort: startTicks("external->NodePort", 200*time.Millisecond, func() error {
+		nodePort: cluster.StartTicks("external->NodePort", 200*time.Millisecond, func() error {
 			return handshakeOnce(w.c.ExternalPlace(), nodePort, time.Second)
 		})}
 }
@@ -223,12 +223,12 @@ func (p *soakProbes) finish(t *testing.T, what string) probeTotals {
 		logf("  %s: stream %s: %d sent, %d answered, %d resets (last: %v), longest stall %v", what, sr.name, sr.sent, sr.answered, sr.resets, sr.lastErr, sr.maxStall.Round(time.Millisecond))
 	}
 	var ncFirst, dnsFirst, npFirst error
-	r.newConnFailed, ncFirst = failures(p.newConn.finish())
+	r.newConnFailed, ncFirst = p.newConn.Finish().Failures()
 	for _, d := range p.denied {
-		r.violations += successes(d.finish())
+		r.violations += d.Finish().Successes()
 	}
-	r.dnsFailed, dnsFirst = failures(p.dns.finish())
-	r.nodePortFailed, npFirst = failures(p.nodePort.finish())
+	r.dnsFailed, dnsFirst = p.dns.Finish().Failures()
+	r.nodePortFailed, npFirst = p.nodePort.Finish().Failures()
 	logf("  %s (%.1f minutes): ping client->web-b: %s; new connections failed %d (first %v); DNS failed %d (first %v); NodePort from the external host failed %d (first %v)",
 		what, r.minutes, ps, r.newConnFailed, ncFirst, r.dnsFailed, dnsFirst, r.nodePortFailed, npFirst)
 	return r

@@ -95,9 +95,9 @@ func (w *world) waitWorkload(t *testing.T) {
 type probes struct {
 	ping    *cluster.SteadyPing
 	streams []*streamProbe
-	newConn *tickProbe
-	denied  []*tickProbe
-	dns     *tickProbe
+	newConn *cluster.TickProbe
+	denied  []*cluster.TickProbe
+	dns     *cluster.TickProbe
 }
 
 func (w *world) startProbes(t *testing.T) *probes {
@@ -122,12 +122,12 @@ func (w *world) startProbes(t *testing.T) *probes {
 		p.streams = append(p.streams, sp)
 	}
 	svc := netip.AddrPortFrom(w.clusterIP, 80)
-	p.newConn = startTicks("new connections to Service web", 50*time.Millisecond, func() error { return connectOnce(client, svc, time.Second) })
+	p.newConn = cluster.StartTicks("new connections to Service web", 50*time.Millisecond, func() error { return connectOnce(client, svc, time.Second) })
 	for _, d := range []string{"locked", "guarded"} {
 		dst := w.dst(d)
-		p.denied = append(p.denied, startTicks("client->"+d, 50*time.Millisecond, func() error { return connectOnce(client, dst, 300*time.Millisecond) }))
+		p.denied = append(p.denied, cluster.StartTicks("client->"+d, 50*time.Millisecond, func() error { return connectOnce(client, dst, 300*time.Millisecond) }))
 	}
-	p.dns = startTicks("DNS", 100*time.Millisecond, func() error { return lookupOnce(client, "kubernetes.default.svc.cluster.local") })
+	p.dns = cluster.StartTicks("DNS", 100*time.Millisecond, func() error { return lookupOnce(client, "kubernetes.default.svc.cluster.local") })
 	return p
 }
 
@@ -172,17 +172,17 @@ func (w *world) phase(t *testing.T, what string, from, to cluster.Release, actio
 		r.detail = append(r.detail, fmt.Sprintf("stream %s: %d lines sent, %d answered, %d resets (last: %v), longest stall %v ending %v into the phase",
 			sr.name, sr.sent, sr.answered, sr.resets, sr.lastErr, sr.maxStall.Round(time.Millisecond), sr.stallEndedAt.Sub(start).Round(time.Millisecond)))
 	}
-	nc := p.newConn.finish()
-	failed, firstErr := failures(nc)
-	r.newConnGap = longestGap(nc)
+	nc := p.newConn.Finish()
+	failed, firstErr := nc.Failures()
+	r.newConnGap = nc.LongestGap()
 	r.detail = append(r.detail, fmt.Sprintf("new connections every 50 ms: %d of %d failed (first: %v), longest window %v", failed, len(nc), firstErr, r.newConnGap))
 	for _, d := range p.denied {
-		rs := d.finish()
-		r.violations += successes(rs)
-		r.detail = append(r.detail, fmt.Sprintf("denied %s every 50 ms: %d of %d got through", d.name, successes(rs), len(rs)))
+		rs := d.Finish()
+		r.violations += rs.Successes()
+		r.detail = append(r.detail, fmt.Sprintf("denied %s every 50 ms: %d of %d got through", d.Name, rs.Successes(), len(rs)))
 	}
-	dns := p.dns.finish()
-	r.dnsFailures, firstErr = failures(dns)
+	dns := p.dns.Finish()
+	r.dnsFailures, firstErr = dns.Failures()
 	r.detail = append(r.detail, fmt.Sprintf("DNS every 100 ms: %d of %d failed (first: %v)", r.dnsFailures, len(dns), firstErr))
 	leaks := w.leaks(t)
 	r.leaked = len(leaks)

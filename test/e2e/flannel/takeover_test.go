@@ -10,7 +10,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -279,7 +278,7 @@ func logsAround(times []time.Time) []string {
 type otherProbes struct {
 	rows  []cluster.Check
 	pings []*cluster.SteadyPing
-	ticks []*tickProbe
+	ticks []*cluster.TickProbe
 	// lostAt holds when each lost request or failed try started, once stopped.
 	lostAt []time.Time
 }
@@ -299,9 +298,9 @@ func startOtherProbes(t *testing.T, g Gomega, svcDst, nodePort netip.AddrPort) *
 		g.Expect(err).NotTo(HaveOccurred())
 		p.pings = append(p.pings, ping)
 	}
-	p.ticks = []*tickProbe{
-		startTicks("pod-a1 -> Service ClusterIP", 100*time.Millisecond, func() error { return askEcho(a1.Place(), svcDst) }),
-		startTicks("linux-a -> Service NodePort on node-b", 100*time.Millisecond, func() error { return askEcho(linuxA.Host(), nodePort) }),
+	p.ticks = []*cluster.TickProbe{
+		cluster.StartTicks("pod-a1 -> Service ClusterIP", 100*time.Millisecond, func() error { return askEcho(a1.Place(), svcDst) }),
+		cluster.StartTicks("linux-a -> Service NodePort on node-b", 100*time.Millisecond, func() error { return askEcho(linuxA.Host(), nodePort) }),
 	}
 	return p
 }
@@ -320,11 +319,12 @@ func (p *otherProbes) stop(g Gomega) (lost int, gap time.Duration, lines []strin
 		}
 	}
 	for _, tp := range p.ticks {
-		r := tp.finish()
-		lost += r.failed
-		gap = max(gap, r.gap)
-		lines = append(lines, fmt.Sprintf("%s: %d tries, %d failed (first: %v), longest gap %v", tp.name, r.tries, r.failed, r.firstErr, r.gap))
-		p.lostAt = append(p.lostAt, r.failedAt...)
+		rs := tp.Finish()
+		failed, firstErr := rs.Failures()
+		lost += failed
+		gap = max(gap, rs.LongestGap())
+		lines = append(lines, fmt.Sprintf("%s: %d tries, %d failed (first: %v), longest gap %v", tp.Name, len(rs), failed, firstErr, rs.LongestGap()))
+		p.lostAt = append(p.lostAt, rs.FailedAt()...)
 	}
 	return lost, gap, lines
 }
@@ -400,86 +400,4 @@ func expectLeftoverLines(g Gomega, out, verb string, leftovers []string) {
 		}
 		g.Expect(n).To(Equal(1), "%q in the lines %q:\n%s", want, verb, out)
 	}
-}
-
-// tickProbe tries something every interval, each try in its own goroutine, and records which failed.
-type tickProbe struct {
-	name string
-	stop chan struct{}
-	wg   sync.WaitGroup
-
-	mu      sync.Mutex
-	results []tickResult
-}
-
-type tickResult struct {
-	at  time.Time
-	err error
-}
-
-type tickSummary struct {
-	tries, failed int
-	firstErr      error
-	failedAt      []time.Time
-	// gap is the longest run of failed tries: from the first failed try's start to the next good one's.
-	gap time.Duration
-}
-
-func startTicks(name string, interval time.Duration, try func() error) *tickProbe {
-	p := &tickProbe{name: name, stop: make(chan struct{})}
-	p.wg.Add(1)
-	go func() {
-		defer p.wg.Done()
-		t := time.NewTicker(interval)
-		defer t.Stop()
-		for {
-			select {
-			case <-p.stop:
-				return
-			case now := <-t.C:
-				p.mu.Lock()
-				i := len(p.results)
-				p.results = append(p.results, tickResult{at: now})
-				p.mu.Unlock()
-				p.wg.Add(1)
-				go func() {
-					defer p.wg.Done()
-					err := try()
-					p.mu.Lock()
-					p.results[i].err = err
-					p.mu.Unlock()
-				}()
-			}
-		}
-	}()
-	return p
-}
-
-func (p *tickProbe) finish() tickSummary {
-	close(p.stop)
-	p.wg.Wait()
-	var s tickSummary
-	var since time.Time
-	for _, r := range p.results {
-		s.tries++
-		if r.err != nil {
-			s.failed++
-			s.failedAt = append(s.failedAt, r.at)
-			if s.firstErr == nil {
-				s.firstErr = r.err
-			}
-			if since.IsZero() {
-				since = r.at
-			}
-			continue
-		}
-		if !since.IsZero() {
-			s.gap = max(s.gap, r.at.Sub(since))
-			since = time.Time{}
-		}
-	}
-	if !since.IsZero() && len(p.results) > 0 {
-		s.gap = max(s.gap, p.results[len(p.results)-1].at.Sub(since))
-	}
-	return s
 }

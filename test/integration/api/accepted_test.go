@@ -69,7 +69,8 @@ func TestValidVariantsAreAccepted(t *testing.T) {
 		{"wnn own vtepMAC", validWNN, set("spec.encapsulation.vtepMAC", "0e:6a:5e:1b:23:9c")},
 		{"fi VNI 1 (Linux-only flannel)", validFI, set("spec.vni", int64(1))},
 		{"fi custom annotation prefix", validFI, set("spec.annotationPrefix", "flannel.example.com")},
-		{"egress selecting everything, any node", validEgress, all(set("spec.podSelector", map[string]any{}), set("spec.namespaceSelector", map[string]any{}), del("spec.nodeSelector"))},
+		{"egress selecting every Pod of every namespace on purpose, any node", validEgress, all(set("spec.podSelector", map[string]any{}),
+			set("spec.namespaceSelector", map[string]any{"matchExpressions": []any{map[string]any{"key": "kubernetes.io/metadata.name", "operator": "Exists"}}}), del("spec.nodeSelector"))},
 		{"egress prefixed keys, DoesNotExist", validEgress, set("spec.podSelector", map[string]any{
 			"matchLabels":      map[string]any{"example.com/tier": "", "app.kubernetes.io/name": "a.b_c-d"},
 			"matchExpressions": []any{map[string]any{"key": "canary", "operator": "DoesNotExist"}},

@@ -133,6 +133,10 @@ func invalidCases() []invalidCase {
 		// address or a Pod CIDR, is winnet-controller's IPConflict).
 		{name: "egress without egressIP", base: eg, mutate: del("spec.egressIP"), field: "spec.egressIP", message: "Required value"},
 		{name: "egress without podSelector", base: eg, mutate: del("spec.podSelector"), field: "spec.podSelector", message: "Required value"},
+		{name: "egress with an empty namespaceSelector", base: eg, mutate: set("spec.namespaceSelector", map[string]any{}), field: "spec.namespaceSelector",
+			message: "namespaceSelector must name at least one label or expression"},
+		{name: "egress with empty namespaceSelector lists", base: eg, mutate: set("spec.namespaceSelector", map[string]any{"matchLabels": map[string]any{}, "matchExpressions": []any{}}),
+			field: "spec.namespaceSelector", message: "namespaceSelector must name at least one label or expression"},
 		{name: "egress egressIP malformed", base: eg, mutate: set("spec.egressIP", "192.168.10.300"), field: "spec.egressIP", message: "must be an IPv4 address such as 10.0.0.4"},
 		{name: "egress egressIP IPv6", base: eg, mutate: set("spec.egressIP", "fd00::200"), field: "spec.egressIP", message: "must be an IPv4 address"},
 		{name: "egress egressIP loopback", base: eg, mutate: set("spec.egressIP", "127.0.0.5"), field: "spec.egressIP", message: "must not be a loopback address"},
