@@ -52,7 +52,7 @@ func TestEgressLocalPods(t *testing.T) {
 			PodSelector: networkv1alpha1.LabelSelector{MatchLabels: map[string]networkv1alpha1.LabelValue{"egress-test": "selected"}},
 			NamespaceSelector: networkv1alpha1.LabelSelector{MatchLabels: map[string]networkv1alpha1.LabelValue{
 				"kubernetes.io/metadata.name": networkv1alpha1.LabelValue(cluster.PodNamespace)}},
-			EgressIP:    networkv1alpha1.IPv4Address(egressIP.String()),
+			EgressIP: networkv1alpha1.IPv4Address(egressIP.String()),
 			// Slice 3 carries only the holder's own Pods: pin the Egress to the selected Pod's node.
 			NodeSelector: &networkv1alpha1.LabelSelector{MatchLabels: map[string]networkv1alpha1.LabelValue{corev1.LabelHostname: networkv1alpha1.LabelValue(a.Name)}},
 		},
