@@ -248,6 +248,7 @@ func newCluster(opts Options) (*Cluster, error) {
 	if opts.DualStack {
 		b := c.ClusterCIDR.Addr().As4()
 		c.ClusterCIDRv6 = mirrorV6(48, b[0], b[1])
+		opts.Logf("Dual-stack: IPv6 cluster CIDR %s beside %s", c.ClusterCIDRv6, c.ClusterCIDR)
 	}
 	c.ExternalIP = lastHost(c.UnderlayCIDR)
 	c.ExcludedIP = c.ExternalIP.Prev()
