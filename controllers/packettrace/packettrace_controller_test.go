@@ -538,8 +538,10 @@ func TestPendingTimeout(t *testing.T) {
 	// The reconciler's requeue waits on the real clock: a change to the trace brings it back now.
 	pending := &networkv1alpha1.PacketTrace{}
 	g.Expect(e.c.Get(context.Background(), client.ObjectKey{Namespace: "pt-timeout", Name: "pending"}, pending)).To(Succeed())
+	// A merge patch, without the resourceVersion: the reconciler may write the trace's status meanwhile.
+	poke := client.MergeFrom(pending.DeepCopy())
 	pending.Labels = map[string]string{"poke": "1"}
-	g.Expect(e.c.Update(context.Background(), pending)).To(Succeed())
+	g.Expect(e.c.Patch(context.Background(), pending, poke)).To(Succeed())
 	g.Eventually(func() map[string]string { return e.phases("pt-timeout") }).WithTimeout(waitFor).Should(Equal(map[string]string{
 		"running": "Running", "pending": "Failed/" + networkv1alpha1.PacketTraceReasonTimeout}))
 	g.Eventually(func() float64 { return failures(t, networkv1alpha1.PacketTraceReasonTimeout) - before }).WithTimeout(waitFor).Should(BeEquivalentTo(1),
