@@ -736,7 +736,7 @@ func (r *Reconciler) ensurePipeline(ctx context.Context, s *state) (outcome, err
 			ctrl.LoggerFrom(ctx).V(1).Info("Synced flows", "category", category, "added", res.Added, "modified", res.Modified, "deleted", res.Deleted)
 		}
 	}
-	for _, category := range []uint8{pipeline.CategoryClassifier, pipeline.CategoryConntrack, pipeline.CategoryForwarding, pipeline.CategorySNAT, pipeline.CategoryPod, pipeline.CategoryRoute, pipeline.CategoryService, pipeline.CategoryPolicy} {
+	for _, category := range pipeline.InstalledCategories {
 		total += len(flows.Installed(category))
 	}
 	s.wnn.Status.FlowCount = int32(total)

@@ -302,7 +302,9 @@ const (
 	// the route whose inner sources arrived from the learned address, and they go with the route's
 	// flows (delete_learned).
 	CategoryTunnelSeen uint8 = 10
-	// (11 is CategoryTrace, declared in trace.go.)
+	// CategoryTrace holds the flows of every running packet trace on the node; the object part of
+	// the cookie is TraceCookieObject.
+	CategoryTrace uint8 = 11
 	// CategoryEgress holds the flows of the Egresses the node holds (EgressFlows): the SNAT of the
 	// selected local Pods' connections to their egress IP, and the drops of other traffic to it.
 	CategoryEgress uint8 = 12
@@ -357,6 +359,12 @@ var TunnelDropReasons = map[uint16]string{
 
 // BaseCategories are the categories of Node.Features, in install order.
 var BaseCategories = []uint8{CategoryClassifier, CategoryConntrack, CategoryForwarding, CategorySNAT}
+
+// InstalledCategories are every category whose flows winnet installs (the learned categories,
+// CategoryAffinityLearned and CategoryTunnelSeen, are ovs-vswitchd's): what a node's flow count
+// (WindowsNodeNetwork status.flowCount) sums.
+var InstalledCategories = []uint8{CategoryClassifier, CategoryConntrack, CategoryForwarding, CategorySNAT,
+	CategoryPod, CategoryRoute, CategoryService, CategoryPolicy, CategoryTrace, CategoryEgress}
 
 // trackedProtocols are the IPv4 protocols sent through conntrack: the ones Windows conntrack tracks.
 var trackedProtocols = []uint8{openflow.ProtoTCP, openflow.ProtoUDP, openflow.ProtoICMP}

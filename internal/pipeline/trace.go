@@ -133,10 +133,6 @@ var traceTagField = RegField{Reg: 7, Start: 2, End: 7}
 //	reg7[0] the DNAT report; reg7[1] unused
 var traceReportedDNAT = RegField{Reg: 7, Start: 0, End: 0}
 
-// CategoryTrace holds the flows of every running packet trace on the node; the object part of the
-// cookie is TraceCookieObject.
-const CategoryTrace uint8 = 11
-
 // priorityTrace is above every flow of the pipeline's tables (the highest is 231).
 const priorityTrace uint16 = 250
 
