@@ -93,28 +93,33 @@ func (s *sampler) sampleOnce(ctx context.Context) {
 	_ = s.w.c.Client.List(ctx, peps)
 	for _, n := range s.w.c.Nodes() {
 		if addr := s.pprof[n.Name]; addr != "" {
-			if v, err := profileValue(addr, "heap?debug=1&gc=1", heapAllocRE); err == nil {
-				s.add(n.Name, "agent_heap_mb", v/(1<<20))
+			// The heap after a GC, and what the Go runtime holds from the system (Sys less the heap
+			// given back): when RSS grows, this says whether the runtime holds it.
+			if v, err := profileValues(addr, "heap?debug=1&gc=1", heapAllocRE, goSysRE, heapReleasedRE); err == nil {
+				s.add(n.Name, "agent_heap_mb", v[0]/(1<<20))
+				s.add(n.Name, "agent_go_held_mb", (v[1]-v[2])/(1<<20))
 			} else {
 				logf("  sample: %s's heap: %v", n.Name, err)
 			}
-			if v, err := profileValue(addr, "goroutine?debug=1", goroutinesRE); err == nil {
-				s.add(n.Name, "agent_goroutines", v)
+			if v, err := profileValues(addr, "goroutine?debug=1", goroutinesRE); err == nil {
+				s.add(n.Name, "agent_goroutines", v[0])
 			} else {
 				logf("  sample: %s's goroutines: %v", n.Name, err)
 			}
 		}
 		if pid := n.AgentPID(); pid > 0 {
-			if v, err := rssMB(pid); err == nil {
-				s.add(n.Name, "agent_rss_mb", v)
+			if m, err := cluster.ReadProcMemory(pid); err == nil {
+				s.add(n.Name, "agent_rss_mb", m.RSS)
+				s.add(n.Name, "agent_rss_anon_mb", m.Anon)
+				s.add(n.Name, "agent_rss_file_mb", m.File)
 			}
 			if fds, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid)); err == nil {
 				s.add(n.Name, "agent_fds", float64(len(fds)))
 			}
 		}
 		if pid := n.OVS.VswitchdPid(); pid > 0 {
-			if v, err := rssMB(pid); err == nil {
-				s.add(n.Name, "vswitchd_rss_mb", v)
+			if m, err := cluster.ReadProcMemory(pid); err == nil {
+				s.add(n.Name, "vswitchd_rss_mb", m.RSS)
 			}
 		}
 		if flows, err := n.OVS.DumpFlows(cluster.BridgeName); err == nil {
@@ -184,42 +189,36 @@ var (
 	timeoutRE    = regexp.MustCompile(`\btimeout=(\d+)`)
 	ctAddrRE     = regexp.MustCompile(`\b(?:src|dst)=(\d+\.\d+\.\d+\.\d+)`)
 	heapAllocRE  = regexp.MustCompile(`(?m)^# HeapAlloc = (\d+)`)
+	// goSysRE and heapReleasedRE: the runtime's MemStats Sys and HeapReleased, in the heap profile.
+	goSysRE        = regexp.MustCompile(`(?m)^# Sys = (\d+)`)
+	heapReleasedRE = regexp.MustCompile(`(?m)^# HeapReleased = (\d+)`)
 )
 
-// profileValue fetches one of the agent's profiles (its loopback-only pprof endpoint) and reads the
-// number re finds in it.
-func profileValue(addr, profile string, re *regexp.Regexp) (float64, error) {
+// profileValues fetches one of the agent's profiles (its loopback-only pprof endpoint) and reads
+// the number each of res finds in it.
+func profileValues(addr, profile string, res ...*regexp.Regexp) ([]float64, error) {
 	c := &http.Client{Timeout: 10 * time.Second}
 	resp, err := c.Get("http://" + addr + "/debug/pprof/" + profile)
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
 	defer resp.Body.Close()
 	// The whole profile: the heap's statistics (HeapAlloc) come after its stacks.
 	body, err := io.ReadAll(io.LimitReader(resp.Body, 256<<20))
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
-	m := re.FindSubmatch(body)
-	if m == nil {
-		return 0, fmt.Errorf("%s: no match in the profile (%s)", profile, resp.Status)
-	}
-	return strconv.ParseFloat(string(m[1]), 64)
-}
-
-// rssMB is a process's VmRSS in MiB.
-func rssMB(pid int) (float64, error) {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return 0, err
-	}
-	for _, line := range strings.Split(string(data), "\n") {
-		if strings.HasPrefix(line, "VmRSS:") {
-			kb, _ := strconv.Atoi(strings.Fields(line)[1])
-			return float64(kb) / 1024, nil
+	out := make([]float64, len(res))
+	for i, re := range res {
+		m := re.FindSubmatch(body)
+		if m == nil {
+			return nil, fmt.Errorf("%s: no %s in the profile (%s)", profile, re, resp.Status)
+		}
+		if out[i], err = strconv.ParseFloat(string(m[1]), 64); err != nil {
+			return nil, err
 		}
 	}
-	return 0, fmt.Errorf("no VmRSS for pid %d", pid)
+	return out, nil
 }
 
 // conntrackZones returns the node's userspace conntrack entries by zone ("0" for the default), each
@@ -454,8 +453,8 @@ func (s *sampler) summary(churnStart, churnEnd time.Time) string {
 	for _, n := range s.w.c.Nodes() {
 		maxG, maxF = max(maxG, sl(n.Name, "agent_goroutines")), max(maxF, sl(n.Name, "agent_fds"))
 	}
-	return fmt.Sprintf("agent=%s heap_mb_first=%.1f heap_mb_last=%.1f heap_slope_mb_per_h=%.2f rss_slope_mb_per_h=%.2f vswitchd_rss_slope_mb_per_h=%.2f goroutines_first=%.0f goroutines_last=%.0f goroutines_slope_per_h_max=%.1f fds_first=%.0f fds_last=%.0f fds_slope_per_h_max=%.1f",
-		worst, hf, hl, sl(worst, "agent_heap_mb"), sl(worst, "agent_rss_mb"), sl(worst, "vswitchd_rss_mb"), gf, gl, maxG, ff, fl, maxF)
+	return fmt.Sprintf("agent=%s heap_mb_first=%.1f heap_mb_last=%.1f heap_slope_mb_per_h=%.2f rss_slope_mb_per_h=%.2f rss_anon_slope_mb_per_h=%.2f go_held_slope_mb_per_h=%.2f vswitchd_rss_slope_mb_per_h=%.2f goroutines_first=%.0f goroutines_last=%.0f goroutines_slope_per_h_max=%.1f fds_first=%.0f fds_last=%.0f fds_slope_per_h_max=%.1f",
+		worst, hf, hl, sl(worst, "agent_heap_mb"), sl(worst, "agent_rss_mb"), sl(worst, "agent_rss_anon_mb"), sl(worst, "agent_go_held_mb"), sl(worst, "vswitchd_rss_mb"), gf, gl, maxG, ff, fl, maxF)
 }
 
 func (s *sampler) samplesOf(node, quantity string) []sample {
