@@ -84,6 +84,16 @@ func sizes(t *testing.T) []int {
 		out = append(out, 150000)
 	}
 	slices.Sort(out)
+	if os.Getenv("BENCH_SCALE_FIXED") == "1" && os.Getenv("BENCH_SCALE_SIZES") == "" {
+		// Only Pods grow, on the first size's Nodes: the default sizes start at the first whose
+		// Nodes hold the largest size's Pods (30,000 with BENCH_SCALE_150K=1).
+		for len(out) > 1 {
+			if _, _, err := fixedShape(out); err == nil {
+				break
+			}
+			out = out[1:]
+		}
+	}
 	return out
 }
 
@@ -128,6 +138,7 @@ func TestBenchScale(t *testing.T) {
 		t.Fatal(err)
 	}
 	start := time.Now()
+	controllerPprof, controllerMetrics := framework.FreeAddress(t), framework.FreeAddress(t)
 	c, err := cluster.Start(ctx, cluster.Options{
 		Logf:         func(f string, a ...any) { fmt.Fprintf(os.Stderr, "bench-scale: "+f+"\n", a...) },
 		BinDir:       os.Getenv("BENCH_SCALE_BIN"),
@@ -138,6 +149,11 @@ func TestBenchScale(t *testing.T) {
 		// The object Nodes have no Lease: only their status heartbeats (every heartbeatPeriod)
 		// tell node lifecycle they live.
 		ControllerManagerArgs: []string{"--node-monitor-grace-period=2h", "--node-startup-grace-period=2h"},
+		// winnet-controller as the chart runs it (its ServiceAccount: the audit log tells its writes
+		// apart), with its profiler and metrics on the loopback.
+		ControllerServiceAccount: true,
+		ControllerArgs:           []string{"--pprof-bind-address", controllerPprof, "--metrics-bind-address", controllerMetrics},
+		EtcdArgs:                 etcdArgs,
 	})
 	if err != nil {
 		t.Fatalf("starting the cluster: %v", err)
@@ -154,6 +170,10 @@ func TestBenchScale(t *testing.T) {
 	w, err := newWriter(c.Config)
 	if err != nil {
 		t.Fatal(err)
+	}
+	ctl, err := newControllerProbe(ctx, c, c.Config, controllerPprof, controllerMetrics)
+	if err != nil {
+		t.Fatalf("reading winnet-controller: %v", err)
 	}
 	sets := []*agentSet{{name: "bench-scale"}}
 	if ref := os.Getenv("BENCH_SCALE_REF_BIN"); ref != "" {
@@ -234,17 +254,50 @@ func TestBenchScale(t *testing.T) {
 		}
 		local := len(all) * localNamespaces
 		built := time.Now()
-		if err := w.grow(ctx, s, size-local); err != nil {
-			t.Fatalf("growing the cluster to %d Pods: %v", size, err)
+		cpuBefore := takeCPU()
+		ctlCPU0 := cpuTime0(t, ctl.pid(t))
+		nodesBefore := w.built.nodes
+		queue := ctl.sampleQueue(ctx)
+		rates, err := w.grow(ctx, s, size-local)
+		if err != nil {
+			t.Fatalf("growing the cluster to %d Pods: %v (written: %s)", size, err, writeRates(rates))
 		}
+		cpuWritten := takeCPU()
+		cr := controllerResult{pods: size, nodes: s.nodes}
+		cr.growCPU = float64(cpuTime0(t, ctl.pid(t))-ctlCPU0) / float64(cpuWritten.at.Sub(cpuBefore.at)) * 100
+		fmt.Printf("bench-scale-info pods=%d: written per second: %s\n", size, writeRates(rates))
+		fmt.Printf("bench-scale-info pods=%d: cores used while writing: %s\n", size, cpuWritten.coresSince(cpuBefore))
 		burstPolicy := probePolicy(fmt.Sprintf("burst-%d", si), int32(7000+si), map[string]string{"role": fmt.Sprintf("burst%d", si)}, nsName(1), "a1")
 		if _, err := w.cs.NetworkingV1().NetworkPolicies(nsName(1)).Create(ctx, burstPolicy, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
 		writeTime := time.Since(built)
 		settle := settled(t, all)
-		fmt.Printf("bench-scale-info pods=%d nodes=%d namespaces=%d services=%d policies=%d: written in %v, agents settled %v later (%v in all)\n",
-			size, s.nodes, s.namespaces, s.services, s.policies, writeTime.Round(time.Second), settle.Round(time.Second), time.Since(built).Round(time.Second))
+		settledAt := time.Now()
+		var which string
+		if cr.queueGrow, which, err = queue.Stop(); err != nil {
+			t.Fatalf("sampling winnet-controller's queue depth while growing to %d Pods: %v", size, err)
+		}
+		fmt.Printf("bench-scale-info pods=%d nodes=%d namespaces=%d services=%d policies=%d: written in %v, agents settled %v later (%v in all); "+
+			"winnet-controller's deepest queue while growing: %s\n",
+			size, s.nodes, s.namespaces, s.services, s.policies, writeTime.Round(time.Second), settle.Round(time.Second), time.Since(built).Round(time.Second), which)
+		time.Sleep(time.Second) // the audit log is written when a request completes
+		n, what, err := controllerWrites(auditLog, built, settledAt)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cr.writesPerNode = -1
+		if added := s.nodes - nodesBefore; added > 0 {
+			cr.writesPerNode = float64(n) / float64(added)
+		}
+		fmt.Printf("bench-scale-info pods=%d: winnet-controller's writes while %d Nodes were added and the agents settled: %d (%s)\n",
+			size, s.nodes-nodesBefore, n, what)
+		if cr.heapMB, err = heapMB(ctl.pprof); err != nil {
+			t.Fatalf("winnet-controller's heap: %v", err)
+		}
+		if cr.rssMB, err = rssMB(ctl.pid(t)); err != nil {
+			t.Fatalf("winnet-controller's RSS: %v", err)
+		}
 		rs := make([]result, len(sets))
 		for k, set := range sets {
 			rs[k].s = s
@@ -257,11 +310,11 @@ func TestBenchScale(t *testing.T) {
 				}
 				h, err := heapMB(a.pprof)
 				if err != nil {
-					t.Fatal(err)
+					t.Fatalf("the heap of %s's agent: %v", a.node.Name, err)
 				}
 				rss, err := rssMB(pid)
 				if err != nil {
-					t.Fatal(err)
+					t.Fatalf("the RSS of %s's agent: %v", a.node.Name, err)
 				}
 				rs[k].heapMB, rs[k].rssMB = max(rs[k].heapMB, h), max(rs[k].rssMB, rss)
 			}
@@ -272,13 +325,24 @@ func TestBenchScale(t *testing.T) {
 		for k, set := range sets {
 			cpu0[k] = agentCPU(t, set.agents)
 		}
+		ctlIdle0 := cpuTime0(t, ctl.pid(t))
 		idleFrom := time.Now()
 		time.Sleep(idleWindow)
 		idleTo := time.Now()
 		for k, set := range sets {
 			rs[k].idleCPU = float64(agentCPU(t, set.agents)-cpu0[k]) / float64(idleTo.Sub(idleFrom)) / float64(len(set.agents)) * 100
 		}
+		cr.idleCPU = float64(cpuTime0(t, ctl.pid(t))-ctlIdle0) / float64(idleTo.Sub(idleFrom)) * 100
+		if cr.queueIdle, _, err = ctl.queueDepth(ctx); err != nil {
+			t.Fatalf("winnet-controller's queue depth at idle: %v", err)
+		}
 		time.Sleep(time.Second) // the audit log is written when a request completes
+		n, what, err = controllerWrites(auditLog, idleFrom, idleTo)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cr.idleWrites = float64(n) / idleTo.Sub(idleFrom).Minutes()
+		fmt.Printf("bench-scale-info pods=%d: winnet-controller's writes in %v idle: %d (%s)\n", size, idleWindow, n, what)
 		for k, set := range sets {
 			n, what, err := agentWrites(auditLog, set.nodes(), idleFrom, idleTo)
 			if err != nil {
@@ -347,6 +411,11 @@ func TestBenchScale(t *testing.T) {
 			rs[k].burst = d
 		}
 
+		// A new Node's route, until it is in every agent's switch.
+		conv := routeConvergence(t, ctx, w, all, si)
+		cr.routeConverge = slowest(conv)
+		fmt.Printf("bench-scale-info pods=%d: a new Node's route in each agent's switch after %v\n", size, conv)
+
 		// Churn, with the watches of one agent of each build and one kube-proxy counting: the
 		// measured agent's are its node's Pods and its local policies' peer watches
 		// (networkpolicy.PeerWatches of the same inputs), the reference's (main before issue 38)
@@ -403,11 +472,23 @@ func TestBenchScale(t *testing.T) {
 			fmt.Println(line)
 			lines = append(lines, line)
 		}
+		fmt.Println(cr.String())
+		lines = append(lines, cr.String())
 	}
 	fmt.Printf("bench-scale-info: the run took %v\n", time.Since(start).Round(time.Second))
 	for _, l := range lines {
 		fmt.Println(l)
 	}
+}
+
+// cpuTime0 is the CPU time of process pid; the test fails when it cannot be read.
+func cpuTime0(t *testing.T, pid int) time.Duration {
+	t.Helper()
+	d, err := cpuTime(pid)
+	if err != nil {
+		t.Fatalf("the CPU time of pid %d: %v", pid, err)
+	}
+	return d
 }
 
 // agentCPU is the agents' CPU time together.
