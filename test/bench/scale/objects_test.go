@@ -43,10 +43,15 @@ const (
 	teams = 10
 	// peerPods: the role=peer Pods are among the first peerPods object Pods.
 	peerPods = 3000
-	// writers is how many objects are written at once.
-	writers  = 48
 	protobuf = "application/vnd.kubernetes.protobuf"
 )
+
+// writers is how many objects are written at once (BENCH_SCALE_WRITERS). More do not write faster
+// when the API server has the machine's cores (bench-scale-info's cores while writing say).
+var writers = 48
+
+// retried counts the requests retried after the API server's throttling (429) or a timeout.
+var retried atomic.Int64
 
 // etcdArgs raise etcd's database quota from its default 2 GiB to 8 GiB (etcd's largest
 // recommended): 150,000 Pods with their status writes, 5,000 Nodes with their heartbeats and the
@@ -157,6 +162,7 @@ func retry(f func() error) error {
 		if err == nil || attempt == 20 || !(apierrors.IsTooManyRequests(err) || apierrors.IsServerTimeout(err) || apierrors.IsTimeout(err)) {
 			return err
 		}
+		retried.Add(1)
 		time.Sleep(time.Duration(attempt+1) * 100 * time.Millisecond)
 	}
 }
@@ -199,6 +205,8 @@ type kindWrite struct {
 	kind    string
 	objects int
 	took    time.Duration
+	// cpu is the benchmark's processes' CPU time before and after.
+	cpuBefore, cpuAfter cpuSnapshot
 }
 
 // perSecond is the kind's objects written per second.
@@ -228,9 +236,9 @@ func (w *writer) grow(ctx context.Context, s shape, objectPods int) ([]kindWrite
 	b := w.built
 	var out []kindWrite
 	step := func(kind string, from, to int, f func(i int) error) error {
-		start := time.Now()
+		before, start := takeCPU(), time.Now()
 		err := parallel(from, to, f)
-		out = append(out, kindWrite{kind: kind, objects: max(0, to-from), took: time.Since(start)})
+		out = append(out, kindWrite{kind: kind, objects: max(0, to-from), took: time.Since(start), cpuBefore: before, cpuAfter: takeCPU()})
 		if err != nil {
 			return fmt.Errorf("writing %s %d to %d: %w", kind, from, to, err)
 		}
