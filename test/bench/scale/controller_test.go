@@ -127,7 +127,12 @@ func (p *controllerProbe) queueDepth(ctx context.Context) (float64, string, erro
 	return sum, name, nil
 }
 
-// queueSampler samples the controller's queue depth every 2 s until stopped and keeps the largest.
+// queueSampleEvery is how often the controller's queue depth is sampled while a size is built:
+// each scrape costs the controller a page of metrics that grows with the Nodes.
+const queueSampleEvery = 5 * time.Second
+
+// queueSampler samples the controller's queue depth every queueSampleEvery until stopped and keeps
+// the largest.
 type queueSampler struct {
 	mu       sync.Mutex
 	max      float64
@@ -159,7 +164,7 @@ func (p *controllerProbe) sampleQueue(ctx context.Context) *queueSampler {
 			select {
 			case <-ctx.Done():
 				return
-			case <-time.After(2 * time.Second):
+			case <-time.After(queueSampleEvery):
 			}
 		}
 	}()

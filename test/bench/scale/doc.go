@@ -58,7 +58,7 @@
 //   - controller_writes_per_node_added: its writes from the start of the size's build until the
 //     agents settled, per Node the size added (-1 when it added none, BENCH_SCALE_FIXED=1).
 //   - controller_queue_max_growing: the largest sum of controller-runtime's workqueue_depth over
-//     its queues (its metrics endpoint, every 2 s) while the size was built; controller_queue_idle:
+//     its queues (its metrics endpoint, every 5 s) while the size was built; controller_queue_idle:
 //     the sum at the end of the idle window. The deepest queue is named on an info line.
 //   - route_converge_ms: from the creation of a new Node (Pod CIDR, then InternalIP and Ready, as
 //     kubelet registers one) until the flow of its route (L3 forwarding, nw_dst its Pod CIDR) is

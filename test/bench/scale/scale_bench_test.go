@@ -133,12 +133,12 @@ func TestBenchScale(t *testing.T) {
 	}
 	out := filepath.Join(framework.RepoRoot(), "bin", "bench-scale")
 	if err := os.MkdirAll(out, 0o755); err != nil {
-		t.Fatal(err)
+		t.Fatalf("creating %s for the run's logs: %v", out, err)
 	}
 	policyFile, auditLog := filepath.Join(out, "audit-policy.yaml"), filepath.Join(out, "audit.log")
 	_ = os.Remove(auditLog)
 	if err := os.WriteFile(policyFile, []byte(auditPolicy), 0o644); err != nil {
-		t.Fatal(err)
+		t.Fatalf("writing the audit policy: %v", err)
 	}
 	start := time.Now()
 	controllerPprof, controllerMetrics := framework.FreeAddress(t), framework.FreeAddress(t)
@@ -172,7 +172,7 @@ func TestBenchScale(t *testing.T) {
 	}()
 	w, err := newWriter(c.Config)
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("the writers' client: %v", err)
 	}
 	if v := os.Getenv("BENCH_SCALE_WRITERS"); v != "" {
 		if writers, err = strconv.Atoi(v); err != nil || writers < 1 {
@@ -210,7 +210,7 @@ func TestBenchScale(t *testing.T) {
 		t.Fatalf("the nodes did not get ready: %v\n%s", err, c.LogTails(30))
 	}
 	if err := parallel(0, localNamespaces, func(i int) error { return w.namespace(ctx, i) }); err != nil {
-		t.Fatal(err)
+		t.Fatalf("creating the local namespaces: %v", err)
 	}
 	// The local Pods: one per local namespace on each agent's node, attached through CNI.
 	var wg sync.WaitGroup
@@ -248,7 +248,7 @@ func TestBenchScale(t *testing.T) {
 	if os.Getenv("BENCH_SCALE_FIXED") == "1" {
 		f, perNode, err := fixedShape(sizeList)
 		if err != nil {
-			t.Fatal(err)
+			t.Fatalf("BENCH_SCALE_FIXED=1 with sizes %v: %v", sizeList, err)
 		}
 		fixed, w.perNode, w.fixedFrom = f, perNode, sizeList[0]-len(all)*localNamespaces
 		fmt.Printf("bench-scale-info: only Pods grow: %d Nodes, %d namespaces, %d Services, %d policies at every size, up to %d Pods per Node\n",
@@ -283,7 +283,7 @@ func TestBenchScale(t *testing.T) {
 		}
 		burstPolicy := probePolicy(fmt.Sprintf("burst-%d", si), int32(7000+si), map[string]string{"role": fmt.Sprintf("burst%d", si)}, nsName(1), "a1")
 		if _, err := w.cs.NetworkingV1().NetworkPolicies(nsName(1)).Create(ctx, burstPolicy, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
+			t.Fatalf("creating the burst policy of %d Pods: %v", size, err)
 		}
 		writeTime := time.Since(built)
 		settle := settled(t, all)
@@ -298,7 +298,7 @@ func TestBenchScale(t *testing.T) {
 		time.Sleep(time.Second) // the audit log is written when a request completes
 		n, what, err := controllerWrites(auditLog, built, settledAt)
 		if err != nil {
-			t.Fatal(err)
+			t.Fatalf("counting winnet-controller's writes while growing to %d Pods: %v", size, err)
 		}
 		cr.writesPerNode = -1
 		if added := s.nodes - nodesBefore; added > 0 {
@@ -353,14 +353,14 @@ func TestBenchScale(t *testing.T) {
 		time.Sleep(time.Second) // the audit log is written when a request completes
 		n, what, err = controllerWrites(auditLog, idleFrom, idleTo)
 		if err != nil {
-			t.Fatal(err)
+			t.Fatalf("counting winnet-controller's idle writes at %d Pods: %v", size, err)
 		}
 		cr.idleWrites = float64(n) / idleTo.Sub(idleFrom).Minutes()
 		fmt.Printf("bench-scale-info pods=%d: winnet-controller's writes in %v idle: %d (%s)\n", size, idleWindow, n, what)
 		for k, set := range sets {
 			n, what, err := agentWrites(auditLog, set.nodes(), idleFrom, idleTo)
 			if err != nil {
-				t.Fatal(err)
+				t.Fatalf("counting the idle writes of %s's agents at %d Pods: %v", set.name, size, err)
 			}
 			rs[k].idleWrites = float64(n) / idleTo.Sub(idleFrom).Minutes()
 			fmt.Printf("bench-scale-info pods=%d %s: the agents' writes in %v idle: %d (%s)\n", size, set.name, idleWindow, n, what)
@@ -370,7 +370,7 @@ func TestBenchScale(t *testing.T) {
 		epFrom := time.Now()
 		for range endpointChanges {
 			if err := w.changeEndpoint(ctx, 0, s.namespaces); err != nil {
-				t.Fatal(err)
+				t.Fatalf("changing an endpoint at %d Pods: %v", size, err)
 			}
 			time.Sleep(endpointGap)
 		}
@@ -379,7 +379,7 @@ func TestBenchScale(t *testing.T) {
 		for k, set := range sets {
 			n, what, err := agentWrites(auditLog, set.nodes(), epFrom, epTo)
 			if err != nil {
-				t.Fatal(err)
+				t.Fatalf("counting the writes of %s's agents after endpoint changes at %d Pods: %v", set.name, size, err)
 			}
 			rs[k].epWrites = float64(n) / endpointChanges
 			fmt.Printf("bench-scale-info pods=%d %s: the agents' writes in the %v after %d endpoint changes: %d (%s)\n", size, set.name,
@@ -392,14 +392,14 @@ func TestBenchScale(t *testing.T) {
 			at := time.Now()
 			np := probePolicy(fmt.Sprintf("probe-%d-%d", si, k), int32(20000+si*10+k), map[string]string{"role": "peer"}, nsName(0), "a0")
 			if _, err := w.cs.NetworkingV1().NetworkPolicies(nsName(0)).Create(ctx, np, metav1.CreateOptions{}); err != nil {
-				t.Fatal(err)
+				t.Fatalf("creating probe policy %s at %d Pods: %v", np.Name, size, err)
 			}
 			for j, set := range sets {
 				first := set.agents[0].node
 				for deadline := time.Now().Add(3 * time.Minute); ; time.Sleep(200 * time.Millisecond) {
 					ps, err := fullPasses(first.AgentLog(), at)
 					if err != nil {
-						t.Fatal(err)
+						t.Fatalf("reading the full passes in %s's agent log: %v", first.Name, err)
 					}
 					if len(ps) > 0 {
 						passes[j] = append(passes[j], ps[0])
@@ -436,7 +436,7 @@ func TestBenchScale(t *testing.T) {
 		// every Pod.
 		peers, err := w.peerWatches(ctx)
 		if err != nil {
-			t.Fatal(err)
+			t.Fatalf("computing the agent's peer watches at %d Pods: %v", size, err)
 		}
 		models := make([]*watchModel, len(sets))
 		for k := range sets {
@@ -445,12 +445,12 @@ func TestBenchScale(t *testing.T) {
 				specs = refAgentWatches(firsts[1].node.Name)
 			}
 			if models[k], err = startWatches(ctx, c.Config, specs); err != nil {
-				t.Fatal(err)
+				t.Fatalf("opening the watch model of %s at %d Pods: %v", sets[k].name, size, err)
 			}
 		}
 		proxyW, err := startWatches(ctx, c.Config, kubeProxyWatches(nodeName(0)))
 		if err != nil {
-			t.Fatal(err)
+			t.Fatalf("opening kube-proxy's watch model at %d Pods: %v", size, err)
 		}
 		// A Pod no local policy names (role other, in a namespace without local Pods) has its
 		// status written unnamedUpdates times, as kubelet does: the events each agent's watches
@@ -462,7 +462,7 @@ func TestBenchScale(t *testing.T) {
 		unnamed := 31 // ns-0031 (beyond the local namespaces), role other
 		for i := range unnamedUpdates {
 			if err := w.touchStatus(ctx, nsName(unnamed%s.namespaces), fmt.Sprintf("p-%06d", unnamed), i); err != nil {
-				t.Fatal(err)
+				t.Fatalf("writing the status of a Pod no policy names at %d Pods: %v", size, err)
 			}
 		}
 		time.Sleep(2 * time.Second)
@@ -512,7 +512,7 @@ func agentCPU(t *testing.T, nodes []*agent) time.Duration {
 	for _, a := range nodes {
 		d, err := cpuTime(a.node.AgentPID())
 		if err != nil {
-			t.Fatal(err)
+			t.Fatalf("the CPU time of %s's agent: %v", a.node.Name, err)
 		}
 		sum += d
 	}
@@ -585,7 +585,7 @@ func burst(t *testing.T, ctx context.Context, w *writer, agents []*agent, si int
 			}
 			flows, err := a.node.OVS.DumpFlows(cluster.BridgeName, table)
 			if err != nil {
-				t.Fatal(err)
+				t.Fatalf("dumping the flows of %s's switch: %v", a.node.Name, err)
 			}
 			dump := strings.Join(flows, "\n") + "\n"
 			missing := 0
