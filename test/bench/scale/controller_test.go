@@ -96,7 +96,7 @@ func (p *controllerProbe) pid(t *testing.T) int {
 }
 
 // queueDepth is the sum of controller-runtime's workqueue_depth over the controller's queues, and
-// the deepest queue's name.
+// the deepest queue's labels ("" when every queue is empty).
 func (p *controllerProbe) queueDepth(ctx context.Context) (float64, string, error) {
 	body, err := p.reader.Scrape(ctx, p.metrics)
 	if err != nil {
@@ -117,7 +117,7 @@ func (p *controllerProbe) queueDepth(ctx context.Context) (float64, string, erro
 			return 0, "", fmt.Errorf("winnet-controller's metrics: %q: %w", line, err)
 		}
 		sum += v
-		if v > deepest || name == "" {
+		if v > deepest {
 			deepest, name = v, labels[len("workqueue_depth{"):]
 		}
 	}
@@ -156,7 +156,7 @@ func (p *controllerProbe) sampleQueue(ctx context.Context) *queueSampler {
 				s.err = err
 			case err == nil:
 				s.samples++
-				if d > s.max || s.samples == 1 {
+				if d > s.max {
 					s.max, s.maxWhich = d, which
 				}
 			}
@@ -171,7 +171,8 @@ func (p *controllerProbe) sampleQueue(ctx context.Context) *queueSampler {
 	return s
 }
 
-// Stop ends the sampling and returns the largest depth and which queue was deepest then.
+// Stop ends the sampling and returns the largest depth and which queue was deepest then ("none"
+// when every sample found every queue empty).
 func (s *queueSampler) Stop() (float64, string, error) {
 	s.stop()
 	<-s.done
@@ -179,6 +180,9 @@ func (s *queueSampler) Stop() (float64, string, error) {
 	defer s.mu.Unlock()
 	if s.samples == 0 && s.err == nil {
 		s.err = fmt.Errorf("no sample of winnet-controller's queue depth")
+	}
+	if s.maxWhich == "" {
+		s.maxWhich = "none"
 	}
 	return s.max, s.maxWhich, s.err
 }

@@ -217,16 +217,15 @@ func (k kindWrite) perSecond() float64 {
 	return float64(k.objects) / k.took.Seconds()
 }
 
-// writeRates says, per kind, the objects written per second, how many and in how long.
+// writeRates says, per kind written, the objects written per second, how many and in how long.
 func writeRates(ks []kindWrite) string {
-	var b strings.Builder
-	for i, k := range ks {
-		if i > 0 {
-			b.WriteString(" ")
+	var out []string
+	for _, k := range ks {
+		if k.objects > 0 {
+			out = append(out, fmt.Sprintf("%s_per_s=%.1f (%d in %v)", k.kind, k.perSecond(), k.objects, k.took.Round(100*time.Millisecond)))
 		}
-		fmt.Fprintf(&b, "%s_per_s=%.1f (%d in %v)", k.kind, k.perSecond(), k.objects, k.took.Round(100*time.Millisecond))
 	}
-	return b.String()
+	return strings.Join(out, " ")
 }
 
 // grow writes what the cluster lacks to reach s, in dependency order, and returns what it wrote of
