@@ -56,7 +56,8 @@
 //     records the agents' and its user's writes; the TokenReviews and SubjectAccessReviews of the
 //     benchmark's scrapes of its metrics are not counted).
 //   - controller_writes_per_node_added: its writes from the start of the size's build until the
-//     agents settled, per Node the size added (-1 when it added none, BENCH_SCALE_FIXED=1).
+//     agents settled and its queues were empty (the measurements start then; at most 10 minutes
+//     each), per Node the size added (-1 when it added none, BENCH_SCALE_FIXED=1).
 //   - controller_queue_max_growing: the largest sum of controller-runtime's workqueue_depth over
 //     its queues (its metrics endpoint, every 5 s) while the size was built; controller_queue_idle:
 //     the sum at the end of the idle window. The deepest queue is named on an info line.

@@ -287,14 +287,19 @@ func TestBenchScale(t *testing.T) {
 		}
 		writeTime := time.Since(built)
 		settle := settled(t, all)
+		ctlSettle, err := ctl.waitQueuesEmpty(ctx, 10*time.Minute)
+		if err != nil {
+			t.Fatalf("waiting for winnet-controller's queues to empty at %d Pods: %v", size, err)
+		}
 		settledAt := time.Now()
 		var which string
 		if cr.queueGrow, which, err = queue.Stop(); err != nil {
 			t.Fatalf("sampling winnet-controller's queue depth while growing to %d Pods: %v", size, err)
 		}
-		fmt.Printf("bench-scale-info pods=%d nodes=%d namespaces=%d services=%d policies=%d: written in %v, agents settled %v later (%v in all); "+
-			"winnet-controller's deepest queue while growing: %s\n",
-			size, s.nodes, s.namespaces, s.services, s.policies, writeTime.Round(time.Second), settle.Round(time.Second), time.Since(built).Round(time.Second), which)
+		fmt.Printf("bench-scale-info pods=%d nodes=%d namespaces=%d services=%d policies=%d: written in %v, agents settled %v later, winnet-controller's "+
+			"queues empty %v after that (%v in all); its deepest queue while growing: %s\n",
+			size, s.nodes, s.namespaces, s.services, s.policies, writeTime.Round(time.Second), settle.Round(time.Second), ctlSettle.Round(time.Second),
+			time.Since(built).Round(time.Second), which)
 		time.Sleep(time.Second) // the audit log is written when a request completes
 		n, what, err := controllerWrites(auditLog, built, settledAt)
 		if err != nil {
