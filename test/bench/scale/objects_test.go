@@ -101,6 +101,9 @@ type writer struct {
 	// namespace count when it was created).
 	built shape
 	steps []shape
+	// podsUpTo is, for each step, how many object Pods existed after it (a Pod's namespace depends
+	// on the namespace count when it was written).
+	podsUpTo []int
 	// churned counts the churn Pods ever created, epChanges the endpoint changes.
 	churned, epChanges atomic.Int64
 	// nodes is how many object Nodes exist (for the heartbeats).
@@ -228,6 +231,16 @@ func writeRates(ks []kindWrite) string {
 	return strings.Join(out, " ")
 }
 
+// podNamespaceOf is the namespace object Pod k was written to.
+func (w *writer) podNamespaceOf(k int) string {
+	for i, upTo := range w.podsUpTo {
+		if k < upTo {
+			return w.podNamespace(k, w.steps[i].namespaces)
+		}
+	}
+	return w.podNamespace(k, w.built.namespaces)
+}
+
 // grow writes what the cluster lacks to reach s, in dependency order, and returns what it wrote of
 // each kind (a Pod is its creation and its status, a Node its creation and its status, a Service
 // its creation and its EndpointSlice's).
@@ -265,6 +278,7 @@ func (w *writer) grow(ctx context.Context, s shape, objectPods int) ([]kindWrite
 	}
 	w.built = s
 	w.steps = append(w.steps, s)
+	w.podsUpTo = append(w.podsUpTo, objectPods)
 	w.built.pods = objectPods
 	return out, nil
 }

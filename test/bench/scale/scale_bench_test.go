@@ -464,9 +464,11 @@ func TestBenchScale(t *testing.T) {
 		for k := range sets {
 			before[k] = models[k].events.Load()
 		}
-		unnamed := 31 // ns-0031 (beyond the local namespaces), role other
+		// Object Pod 31: role other, in ns-0031 (beyond the local namespaces) when the first size
+		// has more than 31 namespaces (1,920 Pods or more); below, every namespace holds local Pods.
+		unnamed := 31
 		for i := range unnamedUpdates {
-			if err := w.touchStatus(ctx, nsName(unnamed%s.namespaces), fmt.Sprintf("p-%06d", unnamed), i); err != nil {
+			if err := w.touchStatus(ctx, w.podNamespaceOf(unnamed), fmt.Sprintf("p-%06d", unnamed), i); err != nil {
 				t.Fatalf("writing the status of a Pod no policy names at %d Pods: %v", size, err)
 			}
 		}
