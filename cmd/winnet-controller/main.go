@@ -28,6 +28,7 @@ func main() {
 	fs.DurationVar(&opts.LeaseDuration, "leader-election-lease-duration", 0, "how long a lost leader keeps the Lease (default: controller-runtime's 15s)")
 	fs.StringVar(&opts.MetricsBindAddress, "metrics-bind-address", "0", `address of the metrics endpoint, such as ":8080" ("0" disables it)`)
 	fs.StringVar(&opts.HealthProbeBindAddress, "health-probe-bind-address", ":8081", `address of /healthz and /readyz ("0" disables it)`)
+	fs.StringVar(&opts.PprofBindAddress, "pprof-bind-address", "0", `address of the Go profiler's /debug/pprof endpoints, loopback only, such as "127.0.0.1:6060" ("0" disables them)`)
 	fs.Func("cluster-cidrs", "comma-separated Pod CIDRs of the cluster, written into derived WindowsNodeNetworks (never SNATed)", func(v string) error {
 		opts.Defaults.ClusterCIDRs = splitList(v)
 		return nil

@@ -3,8 +3,6 @@ package agent
 import (
 	"errors"
 	"fmt"
-	"net"
-	"net/netip"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -23,6 +21,7 @@ import (
 	networkv1alpha1 "github.com/winnet-io/winnet/api/v1alpha1"
 	// winnet_build_info on the registry the metrics endpoint serves.
 	_ "github.com/winnet-io/winnet/internal/buildinfo"
+	"github.com/winnet-io/winnet/internal/cmdline"
 	winnetscheme "github.com/winnet-io/winnet/internal/scheme"
 )
 
@@ -55,30 +54,10 @@ func (o Options) Validate() error {
 		return fmt.Errorf("node name %q has %d characters: winnet supports node names of at most %d, so that its PodEndpoints' names (\"<node>.<Pod UID>\") fit the 253 characters of an object name",
 			o.NodeName, len(o.NodeName), networkv1alpha1.MaxPodEndpointNodeName)
 	}
-	if err := ValidateLoopback(o.PprofBindAddress); err != nil {
+	if err := cmdline.ValidateLoopback(o.PprofBindAddress); err != nil {
 		return fmt.Errorf("--pprof-bind-address: %w", err)
 	}
 	return nil
-}
-
-// ValidateLoopback accepts "" or "0" (disabled) or host:port whose host is a loopback address
-// (127.0.0.0/8, ::1) or "localhost": an endpoint without authentication must not be reachable
-// from Pods or other hosts.
-func ValidateLoopback(address string) error {
-	if address == "" || address == "0" {
-		return nil
-	}
-	host, _, err := net.SplitHostPort(address)
-	if err != nil {
-		return fmt.Errorf("%q is not host:port: %w", address, err)
-	}
-	if host == "localhost" {
-		return nil
-	}
-	if ip, err := netip.ParseAddr(host); err == nil && ip.IsLoopback() {
-		return nil
-	}
-	return fmt.Errorf("%q is not a loopback address: the profiler has no authentication, bind it to 127.0.0.1 or [::1]", address)
 }
 
 // metricsOptions serves metrics over HTTPS, to callers the API server authenticates and allows

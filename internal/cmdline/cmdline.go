@@ -4,6 +4,8 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"net"
+	"net/netip"
 	"net/url"
 	"os"
 	"slices"
@@ -122,4 +124,24 @@ func ParseMain(fs *flag.FlagSet, args []string) logr.Logger {
 	b := winnet.Build()
 	log.Info("Version", "version", b.Version, "revision", b.Revision, "goVersion", b.GoVersion)
 	return log
+}
+
+// ValidateLoopback accepts "" or "0" (disabled) or host:port whose host is a loopback address
+// (127.0.0.0/8, ::1) or "localhost": an endpoint without authentication must not be reachable
+// from Pods or other hosts.
+func ValidateLoopback(address string) error {
+	if address == "" || address == "0" {
+		return nil
+	}
+	host, _, err := net.SplitHostPort(address)
+	if err != nil {
+		return fmt.Errorf("%q is not host:port: %w", address, err)
+	}
+	if host == "localhost" {
+		return nil
+	}
+	if ip, err := netip.ParseAddr(host); err == nil && ip.IsLoopback() {
+		return nil
+	}
+	return fmt.Errorf("%q is not a loopback address: the profiler has no authentication, bind it to 127.0.0.1 or [::1]", address)
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/winnet-io/winnet/controllers/packettrace"
 	// winnet_build_info on the registry the metrics endpoint serves.
 	_ "github.com/winnet-io/winnet/internal/buildinfo"
+	"github.com/winnet-io/winnet/internal/cmdline"
 	winnetscheme "github.com/winnet-io/winnet/internal/scheme"
 	"github.com/winnet-io/winnet/internal/servedcrd"
 )
@@ -38,6 +39,10 @@ type Options struct {
 	MetricsBindAddress string
 	// HealthProbeBindAddress is the address of /healthz and /readyz ("0" disables it).
 	HealthProbeBindAddress string
+	// PprofBindAddress is the address of the Go profiler's endpoints ("" or "0" disables them), as
+	// the agent's: only a loopback address is accepted, since the profiler is unauthenticated.
+	// make bench-scale reads the controller's heap there.
+	PprofBindAddress string
 	// Namespace is winnet-controller's namespace, where `winnet-controller uninstall` creates the
 	// Lease that stops it (cluster.UninstallLeaseName); empty means LeaderElectionNamespace, then
 	// the Pod's namespace, then "default".
@@ -75,6 +80,9 @@ const inClusterNamespaceFile = "/var/run/secrets/kubernetes.io/serviceaccount/na
 
 // NewManager returns winnet-controller's manager with its reconcilers registered.
 func NewManager(cfg *rest.Config, opts Options) (manager.Manager, error) {
+	if err := cmdline.ValidateLoopback(opts.PprofBindAddress); err != nil {
+		return nil, fmt.Errorf("--pprof-bind-address: %w", err)
+	}
 	scheme, err := winnetscheme.New()
 	if err != nil {
 		return nil, err
@@ -90,6 +98,7 @@ func NewManager(cfg *rest.Config, opts Options) (manager.Manager, error) {
 			FilterProvider: filters.WithAuthenticationAndAuthorization,
 		},
 		HealthProbeBindAddress:  opts.HealthProbeBindAddress,
+		PprofBindAddress:        opts.PprofBindAddress,
 		Controller:              config.Controller{SkipNameValidation: &opts.SeveralPerProcess},
 		LeaderElection:          opts.LeaderElection,
 		LeaderElectionID:        LeaderElectionID,

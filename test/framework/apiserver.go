@@ -82,6 +82,9 @@ type APIServerOptions struct {
 	// CRDDir is the directory of CRDs installed instead of config/crd/bases: another release's (an
 	// upgrade test starts the previous release's cluster).
 	CRDDir string
+	// EtcdArgs are etcd flags (name without dashes -> value) set over envtest's defaults, such as
+	// "quota-backend-bytes" for a cluster larger than etcd's default 2 GiB quota holds.
+	EtcdArgs map[string]string
 }
 
 // ClusterNetworkPolicyCRDFile is the ClusterNetworkPolicy CRD in config/crd/bases, the one the
@@ -150,6 +153,12 @@ func startAPIServer(opts APIServerOptions, crdDirs ...string) (*APIServer, error
 	}
 	for name, value := range opts.Args {
 		env.ControlPlane.GetAPIServer().Configure().Set(name, value)
+	}
+	if len(opts.EtcdArgs) > 0 {
+		env.ControlPlane.Etcd = &envtest.Etcd{}
+		for name, value := range opts.EtcdArgs {
+			env.ControlPlane.Etcd.Configure().Set(name, value)
+		}
 	}
 	cfg, err := env.Start()
 	if err != nil {

@@ -29,16 +29,20 @@ import (
 	"github.com/winnet-io/winnet/controllers/networkpolicy"
 )
 
-// agentUser is the user the agents write as: winnet-agent's ServiceAccount (test/e2e/cluster).
-const agentUser = "system:serviceaccount:winnet-system:winnet-agent"
+// agentUser is the user the agents write as: winnet-agent's ServiceAccount (test/e2e/cluster);
+// controllerUser winnet-controller's (cluster.Options.ControllerServiceAccount).
+const (
+	agentUser      = "system:serviceaccount:winnet-system:winnet-agent"
+	controllerUser = "system:serviceaccount:winnet-system:winnet-controller"
+)
 
-// auditPolicy records only the agents' writes, at Metadata level.
+// auditPolicy records only the agents' and winnet-controller's writes, at Metadata level.
 const auditPolicy = `apiVersion: audit.k8s.io/v1
 kind: Policy
 omitStages: ["RequestReceived"]
 rules:
 - level: Metadata
-  users: ["` + agentUser + `"]
+  users: ["` + agentUser + `", "` + controllerUser + `"]
   verbs: ["create", "update", "patch", "delete", "deletecollection"]
 - level: None
 `
@@ -61,9 +65,28 @@ type auditEvent struct {
 // Node, whose name the audit event carries) in the audit log between from and to, and says what
 // they were (resource/subresource verb: count).
 func agentWrites(path string, nodes map[string]bool, from, to time.Time) (int, string, error) {
+	return auditWrites(path, from, to, func(e auditEvent) bool {
+		node := e.User.Extra["authentication.kubernetes.io/node-name"]
+		return e.User.Username == agentUser && len(node) == 1 && nodes[node[0]]
+	})
+}
+
+// controllerWrites counts winnet-controller's completed writes in the audit log between from and
+// to, and says what they were. The TokenReviews and SubjectAccessReviews it creates to authorise
+// the benchmark's scrapes of its metrics are not counted: they store nothing, and the benchmark
+// causes them.
+func controllerWrites(path string, from, to time.Time) (int, string, error) {
+	return auditWrites(path, from, to, func(e auditEvent) bool {
+		return e.User.Username == controllerUser && e.ObjectRef.Resource != "tokenreviews" && e.ObjectRef.Resource != "subjectaccessreviews"
+	})
+}
+
+// auditWrites counts the completed writes of the audit log between from and to that keep accepts,
+// and says what they were (resource/subresource verb: count).
+func auditWrites(path string, from, to time.Time, keep func(auditEvent) bool) (int, string, error) {
 	f, err := os.Open(path)
 	if err != nil {
-		return 0, "", err
+		return 0, "", fmt.Errorf("reading the audit log: %w", err)
 	}
 	defer f.Close()
 	what := map[string]int{}
@@ -75,10 +98,7 @@ func agentWrites(path string, nodes map[string]bool, from, to time.Time) (int, s
 		if err := json.Unmarshal(sc.Bytes(), &e); err != nil {
 			return 0, "", fmt.Errorf("reading the audit log: %w", err)
 		}
-		if e.Stage != "ResponseComplete" || e.User.Username != agentUser || e.StageTimestamp.Before(from) || !e.StageTimestamp.Before(to) {
-			continue
-		}
-		if node := e.User.Extra["authentication.kubernetes.io/node-name"]; len(node) != 1 || !nodes[node[0]] {
+		if e.Stage != "ResponseComplete" || e.StageTimestamp.Before(from) || !e.StageTimestamp.Before(to) || !keep(e) {
 			continue
 		}
 		n++
@@ -89,7 +109,10 @@ func agentWrites(path string, nodes map[string]bool, from, to time.Time) (int, s
 		keys = append(keys, fmt.Sprintf("%s: %d", k, what[k]))
 	}
 	sort.Strings(keys)
-	return n, strings.Join(keys, ", "), sc.Err()
+	if err := sc.Err(); err != nil {
+		return 0, "", fmt.Errorf("reading the audit log: %w", err)
+	}
+	return n, strings.Join(keys, ", "), nil
 }
 
 // cpuTime is a process's user+system CPU time (USER_HZ is 100 on Linux).
@@ -121,12 +144,12 @@ func rssMB(pid int) (float64, error) {
 
 var heapAllocRE = regexp.MustCompile(`(?m)^# HeapAlloc = (\d+)`)
 
-// heapMB is the agent's live heap after a GC: HeapAlloc of its heap profile fetched with gc=1 (the
-// profiler runs a GC first) from its loopback-only pprof endpoint.
+// heapMB is a process's live heap after a GC: HeapAlloc of its heap profile fetched with gc=1 (the
+// profiler runs a GC first) from its loopback-only pprof endpoint (the agent's, winnet-controller's).
 func heapMB(addr string) (float64, error) {
 	resp, err := http.Get("http://" + addr + "/debug/pprof/heap?debug=1&gc=1")
 	if err != nil {
-		return 0, err
+		return 0, fmt.Errorf("reading the heap profile: %w", err)
 	}
 	defer resp.Body.Close()
 	body, err := io.ReadAll(resp.Body)
@@ -135,7 +158,7 @@ func heapMB(addr string) (float64, error) {
 	}
 	m := heapAllocRE.FindSubmatch(body)
 	if m == nil {
-		return 0, fmt.Errorf("no HeapAlloc in the agent's heap profile (%s)", resp.Status)
+		return 0, fmt.Errorf("no HeapAlloc in the heap profile at %s (%s)", addr, resp.Status)
 	}
 	n, _ := strconv.ParseFloat(string(m[1]), 64)
 	return n / (1 << 20), nil

@@ -9,6 +9,8 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -41,10 +43,20 @@ const (
 	teams = 10
 	// peerPods: the role=peer Pods are among the first peerPods object Pods.
 	peerPods = 3000
-	// writers is how many objects are written at once.
-	writers  = 48
 	protobuf = "application/vnd.kubernetes.protobuf"
 )
+
+// writers is how many objects are written at once (BENCH_SCALE_WRITERS). More do not write faster
+// when the API server has the machine's cores (bench-scale-info's cores while writing say).
+var writers = 48
+
+// retried counts the requests retried after the API server's throttling (429) or a timeout.
+var retried atomic.Int64
+
+// etcdArgs raise etcd's database quota from its default 2 GiB to 8 GiB (etcd's largest
+// recommended): 150,000 Pods with their status writes, 5,000 Nodes with their heartbeats and the
+// revisions kept until the API server's compaction (every 5 minutes) come near the default.
+var etcdArgs = map[string]string{"quota-backend-bytes": strconv.Itoa(8 << 30)}
 
 // proxiedBy is kube-proxy's selector of the Services and EndpointSlices it serves, which the agent
 // uses too (internal/agent.proxiedBy).
@@ -89,6 +101,9 @@ type writer struct {
 	// namespace count when it was created).
 	built shape
 	steps []shape
+	// podsUpTo is, for each step, how many object Pods existed after it (a Pod's namespace depends
+	// on the namespace count when it was written).
+	podsUpTo []int
 	// churned counts the churn Pods ever created, epChanges the endpoint changes.
 	churned, epChanges atomic.Int64
 	// nodes is how many object Nodes exist (for the heartbeats).
@@ -150,6 +165,7 @@ func retry(f func() error) error {
 		if err == nil || attempt == 20 || !(apierrors.IsTooManyRequests(err) || apierrors.IsServerTimeout(err) || apierrors.IsTimeout(err)) {
 			return err
 		}
+		retried.Add(1)
 		time.Sleep(time.Duration(attempt+1) * 100 * time.Millisecond)
 	}
 }
@@ -187,33 +203,84 @@ func (w *writer) podNamespace(k, namespaces int) string {
 	return nsName(k % namespaces)
 }
 
-// grow writes what the cluster lacks to reach s, in dependency order.
-func (w *writer) grow(ctx context.Context, s shape, objectPods int) error {
-	b := w.built
-	if err := parallel(b.namespaces, s.namespaces, func(i int) error { return w.namespace(ctx, i) }); err != nil {
-		return err
+// kindWrite is how many objects of one kind a grow wrote and how long that took.
+type kindWrite struct {
+	kind    string
+	objects int
+	took    time.Duration
+	// cpu is the benchmark's processes' CPU time before and after.
+	cpuBefore, cpuAfter cpuSnapshot
+}
+
+// perSecond is the kind's objects written per second.
+func (k kindWrite) perSecond() float64 {
+	if k.took <= 0 {
+		return 0
 	}
-	if err := parallel(b.nodes, s.nodes, func(i int) error { return w.node(ctx, i) }); err != nil {
-		return err
+	return float64(k.objects) / k.took.Seconds()
+}
+
+// writeRates says, per kind written, the objects written per second, how many and in how long.
+func writeRates(ks []kindWrite) string {
+	var out []string
+	for _, k := range ks {
+		if k.objects > 0 {
+			out = append(out, fmt.Sprintf("%s_per_s=%.1f (%d in %v)", k.kind, k.perSecond(), k.objects, k.took.Round(100*time.Millisecond)))
+		}
+	}
+	return strings.Join(out, " ")
+}
+
+// podNamespaceOf is the namespace object Pod k was written to.
+func (w *writer) podNamespaceOf(k int) string {
+	for i, upTo := range w.podsUpTo {
+		if k < upTo {
+			return w.podNamespace(k, w.steps[i].namespaces)
+		}
+	}
+	return w.podNamespace(k, w.built.namespaces)
+}
+
+// grow writes what the cluster lacks to reach s, in dependency order, and returns what it wrote of
+// each kind (a Pod is its creation and its status, a Node its creation and its status, a Service
+// its creation and its EndpointSlice's).
+func (w *writer) grow(ctx context.Context, s shape, objectPods int) ([]kindWrite, error) {
+	b := w.built
+	var out []kindWrite
+	step := func(kind string, from, to int, f func(i int) error) error {
+		before, start := takeCPU(), time.Now()
+		err := parallel(from, to, f)
+		out = append(out, kindWrite{kind: kind, objects: max(0, to-from), took: time.Since(start), cpuBefore: before, cpuAfter: takeCPU()})
+		if err != nil {
+			return fmt.Errorf("writing %s %d to %d: %w", kind, from, to, err)
+		}
+		return nil
+	}
+	if err := step("namespaces", b.namespaces, s.namespaces, func(i int) error { return w.namespace(ctx, i) }); err != nil {
+		return out, err
+	}
+	if err := step("nodes", b.nodes, s.nodes, func(i int) error { return w.node(ctx, i) }); err != nil {
+		return out, err
 	}
 	w.nodes.Store(int64(s.nodes))
 	objectBefore := max(0, b.pods-(s.pods-objectPods))
 	if b.pods == 0 {
 		objectBefore = 0
 	}
-	if err := parallel(objectBefore, objectPods, func(k int) error { return w.pod(ctx, k, s.namespaces) }); err != nil {
-		return err
+	if err := step("pods", objectBefore, objectPods, func(k int) error { return w.pod(ctx, k, s.namespaces) }); err != nil {
+		return out, err
 	}
-	if err := parallel(b.services, s.services, func(i int) error { return w.service(ctx, i, s.namespaces, objectPods) }); err != nil {
-		return err
+	if err := step("services", b.services, s.services, func(i int) error { return w.service(ctx, i, s.namespaces, objectPods) }); err != nil {
+		return out, err
 	}
-	if err := parallel(b.policies, s.policies, func(i int) error { return w.policy(ctx, i, s.namespaces) }); err != nil {
-		return err
+	if err := step("policies", b.policies, s.policies, func(i int) error { return w.policy(ctx, i, s.namespaces) }); err != nil {
+		return out, err
 	}
 	w.built = s
 	w.steps = append(w.steps, s)
+	w.podsUpTo = append(w.podsUpTo, objectPods)
 	w.built.pods = objectPods
-	return nil
+	return out, nil
 }
 
 func (w *writer) namespace(ctx context.Context, i int) error {
@@ -242,21 +309,26 @@ func nodeReady() corev1.NodeCondition {
 
 // node creates object Node i with its Pod CIDR and its status as kubelet registers it.
 func (w *writer) node(ctx context.Context, i int) error {
-	cidr := netip.PrefixFrom(addrAt(objPodBase, i*256), 24).String()
-	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: nodeName(i), Labels: map[string]string{corev1.LabelHostname: nodeName(i), corev1.LabelOSStable: "linux"}},
-		Spec: corev1.NodeSpec{PodCIDR: cidr, PodCIDRs: []string{cidr}}}
+	return w.nodeAt(ctx, nodeName(i), netip.PrefixFrom(addrAt(objPodBase, i*256), 24), addrAt(objNodeBase, i))
+}
+
+// nodeAt creates Node name with Pod CIDR cidr, then writes its status (InternalIP ip, Ready) as
+// kubelet registers a node.
+func (w *writer) nodeAt(ctx context.Context, name string, cidr netip.Prefix, ip netip.Addr) error {
+	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{corev1.LabelHostname: name, corev1.LabelOSStable: "linux"}},
+		Spec: corev1.NodeSpec{PodCIDR: cidr.String(), PodCIDRs: []string{cidr.String()}}}
 	if _, err := w.cs.CoreV1().Nodes().Create(ctx, n, metav1.CreateOptions{}); ignoreExists(err) != nil {
 		return err
 	}
 	// A patch: node lifecycle (kube-controller-manager) writes the Node too.
 	status, err := json.Marshal(map[string]any{"status": corev1.NodeStatus{
-		Addresses:  []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: addrAt(objNodeBase, i).String()}, {Type: corev1.NodeHostName, Address: nodeName(i)}},
+		Addresses:  []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: ip.String()}, {Type: corev1.NodeHostName, Address: name}},
 		Conditions: []corev1.NodeCondition{nodeReady()},
 	}})
 	if err != nil {
 		return err
 	}
-	_, err = w.cs.CoreV1().Nodes().PatchStatus(ctx, nodeName(i), status)
+	_, err = w.cs.CoreV1().Nodes().PatchStatus(ctx, name, status)
 	return err
 }
 

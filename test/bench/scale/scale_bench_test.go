@@ -26,9 +26,12 @@ const (
 	// idleWindow is how long the idle cost is measured; churnWindow how long the watches count.
 	idleWindow  = 60 * time.Second
 	churnWindow = 30 * time.Second
-	// heartbeatPeriod is how often each object Node's heartbeat is written (kubelet writes its
-	// status every 10 s when it changes and at least every 5 minutes).
-	heartbeatPeriod = time.Minute
+	// heartbeatPeriod is how often each object Node's heartbeat is written: as kubelet writes an
+	// unchanged status (its nodeStatusReportFrequency, 5 minutes; its liveness goes in a Lease
+	// every 10 s, which winnet does not watch). Once a minute, 5,000 Nodes wrote 83 status
+	// patches a second, five times a real cluster's, which every Node watcher (winnet-controller,
+	// kube-controller-manager) decodes and which slowed the writing of everything else.
+	heartbeatPeriod = 5 * time.Minute
 	// endpointChanges are made endpointGap apart; each one's writes are counted in that gap.
 	endpointChanges = 5
 	// unnamedUpdates is how many status updates of a Pod no local policy names are counted.
@@ -84,6 +87,16 @@ func sizes(t *testing.T) []int {
 		out = append(out, 150000)
 	}
 	slices.Sort(out)
+	if os.Getenv("BENCH_SCALE_FIXED") == "1" && os.Getenv("BENCH_SCALE_SIZES") == "" {
+		// Only Pods grow, on the first size's Nodes: the default sizes start at the first whose
+		// Nodes hold the largest size's Pods (30,000 with BENCH_SCALE_150K=1).
+		for len(out) > 1 {
+			if _, _, err := fixedShape(out); err == nil {
+				break
+			}
+			out = out[1:]
+		}
+	}
 	return out
 }
 
@@ -120,14 +133,15 @@ func TestBenchScale(t *testing.T) {
 	}
 	out := filepath.Join(framework.RepoRoot(), "bin", "bench-scale")
 	if err := os.MkdirAll(out, 0o755); err != nil {
-		t.Fatal(err)
+		t.Fatalf("creating %s for the run's logs: %v", out, err)
 	}
 	policyFile, auditLog := filepath.Join(out, "audit-policy.yaml"), filepath.Join(out, "audit.log")
 	_ = os.Remove(auditLog)
 	if err := os.WriteFile(policyFile, []byte(auditPolicy), 0o644); err != nil {
-		t.Fatal(err)
+		t.Fatalf("writing the audit policy: %v", err)
 	}
 	start := time.Now()
+	controllerPprof, controllerMetrics := framework.FreeAddress(t), framework.FreeAddress(t)
 	c, err := cluster.Start(ctx, cluster.Options{
 		Logf:         func(f string, a ...any) { fmt.Fprintf(os.Stderr, "bench-scale: "+f+"\n", a...) },
 		BinDir:       os.Getenv("BENCH_SCALE_BIN"),
@@ -138,6 +152,11 @@ func TestBenchScale(t *testing.T) {
 		// The object Nodes have no Lease: only their status heartbeats (every heartbeatPeriod)
 		// tell node lifecycle they live.
 		ControllerManagerArgs: []string{"--node-monitor-grace-period=2h", "--node-startup-grace-period=2h"},
+		// winnet-controller as the chart runs it (its ServiceAccount: the audit log tells its writes
+		// apart), with its profiler and metrics on the loopback.
+		ControllerServiceAccount: true,
+		ControllerArgs:           []string{"--pprof-bind-address", controllerPprof, "--metrics-bind-address", controllerMetrics},
+		EtcdArgs:                 etcdArgs,
 	})
 	if err != nil {
 		t.Fatalf("starting the cluster: %v", err)
@@ -153,7 +172,16 @@ func TestBenchScale(t *testing.T) {
 	}()
 	w, err := newWriter(c.Config)
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("the writers' client: %v", err)
+	}
+	if v := os.Getenv("BENCH_SCALE_WRITERS"); v != "" {
+		if writers, err = strconv.Atoi(v); err != nil || writers < 1 {
+			t.Fatalf("BENCH_SCALE_WRITERS=%q: how many objects are written at once, at least 1", v)
+		}
+	}
+	ctl, err := newControllerProbe(ctx, c, c.Config, controllerPprof, controllerMetrics)
+	if err != nil {
+		t.Fatalf("reading winnet-controller: %v", err)
 	}
 	sets := []*agentSet{{name: "bench-scale"}}
 	if ref := os.Getenv("BENCH_SCALE_REF_BIN"); ref != "" {
@@ -182,7 +210,7 @@ func TestBenchScale(t *testing.T) {
 		t.Fatalf("the nodes did not get ready: %v\n%s", err, c.LogTails(30))
 	}
 	if err := parallel(0, localNamespaces, func(i int) error { return w.namespace(ctx, i) }); err != nil {
-		t.Fatal(err)
+		t.Fatalf("creating the local namespaces: %v", err)
 	}
 	// The local Pods: one per local namespace on each agent's node, attached through CNI.
 	var wg sync.WaitGroup
@@ -220,7 +248,7 @@ func TestBenchScale(t *testing.T) {
 	if os.Getenv("BENCH_SCALE_FIXED") == "1" {
 		f, perNode, err := fixedShape(sizeList)
 		if err != nil {
-			t.Fatal(err)
+			t.Fatalf("BENCH_SCALE_FIXED=1 with sizes %v: %v", sizeList, err)
 		}
 		fixed, w.perNode, w.fixedFrom = f, perNode, sizeList[0]-len(all)*localNamespaces
 		fmt.Printf("bench-scale-info: only Pods grow: %d Nodes, %d namespaces, %d Services, %d policies at every size, up to %d Pods per Node\n",
@@ -234,17 +262,61 @@ func TestBenchScale(t *testing.T) {
 		}
 		local := len(all) * localNamespaces
 		built := time.Now()
-		if err := w.grow(ctx, s, size-local); err != nil {
-			t.Fatalf("growing the cluster to %d Pods: %v", size, err)
+		cpuBefore := takeCPU()
+		ctlCPU0 := cpuTime0(t, ctl.pid(t))
+		nodesBefore := w.built.nodes
+		queue := ctl.sampleQueue(ctx)
+		rates, err := w.grow(ctx, s, size-local)
+		if err != nil {
+			t.Fatalf("growing the cluster to %d Pods: %v (written: %s)", size, err, writeRates(rates))
+		}
+		cpuWritten := takeCPU()
+		cr := controllerResult{pods: size, nodes: s.nodes}
+		cr.growCPU = float64(cpuTime0(t, ctl.pid(t))-ctlCPU0) / float64(cpuWritten.at.Sub(cpuBefore.at)) * 100
+		fmt.Printf("bench-scale-info pods=%d: written per second (%d writers; %d requests retried after a 429 or a timeout so far): %s\n",
+			size, writers, retried.Load(), writeRates(rates))
+		fmt.Printf("bench-scale-info pods=%d: cores used while writing: %s\n", size, cpuWritten.coresSince(cpuBefore))
+		for _, k := range rates {
+			if k.objects > 0 {
+				fmt.Printf("bench-scale-info pods=%d: cores used while writing %s: %s\n", size, k.kind, k.cpuAfter.coresSince(k.cpuBefore))
+			}
 		}
 		burstPolicy := probePolicy(fmt.Sprintf("burst-%d", si), int32(7000+si), map[string]string{"role": fmt.Sprintf("burst%d", si)}, nsName(1), "a1")
 		if _, err := w.cs.NetworkingV1().NetworkPolicies(nsName(1)).Create(ctx, burstPolicy, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
+			t.Fatalf("creating the burst policy of %d Pods: %v", size, err)
 		}
 		writeTime := time.Since(built)
 		settle := settled(t, all)
-		fmt.Printf("bench-scale-info pods=%d nodes=%d namespaces=%d services=%d policies=%d: written in %v, agents settled %v later (%v in all)\n",
-			size, s.nodes, s.namespaces, s.services, s.policies, writeTime.Round(time.Second), settle.Round(time.Second), time.Since(built).Round(time.Second))
+		ctlSettle, err := ctl.waitQueuesEmpty(ctx, 10*time.Minute)
+		if err != nil {
+			t.Fatalf("waiting for winnet-controller's queues to empty at %d Pods: %v", size, err)
+		}
+		settledAt := time.Now()
+		var which string
+		if cr.queueGrow, which, err = queue.Stop(); err != nil {
+			t.Fatalf("sampling winnet-controller's queue depth while growing to %d Pods: %v", size, err)
+		}
+		fmt.Printf("bench-scale-info pods=%d nodes=%d namespaces=%d services=%d policies=%d: written in %v, agents settled %v later, winnet-controller's "+
+			"queues empty %v after that (%v in all); its deepest queue while growing: %s\n",
+			size, s.nodes, s.namespaces, s.services, s.policies, writeTime.Round(time.Second), settle.Round(time.Second), ctlSettle.Round(time.Second),
+			time.Since(built).Round(time.Second), which)
+		time.Sleep(time.Second) // the audit log is written when a request completes
+		n, what, err := controllerWrites(auditLog, built, settledAt)
+		if err != nil {
+			t.Fatalf("counting winnet-controller's writes while growing to %d Pods: %v", size, err)
+		}
+		cr.writesPerNode = -1
+		if added := s.nodes - nodesBefore; added > 0 {
+			cr.writesPerNode = float64(n) / float64(added)
+		}
+		fmt.Printf("bench-scale-info pods=%d: winnet-controller's writes while %d Nodes were added and the agents settled: %d (%s)\n",
+			size, s.nodes-nodesBefore, n, what)
+		if cr.heapMB, err = heapMB(ctl.pprof); err != nil {
+			t.Fatalf("winnet-controller's heap: %v", err)
+		}
+		if cr.rssMB, err = rssMB(ctl.pid(t)); err != nil {
+			t.Fatalf("winnet-controller's RSS: %v", err)
+		}
 		rs := make([]result, len(sets))
 		for k, set := range sets {
 			rs[k].s = s
@@ -257,11 +329,11 @@ func TestBenchScale(t *testing.T) {
 				}
 				h, err := heapMB(a.pprof)
 				if err != nil {
-					t.Fatal(err)
+					t.Fatalf("the heap of %s's agent: %v", a.node.Name, err)
 				}
 				rss, err := rssMB(pid)
 				if err != nil {
-					t.Fatal(err)
+					t.Fatalf("the RSS of %s's agent: %v", a.node.Name, err)
 				}
 				rs[k].heapMB, rs[k].rssMB = max(rs[k].heapMB, h), max(rs[k].rssMB, rss)
 			}
@@ -272,17 +344,28 @@ func TestBenchScale(t *testing.T) {
 		for k, set := range sets {
 			cpu0[k] = agentCPU(t, set.agents)
 		}
+		ctlIdle0 := cpuTime0(t, ctl.pid(t))
 		idleFrom := time.Now()
 		time.Sleep(idleWindow)
 		idleTo := time.Now()
 		for k, set := range sets {
 			rs[k].idleCPU = float64(agentCPU(t, set.agents)-cpu0[k]) / float64(idleTo.Sub(idleFrom)) / float64(len(set.agents)) * 100
 		}
+		cr.idleCPU = float64(cpuTime0(t, ctl.pid(t))-ctlIdle0) / float64(idleTo.Sub(idleFrom)) * 100
+		if cr.queueIdle, _, err = ctl.queueDepth(ctx); err != nil {
+			t.Fatalf("winnet-controller's queue depth at idle: %v", err)
+		}
 		time.Sleep(time.Second) // the audit log is written when a request completes
+		n, what, err = controllerWrites(auditLog, idleFrom, idleTo)
+		if err != nil {
+			t.Fatalf("counting winnet-controller's idle writes at %d Pods: %v", size, err)
+		}
+		cr.idleWrites = float64(n) / idleTo.Sub(idleFrom).Minutes()
+		fmt.Printf("bench-scale-info pods=%d: winnet-controller's writes in %v idle: %d (%s)\n", size, idleWindow, n, what)
 		for k, set := range sets {
 			n, what, err := agentWrites(auditLog, set.nodes(), idleFrom, idleTo)
 			if err != nil {
-				t.Fatal(err)
+				t.Fatalf("counting the idle writes of %s's agents at %d Pods: %v", set.name, size, err)
 			}
 			rs[k].idleWrites = float64(n) / idleTo.Sub(idleFrom).Minutes()
 			fmt.Printf("bench-scale-info pods=%d %s: the agents' writes in %v idle: %d (%s)\n", size, set.name, idleWindow, n, what)
@@ -292,7 +375,7 @@ func TestBenchScale(t *testing.T) {
 		epFrom := time.Now()
 		for range endpointChanges {
 			if err := w.changeEndpoint(ctx, 0, s.namespaces); err != nil {
-				t.Fatal(err)
+				t.Fatalf("changing an endpoint at %d Pods: %v", size, err)
 			}
 			time.Sleep(endpointGap)
 		}
@@ -301,7 +384,7 @@ func TestBenchScale(t *testing.T) {
 		for k, set := range sets {
 			n, what, err := agentWrites(auditLog, set.nodes(), epFrom, epTo)
 			if err != nil {
-				t.Fatal(err)
+				t.Fatalf("counting the writes of %s's agents after endpoint changes at %d Pods: %v", set.name, size, err)
 			}
 			rs[k].epWrites = float64(n) / endpointChanges
 			fmt.Printf("bench-scale-info pods=%d %s: the agents' writes in the %v after %d endpoint changes: %d (%s)\n", size, set.name,
@@ -314,14 +397,14 @@ func TestBenchScale(t *testing.T) {
 			at := time.Now()
 			np := probePolicy(fmt.Sprintf("probe-%d-%d", si, k), int32(20000+si*10+k), map[string]string{"role": "peer"}, nsName(0), "a0")
 			if _, err := w.cs.NetworkingV1().NetworkPolicies(nsName(0)).Create(ctx, np, metav1.CreateOptions{}); err != nil {
-				t.Fatal(err)
+				t.Fatalf("creating probe policy %s at %d Pods: %v", np.Name, size, err)
 			}
 			for j, set := range sets {
 				first := set.agents[0].node
 				for deadline := time.Now().Add(3 * time.Minute); ; time.Sleep(200 * time.Millisecond) {
 					ps, err := fullPasses(first.AgentLog(), at)
 					if err != nil {
-						t.Fatal(err)
+						t.Fatalf("reading the full passes in %s's agent log: %v", first.Name, err)
 					}
 					if len(ps) > 0 {
 						passes[j] = append(passes[j], ps[0])
@@ -347,13 +430,18 @@ func TestBenchScale(t *testing.T) {
 			rs[k].burst = d
 		}
 
+		// A new Node's route, until it is in every agent's switch.
+		conv := routeConvergence(t, ctx, w, all, si)
+		cr.routeConverge = slowest(conv)
+		fmt.Printf("bench-scale-info pods=%d: a new Node's route in each agent's switch after %v\n", size, conv)
+
 		// Churn, with the watches of one agent of each build and one kube-proxy counting: the
 		// measured agent's are its node's Pods and its local policies' peer watches
 		// (networkpolicy.PeerWatches of the same inputs), the reference's (main before issue 38)
 		// every Pod.
 		peers, err := w.peerWatches(ctx)
 		if err != nil {
-			t.Fatal(err)
+			t.Fatalf("computing the agent's peer watches at %d Pods: %v", size, err)
 		}
 		models := make([]*watchModel, len(sets))
 		for k := range sets {
@@ -362,12 +450,12 @@ func TestBenchScale(t *testing.T) {
 				specs = refAgentWatches(firsts[1].node.Name)
 			}
 			if models[k], err = startWatches(ctx, c.Config, specs); err != nil {
-				t.Fatal(err)
+				t.Fatalf("opening the watch model of %s at %d Pods: %v", sets[k].name, size, err)
 			}
 		}
 		proxyW, err := startWatches(ctx, c.Config, kubeProxyWatches(nodeName(0)))
 		if err != nil {
-			t.Fatal(err)
+			t.Fatalf("opening kube-proxy's watch model at %d Pods: %v", size, err)
 		}
 		// A Pod no local policy names (role other, in a namespace without local Pods) has its
 		// status written unnamedUpdates times, as kubelet does: the events each agent's watches
@@ -376,10 +464,12 @@ func TestBenchScale(t *testing.T) {
 		for k := range sets {
 			before[k] = models[k].events.Load()
 		}
-		unnamed := 31 // ns-0031 (beyond the local namespaces), role other
+		// Object Pod 31: role other, in ns-0031 (beyond the local namespaces) when the first size
+		// has more than 31 namespaces (1,920 Pods or more); below, every namespace holds local Pods.
+		unnamed := 31
 		for i := range unnamedUpdates {
-			if err := w.touchStatus(ctx, nsName(unnamed%s.namespaces), fmt.Sprintf("p-%06d", unnamed), i); err != nil {
-				t.Fatal(err)
+			if err := w.touchStatus(ctx, w.podNamespaceOf(unnamed), fmt.Sprintf("p-%06d", unnamed), i); err != nil {
+				t.Fatalf("writing the status of a Pod no policy names at %d Pods: %v", size, err)
 			}
 		}
 		time.Sleep(2 * time.Second)
@@ -403,11 +493,23 @@ func TestBenchScale(t *testing.T) {
 			fmt.Println(line)
 			lines = append(lines, line)
 		}
+		fmt.Println(cr.String())
+		lines = append(lines, cr.String())
 	}
 	fmt.Printf("bench-scale-info: the run took %v\n", time.Since(start).Round(time.Second))
 	for _, l := range lines {
 		fmt.Println(l)
 	}
+}
+
+// cpuTime0 is the CPU time of process pid; the test fails when it cannot be read.
+func cpuTime0(t *testing.T, pid int) time.Duration {
+	t.Helper()
+	d, err := cpuTime(pid)
+	if err != nil {
+		t.Fatalf("the CPU time of pid %d: %v", pid, err)
+	}
+	return d
 }
 
 // agentCPU is the agents' CPU time together.
@@ -417,7 +519,7 @@ func agentCPU(t *testing.T, nodes []*agent) time.Duration {
 	for _, a := range nodes {
 		d, err := cpuTime(a.node.AgentPID())
 		if err != nil {
-			t.Fatal(err)
+			t.Fatalf("the CPU time of %s's agent: %v", a.node.Name, err)
 		}
 		sum += d
 	}
@@ -490,7 +592,7 @@ func burst(t *testing.T, ctx context.Context, w *writer, agents []*agent, si int
 			}
 			flows, err := a.node.OVS.DumpFlows(cluster.BridgeName, table)
 			if err != nil {
-				t.Fatal(err)
+				t.Fatalf("dumping the flows of %s's switch: %v", a.node.Name, err)
 			}
 			dump := strings.Join(flows, "\n") + "\n"
 			missing := 0

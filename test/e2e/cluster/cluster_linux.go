@@ -68,6 +68,14 @@ type Options struct {
 	APIServerArgs map[string]string
 	// ControllerManagerArgs are added to kube-controller-manager's command line.
 	ControllerManagerArgs []string
+	// EtcdArgs are etcd flags (name without dashes -> value) set over envtest's defaults (a larger
+	// --quota-backend-bytes for a cluster of many objects, say).
+	EtcdArgs map[string]string
+	// ControllerServiceAccount runs winnet-controller with the credentials the chart gives it (its
+	// ServiceAccount, ClusterRole and Role, rendered by ApplyChart; a token of the ServiceAccount)
+	// instead of the admin's: its requests carry its own user, which an audit policy can single
+	// out, and what its role lacks fails as in an install. Otherwise it runs as the admin.
+	ControllerServiceAccount bool
 	// DualStack makes the cluster dual-stack, IPv4 first (see ServiceCIDRv6): the API server and
 	// kube-controller-manager have an IPv6 Service CIDR and cluster CIDR beside the IPv4 ones, every host on
 	// the underlay an IPv6 address too, every Node (winnet's, flannel's, with a real kubelet or not) an IPv6
@@ -324,7 +332,7 @@ func (c *Cluster) startAPIServer() error {
 	if err != nil {
 		return err
 	}
-	api, err := framework.StartAPIServerWith(framework.APIServerOptions{Args: args, CRDDir: c.opts.Release.CRDDir})
+	api, err := framework.StartAPIServerWith(framework.APIServerOptions{Args: args, CRDDir: c.opts.Release.CRDDir, EtcdArgs: c.opts.EtcdArgs})
 	if err != nil {
 		return fmt.Errorf("starting the API server: %w", err)
 	}
@@ -358,9 +366,20 @@ func (c *Cluster) startAPIServer() error {
 func (c *Cluster) startController() error {
 	c.logf("Starting winnet-controller %s %v", c.controllerRelease, c.opts.ControllerArgs)
 	bin := filepath.Join(c.controllerRelease.BinDir, "winnet-controller")
-	args := []string{bin, "--kubeconfig", c.Kubeconfig, "--leader-elect=false",
+	kubeconfig := c.Kubeconfig
+	var own []string
+	if c.opts.ControllerServiceAccount {
+		var err error
+		if kubeconfig, err = c.writeControllerKubeconfig(context.Background()); err != nil {
+			return err
+		}
+		// Its Role (Leases, the uninstall signal) is in the release namespace.
+		own = []string{"--leader-election-namespace", AgentNamespace}
+	}
+	args := []string{bin, "--kubeconfig", kubeconfig, "--leader-elect=false",
 		"--health-probe-bind-address", "0", "--metrics-bind-address", "0",
 		"--cluster-cidrs", c.clusterCIDRs()}
+	args = append(args, own...)
 	// The chart's PacketTrace tenancy policy is installed (ApplyChart) and the chart passes this flag,
 	// since the release that has it.
 	if has, err := hasFlag(bin, "packettrace-admission-checked"); err != nil {
@@ -375,6 +394,14 @@ func (c *Cluster) startController() error {
 	}
 	c.controller = p
 	return nil
+}
+
+// ControllerPID is the pid of the running winnet-controller process, 0 when none runs.
+func (c *Cluster) ControllerPID() int {
+	if c.controller == nil || !c.controller.running() {
+		return 0
+	}
+	return c.controller.cmd.Process.Pid
 }
 
 // RestartController stops winnet-controller and starts it again with args added to its command line instead of

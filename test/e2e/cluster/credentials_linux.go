@@ -26,6 +26,9 @@ const (
 	AgentNamespace = "winnet-system"
 	// AgentServiceAccount is the agents' ServiceAccount, as the chart names it.
 	AgentServiceAccount = "winnet-agent"
+	// ControllerServiceAccount is winnet-controller's ServiceAccount, as the chart names it
+	// (Options.ControllerServiceAccount).
+	ControllerServiceAccount = "winnet-controller"
 	// agentTokenLifetime outlives any test run; the agent reads its kubeconfig once.
 	agentTokenLifetime = 48 * 3600
 )
@@ -49,7 +52,31 @@ func (n *Node) writeAgentKubeconfig(ctx context.Context) error {
 	if err := c.Client.SubResource("token").Create(ctx, sa, tr); err != nil {
 		return fmt.Errorf("requesting a token of ServiceAccount %s/%s bound to Node %s: %w", AgentNamespace, AgentServiceAccount, n.Name, err)
 	}
-	kubeconfig := fmt.Sprintf(`apiVersion: v1
+	if err := os.WriteFile(n.AgentKubeconfig(), []byte(c.tokenKubeconfig("winnet-agent", tr.Status.Token)), 0o600); err != nil {
+		return fmt.Errorf("writing the kubeconfig of node %s's agent: %w", n.Name, err)
+	}
+	return nil
+}
+
+// writeControllerKubeconfig requests a token of winnet-controller's ServiceAccount and writes a
+// kubeconfig with it (RunDir/winnet-controller.kubeconfig), whose path it returns
+// (Options.ControllerServiceAccount).
+func (c *Cluster) writeControllerKubeconfig(ctx context.Context) (string, error) {
+	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: AgentNamespace, Name: ControllerServiceAccount}}
+	tr := &authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To[int64](agentTokenLifetime)}}
+	if err := c.Client.SubResource("token").Create(ctx, sa, tr); err != nil {
+		return "", fmt.Errorf("requesting a token of ServiceAccount %s/%s: %w", AgentNamespace, ControllerServiceAccount, err)
+	}
+	path := filepath.Join(c.RunDir, "winnet-controller.kubeconfig")
+	if err := os.WriteFile(path, []byte(c.tokenKubeconfig("winnet-controller", tr.Status.Token)), 0o600); err != nil {
+		return "", fmt.Errorf("writing winnet-controller's kubeconfig: %w", err)
+	}
+	return path, nil
+}
+
+// tokenKubeconfig is a kubeconfig of the cluster's API server that authenticates with token.
+func (c *Cluster) tokenKubeconfig(user, token string) string {
+	return fmt.Sprintf(`apiVersion: v1
 kind: Config
 clusters:
 - name: e2e
@@ -57,18 +84,14 @@ clusters:
     server: %s
     certificate-authority: %s
 users:
-- name: winnet-agent
+- name: %[3]s
   user:
-    token: %s
+    token: %[4]s
 contexts:
-- name: winnet-agent
+- name: %[3]s
   context:
     cluster: e2e
-    user: winnet-agent
-current-context: winnet-agent
-`, c.Config.Host, c.CAFile, tr.Status.Token)
-	if err := os.WriteFile(n.AgentKubeconfig(), []byte(kubeconfig), 0o600); err != nil {
-		return fmt.Errorf("writing the kubeconfig of node %s's agent: %w", n.Name, err)
-	}
-	return nil
+    user: %[3]s
+current-context: %[3]s
+`, c.Config.Host, c.CAFile, user, token)
 }

@@ -104,6 +104,15 @@ var (
 		"ValidatingAdmissionPolicy/winnet-packettrace-tenancy",
 		"ValidatingAdmissionPolicyBinding/winnet-packettrace-tenancy",
 	}
+	// chartControllerObjects are winnet-controller's credentials, installed too with
+	// Options.ControllerServiceAccount.
+	chartControllerObjects = []string{
+		"ServiceAccount/" + ControllerServiceAccount,
+		"ClusterRole/winnet-controller",
+		"ClusterRoleBinding/winnet-controller",
+		"Role/winnet-controller",
+		"RoleBinding/winnet-controller",
+	}
 )
 
 // ApplyChart makes the chart's objects of chartObjectsRequired and chartObjectsOptional what r's chart
@@ -119,12 +128,16 @@ func (c *Cluster) ApplyChart(ctx context.Context, r Release) error {
 	if err := c.Client.Create(ctx, ns); err != nil && !apierrors.IsAlreadyExists(err) {
 		return fmt.Errorf("creating namespace %s: %w", AgentNamespace, err)
 	}
-	for _, key := range chartObjectsRequired {
+	required := slices.Clone(chartObjectsRequired)
+	if c.opts.ControllerServiceAccount {
+		required = append(required, chartControllerObjects...)
+	}
+	for _, key := range required {
 		if _, ok := rendered[key]; !ok {
 			return fmt.Errorf("the chart of release %s renders no %s", r, key)
 		}
 	}
-	for _, key := range append(slices.Clone(chartObjectsRequired), chartObjectsOptional...) {
+	for _, key := range append(required, chartObjectsOptional...) {
 		u, ok := rendered[key]
 		if !ok {
 			gone := &unstructured.Unstructured{}
@@ -158,7 +171,7 @@ func apiVersionOf(key string) string {
 	switch strings.SplitN(key, "/", 2)[0] {
 	case "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding":
 		return "admissionregistration.k8s.io/v1"
-	case "ClusterRole", "ClusterRoleBinding":
+	case "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding":
 		return "rbac.authorization.k8s.io/v1"
 	}
 	return "v1"
