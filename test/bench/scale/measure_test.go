@@ -27,6 +27,7 @@ import (
 
 	networkv1alpha1 "github.com/winnet-io/winnet/api/v1alpha1"
 	"github.com/winnet-io/winnet/controllers/networkpolicy"
+	"github.com/winnet-io/winnet/test/e2e/cluster"
 )
 
 // agentUser is the user the agents write as: winnet-agent's ServiceAccount (test/e2e/cluster);
@@ -129,17 +130,8 @@ func cpuTime(pid int) (time.Duration, error) {
 
 // rssMB is a process's VmRSS in MiB.
 func rssMB(pid int) (float64, error) {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return 0, err
-	}
-	for _, line := range strings.Split(string(data), "\n") {
-		if strings.HasPrefix(line, "VmRSS:") {
-			kb, _ := strconv.Atoi(strings.Fields(line)[1])
-			return float64(kb) / 1024, nil
-		}
-	}
-	return 0, fmt.Errorf("no VmRSS for pid %d", pid)
+	m, err := cluster.ReadProcMemory(pid)
+	return m.RSS, err
 }
 
 var heapAllocRE = regexp.MustCompile(`(?m)^# HeapAlloc = (\d+)`)
