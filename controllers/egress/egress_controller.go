@@ -273,7 +273,7 @@ func (r *Reconciler) apply(ctx context.Context, rz nodenetwork.Realized, d desir
 		}
 		installed = append(installed, e)
 	}
-	synced, err := rz.Flows.Sync(ctx, pipeline.CategoryEgress, rz.Node.EgressFlows(installed))
+	synced, err := rz.Flows.Sync(ctx, pipeline.CategoryEgress, rz.Node.EgressFlows(installed, nil))
 	if synced.Mods() > 0 {
 		log.Info("Synced Egress flows", "egresses", len(installed), "added", synced.Added, "modified", synced.Modified, "deleted", synced.Deleted)
 	}
