@@ -510,9 +510,9 @@ const (
 	// priorityEgressReturn: on the holder, in L3Forwarding, an un-SNATed reply from the uplink to a
 	// remote selected Pod goes back through the tunnel to the Pod's node, above the route (which in
 	// Hybrid mode may route it unencapsulated, where its node would not admit it).
-	priorityEgressReturn = priorityHigh
-	prioritySNAT       uint16 = 10
-	priorityMiss       uint16 = 0
+	priorityEgressReturn        = priorityHigh
+	prioritySNAT         uint16 = 10
+	priorityMiss         uint16 = 0
 )
 
 // The band of OVS priorities of ClusterNetworkPolicy rules in each tier's tables: every rule of a
