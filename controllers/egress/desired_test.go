@@ -91,7 +91,7 @@ func TestDesiredRemotePods(t *testing.T) {
 	items := []networkv1alpha1.Egress{
 		testEgress("billing", "192.168.77.150", 0, "node-a", true, "billing"),
 		testEgress("web", "192.168.77.152", 0, "node-b", true, "web"),
-		testEgress("db", "192.168.77.153", 0, "node-b", false, "db"), // not assigned: nothing relayed
+		testEgress("db", "192.168.77.153", 0, "node-b", false, "db"),  // not assigned: nothing relayed
 		testEgress("far", "192.168.77.154", 0, "node-c", true, "far"), // no route to node-c: skipped
 	}
 	r := &Reconciler{NodeName: "node-a"}

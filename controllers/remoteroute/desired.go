@@ -20,7 +20,7 @@ import (
 type route struct {
 	// name is the RemoteSubnetRoute's name; nodeName its spec.nodeName.
 	name, nodeName string
-	cidr netip.Prefix
+	cidr           netip.Prefix
 	// tunnel or routed; nodeIP is the tunnel destination or the next hop.
 	tunnel bool
 	nodeIP netip.Addr
