@@ -77,7 +77,9 @@ func (n Node) noSNATSkips(source uint32) []openflow.Flow {
 //     as the node's SNAT replies are (ConntrackStateTable);
 //   - L2ForwardingOut: one flow per Egress outputs on the gateway, whence the host forwards the
 //     packet out of the bridge interface, which holds the egress IP;
-//   - for a remote Pod, L3Forwarding also sends the un-NATed replies from the uplink to it back
+//   - for a remote Pod, L3Forwarding also sends the later packets of its connections (SNATed by
+//     conntrack already: from the egress IP, once per Egress) to the gateway, and the un-NATed
+//     replies from the uplink to it back
 //     through the tunnel to its node (priorityEgressReturn, above its route, which in Hybrid mode
 //     may be unencapsulated: the Pod's node admits the replies from the holder's tunnel endpoint
 //     only), and the cluster's destinations from the tunnel are skipped once (a peer relays only
@@ -88,8 +90,8 @@ func (n Node) noSNATSkips(source uint32) []openflow.Flow {
 // in ClassifierTable for other IP protocols; ARP for it still reaches the host, which answers. No
 // host service is reachable on it.
 //
-// Cost: 4 flows per Egress, 1 per selected local Pod, 2 per selected remote Pod, and len(NoSNAT)
-// once when any remote Pod is selected.
+// Cost: 4 flows per Egress (5 with remote Pods), 1 per selected local Pod, 2 per selected remote
+// Pod, and len(NoSNAT) once when any remote Pod is selected.
 func (n Node) EgressHolderFlows(egresses []Egress) []openflow.Flow {
 	var out []openflow.Flow
 	remote := false
@@ -110,17 +112,27 @@ func (n Node) EgressHolderFlows(egresses []Egress) []openflow.Flow {
 		for _, p := range uniqueIPv4(e.Pods) {
 			out = append(out, n.egressSNATFlow(e.ID, p, FromLocalPod))
 		}
+		relayed := false
 		for _, r := range uniqueRemotePods(e.RemotePods) {
 			if n.TunnelOFPort == 0 || !r.Node.NodeIP.Is4() {
 				continue
 			}
-			remote = true
+			remote, relayed = true, true
 			pod := netip.PrefixFrom(r.IP, 32)
 			out = append(out, n.egressSNATFlow(e.ID, r.IP, FromTunnel),
 				flow(L3ForwardingTable, priorityEgressReturn,
 					match(openflow.IPv4(), regMatch(PktSourceField, FromUplink), openflow.CTState(openflow.CTTrk|openflow.CTEst|openflow.CTRpl, openflow.CTNew),
 						openflow.CTMark(SNATCTMark, 0xffffffff), openflow.NwDst(pod)),
 					append(n.tunnelTo(r.Node), openflow.GotoTable(ConntrackCommitTable))...))
+		}
+		if relayed {
+			// The later packets of a relayed connection leave ConntrackTable SNATed already (its
+			// ct(nat) applies the connection's NAT): their source is the egress IP. (A local Pod's
+			// take the node SNAT's flow, which matches every source from a Pod port.)
+			out = append(out, flow(L3ForwardingTable, priorityEgressSNAT,
+				match(openflow.IPv4(), regMatch(PktSourceField, FromTunnel), openflow.CTState(openflow.CTTrk, openflow.CTNew|openflow.CTRpl),
+					openflow.CTMark(SNATCTMark, 0xffffffff), openflow.NwSrc(netip.PrefixFrom(e.IP, 32))),
+				loadReg(EgressField, e.ID), openflow.SetEthDst(n.GatewayMAC), openflow.GotoTable(L2ForwardingCalcTable)))
 		}
 	}
 	if remote {

@@ -90,7 +90,10 @@ func TestEgressRelayPaths(t *testing.T) {
 // TestEgressHolderRemotePaths traces the holder of an Egress that selects a Pod of the peer remote:
 // the Pod's relayed packets are SNATed to the egress IP and leave on the gateway, the un-SNATed
 // replies from the uplink go back through the tunnel to the Pod's node, and a remote Pod's packet
-// to the cluster is never SNATed.
+// to the cluster is never SNATed. (The later packets of a relayed connection arrive with the Pod's
+// source and leave ConntrackTable with the egress IP's: ofproto/trace applies no NAT, and admission
+// sees the Pod's address, so that flow is pinned in TestEgressHolderRemotePodFlows and exercised by
+// the e2e test TestEgressRemotePods.)
 func TestEgressHolderRemotePaths(t *testing.T) {
 	n := testNode()
 	held := Egress{ID: 1, IP: egressIP, RemotePods: []RemotePod{{IP: netip.MustParseAddr("10.244.2.7"), Node: remote}}}

@@ -109,7 +109,8 @@ func TestEgressRelayFlows(t *testing.T) {
 
 // TestEgressHolderRemotePodFlows pins what the holder adds for a selected Pod of another node: its
 // relayed packets (from the tunnel, its source address) are SNATed as a local Pod's, the cluster's
-// destinations from the tunnel are skipped, and the un-SNATed replies from the uplink go back
+// destinations from the tunnel are skipped, its later packets (SNATed by conntrack already) go out
+// as well, and the un-SNATed replies from the uplink go back
 // through the tunnel to its node above the route.
 func TestEgressHolderRemotePodFlows(t *testing.T) {
 	g := NewWithT(t)
@@ -117,15 +118,17 @@ func TestEgressHolderRemotePodFlows(t *testing.T) {
 	g.Expect(got).To(ContainElements(
 		"table=70, priority=150,ip,reg0=0/0xffff,nw_src=10.244.2.9 actions=set_field:0x1->reg12,set_field:02:42:0a:f4:01:01->eth_dst,goto_table:80",
 		"table=70, priority=210,ct_state=-new+est+rpl+trk,ct_mark=0x40,ip,reg0=0x3/0xffff,nw_dst=10.244.2.9 actions=dec_ttl,set_field:0e:5e:00:00:00:0b->eth_src,set_field:aa:bb:cc:dd:ee:ff->eth_dst,set_field:192.168.10.12->tun_dst,set_field:0x1->tun_id,set_field:0x1->reg1,set_field:0x10000/0x10000->reg0,goto_table:105",
+		"table=70, priority=150,ct_state=-new-rpl+trk,ct_mark=0x40,ip,reg0=0/0xffff,nw_src=192.168.10.200 actions=set_field:0x1->reg12,set_field:02:42:0a:f4:01:01->eth_dst,goto_table:80",
 		"table=70, priority=180,ip,reg0=0/0xffff,nw_dst=10.244.0.0/16 actions=goto_table:80",
 		"table=70, priority=180,ip,reg0=0/0xffff,nw_dst=10.96.0.0/12 actions=goto_table:80",
 	))
-	g.Expect(got).To(HaveLen(4 + 2 + len(testNode().NoSNAT)))
+	g.Expect(got).To(HaveLen(5 + 2 + len(testNode().NoSNAT)))
 	g.Expect(priorityEgressReturn).To(BeNumerically(">", priorityNormal), "above the route to the Pod's node")
 }
 
-// TestEgressFlowCost counts the flows docs/egress.md states: on the holder 4 per Egress, 1 per
-// selected local Pod, 2 per selected remote Pod and len(NoSNAT) once with remote Pods; on a node
+// TestEgressFlowCost counts the flows docs/egress.md states: on the holder 4 per Egress (5 with
+// remote Pods), 1 per selected local Pod, 2 per selected remote Pod and len(NoSNAT) once with
+// remote Pods; on a node
 // relaying to a holder 3 per selected local Pod and 3 once.
 func TestEgressFlowCost(t *testing.T) {
 	g := NewWithT(t)
@@ -136,7 +139,7 @@ func TestEgressFlowCost(t *testing.T) {
 		{ID: 1, IP: ip("192.168.10.200"), Pods: []netip.Addr{ip("10.244.1.5"), ip("10.244.1.6")}, RemotePods: []RemotePod{remote("10.244.2.5"), remote("10.244.2.6"), remote("10.244.2.7")}},
 		{ID: 2, IP: ip("192.168.10.201"), RemotePods: []RemotePod{remote("10.244.2.8")}},
 	}
-	g.Expect(n.EgressFlows(held, nil)).To(HaveLen(2*4 + 2*1 + 4*2 + len(n.NoSNAT)))
+	g.Expect(n.EgressFlows(held, nil)).To(HaveLen(2*5 + 2*1 + 4*2 + len(n.NoSNAT)))
 	relays := []EgressRelay{
 		{Holder: testHolder(), Pods: []netip.Addr{ip("10.244.1.7"), ip("10.244.1.8"), ip("10.244.1.8")}},
 		{Holder: testHolder(), Pods: []netip.Addr{ip("10.244.1.9")}},
