@@ -284,6 +284,17 @@ func TestEgressRemotePods(t *testing.T) {
 	g.Expect(err).NotTo(HaveOccurred(), "the external host's connection to the NodePort of %s on %s", remote.Name, remoteNode.Name)
 	t.Logf("NodePort %s (externalTrafficPolicy Local) answered by %s, which saw the client %s", nodePort, a.Name, a.Client)
 	askUntilAll(t, pods["pod-c1"].Place(), "tcp4", netip.AddrPortFrom(netip.MustParseAddr(svc.Spec.ClusterIP), 80), pods["pod-c1"].IP, remote.Name)
+	// The external host reaching the Pod's own address, routed to its node: the Pod's replies go to
+	// an address outside the cluster, as an opened connection's would, and leave from the Pod's node
+	// all the same (only connections the Pod opened carry the relay mark). (A NodePort's replies
+	// leave before the Egress's flows: its externalTrafficPolicy Local path above holds without them.)
+	podRoute := netip.PrefixFrom(remote.IP, 32).String()
+	_, err = c.External.Exec("ip", "route", "replace", podRoute, "via", remoteNode.IP.String())
+	g.Expect(err).NotTo(HaveOccurred())
+	t.Cleanup(func() { _, _ = c.External.Exec("ip", "route", "del", podRoute) })
+	direct := netip.AddrPortFrom(remote.IP, 8080)
+	askUntilAll(t, c.ExternalPlace(), "tcp4", direct, c.ExternalIP, remote.Name)
+	t.Logf("the external host's connection to %s (routed to %s) answered by %s", direct, remoteNode.Name, remote.Name)
 
 	// Deleting the Egress returns both Pods to their node's SNAT.
 	g.Expect(c.Client.Delete(ctx, eg)).To(Succeed())
