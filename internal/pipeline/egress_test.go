@@ -101,6 +101,15 @@ func TestEgressRelayFlows(t *testing.T) {
 	// The admission of replies is above the drop of a peer's foreign inner sources, below its own.
 	g.Expect(priorityTunnelEgressReply).To(BeNumerically(">", priorityTunnelNotOwned))
 	g.Expect(priorityTunnelEgressReply).To(BeNumerically("<", priorityTunnelAdmit))
+	// Hybrid mode: the route to the holder is unencapsulated, the relay still tunnels (the holder's
+	// replies are admitted from its tunnel endpoint only).
+	routed := testRelays()
+	routed[0].Holder.Tunnel, routed[0].Holder.NextHopMAC, routed[0].Holder.UplinkMAC = false, mustMAC("02:00:00:00:00:12"), mustMAC("02:00:00:00:00:11")
+	var hybrid []string
+	for _, f := range testNode().EgressFlows(nil, routed) {
+		hybrid = append(hybrid, f.String())
+	}
+	g.Expect(hybrid).To(ConsistOf(got))
 	// Without a tunnel (NoEncap) nothing is relayed.
 	n := testNode()
 	n.TunnelOFPort = 0
