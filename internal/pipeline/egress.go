@@ -161,7 +161,9 @@ func (n Node) egressSNATFlow(id uint32, pod netip.Addr, source uint32) openflow.
 //   - TunnelAdmission, per Pod: from the holder's tunnel endpoint and VNI to the Pod, whatever the
 //     inner source (an outside address: the holder un-SNATed the reply), marked EgressReplyField;
 //   - ConntrackStateTable, once: a packet so marked goes on only as a reply (+est+rpl) of a
-//     connection committed with EgressRelayCTMark; every other one is dropped.
+//     connection committed with EgressRelayCTMark, unmarked and resubmitted to the table, whose own
+//     flows then take it as any reply (a Service connection's: un-DNAT in its UDP port's zone);
+//     every other one is dropped.
 //
 // Nothing is relayed without a tunnel (NoEncap). Cost: 3 flows per selected local Pod, 3 once.
 func (n Node) EgressRelayFlows(relays []EgressRelay) []openflow.Flow {
@@ -199,7 +201,7 @@ func (n Node) EgressRelayFlows(relays []EgressRelay) []openflow.Flow {
 				Exec: append([]openflow.Action{openflow.SetCTMark(EgressRelayCTMark, EgressRelayCTMark)}, commitNew()...)})),
 		flow(ConntrackStateTable, priorityEgressReplyAdmit,
 			match(openflow.IPv4(), reply, openflow.CTState(openflow.CTTrk|openflow.CTEst|openflow.CTRpl, openflow.CTNew), relayed),
-			openflow.GotoTable(DNATTable)),
+			loadReg(EgressReplyField, 0), openflow.Resubmit(ConntrackStateTable)),
 		flow(ConntrackStateTable, priorityEgressReplyDrop, match(openflow.IPv4(), reply), openflow.Drop()),
 	)
 }

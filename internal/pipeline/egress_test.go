@@ -95,7 +95,7 @@ func TestEgressRelayFlows(t *testing.T) {
 		"table=70, priority=150,ct_state=-new+trk,ct_mark=0x800/0x800,ip,reg0=0x2/0xffff,nw_src=10.244.1.5 actions="+tunnel+"goto_table:105",
 		"table=1, priority=197,ip,tun_id=0x1,tun_src=192.168.10.12,nw_dst=10.244.1.5 actions=set_field:0x200000/0x200000->reg0,goto_table:2",
 		"table=105, priority=210,ct_state=+new+trk,ip,reg0=0x100000/0x100000 actions=ct(commit,table=110,zone=65520,exec(set_field:0x800/0x800->ct_mark,move:NXM_NX_REG8[]->NXM_NX_CT_LABEL[64..95],move:NXM_NX_REG9[]->NXM_NX_CT_LABEL[96..127],move:NXM_NX_REG10[]->NXM_NX_CT_LABEL[0..31],move:NXM_NX_REG11[]->NXM_NX_CT_LABEL[32..63]))",
-		"table=31, priority=222,ct_state=-new+est+rpl+trk,ct_mark=0x800/0x800,ip,reg0=0x200000/0x200000 actions=goto_table:40",
+		"table=31, priority=222,ct_state=-new+est+rpl+trk,ct_mark=0x800/0x800,ip,reg0=0x200000/0x200000 actions=set_field:0/0x200000->reg0,resubmit(,31)",
 		"table=31, priority=221,ip,reg0=0x200000/0x200000 actions=drop",
 	))
 	// The admission of replies is above the drop of a peer's foreign inner sources, below its own.
