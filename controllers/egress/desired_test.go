@@ -70,8 +70,8 @@ func TestDesired(t *testing.T) {
 
 // TestDesiredRemotePods: the holder SNATs the remote Pods its Egress applies to when the route to
 // their node is realised (skipped otherwise); a node relays its selected Pods to the holder of their
-// Egress when the route to the holder is realised (skipped otherwise), and never a Pod whose
-// Egress is not assigned.
+// Egress when the Egress is Ready there and the route to the holder is realised (skipped
+// otherwise), and never a Pod whose Egress is not assigned.
 func TestDesiredRemotePods(t *testing.T) {
 	g := NewWithT(t)
 	rz := nodenetwork.Realized{NodeSubnet: netip.MustParsePrefix("192.168.77.11/24")}
@@ -94,12 +94,19 @@ func TestDesiredRemotePods(t *testing.T) {
 		testEgress("db", "192.168.77.153", 0, "node-b", false, "db"),  // not assigned: nothing relayed
 		testEgress("far", "192.168.77.154", 0, "node-c", true, "far"), // no route to node-c: skipped
 	}
+	for _, i := range []int{1, 3} {
+		items[i].Status.Conditions = append(items[i].Status.Conditions, metav1.Condition{Type: networkv1alpha1.ReadyCondition, Status: metav1.ConditionTrue, Reason: "Test"})
+	}
 	r := &Reconciler{NodeName: "node-a"}
 	d := r.desired(rz, items, pods, []nodenetwork.Peer{peerB})
 	g.Expect(d.held).To(ConsistOf(pipeline.Egress{ID: 1, IP: ip("192.168.77.150"), Pods: []netip.Addr{ip("10.244.1.5")},
 		RemotePods: []pipeline.RemotePod{{IP: ip("10.244.2.5"), Node: peerB.Route}}}))
 	g.Expect(d.relays).To(ConsistOf(pipeline.EgressRelay{Holder: peerB.Route, Pods: []netip.Addr{ip("10.244.1.6")}}))
 	g.Expect(d.skipped).To(ConsistOf(ip("10.244.3.5"), ip("10.244.1.8")))
+
+	// Not Ready on its holder yet: not relayed (the holder would drop the packets).
+	items[1].Status.Conditions = items[1].Status.Conditions[:1]
+	g.Expect(r.desired(rz, items, pods, []nodenetwork.Peer{peerB}).relays).To(BeEmpty())
 
 	// Without realised routes nothing is relayed and no remote Pod is SNATed.
 	d = r.desired(rz, items, pods, nil)

@@ -226,7 +226,8 @@ type desiredState struct {
 // desired computes the node's share: the Egresses assigned to it (status.node, Assigned) whose IP
 // lies on its uplink subnet, each with the local and remote Pods it applies to (the oldest Egress
 // selecting a Pod applies, assigned or not: egress.Applies, as winnet-controller's Superseded says),
-// and the Egresses assigned to other nodes with the local Pods they apply to, relayed to their holder.
+// and the Egresses assigned to other nodes and Ready there with the local Pods they apply to, relayed
+// to their holder.
 // A remote Pod is SNATed here only when the route to its node is realised (a peer's Pod CIDR holds
 // its address); a local Pod is relayed only when the route to the holder is.
 func (r *Reconciler) desired(rz nodenetwork.Realized, items []networkv1alpha1.Egress, pods []pod, peers []nodenetwork.Peer) desiredState {
@@ -254,7 +255,11 @@ func (r *Reconciler) desired(rz nodenetwork.Realized, items []networkv1alpha1.Eg
 		assigned := meta.IsStatusConditionTrue(e.Status.Conditions, networkv1alpha1.AssignedCondition)
 		if e.Status.Node != r.NodeName || !assigned || !rz.NodeSubnet.Masked().Contains(ip) {
 			d.others = append(d.others, ip)
-			if assigned && e.Status.Node != "" && e.Status.Node != r.NodeName {
+			// Relayed once the holder has realised it (Ready: the IP on its bridge interface, its flows,
+			// the remote Pods it had listed then, installed): before, the holder would drop the relayed
+			// packets, and the Pods keep their node's SNAT as the holder's own do until then.
+			if assigned && e.Status.Node != "" && e.Status.Node != r.NodeName &&
+				meta.IsStatusConditionTrue(e.Status.Conditions, networkv1alpha1.ReadyCondition) {
 				relayTo[e.Name] = e.Status.Node
 			}
 			continue
