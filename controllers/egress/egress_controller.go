@@ -62,6 +62,9 @@ type Reconciler struct {
 	added map[netip.Addr]bool
 	// recorded is what RecordFile holds, as last written or read.
 	recorded []netip.Addr
+	// skipped are the selected Pods the last pass could not carry (desiredState.skipped): logged
+	// when they change.
+	skipped []netip.Addr
 }
 
 // loadAdded reads, at the first pass, the egress IPs earlier agents put on the bridge interface.
@@ -151,10 +154,11 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ reconcile.Request) (reconc
 		all = append(all, podsOf(r.Remote.list(), nsLabels, r.NodeName, true)...)
 	}
 	d := r.desired(rz, list.Items, all, r.State.Peers())
-	if len(d.skipped) > 0 {
+	if len(d.skipped) > 0 && !slices.Equal(d.skipped, r.skipped) {
 		ctrl.LoggerFrom(ctx).Info("Selected Pods not carried to their Egress's holder: the route between the nodes is not realised",
 			"pods", len(d.skipped), "first", d.skipped[0])
 	}
+	r.skipped = d.skipped
 	return reconcile.Result{}, r.apply(ctx, rz, d)
 }
 
@@ -326,6 +330,7 @@ func (r *Reconciler) desired(rz nodenetwork.Realized, items []networkv1alpha1.Eg
 		}
 		d.relays[i].Pods = append(d.relays[i].Pods, p.ip)
 	}
+	slices.SortFunc(d.skipped, netip.Addr.Compare)
 	return d
 }
 
