@@ -47,6 +47,10 @@ type Reconciler struct {
 	Net      hostnet.Links
 	State    *nodenetwork.State
 
+	// Remote, when set, holds the other nodes' Pods the Egresses this node holds select (their nodes
+	// relay their connections here); nil: the node SNATs its local Pods only.
+	Remote *RemotePods
+
 	// ids are the EgressField ids of the Egresses held, by name; stable while an Egress is held.
 	ids map[string]uint32
 	// RecordFile, when set, keeps the egress IPs the agent put on the bridge interface across its
@@ -58,6 +62,9 @@ type Reconciler struct {
 	added map[netip.Addr]bool
 	// recorded is what RecordFile holds, as last written or read.
 	recorded []netip.Addr
+	// skipped are the selected Pods the last pass could not carry (desiredState.skipped): logged
+	// when they change.
+	skipped []netip.Addr
 }
 
 // loadAdded reads, at the first pass, the egress IPs earlier agents put on the bridge interface.
@@ -97,12 +104,19 @@ func (r *Reconciler) record() error {
 }
 
 // SetupWithManager registers the reconciler: any change of an Egress, of one of the node's Pods (the
-// manager's cache holds only those) or of a Namespace, and any change of the realised node network,
-// queues one pass.
+// manager's cache holds only those), of a remote Pod a held Egress selects (RemotePods) or of a
+// Namespace, and any change of the realised node network or of the realised routes, queues one pass.
 func (r *Reconciler) SetupWithManager(mgr manager.Manager) error {
 	r.State.AddFlowOwner(Flows)
 	all := handler.EnqueueRequestsFromMapFunc(func(context.Context, client.Object) []reconcile.Request { return []reconcile.Request{pass} })
-	onRealized := nodenetwork.WakeSource(func(q nodenetwork.Queue) { q.Add(pass) }, func(q nodenetwork.Queue) { q.Add(pass) }, r.State.Subscribe())
+	wakes := []<-chan struct{}{r.State.Subscribe(), r.State.PeerChanges()}
+	if r.Remote != nil {
+		if err := mgr.Add(r.Remote); err != nil {
+			return fmt.Errorf("adding the remote Pod watches: %w", err)
+		}
+		wakes = append(wakes, r.Remote.changes)
+	}
+	onRealized := nodenetwork.WakeSource(func(q nodenetwork.Queue) { q.Add(pass) }, func(q nodenetwork.Queue) { q.Add(pass) }, wakes...)
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("egress").
 		Watches(&networkv1alpha1.Egress{}, all).
@@ -134,22 +148,57 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ reconcile.Request) (reconc
 	for i := range namespaces.Items {
 		nsLabels[namespaces.Items[i].Name] = namespaces.Items[i].Labels
 	}
-	d := r.desired(rz, list.Items, localPods(r.NodeName, pods.Items, nsLabels))
+	all := podsOf(pods.Items, nsLabels, r.NodeName, false)
+	if r.Remote != nil {
+		r.Remote.set(ctx, r.remoteWatches(list.Items, nsLabels))
+		all = append(all, podsOf(r.Remote.list(), nsLabels, r.NodeName, true)...)
+	}
+	d := r.desired(rz, list.Items, all, r.State.Peers())
+	if len(d.skipped) > 0 && !slices.Equal(d.skipped, r.skipped) {
+		ctrl.LoggerFrom(ctx).Info("Selected Pods not carried to their Egress's holder: the route between the nodes is not realised",
+			"pods", len(d.skipped), "first", d.skipped[0])
+	}
+	r.skipped = d.skipped
 	return reconcile.Result{}, r.apply(ctx, rz, d)
 }
 
-// pod is what the desired state needs of a local Pod.
+// remoteWatches are the Pod watches of the Egresses assigned to this node: one per Egress and
+// namespace its namespaceSelector selects, filtered by its podSelector.
+func (r *Reconciler) remoteWatches(items []networkv1alpha1.Egress, nsLabels map[string]labels.Set) map[podWatch]bool {
+	want := map[podWatch]bool{}
+	for i := range items {
+		e := &items[i]
+		if e.Status.Node != r.NodeName || !meta.IsStatusConditionTrue(e.Status.Conditions, networkv1alpha1.AssignedCondition) {
+			continue
+		}
+		c, err := egress.Compile(e)
+		if err != nil {
+			continue
+		}
+		for ns, l := range nsLabels {
+			if c.Namespaces.Matches(l) {
+				want[podWatch{namespace: ns, selector: c.Pods.String()}] = true
+			}
+		}
+	}
+	return want
+}
+
+// pod is what the desired state needs of a Pod.
 type pod struct {
 	ip                    netip.Addr
 	labels, namespaceLabs labels.Set
+	// remote: the Pod runs on another node.
+	remote bool
 }
 
-// localPods are the node's running Pods on the Pod network with an IPv4 address.
-func localPods(node string, items []corev1.Pod, nsLabels map[string]labels.Set) []pod {
+// podsOf are the running Pods on the Pod network with an IPv4 address among items: those of node,
+// or with remote those of every other node.
+func podsOf(items []corev1.Pod, nsLabels map[string]labels.Set, node string, remote bool) []pod {
 	var out []pod
 	for i := range items {
 		p := &items[i]
-		if p.Spec.NodeName != node || p.Spec.HostNetwork || p.DeletionTimestamp != nil || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
+		if p.Spec.NodeName == "" || (p.Spec.NodeName != node) != remote || p.Spec.HostNetwork || p.DeletionTimestamp != nil || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
 			continue
 		}
 		ns, ok := nsLabels[p.Namespace]
@@ -158,7 +207,7 @@ func localPods(node string, items []corev1.Pod, nsLabels map[string]labels.Set) 
 		}
 		for _, a := range p.Status.PodIPs {
 			if ip, err := netip.ParseAddr(a.IP); err == nil && ip.Is4() {
-				out = append(out, pod{ip: ip, labels: p.Labels, namespaceLabs: ns})
+				out = append(out, pod{ip: ip, labels: p.Labels, namespaceLabs: ns, remote: remote})
 			}
 		}
 	}
@@ -167,16 +216,25 @@ func localPods(node string, items []corev1.Pod, nsLabels map[string]labels.Set) 
 
 // desiredState is the node's share of the Egresses.
 type desiredState struct {
-	// held are the Egresses the node holds, with their selected local Pods.
+	// held are the Egresses the node holds, with their selected local and remote Pods.
 	held []pipeline.Egress
+	// relays are the Egresses other nodes hold, with the selected local Pods relayed to them.
+	relays []pipeline.EgressRelay
 	// others are the egress IPs of Egresses the node does not hold: not on its bridge interface.
 	others []netip.Addr
+	// skipped are the selected Pods (addresses) neither SNATed here nor relayed: the route between
+	// the Pod's node and the holder is not realised on this node. They keep their node's SNAT.
+	skipped []netip.Addr
 }
 
 // desired computes the node's share: the Egresses assigned to it (status.node, Assigned) whose IP
-// lies on its uplink subnet, each with the local Pods it applies to (the oldest Egress selecting a
-// Pod applies, assigned or not: egress.Applies, as winnet-controller's Superseded says).
-func (r *Reconciler) desired(rz nodenetwork.Realized, items []networkv1alpha1.Egress, pods []pod) desiredState {
+// lies on its uplink subnet, each with the local and remote Pods it applies to (the oldest Egress
+// selecting a Pod applies, assigned or not: egress.Applies, as winnet-controller's Superseded says),
+// and the Egresses assigned to other nodes and Ready there with the local Pods they apply to, relayed
+// to their holder.
+// A remote Pod is SNATed here only when the route to its node is realised (a peer's Pod CIDR holds
+// its address); a local Pod is relayed only when the route to the holder is.
+func (r *Reconciler) desired(rz nodenetwork.Realized, items []networkv1alpha1.Egress, pods []pod, peers []nodenetwork.Peer) desiredState {
 	var compiled []egress.Compiled
 	for i := range items {
 		if c, err := egress.Compile(&items[i]); err == nil {
@@ -187,6 +245,8 @@ func (r *Reconciler) desired(rz nodenetwork.Realized, items []networkv1alpha1.Eg
 	// byName indexes d.held (indexes: appending moves the elements).
 	byName := map[string]int{}
 	keep := map[string]bool{}
+	// relayTo are the holders of the Egresses assigned to other nodes, by Egress name.
+	relayTo := map[string]string{}
 	if r.ids == nil {
 		r.ids = map[string]uint32{}
 	}
@@ -196,9 +256,16 @@ func (r *Reconciler) desired(rz nodenetwork.Realized, items []networkv1alpha1.Eg
 		if err != nil || !ip.Is4() || ip == rz.Node.NodeIP {
 			continue
 		}
-		if e.Status.Node != r.NodeName || !meta.IsStatusConditionTrue(e.Status.Conditions, networkv1alpha1.AssignedCondition) ||
-			!rz.NodeSubnet.Masked().Contains(ip) {
+		assigned := meta.IsStatusConditionTrue(e.Status.Conditions, networkv1alpha1.AssignedCondition)
+		if e.Status.Node != r.NodeName || !assigned || !rz.NodeSubnet.Masked().Contains(ip) {
 			d.others = append(d.others, ip)
+			// Relayed once the holder has realised it (Ready: the IP on its bridge interface, its flows,
+			// the remote Pods it had listed then, installed): before, the holder would drop the relayed
+			// packets, and the Pods keep their node's SNAT as the holder's own do until then.
+			if assigned && e.Status.Node != "" && e.Status.Node != r.NodeName &&
+				meta.IsStatusConditionTrue(e.Status.Conditions, networkv1alpha1.ReadyCondition) {
+				relayTo[e.Name] = e.Status.Node
+			}
 			continue
 		}
 		keep[e.Name] = true
@@ -230,14 +297,50 @@ func (r *Reconciler) desired(rz nodenetwork.Realized, items []networkv1alpha1.Eg
 		}
 		d.held[byName[name]].ID = id
 	}
+	relays := map[string]int{} // indexes of d.relays by holder
 	for _, p := range pods {
-		if applies, ok := egress.Applies(compiled, p.labels, p.namespaceLabs); ok {
-			if i, held := byName[applies.Egress.Name]; held {
-				d.held[i].Pods = append(d.held[i].Pods, p.ip)
-			}
+		applies, ok := egress.Applies(compiled, p.labels, p.namespaceLabs)
+		if !ok {
+			continue
 		}
+		if i, held := byName[applies.Egress.Name]; held {
+			if !p.remote {
+				d.held[i].Pods = append(d.held[i].Pods, p.ip)
+			} else if peer, ok := peerOf(peers, func(q nodenetwork.Peer) bool { return q.Route.CIDR.Contains(p.ip) }); ok {
+				d.held[i].RemotePods = append(d.held[i].RemotePods, pipeline.RemotePod{IP: p.ip, Node: peer.Route})
+			} else {
+				d.skipped = append(d.skipped, p.ip)
+			}
+			continue
+		}
+		holder, elsewhere := relayTo[applies.Egress.Name]
+		if !elsewhere || p.remote {
+			continue
+		}
+		peer, ok := peerOf(peers, func(q nodenetwork.Peer) bool { return q.NodeName == holder })
+		if !ok {
+			d.skipped = append(d.skipped, p.ip)
+			continue
+		}
+		i, ok := relays[holder]
+		if !ok {
+			i = len(d.relays)
+			relays[holder] = i
+			d.relays = append(d.relays, pipeline.EgressRelay{Holder: peer.Route})
+		}
+		d.relays[i].Pods = append(d.relays[i].Pods, p.ip)
 	}
+	slices.SortFunc(d.skipped, netip.Addr.Compare)
 	return d
+}
+
+// peerOf returns the first realised route that match keeps.
+func peerOf(peers []nodenetwork.Peer, match func(nodenetwork.Peer) bool) (nodenetwork.Peer, bool) {
+	i := slices.IndexFunc(peers, match)
+	if i < 0 {
+		return nodenetwork.Peer{}, false
+	}
+	return peers[i], true
 }
 
 // apply puts the held egress IPs on the bridge interface, installs the flows, then removes the
@@ -273,7 +376,7 @@ func (r *Reconciler) apply(ctx context.Context, rz nodenetwork.Realized, d desir
 		}
 		installed = append(installed, e)
 	}
-	synced, err := rz.Flows.Sync(ctx, pipeline.CategoryEgress, rz.Node.EgressFlows(installed))
+	synced, err := rz.Flows.Sync(ctx, pipeline.CategoryEgress, rz.Node.EgressFlows(installed, d.relays))
 	if synced.Mods() > 0 {
 		log.Info("Synced Egress flows", "egresses", len(installed), "added", synced.Added, "modified", synced.Modified, "deleted", synced.Deleted)
 	}

@@ -97,6 +97,10 @@ type State struct {
 	// (policyindex.go).
 	policyIndex       *PolicyIndex
 	policySubscribers []chan struct{}
+	// peers and peerSubscribers: the routes the remote route reconciler realised, for the egress
+	// reconciler (peers.go).
+	peers           *[]Peer
+	peerSubscribers []chan struct{}
 	// frozen is set by Freeze: the realised bridge, and any realised later, sends nothing.
 	frozen bool
 }

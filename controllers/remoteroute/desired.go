@@ -18,9 +18,9 @@ import (
 
 // route is one remote subnet as this node realises it.
 type route struct {
-	// name is the RemoteSubnetRoute's name.
-	name string
-	cidr netip.Prefix
+	// name is the RemoteSubnetRoute's name; nodeName its spec.nodeName.
+	name, nodeName string
+	cidr           netip.Prefix
 	// tunnel or routed; nodeIP is the tunnel destination or the next hop.
 	tunnel bool
 	nodeIP netip.Addr
@@ -86,7 +86,7 @@ func desiredRoutes(nodeName string, rz nodenetwork.Realized, list []networkv1alp
 					gw = ip
 				}
 			}
-			out = append(out, route{name: rsr.Name, cidr: cidr.Masked(), tunnel: tunnel, nodeIP: nodeIP, gatewayIP: gw, vni: vni, dstMAC: dstMAC,
+			out = append(out, route{name: rsr.Name, nodeName: rsr.Spec.NodeName, cidr: cidr.Masked(), tunnel: tunnel, nodeIP: nodeIP, gatewayIP: gw, vni: vni, dstMAC: dstMAC,
 				created: rsr.CreationTimestamp.Time})
 		}
 	}

@@ -88,6 +88,8 @@ type routeState struct {
 	hostRoutes []hostnet.Route
 	// failure says why the route is not installed; empty when it is.
 	failure string
+	// peers are its realised routes, as the egress reconciler reads them (nodenetwork.Peer).
+	peers []nodenetwork.Peer
 }
 
 // SetupWithManager registers the reconciler for RemoteSubnetRoutes and the node's WindowsNodeNetwork.
@@ -230,6 +232,7 @@ func (r *Reconciler) reconcileAll(ctx context.Context, rz nodenetwork.Realized, 
 		hostRoutes = append(hostRoutes, hr)
 		st := installed[rt.name]
 		st.hostRoutes = append(st.hostRoutes, hr)
+		st.peers = append(st.peers, rt.peer())
 		installed[rt.name] = st
 	}
 	computed := time.Since(start)
@@ -307,6 +310,7 @@ func (r *Reconciler) reconcileOne(ctx context.Context, rz nodenetwork.Realized, 
 		}
 		flows = append(flows, rf...)
 		state.hostRoutes = append(state.hostRoutes, hr)
+		state.peers = append(state.peers, rt.peer())
 	}
 	synced, err := rz.Flows.SyncObject(ctx, pipeline.CategoryRoute, objectID(name), dedupe(flows))
 	if err != nil {
@@ -371,6 +375,19 @@ func (r *Reconciler) publish() {
 	}
 	slices.Sort(res.Failed)
 	r.State.SetRoutes(res)
+	var peers []nodenetwork.Peer
+	for _, st := range r.installed {
+		if st.failure == "" {
+			peers = append(peers, st.peers...)
+		}
+	}
+	r.State.SetPeers(peers)
+}
+
+// peer is the route as the egress reconciler reads it: the peer's node, its tunnel endpoint, VNI,
+// inner MAC and Pod CIDR.
+func (rt route) peer() nodenetwork.Peer {
+	return nodenetwork.Peer{NodeName: rt.nodeName, Route: pipeline.RemoteRoute{CIDR: rt.cidr, Tunnel: rt.tunnel, NodeIP: rt.nodeIP, VNI: rt.vni, DstMAC: rt.dstMAC}}
 }
 
 // realise returns the flows and the host route of one route.

@@ -9,6 +9,9 @@ import (
 	"strconv"
 	"time"
 
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	"github.com/winnet-io/winnet/controllers/egress"
@@ -129,8 +132,17 @@ func SetupNodeNetwork(ctx context.Context, mgr ctrl.Manager, nodeName string, op
 	if err := routes.SetupWithManager(mgr); err != nil {
 		return nil, err
 	}
+	// The remote Pods the node's Egresses select come from Pod watches of their own (protobuf, as
+	// the peer watches of NetworkPolicy): the manager's cache holds the node's Pods only.
+	podsCfg := rest.CopyConfig(mgr.GetConfig())
+	podsCfg.ContentType = runtime.ContentTypeProtobuf
+	podsCfg.AcceptContentTypes = runtime.ContentTypeProtobuf + "," + runtime.ContentTypeJSON
+	podsClient, err := kubernetes.NewForConfig(podsCfg)
+	if err != nil {
+		return nil, fmt.Errorf("creating the client of the Egresses' remote Pod watches: %w", err)
+	}
 	egresses := &egress.Reconciler{Client: mgr.GetClient(), NodeName: nodeName, Net: netClient, State: state,
-		RecordFile: filepath.Join(opts.StateDir, egress.RecordFileName)}
+		RecordFile: filepath.Join(opts.StateDir, egress.RecordFileName), Remote: egress.NewRemotePods(podsClient)}
 	if err := egresses.SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("setting up the egress reconciler: %w", err)
 	}

@@ -179,6 +179,12 @@ type RegField struct {
 //	             gateway IP in ServiceSNATZone (ConntrackCommit)
 //	reg0[19]     HairpinField: a packet of a Pod's connection to itself through a Service, output
 //	             on the port it came in on (OVS never outputs to in_port otherwise)
+//	reg0[20]     EgressRelayField: a selected local Pod's new connection to outside the cluster,
+//	             relayed through the tunnel to the node holding its Egress, committed with
+//	             EgressRelayCTMark (ConntrackCommit)
+//	reg0[21]     EgressReplyField: a packet the tunnel admitted from an Egress's holder to a selected
+//	             local Pod with a source outside the cluster: it goes on only as a reply of a
+//	             connection committed with EgressRelayCTMark (ConntrackStateTable)
 //	reg1[0..31]  TargetOFPortField: the output port
 //	reg2[0..31]  EgressPeerClassField: the class of the destination among the prefixes of the
 //	             node's egress ipBlocks with exceptions (EgressPeerClassTable; 0: none covers it)
@@ -210,6 +216,8 @@ var (
 	SNATRequiredField       = RegField{Reg: 0, Start: 17, End: 17}
 	ServiceSNATField        = RegField{Reg: 0, Start: 18, End: 18}
 	HairpinField            = RegField{Reg: 0, Start: 19, End: 19}
+	EgressRelayField        = RegField{Reg: 0, Start: 20, End: 20}
+	EgressReplyField        = RegField{Reg: 0, Start: 21, End: 21}
 	TargetOFPortField       = RegField{Reg: 1, Start: 0, End: 31}
 	AffinityEndpointIPField = RegField{Reg: 3, Start: 0, End: 31}
 	AffinityEndpointField   = RegField{Reg: 4, Start: 0, End: 31}
@@ -333,6 +341,10 @@ const (
 	priorityTunnelAdmit = priorityNormal
 	// priorityTunnelNotOwned: a peer's address and VNI, an inner source it does not own (or not IPv4).
 	priorityTunnelNotOwned uint16 = 195
+	// priorityTunnelEgressReply: the Egress holder's address and VNI, to a selected local Pod, an
+	// inner source outside the cluster: marked (EgressReplyField) for ConntrackStateTable, which
+	// lets only replies of relayed connections through. Above priorityTunnelNotOwned.
+	priorityTunnelEgressReply uint16 = 197
 	// priorityTunnelWrongVNI: a peer's address with another VNI than the peer's.
 	priorityTunnelWrongVNI = priorityLow
 	// priorityTunnelPeerElsewhere: a peer's inner source from an address that is no peer's (NAT
@@ -396,6 +408,12 @@ const (
 // to the gateway IP so that the Pod answers through OVS, and output on the port it came from.
 const HairpinCTMark uint32 = 0x200
 
+// EgressRelayCTMark marks, in ConntrackZone, a connection a selected local Pod opened to outside the
+// cluster whose Egress another node holds: its packets from the Pod follow it through the tunnel to
+// the holder, and the holder's relayed replies are admitted for it alone (EgressRelayFlows). Set
+// with its own mask: a Service connection keeps its bits.
+const EgressRelayCTMark uint32 = 0x800
+
 // PolicyAdmittedCTMark marks a Service connection that NetworkPolicy let through, set when it
 // reaches ConntrackCommit. A Service connection is committed by its DNAT, before policy sees it, so
 // a connection policy refuses exists in conntrack all the same; on Windows its next packets are
@@ -432,7 +450,7 @@ const (
 // un-DNATs it. A NodePort connection from the uplink keeps its local endpoint's incarnation in the
 // same bits of the record its policy stages read (the zone it is DNATed in: IncarnationCTMarkShift),
 // below ServiceUDPZoneFirst (MaxIncarnation), so that it is never taken for a zone. No other
-// ct_mark bit above 0x400 is used.
+// ct_mark bit above 0x400 is used but EgressRelayCTMark (0x800).
 const (
 	ServiceZoneCTMarkShift        = 16
 	ServiceZoneCTMarkMask  uint32 = 0xffff0000
@@ -492,8 +510,17 @@ const (
 	// priorityEgressSNAT: a selected Pod's traffic to outside the cluster, SNATed to its Egress's
 	// IP (EgressFlows): below the destinations never SNATed (prioritySkip), above the node's SNAT.
 	priorityEgressSNAT uint16 = 150
-	prioritySNAT       uint16 = 10
-	priorityMiss       uint16 = 0
+	// priorityEgressReplyAdmit and priorityEgressReplyDrop: in ConntrackStateTable, above every
+	// other flow, the tunnel's relayed Egress replies (EgressReplyField) go on only when they are
+	// replies of a connection committed with EgressRelayCTMark; the rest is dropped.
+	priorityEgressReplyAdmit uint16 = priorityTop + 2
+	priorityEgressReplyDrop  uint16 = priorityTop + 1
+	// priorityEgressReturn: on the holder, in L3Forwarding, an un-SNATed reply from the uplink to a
+	// remote selected Pod goes back through the tunnel to the Pod's node, above the route (which in
+	// Hybrid mode may route it unencapsulated, where its node would not admit it).
+	priorityEgressReturn        = priorityHigh
+	prioritySNAT         uint16 = 10
+	priorityMiss         uint16 = 0
 )
 
 // The band of OVS priorities of ClusterNetworkPolicy rules in each tier's tables: every rule of a

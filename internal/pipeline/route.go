@@ -44,15 +44,9 @@ func (n Node) RouteFlows(r RemoteRoute) []openflow.Flow {
 				loadReg(TargetOFPortField, n.UplinkOFPort), loadReg(OFPortFoundField, 1), openflow.GotoTable(ConntrackCommitTable)),
 		}, admission...)
 	}
-	src := n.VTEPMAC
-	if src == nil {
-		src = n.GatewayMAC
-	}
-	// The node routes: the TTL goes down by one (and once more on the receiving node, tunnelFlows).
 	out := []openflow.Flow{
 		flow(L3ForwardingTable, priorityNormal, match(openflow.IPv4(), openflow.NwDst(r.CIDR)),
-			openflow.DecTTL(), openflow.SetEthSrc(src), openflow.SetEthDst(r.DstMAC), openflow.SetTunDst(r.NodeIP), openflow.SetTunID(uint64(r.VNI)),
-			loadReg(TargetOFPortField, n.TunnelOFPort), loadReg(OFPortFoundField, 1), openflow.GotoTable(ConntrackCommitTable)),
+			append(n.tunnelTo(r), openflow.GotoTable(ConntrackCommitTable))...),
 	}
 	out = append(out, admission...)
 	if r.GatewayIP.IsValid() {
@@ -64,6 +58,18 @@ func (n Node) RouteFlows(r RemoteRoute) []openflow.Flow {
 			openflow.Output(openflow.PortInPort)))
 	}
 	return out
+}
+
+// tunnelTo are the actions that send a packet through the tunnel to the peer of r (its node IP, its
+// VNI, its inner MAC), output in L2ForwardingOut. The node routes: the TTL goes down by one (and
+// once more on the receiving node, tunnelFlows).
+func (n Node) tunnelTo(r RemoteRoute) []openflow.Action {
+	src := n.VTEPMAC
+	if src == nil {
+		src = n.GatewayMAC
+	}
+	return []openflow.Action{openflow.DecTTL(), openflow.SetEthSrc(src), openflow.SetEthDst(r.DstMAC), openflow.SetTunDst(r.NodeIP), openflow.SetTunID(uint64(r.VNI)),
+		loadReg(TargetOFPortField, n.TunnelOFPort), loadReg(OFPortFoundField, 1)}
 }
 
 // admissionFlows admit the peer's tunnel traffic in TunnelAdmissionTable: from its node IP, with its

@@ -184,7 +184,7 @@ func TestBuildersPassWindowsProfile(t *testing.T) {
 				}
 				d.Flows = append(d.Flows, n.RouteFlows(r)...)
 			}
-			d.Flows = append(d.Flows, n.EgressFlows(testEgresses())...)
+			d.Flows = append(d.Flows, n.EgressFlows(append(testEgresses(), testRemoteEgress()), testRelays())...)
 			d.Flows = append(d.Flows, n.PolicyFlows(testPolicy())...)
 			d.Flows = append(d.Flows, n.PolicyFlows(auditedPolicy())...)
 			d.Flows = append(d.Flows, n.PodPolicyPendingFlows(npPod1)...)

@@ -17,6 +17,7 @@ import (
 	networkingv1 "k8s.io/api/networking/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	networkv1alpha1 "github.com/winnet-io/winnet/api/v1alpha1"
@@ -179,4 +180,128 @@ func bridgeHolds(n *cluster.Node, ip netip.Addr) bool {
 		return false
 	}
 	return slices.Contains(strings.Fields(out), ip.String()+"/32")
+}
+
+// remoteEgressIP is the egress IP of TestEgressRemotePods, apart from TestEgressLocalPods's.
+var remoteEgressIP = netip.MustParseAddr("192.168.77.151")
+
+// TestEgressRemotePods sends real packets from Pods an Egress selects on node-a and on node-b, with the
+// Egress free to go to any winnet node: the external host sees the egress IP as the source of both
+// (the one not on the holder is carried there through the tunnel) and the node IP as the source of an
+// unselected Pod; TCP through the holder works both ways; connections a remote selected Pod accepts
+// (a NodePort with externalTrafficPolicy Local from the external host, a ClusterIP from another node's
+// Pod) still work, their replies never going to the holder; deleting the Egress returns both Pods to
+// their node's SNAT.
+func TestEgressRemotePods(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	selected := map[string]*cluster.Pod{}
+	for _, n := range []string{"node-a", "node-b"} {
+		name := "egress-r" + strings.TrimPrefix(n, "node-")
+		p, err := c.AddPodWith(ctx, node(n), name, cluster.PodOptions{
+			Labels: map[string]string{"egress-test": "remote", "egress-echo": name}, Ports: echoPorts(8080)}, readyTimeout)
+		g.Expect(err).NotTo(HaveOccurred())
+		e, err := cluster.ServeNamedEcho(p.NSPath, name, []int{8080}, []int{8080})
+		g.Expect(err).NotTo(HaveOccurred())
+		ep := &echoPod{pod: p, echo: e}
+		t.Cleanup(func() { ep.remove(t) })
+		selected[n] = p
+	}
+	unselected := pods["pod-a2"]
+	for n, p := range selected {
+		g.Expect(probeSource(ctx, p.Place())).To(Equal(node(n).IP), "before the Egress, %s leaves from its node's IP", p.Name)
+	}
+
+	eg := &networkv1alpha1.Egress{
+		ObjectMeta: metav1.ObjectMeta{Name: "e2e-egress-remote"},
+		Spec: networkv1alpha1.EgressSpec{
+			PodSelector: networkv1alpha1.LabelSelector{MatchLabels: map[string]networkv1alpha1.LabelValue{"egress-test": "remote"}},
+			NamespaceSelector: networkv1alpha1.LabelSelector{MatchLabels: map[string]networkv1alpha1.LabelValue{
+				"kubernetes.io/metadata.name": networkv1alpha1.LabelValue(cluster.PodNamespace)}},
+			EgressIP: networkv1alpha1.IPv4Address(remoteEgressIP.String()),
+		},
+	}
+	start := time.Now()
+	g.Expect(c.Client.Create(ctx, eg)).To(Succeed())
+	t.Cleanup(func() { _ = c.Client.Delete(context.Background(), eg) })
+	var holder string
+	g.Eventually(func(g Gomega) {
+		got := &networkv1alpha1.Egress{}
+		g.Expect(c.Client.Get(ctx, client.ObjectKeyFromObject(eg), got)).To(Succeed())
+		g.Expect(meta.IsStatusConditionTrue(got.Status.Conditions, networkv1alpha1.ReadyCondition)).To(BeTrue(), "Ready: %v", got.Status.Conditions)
+		holder = got.Status.Node
+	}).WithTimeout(converge).Should(Succeed())
+	t.Logf("Egress Ready on %s %v after it was created", holder, time.Since(start).Round(time.Millisecond))
+	var remote *cluster.Pod
+	for n, p := range selected {
+		if n != holder {
+			remote = p
+		}
+	}
+	g.Expect(remote).NotTo(BeNil())
+
+	// Both selected Pods leave from the egress IP, whichever node they run on; the unselected from its node's.
+	for n, p := range selected {
+		g.Eventually(func() netip.Addr { return probeSource(ctx, p.Place()) }).WithTimeout(converge).Should(Equal(remoteEgressIP), "%s on %s", p.Name, n)
+		t.Logf("the external host sees %s from %s (on %s, holder %s) %v after the Egress was created", remoteEgressIP, p.Name, n, holder,
+			time.Since(start).Round(time.Millisecond))
+	}
+	checks := []cluster.Check{
+		{From: selected["node-a"].Place(), To: c.ExternalPlace(), Path: "external, Egress", WantSource: remoteEgressIP},
+		{From: selected["node-b"].Place(), To: c.ExternalPlace(), Path: "external, Egress", WantSource: remoteEgressIP},
+		{From: unselected.Place(), To: c.ExternalPlace(), Path: "external, node SNAT", WantSource: node("node-a").IP},
+		{From: remote.Place(), To: c.ExcludedPlace(), Path: "external, excluded from SNAT"},
+		{From: remote.Place(), To: pods["pod-c1"].Place(), Path: "to a remote Pod, no SNAT"},
+	}
+	took, failures, err := c.WaitReachable(ctx, checks, converge)
+	g.Expect(err).NotTo(HaveOccurred(), "%s", cluster.Lines(failures))
+	t.Logf("every row passed once after %v", took.Round(time.Millisecond))
+	results := c.Probe(ctx, checks, 2)
+	t.Logf("\n%s", cluster.FormatTable(results))
+	for _, r := range results {
+		g.Expect(r.OK()).To(BeTrue(), "%s -> %s (%s)", r.From, r.To, r.Path)
+	}
+
+	// Connections the remote selected Pod accepts: a NodePort with externalTrafficPolicy Local from the
+	// external host (the client's address is kept, the reply leaves the Pod's node to it: it must not go
+	// to the holder, which would take it for a new connection and SNAT it), and a ClusterIP from a Pod of
+	// another node.
+	svc := &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Namespace: cluster.PodNamespace, Name: "egress-accepts"},
+		Spec: corev1.ServiceSpec{
+			Type: corev1.ServiceTypeNodePort, ExternalTrafficPolicy: corev1.ServiceExternalTrafficPolicyLocal,
+			Selector: map[string]string{"egress-echo": remote.Name},
+			Ports:    []corev1.ServicePort{{Name: "http", Port: 80, Protocol: corev1.ProtocolTCP, TargetPort: intstr.FromString("http")}},
+		},
+	}
+	g.Expect(c.Client.Create(ctx, svc)).To(Succeed())
+	t.Cleanup(func() { _ = c.Client.Delete(context.Background(), svc) })
+	waitEndpointIPs(t, svc, remote.IP)
+	remoteNode := node(remote.Node)
+	nodePort := netip.AddrPortFrom(remoteNode.IP, uint16(svc.Spec.Ports[0].NodePort))
+	askUntilAll(t, c.ExternalPlace(), "tcp4", nodePort, netip.Addr{}, remote.Name)
+	a, err := cluster.AskEcho(ctx, c.ExternalPlace(), "tcp4", nodePort, askTimeout)
+	g.Expect(err).NotTo(HaveOccurred(), "the external host's connection to the NodePort of %s on %s", remote.Name, remoteNode.Name)
+	t.Logf("NodePort %s (externalTrafficPolicy Local) answered by %s, which saw the client %s", nodePort, a.Name, a.Client)
+	askUntilAll(t, pods["pod-c1"].Place(), "tcp4", netip.AddrPortFrom(netip.MustParseAddr(svc.Spec.ClusterIP), 80), pods["pod-c1"].IP, remote.Name)
+	// The external host reaching the Pod's own address, routed to its node: the Pod's replies go to
+	// an address outside the cluster, as an opened connection's would, and leave from the Pod's node
+	// all the same (only connections the Pod opened carry the relay mark). (A NodePort's replies
+	// leave before the Egress's flows: its externalTrafficPolicy Local path above holds without them.)
+	podRoute := netip.PrefixFrom(remote.IP, 32).String()
+	_, err = c.External.Exec("ip", "route", "replace", podRoute, "via", remoteNode.IP.String())
+	g.Expect(err).NotTo(HaveOccurred())
+	t.Cleanup(func() { _, _ = c.External.Exec("ip", "route", "del", podRoute) })
+	direct := netip.AddrPortFrom(remote.IP, 8080)
+	askUntilAll(t, c.ExternalPlace(), "tcp4", direct, c.ExternalIP, remote.Name)
+	t.Logf("the external host's connection to %s (routed to %s) answered by %s", direct, remoteNode.Name, remote.Name)
+
+	// Deleting the Egress returns both Pods to their node's SNAT.
+	g.Expect(c.Client.Delete(ctx, eg)).To(Succeed())
+	deleted := time.Now()
+	for n, p := range selected {
+		g.Eventually(func() netip.Addr { return probeSource(ctx, p.Place()) }).WithTimeout(converge).Should(Equal(node(n).IP), "%s back to %s's SNAT", p.Name, n)
+	}
+	t.Logf("both Pods back to their node's SNAT %v after the Egress was deleted", time.Since(deleted).Round(time.Millisecond))
+	g.Eventually(func() bool { return bridgeHolds(node(holder), remoteEgressIP) }).WithTimeout(converge).Should(BeFalse(), "the egress IP leaves %s", holder)
 }
