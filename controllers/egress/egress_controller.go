@@ -17,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	networkv1alpha1 "github.com/winnet-io/winnet/api/v1alpha1"
 	"github.com/winnet-io/winnet/controllers/nodenetwork"
@@ -58,6 +59,10 @@ type Reconciler struct {
 	added map[netip.Addr]bool
 	// recorded is what RecordFile holds, as last written or read.
 	recorded []netip.Addr
+
+	// Fence, when set, says whether the node may hold egress IPs (its Egress Lease is confirmed):
+	// while it may not, the node holds none, whatever the Egresses say.
+	Fence *Fence
 }
 
 // loadAdded reads, at the first pass, the egress IPs earlier agents put on the bridge interface.
@@ -103,13 +108,16 @@ func (r *Reconciler) SetupWithManager(mgr manager.Manager) error {
 	r.State.AddFlowOwner(Flows)
 	all := handler.EnqueueRequestsFromMapFunc(func(context.Context, client.Object) []reconcile.Request { return []reconcile.Request{pass} })
 	onRealized := nodenetwork.WakeSource(func(q nodenetwork.Queue) { q.Add(pass) }, func(q nodenetwork.Queue) { q.Add(pass) }, r.State.Subscribe())
-	return ctrl.NewControllerManagedBy(mgr).
+	b := ctrl.NewControllerManagedBy(mgr).
 		Named("egress").
 		Watches(&networkv1alpha1.Egress{}, all).
 		Watches(&corev1.Pod{}, all).
 		Watches(&corev1.Namespace{}, all).
-		WatchesRawSource(onRealized).
-		Complete(r)
+		WatchesRawSource(onRealized)
+	if r.Fence != nil {
+		b = b.WatchesRawSource(source.Channel(r.Fence.Changed(), all))
+	}
+	return b.Complete(r)
 }
 
 // Reconcile converges the node's Egresses.
@@ -135,7 +143,47 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ reconcile.Request) (reconc
 		nsLabels[namespaces.Items[i].Name] = namespaces.Items[i].Labels
 	}
 	d := r.desired(rz, list.Items, localPods(r.NodeName, pods.Items, nsLabels))
-	return reconcile.Result{}, r.apply(ctx, rz, d)
+	recheck, wait := r.fence(ctx, &d)
+	if wait {
+		return reconcile.Result{RequeueAfter: fenceStartRetry}, nil
+	}
+	return reconcile.Result{RequeueAfter: recheck}, r.apply(ctx, rz, d)
+}
+
+// fenceStartRetry is how soon a pass looks again while the agent's first Lease renewal is under way.
+const fenceStartRetry = 200 * time.Millisecond
+
+// fence gives up every held Egress while the node's Lease is not confirmed (Fence), so that the
+// IPs leave the bridge interface within the fencing bound of the last confirmed renewal, whatever the
+// agent still reads of the Egresses (a cache cut off from the API server). It returns when the next
+// pass must look again (the end of the confirmed period, while it holds an IP), or wait: no renewal
+// has completed yet (a starting agent changes nothing until it knows).
+func (r *Reconciler) fence(ctx context.Context, d *desiredState) (recheck time.Duration, wait bool) {
+	if r.Fence == nil {
+		return 0, false
+	}
+	now := r.Fence.now()
+	tried, valid, until := r.Fence.State(now)
+	switch {
+	case !tried:
+		return 0, true
+	case valid:
+		if len(d.held) == 0 {
+			return 0, false
+		}
+		return until.Sub(now) + time.Millisecond, false
+	}
+	if len(d.held) > 0 {
+		ips := make([]netip.Addr, 0, len(d.held))
+		for _, e := range d.held {
+			ips = append(ips, e.IP)
+		}
+		ctrl.LoggerFrom(ctx).Info("Giving up the egress IPs: the node's Egress Lease is not confirmed",
+			"egressIPs", ips, "confirmedUntil", until)
+		d.others = append(d.others, ips...)
+		d.held = nil
+	}
+	return 0, false
 }
 
 // pod is what the desired state needs of a local Pod.

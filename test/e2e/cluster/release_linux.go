@@ -103,6 +103,10 @@ var (
 		"ValidatingAdmissionPolicyBinding/winnet-agent-events",
 		"ValidatingAdmissionPolicy/winnet-packettrace-tenancy",
 		"ValidatingAdmissionPolicyBinding/winnet-packettrace-tenancy",
+		"Role/winnet-agent",
+		"RoleBinding/winnet-agent",
+		"ValidatingAdmissionPolicy/winnet-agent-egress-lease",
+		"ValidatingAdmissionPolicyBinding/winnet-agent-egress-lease",
 	}
 )
 
@@ -131,6 +135,9 @@ func (c *Cluster) ApplyChart(ctx context.Context, r Release) error {
 			gone.SetAPIVersion(apiVersionOf(key))
 			gone.SetKind(strings.SplitN(key, "/", 2)[0])
 			gone.SetName(strings.SplitN(key, "/", 2)[1])
+			if kind := gone.GetKind(); kind == "Role" || kind == "RoleBinding" {
+				gone.SetNamespace(AgentNamespace)
+			}
 			if err := c.Client.Delete(ctx, gone); err != nil && !apierrors.IsNotFound(err) {
 				return fmt.Errorf("deleting %s, which release %s's chart does not have: %w", key, r, err)
 			}
@@ -158,7 +165,7 @@ func apiVersionOf(key string) string {
 	switch strings.SplitN(key, "/", 2)[0] {
 	case "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding":
 		return "admissionregistration.k8s.io/v1"
-	case "ClusterRole", "ClusterRoleBinding":
+	case "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding":
 		return "rbac.authorization.k8s.io/v1"
 	}
 	return "v1"
