@@ -63,6 +63,9 @@ type Reconciler struct {
 	// Fence, when set, says whether the node may hold egress IPs (its Egress Lease is confirmed):
 	// while it may not, the node holds none, whatever the Egresses say.
 	Fence *Fence
+
+	// held names the Egresses whose flows are installed, by id, for the metrics (Counters).
+	held heldNames
 }
 
 // loadAdded reads, at the first pass, the egress IPs earlier agents put on the bridge interface.
@@ -106,6 +109,15 @@ func (r *Reconciler) record() error {
 // queues one pass.
 func (r *Reconciler) SetupWithManager(mgr manager.Manager) error {
 	r.State.AddFlowOwner(Flows)
+	// The agent's counters are scraped while its manager runs (several agents run in the tests' process).
+	if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {
+		collector.sources.Add(r)
+		<-ctx.Done()
+		collector.sources.Remove(r)
+		return nil
+	})); err != nil {
+		return fmt.Errorf("adding the Egress counters: %w", err)
+	}
 	all := handler.EnqueueRequestsFromMapFunc(func(context.Context, client.Object) []reconcile.Request { return []reconcile.Request{pass} })
 	onRealized := nodenetwork.WakeSource(func(q nodenetwork.Queue) { q.Add(pass) }, func(q nodenetwork.Queue) { q.Add(pass) }, r.State.Subscribe())
 	b := ctrl.NewControllerManagedBy(mgr).
@@ -331,6 +343,7 @@ func (r *Reconciler) apply(ctx context.Context, rz nodenetwork.Realized, d desir
 		return errors.Join(errs...)
 	}
 	r.State.FlowsSynced(ctx, Flows, rz.Flows)
+	r.held.set(r.ids, installed)
 	for _, e := range installed {
 		realised = append(realised, e.IP)
 	}
