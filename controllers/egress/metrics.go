@@ -16,18 +16,21 @@ import (
 
 // Per-Egress counters are read from the holder's switch when Prometheus scrapes the agent: the
 // Egress's commit flow (ConntrackCommitTable, matching its id in EgressField) counts the first packet of
-// each new connection a selected Pod opens to outside, its output flow (L2ForwardingOutTable) every
-// packet the selected Pods send through the egress IP. Two flow-stats requests per scrape, cookie
-// pipeline.CategoryEgress. The counters are the flows' own: they start again from zero when the flows
-// are made anew (the Egress comes back to the node, ovs-vswitchd restarts), as a Prometheus counter
-// reset does.
+// each new connection a selected Pod opens to outside, and the bytes of those first packets. One
+// flow-stats request per scrape, cookie pipeline.CategoryEgress. The counters are the flow's own: they
+// start again from zero when the flows are made anew (the Egress comes back to the node, ovs-vswitchd
+// restarts), as a Prometheus counter reset does.
+//
+// Bytes of whole connections are not counted: the packets after the first take the node's shared path
+// of established SNATed connections (ConntrackStateTable), which no Egress flow sees; counting them needs
+// a per-Egress flow there (docs/egress.md, "Limits").
 
 var (
 	egressConnectionsDesc = prometheus.NewDesc("winnet_egress_connections_total",
 		"New connections the selected Pods of this node opened to outside the cluster through the Egress's IP (the first packet of each; a retransmitted first packet counts again). Only the holding node reports an Egress.",
 		[]string{"egress"}, nil)
-	egressBytesDesc = prometheus.NewDesc("winnet_egress_bytes_total",
-		"Bytes the selected Pods of this node sent to outside the cluster through the Egress's IP (replies not counted).",
+	egressFirstBytesDesc = prometheus.NewDesc("winnet_egress_first_packet_bytes_total",
+		"Bytes of the first packets that winnet_egress_connections_total counts (not the connections' later packets).",
 		[]string{"egress"}, nil)
 )
 
@@ -49,7 +52,7 @@ func init() {
 // Describe sends the two descriptors.
 func (c *egressCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- egressConnectionsDesc
-	ch <- egressBytesDesc
+	ch <- egressFirstBytesDesc
 }
 
 // Collect reads every agent's counters.
@@ -68,11 +71,11 @@ func (c *egressCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	for name := range conns {
 		ch <- prometheus.MustNewConstMetric(egressConnectionsDesc, prometheus.CounterValue, float64(conns[name]), name)
-		ch <- prometheus.MustNewConstMetric(egressBytesDesc, prometheus.CounterValue, float64(bytes[name]), name)
+		ch <- prometheus.MustNewConstMetric(egressFirstBytesDesc, prometheus.CounterValue, float64(bytes[name]), name)
 	}
 }
 
-// Counters are one Egress's counters on its holder.
+// Counters are one Egress's counters on its holder: new connections, and the bytes of their first packets.
 type Counters struct{ Connections, Bytes uint64 }
 
 // heldNames records, after a pass installed the flows, which Egress each id stands for.
@@ -82,14 +85,14 @@ type heldNames struct {
 }
 
 func (h *heldNames) set(ids map[string]uint32, installed []pipeline.Egress) {
-	in := map[uint32]bool{}
-	for _, e := range installed {
-		in[e.ID] = true
+	byID := map[uint32]string{}
+	for name, id := range ids {
+		byID[id] = name
 	}
 	names := map[uint32]string{}
-	for name, id := range ids {
-		if in[id] {
-			names[id] = name
+	for _, e := range installed {
+		if name, ok := byID[e.ID]; ok {
+			names[e.ID] = name
 		}
 	}
 	h.mu.Lock()
@@ -97,9 +100,14 @@ func (h *heldNames) set(ids map[string]uint32, installed []pipeline.Egress) {
 	h.mu.Unlock()
 }
 
-func (h *heldNames) get(id uint32) (string, bool) {
+// of names the Egress of a flow by the id it matches.
+func (h *heldNames) of(s openflow.FlowStat) (string, bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	id, ok := s.Regs[pipeline.EgressField.Reg]
+	if !ok {
+		return "", false
+	}
 	n, ok := h.names[id]
 	return n, ok
 }
@@ -118,19 +126,16 @@ func (r *Reconciler) Counters(ctx context.Context) (map[string]Counters, error) 
 		table uint8
 		add   func(*Counters, openflow.FlowStat)
 	}{
-		{pipeline.ConntrackCommitTable, func(c *Counters, s openflow.FlowStat) { c.Connections += s.Packets }},
-		{pipeline.L2ForwardingOutTable, func(c *Counters, s openflow.FlowStat) { c.Bytes += s.Bytes }},
+		{pipeline.ConntrackCommitTable, func(c *Counters, s openflow.FlowStat) {
+			c.Connections, c.Bytes = c.Connections+s.Packets, c.Bytes+s.Bytes
+		}},
 	} {
 		stats, err := rz.Flows.FlowStats(ctx, t.table, cookie, mask)
 		if err != nil {
 			return nil, err
 		}
 		for _, s := range stats {
-			id, ok := s.Regs[pipeline.EgressField.Reg]
-			if !ok {
-				continue
-			}
-			name, ok := r.held.get(id)
+			name, ok := r.held.of(s)
 			if !ok {
 				continue
 			}
