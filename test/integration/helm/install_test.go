@@ -305,6 +305,10 @@ func TestInstallAndLeastPrivilege(t *testing.T) {
 		testAgentEgressLeases(ctx, t, admin, agentA, agentB)
 	})
 
+	t.Run("Egresses: a tenant neither writes nor reads them, nor gets its Pods selected from another namespace", func(t *testing.T) {
+		testEgressTenancy(ctx, t, server, admin)
+	})
+
 	t.Run("with metrics off, neither the agent nor the controller may create TokenReviews or SubjectAccessReviews", func(t *testing.T) {
 		g := NewWithT(t)
 		for who, cfg := range map[string]*rest.Config{"agent": agentA.cfg, "controller": restConfigFor(server, controllerToken)} {
