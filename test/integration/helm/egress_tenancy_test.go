@@ -34,7 +34,7 @@ func testEgressTenancy(ctx context.Context, t *testing.T, server *framework.APIS
 	mallory := impersonating(t, server, user)
 
 	eg := &networkv1alpha1.Egress{ObjectMeta: metav1.ObjectMeta{Name: "finance-billing"}, Spec: networkv1alpha1.EgressSpec{
-		PodSelector: networkv1alpha1.LabelSelector{MatchLabels: map[string]networkv1alpha1.LabelValue{"app": "billing"}},
+		PodSelector:       networkv1alpha1.LabelSelector{MatchLabels: map[string]networkv1alpha1.LabelValue{"app": "billing"}},
 		NamespaceSelector: networkv1alpha1.LabelSelector{MatchLabels: map[string]networkv1alpha1.LabelValue{"team": "finance"}},
 		EgressIP:          "192.168.10.200",
 	}}
