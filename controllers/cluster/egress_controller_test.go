@@ -92,6 +92,10 @@ func renewLease(t *testing.T, g Gomega, node string) (stop func()) {
 	done := make(chan struct{})
 	go func() { defer close(done); _ = f.Start(ctx) }()
 	stop = func() { cancel(); <-done }
+	// The first renewal is in place before the test goes on.
+	g.Eventually(func() error {
+		return server.Client.Get(context.Background(), client.ObjectKey{Namespace: leaseNamespace, Name: egresslease.LeaseName(node)}, &coordinationv1.Lease{})
+	}).WithTimeout(timeout).Should(Succeed())
 	t.Cleanup(func() {
 		stop()
 		_ = server.Client.Delete(context.Background(), &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: leaseNamespace, Name: egresslease.LeaseName(node)}})
@@ -112,6 +116,9 @@ func TestEgressAssignment(t *testing.T) {
 		reportNodeNetwork(g, n.name, n.ip+"/24")
 		renewLease(t, g, n.name)
 	}
+	// winnet-controller learns of the Leases from its watch: let it see both before an Egress is placed,
+	// or the first Egresses could all go to the node it saw first (spreading is then not what is tested).
+	time.Sleep(time.Second)
 
 	createEgress(t, g, newEgress("first", "192.168.61.200", map[string]networkv1alpha1.LabelValue{"app": "billing"}))
 	// creationTimestamps have a resolution of a second: of two Egresses of the same second the name
