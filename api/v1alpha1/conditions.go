@@ -182,6 +182,10 @@ const (
 	// NoEncapRefusedReason: the node that would hold egressIP runs in NoEncap mode, where the Pods
 	// of other nodes cannot be carried to it; winnet assigns Egresses to Encap and Hybrid nodes only.
 	NoEncapRefusedReason = "NoEncap"
+	// EgressReleasingReason: Assigned is False while egressIP moves away from status.node, which has
+	// not surely given it up yet: its agent reports it released, or its Egress Lease has been expired
+	// for the Lease's duration (the fencing bound) again; then another node takes it.
+	EgressReleasingReason = "Releasing"
 	// EgressRealisedReason: Ready is True; the node holds egressIP and SNATs to it.
 	EgressRealisedReason = "Realised"
 	// EgressPendingReason: Ready is False; the node does not report egressIP realised yet.

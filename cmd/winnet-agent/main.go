@@ -9,11 +9,13 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
+	"time"
 
 	"github.com/winnet-io/winnet/internal/agent"
 	"github.com/winnet-io/winnet/internal/auditlog"
 	"github.com/winnet-io/winnet/internal/cmdline"
 	"github.com/winnet-io/winnet/internal/cni"
+	"github.com/winnet-io/winnet/internal/egress"
 )
 
 func main() {
@@ -69,6 +71,9 @@ func main() {
 		fs.StringVar(&hostOpts.HNSSimContainerd, hnsSimContainerdFlag, "", "Linux only: containerd socket whose task events start and stop the HNS simulator's sandboxes (nodes with a real kubelet)")
 	}
 	kubeconfig := cmdline.KubeconfigFlag(fs)
+	fs.StringVar(&hostOpts.LeaseNamespace, "lease-namespace", "", "winnet's namespace, where the agent renews its node's Egress Lease "+egress.LeasePrefix+"<node> (default: the Pod's namespace, else "+agent.DefaultNamespace+")")
+	fs.DurationVar(&hostOpts.EgressLeaseDuration, "egress-lease-duration", agent.DefaultEgressLeaseDuration, "the fencing bound of egress IPs, whole seconds: the node gives up its egress IPs when the API server has not confirmed its Egress Lease for this long, and winnet-controller moves an Egress off a node whose Lease it saw unrenewed for this long, to another node after this long again")
+	fs.DurationVar(&hostOpts.EgressLeaseRenewInterval, "egress-lease-renew-interval", agent.DefaultEgressLeaseRenewInterval, "how often the agent renews its node's Egress Lease; at most half of --egress-lease-duration")
 	apiServer := fs.String("apiserver", "", "URL of the API server (https://host:port), overriding the kubeconfig's: winnet provides Services on this node, so the agent must not depend on the kubernetes Service's ClusterIP")
 	log := cmdline.ParseMain(fs, os.Args[1:])
 	if fs.NArg() > 0 {
@@ -84,6 +89,11 @@ func main() {
 		os.Exit(2)
 	}
 
+	if d, r := hostOpts.EgressLeaseDuration, hostOpts.EgressLeaseRenewInterval; d < time.Second || d%time.Second != 0 || r <= 0 || 2*r > d {
+		log.Error(nil, "--egress-lease-duration must be whole seconds, at least 1s, and --egress-lease-renew-interval positive and at most half of it",
+			"duration", d, "renewInterval", r)
+		os.Exit(2)
+	}
 	cfg, err := cmdline.RESTConfig(*kubeconfig, *apiServer)
 	if err != nil {
 		log.Error(err, "Cannot load a kubeconfig: use --kubeconfig, $KUBECONFIG or the in-cluster config")

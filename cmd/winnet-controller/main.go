@@ -26,6 +26,7 @@ func main() {
 	fs.BoolVar(&opts.LeaderElection, "leader-elect", true, "elect a leader among the replicas; only the leader reconciles")
 	fs.StringVar(&opts.LeaderElectionNamespace, "leader-election-namespace", "", "namespace of the leader election Lease (default: the Pod's namespace)")
 	fs.DurationVar(&opts.LeaseDuration, "leader-election-lease-duration", 0, "how long a lost leader keeps the Lease (default: controller-runtime's 15s)")
+	fs.StringVar(&opts.AgentLeaseNamespace, "agent-lease-namespace", "", "namespace of the agents' Egress Leases, winnet's (default: the Pod's namespace, else winnet-system)")
 	fs.StringVar(&opts.MetricsBindAddress, "metrics-bind-address", "0", `address of the metrics endpoint, such as ":8080" ("0" disables it)`)
 	fs.StringVar(&opts.HealthProbeBindAddress, "health-probe-bind-address", ":8081", `address of /healthz and /readyz ("0" disables it)`)
 	fs.StringVar(&opts.PprofBindAddress, "pprof-bind-address", "0", `address of the Go profiler's /debug/pprof endpoints, loopback only, such as "127.0.0.1:6060" ("0" disables them)`)

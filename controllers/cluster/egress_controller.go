@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"time"
 
 	"github.com/go-logr/logr"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -18,6 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	networkv1alpha1 "github.com/winnet-io/winnet/api/v1alpha1"
@@ -33,14 +36,26 @@ type egressPass struct{}
 // Superseded (some of its Pods are selected by an older Egress). It recomputes every Egress on any
 // change of Egresses, Nodes, WindowsNodeNetworks, Pods' and Namespaces' labels; it writes only the
 // statuses that changed.
+//
+// Fencing (docs/egress.md): a node is eligible only while its agent renews its Egress Lease in
+// LeaseNamespace, and an Egress moves away from a node only once that node has surely given the IP
+// up (fenceMoves): never two holders at once.
 type EgressReconciler struct {
 	Client   client.Client
 	Recorder events.EventRecorder
+	// LeaseNamespace is winnet's namespace, where the agents renew their Egress Leases; the manager's
+	// cache must hold the Leases of that namespace (and may not hold others: the Role is namespaced).
+	LeaseNamespace string
+	// Now is the clock (time.Now when nil).
+	Now func() time.Time
+
+	leases leaseTracker
 }
 
 // SetupWithManager registers the reconciler. Pods are watched as metadata only: their labels are all
 // it reads.
 func (r *EgressReconciler) SetupWithManager(mgr ctrl.Manager) error {
+	r.leases.now = r.Now
 	all := handler.TypedEnqueueRequestsFromMapFunc(func(context.Context, client.Object) []egressPass { return []egressPass{{}} })
 	start := source.TypedFunc[egressPass](func(_ context.Context, q workqueue.TypedRateLimitingInterface[egressPass]) error {
 		q.Add(egressPass{})
@@ -53,6 +68,8 @@ func (r *EgressReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Watches(&corev1.Node{}, all).
 		Watches(&corev1.Namespace{}, all, builder.OnlyMetadata).
 		Watches(&corev1.Pod{}, all, builder.OnlyMetadata).
+		WatchesRawSource(source.TypedKind(mgr.GetCache(), &coordinationv1.Lease{}, r.leases.handler(),
+			predicate.NewTypedPredicateFuncs(func(l *coordinationv1.Lease) bool { return l.Namespace == r.LeaseNamespace }))).
 		WatchesRawSource(start).
 		WithLogConstructor(func(*egressPass) logr.Logger {
 			return mgr.GetLogger().WithValues("controller", "egress-assignment")
@@ -73,6 +90,10 @@ func (r *EgressReconciler) Reconcile(ctx context.Context, _ egressPass) (ctrl.Re
 	if err != nil {
 		return ctrl.Result{}, err
 	}
+	sights, now := r.leases.snapshot()
+	for i := range cluster.Nodes {
+		cluster.Nodes[i].LeaseExpired = leaseExpired(sights, cluster.Nodes[i].Name, now)
+	}
 	var compiled []egress.Compiled
 	invalid := map[string]string{}
 	for i := range egresses.Items {
@@ -87,6 +108,7 @@ func (r *EgressReconciler) Reconcile(ctx context.Context, _ egressPass) (ctrl.Re
 	for name, msg := range invalid {
 		decisions[name] = egress.Decision{Reason: networkv1alpha1.InvalidSpecReason, Message: msg}
 	}
+	recheck := fenceMoves(egresses.Items, decisions, realised, sights, now)
 	superseded, err := r.superseded(ctx, compiled)
 	if err != nil {
 		return ctrl.Result{}, err
@@ -101,7 +123,7 @@ func (r *EgressReconciler) Reconcile(ctx context.Context, _ egressPass) (ctrl.Re
 			errs = append(errs, err)
 		}
 	}
-	return ctrl.Result{}, errors.Join(errs...)
+	return ctrl.Result{RequeueAfter: recheck}, errors.Join(errs...)
 }
 
 // observe reads the winnet nodes and the cluster's addresses and CIDRs, and which egress IPs each

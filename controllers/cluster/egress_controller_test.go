@@ -8,12 +8,16 @@ import (
 	"time"
 
 	. "github.com/onsi/gomega"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	networkv1alpha1 "github.com/winnet-io/winnet/api/v1alpha1"
+	"github.com/winnet-io/winnet/controllers/egress"
+	egresslease "github.com/winnet-io/winnet/internal/egress"
 )
 
 // setNodeReady sets the kubelet's Ready condition of a Node.
@@ -69,6 +73,36 @@ func condition(typ string, status metav1.ConditionStatus, reason string) OmegaMa
 	return HaveField("Status.Conditions", ContainElement(And(HaveField("Type", typ), HaveField("Status", status), HaveField("Reason", reason))))
 }
 
+// leaseNamespace is where the agents' Egress Leases are: winnet-controller's default.
+const leaseNamespace = "winnet-system"
+
+// testLeaseDuration is the agents' fencing bound in these tests.
+const testLeaseDuration = 2 * time.Second
+
+// renewLease renews the node's Egress Lease as its agent does (egress.Fence), every 500ms, until the
+// returned function or the test's end stops it.
+func renewLease(t *testing.T, g Gomega, node string) (stop func()) {
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: leaseNamespace}}
+	if err := server.Client.Create(context.Background(), ns); err != nil && !apierrors.IsAlreadyExists(err) {
+		g.Expect(err).NotTo(HaveOccurred())
+	}
+	f := &egress.Fence{Reader: server.Client, Writer: server.Client, Namespace: leaseNamespace, NodeName: node,
+		Duration: testLeaseDuration, RenewInterval: 500 * time.Millisecond}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = f.Start(ctx) }()
+	stop = func() { cancel(); <-done }
+	// The first renewal is in place before the test goes on.
+	g.Eventually(func() error {
+		return server.Client.Get(context.Background(), client.ObjectKey{Namespace: leaseNamespace, Name: egresslease.LeaseName(node)}, &coordinationv1.Lease{})
+	}).WithTimeout(timeout).Should(Succeed())
+	t.Cleanup(func() {
+		stop()
+		_ = server.Client.Delete(context.Background(), &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: leaseNamespace, Name: egresslease.LeaseName(node)}})
+	})
+	return stop
+}
+
 // TestEgressAssignment runs winnet-controller against a real API server: Egresses are spread over
 // the eligible nodes, Ready follows the holder's report, an IP moves off a node that is no longer
 // Ready, and what only winnet-controller can judge (a node's address, a Pod CIDR, another Egress's IP,
@@ -80,7 +114,11 @@ func TestEgressAssignment(t *testing.T) {
 		createNode(t, g, newNode(n.name, n.cidr, "", true), n.ip)
 		setNodeReady(g, n.name, true)
 		reportNodeNetwork(g, n.name, n.ip+"/24")
+		renewLease(t, g, n.name)
 	}
+	// winnet-controller learns of the Leases from its watch: let it see both before an Egress is placed,
+	// or the first Egresses could all go to the node it saw first (spreading is then not what is tested).
+	time.Sleep(time.Second)
 
 	createEgress(t, g, newEgress("first", "192.168.61.200", map[string]networkv1alpha1.LabelValue{"app": "billing"}))
 	// creationTimestamps have a resolution of a second: of two Egresses of the same second the name
@@ -97,8 +135,14 @@ func TestEgressAssignment(t *testing.T) {
 	reportNodeNetwork(g, first, map[string]string{"egress-a": "192.168.61.11/24", "egress-b": "192.168.61.12/24"}[first], "192.168.61.200")
 	g.Eventually(getEgress("first")).WithTimeout(timeout).Should(condition(networkv1alpha1.ReadyCondition, metav1.ConditionTrue, networkv1alpha1.EgressRealisedReason))
 
-	// The holder goes NotReady: the IP moves to the other node.
+	// The holder goes NotReady while its agent still renews its Lease: the Egress is Releasing (no node
+	// holds it) until the holder's agent reports the IP released, then it moves to the other node.
 	setNodeReady(g, first, false)
+	g.Eventually(getEgress("first")).WithTimeout(timeout).Should(And(HaveField("Status.Node", Equal(first)),
+		condition(networkv1alpha1.AssignedCondition, metav1.ConditionFalse, networkv1alpha1.EgressReleasingReason)))
+	t.Logf("Releasing: %s", meta.FindStatusCondition(getEgress("first")(g).Status.Conditions, networkv1alpha1.AssignedCondition).Message)
+	g.Consistently(getEgress("first")).WithTimeout(time.Second).Should(HaveField("Status.Node", Equal(first)), "not moved while the holder reports the IP")
+	reportNodeNetwork(g, first, map[string]string{"egress-a": "192.168.61.11/24", "egress-b": "192.168.61.12/24"}[first])
 	g.Eventually(getEgress("first")).WithTimeout(timeout).Should(HaveField("Status.Node", Equal(second)))
 	setNodeReady(g, first, true)
 	g.Consistently(getEgress("first")).WithTimeout(2*time.Second).Should(HaveField("Status.Node", Equal(second)), "no move back without a reason")
@@ -128,4 +172,59 @@ func TestEgressAssignment(t *testing.T) {
 	g.Eventually(getEgress("second")).WithTimeout(timeout).Should(condition(networkv1alpha1.SupersededCondition, metav1.ConditionTrue, networkv1alpha1.OlderEgressSelectsPodsReason))
 	g.Expect(meta.FindStatusCondition(getEgress("second")(g).Status.Conditions, networkv1alpha1.SupersededCondition).Message).To(ContainSubstring("Egress first"))
 	g.Expect(getEgress("first")(g)).To(condition(networkv1alpha1.SupersededCondition, metav1.ConditionFalse, networkv1alpha1.NoOverlapReason))
+}
+
+// TestEgressFencing: winnet-controller moves an Egress off a holder whose agent stopped renewing its
+// Lease (cut off from the API server, say), and lets another node take it only once the Lease has been
+// expired for its duration F again, by which time the holder's agent has given the IP up (it does F after
+// its last confirmed renewal): the Egress is Releasing, held by no node, meanwhile. A node without a
+// renewed Lease is not eligible.
+func TestEgressFencing(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	stops := map[string]func(){}
+	for _, n := range []struct{ name, cidr, ip string }{{"fence-a", "10.244.63.0/24", "192.168.63.11"}, {"fence-b", "10.244.64.0/24", "192.168.63.12"}} {
+		createNode(t, g, newNode(n.name, n.cidr, "", true), n.ip)
+		setNodeReady(g, n.name, true)
+		reportNodeNetwork(g, n.name, n.ip+"/24")
+	}
+	// Only fence-a renews its Lease: fence-b is not eligible.
+	stops["fence-a"] = renewLease(t, g, "fence-a")
+	e := newEgress("fenced", "192.168.63.200", nil)
+	e.Spec.NodeSelector = &networkv1alpha1.LabelSelector{MatchExpressions: []networkv1alpha1.LabelSelectorRequirement{
+		{Key: corev1.LabelHostname, Operator: "DoesNotExist"}}}
+	createEgress(t, g, e)
+	g.Eventually(getEgress("fenced")).WithTimeout(timeout).Should(And(HaveField("Status.Node", Equal("fence-a")),
+		condition(networkv1alpha1.AssignedCondition, metav1.ConditionTrue, networkv1alpha1.EgressAssignedReason)))
+	reportNodeNetwork(g, "fence-a", "192.168.63.11/24", "192.168.63.200")
+
+	stops["fence-b"] = renewLease(t, g, "fence-b")
+	g.Consistently(getEgress("fenced")).WithTimeout(time.Second).Should(HaveField("Status.Node", Equal("fence-a")), "no move while the holder renews")
+
+	// fence-a's agent stops renewing (its node stays Ready, its report still lists the IP: it cannot
+	// write it any more).
+	stops["fence-a"]()
+	stopped := time.Now()
+	lease := &coordinationv1.Lease{}
+	g.Expect(server.Client.Get(ctx, client.ObjectKey{Namespace: leaseNamespace, Name: egresslease.LeaseName("fence-a")}, lease)).To(Succeed())
+	lastRenewal := lease.Spec.RenewTime.Time
+	// The holder gives the IP up F after its last confirmed renewal began; the other node may take it only
+	// after the controller saw the Lease expire (F after it saw that renewal) and waited F again.
+	earliest := lastRenewal.Add(2 * testLeaseDuration)
+	g.Eventually(getEgress("fenced")).WithTimeout(timeout).Should(And(HaveField("Status.Node", Equal("fence-a")),
+		condition(networkv1alpha1.AssignedCondition, metav1.ConditionFalse, networkv1alpha1.EgressReleasingReason)))
+	releasing := time.Now()
+	t.Logf("Releasing %v after the last renewal: %s", releasing.Sub(lastRenewal).Round(time.Millisecond),
+		meta.FindStatusCondition(getEgress("fenced")(g).Status.Conditions, networkv1alpha1.AssignedCondition).Message)
+	if wait := time.Until(earliest) - 100*time.Millisecond; wait > 0 {
+		g.Consistently(getEgress("fenced")).WithTimeout(wait).WithPolling(50*time.Millisecond).Should(HaveField("Status.Node", Not(Equal("fence-b"))),
+			"fence-b may not take the IP before fence-a's Lease has been expired for F")
+	}
+	g.Eventually(getEgress("fenced")).WithTimeout(timeout).Should(And(HaveField("Status.Node", Equal("fence-b")),
+		condition(networkv1alpha1.AssignedCondition, metav1.ConditionTrue, networkv1alpha1.EgressAssignedReason)))
+	moved := time.Now()
+	g.Expect(moved.Before(earliest)).To(BeFalse(), "assigned to fence-b at %v, before %v", moved, earliest)
+	t.Logf("F %v: renewals stopped %v after the last one; Releasing after %v; on fence-b after %v (the bound: %v)",
+		testLeaseDuration, stopped.Sub(lastRenewal).Round(time.Millisecond), releasing.Sub(lastRenewal).Round(time.Millisecond),
+		moved.Sub(lastRenewal).Round(time.Millisecond), earliest.Sub(lastRenewal))
 }

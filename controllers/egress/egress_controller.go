@@ -17,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	networkv1alpha1 "github.com/winnet-io/winnet/api/v1alpha1"
 	"github.com/winnet-io/winnet/controllers/nodenetwork"
@@ -65,6 +66,13 @@ type Reconciler struct {
 	// skipped are the selected Pods the last pass could not carry (desiredState.skipped): logged
 	// when they change.
 	skipped []netip.Addr
+
+	// Fence, when set, says whether the node may hold egress IPs (its Egress Lease is confirmed):
+	// while it may not, the node holds none, whatever the Egresses say.
+	Fence *Fence
+
+	// held names the Egresses whose flows are installed, by id, for the metrics (Counters).
+	held heldNames
 }
 
 // loadAdded reads, at the first pass, the egress IPs earlier agents put on the bridge interface.
@@ -108,6 +116,15 @@ func (r *Reconciler) record() error {
 // Namespace, and any change of the realised node network or of the realised routes, queues one pass.
 func (r *Reconciler) SetupWithManager(mgr manager.Manager) error {
 	r.State.AddFlowOwner(Flows)
+	// The agent's counters are scraped while its manager runs (several agents run in the tests' process).
+	if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {
+		collector.sources.Add(r)
+		<-ctx.Done()
+		collector.sources.Remove(r)
+		return nil
+	})); err != nil {
+		return fmt.Errorf("adding the Egress counters: %w", err)
+	}
 	all := handler.EnqueueRequestsFromMapFunc(func(context.Context, client.Object) []reconcile.Request { return []reconcile.Request{pass} })
 	wakes := []<-chan struct{}{r.State.Subscribe(), r.State.PeerChanges()}
 	if r.Remote != nil {
@@ -117,13 +134,16 @@ func (r *Reconciler) SetupWithManager(mgr manager.Manager) error {
 		wakes = append(wakes, r.Remote.changes)
 	}
 	onRealized := nodenetwork.WakeSource(func(q nodenetwork.Queue) { q.Add(pass) }, func(q nodenetwork.Queue) { q.Add(pass) }, wakes...)
-	return ctrl.NewControllerManagedBy(mgr).
+	b := ctrl.NewControllerManagedBy(mgr).
 		Named("egress").
 		Watches(&networkv1alpha1.Egress{}, all).
 		Watches(&corev1.Pod{}, all).
 		Watches(&corev1.Namespace{}, all).
-		WatchesRawSource(onRealized).
-		Complete(r)
+		WatchesRawSource(onRealized)
+	if r.Fence != nil {
+		b = b.WatchesRawSource(source.Channel(r.Fence.Changed(), all))
+	}
+	return b.Complete(r)
 }
 
 // Reconcile converges the node's Egresses.
@@ -159,7 +179,47 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ reconcile.Request) (reconc
 			"pods", len(d.skipped), "first", d.skipped[0])
 	}
 	r.skipped = d.skipped
-	return reconcile.Result{}, r.apply(ctx, rz, d)
+	recheck, wait := r.fence(ctx, &d)
+	if wait {
+		return reconcile.Result{RequeueAfter: fenceStartRetry}, nil
+	}
+	return reconcile.Result{RequeueAfter: recheck}, r.apply(ctx, rz, d)
+}
+
+// fenceStartRetry is how soon a pass looks again while the agent's first Lease renewal is under way.
+const fenceStartRetry = 200 * time.Millisecond
+
+// fence gives up every held Egress while the node's Lease is not confirmed (Fence), so that the
+// IPs leave the bridge interface within the fencing bound of the last confirmed renewal, whatever the
+// agent still reads of the Egresses (a cache cut off from the API server). It returns when the next
+// pass must look again (the end of the confirmed period, while it holds an IP), or wait: no renewal
+// has completed yet (a starting agent changes nothing until it knows).
+func (r *Reconciler) fence(ctx context.Context, d *desiredState) (recheck time.Duration, wait bool) {
+	if r.Fence == nil {
+		return 0, false
+	}
+	now := r.Fence.now()
+	tried, valid, until := r.Fence.State(now)
+	switch {
+	case !tried:
+		return 0, true
+	case valid:
+		if len(d.held) == 0 {
+			return 0, false
+		}
+		return until.Sub(now) + time.Millisecond, false
+	}
+	if len(d.held) > 0 {
+		ips := make([]netip.Addr, 0, len(d.held))
+		for _, e := range d.held {
+			ips = append(ips, e.IP)
+		}
+		ctrl.LoggerFrom(ctx).Info("Giving up the egress IPs: the node's Egress Lease is not confirmed",
+			"egressIPs", ips, "confirmedUntil", until)
+		d.others = append(d.others, ips...)
+		d.held = nil
+	}
+	return 0, false
 }
 
 // remoteWatches are the Pod watches of the Egresses assigned to this node: one per Egress and
@@ -386,6 +446,7 @@ func (r *Reconciler) apply(ctx context.Context, rz nodenetwork.Realized, d desir
 		return errors.Join(errs...)
 	}
 	r.State.FlowsSynced(ctx, Flows, rz.Flows)
+	r.held.set(r.ids, installed)
 	for _, e := range installed {
 		realised = append(realised, e.IP)
 	}

@@ -5,8 +5,10 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 
 	"k8s.io/apimachinery/pkg/runtime"
@@ -60,6 +62,13 @@ type HostOptions struct {
 	// AuditLog configures the audit log of policy decisions (internal/auditlog); its Dir empty
 	// turns it off: no policy is audited, whatever its annotations say. Node is set here.
 	AuditLog auditlog.Options
+	// LeaseNamespace is winnet's namespace, where the agent renews its node's Egress Lease
+	// (egress.LeaseName); empty means the Pod's namespace, else DefaultNamespace.
+	LeaseNamespace string
+	// EgressLeaseDuration is the fencing bound of egress IPs (egress.Fence): zero means
+	// egress.DefaultLeaseDuration; EgressLeaseRenewInterval how often the Lease is renewed, zero
+	// meaning egress.DefaultLeaseRenewInterval.
+	EgressLeaseDuration, EgressLeaseRenewInterval time.Duration
 	// ReservedPorts are ports of the agent itself (health, metrics) that no hostPort may take,
 	// besides hostport.DefaultReserved and the node's tunnel port.
 	ReservedPorts []hostport.Reserved
@@ -74,6 +83,15 @@ func (o HostOptions) withDefaults() HostOptions {
 	}
 	if o.StateDir == "" {
 		o.StateDir = DefaultStateDir
+	}
+	if o.LeaseNamespace == "" {
+		o.LeaseNamespace = PodNamespace()
+	}
+	if o.EgressLeaseDuration == 0 {
+		o.EgressLeaseDuration = egress.DefaultLeaseDuration
+	}
+	if o.EgressLeaseRenewInterval == 0 {
+		o.EgressLeaseRenewInterval = egress.DefaultLeaseRenewInterval
 	}
 	return o
 }
@@ -141,8 +159,13 @@ func SetupNodeNetwork(ctx context.Context, mgr ctrl.Manager, nodeName string, op
 	if err != nil {
 		return nil, fmt.Errorf("creating the client of the Egresses' remote Pod watches: %w", err)
 	}
+	fence := &egress.Fence{Reader: mgr.GetAPIReader(), Writer: mgr.GetClient(), Namespace: opts.LeaseNamespace, NodeName: nodeName,
+		Duration: opts.EgressLeaseDuration, RenewInterval: opts.EgressLeaseRenewInterval}
+	if err := mgr.Add(fence); err != nil {
+		return nil, fmt.Errorf("adding the renewal of the node's Egress Lease: %w", err)
+	}
 	egresses := &egress.Reconciler{Client: mgr.GetClient(), NodeName: nodeName, Net: netClient, State: state,
-		RecordFile: filepath.Join(opts.StateDir, egress.RecordFileName), Remote: egress.NewRemotePods(podsClient)}
+		RecordFile: filepath.Join(opts.StateDir, egress.RecordFileName), Remote: egress.NewRemotePods(podsClient), Fence: fence}
 	if err := egresses.SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("setting up the egress reconciler: %w", err)
 	}
@@ -174,6 +197,26 @@ func SetupNodeNetwork(ctx context.Context, mgr ctrl.Manager, nodeName string, op
 		return nil, fmt.Errorf("setting up the packet trace reconciler: %w", err)
 	}
 	return state.Freeze, nil
+}
+
+// The defaults of the fencing of egress IPs (egress.Fence).
+const (
+	DefaultEgressLeaseDuration      = egress.DefaultLeaseDuration
+	DefaultEgressLeaseRenewInterval = egress.DefaultLeaseRenewInterval
+)
+
+// DefaultNamespace is winnet's namespace when the agent runs outside a Pod and no flag names it.
+const DefaultNamespace = "winnet-system"
+
+// podNamespaceFile holds the namespace of the Pod's ServiceAccount.
+const podNamespaceFile = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
+
+// PodNamespace is the namespace of the agent's Pod, DefaultNamespace outside a Pod.
+func PodNamespace() string {
+	if b, err := os.ReadFile(podNamespaceFile); err == nil && strings.TrimSpace(string(b)) != "" {
+		return strings.TrimSpace(string(b))
+	}
+	return DefaultNamespace
 }
 
 // ReservedBindPorts are the TCP ports of the agent's own endpoints (the health probe and metrics

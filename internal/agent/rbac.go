@@ -29,5 +29,11 @@ package agent
 // +kubebuilder:rbac:groups="",resources=events,verbs=create;patch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
+// The node's Egress Lease (controllers/egress Fence), in winnet's namespace only (a Role; the Helm chart
+// puts it in the release namespace): the agent renews it so that winnet-controller knows it may hold
+// egress IPs. RBAC cannot name one Lease per node for create; the chart's admission policy
+// winnet-agent-egress-lease lets an agent write only winnet-egress-<its node>, held by its node.
+// +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;create;update,namespace=winnet-system
+
 // The metrics endpoint's TokenReviews and SubjectAccessReviews are in internal/metricsauth: the chart
 // grants them only when metrics are on.

@@ -6,8 +6,10 @@ import (
 	"strings"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
@@ -47,6 +49,9 @@ type Options struct {
 	// Lease that stops it (cluster.UninstallLeaseName); empty means LeaderElectionNamespace, then
 	// the Pod's namespace, then "default".
 	Namespace string
+	// AgentLeaseNamespace is the namespace of the agents' Egress Leases (winnet's); empty means the
+	// Pod's namespace, else "winnet-system" (the agents' default).
+	AgentLeaseNamespace string
 	// Defaults are written into every WindowsNodeNetwork derived from a Node.
 	Defaults cluster.NetworkDefaults
 	// PacketTraceAdmissionChecked says that the chart's admission policies check each PacketTrace's
@@ -73,6 +78,17 @@ func (o Options) namespace() string {
 		return strings.TrimSpace(string(b))
 	}
 	return "default"
+}
+
+// agentLeaseNamespace is where the agents renew their Egress Leases (see Options.AgentLeaseNamespace).
+func (o Options) agentLeaseNamespace() string {
+	if o.AgentLeaseNamespace != "" {
+		return o.AgentLeaseNamespace
+	}
+	if b, err := os.ReadFile(inClusterNamespaceFile); err == nil && strings.TrimSpace(string(b)) != "" {
+		return strings.TrimSpace(string(b))
+	}
+	return "winnet-system"
 }
 
 // inClusterNamespaceFile holds the namespace of the Pod's ServiceAccount.
@@ -105,7 +121,10 @@ func NewManager(cfg *rest.Config, opts Options) (manager.Manager, error) {
 		LeaderElectionNamespace: opts.LeaderElectionNamespace,
 		// Nothing reads managed fields: the cached Nodes (a kubelet's status writes make theirs
 		// large) and the rest go without them.
-		Cache: cache.Options{DefaultTransform: cache.TransformStripManagedFields()},
+		// Leases only in winnet's namespace (the agents' Egress Leases): the Role grants no more.
+		Cache: cache.Options{DefaultTransform: cache.TransformStripManagedFields(), ByObject: map[client.Object]cache.ByObject{
+			&coordinationv1.Lease{}: {Namespaces: map[string]cache.Config{opts.agentLeaseNamespace(): {}}},
+		}},
 	}
 	if opts.LeaseDuration > 0 {
 		mopts.LeaseDuration = &opts.LeaseDuration
@@ -123,7 +142,8 @@ func NewManager(cfg *rest.Config, opts Options) (manager.Manager, error) {
 	if err := conflicts.SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("setting up the route conflict reconciler: %w", err)
 	}
-	egresses := &cluster.EgressReconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("winnet-controller")}
+	egresses := &cluster.EgressReconciler{Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder("winnet-controller"),
+		LeaseNamespace: opts.agentLeaseNamespace()}
 	if err := egresses.SetupWithManager(mgr); err != nil {
 		return nil, fmt.Errorf("setting up the egress reconciler: %w", err)
 	}

@@ -9,7 +9,8 @@ package controller
 //
 // Leases: in winnet-controller's own namespace only (a Role; the Helm chart puts it in the release
 // namespace): leader election (get, create, update: client-go's LeaseLock) and the uninstall Lease
-// (get). Never cluster-wide: a Lease write elsewhere could take kube-controller-manager's or
+// (get), and the agents' Egress Leases (list, watch: when each node's agent last renewed its Lease,
+// docs/egress.md's fencing). Never cluster-wide: a Lease write elsewhere could take kube-controller-manager's or
 // kube-scheduler's leader election or forge a node heartbeat in kube-node-lease.
 
 // TokenReviews and SubjectAccessReviews, to authenticate and authorize each scrape of the metrics
@@ -40,4 +41,4 @@ package controller
 // +kubebuilder:rbac:groups="",resources=nodes/status,verbs=patch
 // +kubebuilder:rbac:groups="",resources=events,verbs=create;patch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
-// +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;create;update,namespace=winnet-system
+// +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;list;watch;create;update,namespace=winnet-system

@@ -22,6 +22,7 @@ import (
 
 	networkv1alpha1 "github.com/winnet-io/winnet/api/v1alpha1"
 	"github.com/winnet-io/winnet/controllers/cluster"
+	"github.com/winnet-io/winnet/internal/egress"
 )
 
 // FlannelAnnotationPrefix starts the annotations flannel (and winnet's flannel interop) publishes on
@@ -69,8 +70,8 @@ var ErrNodesNotRestored = errors.New("some nodes did not get their network back"
 //  3. it deletes the agents' DaemonSet and waits, bounded, until their Pods are gone, so that no
 //     agent writes PodEndpoints any more;
 //  4. it removes the remaining winnet objects (PodEndpoints, RemoteSubnetRoutes, the FlannelInterop, the
-//     finalizers of WindowsNodeNetworks whose node did not finish), the flannel annotations of the nodes
-//     winnet networked and, with DeleteCRDs, winnet's CRDs.
+//     finalizers of WindowsNodeNetworks whose node did not finish), the flannel annotations and the
+//     agents' Egress Leases of the nodes winnet networked and, with DeleteCRDs, winnet's CRDs.
 //
 // Running it again is harmless. It returns an error wrapping ErrNodesNotRestored, after doing every
 // step, when a node did not finish: run `winnet-agent reset` on it.
@@ -101,6 +102,9 @@ func Uninstall(ctx context.Context, c client.Client, opts UninstallOptions) erro
 		}
 	}
 	if err := u.removeFlannelAnnotations(ctx, nodes); err != nil {
+		return err
+	}
+	if err := u.deleteEgressLeases(ctx, nodes); err != nil {
 		return err
 	}
 	if opts.DeleteCRDs {
@@ -267,6 +271,19 @@ func (u *uninstaller) deletePodEndpoints(ctx context.Context) error {
 
 func (u *uninstaller) deleteRemoteSubnetRoutes(ctx context.Context) error {
 	return u.deleteAll(ctx, &networkv1alpha1.RemoteSubnetRouteList{}, "RemoteSubnetRoute")
+}
+
+// deleteEgressLeases deletes the agents' Egress Leases (egress.LeaseName) of the nodes winnet
+// networked, by name: the agents are gone, nothing renews them. The uninstall's Role already deletes
+// Leases in the release namespace; it lists none.
+func (u *uninstaller) deleteEgressLeases(ctx context.Context, nodes []string) error {
+	for _, node := range nodes {
+		l := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: u.opts.Namespace, Name: egress.LeaseName(node)}}
+		if err := u.c.Delete(ctx, l); client.IgnoreNotFound(err) != nil {
+			return fmt.Errorf("deleting the Egress Lease of node %s: %w", node, err)
+		}
+	}
+	return nil
 }
 
 func (u *uninstaller) deleteFlannelInterops(ctx context.Context) error {

@@ -15,11 +15,13 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	networkv1alpha1 "github.com/winnet-io/winnet/api/v1alpha1"
 	"github.com/winnet-io/winnet/controllers/cluster"
 	"github.com/winnet-io/winnet/internal/controller"
+	"github.com/winnet-io/winnet/internal/egress"
 	"github.com/winnet-io/winnet/test/framework"
 )
 
@@ -53,6 +55,13 @@ func TestUninstallReportsNodesThatDidNotFinish(t *testing.T) {
 			MAC: "aa:bb:cc:00:09:05", Gateway: "10.244.9.1"},
 	}
 	g.Expect(server.Client.Create(ctx, pep)).To(Succeed())
+	// The node's Egress Lease, as its agent renews it; another Lease of the namespace is not winnet's.
+	egressLease := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: egress.LeaseName(node.Name)},
+		Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To(node.Name), LeaseDurationSeconds: ptr.To[int32](10)}}
+	g.Expect(server.Client.Create(ctx, egressLease)).To(Succeed())
+	otherLease := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "someone-elses"}}
+	g.Expect(server.Client.Create(ctx, otherLease)).To(Succeed())
+	t.Cleanup(func() { _ = server.Client.Delete(context.Background(), otherLease) })
 
 	var out bytes.Buffer
 	opts := controller.UninstallOptions{Namespace: ns, ControllerDeployment: "winnet-controller", AgentDaemonSet: "winnet-agent",
@@ -75,6 +84,9 @@ func TestUninstallReportsNodesThatDidNotFinish(t *testing.T) {
 	g.Expect(node.Annotations).To(Equal(map[string]string{"other": "kept"}))
 	err = server.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: cluster.UninstallLeaseName}, &coordinationv1.Lease{})
 	g.Expect(apierrors.IsNotFound(err)).To(BeTrue(), "no controller Deployment owns the Lease: the uninstall deletes it")
+	err = server.Client.Get(ctx, client.ObjectKeyFromObject(egressLease), &coordinationv1.Lease{})
+	g.Expect(apierrors.IsNotFound(err)).To(BeTrue(), "the node's Egress Lease is gone: %v", err)
+	g.Expect(server.Client.Get(ctx, client.ObjectKeyFromObject(otherLease), &coordinationv1.Lease{})).To(Succeed(), "another Lease is kept")
 
 	out.Reset()
 	g.Expect(controller.Uninstall(ctx, server.Client, opts)).To(Succeed())

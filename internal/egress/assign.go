@@ -23,6 +23,10 @@ type Node struct {
 	// NoEncap: the node routes to its peers without a tunnel, so the Pods of other nodes could not
 	// be carried to it; it holds no egress IP.
 	NoEncap bool
+	// LeaseExpired: winnet-controller has not seen the node's agent renew its Egress Lease within
+	// the Lease's duration (or the node has none): its agent may be cut off or gone, and it holds no
+	// egress IP.
+	LeaseExpired bool
 }
 
 // Cluster is what Assign needs to know of the cluster besides the Egresses.
@@ -38,14 +42,17 @@ type Cluster struct {
 
 // Decision is where an Egress's IP goes, or why it goes nowhere.
 type Decision struct {
-	// Node holds the egress IP; empty when Assigned is False.
+	// Node holds the egress IP; empty when Assigned is False, except while Releasing.
 	Node string
+	// Releasing: the IP is moving away from Node, which has not surely given it up yet (see
+	// docs/egress.md, fencing); no node holds it meanwhile.
+	Releasing bool
 	// Reason and Message are those of the Assigned condition.
 	Reason, Message string
 }
 
 // Assigned reports whether a node holds the egress IP.
-func (d Decision) Assigned() bool { return d.Node != "" }
+func (d Decision) Assigned() bool { return d.Node != "" && !d.Releasing }
 
 // Assign places each Egress's IP on one eligible node: a Ready winnet node, not in NoEncap mode, whose
 // uplink subnet holds the IP and that the Egress's nodeSelector selects. It keeps an Egress on the
@@ -147,6 +154,7 @@ const (
 	otherSubnet   = "on another uplink subnet"
 	notSelected   = "not selected by nodeSelector"
 	inNoEncapMode = "in NoEncap mode"
+	leaseExpired  = "without a renewed Egress Lease"
 )
 
 // eligible returns why node n may not hold the Egress's ip, or "" when it may.
@@ -154,6 +162,8 @@ func eligible(e Compiled, ip netip.Addr, n Node) string {
 	switch {
 	case !n.Ready:
 		return notReady
+	case n.LeaseExpired:
+		return leaseExpired
 	case !n.Subnet.IsValid():
 		return noSubnet
 	case !n.Subnet.Masked().Contains(ip):
@@ -179,7 +189,7 @@ func noNode(ip netip.Addr, why map[string][]string, total int) Decision {
 			ip, names(why[inNoEncapMode]))}
 	}
 	var parts []string
-	for _, reason := range []string{notReady, noSubnet, otherSubnet, notSelected, inNoEncapMode} {
+	for _, reason := range []string{notReady, leaseExpired, noSubnet, otherSubnet, notSelected, inNoEncapMode} {
 		if n := why[reason]; len(n) > 0 {
 			parts = append(parts, fmt.Sprintf("%d %s (%s)", len(n), reason, names(n)))
 		}

@@ -313,8 +313,9 @@ const (
 	// CategoryTrace holds the flows of every running packet trace on the node; the object part of
 	// the cookie is TraceCookieObject.
 	CategoryTrace uint8 = 11
-	// CategoryEgress holds the flows of the Egresses the node holds (EgressFlows): the SNAT of the
-	// selected local Pods' connections to their egress IP, and the drops of other traffic to it.
+	// CategoryEgress holds the flows of the Egresses (EgressFlows): on their holder the SNAT of the
+	// selected Pods' connections (local and relayed) to the egress IP and the drops of other traffic
+	// to it; on other nodes the relay of their selected Pods' connections to the holder.
 	CategoryEgress uint8 = 12
 )
 

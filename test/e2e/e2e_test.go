@@ -80,6 +80,7 @@ func runWithCluster(m *testing.M) int {
 
 func setUp(ctx context.Context) error {
 	for _, spec := range nodeSpecs {
+		spec.AgentArgs = append(spec.AgentArgs, agentLeaseArgs()...)
 		if _, err := c.AddNode(ctx, spec); err != nil {
 			return err
 		}

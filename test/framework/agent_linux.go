@@ -11,6 +11,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	networkv1alpha1 "github.com/winnet-io/winnet/api/v1alpha1"
+	"github.com/winnet-io/winnet/controllers/egress"
 	"github.com/winnet-io/winnet/controllers/nodenetwork"
 	"github.com/winnet-io/winnet/controllers/podendpoint"
 	"github.com/winnet-io/winnet/controllers/remoteroute"
@@ -72,6 +73,9 @@ const (
 
 // AgentOptions configure an agent started by StartAgentWith.
 type AgentOptions struct {
+	// Egress runs the Egress reconciler too, with its Lease renewal (egress.Fence) in winnet's default
+	// namespace (agent.DefaultNamespace, which the test creates) and the default fencing durations.
+	Egress bool
 	// CNIShimPath is the agent's --cni-shim-path: the shim copy (InstallShim) it removes with the
 	// node's last sandbox once the node network is gone; empty leaves the shim alone.
 	CNIShimPath string
@@ -179,6 +183,18 @@ func StartAgentWith(t testing.TB, s *APIServer, node *simnode.Node, opts AgentOp
 	if err := agent.SetupNetworkPolicy(mgr, agent.NetworkPolicyOptions{NodeName: node.Name, State: state, Local: a.Pods.Pods.Store(), Pods: a.Pods.Pods, ResyncPeriod: resync,
 		Audit: a.AuditLog}); err != nil {
 		fail("NetworkPolicy reconciler", err)
+	}
+	if opts.Egress {
+		fence := &egress.Fence{Reader: mgr.GetAPIReader(), Writer: mgr.GetClient(), Namespace: agent.DefaultNamespace, NodeName: node.Name,
+			Duration: egress.DefaultLeaseDuration, RenewInterval: egress.DefaultLeaseRenewInterval}
+		if err := mgr.Add(fence); err != nil {
+			fail("Egress Lease", err)
+		}
+		egresses := &egress.Reconciler{Client: mgr.GetClient(), NodeName: node.Name, Net: net, State: state, Fence: fence,
+			RecordFile: filepath.Join(dir, "state", egress.RecordFileName)}
+		if err := egresses.SetupWithManager(mgr); err != nil {
+			fail("Egress reconciler", err)
+		}
 	}
 	done := make(chan error, 1)
 	go func() { done <- mgr.Start(ctx) }()

@@ -334,6 +334,13 @@ func (n *Node) StartAgent() error {
 	return nil
 }
 
+// SetAgentArgs replaces the arguments added to the agent's command line (NodeSpec.AgentArgs) from its next
+// start (StartAgent, RestartAgent), and returns those it had.
+func (n *Node) SetAgentArgs(args ...string) (previous []string) {
+	previous, n.extraAgentArgs = n.extraAgentArgs, args
+	return previous
+}
+
 // StopAgent stops the agent: SIGTERM, as a service manager stops it, or SIGKILL, as a crash or a reboot does.
 func (n *Node) StopAgent(sig syscall.Signal) error {
 	if n.agent == nil {

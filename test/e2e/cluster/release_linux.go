@@ -103,6 +103,10 @@ var (
 		"ValidatingAdmissionPolicyBinding/winnet-agent-events",
 		"ValidatingAdmissionPolicy/winnet-packettrace-tenancy",
 		"ValidatingAdmissionPolicyBinding/winnet-packettrace-tenancy",
+		"Role/winnet-agent",
+		"RoleBinding/winnet-agent",
+		"ValidatingAdmissionPolicy/winnet-agent-egress-lease",
+		"ValidatingAdmissionPolicyBinding/winnet-agent-egress-lease",
 	}
 	// chartControllerObjects are winnet-controller's credentials, installed too with
 	// Options.ControllerServiceAccount.
@@ -144,6 +148,9 @@ func (c *Cluster) ApplyChart(ctx context.Context, r Release) error {
 			gone.SetAPIVersion(apiVersionOf(key))
 			gone.SetKind(strings.SplitN(key, "/", 2)[0])
 			gone.SetName(strings.SplitN(key, "/", 2)[1])
+			if kind := gone.GetKind(); kind == "Role" || kind == "RoleBinding" {
+				gone.SetNamespace(AgentNamespace)
+			}
 			if err := c.Client.Delete(ctx, gone); err != nil && !apierrors.IsNotFound(err) {
 				return fmt.Errorf("deleting %s, which release %s's chart does not have: %w", key, r, err)
 			}

@@ -102,7 +102,7 @@ func up(dir string) error {
 	cmd := hostcmd.Command(self, "serve", "--dir", dir)
 	cmd.Stdout, cmd.Stderr = log, log
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true} // outlives this command and its terminal
-	fmt.Println("Starting the demo cluster (API server, winnet-controller, two winnet nodes with two Pods each, the flannel node linux-a with one); log:", log.Name())
+	fmt.Println("Starting the demo cluster (API server, winnet-controller, two winnet nodes with two Pods each, the flannel node linux-a with one, an Egress); log:", log.Name())
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("starting the demo: %w", err)
 	}
@@ -271,6 +271,9 @@ func build(ctx context.Context, c *cluster.Cluster, dir string) (string, *servic
 	if err := copyFile(c.Kubeconfig, kc); err != nil {
 		return "", nil, nil, err
 	}
+	if err := egressDemo(ctx, c, pods); err != nil {
+		return "", nil, nil, err
+	}
 	a1, a2, b1, b2 := pods["pod-a1"].Place(), pods["pod-a2"].Place(), pods["pod-b1"].Place(), pods["pod-b2"].Place()
 	checks := []cluster.Check{
 		{From: a1, To: a2, Path: "same node"},
@@ -279,6 +282,7 @@ func build(ctx context.Context, c *cluster.Cluster, dir string) (string, *servic
 		{From: a.Host(), To: a1, Path: "node to local Pod", WantSource: a.Gateway},
 		{From: a.Host(), To: b2, Path: "vxlan, node to remote Pod", WantSource: a.Gateway},
 		{From: a1, To: c.ExternalPlace(), Path: "external, SNAT", WantSource: a.IP},
+		{From: a2, To: c.ExternalPlace(), Path: "external, Egress " + egressName, WantSource: egressIP},
 		{From: b1, To: c.ExternalPlace(), Path: "external, SNAT", WantSource: b.IP},
 		{From: b2, To: c.ExcludedPlace(), Path: "external, excluded from SNAT"},
 		{From: a1, To: lx1.Place(), Path: "winnet -> flannel vxlan"},
@@ -361,6 +365,7 @@ func tryLines(c *cluster.Cluster, kc string, a *cluster.Node, pods map[string]*c
   ip netns exec %[4]s ip route                   # node-a's host routes
   ip netns exec %[5]s ping -c 3 %[6]s           # pod-a1 -> pod-b1 over the tunnel
   ip netns exec %[5]s ping -c 3 %[7]s       # pod-a1 -> the external host, SNATed to node-a's IP
+  kubectl get egresses -o wide; kubectl describe egress %[19]s   # pod-a2 leaves from %[20]s, held by node-a (docs/egress.md)
   kubectl get svc,endpointslices -A; kubectl describe wnn node-a   # Services, their endpoints, ServicesReady
   ip netns exec %[5]s getent hosts web.default.svc.cluster.local   # pod-a1 resolves through CoreDNS
   ovs-ofctl -O OpenFlow15 dump-groups unix:%[3]s   # one select group per Service port, one bucket per endpoint
@@ -375,7 +380,7 @@ Namespaces: ip netns list | grep %[8]s    Logs: %[9]s
 Take it down with: make demo-down
 `, kc, c.Kubectl, a.OVS.MgmtSocket(cluster.BridgeName), a.NS, pods["pod-a1"].NS, pods["pod-b1"].IP, c.ExternalIP, prefix, c.RunDir,
 		filepath.Join(c.BinDir, "winnet-agent"), a.NSPath, a.OVS.DBSocket(), a.StateDir, a.CNIConfDir, self(), filepath.Dir(kc), prefix+"-linux-a",
-		filepath.Join(c.RunDir, "node-b", "audit", auditlog.FileName))
+		filepath.Join(c.RunDir, "node-b", "audit", auditlog.FileName), egressName, egressIP)
 }
 
 // self is the path of this program, for the commands the demo prints.

@@ -232,6 +232,15 @@ func TestChartRBACMatchesGenerated(t *testing.T) {
 	agent := &rbacv1.ClusterRole{}
 	find(t, objs, "ClusterRole", "winnet-agent", agent)
 	g.Expect(agent.Rules).To(Equal(generated("agent", "ClusterRole")))
+	g.Expect(agent.Rules).NotTo(ContainElement(HaveField("Resources", ContainElement("leases"))), "no Lease cluster-wide")
+	agentNS := &rbacv1.Role{}
+	find(t, objs, "Role", "winnet-agent", agentNS)
+	g.Expect(agentNS.Namespace).To(Equal("winnet-system"), "the release namespace")
+	g.Expect(agentNS.Rules).To(Equal(generated("agent", "Role")))
+	agentBinding := &rbacv1.RoleBinding{}
+	find(t, objs, "RoleBinding", "winnet-agent", agentBinding)
+	g.Expect(agentBinding.RoleRef).To(Equal(rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "winnet-agent"}))
+	g.Expect(agentBinding.Subjects).To(Equal([]rbacv1.Subject{{Kind: "ServiceAccount", Name: "winnet-agent", Namespace: "winnet-system"}}))
 
 	// The metrics endpoint's reviews (config/rbac/metrics-auth) are granted to a component only when
 	// its metrics are on: with the defaults (off) neither ClusterRole may create a TokenReview or a

@@ -84,10 +84,11 @@ func TestInstallAndLeastPrivilege(t *testing.T) {
 			"ServiceAccount/winnet-controller", "ServiceAccount/winnet-agent", "ConfigMap/winnet-agent-config",
 			"ClusterRole/winnet-agent", "ClusterRole/winnet-controller", "ClusterRole/winnet-metrics-reader",
 			"ClusterRoleBinding/winnet-agent", "ClusterRoleBinding/winnet-controller",
-			"Role/winnet-controller", "RoleBinding/winnet-controller",
+			"Role/winnet-controller", "RoleBinding/winnet-controller", "Role/winnet-agent", "RoleBinding/winnet-agent",
 			"DaemonSet/winnet-agent", "Deployment/winnet-controller",
 			"ValidatingAdmissionPolicy/winnet-agent-own-node", "ValidatingAdmissionPolicyBinding/winnet-agent-own-node",
 			"ValidatingAdmissionPolicy/winnet-agent-events", "ValidatingAdmissionPolicyBinding/winnet-agent-events",
+			"ValidatingAdmissionPolicy/winnet-agent-egress-lease", "ValidatingAdmissionPolicyBinding/winnet-agent-egress-lease",
 			"ValidatingAdmissionPolicy/winnet-node-flannel-record", "ValidatingAdmissionPolicyBinding/winnet-node-flannel-record",
 			"ValidatingAdmissionPolicy/winnet-packettrace-tenancy", "ValidatingAdmissionPolicyBinding/winnet-packettrace-tenancy"))
 		// The network-policy-api's CRD, absent from this cluster, is installed from the chart's crds/.
@@ -298,6 +299,14 @@ func TestInstallAndLeastPrivilege(t *testing.T) {
 
 	t.Run("the agent's Events: its own node's, about the kinds it reports on, with a bounded note", func(t *testing.T) {
 		testAgentEvents(ctx, t, server, admin, agentA, agentB)
+	})
+
+	t.Run("the agents' Egress Leases: each writes its own node's only", func(t *testing.T) {
+		testAgentEgressLeases(ctx, t, admin, agentA, agentB)
+	})
+
+	t.Run("Egresses: a tenant neither writes nor reads them, nor gets its Pods selected from another namespace", func(t *testing.T) {
+		testEgressTenancy(ctx, t, server, admin)
 	})
 
 	t.Run("with metrics off, neither the agent nor the controller may create TokenReviews or SubjectAccessReviews", func(t *testing.T) {
