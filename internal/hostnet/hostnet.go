@@ -255,7 +255,9 @@ type Links interface {
 	// announcement tell the segment's hosts and switches where the address now lives; a duplicate
 	// (another host still holds it) is an error. On Linux, which has no SkipAsSource, a host prefix
 	// outside the link's subnets is never chosen as a source over the link's own address in the
-	// subnet (the node IP), which the kernel routes carry as their preferred source.
+	// subnet (the node IP), which the kernel routes carry as their preferred source; and as the kernel
+	// announces no address it is given, an IPv4 address new on the link is announced with a
+	// gratuitous ARP (an ARP request for itself from itself) as Windows' detection announces it.
 	EnsureSkipAsSourceAddress(ctx context.Context, linkIndex int, addr netip.Prefix) error
 	// DeleteAddress removes the address (IP and prefix length) from the link.
 	DeleteAddress(ctx context.Context, linkIndex int, addr netip.Prefix) error

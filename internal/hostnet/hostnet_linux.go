@@ -225,8 +225,67 @@ func (h *netlinkHost) EnsureSkipAsSourceAddress(ctx context.Context, linkIndex i
 	if !addr.IsValid() || !addr.IsSingleIP() {
 		return fmt.Errorf("adding address %s that is never a source: it must be a host prefix (/32 or /128)", addr)
 	}
-	return h.EnsureAddress(ctx, linkIndex, addr)
+	l, err := h.link(linkIndex)
+	if err != nil {
+		return fmt.Errorf("adding address %s: %w", addr, err)
+	}
+	existing, err := h.addresses(l)
+	if err != nil {
+		return fmt.Errorf("adding address %s: %w", addr, err)
+	}
+	if err := h.EnsureAddress(ctx, linkIndex, addr); err != nil {
+		return err
+	}
+	if slices.Contains(existing, addr) || !addr.Addr().Is4() {
+		return nil
+	}
+	// The kernel announces no address it is given; Windows' duplicate address detection does. Without
+	// an announcement the segment's hosts keep sending to the address's previous holder until their
+	// ARP entry expires (tens of seconds), so announce it as Windows does: a gratuitous ARP.
+	if err := h.inNetNS(func() error { return sendGratuitousARP(linkIndex, l.Attrs().HardwareAddr, addr.Addr()) }); err != nil {
+		return fmt.Errorf("announcing address %s on %q: %w", addr, l.Attrs().Name, err)
+	}
+	return nil
 }
+
+// sendGratuitousARP broadcasts, on the link, an ARP request for ip from ip (sender and target
+// address alike, RFC 5227's announcement): hosts on the segment that have an entry for ip update it to
+// mac (Linux does so whatever its arp_accept; it only creates no new entry).
+func sendGratuitousARP(linkIndex int, mac net.HardwareAddr, ip netip.Addr) error {
+	if len(mac) != 6 {
+		return fmt.Errorf("link %d has no Ethernet address (%v)", linkIndex, mac)
+	}
+	fd, err := unix.Socket(unix.AF_PACKET, unix.SOCK_RAW|unix.SOCK_CLOEXEC, int(htons(unix.ETH_P_ARP)))
+	if err != nil {
+		return fmt.Errorf("opening a packet socket: %w", err)
+	}
+	defer unix.Close(fd)
+	broadcast := [8]byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff}
+	to := &unix.SockaddrLinklayer{Protocol: htons(unix.ETH_P_ARP), Ifindex: linkIndex, Halen: 6, Addr: broadcast}
+	if err := unix.Sendto(fd, gratuitousARP(mac, ip), 0, to); err != nil {
+		return fmt.Errorf("sending the gratuitous ARP: %w", err)
+	}
+	return nil
+}
+
+// gratuitousARP is the Ethernet frame of an ARP request for ip from (ip, mac), to every host.
+func gratuitousARP(mac net.HardwareAddr, ip netip.Addr) []byte {
+	a := ip.As4()
+	f := make([]byte, 0, 42)
+	f = append(f, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff) // destination: broadcast
+	f = append(f, mac...)                             // source
+	f = append(f, 0x08, 0x06)                         // EtherType ARP
+	f = append(f, 0x00, 0x01, 0x08, 0x00, 6, 4)       // Ethernet, IPv4, their lengths
+	f = append(f, 0x00, 0x01)                         // request
+	f = append(f, mac...)                             // sender hardware address
+	f = append(f, a[:]...)                            // sender protocol address
+	f = append(f, 0, 0, 0, 0, 0, 0)                   // target hardware address: unknown
+	f = append(f, a[:]...)                            // target protocol address: the same
+	return f
+}
+
+// htons is v in network byte order, as packet sockets take protocols.
+func htons(v uint16) uint16 { return v<<8 | v>>8 }
 
 func (h *netlinkHost) DeleteAddress(_ context.Context, linkIndex int, addr netip.Prefix) error {
 	addr, err := validAddress(addr)

@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/netip"
 	"net/url"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -108,11 +109,14 @@ func TestEgressFailover(t *testing.T) {
 		g.Expect(gone).NotTo(BeZero())
 		g.Expect(taken).NotTo(BeZero())
 	}).WithTimeout(converge).WithPolling(50 * time.Millisecond).Should(Succeed())
-	// Linux sends no ARP announcement for an added address (Windows' duplicate address detection does,
-	// docs/egress.md): the external host's entry for the IP still names node-b's MAC, which drops the
-	// replies. The test forgets that entry, as the announcement would make the host update it.
-	_, err = simnode.Exec(c.External.NS, "ip", "neigh", "flush", "to", failoverIP.String())
-	g.Expect(err).NotTo(HaveOccurred())
+	// The external host's ARP entry for the IP named node-b's MAC: the new holder's announcement (a
+	// gratuitous ARP, as Windows' duplicate address detection sends) updates it to node-c's, before the
+	// external host sends anything to the IP (without it the entry would stay until traffic made the
+	// host probe it again).
+	newMAC := linkMAC(g, newHolder.NS, cluster.BridgeName)
+	g.Eventually(func() (string, error) {
+		return simnode.Exec(c.External.NS, "ip", "neigh", "show", failoverIP.String())
+	}).WithTimeout(converge).Should(ContainSubstring(newMAC), "the external host learns the new holder from its announcement")
 	g.Eventually(func() netip.Addr { return probeSource(ctx, podNew.Place()) }).WithTimeout(converge).WithPolling(100 * time.Millisecond).Should(Equal(failoverIP))
 	seen = time.Since(cut)
 	t.Logf("failover with a fencing bound F of 3s: from the cut, Releasing seen after %v, %s gone from %s after %v, on %s after %v, "+
@@ -222,4 +226,11 @@ func (p *apiProxy) cut() {
 		err = errors.Join(err, c.Close())
 	}
 	_ = err
+}
+
+// linkMAC is the MAC of a link in a network namespace.
+func linkMAC(g Gomega, ns, link string) string {
+	out, err := simnode.Exec(ns, "cat", "/sys/class/net/"+link+"/address")
+	g.Expect(err).NotTo(HaveOccurred(), out)
+	return strings.TrimSpace(out)
 }
