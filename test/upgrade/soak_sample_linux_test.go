@@ -450,11 +450,17 @@ func (s *sampler) summary(churnStart, churnEnd time.Time) string {
 	gf, gl := firstLast(worst, "agent_goroutines")
 	ff, fl := firstLast(worst, "agent_fds")
 	var maxG, maxF float64
+	// The RSS of an agent whose heap is flat can still grow (the 120-minute run of 29 Nov 2026: the
+	// churned nodes' agents, not the one whose heap grew fastest): the largest RSS slope, and whose.
+	maxR, maxRNode := -1e18, ""
 	for _, n := range s.w.c.Nodes() {
 		maxG, maxF = max(maxG, sl(n.Name, "agent_goroutines")), max(maxF, sl(n.Name, "agent_fds"))
+		if v := sl(n.Name, "agent_rss_mb"); v > maxR {
+			maxR, maxRNode = v, n.Name
+		}
 	}
-	return fmt.Sprintf("agent=%s heap_mb_first=%.1f heap_mb_last=%.1f heap_slope_mb_per_h=%.2f rss_slope_mb_per_h=%.2f rss_anon_slope_mb_per_h=%.2f go_held_slope_mb_per_h=%.2f vswitchd_rss_slope_mb_per_h=%.2f goroutines_first=%.0f goroutines_last=%.0f goroutines_slope_per_h_max=%.1f fds_first=%.0f fds_last=%.0f fds_slope_per_h_max=%.1f",
-		worst, hf, hl, sl(worst, "agent_heap_mb"), sl(worst, "agent_rss_mb"), sl(worst, "agent_rss_anon_mb"), sl(worst, "agent_go_held_mb"), sl(worst, "vswitchd_rss_mb"), gf, gl, maxG, ff, fl, maxF)
+	return fmt.Sprintf("agent=%s heap_mb_first=%.1f heap_mb_last=%.1f heap_slope_mb_per_h=%.2f rss_slope_mb_per_h=%.2f rss_anon_slope_mb_per_h=%.2f go_held_slope_mb_per_h=%.2f vswitchd_rss_slope_mb_per_h=%.2f goroutines_first=%.0f goroutines_last=%.0f goroutines_slope_per_h_max=%.1f fds_first=%.0f fds_last=%.0f fds_slope_per_h_max=%.1f rss_slope_mb_per_h_max=%.2f rss_slope_max_agent=%s",
+		worst, hf, hl, sl(worst, "agent_heap_mb"), sl(worst, "agent_rss_mb"), sl(worst, "agent_rss_anon_mb"), sl(worst, "agent_go_held_mb"), sl(worst, "vswitchd_rss_mb"), gf, gl, maxG, ff, fl, maxF, maxR, maxRNode)
 }
 
 func (s *sampler) samplesOf(node, quantity string) []sample {
