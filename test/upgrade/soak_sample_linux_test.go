@@ -112,6 +112,7 @@ func (s *sampler) sampleOnce(ctx context.Context) {
 				s.add(n.Name, "agent_rss_mb", m.RSS)
 				s.add(n.Name, "agent_rss_anon_mb", m.Anon)
 				s.add(n.Name, "agent_rss_file_mb", m.File)
+				s.add(n.Name, "agent_threads", float64(m.Threads))
 			}
 			if fds, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid)); err == nil {
 				s.add(n.Name, "agent_fds", float64(len(fds)))

@@ -16,6 +16,9 @@ import (
 // pressure. A leak shows in Anon; a slow rise in File alone is not one.
 type ProcMemory struct {
 	RSS, Anon, File float64
+	// Threads are the process's OS threads: each holds a stack and the C library's per-thread state
+	// outside the Go heap, so a count that climbs is RSS the heap does not show.
+	Threads int
 }
 
 // ReadProcMemory reads a process's ProcMemory.
@@ -29,6 +32,12 @@ func ReadProcMemory(pid int) (ProcMemory, error) {
 	for _, line := range strings.Split(string(data), "\n") {
 		name, rest, ok := strings.Cut(line, ":")
 		if !ok {
+			continue
+		}
+		if name == "Threads" {
+			if m.Threads, err = strconv.Atoi(strings.TrimSpace(rest)); err != nil {
+				return ProcMemory{}, fmt.Errorf("pid %d: Threads: %w", pid, err)
+			}
 			continue
 		}
 		var into *float64
@@ -53,8 +62,8 @@ func ReadProcMemory(pid int) (ProcMemory, error) {
 		*into = kb / 1024
 		found++
 	}
-	if found != 3 {
-		return ProcMemory{}, fmt.Errorf("pid %d: /proc status lacks VmRSS, RssAnon or RssFile", pid)
+	if found != 3 || m.Threads == 0 {
+		return ProcMemory{}, fmt.Errorf("pid %d: /proc status lacks VmRSS, RssAnon, RssFile or Threads", pid)
 	}
 	return m, nil
 }

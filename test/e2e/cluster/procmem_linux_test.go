@@ -19,6 +19,7 @@ func TestReadProcMemory(t *testing.T) {
 	g.Expect(m.Anon).To(BeNumerically(">", 0))
 	g.Expect(m.File).To(BeNumerically(">", 0))
 	g.Expect(m.RSS).To(BeNumerically("~", m.Anon+m.File, 1))
+	g.Expect(m.Threads).To(BeNumerically(">=", 1))
 	_, err = ReadProcMemory(1 << 30)
 	g.Expect(err).To(HaveOccurred())
 }
