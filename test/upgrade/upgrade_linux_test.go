@@ -69,7 +69,7 @@ func TestUpgrade(t *testing.T) {
 		must(t, c.ApplyCRDs(ctx, cur))
 		must(t, c.ApplyChart(ctx, cur))
 		must(t, c.RestartControllerWith(cur))
-		w.holdSkew(t, fmt.Sprintf("controller %s, agents %s", cur, prev), hold)
+		w.holdSkew(t, fmt.Sprintf("controller %s, agents %s", cur, prev), hold, false)
 		for _, n := range c.Nodes() {
 			w.rollAgent(t, n, cur, syscall.SIGTERM)
 			w.churnPod(t, n) // agent N with shim N-1
@@ -84,7 +84,7 @@ func TestUpgrade(t *testing.T) {
 	w.phase(t, "rollback", cur, prev, func() {
 		must(t, c.ApplyChart(ctx, prev))
 		must(t, c.RestartControllerWith(prev))
-		w.holdSkew(t, fmt.Sprintf("controller %s, agents %s", prev, cur), hold)
+		w.holdSkew(t, fmt.Sprintf("controller %s, agents %s", prev, cur), hold, true)
 		for _, n := range c.Nodes() {
 			must(t, n.InstallShim(prev))
 			w.churnPod(t, n) // agent N with shim N-1
