@@ -187,26 +187,33 @@ func validAddress(addr netip.Prefix) (netip.Prefix, error) {
 }
 
 func (h *netlinkHost) EnsureAddress(_ context.Context, linkIndex int, addr netip.Prefix) error {
+	_, _, err := h.ensureAddress(linkIndex, addr)
+	return err
+}
+
+// ensureAddress is EnsureAddress; it also returns the link and whether the address was new on it.
+func (h *netlinkHost) ensureAddress(linkIndex int, addr netip.Prefix) (netlink.Link, bool, error) {
 	addr, err := validAddress(addr)
 	if err != nil {
-		return err
+		return nil, false, err
 	}
 	l, err := h.link(linkIndex)
 	if err != nil {
-		return fmt.Errorf("adding address %s: %w", addr, err)
+		return nil, false, fmt.Errorf("adding address %s: %w", addr, err)
 	}
 	name := l.Attrs().Name
 	existing, err := h.addresses(l)
 	if err != nil {
-		return fmt.Errorf("adding address %s to %q: %w", addr, name, err)
+		return nil, false, fmt.Errorf("adding address %s to %q: %w", addr, name, err)
 	}
-	if !slices.Contains(existing, addr) {
+	added := !slices.Contains(existing, addr)
+	if added {
 		nl := &netlink.Addr{IPNet: toIPNet(addr)}
 		if addr.Addr().Is6() {
 			nl.Flags = unix.IFA_F_NODAD
 		}
 		if err := h.nl.AddrReplace(l, nl); err != nil {
-			return fmt.Errorf("adding address %s to %q: %w", addr, name, err)
+			return nil, false, fmt.Errorf("adding address %s to %q: %w", addr, name, err)
 		}
 	}
 	// The same IP with another prefix length is another address to the kernel: remove it now
@@ -214,30 +221,20 @@ func (h *netlinkHost) EnsureAddress(_ context.Context, linkIndex int, addr netip
 	for _, e := range existing {
 		if e.Addr() == addr.Addr() && e.Bits() != addr.Bits() {
 			if err := h.nl.AddrDel(l, &netlink.Addr{IPNet: toIPNet(e)}); err != nil && !errors.Is(err, unix.EADDRNOTAVAIL) {
-				return fmt.Errorf("replacing address %s of %q by %s: %w", e, name, addr, err)
+				return nil, false, fmt.Errorf("replacing address %s of %q by %s: %w", e, name, addr, err)
 			}
 		}
 	}
-	return nil
+	return l, added, nil
 }
 
-func (h *netlinkHost) EnsureSkipAsSourceAddress(ctx context.Context, linkIndex int, addr netip.Prefix) error {
+func (h *netlinkHost) EnsureSkipAsSourceAddress(_ context.Context, linkIndex int, addr netip.Prefix) error {
 	if !addr.IsValid() || !addr.IsSingleIP() {
 		return fmt.Errorf("adding address %s that is never a source: it must be a host prefix (/32 or /128)", addr)
 	}
-	l, err := h.link(linkIndex)
-	if err != nil {
-		return fmt.Errorf("adding address %s: %w", addr, err)
-	}
-	existing, err := h.addresses(l)
-	if err != nil {
-		return fmt.Errorf("adding address %s: %w", addr, err)
-	}
-	if err := h.EnsureAddress(ctx, linkIndex, addr); err != nil {
+	l, added, err := h.ensureAddress(linkIndex, addr)
+	if err != nil || !added || !addr.Addr().Is4() {
 		return err
-	}
-	if slices.Contains(existing, addr) || !addr.Addr().Is4() {
-		return nil
 	}
 	// The kernel announces no address it is given; Windows' duplicate address detection does. Without
 	// an announcement the segment's hosts keep sending to the address's previous holder until their
