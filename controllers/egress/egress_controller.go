@@ -10,12 +10,15 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/labels"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
@@ -139,6 +142,9 @@ func (r *Reconciler) SetupWithManager(mgr manager.Manager) error {
 		Watches(&networkv1alpha1.Egress{}, all).
 		Watches(&corev1.Pod{}, all).
 		Watches(&corev1.Namespace{}, all).
+		// The node's labels, which an Egress's nodeSelector reads (whether the agent renews its
+		// Lease); not its status, which kubelet writes every few seconds.
+		Watches(&corev1.Node{}, all, builder.WithPredicates(predicate.LabelChangedPredicate{})).
 		WatchesRawSource(onRealized)
 	if r.Fence != nil {
 		b = b.WatchesRawSource(source.Channel(r.Fence.Changed(), all))
@@ -173,6 +179,13 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ reconcile.Request) (reconc
 		r.Remote.set(ctx, r.remoteWatches(list.Items, nsLabels))
 		all = append(all, podsOf(r.Remote.list(), nsLabels, r.NodeName, true)...)
 	}
+	if r.Fence != nil {
+		node := &corev1.Node{}
+		if err := r.Client.Get(ctx, client.ObjectKey{Name: r.NodeName}, node); err != nil && !apierrors.IsNotFound(err) {
+			return reconcile.Result{}, fmt.Errorf("reading Node %s: %w", r.NodeName, err)
+		}
+		r.Fence.SetWanted(r.mayHoldAny(rz, list.Items, node.Labels))
+	}
 	d := r.desired(rz, list.Items, all, r.State.Peers())
 	if len(d.skipped) > 0 && !slices.Equal(d.skipped, r.skipped) {
 		ctrl.LoggerFrom(ctx).Info("Selected Pods not carried to their Egress's holder: the route between the nodes is not realised",
@@ -184,6 +197,28 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ reconcile.Request) (reconc
 		return reconcile.Result{RequeueAfter: fenceStartRetry}, nil
 	}
 	return reconcile.Result{RequeueAfter: recheck}, r.apply(ctx, rz, d)
+}
+
+// mayHoldAny reports whether the node may hold one of the Egresses: one is assigned to it, or one's
+// IP lies on its uplink subnet and its nodeSelector selects it (egress.MayHold, the test
+// winnet-controller assigns by, with the node taken as Ready and its Lease renewed). Only then does the
+// agent renew its Egress Lease (Fence.SetWanted).
+func (r *Reconciler) mayHoldAny(rz nodenetwork.Realized, items []networkv1alpha1.Egress, nodeLabels labels.Set) bool {
+	self := egress.Node{Name: r.NodeName, Labels: nodeLabels, Ready: true, Subnet: rz.NodeSubnet}
+	for i := range items {
+		e := &items[i]
+		if e.Status.Node == r.NodeName {
+			return true
+		}
+		c, err := egress.Compile(e)
+		if err != nil {
+			continue
+		}
+		if ip, err := netip.ParseAddr(string(e.Spec.EgressIP)); err == nil && egress.MayHold(c, ip, self) {
+			return true
+		}
+	}
+	return false
 }
 
 // fenceStartRetry is how soon a pass looks again while the agent's first Lease renewal is under way.
@@ -447,6 +482,7 @@ func (r *Reconciler) apply(ctx context.Context, rz nodenetwork.Realized, d desir
 	}
 	r.State.FlowsSynced(ctx, Flows, rz.Flows)
 	r.held.set(r.ids, installed)
+	r.State.SetHeldEgresses(r.held.list(installed))
 	for _, e := range installed {
 		realised = append(realised, e.IP)
 	}

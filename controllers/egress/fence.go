@@ -35,8 +35,10 @@ const (
 // gives up its IPs no later than Duration after the controller's last sight of the Lease, and the
 // controller waits that long again after the Lease expired before it lets another node take an IP.
 //
-// Every agent renews its Lease, holding an Egress or not: a node is eligible for an Egress only while
-// its Lease is renewed.
+// The agent renews its Lease only while the node may hold an Egress (SetWanted: an Egress is assigned
+// to it, or its IP lies on the node's uplink subnet and its nodeSelector selects the node): a node is
+// eligible for an Egress only while its Lease is renewed, and a node no Egress can use writes nothing
+// (a cluster without Egresses pays no Lease writes).
 type Fence struct {
 	// Reader reads the Lease from the API server (not a cache: the agent may not list Leases).
 	Reader client.Reader
@@ -57,6 +59,45 @@ type Fence struct {
 	tried bool
 	// changed wakes the Egress reconciler when the fence starts or stops allowing IPs.
 	changed chan event.GenericEvent
+	// wanted: the node may hold an Egress, and the Lease is renewed (SetWanted); wake tells the
+	// renewal loop that it became wanted (renew at once, not at the next tick).
+	wanted bool
+	wake   chan struct{}
+}
+
+// SetWanted says whether the node may hold an Egress, which the Egress reconciler finds at each pass.
+// While it may not, the Lease is not renewed (it expires, and winnet-controller assigns the node
+// nothing) and the fence allows no IP; the fence has then decided (State's tried), as the node must
+// hold nothing. When it becomes wanted, the Lease is renewed at once.
+func (f *Fence) SetWanted(wanted bool) {
+	f.mu.Lock()
+	became := wanted && !f.wanted
+	f.wanted = wanted
+	if !wanted {
+		f.tried = true
+	}
+	wake := f.wakeChan()
+	f.mu.Unlock()
+	if became {
+		select {
+		case wake <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// wakeChan returns wake, made at first use (f.mu held).
+func (f *Fence) wakeChan() chan struct{} {
+	if f.wake == nil {
+		f.wake = make(chan struct{}, 1)
+	}
+	return f.wake
+}
+
+func (f *Fence) isWanted() bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.wanted
 }
 
 func (f *Fence) now() time.Time {
@@ -87,17 +128,23 @@ func (f *Fence) State(now time.Time) (tried, valid bool, until time.Time) {
 // NeedLeaderElection: every agent renews its own Lease.
 func (f *Fence) NeedLeaderElection() bool { return false }
 
-// Start renews the Lease every RenewInterval until ctx ends.
+// Start renews the Lease every RenewInterval while it is wanted, until ctx ends.
 func (f *Fence) Start(ctx context.Context) error {
 	f.Changed()
+	f.mu.Lock()
+	wake := f.wakeChan()
+	f.mu.Unlock()
 	t := time.NewTicker(f.RenewInterval)
 	defer t.Stop()
 	for {
-		f.renewOnce(ctx)
+		if f.isWanted() {
+			f.renewOnce(ctx)
+		}
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-t.C:
+		case <-wake:
 		}
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/netip"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -110,4 +111,48 @@ func TestFenceDropsIPsWhenTheLeaseCannotBeRenewed(t *testing.T) {
 	_, _ = r.fence(ctx, &d)
 	g.Expect(d.held).To(HaveLen(1))
 	g.Expect(d.others).To(BeEmpty())
+}
+
+// TestFenceRenewsOnlyWhenWanted: the renewal loop writes nothing while no Egress may be held on the
+// node (a cluster without Egresses costs no Lease writes), the fence has then decided (a pass does not
+// wait) and allows no IP; once wanted, it renews at once, not at the next tick.
+func TestFenceRenewsOnlyWhenWanted(t *testing.T) {
+	g := NewWithT(t)
+	scheme, err := winnetscheme.New()
+	g.Expect(err).NotTo(HaveOccurred())
+	var writes atomic.Int32
+	c := fake.NewClientBuilder().WithScheme(scheme).WithInterceptorFuncs(interceptor.Funcs{
+		Create: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
+			writes.Add(1)
+			return c.Create(ctx, obj, opts...)
+		},
+		Update: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.UpdateOption) error {
+			writes.Add(1)
+			return c.Update(ctx, obj, opts...)
+		},
+	}).Build()
+	written := writes.Load
+	// A renewal interval far beyond the test: every renewal it sees is one SetWanted asked for.
+	f := &Fence{Reader: c, Writer: c, Namespace: "winnet-system", NodeName: "node-a", Duration: time.Hour, RenewInterval: time.Hour}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan struct{})
+	go func() { _ = f.Start(ctx); close(done) }()
+	defer func() { cancel(); <-done }()
+
+	f.SetWanted(false)
+	g.Consistently(written).WithTimeout(300*time.Millisecond).Should(BeZero(), "no Egress may be held here: no Lease write")
+	r := &Reconciler{NodeName: "node-a", Fence: f}
+	d := desiredState{}
+	_, wait := r.fence(context.Background(), &d)
+	g.Expect(wait).To(BeFalse(), "decided: the node holds nothing, and the pass goes on")
+	_, valid, _ := f.State(time.Now())
+	g.Expect(valid).To(BeFalse())
+
+	f.SetWanted(true)
+	g.Eventually(written).WithTimeout(5*time.Second).Should(BeEquivalentTo(1), "renewed at once, not at the next tick")
+	_, valid, _ = f.State(time.Now())
+	g.Expect(valid).To(BeTrue())
+	f.SetWanted(true)
+	g.Consistently(written).WithTimeout(300*time.Millisecond).Should(BeEquivalentTo(1), "still wanted: the next renewal waits for its tick")
 }

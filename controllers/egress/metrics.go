@@ -9,6 +9,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
+	"github.com/winnet-io/winnet/controllers/nodenetwork"
 	"github.com/winnet-io/winnet/internal/metricsources"
 	"github.com/winnet-io/winnet/internal/ovs/openflow"
 	"github.com/winnet-io/winnet/internal/pipeline"
@@ -16,21 +17,25 @@ import (
 
 // Per-Egress counters are read from the holder's switch when Prometheus scrapes the agent: the
 // Egress's commit flow (ConntrackCommitTable, matching its id in EgressField) counts the first packet of
-// each new connection a selected Pod opens to outside, and the bytes of those first packets. One
-// flow-stats request per scrape, cookie pipeline.CategoryEgress. The counters are the flow's own: they
-// start again from zero when the flows are made anew (the Egress comes back to the node, ovs-vswitchd
-// restarts), as a Prometheus counter reset does.
+// each new connection a selected Pod opens to outside, and its output flow (L2ForwardingOutTable, the
+// same id) every packet the selected Pods send through the egress IP, first and later ones, local and
+// relayed (pipeline.EgressHolderFlows). One flow-stats request per table and scrape, cookie
+// pipeline.CategoryEgress. The counters are the flows' own: they start again from zero when the flows
+// are made anew (the Egress comes back to the node, ovs-vswitchd restarts), as a Prometheus counter
+// reset does.
 //
-// Bytes of whole connections are not counted: the packets after the first take the node's shared path
-// of established SNATed connections (ConntrackStateTable), which no Egress flow sees; counting them needs
-// a per-Egress flow there (docs/egress.md, "Limits").
+// The replies' bytes are not counted: they are un-NATed in ConntrackTable, before any flow could tell
+// one Egress's from another's without a flow per selected Pod (docs/egress.md, "Limits").
 
 var (
 	egressConnectionsDesc = prometheus.NewDesc("winnet_egress_connections_total",
-		"New connections the selected Pods of this node opened to outside the cluster through the Egress's IP (the first packet of each; a retransmitted first packet counts again). Only the holding node reports an Egress.",
+		"New connections the selected Pods opened to outside the cluster through the Egress's IP (the first packet of each; a retransmitted first packet counts again). Only the holding node reports an Egress.",
 		[]string{"egress"}, nil)
-	egressFirstBytesDesc = prometheus.NewDesc("winnet_egress_first_packet_bytes_total",
-		"Bytes of the first packets that winnet_egress_connections_total counts (not the connections' later packets).",
+	egressSentBytesDesc = prometheus.NewDesc("winnet_egress_sent_bytes_total",
+		"Bytes the selected Pods sent to outside the cluster through the Egress's IP: every packet of their connections, as it left the holder (not the replies). Only the holding node reports an Egress.",
+		[]string{"egress"}, nil)
+	egressSentPacketsDesc = prometheus.NewDesc("winnet_egress_sent_packets_total",
+		"Packets that winnet_egress_sent_bytes_total counts.",
 		[]string{"egress"}, nil)
 )
 
@@ -49,15 +54,16 @@ func init() {
 	ctrlmetrics.Registry.MustRegister(collector)
 }
 
-// Describe sends the two descriptors.
+// Describe sends the descriptors.
 func (c *egressCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- egressConnectionsDesc
-	ch <- egressFirstBytesDesc
+	ch <- egressSentBytesDesc
+	ch <- egressSentPacketsDesc
 }
 
 // Collect reads every agent's counters.
 func (c *egressCollector) Collect(ch chan<- prometheus.Metric) {
-	conns, bytes := map[string]uint64{}, map[string]uint64{}
+	sum := map[string]Counters{}
 	for _, r := range c.sources.List() {
 		got, err := r.Counters(context.Background())
 		if err != nil {
@@ -65,18 +71,21 @@ func (c *egressCollector) Collect(ch chan<- prometheus.Metric) {
 			continue
 		}
 		for name, v := range got {
-			conns[name] += v.Connections
-			bytes[name] += v.Bytes
+			s := sum[name]
+			s.Connections, s.SentBytes, s.SentPackets = s.Connections+v.Connections, s.SentBytes+v.SentBytes, s.SentPackets+v.SentPackets
+			sum[name] = s
 		}
 	}
-	for name := range conns {
-		ch <- prometheus.MustNewConstMetric(egressConnectionsDesc, prometheus.CounterValue, float64(conns[name]), name)
-		ch <- prometheus.MustNewConstMetric(egressFirstBytesDesc, prometheus.CounterValue, float64(bytes[name]), name)
+	for name, s := range sum {
+		ch <- prometheus.MustNewConstMetric(egressConnectionsDesc, prometheus.CounterValue, float64(s.Connections), name)
+		ch <- prometheus.MustNewConstMetric(egressSentBytesDesc, prometheus.CounterValue, float64(s.SentBytes), name)
+		ch <- prometheus.MustNewConstMetric(egressSentPacketsDesc, prometheus.CounterValue, float64(s.SentPackets), name)
 	}
 }
 
-// Counters are one Egress's counters on its holder: new connections, and the bytes of their first packets.
-type Counters struct{ Connections, Bytes uint64 }
+// Counters are one Egress's counters on its holder: new connections, and the packets and bytes the
+// selected Pods sent through it.
+type Counters struct{ Connections, SentBytes, SentPackets uint64 }
 
 // heldNames records, after a pass installed the flows, which Egress each id stands for.
 type heldNames struct {
@@ -98,6 +107,19 @@ func (h *heldNames) set(ids map[string]uint32, installed []pipeline.Egress) {
 	h.mu.Lock()
 	h.names = names
 	h.mu.Unlock()
+}
+
+// list is the installed Egresses with their names, for packet traces.
+func (h *heldNames) list(installed []pipeline.Egress) []nodenetwork.HeldEgress {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	out := make([]nodenetwork.HeldEgress, 0, len(installed))
+	for _, e := range installed {
+		if name, ok := h.names[e.ID]; ok {
+			out = append(out, nodenetwork.HeldEgress{ID: e.ID, Name: name, IP: e.IP})
+		}
+	}
+	return out
 }
 
 // of names the Egress of a flow by the id it matches.
@@ -126,8 +148,9 @@ func (r *Reconciler) Counters(ctx context.Context) (map[string]Counters, error) 
 		table uint8
 		add   func(*Counters, openflow.FlowStat)
 	}{
-		{pipeline.ConntrackCommitTable, func(c *Counters, s openflow.FlowStat) {
-			c.Connections, c.Bytes = c.Connections+s.Packets, c.Bytes+s.Bytes
+		{pipeline.ConntrackCommitTable, func(c *Counters, s openflow.FlowStat) { c.Connections += s.Packets }},
+		{pipeline.L2ForwardingOutTable, func(c *Counters, s openflow.FlowStat) {
+			c.SentBytes, c.SentPackets = c.SentBytes+s.Bytes, c.SentPackets+s.Packets
 		}},
 	} {
 		stats, err := rz.Flows.FlowStats(ctx, t.table, cookie, mask)

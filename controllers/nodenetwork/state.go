@@ -97,6 +97,10 @@ type State struct {
 	// (policyindex.go).
 	policyIndex       *PolicyIndex
 	policySubscribers []chan struct{}
+	// heldEgresses and heldEgressSubscribers: the Egresses whose flows the egress reconciler
+	// installed, for packet traces (heldegress.go).
+	heldEgresses          []HeldEgress
+	heldEgressSubscribers []chan struct{}
 	// peers and peerSubscribers: the routes the remote route reconciler realised, for the egress
 	// reconciler (peers.go).
 	peers           *[]Peer

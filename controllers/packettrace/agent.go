@@ -125,6 +125,7 @@ func (r *AgentReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	r.reports = make(chan openflow.PacketIn, reportQueue)
 	realized := r.State.Subscribe()
 	policies := r.State.PolicyIndexChanges()
+	egresses := r.State.HeldEgressChanges()
 	wake := source.Func(func(ctx context.Context, q workqueue.TypedRateLimitingInterface[reconcile.Request]) error {
 		r.mu.Lock()
 		r.queue = q
@@ -138,6 +139,8 @@ func (r *AgentReconciler) SetupWithManager(mgr ctrl.Manager) error {
 				case <-realized:
 					q.Add(allTraces)
 				case <-policies:
+					q.Add(allTraces)
+				case <-egresses:
 					q.Add(allTraces)
 				case p := <-r.reports:
 					r.report(ctx, p)
@@ -185,6 +188,9 @@ func (r *AgentReconciler) Reconcile(ctx context.Context, _ reconcile.Request) (c
 		return ctrl.Result{}, fmt.Errorf("listing PacketTraces: %w", err)
 	}
 	policy := r.State.PolicyIndex().TracePolicy()
+	for _, e := range r.State.HeldEgresses() {
+		policy.Egresses = append(policy.Egresses, e.ID)
+	}
 	byTag := map[uint8]traceRef{}
 	var flows []openflow.Flow
 	var routes *networkv1alpha1.RemoteSubnetRouteList
@@ -551,6 +557,12 @@ func (r *AgentReconciler) observation(ctx context.Context, tr *networkv1alpha1.P
 	case pipeline.TraceExternal:
 		return networkv1alpha1.PacketTraceObservation{Component: networkv1alpha1.PacketTraceComponentForwarding, Action: networkv1alpha1.PacketTraceActionForwardedExternally,
 			Detail: fmt.Sprintf("to external address %s: SNAT to the node's address, out of the uplink (the trace packet is consumed here)", h.Dst)}, nil
+	case pipeline.TraceEgress:
+		return networkv1alpha1.PacketTraceObservation{Component: networkv1alpha1.PacketTraceComponentForwarding, Action: networkv1alpha1.PacketTraceActionForwardedExternally,
+			Detail: printable(fmt.Sprintf("to external address %s: SNAT to %s, out of the uplink (the trace packet is consumed here)", h.Dst, r.egressText(d, arg)))}, nil
+	case pipeline.TraceEgressRelay:
+		return networkv1alpha1.PacketTraceObservation{Component: networkv1alpha1.PacketTraceComponentForwarding, Action: networkv1alpha1.PacketTraceActionForwarded,
+			Detail: printable(fmt.Sprintf("to external address %s: relayed through the tunnel to %s%s, which holds the egress IP of the Egress that selects the Pod", h.Dst, p.TunDst, r.nodeOf(ctx, p.TunDst)))}, nil
 	case pipeline.TraceTunnel:
 		return networkv1alpha1.PacketTraceObservation{Component: networkv1alpha1.PacketTraceComponentForwarding, Action: networkv1alpha1.PacketTraceActionForwarded,
 			Detail: printable(fmt.Sprintf("tunnel to %s%s", p.TunDst, r.nodeOf(ctx, p.TunDst)))}, nil
@@ -616,6 +628,23 @@ func clusterObservation(index nodenetwork.PolicyIndex, point pipeline.TracePoint
 	o.Detail = printable(fmt.Sprintf("%s by ClusterNetworkPolicy %s rule %s (%s tier, %s)%s", verb, name.Policy.Name, name.Rule(), name.Tier, name.Action, next))
 	o.Policy = &networkv1alpha1.PolicyRuleReference{Kind: string(nodenetwork.KindClusterNetworkPolicy), Name: name.Policy.Name, Rule: name.Rule()}
 	return o
+}
+
+// egressText names the egress IP of the Egress the node holds with id, and the Egress as far as the
+// trace's disclosure allows: an Egress is cluster-scoped, the cluster administrator's, and a trace
+// names it only at the Cluster level. The egress IP is the source address the external host sees of
+// the trace's own source Pod: every disclosure says it.
+func (r *AgentReconciler) egressText(d disclosure, id uint32) string {
+	for _, e := range r.State.HeldEgresses() {
+		if e.ID != id {
+			continue
+		}
+		if d.cluster {
+			return fmt.Sprintf("egress IP %s (Egress %s)", e.IP, e.Name)
+		}
+		return fmt.Sprintf("egress IP %s (an Egress selects the Pod)", e.IP)
+	}
+	return fmt.Sprintf("the egress IP of an Egress (id %d) the agent no longer holds", id)
 }
 
 func endpointText(h frameHeader) string {

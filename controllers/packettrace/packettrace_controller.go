@@ -27,6 +27,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	networkv1alpha1 "github.com/winnet-io/winnet/api/v1alpha1"
+	"github.com/winnet-io/winnet/internal/egress"
 )
 
 // Limits of the cluster-side reconciler.
@@ -357,7 +358,7 @@ func (r *Reconciler) start(ctx context.Context, tr *networkv1alpha1.PacketTrace,
 	if err == nil && reason == "" {
 		var dst netip.Addr
 		var nodes []string
-		dst, nodes, reason, msg, err = r.destination(ctx, tr)
+		dst, nodes, reason, msg, err = r.destination(ctx, tr, src)
 		if err == nil && reason == "" {
 			return r.run(ctx, tr, tag, src, dst, nodes)
 		}
@@ -399,6 +400,54 @@ func (r *Reconciler) run(ctx context.Context, tr *networkv1alpha1.PacketTrace, t
 type sourcePod struct {
 	node string
 	ip   netip.Addr
+	// namespace and labels say which Egress applies to the Pod.
+	namespace string
+	labels    map[string]string
+}
+
+// egressHolder is, for a trace to an address that is no node's Pod address, the node that holds the
+// Egress applying to the source Pod when that is another winnet node whose agent is Ready: the source
+// node relays the packet there through the tunnel, and the holder reports its SNAT (the source node
+// reports the relay). "" otherwise: the source node reports what it does with the packet (a holder
+// off the path consumes it there, as the packet would leave what the trace covers). A destination
+// inside the cluster (a node address, a Service address the trace names by IP) is never relayed: the
+// holder then only installs the trace's flows and sees nothing, and the source node's report ends the
+// trace.
+func (r *Reconciler) egressHolder(ctx context.Context, src sourcePod) (string, error) {
+	list := &networkv1alpha1.EgressList{}
+	if err := r.Client.List(ctx, list); err != nil {
+		return "", fmt.Errorf("listing Egresses: %w", err)
+	}
+	if len(list.Items) == 0 {
+		return "", nil
+	}
+	ns := &corev1.Namespace{}
+	if err := r.Reader.Get(ctx, types.NamespacedName{Name: src.namespace}, ns); err != nil {
+		return "", fmt.Errorf("reading the source Pod's Namespace %s: %w", src.namespace, err)
+	}
+	var compiled []egress.Compiled
+	for i := range list.Items {
+		if c, err := egress.Compile(&list.Items[i]); err == nil {
+			compiled = append(compiled, c)
+		}
+	}
+	applies, ok := egress.Applies(compiled, src.labels, ns.Labels)
+	if !ok {
+		return "", nil
+	}
+	e := applies.Egress
+	holder := e.Status.Node
+	if holder == "" || holder == src.node || !meta.IsStatusConditionTrue(e.Status.Conditions, networkv1alpha1.ReadyCondition) {
+		return "", nil
+	}
+	wnn, err := r.nodeNetwork(ctx, holder)
+	if err != nil || wnn == nil {
+		return "", err
+	}
+	if reason, _ := notReady(wnn); reason != "" {
+		return "", nil
+	}
+	return holder, nil
 }
 
 // source finds the source Pod (in the trace's namespace: refusal checked it), its node (a winnet
@@ -429,7 +478,7 @@ func (r *Reconciler) source(ctx context.Context, tr *networkv1alpha1.PacketTrace
 	if !ip.IsValid() {
 		return sourcePod{}, networkv1alpha1.PacketTraceReasonSourceNotReady, fmt.Sprintf("source Pod %s has no IPv4 address yet", key), nil
 	}
-	return sourcePod{node: pod.Spec.NodeName, ip: ip}, "", "", nil
+	return sourcePod{node: pod.Spec.NodeName, ip: ip, namespace: pod.Namespace, labels: pod.Labels}, "", "", nil
 }
 
 // nodeNetwork returns the node's WindowsNodeNetwork from the cache, nil when the node runs no
@@ -461,12 +510,22 @@ func notReady(wnn *networkv1alpha1.WindowsNodeNetwork) (reason, message string) 
 }
 
 // destination resolves the destination address and the winnet nodes the packet may reach (a Pod's
-// node, a Service's endpoints' nodes, the node whose Pod CIDR holds an IP destination). Nodes that
-// run no winnet agent are left out: the packet is consumed before it leaves for them.
-func (r *Reconciler) destination(ctx context.Context, tr *networkv1alpha1.PacketTrace) (netip.Addr, []string, string, string, error) {
+// node, a Service's endpoints' nodes, the node whose Pod CIDR holds an IP destination, or for another
+// IP destination the holder of the Egress that applies to the source Pod). Nodes that run no winnet
+// agent are left out: the packet is consumed before it leaves for them.
+func (r *Reconciler) destination(ctx context.Context, tr *networkv1alpha1.PacketTrace, src sourcePod) (netip.Addr, []string, string, string, error) {
 	ip, nodes, reason, msg, err := r.destinationNodes(ctx, tr)
 	if err != nil || reason != "" {
 		return netip.Addr{}, nil, reason, msg, err
+	}
+	if tr.Spec.Destination.IP != "" && len(nodes) == 0 {
+		holder, err := r.egressHolder(ctx, src)
+		if err != nil {
+			return netip.Addr{}, nil, "", "", err
+		}
+		if holder != "" {
+			nodes = []string{holder}
+		}
 	}
 	var path []string
 	for _, n := range sortedUnique(nodes) {

@@ -5,11 +5,13 @@ package packettrace_test
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
 
 	. "github.com/onsi/gomega"
+	gomegatypes "github.com/onsi/gomega/types"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -413,6 +415,58 @@ func TestIPDestinationByPodCIDR(t *testing.T) {
 		HaveField("Status.Nodes", []string{"win-a"})))
 	_, lists := e.rec.reads()
 	g.Expect(lists).To(BeZero(), "no Pod LIST")
+}
+
+// TestEgressHolderOnPath: a trace to an address outside the cluster from a Pod an Egress selects
+// has the Egress's holder on its path when that is another winnet node whose agent is Ready (the
+// source node relays the packet there); not when the source node holds it, when no Egress selects
+// the Pod, when the holder's agent is not Ready (the trace runs, and the source node consumes the
+// relayed packet), and not for a destination that is a node's Pod address.
+func TestEgressHolderOnPath(t *testing.T) {
+	e := start(t, nil, "pt-egress")
+	g := NewWithT(t)
+	ctx := context.Background()
+	for name, app := range map[string]string{"billing": "billing", "other": "other", "down": "down", "local": "local"} {
+		e.pod("pt-egress", name, "win-a", "10.250.1."+strconv.Itoa(60+len(name)))
+		p := &corev1.Pod{}
+		g.Expect(e.c.Get(ctx, client.ObjectKey{Namespace: "pt-egress", Name: name}, p)).To(Succeed())
+		p.Labels = map[string]string{"app": app}
+		g.Expect(e.c.Update(ctx, p)).To(Succeed())
+	}
+	egressOf := func(name, app, ip, holder string) {
+		eg := &networkv1alpha1.Egress{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: networkv1alpha1.EgressSpec{
+			PodSelector: networkv1alpha1.LabelSelector{MatchLabels: map[string]networkv1alpha1.LabelValue{"app": networkv1alpha1.LabelValue(app)}},
+			NamespaceSelector: networkv1alpha1.LabelSelector{MatchLabels: map[string]networkv1alpha1.LabelValue{
+				"kubernetes.io/metadata.name": "pt-egress"}},
+			EgressIP: networkv1alpha1.IPv4Address(ip),
+		}}
+		g.Expect(e.c.Create(ctx, eg)).To(Succeed())
+		t.Cleanup(func() { _ = e.c.Delete(context.Background(), eg) })
+		eg.Status.Node = holder
+		meta.SetStatusCondition(&eg.Status.Conditions, metav1.Condition{Type: networkv1alpha1.AssignedCondition, Status: metav1.ConditionTrue,
+			Reason: networkv1alpha1.EgressAssignedReason, Message: "set by the test"})
+		meta.SetStatusCondition(&eg.Status.Conditions, metav1.Condition{Type: networkv1alpha1.ReadyCondition, Status: metav1.ConditionTrue,
+			Reason: networkv1alpha1.EgressRealisedReason, Message: "set by the test"})
+		g.Expect(e.c.Status().Update(ctx, eg)).To(Succeed())
+	}
+	egressOf("pt-egress-billing", "billing", "192.168.50.10", "win-b")
+	egressOf("pt-egress-down", "down", "192.168.50.11", "win-down")
+	egressOf("pt-egress-local", "local", "192.168.50.12", "win-a")
+	// The reconciler's cache starts its Egress informer at its first list, which waits for it to sync:
+	// every Egress above is in it.
+	e.create("pt-egress", "relayed", "billing")
+	e.create("pt-egress", "in-cluster", "billing", toIP("10.250.4.77"))
+	e.create("pt-egress", "unselected", "other")
+	e.create("pt-egress", "holder-down", "down")
+	e.create("pt-egress", "held-here", "local")
+	running := func(nodes ...string) gomegatypes.GomegaMatcher {
+		return And(HaveField("Status.Phase", networkv1alpha1.PacketTraceRunning), HaveField("Status.Nodes", nodes))
+	}
+	g.Expect(e.settled("pt-egress", "relayed")).To(running("win-a", "win-b"), "the holder reports the SNAT")
+	g.Expect(e.settled("pt-egress", "in-cluster")).To(running("win-a"), "a Pod address of a node without winnet: no holder")
+	g.Expect(e.settled("pt-egress", "unselected")).To(running("win-a"))
+	g.Expect(e.settled("pt-egress", "holder-down")).To(running("win-a"), "a holder whose agent is not Ready is left out")
+	g.Expect(e.settled("pt-egress", "held-here")).To(running("win-a"))
 }
 
 // TestNodeNotReady: a winnet node on the path whose agent is not Ready fails the trace at once,

@@ -157,6 +157,10 @@ const (
 	leaseExpired  = "without a renewed Egress Lease"
 )
 
+// MayHold reports whether node n may hold the Egress's ip, by Assign's test (an agent asks it of its
+// own node, as Ready and with its Lease renewed, to know whether to renew its Lease at all).
+func MayHold(e Compiled, ip netip.Addr, n Node) bool { return eligible(e, ip, n) == "" }
+
 // eligible returns why node n may not hold the Egress's ip, or "" when it may.
 func eligible(e Compiled, ip netip.Addr, n Node) string {
 	switch {

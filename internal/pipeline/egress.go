@@ -77,9 +77,10 @@ func (n Node) noSNATSkips(source uint32) []openflow.Flow {
 //     as the node's SNAT replies are (ConntrackStateTable);
 //   - L2ForwardingOut: one flow per Egress outputs on the gateway, whence the host forwards the
 //     packet out of the bridge interface, which holds the egress IP;
-//   - for a remote Pod, L3Forwarding also sends the later packets of its connections (SNATed by
-//     conntrack already: from the egress IP, once per Egress) to the gateway, and the un-NATed
-//     replies from the uplink to it back
+//   - L3Forwarding also sends the later packets of the Egress's connections (SNATed by conntrack
+//     already: from the egress IP, once per Egress and source) the same way (egressEstablishedFlow),
+//     so that the output flow counts all the Egress's bytes;
+//   - for a remote Pod, L3Forwarding also sends the un-NATed replies from the uplink to it back
 //     through the tunnel to its node (priorityEgressReturn, above its route, which in Hybrid mode
 //     may be unencapsulated: the Pod's node admits the replies from the holder's tunnel endpoint
 //     only), and the cluster's destinations from the tunnel are skipped once (a peer relays only
@@ -90,7 +91,7 @@ func (n Node) noSNATSkips(source uint32) []openflow.Flow {
 // in ClassifierTable for other IP protocols; ARP for it still reaches the host, which answers. No
 // host service is reachable on it.
 //
-// Cost: 4 flows per Egress (5 with remote Pods), 1 per selected local Pod, 2 per selected remote
+// Cost: 5 flows per Egress (6 with remote Pods), 1 per selected local Pod, 2 per selected remote
 // Pod, and len(NoSNAT) once when any remote Pod is selected.
 func (n Node) EgressHolderFlows(egresses []Egress) []openflow.Flow {
 	var out []openflow.Flow
@@ -112,6 +113,7 @@ func (n Node) EgressHolderFlows(egresses []Egress) []openflow.Flow {
 		for _, p := range uniqueIPv4(e.Pods) {
 			out = append(out, n.egressSNATFlow(e.ID, p, FromLocalPod))
 		}
+		out = append(out, n.egressEstablishedFlow(e, FromLocalPod))
 		relayed := false
 		for _, r := range uniqueRemotePods(e.RemotePods) {
 			if n.TunnelOFPort == 0 || !r.Node.NodeIP.Is4() {
@@ -126,19 +128,27 @@ func (n Node) EgressHolderFlows(egresses []Egress) []openflow.Flow {
 					append(n.tunnelTo(r.Node), openflow.GotoTable(ConntrackCommitTable))...))
 		}
 		if relayed {
-			// The later packets of a relayed connection leave ConntrackTable SNATed already (its
-			// ct(nat) applies the connection's NAT): their source is the egress IP. (A local Pod's
-			// take the node SNAT's flow, which matches every source from a Pod port.)
-			out = append(out, flow(L3ForwardingTable, priorityEgressSNAT,
-				match(openflow.IPv4(), regMatch(PktSourceField, FromTunnel), openflow.CTState(openflow.CTTrk, openflow.CTNew|openflow.CTRpl),
-					openflow.CTMark(SNATCTMark, 0xffffffff), openflow.NwSrc(netip.PrefixFrom(e.IP, 32))),
-				loadReg(EgressField, e.ID), openflow.SetEthDst(n.GatewayMAC), openflow.GotoTable(L2ForwardingCalcTable)))
+			out = append(out, n.egressEstablishedFlow(e, FromTunnel))
 		}
 	}
 	if remote {
 		out = append(out, n.noSNATSkips(FromTunnel)...)
 	}
 	return out
+}
+
+// egressEstablishedFlow sends the later packets of the Egress's connections from source (a local Pod's,
+// or a relayed one's from the tunnel) out as their first packets went, with the Egress's id in
+// EgressField: they leave ConntrackTable SNATed already (its ct(nat) applies the connection's NAT), so
+// their source is the egress IP, and the conntrack mark says the connection was SNATed. (Without it a
+// local Pod's would take the node SNAT's flow, which matches every source from a Pod port, and leave
+// the same way, uncounted; a relayed one's would have no way out.) The Egress's output flow counts
+// every packet its Pods send: the Egress's bytes (metrics.go).
+func (n Node) egressEstablishedFlow(e Egress, source uint32) openflow.Flow {
+	return flow(L3ForwardingTable, priorityEgressSNAT,
+		match(openflow.IPv4(), regMatch(PktSourceField, source), openflow.CTState(openflow.CTTrk, openflow.CTNew|openflow.CTRpl),
+			openflow.CTMark(SNATCTMark, 0xffffffff), openflow.NwSrc(netip.PrefixFrom(e.IP, 32))),
+		loadReg(EgressField, e.ID), openflow.SetEthDst(n.GatewayMAC), openflow.GotoTable(L2ForwardingCalcTable))
 }
 
 // egressSNATFlow marks the packets of one selected Pod, from source, for Egress id's SNAT.

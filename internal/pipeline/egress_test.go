@@ -35,8 +35,12 @@ func TestEgressFlows(t *testing.T) {
 		"priority=191,ip,in_port=3,nw_dst=192.168.10.200 actions=drop",
 		"table=70, priority=150,ip,reg0=0x2/0xffff,nw_src=10.244.1.5 actions=set_field:0x1->reg12,set_field:02:42:0a:f4:01:01->eth_dst,goto_table:80",
 		"table=70, priority=150,ip,reg0=0x2/0xffff,nw_src=10.244.1.7 actions=set_field:0x1->reg12,set_field:02:42:0a:f4:01:01->eth_dst,goto_table:80",
+		// The later packets of its connections, SNATed by conntrack already, leave the same way
+		// (the output flow counts every byte), above the node's SNAT.
+		"table=70, priority=150,ct_state=-new-rpl+trk,ct_mark=0x40,ip,reg0=0x2/0xffff,nw_src=192.168.10.200 actions=set_field:0x1->reg12,set_field:02:42:0a:f4:01:01->eth_dst,goto_table:80",
 	))
-	g.Expect(flowStrings(testNode(), testEgresses())).To(HaveLen(len(got)+4), "4 flows per Egress, 1 per selected Pod")
+	g.Expect(priorityEgressSNAT).To(BeNumerically(">", prioritySNAT))
+	g.Expect(flowStrings(testNode(), testEgresses())).To(HaveLen(len(got)+5), "5 flows per Egress, 1 per selected Pod")
 }
 
 // TestEgressFlowsWithSNATOff: without the node's SNAT, the Egress's flows skip the cluster's
@@ -131,11 +135,11 @@ func TestEgressHolderRemotePodFlows(t *testing.T) {
 		"table=70, priority=180,ip,reg0=0/0xffff,nw_dst=10.244.0.0/16 actions=goto_table:80",
 		"table=70, priority=180,ip,reg0=0/0xffff,nw_dst=10.96.0.0/12 actions=goto_table:80",
 	))
-	g.Expect(got).To(HaveLen(5 + 2 + len(testNode().NoSNAT)))
+	g.Expect(got).To(HaveLen(6 + 2 + len(testNode().NoSNAT)))
 	g.Expect(priorityEgressReturn).To(BeNumerically(">", priorityNormal), "above the route to the Pod's node")
 }
 
-// TestEgressFlowCost counts the flows docs/egress.md states: on the holder 4 per Egress (5 with
+// TestEgressFlowCost counts the flows docs/egress.md states: on the holder 5 per Egress (6 with
 // remote Pods), 1 per selected local Pod, 2 per selected remote Pod and len(NoSNAT) once with
 // remote Pods; on a node
 // relaying to a holder 3 per selected local Pod and 3 once.
@@ -148,7 +152,7 @@ func TestEgressFlowCost(t *testing.T) {
 		{ID: 1, IP: ip("192.168.10.200"), Pods: []netip.Addr{ip("10.244.1.5"), ip("10.244.1.6")}, RemotePods: []RemotePod{remote("10.244.2.5"), remote("10.244.2.6"), remote("10.244.2.7")}},
 		{ID: 2, IP: ip("192.168.10.201"), RemotePods: []RemotePod{remote("10.244.2.8")}},
 	}
-	g.Expect(n.EgressFlows(held, nil)).To(HaveLen(2*5 + 2*1 + 4*2 + len(n.NoSNAT)))
+	g.Expect(n.EgressFlows(held, nil)).To(HaveLen(2*6 + 2*1 + 4*2 + len(n.NoSNAT)))
 	relays := []EgressRelay{
 		{Holder: testHolder(), Pods: []netip.Addr{ip("10.244.1.7"), ip("10.244.1.8"), ip("10.244.1.8")}},
 		{Holder: testHolder(), Pods: []netip.Addr{ip("10.244.1.9")}},

@@ -104,6 +104,14 @@ const (
 	// node (none at all, or internalTrafficPolicy Local and none here): consumed (a real
 	// connection would be refused or dropped).
 	TraceServiceNoEndpoint TracePoint = 18
+	// TraceEgress: Pod-to-external traffic of a Pod an Egress the node holds selects (the Egress's
+	// id, EgressField, in the argument), SNATed to the egress IP: consumed before the commit. On the
+	// holder, whether the Pod is local or its node relayed the packet.
+	TraceEgress TracePoint = 19
+	// TraceEgressRelay: a selected Pod's traffic to outside the cluster, carried through the tunnel to
+	// the node that holds its Egress, a node of the trace's path (tun_dst in the packet-in): goes on
+	// to the holder, uncommitted. A holder that is no node of the path takes TraceTunnelLeaves.
+	TraceEgressRelay TracePoint = 20
 )
 
 // Cached datapath flows. A datapath caches what ovs-vswitchd decided for a packet as a flow that
@@ -173,12 +181,13 @@ type TraceService struct {
 }
 
 // TracePolicy is what the node's NetworkPolicy realises that a trace names: the conjunction ids of
-// its rules and the ports of the Pods isolated in each direction; and the node's ClusterNetworkPolicy
-// rules (ClusterPolicy.TraceRules).
+// its rules and the ports of the Pods isolated in each direction; the node's ClusterNetworkPolicy
+// rules (ClusterPolicy.TraceRules); and the ids (EgressField) of the Egresses the node holds.
 type TracePolicy struct {
 	EgressRules, IngressRules       []uint32
 	EgressIsolated, IngressIsolated []uint32
 	ClusterRules                    []TraceClusterRule
+	Egresses                        []uint32
 }
 
 // TraceClusterRule is one ClusterNetworkPolicy rule with flows on the node, as its trace flows need
@@ -315,12 +324,26 @@ func (n Node) TraceFlows(t Trace, p TracePolicy) []openflow.Flow {
 	// the Admin tier's pending drops, established-connection skips and own-node exemptions, which
 	// a traced packet meets as any packet does).
 	out = append(out, n.traceClusterFlows(t, p.ClusterRules)...)
-	// Forwarding, at ConntrackCommitTable, before the commit: through the tunnel or the uplink to a
-	// node of the trace's path (report, and go on past the commit: priorityTrace+2); out to an
-	// external address (consumed before it is SNATed and committed: priorityTrace+1); through the
-	// tunnel or the uplink anywhere else (consumed), to the host (consumed: priorityTrace); to a
-	// local Pod or nowhere (consumed: priorityTrace-1).
+	// Forwarding, at ConntrackCommitTable, before the commit: out to an external address from an
+	// Egress's IP (consumed before it is SNATed and committed) or through the tunnel to the holder of
+	// the Pod's Egress, a node of the trace's path (report, and go on past the commit): priorityTrace+3;
+	// through the tunnel or the uplink to a node of the trace's path (report, and go on past the
+	// commit: priorityTrace+2); out to an external address (consumed before it is SNATed and
+	// committed: priorityTrace+1); through the tunnel or the uplink anywhere else (consumed), to the
+	// host (consumed: priorityTrace); to a local Pod or nowhere (consumed: priorityTrace-1).
 	past := openflow.GotoTable(L2ForwardingOutTable)
+	for _, id := range p.Egresses {
+		out = append(out, f(TraceEgress, id, ConntrackCommitTable, priorityTrace+3, t.traceMatch(tagged, regMatch(EgressField, id)), toAgent))
+	}
+	if n.TunnelOFPort != 0 {
+		for _, peer := range t.Path {
+			if peer.NodeIP.Is4() {
+				out = append(out, f(TraceEgressRelay, 0, ConntrackCommitTable, priorityTrace+3,
+					t.traceMatch(tagged, regMatch(EgressRelayField, 1),
+						regMatch(TargetOFPortField, n.TunnelOFPort), openflow.TunDst(peer.NodeIP)), toAgent, past))
+			}
+		}
+	}
 	out = append(out, f(TraceExternal, 0, ConntrackCommitTable, priorityTrace+1, t.traceMatch(tagged, regMatch(SNATRequiredField, 1)), toAgent))
 	if n.TunnelOFPort != 0 {
 		tunnel := regMatch(TargetOFPortField, n.TunnelOFPort)

@@ -35,7 +35,7 @@ func testTracePath() []TracePeer {
 
 func testTracePolicy() TracePolicy {
 	return TracePolicy{EgressRules: []uint32{3}, IngressRules: []uint32{1, 2}, EgressIsolated: []uint32{10}, IngressIsolated: []uint32{11},
-		ClusterRules: testClusterPolicy().TraceRules()}
+		ClusterRules: testClusterPolicy().TraceRules(), Egresses: []uint32{2}}
 }
 
 // TestTraceFlows: a trace's flows match its DSCP, protocol, source and source port everywhere, sit
@@ -57,7 +57,7 @@ func TestTraceFlows(t *testing.T) {
 		switch point {
 		case TraceEgressRule, TraceIngressRule:
 			g.Expect(f.MatchString()).To(ContainSubstring("conj_id=%d", arg))
-		case TraceEgressDrop, TraceIngressDrop, TraceExternal, TraceHost, TraceDeliver, TraceTunnelLeaves, TraceUplinkLeaves:
+		case TraceEgressDrop, TraceIngressDrop, TraceExternal, TraceEgress, TraceHost, TraceDeliver, TraceTunnelLeaves, TraceUplinkLeaves:
 			g.Expect(f.ActionsString()).To(Equal("CONTROLLER:65535"), "%s consumes the packet", f.String())
 		case TraceMark:
 			g.Expect(f.Table).To(Equal(ConntrackTable))
@@ -86,7 +86,7 @@ func TestTraceFlows(t *testing.T) {
 		"cookie=0x70c00ea60, table=82, priority=60001,conj_id=2147543648,tcp,reg7=0x1c/0xfc,nw_src=10.244.1.5,nw_tos=28,tp_src=40007 actions=CONTROLLER:65535,goto_table:102"))
 	g.Expect(strings.Join(got, "\n")).To(ContainSubstring(
 		"cookie=0x70d02ea60, table=101, priority=60001,tcp,reg1=0xb,reg7=0x1c/0xfc,nw_src=10.244.1.5,nw_tos=28,tp_src=40007 actions=CONTROLLER:65535"))
-	g.Expect(flows).To(HaveLen(1 + 1 + 3 + 2 + 5 + 4))
+	g.Expect(flows).To(HaveLen(1 + 1 + 3 + 2 + 5 + 4 + 1))
 
 	g.Expect(n.TraceFlows(Trace{Protocol: openflow.ProtoTCP, Src: netip.MustParseAddr("10.244.1.5")}, TracePolicy{})).To(BeEmpty(), "no tag, no flows")
 	tag, point, arg := ParseTraceCookieObject(TraceCookieObject(63, TraceIngressDrop, 0x123456))
@@ -199,12 +199,27 @@ func TestTraceFlowsLeaveNoStateAndNoReplay(t *testing.T) {
 			"cookie=0x710000000, table=105, priority=250,tcp,reg1=0x3,reg7=0x1c/0xfc," + src + " actions=CONTROLLER:65535",
 		},
 		absent: []string{"goto_table:110", "priority=252"},
+	}, {
+		// The holder of Egress 2: the packet of a Pod it selects, local or relayed to it, is
+		// reported with the Egress's id before the SNAT and consumed, above the node's SNAT.
+		name: "Egress held here: consumed before its SNAT",
+		tr:   local,
+		want: []string{"cookie=0x713000002, table=105, priority=253,tcp,reg7=0x1c/0xfc,reg12=0x2," + src + " actions=CONTROLLER:65535"},
+	}, {
+		// A selected Pod's packet relayed to its Egress's holder: reported and on, only towards a
+		// node of the path (anywhere else it leaves, TraceTunnelLeaves, and is consumed).
+		name: "relayed to the Egress's holder: on only towards the path",
+		tr:   local,
+		want: []string{
+			"cookie=0x714000000, table=105, priority=253,tcp,reg0=0x100000/0x100000,reg1=0x1,reg7=0x1c/0xfc,tun_dst=192.168.10.12," + src + " actions=CONTROLLER:65535,goto_table:110",
+			"cookie=0x714000000, table=105, priority=253,tcp,reg0=0x100000/0x100000,reg1=0x1,reg7=0x1c/0xfc,tun_dst=192.168.10.14," + src + " actions=CONTROLLER:65535,goto_table:110",
+		},
 	}}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			g := NewWithT(t)
 			var got []string
-			for _, f := range n.TraceFlows(tc.tr, TracePolicy{}) {
+			for _, f := range n.TraceFlows(tc.tr, TracePolicy{Egresses: []uint32{2}}) {
 				got = append(got, f.String())
 				_, point, _ := ParseTraceCookieObject(f.Cookie)
 				if point != TraceMark {

@@ -264,6 +264,27 @@ func TestEgressRemotePods(t *testing.T) {
 		g.Expect(r.OK()).To(BeTrue(), "%s -> %s (%s)", r.From, r.To, r.Path)
 	}
 
+	// PacketTrace reports the egress hop: the holder's own selected Pod's packet is SNATed to the egress
+	// IP there; the other node's is relayed through the tunnel to the holder, which is on the trace's
+	// path and reports the SNAT. Only a Cluster-disclosure trace names the Egress (cluster-scoped).
+	holderIP := node(holder).IP.String()
+	ext := networkv1alpha1.PacketTraceDestination{IP: networkv1alpha1.IPv4Address(c.ExternalIP.String())}
+	snat := "Forwarding ForwardedExternally to external address " + c.ExternalIP.String() + ": SNAT to egress IP " + remoteEgressIP.String()
+	local := runTrace(t, "trace-egress-local", ext, tcpPacket(8080), selected[holder].Name)
+	g.Expect(local.Status.Verdict).To(Equal(networkv1alpha1.PacketTraceForwardedExternally), hopsText(local))
+	g.Expect(local.Status.Nodes).To(Equal([]string{holder}), "the source node holds the Egress")
+	g.Expect(observations(local, holder)).To(HaveExactElements(HavePrefix("Source Injected"),
+		Equal(snat+" (an Egress selects the Pod), out of the uplink (the trace packet is consumed here)")), hopsText(local))
+	relayed := runTrace(t, "trace-egress-relayed", ext, tcpPacket(8080), remote.Name)
+	g.Expect(relayed.Status.Verdict).To(Equal(networkv1alpha1.PacketTraceForwardedExternally), hopsText(relayed))
+	g.Expect(relayed.Status.Nodes).To(Equal([]string{remote.Node, holder}), "the holder is on the trace's path")
+	g.Expect(observations(relayed, remote.Node)).To(HaveExactElements(HavePrefix("Source Injected"),
+		Equal("Forwarding Forwarded to external address "+c.ExternalIP.String()+": relayed through the tunnel to "+holderIP+
+			" (node "+holder+"), which holds the egress IP of the Egress that selects the Pod")), hopsText(relayed))
+	g.Expect(observations(relayed, holder)).To(HaveExactElements(HavePrefix(snat+" (an Egress selects the Pod)")), hopsText(relayed))
+	named := runTraceAs(t, c.Client, "trace-egress-named", ext, tcpPacket(8080), remote.Name, networkv1alpha1.PacketTraceDisclosureCluster)
+	g.Expect(observations(named, holder)).To(HaveExactElements(HavePrefix(snat+" (Egress "+eg.Name+")")), hopsText(named))
+
 	// Connections the remote selected Pod accepts: a NodePort with externalTrafficPolicy Local from the
 	// external host (the client's address is kept, the reply leaves the Pod's node to it: it must not go
 	// to the holder, which would take it for a new connection and SNAT it), and a ClusterIP from a Pod of

@@ -504,7 +504,7 @@ func diffLines(a, b []string) string {
 //
 // agentsAhead says the agents run a newer release than the chart's objects (the rollback's skew: helm
 // rollback put the previous chart's RBAC back before the DaemonSet rolled the agents back). Then the
-// agents' renewals of their Egress Lease are refused (the previous chart has no Role for Leases) and
+// renewals of their Egress Lease by agents whose node may hold an Egress are refused (the previous chart has no Role for Leases) and
 // the agents hold no egress IP (they fence themselves), which is all the previous release supports:
 // those refusals are counted apart (allowed_refusals), every other refusal fails the test.
 func (w *world) holdSkew(t *testing.T, label string, d time.Duration, agentsAhead bool) {

@@ -42,8 +42,9 @@ const echoPort = 9090
 
 // TestEgressCounters: a selected Pod on the holder opens connections to the external host through the
 // egress IP (the external host sees that IP as their source); the holder agent's real metrics endpoint
-// then counts them in winnet_egress_connections_total (and their first packets' bytes) for that Egress,
-// and a Pod the Egress does not select adds nothing.
+// then counts them in winnet_egress_connections_total, and every byte they sent (the payload with the
+// headers, not only the first packets) in winnet_egress_sent_bytes_total, for that Egress; a Pod the
+// Egress does not select adds nothing.
 func TestEgressCounters(t *testing.T) {
 	g := NewWithT(t)
 	ctx := context.Background()
@@ -103,12 +104,17 @@ func TestEgressCounters(t *testing.T) {
 	}
 	g.Expect(sources.count(egressIP)).To(BeNumerically(">=", conns+1))
 	after := scrape(t, reader, address)
-	t.Logf("winnet_egress_connections_total{egress=%q}: %v -> %v; winnet_egress_first_packet_bytes_total: %v -> %v",
-		eg.Name, before.conns[eg.Name], after.conns[eg.Name], before.bytes[eg.Name], after.bytes[eg.Name])
+	t.Logf("winnet_egress_connections_total{egress=%q}: %v -> %v; winnet_egress_sent_bytes_total: %v -> %v; winnet_egress_sent_packets_total: %v -> %v",
+		eg.Name, before.conns[eg.Name], after.conns[eg.Name], before.bytes[eg.Name], after.bytes[eg.Name], before.packets[eg.Name], after.packets[eg.Name])
 	g.Expect(after.conns[eg.Name]-before.conns[eg.Name]).To(BeNumerically("==", conns), "one per connection of the selected Pod, none of the other Pod's")
-	// A TCP SYN: headers only, no payload.
-	firstBytes := after.bytes[eg.Name] - before.bytes[eg.Name]
-	g.Expect(firstBytes).To(And(BeNumerically(">=", conns*54), BeNumerically("<", conns*200)), "the first packet of each connection of the selected Pod")
+	// Each connection: the SYN, the ACKs, the payload and the FIN, each packet with its headers (at
+	// least 54 bytes of Ethernet, IPv4 and TCP): more than the payload and its packets' headers, less
+	// than that with a generous allowance per connection for ACKs and retransmissions; none of the
+	// other Pod's.
+	sent, packets := after.bytes[eg.Name]-before.bytes[eg.Name], after.packets[eg.Name]-before.packets[eg.Name]
+	g.Expect(packets).To(BeNumerically(">=", conns*4), "SYN, ACK, payload and FIN of each connection")
+	g.Expect(sent).To(And(BeNumerically(">=", conns*payload+packets*54), BeNumerically("<", conns*(payload+40*200))),
+		"the bytes of every packet the selected Pod sent, the later ones with the payload included")
 	g.Expect(after.conns).To(HaveLen(1), "only the Egress the node holds")
 
 	// The Egress deleted: its series go with its flows.
@@ -118,16 +124,16 @@ func TestEgressCounters(t *testing.T) {
 }
 
 // page is what one scrape says of the Egress counters, by Egress.
-type page struct{ conns, bytes map[string]float64 }
+type page struct{ conns, bytes, packets map[string]float64 }
 
-var egressLine = regexp.MustCompile(`^winnet_egress_(connections|first_packet_bytes)_total\{egress="([^"]*)"\} (\S+)$`)
+var egressLine = regexp.MustCompile(`^winnet_egress_(connections|sent_bytes|sent_packets)_total\{egress="([^"]*)"\} (\S+)$`)
 
 // scrape reads the agent's real metrics endpoint (HTTPS, authorized by the API server).
 func scrape(t *testing.T, reader *framework.MetricsReader, address string) page {
 	t.Helper()
 	body, err := reader.Scrape(context.Background(), address)
 	NewWithT(t).Expect(err).NotTo(HaveOccurred())
-	p := page{conns: map[string]float64{}, bytes: map[string]float64{}}
+	p := page{conns: map[string]float64{}, bytes: map[string]float64{}, packets: map[string]float64{}}
 	sc := bufio.NewScanner(bytes.NewReader(body))
 	for sc.Scan() {
 		m := egressLine.FindStringSubmatch(sc.Text())
@@ -136,10 +142,13 @@ func scrape(t *testing.T, reader *framework.MetricsReader, address string) page 
 		}
 		v, err := strconv.ParseFloat(m[3], 64)
 		NewWithT(t).Expect(err).NotTo(HaveOccurred())
-		if m[1] == "connections" {
+		switch m[1] {
+		case "connections":
 			p.conns[m[2]] = v
-		} else {
+		case "sent_bytes":
 			p.bytes[m[2]] = v
+		default:
+			p.packets[m[2]] = v
 		}
 	}
 	return p
