@@ -63,7 +63,7 @@ func (r *NodeReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("node").
 		For(&corev1.Node{}, builder.WithPredicates(nodeFactsChanged())).
-		Watches(&networkv1alpha1.RemoteSubnetRoute{}, byName, builder.OnlyMetadata).
+		Watches(&networkv1alpha1.RemoteSubnetRoute{}, byName, builder.OnlyMetadata, builder.WithPredicates(routeChangedByOthers())).
 		// Only a WindowsNodeNetwork's existence and spec feed the Node's record: the agent's status
 		// writes are no work here.
 		Watches(&networkv1alpha1.WindowsNodeNetwork{}, anyByName, builder.WithPredicates(predicate.GenerationChangedPredicate{})).

@@ -5,6 +5,7 @@ import (
 	"slices"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 )
@@ -39,4 +40,25 @@ func nodeCIDRsChanged() predicate.Funcs {
 		return old.Spec.PodCIDR != cur.Spec.PodCIDR || !slices.Equal(old.Spec.PodCIDRs, cur.Spec.PodCIDRs) ||
 			old.DeletionTimestamp.IsZero() != cur.DeletionTimestamp.IsZero()
 	}}
+}
+
+// routeChangedByOthers passes what may undo winnet-controller's apply of a RemoteSubnetRoute (its
+// metadata: the watch is metadata only): its deletion, a change of its spec (generation), labels or
+// owners. Not its creation (winnet-controller made it, or its Node's next event applies over it) nor
+// a status write (the route conflict reconciler's): the Node's reconcile would apply the unchanged
+// route again, one request per route added for nothing, which at thousands of Nodes also kept
+// winnet-controller writing after its queues had emptied (make bench-scale).
+func routeChangedByOthers() predicate.Funcs {
+	return predicate.Funcs{
+		CreateFunc: func(event.CreateEvent) bool { return false },
+		UpdateFunc: func(e event.UpdateEvent) bool {
+			old, cur := e.ObjectOld, e.ObjectNew
+			if old == nil || cur == nil {
+				return true
+			}
+			return old.GetGeneration() != cur.GetGeneration() || !maps.Equal(old.GetLabels(), cur.GetLabels()) ||
+				!slices.EqualFunc(old.GetOwnerReferences(), cur.GetOwnerReferences(), func(a, b metav1.OwnerReference) bool { return a.UID == b.UID }) ||
+				old.GetDeletionTimestamp().IsZero() != cur.GetDeletionTimestamp().IsZero()
+		},
+	}
 }

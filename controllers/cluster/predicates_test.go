@@ -51,3 +51,29 @@ func TestNodePredicates(t *testing.T) {
 		})
 	}
 }
+
+// TestRoutePredicate: a RemoteSubnetRoute's creation and its status writes queue no Node (the apply
+// would change nothing); its deletion, a spec change (generation), a label or an owner change do.
+func TestRoutePredicate(t *testing.T) {
+	g := NewWithT(t)
+	p := routeChangedByOthers()
+	base := &metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{Name: "n", Generation: 1, ResourceVersion: "1",
+		Labels: map[string]string{ManagedByLabel: ManagedByValue}, OwnerReferences: []metav1.OwnerReference{{UID: "node-uid", Name: "n"}}}}
+	g.Expect(p.Create(event.CreateEvent{Object: base})).To(BeFalse(), "created by winnet-controller's own apply")
+	g.Expect(p.Delete(event.DeleteEvent{Object: base})).To(BeTrue(), "a deleted route comes back")
+	for _, tc := range []struct {
+		name   string
+		change func(o *metav1.PartialObjectMetadata)
+		want   bool
+	}{
+		{"status written", func(o *metav1.PartialObjectMetadata) { o.ResourceVersion = "2" }, false},
+		{"spec edited", func(o *metav1.PartialObjectMetadata) { o.Generation = 2 }, true},
+		{"label removed", func(o *metav1.PartialObjectMetadata) { o.Labels = nil }, true},
+		{"owner removed", func(o *metav1.PartialObjectMetadata) { o.OwnerReferences = nil }, true},
+		{"deletion started", func(o *metav1.PartialObjectMetadata) { now := metav1.Now(); o.DeletionTimestamp = &now }, true},
+	} {
+		cur := base.DeepCopy()
+		tc.change(cur)
+		g.Expect(p.Update(event.UpdateEvent{ObjectOld: base, ObjectNew: cur})).To(Equal(tc.want), tc.name)
+	}
+}

@@ -115,8 +115,9 @@ func (r *Reconciler) record() error {
 }
 
 // SetupWithManager registers the reconciler: any change of an Egress, of one of the node's Pods (the
-// manager's cache holds only those), of a remote Pod a held Egress selects (RemotePods) or of a
-// Namespace, and any change of the realised node network or of the realised routes, queues one pass.
+// manager's cache holds only those), of a remote Pod a held Egress selects (RemotePods), of a
+// Namespace or of the node's labels, and any change of the realised node network or of the realised
+// routes, queues one pass.
 func (r *Reconciler) SetupWithManager(mgr manager.Manager) error {
 	r.State.AddFlowOwner(Flows)
 	// The agent's counters are scraped while its manager runs (several agents run in the tests' process).
