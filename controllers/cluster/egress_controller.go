@@ -50,6 +50,8 @@ type EgressReconciler struct {
 	Now func() time.Time
 
 	leases leaseTracker
+	// firstSeen is when each Egress not placed yet was first seen (settling).
+	firstSeen map[string]time.Time
 }
 
 // SetupWithManager registers the reconciler. Pods are watched as metadata only: their labels are all
@@ -109,6 +111,13 @@ func (r *EgressReconciler) Reconcile(ctx context.Context, _ egressPass) (ctrl.Re
 		decisions[name] = egress.Decision{Reason: networkv1alpha1.InvalidSpecReason, Message: msg}
 	}
 	recheck := fenceMoves(egresses.Items, decisions, realised, sights, now)
+	if r.firstSeen == nil {
+		r.firstSeen = map[string]time.Time{}
+	}
+	settle, settleRecheck := settling(compiled, cluster, r.firstSeen, now)
+	if settleRecheck > 0 && (recheck == 0 || settleRecheck < recheck) {
+		recheck = settleRecheck
+	}
 	superseded, err := r.superseded(ctx, compiled)
 	if err != nil {
 		return ctrl.Result{}, err
@@ -116,6 +125,9 @@ func (r *EgressReconciler) Reconcile(ctx context.Context, _ egressPass) (ctrl.Re
 	var errs []error
 	for i := range egresses.Items {
 		e := &egresses.Items[i]
+		if settle[e.Name] {
+			continue // decided once the nodes that may hold it have renewed their Leases
+		}
 		d := decisions[e.Name]
 		ip, _ := netip.ParseAddr(string(e.Spec.EgressIP))
 		ready := d.Assigned() && realised[d.Node][ip]

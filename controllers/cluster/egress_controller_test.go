@@ -88,6 +88,7 @@ func renewLease(t *testing.T, g Gomega, node string) (stop func()) {
 	}
 	f := &egress.Fence{Reader: server.Client, Writer: server.Client, Namespace: leaseNamespace, NodeName: node,
 		Duration: testLeaseDuration, RenewInterval: 500 * time.Millisecond}
+	f.SetWanted(true) // as the agent's Egress reconciler says when its node may hold an Egress
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); _ = f.Start(ctx) }()

@@ -189,3 +189,60 @@ func fenceMoves(egresses []networkv1alpha1.Egress, decisions map[string]egress.D
 	}
 	return next
 }
+
+// newEgressSettle is how long winnet-controller waits before it places an Egress it has not placed
+// yet while a node that could hold it has no renewed Lease: an agent renews its Lease only while its
+// node may hold an Egress, so when the first such Egress appears every eligible agent starts renewing
+// at once, and placing the Egress on the first Lease seen would neither spread Egresses nor follow
+// the order the spreading promises. Agents renew as soon as they see the Egress (a watch event and
+// one write); 2 s is the default renewal interval.
+const newEgressSettle = 2 * time.Second
+
+// settling holds back the decisions of the Egresses not placed yet (no status.node) that winnet-controller
+// first saw less than newEgressSettle ago while some node would be eligible for them but for its
+// Lease. It records when it first saw each Egress (and forgets the others) in firstSeen, and returns
+// the Egresses held back and how soon a pass must look again.
+func settling(compiled []egress.Compiled, c egress.Cluster, firstSeen map[string]time.Time, now time.Time) (map[string]bool, time.Duration) {
+	held := map[string]bool{}
+	var recheck time.Duration
+	live := map[string]bool{}
+	for _, e := range compiled {
+		name := e.Egress.Name
+		live[name] = true
+		if e.Egress.Status.Node != "" {
+			continue
+		}
+		seen, ok := firstSeen[name]
+		if !ok {
+			seen = now
+			firstSeen[name] = now
+		}
+		left := seen.Add(newEgressSettle).Sub(now)
+		if left <= 0 {
+			continue
+		}
+		ip, err := netip.ParseAddr(string(e.Egress.Spec.EgressIP))
+		if err != nil {
+			continue
+		}
+		for _, n := range c.Nodes {
+			if !n.LeaseExpired {
+				continue
+			}
+			n.LeaseExpired = false
+			if egress.MayHold(e, ip, n) {
+				held[name] = true
+				if recheck == 0 || left < recheck {
+					recheck = left
+				}
+				break
+			}
+		}
+	}
+	for name := range firstSeen {
+		if !live[name] {
+			delete(firstSeen, name)
+		}
+	}
+	return held, recheck
+}

@@ -17,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	"github.com/winnet-io/winnet"
+	"github.com/winnet-io/winnet/internal/memlimit"
 )
 
 // FlagSet returns the flag set of the command name: parsing returns errors rather than exiting, and
@@ -123,6 +124,13 @@ func ParseMain(fs *flag.FlagSet, args []string) logr.Logger {
 	log := ctrl.Log.WithName(fs.Name())
 	b := winnet.Build()
 	log.Info("Version", "version", b.Version, "revision", b.Revision, "goVersion", b.GoVersion)
+	// The chart passes the container's memory limit (memlimit.EnvVar): the runtime collects harder
+	// near it rather than the process being killed there.
+	if limit, err := memlimit.Apply(os.Getenv); err != nil {
+		log.Error(err, "Ignoring the container's memory limit")
+	} else if limit > 0 {
+		log.Info("Go memory limit set from the container's", "limitBytes", limit, "percent", memlimit.Percent)
+	}
 	return log
 }
 
