@@ -3,6 +3,7 @@ package cluster
 import (
 	"maps"
 	"slices"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -21,11 +22,52 @@ func nodeFactsChanged() predicate.Funcs {
 		if !ok1 || !ok2 {
 			return true
 		}
-		return !maps.Equal(old.Labels, cur.Labels) || !maps.Equal(old.Annotations, cur.Annotations) ||
+		return !maps.Equal(old.Labels, cur.Labels) || !sameReadAnnotations(old.Annotations, cur.Annotations) ||
 			old.Spec.PodCIDR != cur.Spec.PodCIDR || !slices.Equal(old.Spec.PodCIDRs, cur.Spec.PodCIDRs) ||
 			!slices.Equal(old.Status.Addresses, cur.Status.Addresses) ||
 			old.DeletionTimestamp.IsZero() != cur.DeletionTimestamp.IsZero()
 	}}
+}
+
+// sameReadAnnotations compares two Nodes' annotations but those of Kubernetes' own domains
+// (kubernetes.io, k8s.io and their subdomains), which winnet-controller never reads and Kubernetes'
+// controllers write: kube-controller-manager's TTL controller sets node.alpha.kubernetes.io/ttl on
+// every new Node, and on every Node again each time the cluster's size crosses one of its steps (100,
+// 500, 1,000, 2,000 Nodes...), which queued each Node for an apply that changed nothing (make
+// bench-scale: 3 writes per Node added where 2 do). flanneld's annotations (FlannelInterop's
+// annotationPrefix, flannel.alpha.coreos.com by default) and winnet's record are in other domains.
+func sameReadAnnotations(a, b map[string]string) bool {
+	count := 0
+	for k, v := range a {
+		if kubernetesDomain(k) {
+			continue
+		}
+		count++
+		if w, ok := b[k]; !ok || w != v {
+			return false
+		}
+	}
+	for k := range b {
+		if !kubernetesDomain(k) {
+			count--
+		}
+	}
+	return count == 0
+}
+
+// kubernetesDomain reports whether an annotation key's prefix is kubernetes.io, k8s.io or a
+// subdomain of either.
+func kubernetesDomain(key string) bool {
+	prefix, _, ok := strings.Cut(key, "/")
+	if !ok {
+		return false
+	}
+	for _, d := range []string{"kubernetes.io", "k8s.io"} {
+		if prefix == d || strings.HasSuffix(prefix, "."+d) {
+			return true
+		}
+	}
+	return false
 }
 
 // nodeCIDRsChanged passes a Node's update only when its Pod CIDRs or its deletion changed: all the

@@ -36,6 +36,13 @@ func TestNodePredicates(t *testing.T) {
 		}, false, false},
 		{"label", func(n *corev1.Node) { n.Labels["x"] = "y" }, true, false},
 		{"annotation", func(n *corev1.Node) { n.Annotations["a"] = "2" }, true, false},
+		{"annotation removed", func(n *corev1.Node) { delete(n.Annotations, "a") }, true, false},
+		{"flannel's annotation", func(n *corev1.Node) { n.Annotations["flannel.alpha.coreos.com/public-ip"] = "192.168.1.1" }, true, false},
+		// kube-controller-manager's TTL controller, on every Node as the cluster grows: nothing
+		// winnet-controller reads.
+		{"kube-controller-manager's TTL", func(n *corev1.Node) { n.Annotations["node.alpha.kubernetes.io/ttl"] = "15" }, false, false},
+		{"a Kubernetes annotation", func(n *corev1.Node) { n.Annotations["volumes.kubernetes.io/controller-managed-attach-detach"] = "true" }, false, false},
+		{"a k8s.io annotation", func(n *corev1.Node) { n.Annotations["csi.volume.k8s.io/nodeid"] = "x" }, false, false},
 		{"address", func(n *corev1.Node) { n.Status.Addresses[0].Address = "192.168.1.2" }, true, false},
 		{"pod CIDRs", func(n *corev1.Node) { n.Spec.PodCIDRs = append(n.Spec.PodCIDRs, "fd00::/64") }, true, true},
 		{"deletion", func(n *corev1.Node) { n.DeletionTimestamp = &now }, true, true},
