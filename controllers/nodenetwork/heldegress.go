@@ -27,12 +27,7 @@ func (s *State) SetHeldEgresses(held []HeldEgress) {
 	if !changed {
 		return
 	}
-	for _, c := range subs {
-		select {
-		case c <- struct{}{}:
-		default:
-		}
-	}
+	subs.wake()
 }
 
 // HeldEgresses returns what SetHeldEgresses recorded last, by id (none before the first).
@@ -47,7 +42,5 @@ func (s *State) HeldEgresses() []HeldEgress {
 func (s *State) HeldEgressChanges() <-chan struct{} {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	c := make(chan struct{}, 1)
-	s.heldEgressSubscribers = append(s.heldEgressSubscribers, c)
-	return c
+	return s.heldEgressSubscribers.add()
 }

@@ -39,12 +39,7 @@ func (s *State) SetPeers(peers []Peer) {
 	if !changed {
 		return
 	}
-	for _, c := range subs {
-		select {
-		case c <- struct{}{}:
-		default:
-		}
-	}
+	subs.wake()
 }
 
 // Peers returns the routes SetPeers recorded last (none before the first).
@@ -62,7 +57,5 @@ func (s *State) Peers() []Peer {
 func (s *State) PeerChanges() <-chan struct{} {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	c := make(chan struct{}, 1)
-	s.peerSubscribers = append(s.peerSubscribers, c)
-	return c
+	return s.peerSubscribers.add()
 }

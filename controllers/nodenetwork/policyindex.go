@@ -141,12 +141,7 @@ func (s *State) SetPolicyIndex(p PolicyIndex) {
 	s.policyIndex = &p
 	subs := s.policySubscribers
 	s.mu.Unlock()
-	for _, c := range subs {
-		select {
-		case c <- struct{}{}:
-		default:
-		}
-	}
+	subs.wake()
 }
 
 // PolicyIndex returns the last index SetPolicyIndex recorded (empty before the first).
@@ -164,7 +159,5 @@ func (s *State) PolicyIndex() PolicyIndex {
 func (s *State) PolicyIndexChanges() <-chan struct{} {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	c := make(chan struct{}, 1)
-	s.policySubscribers = append(s.policySubscribers, c)
-	return c
+	return s.policySubscribers.add()
 }

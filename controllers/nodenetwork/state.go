@@ -87,7 +87,7 @@ type State struct {
 	// node is the name reports name.
 	node string
 	// subscribers are woken when the realised node network changes (see Subscribe).
-	subscribers []chan struct{}
+	subscribers wakeups
 	// previousRound tracks the flow owners' reports on the current bridge connection (see
 	// FlowsSynced).
 	previousRound previousRound
@@ -96,15 +96,15 @@ type State struct {
 	// policyIndex and policySubscribers: the NetworkPolicy reconciler's names for packet traces
 	// (policyindex.go).
 	policyIndex       *PolicyIndex
-	policySubscribers []chan struct{}
+	policySubscribers wakeups
 	// heldEgresses and heldEgressSubscribers: the Egresses whose flows the egress reconciler
 	// installed, for packet traces (heldegress.go).
 	heldEgresses          []HeldEgress
-	heldEgressSubscribers []chan struct{}
+	heldEgressSubscribers wakeups
 	// peers and peerSubscribers: the routes the remote route reconciler realised, for the egress
 	// reconciler (peers.go).
 	peers           *[]Peer
-	peerSubscribers []chan struct{}
+	peerSubscribers wakeups
 	// frozen is set by Freeze: the realised bridge, and any realised later, sends nothing.
 	frozen bool
 }
@@ -144,12 +144,7 @@ func (s *State) setRealized(r *Realized) {
 	changed := !sameRealized(s.realized, r)
 	s.realized = r
 	if changed {
-		for _, c := range s.subscribers {
-			select {
-			case c <- struct{}{}:
-			default: // a wake-up is pending already
-			}
-		}
+		s.subscribers.wake()
 	}
 }
 
@@ -160,9 +155,7 @@ func (s *State) setRealized(r *Realized) {
 func (s *State) Subscribe() <-chan struct{} {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	c := make(chan struct{}, 1)
-	s.subscribers = append(s.subscribers, c)
-	return c
+	return s.subscribers.add()
 }
 
 // sameRealized compares two realised node networks; the OpenFlow connections by identity.
