@@ -73,9 +73,6 @@ type Reconciler struct {
 	// Fence, when set, says whether the node may hold egress IPs (its Egress Lease is confirmed):
 	// while it may not, the node holds none, whatever the Egresses say.
 	Fence *Fence
-
-	// held names the Egresses whose flows are installed, by id, for the metrics (Counters).
-	held heldNames
 }
 
 // loadAdded reads, at the first pass, the egress IPs earlier agents put on the bridge interface.
@@ -482,8 +479,7 @@ func (r *Reconciler) apply(ctx context.Context, rz nodenetwork.Realized, d desir
 		return errors.Join(errs...)
 	}
 	r.State.FlowsSynced(ctx, Flows, rz.Flows)
-	r.held.set(r.ids, installed)
-	r.State.SetHeldEgresses(r.held.list(installed))
+	r.State.SetHeldEgresses(heldEgresses(r.ids, installed))
 	for _, e := range installed {
 		realised = append(realised, e.IP)
 	}

@@ -2,7 +2,6 @@ package egress
 
 import (
 	"context"
-	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -87,51 +86,20 @@ func (c *egressCollector) Collect(ch chan<- prometheus.Metric) {
 // selected Pods sent through it.
 type Counters struct{ Connections, SentBytes, SentPackets uint64 }
 
-// heldNames records, after a pass installed the flows, which Egress each id stands for.
-type heldNames struct {
-	mu    sync.Mutex
-	names map[uint32]string
-}
-
-func (h *heldNames) set(ids map[string]uint32, installed []pipeline.Egress) {
-	byID := map[uint32]string{}
+// heldEgresses are the installed Egresses with their names (the ids are r.ids'), which State keeps for
+// packet traces and the counters.
+func heldEgresses(ids map[string]uint32, installed []pipeline.Egress) []nodenetwork.HeldEgress {
+	byID := make(map[uint32]string, len(ids))
 	for name, id := range ids {
 		byID[id] = name
 	}
-	names := map[uint32]string{}
-	for _, e := range installed {
-		if name, ok := byID[e.ID]; ok {
-			names[e.ID] = name
-		}
-	}
-	h.mu.Lock()
-	h.names = names
-	h.mu.Unlock()
-}
-
-// list is the installed Egresses with their names, for packet traces.
-func (h *heldNames) list(installed []pipeline.Egress) []nodenetwork.HeldEgress {
-	h.mu.Lock()
-	defer h.mu.Unlock()
 	out := make([]nodenetwork.HeldEgress, 0, len(installed))
 	for _, e := range installed {
-		if name, ok := h.names[e.ID]; ok {
+		if name, ok := byID[e.ID]; ok {
 			out = append(out, nodenetwork.HeldEgress{ID: e.ID, Name: name, IP: e.IP})
 		}
 	}
 	return out
-}
-
-// of names the Egress of a flow by the id it matches.
-func (h *heldNames) of(s openflow.FlowStat) (string, bool) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	id, ok := s.Regs[pipeline.EgressField.Reg]
-	if !ok {
-		return "", false
-	}
-	n, ok := h.names[id]
-	return n, ok
 }
 
 // Counters reads the counters of the Egresses the node holds, by Egress name.
@@ -144,6 +112,10 @@ func (r *Reconciler) Counters(ctx context.Context) (map[string]Counters, error) 
 	ctx, cancel := context.WithTimeout(ctx, metricsReadTimeout)
 	defer cancel()
 	cookie, mask := openflow.MakeCookie(0, pipeline.CategoryEgress, 0), openflow.CategoryMask
+	names := map[uint32]string{}
+	for _, e := range r.State.HeldEgresses() {
+		names[e.ID] = e.Name
+	}
 	for _, t := range []struct {
 		table uint8
 		add   func(*Counters, openflow.FlowStat)
@@ -158,8 +130,9 @@ func (r *Reconciler) Counters(ctx context.Context) (map[string]Counters, error) 
 			return nil, err
 		}
 		for _, s := range stats {
-			name, ok := r.held.of(s)
-			if !ok {
+			id, ok := s.Regs[pipeline.EgressField.Reg]
+			name, held := names[id]
+			if !ok || !held {
 				continue
 			}
 			c := out[name]
