@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"sync"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -14,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/client-go/util/workqueue"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -52,14 +54,31 @@ type EgressReconciler struct {
 	leases leaseTracker
 	// firstSeen is when each Egress not placed yet was first seen (settling).
 	firstSeen map[string]time.Time
+	// pods holds the Pods' labels while two or more Egresses exist (egress_pods.go).
+	pods *egressPods
+
+	queueMu sync.Mutex
+	// queue is the controller's work queue, which the Pod watch wakes.
+	queue workqueue.TypedRateLimitingInterface[egressPass]
 }
 
-// SetupWithManager registers the reconciler. Pods are watched as metadata only: their labels are all
-// it reads.
+// SetupWithManager registers the reconciler. Pods are not in the manager's cache: the reconciler
+// watches their labels itself, and only while it needs them (egressPods).
 func (r *EgressReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	r.leases.now = r.Now
+	meta, err := metadata.NewForConfig(mgr.GetConfig())
+	if err != nil {
+		return fmt.Errorf("the metadata client of the Egresses' Pod watch: %w", err)
+	}
+	r.pods = &egressPods{client: meta, wake: r.wake}
+	if err := mgr.Add(r.pods); err != nil {
+		return err
+	}
 	all := handler.TypedEnqueueRequestsFromMapFunc(func(context.Context, client.Object) []egressPass { return []egressPass{{}} })
 	start := source.TypedFunc[egressPass](func(_ context.Context, q workqueue.TypedRateLimitingInterface[egressPass]) error {
+		r.queueMu.Lock()
+		r.queue = q
+		r.queueMu.Unlock()
 		q.Add(egressPass{})
 		return nil
 	})
@@ -69,7 +88,6 @@ func (r *EgressReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Watches(&networkv1alpha1.WindowsNodeNetwork{}, all).
 		Watches(&corev1.Node{}, all).
 		Watches(&corev1.Namespace{}, all, builder.OnlyMetadata).
-		Watches(&corev1.Pod{}, all, builder.OnlyMetadata).
 		WatchesRawSource(source.TypedKind(mgr.GetCache(), &coordinationv1.Lease{}, r.leases.handler(),
 			predicate.NewTypedPredicateFuncs(func(l *coordinationv1.Lease) bool { return l.Namespace == r.LeaseNamespace }))).
 		WatchesRawSource(start).
@@ -79,6 +97,16 @@ func (r *EgressReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Complete(r)
 }
 
+// wake queues a pass (the Pod watch's changes).
+func (r *EgressReconciler) wake() {
+	r.queueMu.Lock()
+	q := r.queue
+	r.queueMu.Unlock()
+	if q != nil {
+		q.Add(egressPass{})
+	}
+}
+
 // Reconcile decides every Egress and writes the statuses that changed.
 func (r *EgressReconciler) Reconcile(ctx context.Context, _ egressPass) (ctrl.Result, error) {
 	egresses := &networkv1alpha1.EgressList{}
@@ -86,7 +114,7 @@ func (r *EgressReconciler) Reconcile(ctx context.Context, _ egressPass) (ctrl.Re
 		return ctrl.Result{}, fmt.Errorf("listing Egresses: %w", err)
 	}
 	if len(egresses.Items) == 0 {
-		return ctrl.Result{}, nil
+		return ctrl.Result{}, r.pods.set(ctx, false)
 	}
 	cluster, realised, err := r.observe(ctx)
 	if err != nil {
@@ -225,7 +253,10 @@ type supersession struct {
 func (r *EgressReconciler) superseded(ctx context.Context, compiled []egress.Compiled) (map[string]supersession, error) {
 	out := map[string]supersession{}
 	if len(compiled) < 2 {
-		return out, nil
+		return out, r.pods.set(ctx, false)
+	}
+	if err := r.pods.set(ctx, true); err != nil {
+		return nil, err
 	}
 	namespaces := &metav1.PartialObjectMetadataList{}
 	namespaces.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("NamespaceList"))
@@ -236,13 +267,7 @@ func (r *EgressReconciler) superseded(ctx context.Context, compiled []egress.Com
 	for i := range namespaces.Items {
 		nsLabels[namespaces.Items[i].Name] = namespaces.Items[i].Labels
 	}
-	pods := &metav1.PartialObjectMetadataList{}
-	pods.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("PodList"))
-	if err := r.Client.List(ctx, pods, client.UnsafeDisableDeepCopy); err != nil {
-		return nil, fmt.Errorf("listing Pods: %w", err)
-	}
-	for i := range pods.Items {
-		p := &pods.Items[i]
+	for _, p := range r.pods.list() {
 		ns, ok := nsLabels[p.Namespace]
 		if !ok {
 			continue

@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	networkv1alpha1 "github.com/winnet-io/winnet/api/v1alpha1"
 	"github.com/winnet-io/winnet/controllers/egress"
@@ -228,4 +229,58 @@ func TestEgressFencing(t *testing.T) {
 	t.Logf("F %v: renewals stopped %v after the last one; Releasing after %v; on fence-b after %v (the bound: %v)",
 		testLeaseDuration, stopped.Sub(lastRenewal).Round(time.Millisecond), releasing.Sub(lastRenewal).Round(time.Millisecond),
 		moved.Sub(lastRenewal).Round(time.Millisecond), earliest.Sub(lastRenewal))
+}
+
+// gaugeValue reads a gauge of the in-process winnet-controller's metrics registry.
+func gaugeValue(name string) func(g Gomega) float64 {
+	return func(g Gomega) float64 {
+		families, err := ctrlmetrics.Registry.Gather()
+		g.Expect(err).NotTo(HaveOccurred())
+		for _, f := range families {
+			if f.GetName() == name && len(f.GetMetric()) == 1 {
+				return f.GetMetric()[0].GetGauge().GetValue()
+			}
+		}
+		g.Expect(name).To(BeEmpty(), "no such gauge")
+		return 0
+	}
+}
+
+// TestEgressPodWatchOnlyWhileNeeded: winnet-controller holds the cluster's Pods (their labels) only while
+// two or more Egresses exist, the least for a Pod to be selected twice (Superseded); a change of a Pod's
+// labels still reaches Superseded, and the watch closes with the second Egress.
+func TestEgressPodWatchOnlyWhileNeeded(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	open, held := gaugeValue("winnet_controller_egress_pod_watch_open"), gaugeValue("winnet_controller_egress_pods")
+	g.Eventually(open).WithTimeout(timeout).Should(BeZero(), "no Egress left by an earlier test")
+
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "egress-watch"}}
+	g.Expect(server.Client.Create(ctx, ns)).To(Succeed())
+	t.Cleanup(func() { _ = server.Client.Delete(context.Background(), ns) })
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns.Name, Name: "report", Labels: map[string]string{"app": "report"}},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "registry.k8s.io/pause:3.10"}}}}
+	g.Expect(server.Client.Create(ctx, pod)).To(Succeed())
+	t.Cleanup(func() { _ = server.Client.Delete(context.Background(), pod) })
+
+	report := map[string]networkv1alpha1.LabelValue{"app": "report"}
+	createEgress(t, g, newEgress("watch-one", "192.168.63.200", report))
+	g.Eventually(getEgress("watch-one")).WithTimeout(timeout).Should(condition(networkv1alpha1.SupersededCondition, metav1.ConditionFalse, networkv1alpha1.NoOverlapReason))
+	g.Consistently(open).WithTimeout(2*time.Second).Should(BeZero(), "one Egress: no Pod is watched")
+
+	second := newEgress("watch-two", "192.168.63.201", report)
+	createEgress(t, g, second)
+	g.Eventually(getEgress("watch-two")).WithTimeout(timeout).Should(condition(networkv1alpha1.SupersededCondition, metav1.ConditionTrue, networkv1alpha1.OlderEgressSelectsPodsReason))
+	g.Expect(open(g)).To(Equal(1.0))
+	g.Expect(held(g)).To(BeNumerically(">=", 1))
+
+	// The Pod's labels change: it is selected by neither, and the watch tells the reconciler.
+	patched := pod.DeepCopy()
+	patched.Labels = map[string]string{"app": "other"}
+	g.Expect(server.Client.Patch(ctx, patched, client.MergeFrom(pod))).To(Succeed())
+	g.Eventually(getEgress("watch-two")).WithTimeout(timeout).Should(condition(networkv1alpha1.SupersededCondition, metav1.ConditionFalse, networkv1alpha1.NoOverlapReason))
+
+	g.Expect(server.Client.Delete(ctx, second)).To(Succeed())
+	g.Eventually(open).WithTimeout(timeout).Should(BeZero(), "the second Egress gone: the watch closes")
+	g.Expect(held(g)).To(BeZero())
 }

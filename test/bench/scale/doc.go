@@ -45,6 +45,13 @@
 //   - burst_converge_ms: from the start of a burst of 100 Pods created in parallel (with their
 //     status), peers of a policy on the first agent's Pods, until the first agent's switch has a
 //     peer flow for each of their addresses.
+//   - With BENCH_SCALE_AGENT_MEMORY_LIMIT, agent_heap_mb and agent_rss_mb are the largest of the
+//     agents without the limit (the runtime's defaults), and the fields added at the end are the
+//     limited (last) agent's: agent_memory_limit_mb, the limit in MiB; limited_agent_heap_mb and
+//     limited_agent_rss_mb, its heap and RSS measured as the others'; limited_agent_cpu_ratio, its
+//     CPU time since its start over the mean of the other agents' (the same build's), read at one
+//     moment at the end of the size's measurements. full_pass_ms and burst_converge_ms stay the
+//     first agent's, which has no limit; agent_idle_cpu_pct is the mean of all of them.
 //
 // What each number of winnet-controller's line is (it runs with the chart's ServiceAccount and
 // roles, cluster.Options.ControllerServiceAccount, its profiler and metrics on the loopback):
@@ -79,7 +86,12 @@
 // directory of the winnet binaries to measure, default bin/linux), BENCH_SCALE_REF_BIN (the
 // directory of a reference build, such as main's: as many agents of it run beside the measured ones
 // in the same cluster, at the same moments, and print bench-scale-ref lines; the watch numbers are
-// each build's own model), BENCH_SCALE_FIXED=1 (only the Pods grow: see below).
+// each build's own model), BENCH_SCALE_FIXED=1 (only the Pods grow: see below),
+// BENCH_SCALE_AGENT_MEMORY_LIMIT (a Kubernetes quantity such as 352Mi, with 2 or more agents: the
+// measured build's last agent gets it in bytes as WINNET_MEMORY_LIMIT, as the chart gives the
+// container's limit, so that its Go soft limit is 85% of it; the build's other agents run with the
+// runtime's defaults beside it, and its line ends with agent_memory_limit_mb=..
+// limited_agent_heap_mb=.. limited_agent_rss_mb=.. limited_agent_cpu_ratio=..: see above).
 //
 // The two 150,000-Pod runs (issue 64; 45 minutes or more each on an idle 2-core machine):
 //

@@ -15,8 +15,10 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/winnet-io/winnet/internal/memlimit"
 	"github.com/winnet-io/winnet/internal/pipeline"
 	"github.com/winnet-io/winnet/test/e2e/cluster"
 	"github.com/winnet-io/winnet/test/framework"
@@ -54,6 +56,12 @@ type result struct {
 	unnamedEvents float64
 	// onlyPods: the sizes differ in Pods only (BENCH_SCALE_FIXED=1).
 	onlyPods bool
+	// memLimit: the bytes of WINNET_MEMORY_LIMIT the set's last agent runs with
+	// (BENCH_SCALE_AGENT_MEMORY_LIMIT), 0 when none does; heapMB and rssMB are then the other agents'.
+	// limitedHeapMB and limitedRSSMB are that agent's, limitedCPURatio its CPU time since its start
+	// over the mean of the other agents' at the same moment.
+	memLimit                                     int64
+	limitedHeapMB, limitedRSSMB, limitedCPURatio float64
 }
 
 func (r result) String() string {
@@ -61,7 +69,16 @@ func (r result) String() string {
 		"idle_writes_per_min=%.1f writes_per_endpoint_change=%.1f watch_kb_s_per_agent=%.1f kubeproxy_watch_kb_s=%.1f full_pass_ms=%.0f burst_converge_ms=%.0f "+
 		"unnamed_pod_update_events=%.1f only_pods_grow=%d",
 		r.s.pods, r.s.services, r.s.policies, r.heapMB, r.rssMB, r.idleCPU, r.idleWrites, r.epWrites, r.agentKBs, r.proxyKBs,
-		float64(r.fullPass.Microseconds())/1000, float64(r.burst.Microseconds())/1000, r.unnamedEvents, boolInt(r.onlyPods))
+		float64(r.fullPass.Microseconds())/1000, float64(r.burst.Microseconds())/1000, r.unnamedEvents, boolInt(r.onlyPods)) + r.limited()
+}
+
+// limited is the fields of the agent with a memory limit, appended to the line when one runs.
+func (r result) limited() string {
+	if r.memLimit == 0 {
+		return ""
+	}
+	return fmt.Sprintf(" agent_memory_limit_mb=%.0f limited_agent_heap_mb=%.0f limited_agent_rss_mb=%.0f limited_agent_cpu_ratio=%.2f",
+		float64(r.memLimit)/(1<<20), r.limitedHeapMB, r.limitedRSSMB, r.limitedCPURatio)
 }
 
 func boolInt(b bool) int {
@@ -110,6 +127,34 @@ type agent struct {
 type agentSet struct {
 	name   string
 	agents []*agent
+	// limited is the agent that runs with WINNET_MEMORY_LIMIT (BENCH_SCALE_AGENT_MEMORY_LIMIT, the
+	// measured set's last, so that full_pass_ms and burst_converge_ms, the first's, keep the
+	// runtime's defaults), nil in a set without one.
+	limited *agent
+}
+
+// agentMemoryLimit is BENCH_SCALE_AGENT_MEMORY_LIMIT in bytes, 0 when it is not set.
+func agentMemoryLimit(t *testing.T, agents int) int64 {
+	v := os.Getenv("BENCH_SCALE_AGENT_MEMORY_LIMIT")
+	if v == "" {
+		return 0
+	}
+	q, err := resource.ParseQuantity(v)
+	if err != nil || q.Sign() <= 0 {
+		t.Fatalf("BENCH_SCALE_AGENT_MEMORY_LIMIT=%q: want a positive Kubernetes quantity, the container's memory limit, such as 352Mi", v)
+	}
+	if agents < 2 {
+		t.Fatalf("BENCH_SCALE_AGENT_MEMORY_LIMIT=%q with BENCH_SCALE_AGENTS=%d: the limited agent is compared with the others of its build, "+
+			"so at least 2 agents", v, agents)
+	}
+	// The agents inherit the benchmark's environment: GOMEMLIMIT would win over the limit in every one,
+	// WINNET_MEMORY_LIMIT would limit them all.
+	for _, e := range []string{"GOMEMLIMIT", memlimit.EnvVar} {
+		if os.Getenv(e) != "" {
+			t.Fatalf("BENCH_SCALE_AGENT_MEMORY_LIMIT=%q: %s is set in the benchmark's environment, which every agent inherits; unset it", v, e)
+		}
+	}
+	return q.Value()
 }
 
 func (s *agentSet) nodes() map[string]bool {
@@ -131,6 +176,7 @@ func TestBenchScale(t *testing.T) {
 		}
 		agents = n
 	}
+	memLimit := agentMemoryLimit(t, agents)
 	out := filepath.Join(framework.RepoRoot(), "bin", "bench-scale")
 	if err := os.MkdirAll(out, 0o755); err != nil {
 		t.Fatalf("creating %s for the run's logs: %v", out, err)
@@ -197,6 +243,13 @@ func TestBenchScale(t *testing.T) {
 				AgentArgs: []string{"--pprof-bind-address", a.pprof, "--zap-time-encoding", "rfc3339nano"}}
 			if si == 1 {
 				spec.AgentBinary = filepath.Join(os.Getenv("BENCH_SCALE_REF_BIN"), "winnet-agent")
+			}
+			if si == 0 && i == agents-1 && memLimit > 0 {
+				// As the chart gives it the container's limit; the set's other agents run without.
+				spec.AgentEnv = []string{memlimit.EnvVar + "=" + strconv.FormatInt(memLimit, 10)}
+				set.limited = a
+				fmt.Printf("bench-scale-info: %s's agent runs with %s (Go soft limit %d%% of it), the other agents of %s without\n",
+					spec.Name, spec.AgentEnv[0], memlimit.Percent, set.name)
 			}
 			a.node, err = c.AddNode(ctx, spec)
 			if err != nil {
@@ -322,6 +375,9 @@ func TestBenchScale(t *testing.T) {
 			rs[k].s = s
 			rs[k].s.pods = size
 			rs[k].onlyPods = fixed.pods != 0
+			if set.limited != nil {
+				rs[k].memLimit = memLimit
+			}
 			for _, a := range set.agents {
 				pid := a.node.AgentPID()
 				if pid == 0 {
@@ -334,6 +390,10 @@ func TestBenchScale(t *testing.T) {
 				rss, err := rssMB(pid)
 				if err != nil {
 					t.Fatalf("the RSS of %s's agent: %v", a.node.Name, err)
+				}
+				if a == set.limited {
+					rs[k].limitedHeapMB, rs[k].limitedRSSMB = h, rss
+					continue
 				}
 				rs[k].heapMB, rs[k].rssMB = max(rs[k].heapMB, h), max(rs[k].rssMB, rss)
 			}
@@ -489,6 +549,9 @@ func TestBenchScale(t *testing.T) {
 		fmt.Printf("bench-scale-info pods=%d: churn of %d writes in %.0f s\n", size, writes, elapsed)
 		for k, set := range sets {
 			rs[k].agentKBs, rs[k].proxyKBs = float64(models[k].Stop())/1024/elapsed, proxyKBs
+			if set.limited != nil {
+				rs[k].limitedCPURatio = limitedCPURatio(t, set)
+			}
 			line := strings.Replace(rs[k].String(), "bench-scale ", set.name+" ", 1)
 			fmt.Println(line)
 			lines = append(lines, line)
@@ -524,6 +587,26 @@ func agentCPU(t *testing.T, nodes []*agent) time.Duration {
 		sum += d
 	}
 	return sum
+}
+
+// limitedCPURatio is the CPU time of the set's limited agent since its start over the mean of its other
+// agents', all read at one moment.
+func limitedCPURatio(t *testing.T, set *agentSet) float64 {
+	t.Helper()
+	var limited, others time.Duration
+	for _, a := range set.agents {
+		pid := a.node.AgentPID()
+		if pid == 0 {
+			t.Fatalf("the agent of %s is not running", a.node.Name)
+		}
+		d := cpuTime0(t, pid)
+		if a == set.limited {
+			limited = d
+		} else {
+			others += d
+		}
+	}
+	return float64(limited) / (float64(others) / float64(len(set.agents)-1))
 }
 
 // settled waits until every agent used less than settledCPU of a core over 5 s (at most 10

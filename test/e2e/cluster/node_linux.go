@@ -52,6 +52,9 @@ type NodeSpec struct {
 	Network func(*networkv1alpha1.WindowsNodeNetwork)
 	// AgentArgs are added to the agent's command line (a benchmark's --pprof-bind-address, say).
 	AgentArgs []string
+	// AgentEnv are variables ("NAME=value") added to the agent's environment, at every start of it (a
+	// benchmark's WINNET_MEMORY_LIMIT, say).
+	AgentEnv []string
 	// AgentBinary, when set, is the winnet-agent this node runs instead of BinDir's (a benchmark's
 	// reference build).
 	AgentBinary string
@@ -87,6 +90,7 @@ type Node struct {
 	agent          *process
 	network        func(*networkv1alpha1.WindowsNodeNetwork)
 	extraAgentArgs []string
+	agentEnv       []string // NodeSpec.AgentEnv
 	agentBinary    string
 	ipv6First      bool
 	agentRelease   Release
@@ -138,7 +142,7 @@ func (c *Cluster) register(spec NodeSpec, with func(*Node)) (*Node, error) {
 	n := &Node{
 		Name: spec.Name, NS: c.Prefix + "-" + spec.Name, IP: spec.IP, PodCIDR: spec.PodCIDR.Masked(),
 		Gateway: spec.PodCIDR.Masked().Addr().Next(), Dir: filepath.Join(c.RunDir, spec.Name), c: c, network: spec.Network,
-		extraAgentArgs: spec.AgentArgs, agentBinary: spec.AgentBinary, ipv6First: spec.IPv6First,
+		extraAgentArgs: spec.AgentArgs, agentEnv: spec.AgentEnv, agentBinary: spec.AgentBinary, ipv6First: spec.IPv6First,
 		agentRelease: c.opts.Release, shimDir: c.BinDir, shimRelease: c.opts.Release,
 	}
 	n.NSPath = nsPath(n.NS)
@@ -326,7 +330,8 @@ func (n *Node) StartAgent() error {
 	if err := n.writeAgentKubeconfig(ctx); err != nil {
 		return err
 	}
-	p, err := n.c.reg.startProcess("winnet-agent "+n.Name, filepath.Join(n.Dir, "winnet-agent.log"), false, n.agentArgs()...)
+	// With a kubelet the agent runs through nsenter, which keeps the environment it was given.
+	p, err := n.c.reg.startProcessWithEnv("winnet-agent "+n.Name, filepath.Join(n.Dir, "winnet-agent.log"), n.agentEnv, n.agentArgs()...)
 	if err != nil {
 		return err
 	}
