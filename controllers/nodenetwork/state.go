@@ -6,6 +6,7 @@ import (
 	"reflect"
 	"slices"
 	"sync"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/event"
@@ -86,6 +87,12 @@ type State struct {
 	reports chan event.GenericEvent
 	// node is the name reports name.
 	node string
+	// lastReport is when the reconciler was last woken to write the status, countTimer the
+	// pending wake-up of count changes held back (wakeCounts), countInterval the least time
+	// between two wake-ups for counts (zero: CountReportInterval).
+	lastReport    time.Time
+	countTimer    *time.Timer
+	countInterval time.Duration
 	// subscribers are woken when the realised node network changes (see Subscribe).
 	subscribers wakeups
 	// previousRound tracks the flow owners' reports on the current bridge connection (see
@@ -175,13 +182,62 @@ func sameRealized(a, b *Realized) bool {
 // node's status at once.
 func (s *State) SetRoutes(r RoutesResult) {
 	s.mu.Lock()
-	changed := s.routes == nil || s.routes.Desired != r.Desired || s.routes.Installed != r.Installed || !slices.Equal(s.routes.Failed, r.Failed)
+	urgent := s.routes == nil || !slices.Equal(s.routes.Failed, r.Failed)
+	counts := !urgent && (s.routes.Desired != r.Desired || s.routes.Installed != r.Installed)
 	s.routes = &r
+	s.mu.Unlock()
+	s.report(urgent, counts)
+}
+
+// CountReportInterval is the least time between two status writes that only change counts (routes,
+// Services, policies and their rules). A count change after a quiet interval is written at once;
+// the changes that follow within the interval are written together at its end. Without it every
+// agent wrote its status once per Service, policy or Node added anywhere in the cluster: 5,000
+// agents would write 5,000 statuses for each Service created. A change of what a condition says
+// (a failure, a refusal, what is realised of ClusterNetworkPolicies, the egress IPs) is written at
+// once.
+const CountReportInterval = 5 * time.Second
+
+// report wakes the node network reconciler for a reported change: at once when urgent, within
+// CountReportInterval when only counts changed.
+func (s *State) report(urgent, counts bool) {
+	switch {
+	case urgent:
+		s.mu.RLock()
+		node := s.node
+		s.mu.RUnlock()
+		s.wake(node)
+	case counts:
+		s.wakeCounts()
+	}
+}
+
+// wakeCounts wakes the reconciler for a change of counts: at once when it was last woken
+// CountReportInterval ago or more, else once at the end of that interval.
+func (s *State) wakeCounts() {
+	s.mu.Lock()
+	if s.countTimer != nil {
+		s.mu.Unlock()
+		return // the held-back wake-up will write this change too
+	}
+	interval := s.countInterval
+	if interval == 0 {
+		interval = CountReportInterval
+	}
+	if wait := time.Until(s.lastReport.Add(interval)); wait > 0 {
+		s.countTimer = time.AfterFunc(wait, func() {
+			s.mu.Lock()
+			s.countTimer = nil
+			node := s.node
+			s.mu.Unlock()
+			s.wake(node)
+		})
+		s.mu.Unlock()
+		return
+	}
 	node := s.node
 	s.mu.Unlock()
-	if changed {
-		s.wake(node)
-	}
+	s.wake(node)
 }
 
 // wake asks the node network reconciler to write the reports into the node's status.
@@ -189,6 +245,9 @@ func (s *State) wake(node string) {
 	if node == "" {
 		return
 	}
+	s.mu.Lock()
+	s.lastReport = time.Now()
+	s.mu.Unlock()
 	select {
 	case s.reports <- event.GenericEvent{Object: &networkv1alpha1.WindowsNodeNetwork{ObjectMeta: metav1.ObjectMeta{Name: node}}}:
 	default: // a wake-up is pending already
@@ -199,13 +258,11 @@ func (s *State) wake(node string) {
 // status at once.
 func (s *State) SetServices(r ServicesResult) {
 	s.mu.Lock()
-	changed := s.services == nil || *s.services != r
+	urgent := s.services == nil || s.services.Err != r.Err
+	counts := !urgent && *s.services != r
 	s.services = &r
-	node := s.node
 	s.mu.Unlock()
-	if changed {
-		s.wake(node)
-	}
+	s.report(urgent, counts)
 }
 
 func (s *State) servicesResult() (ServicesResult, bool) {
@@ -221,14 +278,12 @@ func (s *State) servicesResult() (ServicesResult, bool) {
 // node's status at once.
 func (s *State) SetPolicies(r PoliciesResult) {
 	s.mu.Lock()
-	changed := s.policies == nil || s.policies.Policies != r.Policies || s.policies.Rules != r.Rules || s.policies.Err != r.Err || !slices.Equal(s.policies.Refused, r.Refused) ||
+	urgent := s.policies == nil || s.policies.Err != r.Err || !slices.Equal(s.policies.Refused, r.Refused) ||
 		!slices.Equal(s.policies.Cluster, r.Cluster) || !reflect.DeepEqual(s.policies.ClusterReport, r.ClusterReport)
+	counts := !urgent && (s.policies.Policies != r.Policies || s.policies.Rules != r.Rules)
 	s.policies = &r
-	node := s.node
 	s.mu.Unlock()
-	if changed {
-		s.wake(node)
-	}
+	s.report(urgent, counts)
 }
 
 func (s *State) policiesResult() (PoliciesResult, bool) {
