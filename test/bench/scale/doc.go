@@ -13,7 +13,7 @@
 //	bench-scale pods=N services=S policies=P agent_heap_mb=.. agent_rss_mb=.. agent_idle_cpu_pct=..
 //	idle_writes_per_min=.. writes_per_endpoint_change=.. watch_kb_s_per_agent=..
 //	kubeproxy_watch_kb_s=.. full_pass_ms=.. burst_converge_ms=.. unnamed_pod_update_events=..
-//	only_pods_grow=0|1
+//	only_pods_grow=0|1 agent_writes_per_object_added=..
 //	bench-scale-controller pods=N nodes=M controller_heap_mb=.. controller_rss_mb=..
 //	controller_grow_cpu_pct=.. controller_idle_cpu_pct=.. controller_idle_writes_per_min=..
 //	controller_writes_per_node_added=.. controller_queue_max_growing=.. controller_queue_idle=..
@@ -42,6 +42,10 @@
 //     condition flipped, as kubelet writes it) of a Pod no local policy names, over 5 writes.
 //   - full_pass_ms: the agent's full NetworkPolicy pass (reading its inputs, compiling, the bundle)
 //     after a policy selecting local Pods is created, from the agent's log, median of 3.
+//   - agent_writes_per_object_added: the agents' writes (the audit log) from the start of the
+//     size's writing until they settled, per agent and per Node, Service and NetworkPolicy added
+//     (-1 when none was): status writes that follow the cluster's size (a count in the node's
+//     status) show here.
 //   - burst_converge_ms: from the start of a burst of 100 Pods created in parallel (with their
 //     status), peers of a policy on the first agent's Pods, until the first agent's switch has a
 //     peer flow for each of their addresses.

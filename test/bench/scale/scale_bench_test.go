@@ -56,6 +56,9 @@ type result struct {
 	unnamedEvents float64
 	// onlyPods: the sizes differ in Pods only (BENCH_SCALE_FIXED=1).
 	onlyPods bool
+	// growWrites: the set's agents' writes while the size was built and they settled, per agent and
+	// per Node, Service or NetworkPolicy added (-1 when none was).
+	growWrites float64
 	// memLimit: the bytes of WINNET_MEMORY_LIMIT the set's last agent runs with
 	// (BENCH_SCALE_AGENT_MEMORY_LIMIT), 0 when none does; heapMB and rssMB are then the other agents'.
 	// limitedHeapMB and limitedRSSMB are that agent's, limitedCPURatio its CPU time since its start
@@ -67,9 +70,9 @@ type result struct {
 func (r result) String() string {
 	return fmt.Sprintf("bench-scale pods=%d services=%d policies=%d agent_heap_mb=%.0f agent_rss_mb=%.0f agent_idle_cpu_pct=%.1f "+
 		"idle_writes_per_min=%.1f writes_per_endpoint_change=%.1f watch_kb_s_per_agent=%.1f kubeproxy_watch_kb_s=%.1f full_pass_ms=%.0f burst_converge_ms=%.0f "+
-		"unnamed_pod_update_events=%.1f only_pods_grow=%d",
+		"unnamed_pod_update_events=%.1f only_pods_grow=%d agent_writes_per_object_added=%.2f",
 		r.s.pods, r.s.services, r.s.policies, r.heapMB, r.rssMB, r.idleCPU, r.idleWrites, r.epWrites, r.agentKBs, r.proxyKBs,
-		float64(r.fullPass.Microseconds())/1000, float64(r.burst.Microseconds())/1000, r.unnamedEvents, boolInt(r.onlyPods)) + r.limited()
+		float64(r.fullPass.Microseconds())/1000, float64(r.burst.Microseconds())/1000, r.unnamedEvents, boolInt(r.onlyPods), r.growWrites) + r.limited()
 }
 
 // limited is the fields of the agent with a memory limit, appended to the line when one runs.
@@ -317,7 +320,8 @@ func TestBenchScale(t *testing.T) {
 		built := time.Now()
 		cpuBefore := takeCPU()
 		ctlCPU0 := cpuTime0(t, ctl.pid(t))
-		nodesBefore := w.built.nodes
+		grown := w.built
+		nodesBefore := grown.nodes
 		queue := ctl.sampleQueue(ctx)
 		rates, err := w.grow(ctx, s, size-local)
 		if err != nil {
@@ -372,6 +376,16 @@ func TestBenchScale(t *testing.T) {
 		}
 		rs := make([]result, len(sets))
 		for k, set := range sets {
+			rs[k].growWrites = -1
+			if added := s.nodes - grown.nodes + s.services - grown.services + s.policies - grown.policies; added > 0 {
+				n, what, err := agentWrites(auditLog, set.nodes(), built, settledAt)
+				if err != nil {
+					t.Fatalf("counting the agents' writes while growing to %d Pods: %v", size, err)
+				}
+				rs[k].growWrites = float64(n) / float64(len(set.agents)) / float64(added)
+				fmt.Printf("bench-scale-info pods=%d %s: the agents' writes while %d Nodes, Services and policies were added and they settled: %d (%s)\n",
+					size, set.name, added, n, what)
+			}
 			rs[k].s = s
 			rs[k].s.pods = size
 			rs[k].onlyPods = fixed.pods != 0
