@@ -62,7 +62,7 @@ func (r *NodeReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	})
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("node").
-		For(&corev1.Node{}, builder.WithPredicates(nodeFactsChanged())).
+		For(&corev1.Node{}, builder.WithPredicates(nodeFactsChanged(nodeLabelsRead(r.Defaults.WindowsNodeSelector)))).
 		Watches(&networkv1alpha1.RemoteSubnetRoute{}, byName, builder.OnlyMetadata, builder.WithPredicates(routeChangedByOthers())).
 		// Only a WindowsNodeNetwork's existence and spec feed the Node's record: the agent's status
 		// writes are no work here.

@@ -7,26 +7,59 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 )
 
 // nodeFactsChanged passes a Node's update only when something winnet-controller derives from changed:
-// its labels (which nodes are Windows nodes), annotations (flannel's lease and winnet's record), Pod
-// CIDRs, addresses, or the start of its deletion. kubelet's heartbeats (conditions, capacity, images)
-// change none of them: at 5,000 nodes they would otherwise queue work ahead of a new node's routes.
-func nodeFactsChanged() predicate.Funcs {
+// the labels it reads, readLabels (which nodes are Windows nodes: the WindowsNodeSelector's keys and
+// kubernetes.io/os), annotations (flannel's lease and winnet's record), Pod CIDRs, addresses, or the
+// start of its deletion. kubelet's heartbeats (conditions, capacity, images) change none of them: at
+// 5,000 nodes they would otherwise queue work ahead of a new node's routes. Nor do other labels:
+// kube-controller-manager adds beta.kubernetes.io/os to every new Node some seconds after it
+// registers, which queued each for an apply that changed nothing (make bench-scale).
+func nodeFactsChanged(readLabels []string) predicate.Funcs {
 	return predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool {
 		old, ok1 := e.ObjectOld.(*corev1.Node)
 		cur, ok2 := e.ObjectNew.(*corev1.Node)
 		if !ok1 || !ok2 {
 			return true
 		}
-		return !maps.Equal(old.Labels, cur.Labels) || !sameReadAnnotations(old.Annotations, cur.Annotations) ||
+		return !sameLabels(old.Labels, cur.Labels, readLabels) || !sameReadAnnotations(old.Annotations, cur.Annotations) ||
 			old.Spec.PodCIDR != cur.Spec.PodCIDR || !slices.Equal(old.Spec.PodCIDRs, cur.Spec.PodCIDRs) ||
 			!slices.Equal(old.Status.Addresses, cur.Status.Addresses) ||
 			old.DeletionTimestamp.IsZero() != cur.DeletionTimestamp.IsZero()
 	}}
+}
+
+// sameLabels reports whether two label sets agree on every key of keys (absent in both counts as
+// agreeing).
+func sameLabels(a, b map[string]string, keys []string) bool {
+	for _, k := range keys {
+		v, ok := a[k]
+		w, ok2 := b[k]
+		if ok != ok2 || v != w {
+			return false
+		}
+	}
+	return true
+}
+
+// nodeLabelsRead are the keys of a Node's labels the node reconciler reads: those sel (the
+// WindowsNodeSelector; nil for the default) selects on, and kubernetes.io/os (flannel's VNI check).
+func nodeLabelsRead(sel labels.Selector) []string {
+	if sel == nil {
+		sel = DefaultWindowsNodeSelector
+	}
+	keys := []string{corev1.LabelOSStable}
+	reqs, _ := sel.Requirements()
+	for _, r := range reqs {
+		if !slices.Contains(keys, r.Key()) {
+			keys = append(keys, r.Key())
+		}
+	}
+	return keys
 }
 
 // sameReadAnnotations compares two Nodes' annotations but those of Kubernetes' own domains

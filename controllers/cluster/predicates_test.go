@@ -7,6 +7,7 @@ import (
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 )
 
@@ -21,6 +22,11 @@ func TestNodePredicates(t *testing.T) {
 		},
 	}
 	now := metav1.NewTime(time.Now())
+	// A WindowsNodeSelector of the operator's: its keys are read besides kubernetes.io/os.
+	selector, err := labels.Parse("pool in (windows, win2022)")
+	if err != nil {
+		t.Fatal(err)
+	}
 	cases := []struct {
 		name         string
 		change       func(n *corev1.Node)
@@ -34,7 +40,13 @@ func TestNodePredicates(t *testing.T) {
 			n.Status.Images = []corev1.ContainerImage{{Names: []string{"pause"}}}
 			n.Status.Capacity = corev1.ResourceList{}
 		}, false, false},
-		{"label", func(n *corev1.Node) { n.Labels["x"] = "y" }, true, false},
+		{"the os label", func(n *corev1.Node) { n.Labels["kubernetes.io/os"] = "linux" }, true, false},
+		{"the os label removed", func(n *corev1.Node) { delete(n.Labels, "kubernetes.io/os") }, true, false},
+		{"a label the WindowsNodeSelector reads", func(n *corev1.Node) { n.Labels["pool"] = "windows" }, true, false},
+		// kube-controller-manager, on every new Node some seconds after it registers: nothing
+		// winnet-controller reads.
+		{"kube-controller-manager's beta os label", func(n *corev1.Node) { n.Labels["beta.kubernetes.io/os"] = "windows" }, false, false},
+		{"another label", func(n *corev1.Node) { n.Labels["x"] = "y" }, false, false},
 		{"annotation", func(n *corev1.Node) { n.Annotations["a"] = "2" }, true, false},
 		{"annotation removed", func(n *corev1.Node) { delete(n.Annotations, "a") }, true, false},
 		{"flannel's annotation", func(n *corev1.Node) { n.Annotations["flannel.alpha.coreos.com/public-ip"] = "192.168.1.1" }, true, false},
@@ -53,7 +65,7 @@ func TestNodePredicates(t *testing.T) {
 			cur := base.DeepCopy()
 			tc.change(cur)
 			e := event.UpdateEvent{ObjectOld: base, ObjectNew: cur}
-			g.Expect(nodeFactsChanged().Update(e)).To(Equal(tc.facts), "node reconciler")
+			g.Expect(nodeFactsChanged(nodeLabelsRead(selector)).Update(e)).To(Equal(tc.facts), "node reconciler")
 			g.Expect(nodeCIDRsChanged().Update(e)).To(Equal(tc.cidrs), "route conflict reconciler")
 		})
 	}
