@@ -1,9 +1,11 @@
 package nodenetwork
 
 import (
+	"cmp"
 	"fmt"
 	"net"
 	"net/netip"
+	"slices"
 
 	networkv1alpha1 "github.com/winnet-io/winnet/api/v1alpha1"
 	"github.com/winnet-io/winnet/internal/hns"
@@ -149,6 +151,21 @@ func desiredState(spec networkv1alpha1.WindowsNodeNetworkSpec, f facts) (desired
 	}
 	d.noSNAT = append(d.noSNAT, netip.PrefixFrom(d.nodeIP, d.nodeIP.BitLen()))
 	return d, nil
+}
+
+// serviceCIDRs returns the IPv4 prefixes of cidrs, masked, sorted and each once (the API server
+// validated them; an unparsable one is skipped).
+func serviceCIDRs(cidrs []networkv1alpha1.CIDR) []netip.Prefix {
+	var out []netip.Prefix
+	for _, c := range cidrs {
+		if p, err := netip.ParsePrefix(string(c)); err == nil && p.Addr().Is4() {
+			out = append(out, p.Masked())
+		}
+	}
+	slices.SortFunc(out, func(a, b netip.Prefix) int {
+		return cmp.Or(a.Addr().Compare(b.Addr()), cmp.Compare(a.Bits(), b.Bits()))
+	})
+	return slices.Compact(out)
 }
 
 func overhead(t networkv1alpha1.TunnelType) int {

@@ -37,6 +37,9 @@ type Realized struct {
 	UplinkMAC net.HardwareAddr
 	// BridgeLinkIndex and GatewayLinkIndex are the host interfaces of the bridge and the gateway.
 	BridgeLinkIndex, GatewayLinkIndex int
+	// ServiceCIDRs are the spec's IPv4 Service CIDRs, masked and sorted: the host routes each one
+	// into the gateway instead of a route per ClusterIP (the Service reconciler).
+	ServiceCIDRs []netip.Prefix
 }
 
 // RoutesResult is what the remote route reconciler installed, reported in the node's status.

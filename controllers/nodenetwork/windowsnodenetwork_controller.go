@@ -331,6 +331,7 @@ func (r *Reconciler) converge(ctx context.Context, wnn *networkv1alpha1.WindowsN
 	r.state().setRealized(&Realized{
 		Flows: s.flows, Node: s.node, Mode: wnn.Spec.Encapsulation.Mode, VNI: s.desired.vni, NodeSubnet: s.nodeSubnet,
 		BridgeAddresses: s.bridgeAddresses, UplinkMAC: s.facts.uplinkMAC, BridgeLinkIndex: s.bridge.Index, GatewayLinkIndex: s.gateway.Index,
+		ServiceCIDRs: serviceCIDRs(wnn.Spec.ServiceCIDRs),
 	})
 	r.state().FlowsSynced(ctx, NodeNetworkFlows, s.flows)
 	watched := []string{s.desired.bridge.Name}

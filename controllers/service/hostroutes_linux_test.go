@@ -104,3 +104,78 @@ func TestHostRoutesReadBackOncePerResync(t *testing.T) {
 	g.Expect(routed()).To(Equal([]string{"10.96.0.10/32", "10.96.0.12/32"}), "the read-back repairs the deleted route")
 	g.Expect(host.listings).To(Equal(2))
 }
+
+// TestServiceCIDRRoutes: with the spec's Service CIDRs known, the host has one route per CIDR and
+// none per ClusterIP inside it (10,000 Services are not 10,000 routes); a ClusterIP outside them
+// still gets its own. An earlier agent's per-ClusterIP routes are replaced, the CIDR's route first;
+// without Service CIDRs every ClusterIP is routed as before.
+func TestServiceCIDRRoutes(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Fatal("this test needs root (a network namespace with a veth): run it as root, as make test does")
+	}
+	g := NewWithT(t)
+	ctx := context.Background()
+	ns := fmt.Sprintf("wn-svccidr-%d", rand.IntN(1<<30))
+	run := func(args ...string) {
+		t.Helper()
+		if out, err := hostcmd.Command(args[0], args[1:]...).CombinedOutput(); err != nil {
+			t.Fatalf("%v: %v: %s", args, err, out)
+		}
+	}
+	run("ip", "netns", "add", ns)
+	t.Cleanup(func() { _ = hostcmd.Command("ip", "netns", "del", ns).Run() })
+	run("ip", "-n", ns, "link", "add", "gw0", "type", "veth", "peer", "name", "gw0p")
+	run("ip", "-n", ns, "link", "set", "gw0", "up")
+	run("ip", "-n", ns, "link", "set", "gw0p", "up")
+	run("ip", "-n", ns, "addr", "add", "10.244.1.1/24", "dev", "gw0")
+	real, err := hostnet.New(hostnet.Options{NetNSPath: "/run/netns/" + ns})
+	g.Expect(err).NotTo(HaveOccurred())
+	gw, err := real.LinkByName(ctx, "gw0")
+	g.Expect(err).NotTo(HaveOccurred())
+	routed := func() []string {
+		t.Helper()
+		routes, err := real.Routes(ctx, hostnet.RouteFilter{LinkIndex: gw.Index})
+		g.Expect(err).NotTo(HaveOccurred())
+		var out []string
+		for _, rt := range routes {
+			if rt.Gateway == pipeline.ServiceNextHop {
+				out = append(out, rt.Dst.String())
+			}
+		}
+		slices.Sort(out)
+		return out
+	}
+	a, b, outside := netip.MustParseAddr("10.96.0.10"), netip.MustParseAddr("10.100.3.7"), netip.MustParseAddr("10.200.0.5")
+	clock := clocktesting.NewFakePassiveClock(time.Unix(1000, 0))
+	const resync = 10 * time.Second
+
+	// An agent without Service CIDRs (or an earlier release) routed each ClusterIP.
+	old := &Reconciler{Net: real, Clock: clock}
+	g.Expect(old.syncHostRoutes(ctx, nodenetwork.Realized{GatewayLinkIndex: gw.Index}, []netip.Addr{a, b, outside}, resync)).To(Succeed())
+	g.Expect(routed()).To(Equal([]string{"10.100.3.7/32", "10.200.0.5/32", "10.96.0.10/32"}))
+
+	rz := nodenetwork.Realized{GatewayLinkIndex: gw.Index, ServiceCIDRs: []netip.Prefix{netip.MustParsePrefix("10.96.0.0/12")}}
+	r := &Reconciler{Net: real, Clock: clock, clusterIPs: map[netip.Addr]int{}}
+	g.Expect(r.syncHostRoutes(ctx, rz, []netip.Addr{a, b, outside}, resync)).To(Succeed())
+	g.Expect(routed()).To(Equal([]string{"10.200.0.5/32", "10.96.0.0/12"}), "one route for the CIDR, one for the ClusterIP outside it")
+
+	// Services come and go inside the CIDR: no route changes; outside it, its route follows.
+	for _, ip := range []netip.Addr{a, b, outside} {
+		r.clusterIPs[ip] = 1
+	}
+	c, outside2 := netip.MustParseAddr("10.96.5.5"), netip.MustParseAddr("10.201.0.9")
+	g.Expect(r.routeClusterIP(ctx, rz, netip.Addr{}, c)).To(Succeed())
+	g.Expect(r.routeClusterIP(ctx, rz, a, netip.Addr{})).To(Succeed())
+	g.Expect(r.routeClusterIP(ctx, rz, outside, outside2)).To(Succeed())
+	g.Expect(routed()).To(Equal([]string{"10.201.0.9/32", "10.96.0.0/12"}))
+
+	// The host reaches a ClusterIP through the CIDR's route, into the gateway.
+	out, err := hostcmd.Command("ip", "-n", ns, "route", "get", c.String()).CombinedOutput()
+	g.Expect(err).NotTo(HaveOccurred(), "%s", out)
+	g.Expect(string(out)).To(ContainSubstring("via 169.254.0.253 dev gw0"))
+
+	// The spec loses its Service CIDRs: every ClusterIP is routed again, the CIDR's route goes.
+	clock.SetTime(clock.Now().Add(resync))
+	g.Expect(r.syncHostRoutes(ctx, nodenetwork.Realized{GatewayLinkIndex: gw.Index}, []netip.Addr{b, c, outside2}, resync)).To(Succeed())
+	g.Expect(routed()).To(Equal([]string{"10.100.3.7/32", "10.201.0.9/32", "10.96.5.5/32"}))
+}

@@ -342,7 +342,8 @@ func (r *Reconciler) listHostRoutes(ctx context.Context) *hostRoutes {
 // builtOn tells whether what the Services came to was computed on this node network, with these
 // NodePort addresses.
 func (r *Reconciler) builtOn(rz nodenetwork.Realized, ips []netip.Addr) bool {
-	return r.realised != nil && rz.Flows == r.realisedOn.Flows && reflect.DeepEqual(rz.Node, r.realisedOn.Node) && slices.Equal(ips, r.realisedIPs)
+	return r.realised != nil && rz.Flows == r.realisedOn.Flows && reflect.DeepEqual(rz.Node, r.realisedOn.Node) && slices.Equal(ips, r.realisedIPs) &&
+		slices.Equal(rz.ServiceCIDRs, r.realisedOn.ServiceCIDRs)
 }
 
 func (r *Reconciler) resync() time.Duration {
@@ -696,7 +697,8 @@ func (r *Reconciler) handleRefusals(ctx context.Context, b *openflow.Bridge) {
 
 // syncHostRoutes routes every ClusterIP from the host into the gateway, through
 // pipeline.ServiceNextHop (the pipeline answers its ARP), so that kubelet and host processes reach
-// Services; routes through that next hop that no Service wants are deleted. The next hop is the
+// Services: one route per Service CIDR of the spec, and one per ClusterIP outside them
+// (inServiceCIDRs); routes through that next hop that nothing wants are deleted. The next hop is the
 // routes' mark: they are not winnet's owned routes, which the remote route reconciler owns.
 //
 // The host's routes are read back once per resync period (and after a failure), which repairs
@@ -712,9 +714,14 @@ func (r *Reconciler) syncHostRoutesFrom(ctx context.Context, rz nodenetwork.Real
 	if r.Net == nil {
 		return nil
 	}
-	want := make(map[netip.Prefix]bool, len(clusterIPs)+1)
+	want := make(map[netip.Prefix]bool, len(rz.ServiceCIDRs)+1)
+	for _, cidr := range rz.ServiceCIDRs {
+		want[cidr] = true
+	}
 	for _, ip := range clusterIPs {
-		want[netip.PrefixFrom(ip, 32)] = true
+		if !inServiceCIDRs(rz, ip) {
+			want[netip.PrefixFrom(ip, 32)] = true
+		}
 	}
 	if r.NodePorts != nil {
 		// The host's own connections to its NodePorts, NATed to this address (syncNodePortNAT).
@@ -739,15 +746,17 @@ func (r *Reconciler) syncHostRoutesFrom(ctx context.Context, rz nodenetwork.Real
 				missing = append(missing, route(dst))
 			}
 		}
+		// The new routes first: a Service CIDR's route replacing its ClusterIPs' routes is in place
+		// before they go.
+		if err := r.Net.EnsureRoutes(ctx, missing); err != nil {
+			return fmt.Errorf("routing ClusterIPs from the host: %w", err)
+		}
 		for dst := range r.routed {
 			if !want[dst] {
 				if err := r.Net.DeleteRoute(ctx, route(dst)); err != nil {
 					return fmt.Errorf("removing the host route to %s: %w", dst, err)
 				}
 			}
-		}
-		if err := r.Net.EnsureRoutes(ctx, missing); err != nil {
-			return fmt.Errorf("routing ClusterIPs from the host: %w", err)
 		}
 		r.routed = want
 		return nil
@@ -762,6 +771,7 @@ func (r *Reconciler) syncHostRoutesFrom(ctx context.Context, rz nodenetwork.Real
 		}
 	}
 	have := map[netip.Prefix]bool{}
+	var unwanted []hostnet.Route
 	for _, e := range existing {
 		if e.Gateway != pipeline.ServiceNextHop {
 			continue
@@ -770,9 +780,7 @@ func (r *Reconciler) syncHostRoutesFrom(ctx context.Context, rz nodenetwork.Real
 			have[e.Dst] = true
 			continue
 		}
-		if err := r.Net.DeleteRoute(ctx, e); err != nil {
-			return fmt.Errorf("removing the host route %s: %w", e, err)
-		}
+		unwanted = append(unwanted, e)
 	}
 	var missing []hostnet.Route
 	for dst := range want {
@@ -780,8 +788,15 @@ func (r *Reconciler) syncHostRoutesFrom(ctx context.Context, rz nodenetwork.Real
 			missing = append(missing, route(dst))
 		}
 	}
+	// The new routes first (an upgrade from an agent that routed every ClusterIP: the Service CIDR's
+	// route is in place before their routes go), then those no Service wants.
 	if err := r.Net.EnsureRoutes(ctx, missing); err != nil {
 		return fmt.Errorf("routing ClusterIPs from the host: %w", err)
+	}
+	for _, e := range unwanted {
+		if err := r.Net.DeleteRoute(ctx, e); err != nil {
+			return fmt.Errorf("removing the host route %s: %w", e, err)
+		}
 	}
 	r.routed, r.routedLink, r.routesChecked = want, rz.GatewayLinkIndex, now
 	return nil
@@ -824,8 +839,8 @@ func countNodePorts(counts map[hostnet.NodePort]int, ports []hostnet.NodePort, s
 }
 
 // routeClusterIP follows one Service's ClusterIP changing from old to new (the zero Addr for
-// none) in the host's routes (see syncHostRoutes) and in clusterIPs: an address is routed while a
-// Service has it.
+// none) in the host's routes (see syncHostRoutes) and in clusterIPs: an address outside the Service
+// CIDRs is routed while a Service has it; one inside them is carried by its CIDR's route.
 func (r *Reconciler) routeClusterIP(ctx context.Context, rz nodenetwork.Realized, old, new netip.Addr) error {
 	if old == new {
 		return nil
@@ -833,7 +848,7 @@ func (r *Reconciler) routeClusterIP(ctx context.Context, rz nodenetwork.Realized
 	route := func(ip netip.Addr) hostnet.Route {
 		return hostnet.Route{Dst: netip.PrefixFrom(ip, 32), Gateway: pipeline.ServiceNextHop, LinkIndex: rz.GatewayLinkIndex, OnLink: true}
 	}
-	if new.IsValid() && r.clusterIPs[new] == 0 && r.Net != nil {
+	if new.IsValid() && r.clusterIPs[new] == 0 && r.Net != nil && !inServiceCIDRs(rz, new) {
 		if err := r.Net.EnsureRoutes(ctx, []hostnet.Route{route(new)}); err != nil {
 			return fmt.Errorf("routing ClusterIP %s from the host: %w", new, err)
 		}
@@ -841,7 +856,7 @@ func (r *Reconciler) routeClusterIP(ctx context.Context, rz nodenetwork.Realized
 			r.routed[netip.PrefixFrom(new, 32)] = true
 		}
 	}
-	if old.IsValid() && r.clusterIPs[old] == 1 && r.Net != nil {
+	if old.IsValid() && r.clusterIPs[old] == 1 && r.Net != nil && !inServiceCIDRs(rz, old) {
 		if err := r.Net.DeleteRoute(ctx, route(old)); err != nil {
 			return fmt.Errorf("removing the host route to ClusterIP %s: %w", old, err)
 		}
@@ -858,6 +873,20 @@ func (r *Reconciler) routeClusterIP(ctx context.Context, rz nodenetwork.Realized
 		}
 	}
 	return nil
+}
+
+// inServiceCIDRs reports whether ip lies in one of the node's Service CIDRs, whose host routes carry
+// it: a ClusterIP there needs no route of its own. One route per Service CIDR instead of one per
+// ClusterIP keeps the host's routing table small (10,000 Services were 10,000 routes, each added
+// and removed with its Service and read back by every drift check); a ClusterIP outside them (a
+// Service CIDR added to the cluster but not to the spec) still gets its own.
+func inServiceCIDRs(rz nodenetwork.Realized, ip netip.Addr) bool {
+	for _, p := range rz.ServiceCIDRs {
+		if p.Contains(ip) {
+			return true
+		}
+	}
+	return false
 }
 
 func (r *Reconciler) clock() clock.PassiveClock {
