@@ -90,6 +90,15 @@ type State struct {
 	reports chan event.GenericEvent
 	// node is the name reports name.
 	node string
+	// published are the reports as of the last wake-up of the reconciler, which is what the status
+	// shows (the *Result accessors): a count changed since is written with the next wake-up, not
+	// with whatever else makes the reconciler write the status meanwhile (its own status write
+	// comes back to it as an update of its WindowsNodeNetwork).
+	published struct {
+		routes   *RoutesResult
+		services *ServicesResult
+		policies *PoliciesResult
+	}
 	// lastReport is when the reconciler was last woken to write the status, countTimer the
 	// pending wake-up of count changes held back (wakeCounts), countInterval the least time
 	// between two wake-ups for counts (zero: CountReportInterval).
@@ -243,14 +252,16 @@ func (s *State) wakeCounts() {
 	s.wake(node)
 }
 
-// wake asks the node network reconciler to write the reports into the node's status.
+// wake publishes the reports and asks the node network reconciler to write them into the node's
+// status.
 func (s *State) wake(node string) {
+	s.mu.Lock()
+	s.published.routes, s.published.services, s.published.policies = s.routes, s.services, s.policies
+	s.lastReport = time.Now()
+	s.mu.Unlock()
 	if node == "" {
 		return
 	}
-	s.mu.Lock()
-	s.lastReport = time.Now()
-	s.mu.Unlock()
 	select {
 	case s.reports <- event.GenericEvent{Object: &networkv1alpha1.WindowsNodeNetwork{ObjectMeta: metav1.ObjectMeta{Name: node}}}:
 	default: // a wake-up is pending already
@@ -271,10 +282,10 @@ func (s *State) SetServices(r ServicesResult) {
 func (s *State) servicesResult() (ServicesResult, bool) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	if s.services == nil {
+	if s.published.services == nil {
 		return ServicesResult{}, false
 	}
-	return *s.services, true
+	return *s.published.services, true
 }
 
 // SetPolicies records what the NetworkPolicy reconciler realised; a change is written into the
@@ -292,10 +303,10 @@ func (s *State) SetPolicies(r PoliciesResult) {
 func (s *State) policiesResult() (PoliciesResult, bool) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	if s.policies == nil {
+	if s.published.policies == nil {
 		return PoliciesResult{}, false
 	}
-	return *s.policies, true
+	return *s.published.policies, true
 }
 
 // watchReports returns the source of status wake-ups for the node's reconciler.
@@ -309,10 +320,10 @@ func (s *State) watchReports(node string) <-chan event.GenericEvent {
 func (s *State) routesResult() (RoutesResult, bool) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	if s.routes == nil {
+	if s.published.routes == nil {
 		return RoutesResult{}, false
 	}
-	return *s.routes, true
+	return *s.published.routes, true
 }
 
 // SetEgressAddresses records the egress IPs the egress reconciler is about to put, or may still have,

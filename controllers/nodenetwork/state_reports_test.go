@@ -75,3 +75,26 @@ func TestCountReportsAreCoalesced(t *testing.T) {
 	s.SetRoutes(RoutesResult{Desired: 101, Installed: 100, Failed: []string{"node-x: no route"}})
 	waitFor(base+5, "a failed route")
 }
+
+// TestStatusShowsPublishedCounts: what the status is written from is the reports as of the last
+// wake-up of the reconciler; counts changed since wait for the next one, even when something else
+// makes the reconciler write the status meanwhile (its own status write comes back to it).
+func TestStatusShowsPublishedCounts(t *testing.T) {
+	s := NewState()
+	s.countInterval = time.Hour
+	reports := s.watchReports("node-a")
+	s.SetServices(ServicesResult{Services: 1, Ports: 1})
+	<-reports
+	if got, _ := s.servicesResult(); got.Services != 1 {
+		t.Fatalf("the first report is published at once: status shows %d Services", got.Services)
+	}
+	s.SetServices(ServicesResult{Services: 2, Ports: 2})
+	if got, _ := s.servicesResult(); got.Services != 1 {
+		t.Fatalf("a count change within the interval is held back: status shows %d Services, want 1", got.Services)
+	}
+	s.SetServices(ServicesResult{Services: 2, Ports: 2, Err: "refused"})
+	<-reports
+	if got, _ := s.servicesResult(); got.Services != 2 || got.Err != "refused" {
+		t.Fatalf("a failure is published at once with the counts: status shows %+v", got)
+	}
+}
