@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/event"
@@ -142,7 +143,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	}
 	return b.
 		Named("windowsnodenetwork").
-		For(&networkv1alpha1.WindowsNodeNetwork{}).
+		For(&networkv1alpha1.WindowsNodeNetwork{}, builder.WithPredicates(notOwnStatusWrite())).
 		Watches(&corev1.Node{}, ownNode).
 		WatchesRawSource(source.Channel(drift, ownNode)).
 		WatchesRawSource(source.Channel(r.state().watchReports(r.NodeName), handler.EnqueueRequestsFromMapFunc(
