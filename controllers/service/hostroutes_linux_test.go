@@ -33,16 +33,15 @@ func (h *countingHost) Routes(ctx context.Context, f hostnet.RouteFilter) ([]hos
 	return h.Routing.Routes(ctx, f)
 }
 
-// TestHostRoutesReadBackOncePerResync: the ClusterIP routes follow the Services on every pass, but
-// the host's routes are listed only once per resync period (a pass among 10,000 Services must not
-// list 10,000 routes); the read-back repairs a route deleted behind the agent's back.
-func TestHostRoutesReadBackOncePerResync(t *testing.T) {
+// gatewayNamespace makes a network namespace (named prefix and a random number, deleted at the test's
+// end) with a gateway link gw0 holding the Pod subnet's first address, as a node's gateway does, and
+// returns its name, the real host network in it and the gateway link.
+func gatewayNamespace(t *testing.T, prefix string) (string, hostnet.Routing, hostnet.Link) {
+	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Fatal("this test needs root (a network namespace with a veth): run it as root, as make test does")
 	}
-	g := NewWithT(t)
-	ctx := context.Background()
-	ns := fmt.Sprintf("wn-svcroutes-%d", rand.IntN(1<<30))
+	ns := fmt.Sprintf("%s-%d", prefix, rand.IntN(1<<30))
 	run := func(args ...string) {
 		t.Helper()
 		if out, err := hostcmd.Command(args[0], args[1:]...).CombinedOutput(); err != nil {
@@ -54,12 +53,26 @@ func TestHostRoutesReadBackOncePerResync(t *testing.T) {
 	run("ip", "-n", ns, "link", "add", "gw0", "type", "veth", "peer", "name", "gw0p")
 	run("ip", "-n", ns, "link", "set", "gw0", "up")
 	run("ip", "-n", ns, "link", "set", "gw0p", "up")
-	run("ip", "-n", ns, "addr", "add", "10.244.1.1/24", "dev", "gw0") // the gateway holds the Pod subnet's first address
+	run("ip", "-n", ns, "addr", "add", "10.244.1.1/24", "dev", "gw0")
 	real, err := hostnet.New(hostnet.Options{NetNSPath: "/run/netns/" + ns})
-	g.Expect(err).NotTo(HaveOccurred())
+	if err != nil {
+		t.Fatal(err)
+	}
+	gw, err := real.LinkByName(context.Background(), "gw0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ns, real, gw
+}
+
+// TestHostRoutesReadBackOncePerResync: the ClusterIP routes follow the Services on every pass, but
+// the host's routes are listed only once per resync period (a pass among 10,000 Services must not
+// list 10,000 routes); the read-back repairs a route deleted behind the agent's back.
+func TestHostRoutesReadBackOncePerResync(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	_, real, gw := gatewayNamespace(t, "wn-svcroutes")
 	host := &countingHost{Routing: real}
-	gw, err := real.LinkByName(ctx, "gw0")
-	g.Expect(err).NotTo(HaveOccurred())
 	rz := nodenetwork.Realized{GatewayLinkIndex: gw.Index}
 	clock := clocktesting.NewFakePassiveClock(time.Unix(1000, 0))
 	r := &Reconciler{Net: host, Clock: clock}
@@ -110,28 +123,9 @@ func TestHostRoutesReadBackOncePerResync(t *testing.T) {
 // still gets its own. An earlier agent's per-ClusterIP routes are replaced, the CIDR's route first;
 // without Service CIDRs every ClusterIP is routed as before.
 func TestServiceCIDRRoutes(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Fatal("this test needs root (a network namespace with a veth): run it as root, as make test does")
-	}
 	g := NewWithT(t)
 	ctx := context.Background()
-	ns := fmt.Sprintf("wn-svccidr-%d", rand.IntN(1<<30))
-	run := func(args ...string) {
-		t.Helper()
-		if out, err := hostcmd.Command(args[0], args[1:]...).CombinedOutput(); err != nil {
-			t.Fatalf("%v: %v: %s", args, err, out)
-		}
-	}
-	run("ip", "netns", "add", ns)
-	t.Cleanup(func() { _ = hostcmd.Command("ip", "netns", "del", ns).Run() })
-	run("ip", "-n", ns, "link", "add", "gw0", "type", "veth", "peer", "name", "gw0p")
-	run("ip", "-n", ns, "link", "set", "gw0", "up")
-	run("ip", "-n", ns, "link", "set", "gw0p", "up")
-	run("ip", "-n", ns, "addr", "add", "10.244.1.1/24", "dev", "gw0")
-	real, err := hostnet.New(hostnet.Options{NetNSPath: "/run/netns/" + ns})
-	g.Expect(err).NotTo(HaveOccurred())
-	gw, err := real.LinkByName(ctx, "gw0")
-	g.Expect(err).NotTo(HaveOccurred())
+	ns, real, gw := gatewayNamespace(t, "wn-svccidr")
 	routed := func() []string {
 		t.Helper()
 		routes, err := real.Routes(ctx, hostnet.RouteFilter{LinkIndex: gw.Index})
