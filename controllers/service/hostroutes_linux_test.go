@@ -65,6 +65,24 @@ func gatewayNamespace(t *testing.T, prefix string) (string, hostnet.Routing, hos
 	return ns, real, gw
 }
 
+// serviceRoutes lists the destinations of the host's routes through pipeline.ServiceNextHop on the
+// gateway, sorted.
+func serviceRoutes(t *testing.T, h hostnet.Routing, gw hostnet.Link) []string {
+	t.Helper()
+	routes, err := h.Routes(context.Background(), hostnet.RouteFilter{LinkIndex: gw.Index})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, rt := range routes {
+		if rt.Gateway == pipeline.ServiceNextHop {
+			out = append(out, rt.Dst.String())
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
 // TestHostRoutesReadBackOncePerResync: the ClusterIP routes follow the Services on every pass, but
 // the host's routes are listed only once per resync period (a pass among 10,000 Services must not
 // list 10,000 routes); the read-back repairs a route deleted behind the agent's back.
@@ -79,19 +97,7 @@ func TestHostRoutesReadBackOncePerResync(t *testing.T) {
 	const resync = 10 * time.Second
 
 	a, b, c := netip.MustParseAddr("10.96.0.10"), netip.MustParseAddr("10.96.0.11"), netip.MustParseAddr("10.96.0.12")
-	routed := func() []string {
-		t.Helper()
-		routes, err := real.Routes(ctx, hostnet.RouteFilter{LinkIndex: gw.Index})
-		g.Expect(err).NotTo(HaveOccurred())
-		var out []string
-		for _, rt := range routes {
-			if rt.Gateway == pipeline.ServiceNextHop {
-				out = append(out, rt.Dst.String())
-			}
-		}
-		slices.Sort(out)
-		return out
-	}
+	routed := func() []string { t.Helper(); return serviceRoutes(t, real, gw) }
 	route := func(ip netip.Addr) hostnet.Route {
 		return hostnet.Route{Dst: netip.PrefixFrom(ip, 32), Gateway: pipeline.ServiceNextHop, LinkIndex: gw.Index, OnLink: true}
 	}
@@ -126,19 +132,7 @@ func TestServiceCIDRRoutes(t *testing.T) {
 	g := NewWithT(t)
 	ctx := context.Background()
 	ns, real, gw := gatewayNamespace(t, "wn-svccidr")
-	routed := func() []string {
-		t.Helper()
-		routes, err := real.Routes(ctx, hostnet.RouteFilter{LinkIndex: gw.Index})
-		g.Expect(err).NotTo(HaveOccurred())
-		var out []string
-		for _, rt := range routes {
-			if rt.Gateway == pipeline.ServiceNextHop {
-				out = append(out, rt.Dst.String())
-			}
-		}
-		slices.Sort(out)
-		return out
-	}
+	routed := func() []string { t.Helper(); return serviceRoutes(t, real, gw) }
 	a, b, outside := netip.MustParseAddr("10.96.0.10"), netip.MustParseAddr("10.100.3.7"), netip.MustParseAddr("10.200.0.5")
 	clock := clocktesting.NewFakePassiveClock(time.Unix(1000, 0))
 	const resync = 10 * time.Second
