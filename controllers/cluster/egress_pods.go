@@ -127,13 +127,6 @@ func (p *egressPods) open() {
 	egressPodWatchOpen.Set(1)
 }
 
-// opened reports whether the watch is open.
-func (p *egressPods) opened() bool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.informer != nil
-}
-
 // list returns the Pods the watch holds (nil when it is closed); the caller must not change them.
 func (p *egressPods) list() []*metav1.PartialObjectMetadata {
 	p.mu.Lock()

@@ -190,8 +190,8 @@ func sameRealized(a, b *Realized) bool {
 	return reflect.DeepEqual(x, y)
 }
 
-// SetRoutes records what the remote route reconciler installed; a change is written into the
-// node's status at once.
+// SetRoutes records what the remote route reconciler installed; a change of the failed routes is
+// written into the node's status at once, a change of the counts alone within CountReportInterval.
 func (s *State) SetRoutes(r RoutesResult) {
 	s.mu.Lock()
 	urgent := s.routes == nil || !slices.Equal(s.routes.Failed, r.Failed)
@@ -268,8 +268,8 @@ func (s *State) wake(node string) {
 	}
 }
 
-// SetServices records what the Service reconciler realised; a change is written into the node's
-// status at once.
+// SetServices records what the Service reconciler realised; a change of its error is written into
+// the node's status at once, a change of the counts alone within CountReportInterval.
 func (s *State) SetServices(r ServicesResult) {
 	s.mu.Lock()
 	urgent := s.services == nil || s.services.Err != r.Err
@@ -288,8 +288,9 @@ func (s *State) servicesResult() (ServicesResult, bool) {
 	return *s.published.services, true
 }
 
-// SetPolicies records what the NetworkPolicy reconciler realised; a change is written into the
-// node's status at once.
+// SetPolicies records what the NetworkPolicy reconciler realised; a change of its error, refusals or
+// ClusterNetworkPolicy report is written into the node's status at once, a change of the counts
+// alone within CountReportInterval.
 func (s *State) SetPolicies(r PoliciesResult) {
 	s.mu.Lock()
 	urgent := s.policies == nil || s.policies.Err != r.Err || !slices.Equal(s.policies.Refused, r.Refused) ||
