@@ -95,7 +95,10 @@
 // measured build's last agent gets it in bytes as WINNET_MEMORY_LIMIT, as the chart gives the
 // container's limit, so that its Go soft limit is 85% of it; the build's other agents run with the
 // runtime's defaults beside it, and its line ends with agent_memory_limit_mb=..
-// limited_agent_heap_mb=.. limited_agent_rss_mb=.. limited_agent_cpu_ratio=..: see above).
+// limited_agent_heap_mb=.. limited_agent_rss_mb=.. limited_agent_cpu_ratio=..: see above),
+// BENCH_SCALE_PROFILE_DIR (an existing directory: each agent's heap profile after a GC, taken when
+// its heap is measured, is written there as heap-<build>-<node>-<pods>.pb.gz; read it with
+// go tool pprof -sample_index=inuse_space).
 //
 // The two 150,000-Pod runs (issue 64; 45 minutes or more each on an idle 2-core machine):
 //

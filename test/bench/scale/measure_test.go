@@ -156,6 +156,28 @@ func heapMB(addr string) (float64, error) {
 	return n / (1 << 20), nil
 }
 
+// saveHeapProfile writes the heap profile of the process at addr's pprof endpoint, after a GC, to
+// file (BENCH_SCALE_PROFILE_DIR: read it with go tool pprof -sample_index=inuse_space).
+func saveHeapProfile(addr, file string) error {
+	resp, err := http.Get("http://" + addr + "/debug/pprof/heap?gc=1")
+	if err != nil {
+		return fmt.Errorf("reading the heap profile: %w", err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("reading the heap profile at %s: %s", addr, resp.Status)
+	}
+	f, err := os.Create(file)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(f, resp.Body); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
 // counter counts the bytes of response bodies.
 type counter struct {
 	rt    http.RoundTripper

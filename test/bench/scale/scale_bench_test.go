@@ -401,6 +401,12 @@ func TestBenchScale(t *testing.T) {
 				if err != nil {
 					t.Fatalf("the heap of %s's agent: %v", a.node.Name, err)
 				}
+				if dir := os.Getenv("BENCH_SCALE_PROFILE_DIR"); dir != "" {
+					f := filepath.Join(dir, fmt.Sprintf("heap-%s-%s-%d.pb.gz", set.name, a.node.Name, size))
+					if err := saveHeapProfile(a.pprof, f); err != nil {
+						t.Fatalf("the heap profile of %s's agent: %v", a.node.Name, err)
+					}
+				}
 				rss, err := rssMB(pid)
 				if err != nil {
 					t.Fatalf("the RSS of %s's agent: %v", a.node.Name, err)
