@@ -19,6 +19,7 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	networkv1alpha1 "github.com/winnet-io/winnet/api/v1alpha1"
+	"github.com/winnet-io/winnet/controllers/service"
 	// winnet_build_info on the registry the metrics endpoint serves.
 	_ "github.com/winnet-io/winnet/internal/buildinfo"
 	"github.com/winnet-io/winnet/internal/cmdline"
@@ -105,9 +106,9 @@ func NewManager(cfg *rest.Config, opts Options) (manager.Manager, error) {
 				// Every Service and EndpointSlice of the cluster that winnet serves (10,000 Services
 				// hold 50,000 or more endpoints), selected by the API server as kube-proxy selects
 				// them (no other proxy's, no headless Service's slices), kept without what no
-				// reconciler reads.
-				&corev1.Service{}:            {Label: proxiedBy, Transform: cache.TransformStripManagedFields()},
-				&discoveryv1.EndpointSlice{}: {Label: proxiedBy, Transform: trimEndpointSlice},
+				// reconciler reads (service.TrimService, service.TrimEndpointSlice).
+				&corev1.Service{}:            {Label: proxiedBy, Transform: service.TrimService},
+				&discoveryv1.EndpointSlice{}: {Label: proxiedBy, Transform: service.TrimEndpointSlice},
 			},
 		},
 	})
@@ -139,17 +140,3 @@ var proxiedBy = func() labels.Selector {
 	}
 	return labels.NewSelector().Add(*noProxyName, *noHeadless)
 }()
-
-// trimEndpointSlice drops of an EndpointSlice what the Services reconciler does not read: its
-// managed fields and each endpoint's reference to its Pod and hostname.
-func trimEndpointSlice(obj any) (any, error) {
-	s, ok := obj.(*discoveryv1.EndpointSlice)
-	if !ok {
-		return obj, nil
-	}
-	s.ManagedFields = nil
-	for i := range s.Endpoints {
-		s.Endpoints[i].TargetRef, s.Endpoints[i].Hostname = nil, nil
-	}
-	return s, nil
-}

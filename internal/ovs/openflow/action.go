@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"strconv"
 	"strings"
 
 	"antrea.io/libOpenflow/openflow15"
@@ -133,15 +134,44 @@ func (dropAction) appendKey(b []byte) []byte { return b }
 func (dropAction) appendWire(b []byte) ([]byte, error) { return b, nil }
 
 // setFieldAction is OFPAT_SET_FIELD (OpenFlow 1.5 allows masks) of the field a match field
-// describes (arp: an ARP field).
+// describes (arp: an ARP field). It keeps no text: its value is rendered from the field when the
+// action is printed (style), so that the tens of thousands of actions of a large node's Services
+// and routes cost no string each (bench-scale: issue 64). name is a constant.
 type setFieldAction struct {
 	name  string
-	value string
 	field MatchField
 	arp   bool
+	style valueStyle
 }
 
-func (a setFieldAction) text() string { return "set_field:" + a.value + "->" + a.name }
+// valueStyle is how a set_field's value is printed, as ovs-ofctl prints it.
+type valueStyle uint8
+
+const (
+	styleMAC       valueStyle = iota // the field's MAC
+	styleAddr                        // the field's prefix's address
+	styleHex                         // the value in hex ("0" for zero)
+	styleMaskedHex                   // value/mask in hex, or the value alone when exact
+	styleDecimal                     // the value in decimal
+)
+
+// value renders the set value.
+func (a setFieldAction) value() string {
+	switch a.style {
+	case styleMAC:
+		return a.field.macAddr().String()
+	case styleAddr:
+		return a.field.prefix.Addr().String()
+	case styleHex:
+		return hex(a.field.value)
+	case styleMaskedHex:
+		return maskedHex(a.field.value, a.field.mask)
+	}
+	return strconv.FormatUint(a.field.value, 10)
+}
+
+func (a setFieldAction) text() string { return "set_field:" + a.value() + "->" + a.name }
+
 func (a setFieldAction) encode() (openflow15.Action, error) {
 	f, err := a.field.oxm(a.arp)
 	if err != nil {
@@ -149,8 +179,15 @@ func (a setFieldAction) encode() (openflow15.Action, error) {
 	}
 	return openflow15.NewActionSetField(*f), nil
 }
+
+// appendKey identifies the action by its name and field: the printed value is a function of the
+// field for each name (and of the arp flag, which only arp_spa sets).
 func (a setFieldAction) appendKey(b []byte) []byte {
-	return appendStringKey(appendStringKey(append(b, 's'), a.name), a.value)
+	b = a.field.appendKey(appendStringKey(append(b, 's'), a.name))
+	if a.arp {
+		return append(b, 1)
+	}
+	return append(b, 0)
 }
 func (a setFieldAction) appendWire(b []byte) ([]byte, error) {
 	start := len(b)
@@ -165,56 +202,69 @@ func (a setFieldAction) appendWire(b []byte) ([]byte, error) {
 
 // SetEthDst rewrites the destination MAC.
 func SetEthDst(mac net.HardwareAddr) Action {
-	return setFieldAction{name: "eth_dst", value: mac.String(), field: EthDst(mac)}
+	return setFieldAction{name: "eth_dst", style: styleMAC, field: EthDst(mac)}
 }
 
 // SetEthSrc rewrites the source MAC.
 func SetEthSrc(mac net.HardwareAddr) Action {
-	return setFieldAction{name: "eth_src", value: mac.String(), field: EthSrc(mac)}
+	return setFieldAction{name: "eth_src", style: styleMAC, field: EthSrc(mac)}
 }
 
 // SetTunDst sets the tunnel destination of a flow-based tunnel port.
 func SetTunDst(ip netip.Addr) Action {
-	return setFieldAction{name: "tun_dst", value: ip.String(), field: TunDst(ip)}
+	return setFieldAction{name: "tun_dst", style: styleAddr, field: TunDst(ip)}
 }
 
 // SetTunID sets the tunnel key (VNI).
 func SetTunID(id uint64) Action {
-	return setFieldAction{name: "tun_id", value: hex(id), field: TunID(id)}
+	return setFieldAction{name: "tun_id", style: styleHex, field: TunID(id)}
 }
 
 // SetReg loads value into bits start..end of register idx (a masked set_field,
 // which OVS accepts under OpenFlow 1.5 where NXAST_REG_LOAD is refused).
 func SetReg(idx, start, end int, value uint32) Action {
 	mask := bitMask(start, end)
-	field := MatchField{kind: kindReg, reg: idx, value: uint64(value << start & mask)}
-	txt := hex(field.value)
+	field := MatchField{kind: kindReg, reg: uint8(idx), value: uint64(value << start & mask)}
 	if mask != 0xffffffff {
 		field.mask = uint64(mask)
-		txt += "/" + hex(field.mask)
 	}
-	return setFieldAction{name: fmt.Sprintf("reg%d", idx), value: txt, field: field}
+	return setFieldAction{name: regName(idx), style: styleMaskedHex, field: field}
+}
+
+// regNames are the registers' names, made once (set_field actions of registers are many).
+var regNames = func() (n [16]string) {
+	for i := range n {
+		n[i] = fmt.Sprintf("reg%d", i)
+	}
+	return n
+}()
+
+// regName names register idx.
+func regName(idx int) string {
+	if idx >= 0 && idx < len(regNames) {
+		return regNames[idx]
+	}
+	return fmt.Sprintf("reg%d", idx)
 }
 
 // SetARPOp sets the ARP opcode (2 for a reply).
 func SetARPOp(op uint16) Action {
-	return setFieldAction{name: "arp_op", value: fmt.Sprintf("%d", op), field: ARPOp(op)}
+	return setFieldAction{name: "arp_op", style: styleDecimal, field: ARPOp(op)}
 }
 
 // SetARPSha sets the ARP sender hardware address.
 func SetARPSha(mac net.HardwareAddr) Action {
-	return setFieldAction{name: "arp_sha", value: mac.String(), field: MatchField{kind: kindARPSha, mac: mac}}
+	return setFieldAction{name: "arp_sha", style: styleMAC, field: ARPSHA(mac)}
 }
 
 // SetARPSpa sets the ARP sender protocol address.
 func SetARPSpa(ip netip.Addr) Action {
-	return setFieldAction{name: "arp_spa", value: ip.String(), field: NwSrc(netip.PrefixFrom(ip, ip.BitLen())), arp: true}
+	return setFieldAction{name: "arp_spa", style: styleAddr, field: NwSrc(netip.PrefixFrom(ip, ip.BitLen())), arp: true}
 }
 
 // SetCTMark sets ct_mark (inside CT's Exec); mask 0 or 0xffffffff is exact.
 func SetCTMark(mark, mask uint32) Action {
-	field := CTMark(mark, mask)
-	return setFieldAction{name: "ct_mark", value: maskedHex(field.value, field.mask), field: field}
+	return setFieldAction{name: "ct_mark", style: styleMaskedHex, field: CTMark(mark, mask)}
 }
 
 // Field names a whole NXM/OXM field for Move.

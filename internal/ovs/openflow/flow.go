@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"slices"
 	"strings"
 
 	"antrea.io/libOpenflow/openflow15"
@@ -184,7 +185,7 @@ func (f *Flow) flowMod(command uint8, cookie uint64) (*openflow15.FlowMod, error
 
 // ---- match fields -------------------------------------------------------
 
-type matchKind int
+type matchKind uint8
 
 // The order OVS's match_format prints fields in.
 const (
@@ -251,13 +252,34 @@ func (f *Flow) shorthand() string {
 }
 
 // MatchField is one match criterion; build it with the constructors below.
+//
+// It is kept small (56 bytes): a large node holds a few hundred thousand of them, in its flows and
+// in its set_field actions (bench-scale, issue 64). The MAC is held inline, not as a slice.
 type MatchField struct {
-	kind   matchKind
 	value  uint64
 	mask   uint64 // 0 means exact
-	reg    int
 	prefix netip.Prefix
-	mac    net.HardwareAddr
+	kind   matchKind
+	// reg is the register's index (kindReg), the IP protocol (kindTpSrc, kindTpDst) or the first
+	// bit (kindCTLabel).
+	reg uint8
+	// macLen is how many bytes of mac the field's MAC has (6, or 0 for none).
+	macLen uint8
+	mac    [6]byte
+}
+
+// withMAC returns m with MAC a (at most its first 6 bytes: an Ethernet address).
+func (m MatchField) withMAC(a net.HardwareAddr) MatchField {
+	m.macLen = uint8(copy(m.mac[:], a))
+	return m
+}
+
+// macAddr returns the field's MAC (nil when it has none).
+func (m *MatchField) macAddr() net.HardwareAddr {
+	if m.macLen == 0 {
+		return nil
+	}
+	return slices.Clone(net.HardwareAddr(m.mac[:m.macLen]))
 }
 
 // appendKey appends the field's binary identity (see Flow.appendMatchKey).
@@ -266,8 +288,8 @@ func (m *MatchField) appendKey(b []byte) []byte {
 	b = binary.AppendUvarint(b, m.value)
 	b = binary.AppendUvarint(b, m.mask)
 	b = appendPrefixKey(b, m.prefix)
-	b = append(b, byte(len(m.mac)))
-	return append(b, m.mac...)
+	b = append(b, m.macLen)
+	return append(b, m.mac[:m.macLen]...)
 }
 
 func appendPrefixKey(b []byte, p netip.Prefix) []byte {
@@ -296,7 +318,7 @@ func appendStringKey(b []byte, s string) []byte {
 
 func (m MatchField) order() int {
 	if m.kind == kindReg {
-		return int(kindReg) + m.reg
+		return int(kindReg) + int(m.reg)
 	}
 	return int(m.kind)
 }
@@ -305,10 +327,10 @@ func (m MatchField) order() int {
 func InPort(port uint32) MatchField { return MatchField{kind: kindInPort, value: uint64(port)} }
 
 // EthSrc matches the source MAC.
-func EthSrc(mac net.HardwareAddr) MatchField { return MatchField{kind: kindEthSrc, mac: mac} }
+func EthSrc(mac net.HardwareAddr) MatchField { return MatchField{kind: kindEthSrc}.withMAC(mac) }
 
 // EthDst matches the destination MAC.
-func EthDst(mac net.HardwareAddr) MatchField { return MatchField{kind: kindEthDst, mac: mac} }
+func EthDst(mac net.HardwareAddr) MatchField { return MatchField{kind: kindEthDst}.withMAC(mac) }
 
 // EthType matches the EtherType (printed as ip/arp for those).
 func EthType(t uint16) MatchField { return MatchField{kind: kindEthType, value: uint64(t)} }
@@ -334,7 +356,7 @@ func ARPTPA(ip netip.Addr) MatchField {
 }
 
 // ARPSHA matches the ARP sender hardware address.
-func ARPSHA(mac net.HardwareAddr) MatchField { return MatchField{kind: kindARPSha, mac: mac} }
+func ARPSHA(mac net.HardwareAddr) MatchField { return MatchField{kind: kindARPSha}.withMAC(mac) }
 
 // ARPOp matches the ARP opcode.
 func ARPOp(op uint16) MatchField { return MatchField{kind: kindARPOp, value: uint64(op)} }
@@ -372,12 +394,12 @@ func CTMark(mark, mask uint32) MatchField {
 
 // CTLabel32 matches the 32 bits of ct_label from bit start (0, 32, 64 or 96) against value.
 func CTLabel32(start int, value uint32) MatchField {
-	return MatchField{kind: kindCTLabel, value: uint64(value), reg: start &^ 31}
+	return MatchField{kind: kindCTLabel, value: uint64(value), reg: uint8(start &^ 31)}
 }
 
 // ctLabel128 is the match's value and mask as 128-bit big-endian ct_label bytes.
 func (m MatchField) ctLabel128() (value, mask [16]byte) {
-	byteOff := 12 - m.reg/8 // the 4 bytes of bits start..start+31, counted from the last byte
+	byteOff := 12 - int(m.reg)/8 // the 4 bytes of bits start..start+31, counted from the last byte
 	binary.BigEndian.PutUint32(value[byteOff:], uint32(m.value))
 	binary.BigEndian.PutUint32(mask[byteOff:], 0xffffffff)
 	return value, mask
@@ -417,7 +439,7 @@ func Reg(idx, start, end int, value uint32) MatchField {
 	if mask == 0xffffffff {
 		mask = 0
 	}
-	return MatchField{kind: kindReg, reg: idx, value: uint64(value) << start & 0xffffffff, mask: uint64(mask)}
+	return MatchField{kind: kindReg, reg: uint8(idx), value: uint64(value) << start & 0xffffffff, mask: uint64(mask)}
 }
 
 func bitMask(start, end int) uint32 {
@@ -509,9 +531,9 @@ func (m MatchField) text(arp bool) string {
 	case kindInPort:
 		return "in_port=" + portText(uint32(m.value))
 	case kindEthSrc:
-		return "dl_src=" + m.mac.String()
+		return "dl_src=" + m.macAddr().String()
 	case kindEthDst:
-		return "dl_dst=" + m.mac.String()
+		return "dl_dst=" + m.macAddr().String()
 	case kindNwSrc:
 		if arp {
 			return "arp_spa=" + prefixText(m.prefix)
@@ -525,7 +547,7 @@ func (m MatchField) text(arp bool) string {
 	case kindARPOp:
 		return fmt.Sprintf("arp_op=%d", m.value)
 	case kindARPSha:
-		return "arp_sha=" + m.mac.String()
+		return "arp_sha=" + m.macAddr().String()
 	case kindNwProto:
 		return fmt.Sprintf("nw_proto=%d", m.value)
 	case kindICMPType:
@@ -584,7 +606,7 @@ func (m MatchField) oxm(arp bool) (*openflow15.MatchField, error) {
 	case kindEthType:
 		return openflow15.NewEthTypeField(uint16(m.value)), nil
 	case kindReg:
-		return openflow15.NewRegMatchFieldWithMask(m.reg, uint32(m.value), uint32(m.mask)), nil
+		return openflow15.NewRegMatchFieldWithMask(int(m.reg), uint32(m.value), uint32(m.mask)), nil
 	case kindTunID:
 		return openflow15.NewTunnelIdField(m.value), nil
 	case kindTunSrc:
@@ -594,9 +616,9 @@ func (m MatchField) oxm(arp bool) (*openflow15.MatchField, error) {
 	case kindInPort:
 		return openflow15.NewInPortField(uint32(m.value)), nil
 	case kindEthSrc:
-		return openflow15.NewEthSrcField(m.mac, nil), nil
+		return openflow15.NewEthSrcField(m.macAddr(), nil), nil
 	case kindEthDst:
-		return openflow15.NewEthDstField(m.mac, nil), nil
+		return openflow15.NewEthDstField(m.macAddr(), nil), nil
 	case kindNwSrc:
 		if arp {
 			return openflow15.NewArpSpaField(ip), nil
@@ -610,7 +632,7 @@ func (m MatchField) oxm(arp bool) (*openflow15.MatchField, error) {
 	case kindARPOp:
 		return openflow15.NewArpOperField(uint16(m.value)), nil
 	case kindARPSha:
-		return openflow15.NewArpShaField(m.mac), nil
+		return openflow15.NewArpShaField(m.macAddr()), nil
 	case kindNwProto:
 		return openflow15.NewIpProtoField(uint8(m.value)), nil
 	case kindICMPType:

@@ -15,7 +15,7 @@ func TpDstMasked(proto uint8, port, mask uint16) MatchField {
 	if mask == 0xffff {
 		return TpDst(proto, port)
 	}
-	return MatchField{kind: kindTpDst, value: uint64(port & mask), mask: uint64(mask), reg: int(proto)}
+	return MatchField{kind: kindTpDst, value: uint64(port & mask), mask: uint64(mask), reg: proto}
 }
 
 // ConjID matches packets that completed conjunction id: one flow of every clause of the

@@ -14,7 +14,7 @@ import (
 // TpDst matches the TCP or UDP destination port; the flow must also match IPv4() and
 // IPProto(proto) with proto ProtoTCP or ProtoUDP.
 func TpDst(proto uint8, port uint16) MatchField {
-	return MatchField{kind: kindTpDst, value: uint64(port), reg: int(proto)}
+	return MatchField{kind: kindTpDst, value: uint64(port), reg: proto}
 }
 
 // FieldCTLabel is ct_label, for Move into ct(exec(...)) and out of it.

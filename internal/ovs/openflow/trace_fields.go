@@ -1,7 +1,6 @@
 package openflow
 
 import (
-	"fmt"
 	"net/netip"
 )
 
@@ -15,7 +14,7 @@ func IPDSCP(dscp uint8) MatchField { return MatchField{kind: kindIPDSCP, value: 
 // TpSrc matches the TCP or UDP source port; the flow must also match IPv4() and IPProto(proto)
 // with proto ProtoTCP or ProtoUDP.
 func TpSrc(proto uint8, port uint16) MatchField {
-	return MatchField{kind: kindTpSrc, value: uint64(port), reg: int(proto)}
+	return MatchField{kind: kindTpSrc, value: uint64(port), reg: proto}
 }
 
 // RegMasked matches the bits of register idx under mask (which need not be contiguous): a flow
@@ -25,13 +24,13 @@ func RegMasked(idx int, value, mask uint32) MatchField {
 	if mask == 0xffffffff {
 		mask = 0
 	}
-	return MatchField{kind: kindReg, reg: idx, value: uint64(value&mask) & 0xffffffff, mask: uint64(mask)}
+	return MatchField{kind: kindReg, reg: uint8(idx), value: uint64(value&mask) & 0xffffffff, mask: uint64(mask)}
 }
 
 // SetNwDst rewrites the IPv4 destination (set_field, with the checksums fixed by the datapath;
 // the Windows datapath sets it too: Actions.c OvsExecuteSetAction, IPv4).
 func SetNwDst(ip netip.Addr) Action {
-	return setFieldAction{name: "ip_dst", value: ip.String(), field: NwDst(netip.PrefixFrom(ip, 32))}
+	return setFieldAction{name: "ip_dst", style: styleAddr, field: NwDst(netip.PrefixFrom(ip, 32))}
 }
 
 // SetTpDst rewrites the TCP or UDP destination port (proto ProtoTCP or ProtoUDP); the flow must
@@ -41,5 +40,5 @@ func SetTpDst(proto uint8, port uint16) Action {
 	if proto == ProtoUDP {
 		name = "udp_dst"
 	}
-	return setFieldAction{name: name, value: fmt.Sprintf("%d", port), field: TpDst(proto, port)}
+	return setFieldAction{name: name, style: styleDecimal, field: TpDst(proto, port)}
 }

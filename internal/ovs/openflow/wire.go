@@ -115,7 +115,7 @@ func (m *MatchField) appendOXM(b []byte, arp bool) ([]byte, error) {
 	case kindEthType:
 		return binary.BigEndian.AppendUint16(oxmHeader(b, basic, openflow15.OXM_FIELD_ETH_TYPE, 2, false), uint16(m.value)), nil
 	case kindReg:
-		return appendOXM32(b, nxm, uint8(openflow15.NXM_NX_REG0+m.reg), uint32(m.value), uint32(m.mask), m.mask != 0), nil
+		return appendOXM32(b, nxm, uint8(openflow15.NXM_NX_REG0+int(m.reg)), uint32(m.value), uint32(m.mask), m.mask != 0), nil
 	case kindTunID:
 		return binary.BigEndian.AppendUint64(oxmHeader(b, basic, openflow15.OXM_FIELD_TUNNEL_ID, 8, false), m.value), nil
 	case kindTunSrc:
@@ -207,7 +207,7 @@ func appendOXMPrefix(b []byte, class uint16, field uint8, m *MatchField, maskabl
 
 func appendOXMMAC(b []byte, field uint8, m *MatchField) []byte {
 	var mac [6]byte
-	copy(mac[:], m.mac)
+	copy(mac[:], m.mac[:m.macLen])
 	return append(oxmHeader(b, openflow15.OXM_CLASS_OPENFLOW_BASIC, field, 6, false), mac[:]...)
 }
 
