@@ -16,6 +16,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
@@ -139,7 +140,7 @@ func (r *Reconciler) SetupWithManager(mgr manager.Manager) error {
 		Named("egress").
 		Watches(&networkv1alpha1.Egress{}, all).
 		Watches(&corev1.Pod{}, all).
-		Watches(&corev1.Namespace{}, all).
+		Watches(&corev1.Namespace{}, all, builder.WithPredicates(namespaceEvents(func() bool { return r.anyEgress(context.Background()) }))).
 		// The node's labels, which an Egress's nodeSelector reads (whether the agent renews its
 		// Lease); not its status, which kubelet writes every few seconds.
 		Watches(&corev1.Node{}, all, builder.WithPredicates(predicate.LabelChangedPredicate{})).
@@ -148,6 +149,31 @@ func (r *Reconciler) SetupWithManager(mgr manager.Manager) error {
 		b = b.WatchesRawSource(source.Channel(r.Fence.Changed(), all))
 	}
 	return b.Complete(r)
+}
+
+// namespaceEvents passes a Namespace's creation, deletion and label changes, and only while an
+// Egress exists (anyEgress): a pass reads nothing else of a Namespace than its labels, and without an
+// Egress they select nothing. Without it, every Namespace written anywhere in the cluster cost each
+// agent a pass that read every Namespace (bench-scale, issue 64). An Egress created later brings
+// its own pass, which reads the Namespaces then.
+func namespaceEvents(anyEgress func() bool) predicate.Funcs {
+	return predicate.Funcs{
+		CreateFunc: func(event.CreateEvent) bool { return anyEgress() },
+		UpdateFunc: func(e event.UpdateEvent) bool {
+			return !maps.Equal(e.ObjectOld.GetLabels(), e.ObjectNew.GetLabels()) && anyEgress()
+		},
+		DeleteFunc:  func(event.DeleteEvent) bool { return anyEgress() },
+		GenericFunc: func(event.GenericEvent) bool { return anyEgress() },
+	}
+}
+
+// anyEgress reports whether the cache holds an Egress (true on an error: the pass then decides).
+func (r *Reconciler) anyEgress(ctx context.Context) bool {
+	list := &networkv1alpha1.EgressList{}
+	if err := r.Client.List(ctx, list, client.UnsafeDisableDeepCopy); err != nil {
+		return true
+	}
+	return len(list.Items) > 0
 }
 
 // Reconcile converges the node's Egresses.
@@ -164,8 +190,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ reconcile.Request) (reconc
 	if err := r.Client.List(ctx, pods); err != nil {
 		return reconcile.Result{}, fmt.Errorf("listing the node's Pods: %w", err)
 	}
+	// Read only (their labels): no copy of every Namespace per pass.
 	namespaces := &corev1.NamespaceList{}
-	if err := r.Client.List(ctx, namespaces); err != nil {
+	if err := r.Client.List(ctx, namespaces, client.UnsafeDisableDeepCopy); err != nil {
 		return reconcile.Result{}, fmt.Errorf("listing Namespaces: %w", err)
 	}
 	nsLabels := make(map[string]labels.Set, len(namespaces.Items))

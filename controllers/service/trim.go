@@ -1,6 +1,9 @@
 package service
 
 import (
+	"maps"
+	"slices"
+
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 )
@@ -47,17 +50,13 @@ func TrimEndpointSlice(obj any) (any, error) {
 	return s, nil
 }
 
-// keepLabels returns the labels of keys that labels has (nil when none): a new map, so that what
-// the decoder made for the others is freed.
+// keepLabels deletes from labels every label but keys, in place (a new map would cost as much as
+// the decoded one: a small map's size does not depend on its entries), and returns it, nil when
+// none is left.
 func keepLabels(labels map[string]string, keys ...string) map[string]string {
-	var out map[string]string
-	for _, k := range keys {
-		if v, ok := labels[k]; ok {
-			if out == nil {
-				out = make(map[string]string, len(keys))
-			}
-			out[k] = v
-		}
+	maps.DeleteFunc(labels, func(k, _ string) bool { return !slices.Contains(keys, k) })
+	if len(labels) == 0 {
+		return nil
 	}
-	return out
+	return labels
 }

@@ -548,11 +548,36 @@ func (h *ipHelper) SetUp(_ context.Context, linkIndex int) error {
 	return nil
 }
 
-// EnsureRoutes ensures each route in turn.
-func (h *ipHelper) EnsureRoutes(ctx context.Context, routes []Route) error {
+// EnsureRoutes ensures each route against one listing of the routing table: a listing per route
+// would make a node's first pass over 5,000 peers' routes read the table 5,000 times (bench-scale,
+// issue 64). Routes of one call with the same interface, destination and next hop are one route
+// to Windows: the first one counts.
+func (h *ipHelper) EnsureRoutes(_ context.Context, routes []Route) error {
+	if len(routes) == 0 {
+		return nil
+	}
+	existing, err := h.listRoutes(RouteFilter{})
+	if err != nil {
+		return fmt.Errorf("ensuring routes: %w", err)
+	}
+	byID := map[windowsRouteID][]systemRoute{}
+	for _, e := range existing {
+		byID[windowsID(e.Route)] = append(byID[windowsID(e.Route)], e)
+	}
 	var errs []error
+	done := map[windowsRouteID]bool{}
 	for _, r := range routes {
-		if err := h.EnsureRoute(ctx, r); err != nil {
+		if err := r.validate(); err != nil {
+			errs = append(errs, fmt.Errorf("ensuring route: %w", err))
+			continue
+		}
+		r = r.normalize()
+		id := windowsID(r)
+		if done[id] {
+			continue
+		}
+		done[id] = true
+		if err := h.ensureRoute(r, byID[id]); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -593,6 +618,16 @@ type systemRoute struct {
 	Route
 	row windows.MibIpForwardRow2
 }
+
+// windowsRouteID is how Windows identifies a route: its interface, destination and next hop (metric
+// and protocol are properties of the route).
+type windowsRouteID struct {
+	link    int
+	dst     netip.Prefix
+	gateway netip.Addr
+}
+
+func windowsID(r Route) windowsRouteID { return windowsRouteID{r.LinkIndex, r.Dst, r.Gateway} }
 
 func ownedMetric(metric uint32) bool {
 	return metric >= WindowsOwnedMetricBase && metric < WindowsOwnedMetricBase+WindowsOwnedMetricSpan
@@ -673,6 +708,19 @@ func (h *ipHelper) EnsureRoute(_ context.Context, r Route) error {
 	if r.LinkIndex == 0 {
 		return fmt.Errorf("ensuring route %s: Windows needs the interface of a route", r)
 	}
+	existing, err := h.listRoutes(RouteFilter{LinkIndex: r.LinkIndex})
+	if err != nil {
+		return fmt.Errorf("ensuring route %s: %w", r, err)
+	}
+	return h.ensureRoute(r, slices.DeleteFunc(existing, func(e systemRoute) bool { return windowsID(e.Route) != windowsID(r) }))
+}
+
+// ensureRoute creates r (validated and normalized), or changes the existing route with its
+// interface, destination and next hop (same: the listed routes with r's windowsID) to it.
+func (h *ipHelper) ensureRoute(r Route, same []systemRoute) error {
+	if r.LinkIndex == 0 {
+		return fmt.Errorf("ensuring route %s: Windows needs the interface of a route", r)
+	}
 	metric, err := systemMetric(r)
 	if err != nil {
 		return fmt.Errorf("ensuring route: %w", err)
@@ -681,16 +729,9 @@ func (h *ipHelper) EnsureRoute(_ context.Context, r Route) error {
 	if err != nil {
 		return fmt.Errorf("ensuring route %s: %w", r, err)
 	}
-	existing, err := h.listRoutes(RouteFilter{LinkIndex: r.LinkIndex})
-	if err != nil {
-		return fmt.Errorf("ensuring route %s: %w", r, err)
-	}
 	// Windows identifies a route by interface, destination and next hop; metric and protocol
 	// are properties.
-	for _, e := range existing {
-		if e.Dst != r.Dst || e.Gateway != r.Gateway {
-			continue
-		}
+	for _, e := range same {
 		row := e.row
 		if r.Owned && row.Protocol != windows.MIB_IPPROTO_NETMGMT {
 			// The protocol cannot be changed in place: replace the route by ours.
