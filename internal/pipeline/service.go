@@ -578,60 +578,49 @@ func (n Node) endpointActions(sp ServicePort, ep Endpoint, external, learn bool)
 			loadReg(AffinityTimeoutField, uint32(sp.AffinityTimeout)),
 			openflow.Resubmit(AffinityLearnTable))
 	}
-	snat := external && !ep.Local
-	if snat {
+	exec := clusterExec
+	switch {
+	case external && !ep.Local:
+		exec = externalSNATExec
 		actions = append(actions, serviceSNATLoad)
+	case external:
+		exec = externalExec
 	}
-	return append(actions, openflow.CT(openflow.CTAction{Commit: true, Table: endpointDNATTable, Zone: sp.dnatZone(), DNAT: ep.Addr,
-		Exec: endpointExec[b2i(external)][b2i(snat)]}))
+	return append(actions, openflow.CT(openflow.CTAction{Commit: true, Table: endpointDNATTable, Zone: sp.dnatZone(), DNAT: ep.Addr, Exec: exec}))
 }
 
-// endpointExec are the actions inside a Service bucket's commit, by whether the client came from
-// outside ([1][…]) and the connection is SNATed to a remote endpoint ([…][1]): the Service marks,
-// and an outside client's MACs in ct_label. They are the same for every bucket, so they are made
-// once and shared: a node with 10,000 Services of 5 endpoints holds 50,000 buckets or more
-// (bench-scale, issue 64). Each is a full slice (len == cap), so that no append can write into it,
-// and nothing changes an action once made.
-var endpointExec = func() (e [2][2][]openflow.Action) {
-	macs := []openflow.Action{openflow.MoveBits(openflow.FieldEthSrc, 0, openflow.FieldCTLabel, 0, 48),
-		openflow.MoveBits(openflow.FieldEthDst, 0, openflow.FieldCTLabel, 48, 48)}
-	for external := range 2 {
-		for snat := range 2 {
-			mark := uint32(ServiceCTMark)
-			var exec []openflow.Action
-			if external == 1 {
-				mark |= ServiceExternalCTMark
-				if snat == 1 {
-					mark |= ServiceSNATCTMark
-				}
-				exec = macs
-			}
-			exec = append([]openflow.Action{openflow.SetCTMark(mark, mark)}, exec...)
-			e[external][snat] = exec[:len(exec):len(exec)]
-		}
-	}
-	return e
-}()
+// The actions inside a Service bucket's commit: the Service marks and, for a client from outside,
+// its MACs in ct_label. They are the same for every bucket of a kind, so they are made once and
+// shared: a node with 10,000 Services of 5 endpoints holds 50,000 buckets or more (bench-scale,
+// issue 64). Nothing changes an action once made, and each is a full slice (serviceExec), so that
+// no append can write into it.
+var (
+	// clusterExec: a client of the node's or the cluster's.
+	clusterExec = serviceExec(ServiceCTMark, false)
+	// externalExec: a client from outside, to an endpoint on this node.
+	externalExec = serviceExec(ServiceCTMark|ServiceExternalCTMark, true)
+	// externalSNATExec: a client from outside, SNATed to an endpoint on another node.
+	externalSNATExec = serviceExec(ServiceCTMark|ServiceExternalCTMark|ServiceSNATCTMark, true)
+	// hostNodePortExec: the host's own connection to a NodePort (hostGroup).
+	hostNodePortExec = serviceExec(ServiceCTMark|ServiceSNATCTMark|HostNodePortCTMark, false)
+)
 
-// hostNodePortExec are the actions inside the commit of a host's connection to a NodePort (hostGroup),
-// made once and shared as endpointExec is.
-var hostNodePortExec = func() []openflow.Action {
-	mark := ServiceCTMark | ServiceSNATCTMark | HostNodePortCTMark
-	return []openflow.Action{openflow.SetCTMark(mark, mark)}
-}()
+// serviceExec sets mark in ct_mark and, with macs, keeps the packet's MACs in ct_label; the slice
+// is full (len == cap).
+func serviceExec(mark uint32, macs bool) []openflow.Action {
+	exec := []openflow.Action{openflow.SetCTMark(mark, mark)}
+	if macs {
+		exec = append(exec, openflow.MoveBits(openflow.FieldEthSrc, 0, openflow.FieldCTLabel, 0, 48),
+			openflow.MoveBits(openflow.FieldEthDst, 0, openflow.FieldCTLabel, 48, 48))
+	}
+	return exec[:len(exec):len(exec)]
+}
 
 // endpointDNATTable is the recirculation table of the endpoints' commits, one pointer for all.
 var endpointDNATTable = ptr(EndpointDNATTable)
 
 // serviceSNATLoad marks a connection for the Service SNAT (ServiceSNATField), made once.
 var serviceSNATLoad = loadReg(ServiceSNATField, 1)
-
-func b2i(b bool) int {
-	if b {
-		return 1
-	}
-	return 0
-}
 
 // externalReplyActions send a reply of a NodePort connection from the uplink back out of it, with
 // the MACs its request came with (ct_label).
