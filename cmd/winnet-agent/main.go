@@ -16,6 +16,7 @@ import (
 	"github.com/winnet-io/winnet/internal/cmdline"
 	"github.com/winnet-io/winnet/internal/cni"
 	"github.com/winnet-io/winnet/internal/egress"
+	"github.com/winnet-io/winnet/internal/memlimit"
 )
 
 func main() {
@@ -76,6 +77,9 @@ func main() {
 	fs.DurationVar(&hostOpts.EgressLeaseRenewInterval, "egress-lease-renew-interval", agent.DefaultEgressLeaseRenewInterval, "how often the agent renews its node's Egress Lease; at most half of --egress-lease-duration")
 	apiServer := fs.String("apiserver", "", "URL of the API server (https://host:port), overriding the kubeconfig's: winnet provides Services on this node, so the agent must not depend on the kubernetes Service's ClusterIP")
 	log := cmdline.ParseMain(fs, os.Args[1:])
+	// The agent holds much and makes little garbage: a lower collection target than the runtime's
+	// (memlimit.AgentGCPercent) unless the operator set GOGC.
+	log.Info("Garbage collection target", "gcPercent", memlimit.SetGCPercent(os.Getenv, memlimit.AgentGCPercent), "fromGOGC", os.Getenv("GOGC") != "")
 	if fs.NArg() > 0 {
 		// The flags end at the first word that is not one: an unknown subcommand, or a stray
 		// argument, which would otherwise be ignored with every flag after it.

@@ -186,20 +186,31 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ reconcile.Request) (reconc
 	if err := r.Client.List(ctx, list); err != nil {
 		return reconcile.Result{}, fmt.Errorf("listing Egresses: %w", err)
 	}
-	pods := &corev1.PodList{}
-	if err := r.Client.List(ctx, pods); err != nil {
-		return reconcile.Result{}, fmt.Errorf("listing the node's Pods: %w", err)
+	// Without an Egress nothing is selected, relayed or held: the pass withdraws what it installed
+	// (an empty desired state) without reading the Pods, every Namespace and every peer. Each route a
+	// Node added brings a pass (PeerChanges), so in a cluster of thousands of Nodes with no Egress
+	// those reads were a cost per Node added that grew with the cluster (bench-scale, issue 64).
+	var pods []corev1.Pod
+	var nsLabels map[string]labels.Set
+	var peers []nodenetwork.Peer
+	if len(list.Items) > 0 {
+		podList := &corev1.PodList{}
+		if err := r.Client.List(ctx, podList); err != nil {
+			return reconcile.Result{}, fmt.Errorf("listing the node's Pods: %w", err)
+		}
+		pods = podList.Items
+		// Read only (their labels): no copy of every Namespace per pass.
+		namespaces := &corev1.NamespaceList{}
+		if err := r.Client.List(ctx, namespaces, client.UnsafeDisableDeepCopy); err != nil {
+			return reconcile.Result{}, fmt.Errorf("listing Namespaces: %w", err)
+		}
+		nsLabels = make(map[string]labels.Set, len(namespaces.Items))
+		for i := range namespaces.Items {
+			nsLabels[namespaces.Items[i].Name] = namespaces.Items[i].Labels
+		}
+		peers = r.State.Peers()
 	}
-	// Read only (their labels): no copy of every Namespace per pass.
-	namespaces := &corev1.NamespaceList{}
-	if err := r.Client.List(ctx, namespaces, client.UnsafeDisableDeepCopy); err != nil {
-		return reconcile.Result{}, fmt.Errorf("listing Namespaces: %w", err)
-	}
-	nsLabels := make(map[string]labels.Set, len(namespaces.Items))
-	for i := range namespaces.Items {
-		nsLabels[namespaces.Items[i].Name] = namespaces.Items[i].Labels
-	}
-	all := podsOf(pods.Items, nsLabels, r.NodeName, false)
+	all := podsOf(pods, nsLabels, r.NodeName, false)
 	if r.Remote != nil {
 		r.Remote.set(ctx, r.remoteWatches(list.Items, nsLabels))
 		all = append(all, podsOf(r.Remote.list(), nsLabels, r.NodeName, true)...)
@@ -211,7 +222,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ reconcile.Request) (reconc
 		}
 		r.Fence.SetWanted(r.mayHoldAny(rz, list.Items, node.Labels))
 	}
-	d := r.desired(rz, list.Items, all, r.State.Peers())
+	d := r.desired(rz, list.Items, all, peers)
 	if len(d.skipped) > 0 && !slices.Equal(d.skipped, r.skipped) {
 		ctrl.LoggerFrom(ctx).Info("Selected Pods not carried to their Egress's holder: the route between the nodes is not realised",
 			"pods", len(d.skipped), "first", d.skipped[0])

@@ -2,6 +2,7 @@ package nodenetwork
 
 import (
 	"cmp"
+	"maps"
 	"slices"
 
 	"github.com/winnet-io/winnet/internal/pipeline"
@@ -26,30 +27,65 @@ func equalPeers(a, b Peer) bool {
 		a.Route.VNI == b.Route.VNI && a.Route.DstMAC.String() == b.Route.DstMAC.String()
 }
 
-// SetPeers records the routes the remote route reconciler realised and, when they changed, wakes
-// the subscribers of PeerChanges.
-func (s *State) SetPeers(peers []Peer) {
-	peers = slices.Clone(peers)
-	slices.SortFunc(peers, comparePeers)
+// SetPeers records every route the remote route reconciler realised, by RemoteSubnetRoute name, and,
+// when they changed, wakes the subscribers of PeerChanges. It keeps its own copy.
+func (s *State) SetPeers(byRoute map[string][]Peer) {
+	next := make(map[string][]Peer, len(byRoute))
+	for name, peers := range byRoute {
+		if len(peers) > 0 {
+			next[name] = slices.Clone(peers)
+		}
+	}
 	s.mu.Lock()
-	changed := s.peers == nil || !slices.EqualFunc(*s.peers, peers, equalPeers)
-	s.peers = &peers
+	changed := s.peers == nil || !maps.EqualFunc(s.peers, next, func(a, b []Peer) bool { return slices.EqualFunc(a, b, equalPeers) })
+	s.peers = next
 	subs := s.peerSubscribers
 	s.mu.Unlock()
-	if !changed {
+	if changed {
+		subs.wake()
+	}
+}
+
+// SetRoutePeers records the realised routes of one RemoteSubnetRoute (none: it has no realised route
+// now) and, when they changed, wakes the subscribers of PeerChanges. It costs that route's peers, not
+// every route's: a cluster of 5,000 Nodes writes a RemoteSubnetRoute's status several times for each
+// Node added, and each of those writes used to sort and compare every peer (bench-scale, issue 64).
+// Before the first SetPeers it only records.
+func (s *State) SetRoutePeers(name string, peers []Peer) {
+	s.mu.Lock()
+	if s.peers == nil {
+		s.peers = map[string][]Peer{}
+	}
+	old := s.peers[name]
+	if slices.EqualFunc(old, peers, equalPeers) {
+		s.mu.Unlock()
 		return
 	}
+	if len(peers) == 0 {
+		delete(s.peers, name)
+	} else {
+		s.peers[name] = slices.Clone(peers)
+	}
+	subs := s.peerSubscribers
+	s.mu.Unlock()
 	subs.wake()
 }
 
-// Peers returns the routes SetPeers recorded last (none before the first).
+// Peers returns the realised routes SetPeers and SetRoutePeers recorded, ordered by node name and
+// CIDR (none before the first).
 func (s *State) Peers() []Peer {
 	s.mu.RLock()
-	defer s.mu.RUnlock()
-	if s.peers == nil {
-		return nil
+	n := 0
+	for _, p := range s.peers {
+		n += len(p)
 	}
-	return slices.Clone(*s.peers)
+	out := make([]Peer, 0, n)
+	for _, p := range s.peers {
+		out = append(out, p...)
+	}
+	s.mu.RUnlock()
+	slices.SortFunc(out, comparePeers)
+	return out
 }
 
 // PeerChanges returns a channel that receives a value whenever the realised routes change;

@@ -122,7 +122,7 @@ type State struct {
 	heldEgressSubscribers wakeups
 	// peers and peerSubscribers: the routes the remote route reconciler realised, for the egress
 	// reconciler (peers.go).
-	peers           *[]Peer
+	peers           map[string][]Peer
 	peerSubscribers wakeups
 	// frozen is set by Freeze: the realised bridge, and any realised later, sends nothing.
 	frozen bool

@@ -739,7 +739,7 @@ func (r *Reconciler) ensurePipeline(ctx context.Context, s *state) (outcome, err
 		}
 	}
 	for _, category := range pipeline.InstalledCategories {
-		total += len(flows.Installed(category))
+		total += flows.Count(category)
 	}
 	s.wnn.Status.FlowCount = int32(total)
 	return outcome{networkv1alpha1.ReadyReason, s.desired.readyMessage(total)}, nil

@@ -98,13 +98,13 @@ type routeState struct {
 // controller-runtime's waits for every informer of its cache to sync, so with the cluster's
 // thousands of routes in the shared cache, the node network (and Pods) would wait for all of them
 // to be listed before starting. With their own cache, the node network converges while the routes
-// are listed. Their managedFields are not kept: nothing here reads them.
+// are listed. What the reconciler does not read of them is not kept (TrimRoute).
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	routes, err := cache.New(mgr.GetConfig(), cache.Options{
 		Scheme: mgr.GetScheme(), Mapper: mgr.GetRESTMapper(),
 		ByObject:                    map[client.Object]cache.ByObject{&networkv1alpha1.RemoteSubnetRoute{}: {}},
 		ReaderFailOnMissingInformer: true,
-		DefaultTransform:            cache.TransformStripManagedFields(),
+		DefaultTransform:            TrimRoute,
 	})
 	if err != nil {
 		return fmt.Errorf("creating the RemoteSubnetRoute cache: %w", err)
@@ -271,7 +271,12 @@ func (r *Reconciler) reconcileAll(ctx context.Context, rz nodenetwork.Realized, 
 		}
 	}
 	r.installed, r.failed = installed, failed
-	r.publish()
+	r.publishRoutes()
+	peers := make(map[string][]nodenetwork.Peer, len(installed))
+	for name, st := range installed {
+		peers[name] = st.realisedPeers()
+	}
+	r.State.SetPeers(peers)
 	r.readAdmission(ctx, rz)
 	return ctrl.Result{RequeueAfter: resync}, nil
 }
@@ -338,7 +343,8 @@ func (r *Reconciler) reconcileOne(ctx context.Context, rz nodenetwork.Realized, 
 		state.failure = err.Error()
 	}
 	r.record(name, state, len(routes) > 0 || state.failure != "")
-	r.publish()
+	r.publishRoutes()
+	r.State.SetRoutePeers(name, state.realisedPeers())
 	return nil
 }
 
@@ -367,21 +373,22 @@ func sameHostRoute(a, b hostnet.Route) bool {
 	return a.Dst == b.Dst && a.Gateway == b.Gateway && a.LinkIndex == b.LinkIndex
 }
 
-// publish reports the routes' outcome to the node network reconciler.
-func (r *Reconciler) publish() {
+// publishRoutes reports the routes' outcome to the node network reconciler.
+func (r *Reconciler) publishRoutes() {
 	res := nodenetwork.RoutesResult{Desired: len(r.installed), Installed: len(r.installed) - len(r.failed)}
 	for name, reason := range r.failed {
 		res.Failed = append(res.Failed, name+": "+reason)
 	}
 	slices.Sort(res.Failed)
 	r.State.SetRoutes(res)
-	var peers []nodenetwork.Peer
-	for _, st := range r.installed {
-		if st.failure == "" {
-			peers = append(peers, st.peers...)
-		}
+}
+
+// realisedPeers are the route's peers the egress reconciler may use: none while it failed.
+func (st routeState) realisedPeers() []nodenetwork.Peer {
+	if st.failure != "" {
+		return nil
 	}
-	r.State.SetPeers(peers)
+	return st.peers
 }
 
 // peer is the route as the egress reconciler reads it: the peer's node, its tunnel endpoint, VNI,

@@ -31,6 +31,8 @@ type netlinkHost struct {
 	nl   *netlink.Handle
 	// routeMessages counts the route requests EnsureRoutes and ReconcileRoutes wrote to the kernel.
 	routeMessages atomic.Uint64
+	// routeDumps counts the routing table listings (listRoutes).
+	routeDumps atomic.Uint64
 	// switchPorts batches concurrent SetSwitchPort calls into one nftables transaction.
 	switchPorts switchPortBatcher
 }
@@ -444,6 +446,7 @@ func (h *netlinkHost) listRoutes(filter RouteFilter, dst netip.Prefix) ([]kernel
 			family = netlink.FAMILY_V6
 		}
 	}
+	h.routeDumps.Add(1)
 	raw, err := retryDump(func() ([]netlink.Route, error) { return h.nl.RouteListFiltered(family, nf, mask) })
 	if err != nil {
 		return nil, fmt.Errorf("listing routes: %w", err)
@@ -498,12 +501,13 @@ func (h *netlinkHost) EnsureRoutes(ctx context.Context, routes []Route) error {
 		}
 		want[i] = normalizeLinux(r.normalize())
 	}
-	// One listing for all: a dump per route would make installing n routes cost n dumps.
-	dst := netip.Prefix{}
-	if len(want) == 1 {
-		dst = want[0].Dst
+	if len(want) <= fewRoutes {
+		if missing, ok := h.lookUpRoutes(want); ok {
+			return h.replaceRoutes(ctx, missing)
+		}
 	}
-	existing, err := h.listRoutes(RouteFilter{}, dst)
+	// One listing for all: a dump per route would make installing n routes cost n dumps.
+	existing, err := h.listRoutes(RouteFilter{}, netip.Prefix{})
 	if err != nil {
 		return fmt.Errorf("ensuring routes: %w", err)
 	}
@@ -520,6 +524,63 @@ func (h *netlinkHost) EnsureRoutes(ctx context.Context, routes []Route) error {
 	// Batched: one netlink round trip per route would make installing thousands of routes
 	// cost thousands of round trips.
 	return h.replaceRoutes(ctx, missing)
+}
+
+// fewRoutes is the most routes EnsureRoutes looks up one by one rather than listing the routing
+// table: the kernel dumps a whole table even for a listing filtered by destination, so a node that
+// adds one route to a table of 5,000 (a Node joining a large cluster) read all 5,000 (bench-scale,
+// issue 64).
+const fewRoutes = 4
+
+// lookUpRoutes returns the routes of want the main table does not hold as wanted, asking the kernel
+// for each the table entry a lookup of its destination matches (RTM_F_FIB_MATCH, as `ip route get
+// fibmatch`). That answers only when it is conclusive: the route itself, a less specific route of
+// the main table (ours would have been preferred) or no route at all. ok is false when it is not (a
+// default route, whose address the local table answers; an entry of another table, a more specific
+// one, or another route to the same prefix, which may hide ours) or a lookup failed otherwise: the
+// caller then lists the table.
+func (h *netlinkHost) lookUpRoutes(want []Route) (missing []Route, ok bool) {
+	for _, r := range want {
+		if r.Dst.Bits() == 0 {
+			return nil, false
+		}
+		found, err := h.nl.RouteGetWithOptions(r.Dst.Addr().AsSlice(), &netlink.RouteGetOptions{FIBMatch: true})
+		if errors.Is(err, unix.ENETUNREACH) || errors.Is(err, unix.EHOSTUNREACH) {
+			missing = append(missing, r)
+			continue
+		}
+		if err != nil || len(found) != 1 {
+			return nil, false
+		}
+		present, conclusive := fibMatchIs(found[0], r)
+		if !conclusive {
+			return nil, false
+		}
+		if !present {
+			missing = append(missing, r)
+		}
+	}
+	return missing, true
+}
+
+// fibMatchIs reports whether k, the entry a lookup of r's destination matched, is r (the main
+// table's unicast route, owned as r is), and whether that answer is conclusive.
+func fibMatchIs(k netlink.Route, r Route) (present, conclusive bool) {
+	d, ok := toPrefix(k.Dst)
+	if k.Table != unix.RT_TABLE_MAIN || !ok || d.Bits() > r.Dst.Bits() {
+		return false, false
+	}
+	if d.Bits() < r.Dst.Bits() {
+		return false, true
+	}
+	actual := Route{Dst: d.Masked(), LinkIndex: k.LinkIndex, Metric: k.Priority}
+	if gw, ok := netip.AddrFromSlice(k.Gw); ok {
+		actual.Gateway = gw.Unmap()
+	}
+	if k.Type == unix.RTN_UNICAST && len(k.MultiPath) == 0 && (k.Protocol == LinuxRouteProtocol) == r.Owned && routeMatches(r, actual) {
+		return true, true
+	}
+	return false, false
 }
 
 func (h *netlinkHost) DeleteRoute(_ context.Context, r Route) error {

@@ -177,6 +177,29 @@ func TestEnsureRoutesBatched(t *testing.T) {
 	g.Expect(h.EnsureRoutes(ctx, routes)).To(Succeed())
 	g.Expect(h.routeMessages.Load()).To(Equal(sent), "a second EnsureRoutes sends nothing")
 
+	// A few routes are looked up one by one rather than by a listing of the 3,000 (a Node joining
+	// a large cluster adds one): present ones (a metric, a route not winnet's, IPv6 with and without
+	// a gateway) send nothing, a missing one is sent, and the table is not listed for them.
+	dumps := h.routeDumps.Load()
+	g.Expect(h.EnsureRoutes(ctx, routes[8:12])).To(Succeed())
+	g.Expect(h.routeMessages.Load()).To(Equal(sent), "present routes looked up")
+	gone := wantKernelRoute(routes[10])
+	g.Expect(nlh.RouteDel(&gone)).To(Succeed())
+	g.Expect(h.EnsureRoute(ctx, routes[10])).To(Succeed())
+	g.Expect(h.routeMessages.Load()-sent).To(BeEquivalentTo(1), "the missing route sent")
+	g.Expect(h.routeDumps.Load()).To(Equal(dumps), "no listing for a few routes")
+	// Another route to the same prefix may hide ours: the table is listed then.
+	other := wantKernelRoute(routes[12])
+	other.Gw = net.ParseIP("100.64.98.98")
+	g.Expect(nlh.RouteReplace(&other)).To(Succeed())
+	g.Expect(h.EnsureRoute(ctx, routes[12])).To(Succeed())
+	g.Expect(h.routeMessages.Load()-sent).To(BeEquivalentTo(2), "the replaced route sent again")
+	g.Expect(h.routeDumps.Load()).To(Equal(dumps+1), "a listing for an inconclusive lookup")
+	got, err = h.Routes(ctx, RouteFilter{LinkIndex: link.Index})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(sortedStrings(got)).To(Equal(sortedStrings(want)))
+	sent = h.routeMessages.Load()
+
 	// Routes deleted behind winnet's back, and one with a wrong gateway, are the only ones sent again.
 	for _, r := range routes[:5] {
 		k := wantKernelRoute(r)

@@ -38,3 +38,21 @@ func TestApply(t *testing.T) {
 		g.Expect(debug.SetMemoryLimit(-1)).To(BeEquivalentTo(int64(math.MaxInt64)), "%q: untouched", bad)
 	}
 }
+
+// TestSetGCPercent: the agent's target is set unless GOGC is, which the runtime read at start.
+func TestSetGCPercent(t *testing.T) {
+	g := NewWithT(t)
+	before := debug.SetGCPercent(100)
+	t.Cleanup(func() { debug.SetGCPercent(before) })
+	env := func(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
+
+	g.Expect(SetGCPercent(env(nil), AgentGCPercent)).To(Equal(AgentGCPercent))
+	g.Expect(debug.SetGCPercent(AgentGCPercent)).To(Equal(AgentGCPercent), "the runtime's target")
+
+	debug.SetGCPercent(80) // as the runtime would have set it from GOGC=80
+	g.Expect(SetGCPercent(env(map[string]string{"GOGC": "80"}), AgentGCPercent)).To(Equal(80))
+	g.Expect(debug.SetGCPercent(80)).To(Equal(80), "untouched")
+	debug.SetGCPercent(-1)
+	g.Expect(SetGCPercent(env(map[string]string{"GOGC": "off"}), AgentGCPercent)).To(Equal(-1))
+	g.Expect(debug.SetGCPercent(-1)).To(Equal(-1), "untouched")
+}

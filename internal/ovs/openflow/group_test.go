@@ -122,6 +122,7 @@ func TestSyncObjectWithGroups(t *testing.T) {
 	g.Expect(dumped).To(ConsistOf(web.Groups[0].String(), db.Groups[0].String()))
 	g.Expect(dump(t, e.ovs)).To(Equal(rendered(e.br.Installed(category))))
 	g.Expect(e.br.Installed(category)).To(HaveLen(2))
+	g.Expect(e.br.Count(category)).To(Equal(2))
 
 	res, err := e.br.Sync(ctx, category, append(slices.Clone(web.Flows), db.Flows...))
 	g.Expect(err).NotTo(HaveOccurred())
