@@ -49,9 +49,10 @@
 //   - burst_converge_ms: from the start of a burst of 100 Pods created in parallel (with their
 //     status), peers of a policy on the first agent's Pods, until the first agent's switch has a
 //     peer flow for each of their addresses.
-//   - With BENCH_SCALE_AGENT_MEMORY_LIMIT, agent_heap_mb and agent_rss_mb are the largest of the
-//     agents without the limit (the runtime's defaults), and the fields added at the end are the
-//     limited (last) agent's: agent_memory_limit_mb, the limit in MiB; limited_agent_heap_mb and
+//   - With BENCH_SCALE_AGENT_MEMORY_LIMIT (or BENCH_SCALE_AGENT_GOGC), agent_heap_mb and
+//     agent_rss_mb are the largest of the agents without the limit (the build's defaults), and the
+//     fields added at the end are the limited (last) agent's: agent_memory_limit_mb, the limit in MiB
+//     (agent_gogc, its GOGC); limited_agent_heap_mb and
 //     limited_agent_rss_mb, its heap and RSS measured as the others'; limited_agent_cpu_ratio, its
 //     CPU time since its start over the mean of the other agents' (the same build's), read at one
 //     moment at the end of the size's measurements. full_pass_ms and burst_converge_ms stay the
@@ -96,6 +97,10 @@
 // container's limit, so that its Go soft limit is 85% of it; the build's other agents run with the
 // runtime's defaults beside it, and its line ends with agent_memory_limit_mb=..
 // limited_agent_heap_mb=.. limited_agent_rss_mb=.. limited_agent_cpu_ratio=..: see above),
+// BENCH_SCALE_AGENT_GOGC (a garbage collection target such as 25, with 2 or more agents: the
+// measured build's last agent runs with GOGC set to it, and is measured apart as the limited agent
+// is, its line ending with agent_gogc=.. limited_agent_heap_mb=.. limited_agent_rss_mb=..
+// limited_agent_cpu_ratio=..; with BENCH_SCALE_AGENT_MEMORY_LIMIT too, that agent has both),
 // BENCH_SCALE_PROFILE_DIR (an existing directory: each agent's heap profile after a GC, taken when
 // its heap is measured, is written there as heap-<build>-<node>-<pods>.pb.gz; read it with
 // go tool pprof -sample_index=inuse_space).

@@ -65,6 +65,9 @@ type result struct {
 	// over the mean of the other agents' at the same moment.
 	memLimit                                     int64
 	limitedHeapMB, limitedRSSMB, limitedCPURatio float64
+	// gogc: the GOGC the set's last agent runs with (BENCH_SCALE_AGENT_GOGC), "" when none; it is then
+	// measured apart as the limited agent is (with a memory limit too when both are set).
+	gogc string
 }
 
 func (r result) String() string {
@@ -75,13 +78,20 @@ func (r result) String() string {
 		float64(r.fullPass.Microseconds())/1000, float64(r.burst.Microseconds())/1000, r.unnamedEvents, boolInt(r.onlyPods), r.growWrites) + r.limited()
 }
 
-// limited is the fields of the agent with a memory limit, appended to the line when one runs.
+// limited is the fields of the agent with a memory limit or a GOGC of its own, appended to the line
+// when one runs.
 func (r result) limited() string {
-	if r.memLimit == 0 {
+	if r.memLimit == 0 && r.gogc == "" {
 		return ""
 	}
-	return fmt.Sprintf(" agent_memory_limit_mb=%.0f limited_agent_heap_mb=%.0f limited_agent_rss_mb=%.0f limited_agent_cpu_ratio=%.2f",
-		float64(r.memLimit)/(1<<20), r.limitedHeapMB, r.limitedRSSMB, r.limitedCPURatio)
+	var out string
+	if r.memLimit > 0 {
+		out += fmt.Sprintf(" agent_memory_limit_mb=%.0f", float64(r.memLimit)/(1<<20))
+	}
+	if r.gogc != "" {
+		out += " agent_gogc=" + r.gogc
+	}
+	return out + fmt.Sprintf(" limited_agent_heap_mb=%.0f limited_agent_rss_mb=%.0f limited_agent_cpu_ratio=%.2f", r.limitedHeapMB, r.limitedRSSMB, r.limitedCPURatio)
 }
 
 func boolInt(b bool) int {
@@ -160,6 +170,24 @@ func agentMemoryLimit(t *testing.T, agents int) int64 {
 	return q.Value()
 }
 
+// agentGOGC is BENCH_SCALE_AGENT_GOGC, "" when it is not set.
+func agentGOGC(t *testing.T, agents int) string {
+	v := os.Getenv("BENCH_SCALE_AGENT_GOGC")
+	if v == "" {
+		return ""
+	}
+	if n, err := strconv.Atoi(v); err != nil || n <= 0 {
+		t.Fatalf("BENCH_SCALE_AGENT_GOGC=%q: want a positive garbage collection target, such as 25", v)
+	}
+	if agents < 2 {
+		t.Fatalf("BENCH_SCALE_AGENT_GOGC=%q with BENCH_SCALE_AGENTS=%d: that agent is compared with the others of its build, so at least 2 agents", v, agents)
+	}
+	if os.Getenv("GOGC") != "" {
+		t.Fatalf("BENCH_SCALE_AGENT_GOGC=%q: GOGC is set in the benchmark's environment, which every agent inherits; unset it", v)
+	}
+	return v
+}
+
 func (s *agentSet) nodes() map[string]bool {
 	out := map[string]bool{}
 	for _, a := range s.agents {
@@ -180,6 +208,7 @@ func TestBenchScale(t *testing.T) {
 		agents = n
 	}
 	memLimit := agentMemoryLimit(t, agents)
+	gogc := agentGOGC(t, agents)
 	out := filepath.Join(framework.RepoRoot(), "bin", "bench-scale")
 	if err := os.MkdirAll(out, 0o755); err != nil {
 		t.Fatalf("creating %s for the run's logs: %v", out, err)
@@ -253,6 +282,11 @@ func TestBenchScale(t *testing.T) {
 				set.limited = a
 				fmt.Printf("bench-scale-info: %s's agent runs with %s (Go soft limit %d%% of it), the other agents of %s without\n",
 					spec.Name, spec.AgentEnv[0], memlimit.Percent, set.name)
+			}
+			if si == 0 && i == agents-1 && gogc != "" {
+				spec.AgentEnv = append(spec.AgentEnv, "GOGC="+gogc)
+				set.limited = a
+				fmt.Printf("bench-scale-info: %s's agent runs with GOGC=%s, the other agents of %s with their build's own target\n", spec.Name, gogc, set.name)
 			}
 			a.node, err = c.AddNode(ctx, spec)
 			if err != nil {
@@ -390,7 +424,7 @@ func TestBenchScale(t *testing.T) {
 			rs[k].s.pods = size
 			rs[k].onlyPods = fixed.pods != 0
 			if set.limited != nil {
-				rs[k].memLimit = memLimit
+				rs[k].memLimit, rs[k].gogc = memLimit, gogc
 			}
 			for _, a := range set.agents {
 				pid := a.node.AgentPID()
