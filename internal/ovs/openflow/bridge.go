@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -872,6 +873,14 @@ func (b *Bridge) diff(category uint8, object *uint64, desired []Flow) (flowChang
 func newCached(key string, f *Flow, cookie uint64, category uint8, actions []byte, pass uint64) *cached {
 	c := &cached{key: key, flow: *f, category: category, actions: string(actions), seen: pass}
 	c.flow.Cookie = cookie
+	// The record keeps the flow as long as it is installed: not the spare capacity of slices built
+	// by append (a match of 5 fields and one more grows to room for 10, 640 bytes for 384).
+	if cap(f.Match) > len(f.Match) {
+		c.flow.Match = slices.Clone(f.Match)
+	}
+	if cap(f.Actions) > len(f.Actions) {
+		c.flow.Actions = slices.Clone(f.Actions)
+	}
 	return c
 }
 
