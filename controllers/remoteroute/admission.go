@@ -3,6 +3,8 @@ package remoteroute
 import (
 	"context"
 	"net/netip"
+	"sync"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
@@ -12,17 +14,21 @@ import (
 
 	networkv1alpha1 "github.com/winnet-io/winnet/api/v1alpha1"
 	"github.com/winnet-io/winnet/controllers/nodenetwork"
+	"github.com/winnet-io/winnet/internal/metricsources"
 	"github.com/winnet-io/winnet/internal/ovs/openflow"
 	"github.com/winnet-io/winnet/internal/pipeline"
 )
 
 // Tunnel admission (pipeline.TunnelAdmissionTable) drops what does not come from a peer's tunnel
-// endpoint with an inner source the peer owns. Each full pass reads what it dropped: the packet
-// counters of its drop flows, by reason, into tunnelDropped; and the addresses from which a peer's
-// inner sources arrived (learned by the pipeline into TunnelSourceSeenTable, one flow per address
-// for pipeline.TunnelSeenTimeout seconds), each reported once with a Warning Event on the node's
-// WindowsNodeNetwork for as long as the pipeline remembers it. The cost is one flow dump of the
-// admission table (a few flows per peer) and one of the learned flows per ResyncPeriod.
+// endpoint with an inner source the peer owns. What it dropped is read in two ways:
+//   - the packet counters of its drop flows, by reason, into tunnelDropped, when Prometheus scrapes
+//     the agent (admissionCollector): one flow dump of the admission table, a few flows per peer.
+//     Each full pass used to read them, so that a node of a 5,000-Node cluster decoded some 30,000
+//     flows' counters every ResyncPeriod whether anyone looked or not (bench-scale, issue 64);
+//   - the addresses from which a peer's inner sources arrived (learned by the pipeline into
+//     TunnelSourceSeenTable, one flow per address for pipeline.TunnelSeenTimeout seconds), by each
+//     full pass, each reported once with a Warning Event on the node's WindowsNodeNetwork for as
+//     long as the pipeline remembers it: one dump of the learned flows alone per ResyncPeriod.
 
 // PeerAddressMismatchReason is the reason of the Event saying that a peer's traffic arrives from an
 // address its route does not name.
@@ -35,15 +41,41 @@ var tunnelDropped = prometheus.NewCounterVec(prometheus.CounterOpts{
 	Name:      "dropped_packets_total",
 	Help: "Tunnelled packets the node dropped because they came from no peer's tunnel endpoint (unknown-source), " +
 		"carried an inner source their peer does not own (inner-source-not-owned), another VNI than their peer's (wrong-vni), " +
-		"or a peer's inner source from another address (peer-from-other-address). Read every route resync period.",
+		"or a peer's inner source from another address (peer-from-other-address). Read from the switch when scraped.",
 }, []string{"reason"})
 
+// admissionCollector reads every agent's drop counters into tunnelDropped when scraped, then exposes
+// it (one agent in production; the tests run several in one process, whose drops add up).
+type admissionCollector struct {
+	sources metricsources.Set[*Reconciler]
+}
+
+var admissionMetrics = &admissionCollector{}
+
 func init() {
-	ctrlmetrics.Registry.MustRegister(tunnelDropped)
+	ctrlmetrics.Registry.MustRegister(admissionMetrics)
 	for _, reason := range pipeline.TunnelDropReasons {
 		tunnelDropped.WithLabelValues(reason)
 	}
 }
+
+// Describe sends tunnelDropped's descriptor.
+func (c *admissionCollector) Describe(ch chan<- *prometheus.Desc) { tunnelDropped.Describe(ch) }
+
+// Collect reads the drop counters of every agent, then sends tunnelDropped.
+func (c *admissionCollector) Collect(ch chan<- prometheus.Metric) {
+	for _, r := range c.sources.List() {
+		ctx, cancel := context.WithTimeout(context.Background(), dropsReadTimeout)
+		if err := r.readDrops(ctx); err != nil {
+			ctrl.Log.WithName("tunnel-admission-metrics").Info("Cannot read the tunnel admission counters from the switch", "node", r.NodeName, "error", err.Error())
+		}
+		cancel()
+	}
+	tunnelDropped.Collect(ch)
+}
+
+// dropsReadTimeout bounds one read of the drop counters.
+const dropsReadTimeout = 5 * time.Second
 
 // peer is what a route's cookie object stands for, to name it in Events.
 type peer struct {
@@ -53,6 +85,8 @@ type peer struct {
 
 // admissionReport is what the last reads of the admission counters saw.
 type admissionReport struct {
+	// mu guards dropped: scrapes may run at the same time.
+	mu sync.Mutex
 	// dropped are the drop flows' counters, summed by reason, at the last read.
 	dropped map[string]uint64
 	// reported are the (route, address) pairs already told in an Event, among those the pipeline
@@ -65,17 +99,18 @@ type seenKey struct {
 	addr  netip.Addr
 }
 
-// readAdmission updates the drop counters and reports the addresses peers' traffic arrives from.
-// Failures are logged: the next pass reads again.
-func (r *Reconciler) readAdmission(ctx context.Context, rz nodenetwork.Realized) {
-	if rz.Node.TunnelOFPort == 0 || rz.Flows == nil {
-		return
+// readDrops adds what tunnel admission dropped since the last read to tunnelDropped.
+func (r *Reconciler) readDrops(ctx context.Context) error {
+	if r.State == nil {
+		return nil
 	}
-	log := ctrl.LoggerFrom(ctx)
+	rz, ok := r.State.Realized()
+	if !ok || rz.Node.TunnelOFPort == 0 || rz.Flows == nil {
+		return nil
+	}
 	stats, err := rz.Flows.FlowStats(ctx, pipeline.TunnelAdmissionTable, 0, 0)
 	if err != nil {
-		log.Error(err, "Reading the tunnel admission counters")
-		return
+		return err
 	}
 	sums := map[string]uint64{}
 	for _, s := range stats {
@@ -83,6 +118,8 @@ func (r *Reconciler) readAdmission(ctx context.Context, rz nodenetwork.Realized)
 			sums[reason] += s.Packets
 		}
 	}
+	r.admission.mu.Lock()
+	defer r.admission.mu.Unlock()
 	if r.admission.dropped == nil {
 		r.admission.dropped = map[string]uint64{}
 	}
@@ -96,7 +133,15 @@ func (r *Reconciler) readAdmission(ctx context.Context, rz nodenetwork.Realized)
 		}
 		r.admission.dropped[reason] = n
 	}
+	return nil
+}
 
+// readAdmission reports the addresses peers' traffic arrives from.
+func (r *Reconciler) readAdmission(ctx context.Context, rz nodenetwork.Realized) {
+	if rz.Node.TunnelOFPort == 0 || rz.Flows == nil {
+		return
+	}
+	log := ctrl.LoggerFrom(ctx)
 	seen, err := rz.Flows.FlowStats(ctx, pipeline.TunnelSourceSeenTable,
 		openflow.MakeCookie(0, pipeline.CategoryTunnelSeen, 0), openflow.CategoryMask)
 	if err != nil {

@@ -139,6 +139,16 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if err := mgr.Add(follow); err != nil {
 		return fmt.Errorf("adding the route watch: %w", err)
 	}
+	// Tunnel admission's drop counters are read when Prometheus scrapes the agent (admission.go),
+	// while the manager runs (several agents run in the tests' process).
+	if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {
+		admissionMetrics.sources.Add(r)
+		<-ctx.Done()
+		admissionMetrics.sources.Remove(r)
+		return nil
+	})); err != nil {
+		return fmt.Errorf("adding the tunnel admission counters: %w", err)
+	}
 	// The routes' flows depend on the realised node network (its VNI, tunnel port and UDP port,
 	// admission): a change to it wakes a full pass at once rather than at the next ResyncPeriod.
 	var realized []<-chan struct{}

@@ -10,8 +10,8 @@
 // at each size the benchmark prints two lines, the agents' and winnet-controller's, the largest
 // size last:
 //
-//	bench-scale pods=N services=S policies=P agent_heap_mb=.. agent_rss_mb=.. agent_idle_cpu_pct=..
-//	idle_writes_per_min=.. writes_per_endpoint_change=.. watch_kb_s_per_agent=..
+//	bench-scale pods=N services=S policies=P agent_heap_mb=.. agent_rss_mb=.. agent_idle_rss_mb=..
+//	agent_idle_cpu_pct=.. idle_writes_per_min=.. writes_per_endpoint_change=.. watch_kb_s_per_agent=..
 //	kubeproxy_watch_kb_s=.. full_pass_ms=.. burst_converge_ms=.. unnamed_pod_update_events=..
 //	only_pods_grow=0|1 agent_writes_per_object_added=..
 //	bench-scale-controller pods=N nodes=M controller_heap_mb=.. controller_rss_mb=..
@@ -21,7 +21,10 @@
 //
 // What each number of the agents' line is:
 //   - agent_heap_mb: the agents' largest live heap after a GC (HeapAlloc of the agent's
-//     /debug/pprof/heap?gc=1, its loopback-only profiler); agent_rss_mb: the largest VmRSS.
+//     /debug/pprof/heap?gc=1, its loopback-only profiler); agent_rss_mb: the largest VmRSS, read
+//     right after (the agents just settled from the size's growth); agent_idle_rss_mb: the largest
+//     VmRSS at the end of the idle 60 s below, once the runtime has returned to the system what the
+//     growth no longer needs (at rest: what a node's agent holds between changes).
 //   - agent_idle_cpu_pct: the agents' mean CPU (of one core, /proc/<pid>/stat) over 60 s in which
 //     only the Nodes' heartbeats are written.
 //   - idle_writes_per_min: the writes (create, update, patch, delete; empty patches included) of the
@@ -52,9 +55,9 @@
 //   - With BENCH_SCALE_AGENT_MEMORY_LIMIT (or BENCH_SCALE_AGENT_GOGC), agent_heap_mb and
 //     agent_rss_mb are the largest of the agents without the limit (the build's defaults), and the
 //     fields added at the end are the limited (last) agent's: agent_memory_limit_mb, the limit in MiB
-//     (agent_gogc, its GOGC); limited_agent_heap_mb and
-//     limited_agent_rss_mb, its heap and RSS measured as the others'; limited_agent_cpu_ratio, its
-//     CPU time since its start over the mean of the other agents' (the same build's), read at one
+//     (agent_gogc, its GOGC); limited_agent_heap_mb, limited_agent_rss_mb and
+//     limited_agent_idle_rss_mb, its heap and RSS measured as the others'; limited_agent_cpu_ratio,
+//     its CPU time since its start over the mean of the other agents' (the same build's), read at one
 //     moment at the end of the size's measurements. full_pass_ms and burst_converge_ms stay the
 //     first agent's, which has no limit; agent_idle_cpu_pct is the mean of all of them.
 //

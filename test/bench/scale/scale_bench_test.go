@@ -49,8 +49,11 @@ const (
 type result struct {
 	s                                            shape
 	heapMB, rssMB, idleCPU, idleWrites, epWrites float64
-	agentKBs, proxyKBs                           float64
-	fullPass, burst                              time.Duration
+	// idleRSSMB is the largest RSS of the agents (the limited one apart, limitedIdleRSSMB) at the end
+	// of the idle minute: at rest, once the runtime has returned what the growth no longer needs.
+	idleRSSMB, limitedIdleRSSMB float64
+	agentKBs, proxyKBs          float64
+	fullPass, burst             time.Duration
 	// unnamedEvents: the events an agent's watches receive per status update of a Pod no local
 	// policy names.
 	unnamedEvents float64
@@ -71,10 +74,10 @@ type result struct {
 }
 
 func (r result) String() string {
-	return fmt.Sprintf("bench-scale pods=%d services=%d policies=%d agent_heap_mb=%.0f agent_rss_mb=%.0f agent_idle_cpu_pct=%.1f "+
+	return fmt.Sprintf("bench-scale pods=%d services=%d policies=%d agent_heap_mb=%.0f agent_rss_mb=%.0f agent_idle_rss_mb=%.0f agent_idle_cpu_pct=%.1f "+
 		"idle_writes_per_min=%.1f writes_per_endpoint_change=%.1f watch_kb_s_per_agent=%.1f kubeproxy_watch_kb_s=%.1f full_pass_ms=%.0f burst_converge_ms=%.0f "+
 		"unnamed_pod_update_events=%.1f only_pods_grow=%d agent_writes_per_object_added=%.2f",
-		r.s.pods, r.s.services, r.s.policies, r.heapMB, r.rssMB, r.idleCPU, r.idleWrites, r.epWrites, r.agentKBs, r.proxyKBs,
+		r.s.pods, r.s.services, r.s.policies, r.heapMB, r.rssMB, r.idleRSSMB, r.idleCPU, r.idleWrites, r.epWrites, r.agentKBs, r.proxyKBs,
 		float64(r.fullPass.Microseconds())/1000, float64(r.burst.Microseconds())/1000, r.unnamedEvents, boolInt(r.onlyPods), r.growWrites) + r.limited()
 }
 
@@ -91,7 +94,8 @@ func (r result) limited() string {
 	if r.gogc != "" {
 		out += " agent_gogc=" + r.gogc
 	}
-	return out + fmt.Sprintf(" limited_agent_heap_mb=%.0f limited_agent_rss_mb=%.0f limited_agent_cpu_ratio=%.2f", r.limitedHeapMB, r.limitedRSSMB, r.limitedCPURatio)
+	return out + fmt.Sprintf(" limited_agent_heap_mb=%.0f limited_agent_rss_mb=%.0f limited_agent_idle_rss_mb=%.0f limited_agent_cpu_ratio=%.2f",
+		r.limitedHeapMB, r.limitedRSSMB, r.limitedIdleRSSMB, r.limitedCPURatio)
 }
 
 func boolInt(b bool) int {
@@ -464,6 +468,17 @@ func TestBenchScale(t *testing.T) {
 		idleTo := time.Now()
 		for k, set := range sets {
 			rs[k].idleCPU = float64(agentCPU(t, set.agents)-cpu0[k]) / float64(idleTo.Sub(idleFrom)) / float64(len(set.agents)) * 100
+			for _, a := range set.agents {
+				rss, err := rssMB(a.node.AgentPID())
+				if err != nil {
+					t.Fatalf("the RSS of %s's agent at rest: %v", a.node.Name, err)
+				}
+				if a == set.limited {
+					rs[k].limitedIdleRSSMB = rss
+					continue
+				}
+				rs[k].idleRSSMB = max(rs[k].idleRSSMB, rss)
+			}
 		}
 		cr.idleCPU = float64(cpuTime0(t, ctl.pid(t))-ctlIdle0) / float64(idleTo.Sub(idleFrom)) * 100
 		if cr.queueIdle, _, err = ctl.queueDepth(ctx); err != nil {
