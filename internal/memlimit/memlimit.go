@@ -3,6 +3,7 @@
 // being killed there. Without it the runtime lets the heap grow to twice what is live before it
 // collects (GOGC=100): bench-scale measured winnet-agent at 179 MB live and 544 MB RSS on 5,000 Nodes
 // with 10,000 Services, over the chart's former 512Mi limit (docs/operations.md, "Sizing").
+// winnet-agent also collects at a lower target than the runtime's default (AgentGCPercent).
 package memlimit
 
 import (

@@ -298,6 +298,8 @@ func TestSchemaRejectsInvalidValues(t *testing.T) {
 		{"empty windows node selector", "controller: {windowsNodeSelector: ''}", "/controller/windowsNodeSelector"},
 		{"bad service account name", "serviceAccount: {agent: {name: Winnet_Agent}}", "/serviceAccount/agent/name"},
 		{"API server without https", "agent: {apiServer: '10.0.0.10:6443'}", "/agent/apiServer"},
+		{"negative GC target", "agent: {gcPercent: -1}", "/agent/gcPercent"},
+		{"GC target as GOGC's off", "agent: {gcPercent: 'off'}", "/agent/gcPercent"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
