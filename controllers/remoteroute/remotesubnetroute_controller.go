@@ -78,6 +78,9 @@ type Reconciler struct {
 	// last reads of tunnel admission's counters saw (admission.go).
 	peers     map[uint64]peer
 	admission admissionReport
+	// last is what the last full pass computed the flows from, and the host routes it desired; nil
+	// when the next full pass must compute them (see unchanged).
+	last *lastPass
 }
 
 // routeState is what was installed for one RemoteSubnetRoute.
@@ -220,6 +223,12 @@ func (r *Reconciler) reconcileAll(ctx context.Context, rz nodenetwork.Realized, 
 		return ctrl.Result{}, fmt.Errorf("listing RemoteSubnetRoutes: %w", err)
 	}
 	routes, skips := desiredRoutes(r.NodeName, rz, keepAccepted(list.Items, r.acceptedRoutes(), true))
+	if r.last.unchanged(rz, routes, skips) {
+		if done := r.checkHostRoutes(ctx, rz, routes, list.Items); done {
+			return ctrl.Result{RequeueAfter: resync}, nil
+		}
+	}
+	r.last = nil
 	installed := make(map[string]routeState, len(routes))
 	failed := map[string]string{}
 	for _, sk := range skips {
@@ -281,6 +290,7 @@ func (r *Reconciler) reconcileAll(ctx context.Context, rz nodenetwork.Realized, 
 		}
 	}
 	r.installed, r.failed = installed, failed
+	r.last = newLastPass(rz, routes, skips, hostRoutes, failed)
 	r.publishRoutes()
 	peers := make(map[string][]nodenetwork.Peer, len(installed))
 	for name, st := range installed {
@@ -308,6 +318,8 @@ func (r *Reconciler) reconcileOne(ctx context.Context, rz nodenetwork.Realized, 
 	} else {
 		delete(r.acceptedRoutes(), name)
 	}
+	// The next full pass computes every route again: this one changes what the last one installed.
+	r.last = nil
 	routes, skips := desiredRoutes(r.NodeName, rz, keepAccepted(list, r.acceptedRoutes(), false))
 	state := routeState{version: rsr.ResourceVersion}
 	for _, sk := range skips {
