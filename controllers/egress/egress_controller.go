@@ -119,12 +119,7 @@ func (r *Reconciler) record() error {
 func (r *Reconciler) SetupWithManager(mgr manager.Manager) error {
 	r.State.AddFlowOwner(Flows)
 	// The agent's counters are scraped while its manager runs (several agents run in the tests' process).
-	if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {
-		collector.sources.Add(r)
-		<-ctx.Done()
-		collector.sources.Remove(r)
-		return nil
-	})); err != nil {
+	if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error { return collector.sources.While(ctx, r) })); err != nil {
 		return fmt.Errorf("adding the Egress counters: %w", err)
 	}
 	all := handler.EnqueueRequestsFromMapFunc(func(context.Context, client.Object) []reconcile.Request { return []reconcile.Request{pass} })

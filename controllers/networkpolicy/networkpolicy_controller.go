@@ -165,12 +165,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	r.State.AddFlowOwner(nodenetwork.PolicyFlows)
 	// The node's rule counters are exposed while the manager runs (counters.go).
 	counters := newRuleCounters(r.State)
-	if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {
-		ruleCounterCollector.sources.Add(counters)
-		<-ctx.Done()
-		ruleCounterCollector.sources.Remove(counters)
-		return nil
-	})); err != nil {
+	if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error { return ruleCounterCollector.sources.While(ctx, counters) })); err != nil {
 		return fmt.Errorf("adding the policy rule counters: %w", err)
 	}
 	// A NetworkPolicy selects Pods of its own namespace only: one in a namespace without a local

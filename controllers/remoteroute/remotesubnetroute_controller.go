@@ -144,12 +144,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	}
 	// Tunnel admission's drop counters are read when Prometheus scrapes the agent (admission.go),
 	// while the manager runs (several agents run in the tests' process).
-	if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {
-		admissionMetrics.sources.Add(r)
-		<-ctx.Done()
-		admissionMetrics.sources.Remove(r)
-		return nil
-	})); err != nil {
+	if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error { return admissionMetrics.sources.While(ctx, r) })); err != nil {
 		return fmt.Errorf("adding the tunnel admission counters: %w", err)
 	}
 	// The routes' flows depend on the realised node network (its VNI, tunnel port and UDP port,

@@ -2,7 +2,10 @@
 // time: one agent's in production, several in the tests' process, whose series are added up.
 package metricsources
 
-import "sync"
+import (
+	"context"
+	"sync"
+)
 
 // Set is a set of sources, safe for concurrent use. The zero value is empty and ready.
 type Set[T comparable] struct {
@@ -36,4 +39,14 @@ func (s *Set[T]) List() []T {
 		out = append(out, v)
 	}
 	return out
+}
+
+// While adds v and removes it when ctx ends: a manager's Runnable (manager.RunnableFunc(func(ctx)
+// error { return s.While(ctx, v) })), so that an agent's counters are read only while its manager
+// runs.
+func (s *Set[T]) While(ctx context.Context, v T) error {
+	s.Add(v)
+	<-ctx.Done()
+	s.Remove(v)
+	return nil
 }

@@ -1,6 +1,8 @@
 package metricsources
 
 import (
+	"context"
+	"runtime"
 	"slices"
 	"testing"
 )
@@ -22,5 +24,25 @@ func TestSet(t *testing.T) {
 	s.Remove(1)
 	if got := s.List(); !slices.Equal(got, []int{2}) {
 		t.Fatalf("got %v, want [2]", got)
+	}
+}
+
+func TestWhile(t *testing.T) {
+	var s Set[int]
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error)
+	go func() { done <- s.While(ctx, 7) }()
+	for len(s.List()) == 0 {
+		runtime.Gosched()
+	}
+	if got := s.List(); !slices.Equal(got, []int{7}) {
+		t.Fatalf("while running: %v", got)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("While: %v", err)
+	}
+	if got := s.List(); len(got) != 0 {
+		t.Fatalf("after the context ended: %v", got)
 	}
 }
