@@ -50,7 +50,6 @@ func (s *State) SetPeers(byRoute map[string][]Peer) {
 // now) and, when they changed, wakes the subscribers of PeerChanges. It costs that route's peers, not
 // every route's: a cluster of 5,000 Nodes writes a RemoteSubnetRoute's status several times for each
 // Node added, and each of those writes used to sort and compare every peer (bench-scale, issue 64).
-// Before the first SetPeers it only records.
 func (s *State) SetRoutePeers(name string, peers []Peer) {
 	s.mu.Lock()
 	if s.peers == nil {

@@ -456,22 +456,27 @@ func (h *netlinkHost) listRoutes(filter RouteFilter, dst netip.Prefix) ([]kernel
 		if r.Type != unix.RTN_UNICAST || r.Protocol == unix.RTPROT_KERNEL || len(r.MultiPath) > 0 {
 			continue
 		}
-		d, ok := toPrefix(r.Dst)
+		route, ok := fromKernel(r)
 		if !ok {
 			continue
-		}
-		route := Route{
-			Dst:       d.Masked(),
-			LinkIndex: r.LinkIndex,
-			Metric:    r.Priority,
-			Owned:     r.Protocol == LinuxRouteProtocol,
-		}
-		if gw, ok := netip.AddrFromSlice(r.Gw); ok {
-			route.Gateway = gw.Unmap()
 		}
 		out = append(out, kernelRoute{Route: route, raw: r})
 	}
 	return out, nil
+}
+
+// fromKernel is a kernel route as a Route (its destination masked, its gateway unmapped, owned when
+// it carries winnet's protocol); false when it has no destination.
+func fromKernel(r netlink.Route) (Route, bool) {
+	d, ok := toPrefix(r.Dst)
+	if !ok {
+		return Route{}, false
+	}
+	route := Route{Dst: d.Masked(), LinkIndex: r.LinkIndex, Metric: r.Priority, Owned: r.Protocol == LinuxRouteProtocol}
+	if gw, ok := netip.AddrFromSlice(r.Gw); ok {
+		route.Gateway = gw.Unmap()
+	}
+	return route, true
 }
 
 func (h *netlinkHost) Routes(_ context.Context, filter RouteFilter) ([]Route, error) {
@@ -566,18 +571,14 @@ func (h *netlinkHost) lookUpRoutes(want []Route) (missing []Route, ok bool) {
 // fibMatchIs reports whether k, the entry a lookup of r's destination matched, is r (the main
 // table's unicast route, owned as r is), and whether that answer is conclusive.
 func fibMatchIs(k netlink.Route, r Route) (present, conclusive bool) {
-	d, ok := toPrefix(k.Dst)
-	if k.Table != unix.RT_TABLE_MAIN || !ok || d.Bits() > r.Dst.Bits() {
+	actual, ok := fromKernel(k)
+	if k.Table != unix.RT_TABLE_MAIN || !ok || actual.Dst.Bits() > r.Dst.Bits() {
 		return false, false
 	}
-	if d.Bits() < r.Dst.Bits() {
+	if actual.Dst.Bits() < r.Dst.Bits() {
 		return false, true
 	}
-	actual := Route{Dst: d.Masked(), LinkIndex: k.LinkIndex, Metric: k.Priority}
-	if gw, ok := netip.AddrFromSlice(k.Gw); ok {
-		actual.Gateway = gw.Unmap()
-	}
-	if k.Type == unix.RTN_UNICAST && len(k.MultiPath) == 0 && (k.Protocol == LinuxRouteProtocol) == r.Owned && routeMatches(r, actual) {
+	if k.Type == unix.RTN_UNICAST && len(k.MultiPath) == 0 && actual.Owned == r.Owned && routeMatches(r, actual) {
 		return true, true
 	}
 	return false, false
