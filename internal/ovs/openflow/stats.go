@@ -30,12 +30,8 @@ func (b *Bridge) FlowStats(ctx context.Context, table uint8, cookie, cookieMask 
 	if err := b.waitConnected(ctx); err != nil {
 		return nil, err
 	}
-	descs, err := b.flowStats(ctx, table, cookie, cookieMask)
-	if err != nil {
-		return nil, err
-	}
-	out := make([]FlowStat, 0, len(descs))
-	for _, fd := range descs {
+	var out []FlowStat
+	err := b.eachFlow(ctx, table, cookie, cookieMask, func(fd *openflow15.FlowDesc) {
 		s := FlowStat{Table: fd.TableId, Priority: fd.Priority, Cookie: fd.Cookie}
 		for _, f := range fd.Stats.Fields {
 			if c, ok := f.(*openflow15.PBCountStatField); ok {
@@ -77,6 +73,9 @@ func (b *Bridge) FlowStats(ctx context.Context, table uint8, cookie, cookieMask 
 			}
 		}
 		out = append(out, s)
+	})
+	if err != nil {
+		return nil, err
 	}
 	return out, nil
 }
