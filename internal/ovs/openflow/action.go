@@ -136,12 +136,49 @@ func (dropAction) appendWire(b []byte) ([]byte, error) { return b, nil }
 // setFieldAction is OFPAT_SET_FIELD (OpenFlow 1.5 allows masks) of the field a match field
 // describes (arp: an ARP field). It keeps no text: its value is rendered from the field when the
 // action is printed (style), so that the tens of thousands of actions of a large node's Services
-// and routes cost no string each (bench-scale: issue 64). name is a constant.
+// and routes cost no string each (bench-scale: issue 64); its name is the field's (name), not a
+// string of its own, which kept it in a larger size class (80 bytes for 64).
 type setFieldAction struct {
-	name  string
 	field MatchField
 	arp   bool
 	style valueStyle
+}
+
+// name is the set field's name, as ovs-ofctl prints it.
+func (a setFieldAction) name() string {
+	switch a.field.kind {
+	case kindEthDst:
+		return "eth_dst"
+	case kindEthSrc:
+		return "eth_src"
+	case kindTunDst:
+		return "tun_dst"
+	case kindTunID:
+		return "tun_id"
+	case kindReg:
+		return regName(int(a.field.reg))
+	case kindARPOp:
+		return "arp_op"
+	case kindARPSha:
+		return "arp_sha"
+	case kindNwSrc:
+		if a.arp {
+			return "arp_spa"
+		}
+		return "ip_src"
+	case kindNwDst:
+		return "ip_dst"
+	case kindCTMark:
+		return "ct_mark"
+	case kindPktMark:
+		return "pkt_mark"
+	case kindTpDst:
+		if a.field.reg == ProtoUDP {
+			return "udp_dst"
+		}
+		return "tcp_dst"
+	}
+	return fmt.Sprintf("field%d", a.field.kind)
 }
 
 // valueStyle is how a set_field's value is printed, as ovs-ofctl prints it.
@@ -170,7 +207,7 @@ func (a setFieldAction) value() string {
 	return strconv.FormatUint(a.field.value, 10)
 }
 
-func (a setFieldAction) text() string { return "set_field:" + a.value() + "->" + a.name }
+func (a setFieldAction) text() string { return "set_field:" + a.value() + "->" + a.name() }
 
 func (a setFieldAction) encode() (openflow15.Action, error) {
 	f, err := a.field.oxm(a.arp)
@@ -180,10 +217,10 @@ func (a setFieldAction) encode() (openflow15.Action, error) {
 	return openflow15.NewActionSetField(*f), nil
 }
 
-// appendKey identifies the action by its name and field: the printed value is a function of the
-// field for each name (and of the arp flag, which only arp_spa sets).
+// appendKey identifies the action by its field and arp flag: its name and printed value are
+// functions of them.
 func (a setFieldAction) appendKey(b []byte) []byte {
-	b = a.field.appendKey(appendStringKey(append(b, 's'), a.name))
+	b = a.field.appendKey(append(b, 's'))
 	if a.arp {
 		return append(b, 1)
 	}
@@ -202,22 +239,22 @@ func (a setFieldAction) appendWire(b []byte) ([]byte, error) {
 
 // SetEthDst rewrites the destination MAC.
 func SetEthDst(mac net.HardwareAddr) Action {
-	return setFieldAction{name: "eth_dst", style: styleMAC, field: EthDst(mac)}
+	return setFieldAction{style: styleMAC, field: EthDst(mac)}
 }
 
 // SetEthSrc rewrites the source MAC.
 func SetEthSrc(mac net.HardwareAddr) Action {
-	return setFieldAction{name: "eth_src", style: styleMAC, field: EthSrc(mac)}
+	return setFieldAction{style: styleMAC, field: EthSrc(mac)}
 }
 
 // SetTunDst sets the tunnel destination of a flow-based tunnel port.
 func SetTunDst(ip netip.Addr) Action {
-	return setFieldAction{name: "tun_dst", style: styleAddr, field: TunDst(ip)}
+	return setFieldAction{style: styleAddr, field: TunDst(ip)}
 }
 
 // SetTunID sets the tunnel key (VNI).
 func SetTunID(id uint64) Action {
-	return setFieldAction{name: "tun_id", style: styleHex, field: TunID(id)}
+	return setFieldAction{style: styleHex, field: TunID(id)}
 }
 
 // SetReg loads value into bits start..end of register idx (a masked set_field,
@@ -228,7 +265,7 @@ func SetReg(idx, start, end int, value uint32) Action {
 	if mask != 0xffffffff {
 		field.mask = uint64(mask)
 	}
-	return setFieldAction{name: regName(idx), style: styleMaskedHex, field: field}
+	return setFieldAction{style: styleMaskedHex, field: field}
 }
 
 // regNames are the registers' names, made once (set_field actions of registers are many).
@@ -249,22 +286,22 @@ func regName(idx int) string {
 
 // SetARPOp sets the ARP opcode (2 for a reply).
 func SetARPOp(op uint16) Action {
-	return setFieldAction{name: "arp_op", style: styleDecimal, field: ARPOp(op)}
+	return setFieldAction{style: styleDecimal, field: ARPOp(op)}
 }
 
 // SetARPSha sets the ARP sender hardware address.
 func SetARPSha(mac net.HardwareAddr) Action {
-	return setFieldAction{name: "arp_sha", style: styleMAC, field: ARPSHA(mac)}
+	return setFieldAction{style: styleMAC, field: ARPSHA(mac)}
 }
 
 // SetARPSpa sets the ARP sender protocol address.
 func SetARPSpa(ip netip.Addr) Action {
-	return setFieldAction{name: "arp_spa", style: styleAddr, field: NwSrc(netip.PrefixFrom(ip, ip.BitLen())), arp: true}
+	return setFieldAction{style: styleAddr, field: NwSrc(netip.PrefixFrom(ip, ip.BitLen())), arp: true}
 }
 
 // SetCTMark sets ct_mark (inside CT's Exec); mask 0 or 0xffffffff is exact.
 func SetCTMark(mark, mask uint32) Action {
-	return setFieldAction{name: "ct_mark", style: styleMaskedHex, field: CTMark(mark, mask)}
+	return setFieldAction{style: styleMaskedHex, field: CTMark(mark, mask)}
 }
 
 // Field names a whole NXM/OXM field for Move.

@@ -123,7 +123,7 @@ func (a checkPktLargerAction) appendWire(b []byte) ([]byte, error) {
 
 // SetPktMark sets the packet's mark (pkt_mark). Windows skips it silently.
 func SetPktMark(mark uint32) Action {
-	return setFieldAction{name: "pkt_mark", style: styleHex, field: MatchField{kind: kindPktMark, value: uint64(mark)}}
+	return setFieldAction{style: styleHex, field: MatchField{kind: kindPktMark, value: uint64(mark)}}
 }
 
 type setIPv6Action struct {

@@ -1,6 +1,7 @@
 package openflow
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -73,19 +74,36 @@ type Options struct {
 	NoFlowMonitor bool
 }
 
-// cached is an installed flow.
+// cached is an installed flow. It is held as compactly as the Syncs allow: a node of a cluster of
+// 5,000 Nodes installs 200,000 flows and more (bench-scale, issue 64). The match is kept only in the
+// key, which encodes it whole (decodeMatch reads it back when the flow is sent or shown), and the
+// actions only as Actions (their key is computed again when a Sync compares them).
 type cached struct {
-	key      string // Flow.appendMatchKey
-	flow     Flow   // with the full cookie
-	category uint8
-	actions  string // Flow.appendActionsKey
+	key     string // Flow.appendMatchKey: table, priority and match
+	actions []Action
+	cookie  uint64 // the full cookie (round and category)
 	// seen is the last Sync pass that desired the flow: it finds duplicates and leftovers
 	// without building a map of the desired flows.
-	seen uint64
+	seen     uint64
+	category uint8
 	// stale makes the next Sync send the flow again (Invalidate).
 	stale bool
 	// removed is set once the flow is deleted or replaced: a lastOrder entry is then a miss.
 	removed bool
+}
+
+func (c *cached) table() uint8     { return c.key[0] }
+func (c *cached) priority() uint16 { return uint16(c.key[1])<<8 | uint16(c.key[2]) }
+func (c *cached) id() flowID       { return flowID{c.table(), c.priority(), c.cookie} }
+func (c *cached) object() uint64   { return c.cookie & ObjectMask }
+
+// flow returns the installed flow, its match decoded into match's storage (nil: a new slice of
+// the match's length).
+func (c *cached) flow(match []MatchField) Flow {
+	if match == nil {
+		match = make([]MatchField, 0, countMatch(c.key))
+	}
+	return Flow{Table: c.table(), Priority: c.priority(), Cookie: c.cookie, Match: decodeMatch(c.key, match[:0]), Actions: c.actions}
 }
 
 // flowSet holds installed flows by key.
@@ -145,10 +163,12 @@ type Bridge struct {
 	// them: a Sync that desires the same flows in the same order (desired sets are computed
 	// deterministically) finds each by position rather than by a lookup in the large flows map.
 	lastOrder map[uint8][]*cached
-	// pass numbers Syncs for cached.seen; keyBuf and actionsBuf are reused to build keys.
-	pass       uint64
-	keyBuf     []byte
-	actionsBuf []byte
+	// pass numbers Syncs for cached.seen; keyBuf, actionsBuf and curActionsBuf (an installed
+	// flow's) are reused to build keys.
+	pass          uint64
+	keyBuf        []byte
+	actionsBuf    []byte
+	curActionsBuf []byte
 
 	statsMu sync.Mutex
 	stats   map[uint32]chan *openflow15.MultipartReply
@@ -418,14 +438,14 @@ func (b *Bridge) replay() error {
 		msgs = append(msgs, bundleMsg{group: &g.group, groupCmd: openflow15.OFPGC_ADD})
 	}
 	for _, c := range b.flows {
-		msgs = append(msgs, bundleMsg{flow: &c.flow, cookie: MakeCookie(round, c.category, c.flow.Cookie), command: openflow15.FC_ADD})
+		msgs = append(msgs, bundleMsg{flow: c, cookie: MakeCookie(round, c.category, c.cookie), command: openflow15.FC_ADD})
 	}
 	msgs = append(msgs, bundleMsg{raw: deleteRound(old)})
 	if err := b.sendBundle(ctx, bundleMsgs(msgs)); err != nil {
 		return fmt.Errorf("replaying %d flows in round %d: %w", len(b.flows), round, err)
 	}
 	for _, c := range b.flows {
-		c.flow.Cookie = MakeCookie(round, c.category, c.flow.Cookie)
+		c.cookie = MakeCookie(round, c.category, c.cookie)
 	}
 	b.round = round
 	b.log.Info("Replayed flows", "flows", len(b.flows), "groups", len(b.groups), "round", round, "previousRound", old)
@@ -575,10 +595,10 @@ func (fc flowChanges) len() int { return len(fc) }
 
 func (fc flowChanges) msg(i int) bundleMsg {
 	if c := fc[i]; c.next != nil {
-		return bundleMsg{flow: &c.next.flow, cookie: c.next.flow.Cookie, command: openflow15.FC_ADD}
+		return bundleMsg{flow: c.next, cookie: c.next.cookie, command: openflow15.FC_ADD}
 	}
 	c := fc[i].prev
-	return bundleMsg{flow: &c.flow, cookie: c.flow.Cookie, command: openflow15.FC_DELETE_STRICT}
+	return bundleMsg{flow: c, cookie: c.cookie, command: openflow15.FC_DELETE_STRICT}
 }
 
 // syncReq is a Sync, SyncObject or SyncObjectWithGroups waiting for the bundle that carries it,
@@ -816,8 +836,8 @@ func (b *Bridge) diff(category uint8, object *uint64, desired []Flow) (flowChang
 		last, order = b.lastOrder[category], make([]*cached, len(desired))
 	}
 	kept := 0 // installed flows of the category (or object) still desired
-	kb, ab := b.keyBuf[:0], b.actionsBuf[:0]
-	defer func() { b.keyBuf, b.actionsBuf = kb, ab }()
+	kb, ab, cb := b.keyBuf[:0], b.actionsBuf[:0], b.curActionsBuf[:0]
+	defer func() { b.keyBuf, b.actionsBuf, b.curActionsBuf = kb, ab, cb }()
 	for i := range desired {
 		f := &desired[i]
 		cookie := MakeCookie(b.round, category, f.Cookie)
@@ -835,12 +855,17 @@ func (b *Bridge) diff(category uint8, object *uint64, desired []Flow) (flowChang
 		}
 		if cur != nil {
 			cur.seen = pass
-			if cur.category == category && (object == nil || cur.flow.Cookie&ObjectMask == *object) {
+			if cur.category == category && (object == nil || cur.object() == *object) {
 				kept++
 			}
 			next := cur
-			if cur.stale || cur.category != category || cur.flow.Cookie != cookie || cur.actions != string(ab) {
-				next = newCached(cur.key, f, cookie, category, ab, pass)
+			changed := cur.stale || cur.category != category || cur.cookie != cookie
+			if !changed {
+				cb = appendActionsKey(cb[:0], cur.actions)
+				changed = !bytes.Equal(cb, ab)
+			}
+			if changed {
+				next = newCached(cur.key, f, cookie, category, pass)
 				changes = append(changes, flowChange{prev: cur, next: next})
 			}
 			if order != nil {
@@ -848,7 +873,7 @@ func (b *Bridge) diff(category uint8, object *uint64, desired []Flow) (flowChang
 			}
 			continue
 		}
-		next := newCached(string(kb), f, cookie, category, ab, pass)
+		next := newCached(string(kb), f, cookie, category, pass)
 		b.flows[next.key] = next
 		changes = append(changes, flowChange{next: next})
 		if order != nil {
@@ -870,16 +895,12 @@ func (b *Bridge) diff(category uint8, object *uint64, desired []Flow) (flowChang
 	return changes, order, nil
 }
 
-func newCached(key string, f *Flow, cookie uint64, category uint8, actions []byte, pass uint64) *cached {
-	c := &cached{key: key, flow: *f, category: category, actions: string(actions), seen: pass}
-	c.flow.Cookie = cookie
-	// The record keeps the flow as long as it is installed: not the spare capacity of slices built
-	// by append (a match of 5 fields and one more grows to room for 10, 640 bytes for 384).
-	if cap(f.Match) > len(f.Match) {
-		c.flow.Match = slices.Clone(f.Match)
-	}
+func newCached(key string, f *Flow, cookie uint64, category uint8, pass uint64) *cached {
+	c := &cached{key: key, actions: f.Actions, cookie: cookie, category: category, seen: pass}
+	// The record keeps the actions as long as the flow is installed: not the spare capacity of a
+	// slice built by append.
 	if cap(f.Actions) > len(f.Actions) {
-		c.flow.Actions = slices.Clone(f.Actions)
+		c.actions = slices.Clone(f.Actions)
 	}
 	return c
 }
@@ -898,7 +919,7 @@ func (b *Bridge) apply(c flowChange) {
 	if b.touched != nil {
 		for _, f := range []*cached{c.prev, c.next} {
 			if f != nil {
-				b.touched[flowID{f.flow.Table, f.flow.Priority, f.flow.Cookie}] = true
+				b.touched[f.id()] = true
 			}
 		}
 	}
@@ -921,7 +942,7 @@ func (b *Bridge) apply(c flowChange) {
 	}
 	set[c.next.key] = c.next
 	if objects, ok := b.byObject[c.next.category]; ok {
-		id := c.next.flow.Cookie & ObjectMask
+		id := c.next.object()
 		if objects[id] == nil {
 			objects[id] = flowSet{}
 		}
@@ -933,7 +954,7 @@ func (b *Bridge) apply(c flowChange) {
 func (b *Bridge) unindex(c *cached) {
 	delete(b.byCategory[c.category], c.key)
 	if objects, ok := b.byObject[c.category]; ok {
-		id := c.flow.Cookie & ObjectMask
+		id := c.object()
 		delete(objects[id], c.key)
 		if len(objects[id]) == 0 {
 			delete(objects, id)
@@ -948,7 +969,7 @@ func (b *Bridge) objectIndex(category uint8) map[uint64]flowSet {
 	}
 	idx := map[uint64]flowSet{}
 	for k, c := range b.byCategory[category] {
-		id := c.flow.Cookie & ObjectMask
+		id := c.object()
 		if idx[id] == nil {
 			idx[id] = flowSet{}
 		}
@@ -986,7 +1007,7 @@ func (b *Bridge) Installed(category uint8) []Flow {
 	defer b.mu.Unlock()
 	out := make([]Flow, 0, len(b.byCategory[category]))
 	for _, c := range b.byCategory[category] {
-		out = append(out, c.flow)
+		out = append(out, c.flow(nil))
 	}
 	return out
 }

@@ -33,8 +33,8 @@ const (
 // with the switch's processing of the messages before it. Flows are encoded directly (wire.go),
 // groups and other messages by libOpenflow.
 type bundleMsg struct {
-	flow    *Flow
-	cookie  uint64 // the cookie to send, which may differ from flow.Cookie (a replay's new round)
+	flow    *cached
+	cookie  uint64 // the cookie to send, which may differ from the flow's (a replay's new round)
 	command uint8
 
 	group    *Group
@@ -47,7 +47,7 @@ type bundleMsg struct {
 func (m *bundleMsg) addTo(tx *bundleTx) error {
 	switch {
 	case m.flow != nil:
-		return tx.addFlow(m.flow, m.command, m.cookie)
+		return tx.addFlow(m)
 	case m.group != nil:
 		gms, err := m.group.groupMods(m.groupCmd)
 		if err != nil {
@@ -65,11 +65,19 @@ func (m *bundleMsg) addTo(tx *bundleTx) error {
 	return errors.New("empty bundle message")
 }
 
+// appendFlowMod appends the flow message's flow_mod, its match decoded from the cache's key (on the
+// stack, for a match of up to maxInlineMatch fields).
+func (m *bundleMsg) appendFlowMod(b []byte, xid uint32) ([]byte, error) {
+	var match [maxInlineMatch]MatchField
+	f := m.flow.flow(match[:0])
+	return f.appendFlowMod(b, m.command, m.cookie, xid)
+}
+
 // String names the message in errors.
 func (m *bundleMsg) String() string {
 	switch {
 	case m.flow != nil:
-		f := *m.flow
+		f := m.flow.flow(nil)
 		f.Cookie = m.cookie
 		return fmt.Sprintf("flow %q", f.String())
 	case m.group != nil:
@@ -336,7 +344,7 @@ func (c *bundleConn) runOne(ctx context.Context, m bundleMsg) error {
 	tx.locked = true
 	defer tx.unlock()
 	c.xid++
-	b, err := m.flow.appendFlowMod(tx.w.AvailableBuffer(), m.command, m.cookie, c.xid)
+	b, err := m.appendFlowMod(tx.w.AvailableBuffer(), c.xid)
 	if err == nil && len(b) > 0xffff {
 		err = fmt.Errorf("flow_mod of %d bytes is too long", len(b))
 	}
@@ -503,7 +511,7 @@ func (tx *bundleTx) add(m util.Message) error {
 }
 
 // addFlow appends a flow_mod to the bundle, encoded straight into the write buffer.
-func (tx *bundleTx) addFlow(f *Flow, command uint8, cookie uint64) error {
+func (tx *bundleTx) addFlow(m *bundleMsg) error {
 	tx.c.xid++
 	xid := tx.c.xid
 	b := tx.w.AvailableBuffer()
@@ -512,7 +520,7 @@ func (tx *bundleTx) addFlow(f *Flow, command uint8, cookie uint64) error {
 	b = binary.BigEndian.AppendUint32(b, bundleID)
 	b = binary.BigEndian.AppendUint16(b, 0) // padding
 	b = binary.BigEndian.AppendUint16(b, openflow15.OFPBCT_ATOMIC)
-	b, err := f.appendFlowMod(b, command, cookie, xid)
+	b, err := m.appendFlowMod(b, xid)
 	if err != nil {
 		return err
 	}

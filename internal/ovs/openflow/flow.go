@@ -62,11 +62,71 @@ func (f *Flow) appendMatchKey(b []byte) []byte {
 
 // appendActionsKey appends a compact binary identity of the actions: equal keys mean equal
 // ActionsString.
-func (f *Flow) appendActionsKey(b []byte) []byte {
-	for _, a := range f.Actions {
+func (f *Flow) appendActionsKey(b []byte) []byte { return appendActionsKey(b, f.Actions) }
+
+func appendActionsKey(b []byte, actions []Action) []byte {
+	for _, a := range actions {
 		b = a.appendKey(b)
 	}
 	return b
+}
+
+// decodeMatch appends to m the match fields of a key appendMatchKey built (after its table and
+// priority), in the key's order. The key encodes every field whole: the installed-flow cache keeps
+// the match only there.
+func decodeMatch(key string, m []MatchField) []MatchField {
+	for i := 3; i < len(key); {
+		var f MatchField
+		f.kind, f.reg = matchKind(key[i]), key[i+1]
+		i += 2
+		f.value, i = uvarintAt(key, i)
+		f.mask, i = uvarintAt(key, i)
+		f.prefix, i = prefixAt(key, i)
+		f.macLen = key[i]
+		i += 1 + copy(f.mac[:], key[i+1:i+1+int(f.macLen)])
+		m = append(m, f)
+	}
+	return m
+}
+
+// countMatch returns how many match fields a key holds.
+func countMatch(key string) int {
+	n := 0
+	for i := 3; i < len(key); n++ {
+		_, i = uvarintAt(key, i+2)
+		_, i = uvarintAt(key, i)
+		_, i = prefixAt(key, i)
+		i += 1 + int(key[i])
+	}
+	return n
+}
+
+// uvarintAt reads the unsigned varint (binary.AppendUvarint) at key[i:] and returns the index after it.
+func uvarintAt(key string, i int) (uint64, int) {
+	var v uint64
+	for shift := 0; ; shift += 7 {
+		c := key[i]
+		i++
+		v |= uint64(c&0x7f) << shift
+		if c < 0x80 {
+			return v, i
+		}
+	}
+}
+
+// prefixAt reads the prefix appendPrefixKey appended at key[i:] and returns the index after it.
+func prefixAt(key string, i int) (netip.Prefix, int) {
+	switch key[i] {
+	case 4:
+		var a [4]byte
+		copy(a[:], key[i+1:])
+		return netip.PrefixFrom(netip.AddrFrom4(a), int(key[i+5])), i + 6
+	case 16:
+		var a [16]byte
+		copy(a[:], key[i+1:])
+		return netip.PrefixFrom(netip.AddrFrom16(a), int(key[i+17])), i + 18
+	}
+	return netip.Prefix{}, i + 1
 }
 
 func (f *Flow) isARP() bool {

@@ -57,7 +57,7 @@ func Inspect(a Action) ActionInfo {
 	case dropAction:
 		return ActionInfo{Kind: KindDrop}
 	case setFieldAction:
-		return ActionInfo{Kind: KindSetField, Field: a.name}
+		return ActionInfo{Kind: KindSetField, Field: a.name()}
 	case setIPv6Action:
 		return ActionInfo{Kind: KindSetField, Field: a.fieldName()}
 	case moveAction:

@@ -66,3 +66,34 @@ func TestKeysIdentifyLikeText(t *testing.T) {
 		}
 	}
 }
+
+// TestMatchKeyDecodes: the installed-flow cache keeps a flow's match only in its key, so the key
+// must give back every field whole, of every kind: the same fields, the same key, text and wire
+// match.
+func TestMatchKeyDecodes(t *testing.T) {
+	g := NewWithT(t)
+	ip := netip.MustParseAddr("10.0.1.1")
+	flows := append(wireFlows(),
+		Flow{Table: 7, Priority: 65535, Match: []MatchField{InPort(0xfffffffe), EthSrc(podMACForKeys), EthDst(podMACForKeys), ARP(), ARPTPA(ip), ARPSHA(podMACForKeys), ARPOp(2)}},
+		Flow{Table: 8, Priority: 1, Match: []MatchField{IPv4(), IPProto(ProtoICMP), ICMPType(8), IPDSCP(46), TunSrc(ip), TunID(1 << 40), CTZone(65535)}},
+		Flow{Table: 9, Match: []MatchField{IPv4(), IPProto(ProtoUDP), TpSrc(ProtoUDP, 65535), TpDst(ProtoUDP, 0), CTLabel32(64, 0xdeadbeef), ConjID(1 << 31)}},
+		Flow{Table: 9, Match: []MatchField{RegMasked(15, 0xffffffff, 0x8000_0001), Reg(2, 3, 9, 100), CTState(CTTrk|CTEst, CTNew), CTMark(0xffffffff, 0)}},
+		Flow{Table: 250, Match: []MatchField{IPv6(), NwDst(netip.MustParsePrefix("fd00:10::/64")), NwSrc(netip.MustParsePrefix("::/0"))}},
+		Flow{Table: 251, Match: []MatchField{IPv4(), NwSrc(netip.MustParsePrefix("0.0.0.0/0")), NwDst(netip.MustParsePrefix("255.255.255.255/32"))}},
+		Flow{Table: 252, Priority: 300},
+	)
+	for _, f := range flows {
+		key := string(f.appendMatchKey(nil))
+		g.Expect(countMatch(key)).To(Equal(len(f.Match)), "fields of %q", f.String())
+		got := Flow{Table: key[0], Priority: uint16(key[1])<<8 | uint16(key[2]), Match: decodeMatch(key, nil)}
+		g.Expect(got.Table).To(Equal(f.Table))
+		g.Expect(got.Priority).To(Equal(f.Priority))
+		g.Expect(got.Match).To(ConsistOf(f.Match), "fields of %q", f.String())
+		g.Expect(string(got.appendMatchKey(nil))).To(Equal(key))
+		g.Expect(got.MatchString()).To(Equal(f.MatchString()))
+		want, wantErr := f.appendMatch(nil)
+		wire, err := got.appendMatch(nil)
+		g.Expect(err == nil).To(Equal(wantErr == nil))
+		g.Expect(wire).To(Equal(want), "wire match of %q", f.String())
+	}
+}

@@ -270,7 +270,7 @@ func (b *Bridge) expectRemoval(c *cached) {
 	if b.ownRemovals == nil {
 		b.ownRemovals = map[flowID][]time.Time{}
 	}
-	id := flowID{c.flow.Table, c.flow.Priority, c.flow.Cookie}
+	id := c.id()
 	b.ownRemovals[id] = append(b.ownRemovals[id], time.Now().Add(ownRemovalExpiry))
 }
 
@@ -328,7 +328,7 @@ func (b *Bridge) repair(removed map[flowID]int, full bool) error {
 		}
 	} else if len(others) > 0 {
 		for _, c := range b.flows {
-			if others[flowID{c.flow.Table, c.flow.Priority, c.flow.Cookie}] {
+			if others[c.id()] {
 				missing = append(missing, c)
 			}
 		}
@@ -338,7 +338,7 @@ func (b *Bridge) repair(removed map[flowID]int, full bool) error {
 	}
 	msgs := make(bundleMsgs, len(missing))
 	for i, c := range missing {
-		msgs[i] = bundleMsg{flow: &c.flow, cookie: c.flow.Cookie, command: openflow15.FC_ADD}
+		msgs[i] = bundleMsg{flow: c, cookie: c.cookie, command: openflow15.FC_ADD}
 	}
 	if err := b.sendBundle(ctx, msgs); err != nil {
 		return fmt.Errorf("reinstalling %d flows: %w", len(missing), err)

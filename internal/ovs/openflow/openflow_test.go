@@ -782,8 +782,8 @@ func TestFreeze(t *testing.T) {
 }
 
 // TestInstalledKeepsNoSpareCapacity: the bridge keeps each installed flow as long as it is installed,
-// without the spare capacity of a match or actions built by append (the pipeline's matches grow by
-// a field or two): a cluster of 5,000 Nodes installs 200,000 flows and more.
+// without the spare capacity of actions built by append (the match is kept in its key alone, and
+// given back whole): a cluster of 5,000 Nodes installs 200,000 flows and more.
 func TestInstalledKeepsNoSpareCapacity(t *testing.T) {
 	g := NewWithT(t)
 	e := setup(t)

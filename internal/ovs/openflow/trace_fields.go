@@ -30,15 +30,11 @@ func RegMasked(idx int, value, mask uint32) MatchField {
 // SetNwDst rewrites the IPv4 destination (set_field, with the checksums fixed by the datapath;
 // the Windows datapath sets it too: Actions.c OvsExecuteSetAction, IPv4).
 func SetNwDst(ip netip.Addr) Action {
-	return setFieldAction{name: "ip_dst", style: styleAddr, field: NwDst(netip.PrefixFrom(ip, 32))}
+	return setFieldAction{style: styleAddr, field: NwDst(netip.PrefixFrom(ip, 32))}
 }
 
 // SetTpDst rewrites the TCP or UDP destination port (proto ProtoTCP or ProtoUDP); the flow must
 // match IPv4() and IPProto(proto).
 func SetTpDst(proto uint8, port uint16) Action {
-	name := "tcp_dst"
-	if proto == ProtoUDP {
-		name = "udp_dst"
-	}
-	return setFieldAction{name: name, style: styleDecimal, field: TpDst(proto, port)}
+	return setFieldAction{style: styleDecimal, field: TpDst(proto, port)}
 }

@@ -176,12 +176,12 @@ type flowSnapshot struct {
 func (b *Bridge) snapshot() flowSnapshot {
 	s := flowSnapshot{byTable: map[uint8]map[flowID]int{}, categories: map[uint8]bool{}}
 	for _, c := range b.flows {
-		t := s.byTable[c.flow.Table]
+		t := s.byTable[c.table()]
 		if t == nil {
 			t = map[flowID]int{}
-			s.byTable[c.flow.Table] = t
+			s.byTable[c.table()] = t
 		}
-		t[flowID{c.flow.Table, c.flow.Priority, c.flow.Cookie}]++
+		t[c.id()]++
 		s.categories[c.category] = true
 	}
 	for t := range s.byTable {
@@ -221,7 +221,7 @@ func (s flowSnapshot) check(flows flowSet, table uint8, got map[flowID]int, skip
 	// the candidates. Only these are rendered.
 	byID := map[flowID][]*cached{}
 	for _, c := range flows {
-		k := flowID{c.flow.Table, c.flow.Priority, c.flow.Cookie}
+		k := c.id()
 		if _, ok := short[k]; ok {
 			byID[k] = append(byID[k], c)
 		}
@@ -231,7 +231,8 @@ func (s flowSnapshot) check(flows flowSet, table uint8, got map[flowID]int, skip
 		missing = append(missing, cs...)
 		texts := make([]string, len(cs))
 		for i, c := range cs {
-			texts[i] = c.flow.String()
+			f := c.flow(nil)
+			texts[i] = f.String()
 		}
 		slices.Sort(texts)
 		for _, t := range texts[min(short[k], len(texts)):] {

@@ -27,8 +27,9 @@ func TestCheckCounts(t *testing.T) {
 	texts := func(n int) []string {
 		var out []string
 		for _, c := range br.flows {
-			if c.flow.Cookie == MakeCookie(0, 1, 1) {
-				out = append(out, c.flow.String())
+			if c.cookie == MakeCookie(0, 1, 1) {
+				f := c.flow(nil)
+				out = append(out, f.String())
 			}
 		}
 		slices.Sort(out)
