@@ -109,11 +109,9 @@ func (c *cached) flow(match []MatchField) Flow {
 // flowSet holds installed flows by key.
 type flowSet map[string]*cached
 
-// groupState is an installed group: key is its appendKey, seen the last SyncGroups pass that
-// desired it.
+// groupState is an installed group: seen is the last SyncGroups pass that desired it.
 type groupState struct {
 	group Group
-	key   string
 	seen  uint64
 }
 
@@ -156,9 +154,11 @@ type Bridge struct {
 	// synced by object have it.
 	byObject map[uint8]map[uint64]flowSet
 	groups   map[uint32]*groupState
-	// groupPass numbers SyncGroups passes for groupState.seen; groupKeyBuf is reused for keys.
-	groupPass   uint64
-	groupKeyBuf []byte
+	// groupPass numbers SyncGroups passes for groupState.seen; groupKeyBuf and curGroupKeyBuf (an
+	// installed group's) are reused for keys.
+	groupPass      uint64
+	groupKeyBuf    []byte
+	curGroupKeyBuf []byte
 	// lastOrder holds each category's flows in the order its last whole-category Sync desired
 	// them: a Sync that desires the same flows in the same order (desired sets are computed
 	// deterministically) finds each by position rather than by a lookup in the large flows map.

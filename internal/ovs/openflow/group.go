@@ -1,6 +1,7 @@
 package openflow
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"fmt"
@@ -169,13 +170,18 @@ func (b *Bridge) diffGroup(g *Group, pass uint64, gc *groupChanges) {
 		cur.seen = pass
 		return
 	}
-	b.groupKeyBuf = g.appendKey(b.groupKeyBuf[:0])
-	if ok && cur.key == string(b.groupKeyBuf) {
-		cur.group = *g // the next pass may pass these buckets again
-		cur.seen = pass
-		return
+	if ok {
+		// The installed group's key is computed again rather than kept: 10,000 Services' groups
+		// of five buckets each would keep about 3 MB of keys (bench-scale, issue 64).
+		b.groupKeyBuf = g.appendKey(b.groupKeyBuf[:0])
+		b.curGroupKeyBuf = cur.group.appendKey(b.curGroupKeyBuf[:0])
+		if bytes.Equal(b.groupKeyBuf, b.curGroupKeyBuf) {
+			cur.group = *g // the next pass may pass these buckets again
+			cur.seen = pass
+			return
+		}
 	}
-	gs := &groupState{group: *g, key: string(b.groupKeyBuf), seen: pass}
+	gs := &groupState{group: *g, seen: pass}
 	gc.set[g.ID] = gs
 	if !ok {
 		// Add or replace: after a restart of the agent the switch still has the groups the
