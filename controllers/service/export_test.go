@@ -80,3 +80,15 @@ func (r *Reconciler) Computed() map[types.NamespacedName]string {
 func Inputs(svc *corev1.Service, eps []discoveryv1.EndpointSlice) string {
 	return serviceInputs(svc, eps).String()
 }
+
+// HeldFlows is the number of flows the realised Services hold themselves (none once the switch has
+// them: the bridge keeps them).
+func (r *Reconciler) HeldFlows() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := 0
+	for _, rs := range r.realised {
+		n += len(rs.flows)
+	}
+	return n
+}

@@ -45,7 +45,12 @@ type realisedService struct {
 	groups []openflow.Group
 	// groupKeys are the Service ports' groups, in the order of groups.
 	groupKeys []groupKey
+	// flows are the Service's flows as computed, until the switch has them: then they are
+	// dropped (installed), and a full pass takes them from the bridge, which keeps them anyway
+	// (openflow.Bridge.InstalledObject): 10,000 Services' flows were held twice (bench-scale,
+	// issue 64). hasFlows tells whether the Service has any.
 	flows     []openflow.Flow
+	hasFlows  bool
 	clusterIP netip.Addr
 	// nodePorts are the Service's NodePorts the host NATs its own connections to (syncNodePortNAT).
 	nodePorts []hostnet.NodePort
@@ -197,8 +202,21 @@ func (r *Reconciler) realisePorts(name types.NamespacedName, rs *realisedService
 	for i := range rs.flows {
 		rs.flows[i].Cookie = rs.object
 	}
+	rs.hasFlows = len(rs.flows) > 0
 	rs.hairpin = slices.SortedFunc(maps.Keys(hairpin), netip.Addr.Compare)
 	return noZone
+}
+
+// installed drops the flows of a realised Service once the switch has them (see flows).
+func (rs *realisedService) installed() { rs.flows = nil }
+
+// flowsFor returns the realised Service's flows for a whole-category Sync: as computed until the
+// switch has them, then as the bridge installed them.
+func (rs *realisedService) flowsFor(b *openflow.Bridge) []openflow.Flow {
+	if rs.flows != nil || !rs.hasFlows {
+		return rs.flows
+	}
+	return b.InstalledObject(pipeline.CategoryService, rs.object)
 }
 
 // goneGroups are the groups old had that rs has not.

@@ -394,7 +394,7 @@ func (r *Reconciler) reconcileOne(ctx context.Context, rz nodenetwork.Realized, 
 	// The Service's groups and flows, in one bundle. A Service that has no flows now keeps the
 	// object of the flows it had, to delete them.
 	object := rs.object
-	if len(rs.flows) == 0 {
+	if !rs.hasFlows {
 		object = old.object
 	}
 	gone := goneGroups(old, rs)
@@ -457,9 +457,10 @@ func (r *Reconciler) reconcileOne(ctx context.Context, rz nodenetwork.Realized, 
 			r.udp.ids.release(k)
 		}
 	}
-	if len(rs.flows) == 0 {
+	if !rs.hasFlows {
 		r.objects.release(name)
 	}
+	rs.installed()
 	if svc == nil {
 		delete(r.realised, name)
 	} else {
@@ -575,7 +576,10 @@ func (r *Reconciler) reconcileAll(ctx context.Context, rz nodenetwork.Realized) 
 		return p.endpoints, ok
 	})
 	r.udp.release(func(k portKey) bool { return udpInUse[k] })
-	r.objects.releaseUnused(func(k types.NamespacedName) bool { return r.realised[k] != nil && len(r.realised[k].flows) > 0 })
+	r.objects.releaseUnused(func(k types.NamespacedName) bool { return r.realised[k] != nil && r.realised[k].hasFlows })
+	for _, rs := range r.realised {
+		rs.installed()
+	}
 	r.complete, r.checks, r.synced = true, 0, invalidations
 	r.fullPasses++
 	r.saveIDs(ctx)
@@ -645,7 +649,7 @@ func (r *Reconciler) desired(ctx context.Context, rz nodenetwork.Realized, servi
 		}
 		r.nodePorts = countNodePorts(r.nodePorts, rs.nodePorts, 1)
 		groups = append(groups, rs.groups...)
-		own = append(own, rs.flows...)
+		own = append(own, rs.flowsFor(rz.Flows)...)
 	}
 	if hp := r.realiseHostPorts(ctx, entries, rz, ips); len(hp.flows) > 0 {
 		if old := before[hostPortsName]; old != nil && len(old.udp) > 0 {

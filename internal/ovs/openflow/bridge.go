@@ -90,6 +90,8 @@ type cached struct {
 	stale bool
 	// removed is set once the flow is deleted or replaced: a lastOrder entry is then a miss.
 	removed bool
+	// objectPos is the flow's position in its object's list (byObject), for its removal.
+	objectPos int32
 }
 
 func (c *cached) table() uint8     { return c.key[0] }
@@ -108,6 +110,10 @@ func (c *cached) flow(match []MatchField) Flow {
 
 // flowSet holds installed flows by key.
 type flowSet map[string]*cached
+
+// flowIndex is a set of installed flows: a pointer is a smaller key than the flow's key (the
+// indexes hold every flow once more).
+type flowIndex map[*cached]struct{}
 
 // groupState is an installed group: seen is the last SyncGroups pass that desired it.
 type groupState struct {
@@ -149,10 +155,12 @@ type Bridge struct {
 	bundleConns bundleConns
 	round       uint16
 	flows       flowSet
-	byCategory  map[uint8]flowSet
+	byCategory  map[uint8]flowIndex
 	// byObject indexes each category's flows by cookie object, for SyncObject; only categories
 	// synced by object have it.
-	byObject map[uint8]map[uint64]flowSet
+	// Each object's flows are a list (cached.objectPos), smaller than a map for the few flows an
+	// object has (a Service's: 10,000 Services).
+	byObject map[uint8]map[uint64][]*cached
 	groups   map[uint32]*groupState
 	// groupPass numbers SyncGroups passes for groupState.seen; groupKeyBuf and curGroupKeyBuf (an
 	// installed group's) are reused for keys.
@@ -226,8 +234,8 @@ func Connect(ctx context.Context, opts Options) (*Bridge, error) {
 		connected:  make(chan struct{}),
 		connErr:    make(chan error, 1),
 		flows:      flowSet{},
-		byCategory: map[uint8]flowSet{},
-		byObject:   map[uint8]map[uint64]flowSet{},
+		byCategory: map[uint8]flowIndex{},
+		byObject:   map[uint8]map[uint64][]*cached{},
 		lastOrder:  map[uint8][]*cached{},
 		groups:     map[uint32]*groupState{},
 		stats:      map[uint32]chan *openflow15.MultipartReply{},
@@ -762,7 +770,7 @@ func (b *Bridge) syncBatch(ctx context.Context, batch []*syncReq) {
 // applyAll records a category's installed changes in the cache.
 func (b *Bridge) applyAll(category uint8, changes flowChanges, res SyncResult) {
 	if len(changes) > 0 && b.byCategory[category] == nil {
-		b.byCategory[category] = make(flowSet, res.Added)
+		b.byCategory[category] = make(flowIndex, res.Added)
 	}
 	for _, c := range changes {
 		b.apply(c)
@@ -880,14 +888,23 @@ func (b *Bridge) diff(category uint8, object *uint64, desired []Flow) (flowChang
 			order[i] = next
 		}
 	}
-	current := b.byCategory[category]
 	if object != nil {
-		current = b.objectIndex(category)[*object]
+		current := b.objectIndex(category)[*object]
+		if kept == len(current) {
+			return changes, order, nil // nothing to delete: skip the pass over the installed flows
+		}
+		for _, c := range current {
+			if c.seen != pass {
+				changes = append(changes, flowChange{prev: c})
+			}
+		}
+		return changes, order, nil
 	}
+	current := b.byCategory[category]
 	if kept == len(current) {
 		return changes, order, nil // nothing to delete: skip the pass over the installed flows
 	}
-	for _, c := range current {
+	for c := range current {
 		if c.seen != pass {
 			changes = append(changes, flowChange{prev: c})
 		}
@@ -937,43 +954,57 @@ func (b *Bridge) apply(c flowChange) {
 	}
 	set := b.byCategory[c.next.category]
 	if set == nil {
-		set = flowSet{}
+		set = flowIndex{}
 		b.byCategory[c.next.category] = set
 	}
-	set[c.next.key] = c.next
+	set[c.next] = struct{}{}
 	if objects, ok := b.byObject[c.next.category]; ok {
-		id := c.next.object()
-		if objects[id] == nil {
-			objects[id] = flowSet{}
-		}
-		objects[id][c.next.key] = c.next
+		addToObject(objects, c.next)
 	}
+}
+
+// addToObject appends c to its object's list.
+func addToObject(objects map[uint64][]*cached, c *cached) {
+	id := c.object()
+	c.objectPos = int32(len(objects[id]))
+	objects[id] = append(objects[id], c)
 }
 
 // unindex removes a flow from its category's indexes.
 func (b *Bridge) unindex(c *cached) {
-	delete(b.byCategory[c.category], c.key)
-	if objects, ok := b.byObject[c.category]; ok {
-		id := c.object()
-		delete(objects[id], c.key)
-		if len(objects[id]) == 0 {
-			delete(objects, id)
+	delete(b.byCategory[c.category], c)
+	objects, ok := b.byObject[c.category]
+	if !ok {
+		return
+	}
+	id := c.object()
+	list := objects[id]
+	i := int(c.objectPos)
+	if i >= len(list) || list[i] != c {
+		i = slices.Index(list, c) // never: objectPos is kept with the list
+		if i < 0 {
+			return
 		}
 	}
+	last := len(list) - 1
+	list[i] = list[last]
+	list[i].objectPos = int32(i)
+	list[last] = nil
+	if last == 0 {
+		delete(objects, id)
+		return
+	}
+	objects[id] = list[:last]
 }
 
 // objectIndex returns the category's flows by cookie object, building the index on first use.
-func (b *Bridge) objectIndex(category uint8) map[uint64]flowSet {
+func (b *Bridge) objectIndex(category uint8) map[uint64][]*cached {
 	if idx, ok := b.byObject[category]; ok {
 		return idx
 	}
-	idx := map[uint64]flowSet{}
-	for k, c := range b.byCategory[category] {
-		id := c.object()
-		if idx[id] == nil {
-			idx[id] = flowSet{}
-		}
-		idx[id][k] = c
+	idx := map[uint64][]*cached{}
+	for c := range b.byCategory[category] {
+		addToObject(idx, c)
 	}
 	b.byObject[category] = idx
 	return idx
@@ -1006,7 +1037,21 @@ func (b *Bridge) Installed(category uint8) []Flow {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	out := make([]Flow, 0, len(b.byCategory[category]))
-	for _, c := range b.byCategory[category] {
+	for c := range b.byCategory[category] {
+		out = append(out, c.flow(nil))
+	}
+	return out
+}
+
+// InstalledObject returns the flows of one cookie object of a category as installed (with full
+// cookies). An owner that syncs its category object by object can take its unchanged objects' flows
+// from here for a whole-category Sync instead of keeping a copy of them.
+func (b *Bridge) InstalledObject(category uint8, object uint64) []Flow {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	set := b.objectIndex(category)[object&ObjectMask]
+	out := make([]Flow, 0, len(set))
+	for _, c := range set {
 		out = append(out, c.flow(nil))
 	}
 	return out

@@ -45,7 +45,7 @@ func BenchmarkDiffOneChangeIn100k(b *testing.B) {
 }
 
 func newTestBridge() *Bridge {
-	return &Bridge{flows: flowSet{}, byCategory: map[uint8]flowSet{}, byObject: map[uint8]map[uint64]flowSet{}, lastOrder: map[uint8][]*cached{}}
+	return &Bridge{flows: flowSet{}, byCategory: map[uint8]flowIndex{}, byObject: map[uint8]map[uint64][]*cached{}, lastOrder: map[uint8][]*cached{}}
 }
 
 // syncCache does what Sync does to the cache when the switch accepts the bundle.
