@@ -155,7 +155,7 @@ func TestFenceRenewsOnlyWhenWanted(t *testing.T) {
 	g.Eventually(func() bool {
 		_, valid, _ := f.State(time.Now())
 		return valid
-	}).WithTimeout(5*time.Second).Should(BeTrue())
+	}).WithTimeout(5 * time.Second).Should(BeTrue())
 	f.SetWanted(true)
 	g.Consistently(written).WithTimeout(300*time.Millisecond).Should(BeEquivalentTo(1), "still wanted: the next renewal waits for its tick")
 }
