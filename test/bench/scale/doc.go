@@ -106,7 +106,9 @@
 // limited_agent_cpu_ratio=..; with BENCH_SCALE_AGENT_MEMORY_LIMIT too, that agent has both),
 // BENCH_SCALE_PROFILE_DIR (an existing directory: each agent's heap profile after a GC, taken when
 // its heap is measured, is written there as heap-<build>-<node>-<pods>.pb.gz; read it with
-// go tool pprof -sample_index=inuse_space).
+// go tool pprof -sample_index=inuse_space; what it allocated over the idle window, the last 5 s
+// but, as idle-allocs-<build>-<node>-<pods>.pb.gz, read with -sample_index=alloc_space: what lifts
+// its RSS at rest; and the runtime's MemStats at the window's end, idle-memstats-...txt).
 //
 // The two 150,000-Pod runs (issue 64; 45 minutes or more each on an idle 2-core machine):
 //

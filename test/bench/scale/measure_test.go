@@ -159,13 +159,20 @@ func heapMB(addr string) (float64, error) {
 // saveHeapProfile writes the heap profile of the process at addr's pprof endpoint, after a GC, to
 // file (BENCH_SCALE_PROFILE_DIR: read it with go tool pprof -sample_index=inuse_space).
 func saveHeapProfile(addr, file string) error {
-	resp, err := http.Get("http://" + addr + "/debug/pprof/heap?gc=1")
+	return saveProfile(addr, "heap?gc=1", file)
+}
+
+// saveProfile writes what the process at addr's pprof endpoint answers for /debug/pprof/<query> to
+// file: a heap profile, an allocation profile over some seconds (allocs?seconds=..), or the heap
+// profile's text with the runtime's MemStats (heap?debug=1).
+func saveProfile(addr, query, file string) error {
+	resp, err := http.Get("http://" + addr + "/debug/pprof/" + query)
 	if err != nil {
-		return fmt.Errorf("reading the heap profile: %w", err)
+		return fmt.Errorf("reading the profile %s: %w", query, err)
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("reading the heap profile at %s: %s", addr, resp.Status)
+		return fmt.Errorf("reading the profile %s at %s: %s", query, addr, resp.Status)
 	}
 	f, err := os.Create(file)
 	if err != nil {

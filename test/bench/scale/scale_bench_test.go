@@ -4,6 +4,7 @@ package scale
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/netip"
 	"os"
@@ -464,8 +465,41 @@ func TestBenchScale(t *testing.T) {
 		}
 		ctlIdle0 := cpuTime0(t, ctl.pid(t))
 		idleFrom := time.Now()
+		// With BENCH_SCALE_PROFILE_DIR, what each agent allocates while idle (what lifts its RSS at
+		// rest over the settled reading), and its MemStats at the end of the window.
+		var idleProfiles sync.WaitGroup
+		var idleErrs []error
+		var idleMu sync.Mutex
+		if dir := os.Getenv("BENCH_SCALE_PROFILE_DIR"); dir != "" {
+			for _, set := range sets {
+				for _, a := range set.agents {
+					f := filepath.Join(dir, fmt.Sprintf("idle-allocs-%s-%s-%d.pb.gz", set.name, a.node.Name, size))
+					idleProfiles.Go(func() {
+						if err := saveProfile(a.pprof, fmt.Sprintf("allocs?seconds=%d", int((idleWindow-5*time.Second).Seconds())), f); err != nil {
+							idleMu.Lock()
+							idleErrs = append(idleErrs, err)
+							idleMu.Unlock()
+						}
+					})
+				}
+			}
+		}
 		time.Sleep(idleWindow)
 		idleTo := time.Now()
+		idleProfiles.Wait()
+		if err := errors.Join(idleErrs...); err != nil {
+			t.Fatalf("an agent's allocations while idle: %v", err)
+		}
+		if dir := os.Getenv("BENCH_SCALE_PROFILE_DIR"); dir != "" {
+			for _, set := range sets {
+				for _, a := range set.agents {
+					f := filepath.Join(dir, fmt.Sprintf("idle-memstats-%s-%s-%d.txt", set.name, a.node.Name, size))
+					if err := saveProfile(a.pprof, "heap?debug=1", f); err != nil {
+						t.Fatalf("an agent's MemStats at rest: %v", err)
+					}
+				}
+			}
+		}
 		for k, set := range sets {
 			rs[k].idleCPU = float64(agentCPU(t, set.agents)-cpu0[k]) / float64(idleTo.Sub(idleFrom)) / float64(len(set.agents)) * 100
 			for _, a := range set.agents {
