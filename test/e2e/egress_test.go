@@ -4,6 +4,7 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"net/netip"
 	"os"
 	"slices"
@@ -21,6 +22,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	networkv1alpha1 "github.com/winnet-io/winnet/api/v1alpha1"
+	"github.com/winnet-io/winnet/internal/ovs/openflow"
 	"github.com/winnet-io/winnet/test/e2e/cluster"
 )
 
@@ -154,6 +156,7 @@ func TestEgressLocalPods(t *testing.T) {
 	g.Expect(c.Client.Create(ctx, again)).To(Succeed())
 	t.Cleanup(func() { _ = c.Client.Delete(context.Background(), again) })
 	g.Eventually(func() bool { return bridgeHolds(a, egressIP) }).WithTimeout(converge).Should(BeTrue(), "node-a holds the egress IP again")
+	stoppedRound := flowRound(g, a)
 	g.Expect(a.StopAgent(syscall.SIGTERM)).To(Succeed())
 	g.Expect(c.Client.Delete(ctx, again)).To(Succeed())
 	g.Expect(a.StartAgent()).To(Succeed())
@@ -162,7 +165,29 @@ func TestEgressLocalPods(t *testing.T) {
 		"the next agent takes off the egress IP of an Egress deleted while no agent ran")
 	// The previous agent's round of flows, its Egress SNAT included, goes once every owner of the new
 	// round has installed its flows, which may be after the IP left the bridge interface.
-	g.Eventually(func() netip.Addr { return probeSource(ctx, selected.Place()) }).WithTimeout(converge).Should(Equal(a.IP))
+	g.Eventually(func() netip.Addr { return probeSource(ctx, selected.Place()) }).WithTimeout(converge).Should(Equal(a.IP),
+		func() string { return roundReport(a, stoppedRound, egressIP) })
+}
+
+// roundReport says, for a failure, what of node n's previous round of flows is left and what its
+// agent logged about the flow owners' reports: which owner had not installed its flows.
+func roundReport(n *cluster.Node, round uint16, egressIP netip.Addr) string {
+	var b strings.Builder
+	lines, err := n.OVS.DumpFlows(cluster.BridgeName, fmt.Sprintf("cookie=%#x/%#x", openflow.MakeCookie(round, 0, 0), openflow.RoundMask))
+	fmt.Fprintf(&b, "%d flows of the previous round %d (dump error: %v); those with the egress IP:\n", len(lines), round, err)
+	for _, l := range lines {
+		if strings.Contains(l, egressIP.String()) {
+			b.WriteString(l + "\n")
+		}
+	}
+	log, _ := os.ReadFile(n.AgentLog())
+	b.WriteString("the agent's log on flow owners and rounds:\n")
+	for _, l := range strings.Split(string(log), "\n") {
+		if strings.Contains(l, "round") || strings.Contains(l, "flow owner") {
+			b.WriteString(l + "\n")
+		}
+	}
+	return b.String()
 }
 
 // probeSource returns the source address the external host's echo server saw of one TCP connection
