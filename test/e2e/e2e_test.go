@@ -338,9 +338,14 @@ func flowRound(g Gomega, n *cluster.Node) uint16 {
 
 // flowsOfRound returns the flows of node n's bridge whose cookies carry round.
 func flowsOfRound(g Gomega, n *cluster.Node, round uint16) []string {
-	lines, err := n.OVS.DumpFlows(cluster.BridgeName, fmt.Sprintf("cookie=%#x/%#x", openflow.MakeCookie(round, 0, 0), openflow.RoundMask))
+	lines, err := dumpRound(n, round)
 	g.Expect(err).NotTo(HaveOccurred())
 	return lines
+}
+
+// dumpRound dumps the flows of node n's bridge whose cookies carry round.
+func dumpRound(n *cluster.Node, round uint16) ([]string, error) {
+	return n.OVS.DumpFlows(cluster.BridgeName, fmt.Sprintf("cookie=%#x/%#x", openflow.MakeCookie(round, 0, 0), openflow.RoundMask))
 }
 
 // TestVswitchdKilled kills ovs-vswitchd on node-b with SIGKILL and starts it again with traffic running: the

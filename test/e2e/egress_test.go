@@ -22,7 +22,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	networkv1alpha1 "github.com/winnet-io/winnet/api/v1alpha1"
-	"github.com/winnet-io/winnet/internal/ovs/openflow"
 	"github.com/winnet-io/winnet/test/e2e/cluster"
 )
 
@@ -173,7 +172,7 @@ func TestEgressLocalPods(t *testing.T) {
 // agent logged about the flow owners' reports: which owner had not installed its flows.
 func roundReport(n *cluster.Node, round uint16, egressIP netip.Addr) string {
 	var b strings.Builder
-	lines, err := n.OVS.DumpFlows(cluster.BridgeName, fmt.Sprintf("cookie=%#x/%#x", openflow.MakeCookie(round, 0, 0), openflow.RoundMask))
+	lines, err := dumpRound(n, round)
 	fmt.Fprintf(&b, "%d flows of the previous round %d (dump error: %v); those with the egress IP:\n", len(lines), round, err)
 	for _, l := range lines {
 		if strings.Contains(l, egressIP.String()) {

@@ -204,6 +204,7 @@ func (s *agentSet) nodes() map[string]bool {
 // TestBenchScale grows one cluster through the sizes and measures winnet at each (see doc.go).
 func TestBenchScale(t *testing.T) {
 	ctx := context.Background()
+	profileDir := os.Getenv("BENCH_SCALE_PROFILE_DIR")
 	agents := 3
 	if v := os.Getenv("BENCH_SCALE_AGENTS"); v != "" {
 		n, err := strconv.Atoi(v)
@@ -440,8 +441,8 @@ func TestBenchScale(t *testing.T) {
 				if err != nil {
 					t.Fatalf("the heap of %s's agent: %v", a.node.Name, err)
 				}
-				if dir := os.Getenv("BENCH_SCALE_PROFILE_DIR"); dir != "" {
-					f := filepath.Join(dir, fmt.Sprintf("heap-%s-%s-%d.pb.gz", set.name, a.node.Name, size))
+				if profileDir != "" {
+					f := filepath.Join(profileDir, fmt.Sprintf("heap-%s-%s-%d.pb.gz", set.name, a.node.Name, size))
 					if err := saveHeapProfile(a.pprof, f); err != nil {
 						t.Fatalf("the heap profile of %s's agent: %v", a.node.Name, err)
 					}
@@ -468,14 +469,15 @@ func TestBenchScale(t *testing.T) {
 		// With BENCH_SCALE_PROFILE_DIR, what each agent allocates while idle (what lifts its RSS at
 		// rest over the settled reading), and its MemStats at the end of the window.
 		var idleProfiles sync.WaitGroup
-		var idleErrs []error
 		var idleMu sync.Mutex
-		if dir := os.Getenv("BENCH_SCALE_PROFILE_DIR"); dir != "" {
+		var idleErrs []error
+		if profileDir != "" {
+			query := fmt.Sprintf("allocs?seconds=%d", int((idleWindow - 5*time.Second).Seconds()))
 			for _, set := range sets {
 				for _, a := range set.agents {
-					f := filepath.Join(dir, fmt.Sprintf("idle-allocs-%s-%s-%d.pb.gz", set.name, a.node.Name, size))
+					f := filepath.Join(profileDir, fmt.Sprintf("idle-allocs-%s-%s-%d.pb.gz", set.name, a.node.Name, size))
 					idleProfiles.Go(func() {
-						if err := saveProfile(a.pprof, fmt.Sprintf("allocs?seconds=%d", int((idleWindow-5*time.Second).Seconds())), f); err != nil {
+						if err := saveProfile(a.pprof, query, f); err != nil {
 							idleMu.Lock()
 							idleErrs = append(idleErrs, err)
 							idleMu.Unlock()
@@ -490,10 +492,10 @@ func TestBenchScale(t *testing.T) {
 		if err := errors.Join(idleErrs...); err != nil {
 			t.Fatalf("an agent's allocations while idle: %v", err)
 		}
-		if dir := os.Getenv("BENCH_SCALE_PROFILE_DIR"); dir != "" {
+		if profileDir != "" {
 			for _, set := range sets {
 				for _, a := range set.agents {
-					f := filepath.Join(dir, fmt.Sprintf("idle-memstats-%s-%s-%d.txt", set.name, a.node.Name, size))
+					f := filepath.Join(profileDir, fmt.Sprintf("idle-memstats-%s-%s-%d.txt", set.name, a.node.Name, size))
 					if err := saveProfile(a.pprof, "heap?debug=1", f); err != nil {
 						t.Fatalf("an agent's MemStats at rest: %v", err)
 					}
