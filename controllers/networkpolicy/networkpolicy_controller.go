@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"maps"
 	"net"
 	"net/netip"
@@ -408,13 +407,11 @@ func (r *Reconciler) attachmentsMoved() bool {
 // is being detached, its ofport, MAC and address. It is the same for two lists exactly when the
 // pass would read the same of them, in any order.
 func attachmentsSum(attached []*podendpoint.Attachment) uint64 {
-	var sum uint64
+	var sum setSum
 	for _, a := range attached {
-		h := fnv.New64a()
-		_, _ = fmt.Fprintf(h, "%s\x00%s\x00%t\x00%d\x00%s\x00%s", a.PodNamespace, a.PodName, a.Deleting, a.OFPort, a.MAC, a.IP)
-		sum += h.Sum64()
+		sum.add(a.PodNamespace, a.PodName, strconv.FormatBool(a.Deleting), strconv.Itoa(int(a.OFPort)), a.MAC, a.IP.String())
 	}
-	return sum
+	return sum.sum
 }
 
 func (r *Reconciler) setReading(reading bool) {
@@ -799,15 +796,8 @@ func (r *Reconciler) applyPods(ctx context.Context, rz nodenetwork.Realized, pod
 func (r *Reconciler) inputs(ctx context.Context) (Inputs, uint64, uint64, error) {
 	var in Inputs
 	// The hash is the sum of each object's: the caches list in no particular order.
-	var sum uint64
-	write := func(ss ...string) {
-		h := fnv.New64a()
-		for _, s := range ss {
-			_, _ = h.Write([]byte(s))
-			_, _ = h.Write([]byte{0})
-		}
-		sum += h.Sum64()
-	}
+	var sum setSum
+	write := sum.add
 	attached := r.Local.List()
 	local := map[string]bool{}
 	for _, a := range attached {
@@ -939,7 +929,7 @@ func (r *Reconciler) inputs(ctx context.Context) (Inputs, uint64, uint64, error)
 		}
 		in.Pods = append(in.Pods, info)
 	}
-	return in, sum, attachmentsSum(attached), nil
+	return in, sum.sum, attachmentsSum(attached), nil
 }
 
 // keyStrings renders watch keys for the log.

@@ -6,7 +6,9 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
+	"os"
 	"regexp"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -248,6 +250,10 @@ func (c *cluster) sync() {
 				break
 			}
 			if time.Now().After(deadline) {
+				// The agents run in this process: what each goroutine waits on says where the
+				// pass stopped (the log only says that nothing happened).
+				fmt.Printf("goroutines when node %s missed sync step %d:\n", n.Name, c.syncStep)
+				_ = pprof.Lookup("goroutine").WriteTo(os.Stdout, 2)
 				t.Fatalf("node %s did not realise sync step %d within %v (sources %v in one rule, PoliciesReady); its table %d: %v\n%s",
 					n.Name, c.syncStep, converge, want, pipeline.IngressRuleTable, err, strings.Join(flows, "\n"))
 			}
