@@ -20,10 +20,10 @@ const spliceSecurityDescriptor = "D:P(A;;GA;;;SY)(A;;GA;;;BA)"
 // itself, so that no check can sit in it) and OVS's pipe at address: a random name, created first
 // (go-winio creates the first instance with FILE_CREATE, so a name someone else made is refused),
 // that only SYSTEM and Administrators may open. Every connection accepted on it — ofctrl's first
-// and every reconnect, the bundle and monitor connections — is joined to a fresh connection to
-// address only once the process serving address proved to run as SYSTEM or an administrator
-// (peertrust); otherwise it is closed and nothing is sent. It returns the private pipe's name and
-// the function that stops it.
+// and every reconnect, the bundle and monitor connections, the verification's dumps — is joined to
+// a fresh connection to address only once the process serving address proved to run as SYSTEM or
+// an administrator (peertrust); otherwise it is closed and nothing is sent. It returns the private
+// pipe's name and the function that stops it.
 func splice(ctx context.Context, log logr.Logger, address string) (string, func(), error) {
 	var nonce [16]byte
 	if _, err := rand.Read(nonce[:]); err != nil {

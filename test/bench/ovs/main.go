@@ -84,6 +84,11 @@ type sample struct {
 	ours, ofctl time.Duration
 	incrMods    int
 	incr        time.Duration
+	// The largest size's read-back of the n flows: Verify (counted from the reply's bytes), the
+	// bridge's FlowStats (every flow decoded by libOpenflow, as Verify read them before), and
+	// `ovs-ofctl dump-flows --no-stats`; the bytes Verify and FlowStats allocated.
+	verify, decode, ofctlDump time.Duration
+	verifyAlloc, decodeAlloc  uint64
 }
 
 func (s sample) ratio() float64 { return float64(s.ours) / float64(s.ofctl) }
@@ -123,7 +128,9 @@ func run(runs int) error {
 			samples = append(samples, s)
 			line := fmt.Sprintf("bench-ovs run=%d flows=%d ours_ms=%d ofctl_ms=%d ratio=%.2f", r+1, n, s.ours.Milliseconds(), s.ofctl.Milliseconds(), s.ratio())
 			if incremental {
-				line += fmt.Sprintf(" incr_mods=%d incr_ms=%d", s.incrMods, s.incr.Milliseconds())
+				line += fmt.Sprintf(" incr_mods=%d incr_ms=%d verify_ms=%d decode_ms=%d ofctl_dump_ms=%d verify_alloc_mb=%.1f decode_alloc_mb=%.1f",
+					s.incrMods, s.incr.Milliseconds(), s.verify.Milliseconds(), s.decode.Milliseconds(), s.ofctlDump.Milliseconds(),
+					float64(s.verifyAlloc)/(1<<20), float64(s.decodeAlloc)/(1<<20))
 			}
 			fmt.Println(line)
 		}
@@ -139,6 +146,13 @@ func run(runs int) error {
 		incr := median(samples, func(s sample) float64 { return float64(s.incr) })
 		fmt.Printf("bench-ovs: medians of %d runs (ratio: median of per-run ratios; incr_mods: the most any run sent); load average at the end: %s\n", runs, benchutil.LoadAverage())
 		fmt.Printf("bench-ovs flows=%d ours_ms=%d ofctl_ms=%d ratio=%.2f incr_mods=%d incr_ms=%d\n", n, msOf(ours), msOf(ofctl), ratio, int(mods), msOf(incr))
+		verify := median(samples, func(s sample) float64 { return float64(s.verify) })
+		decode := median(samples, func(s sample) float64 { return float64(s.decode) })
+		dump := median(samples, func(s sample) float64 { return float64(s.ofctlDump) })
+		fmt.Printf("bench-ovs-verify flows=%d verify_ms=%d decode_ms=%d ofctl_dump_ms=%d verify_over_ofctl=%.2f verify_alloc_mb=%.1f decode_alloc_mb=%.1f\n",
+			n, msOf(verify), msOf(decode), msOf(dump), verify/dump,
+			median(samples, func(s sample) float64 { return float64(s.verifyAlloc) })/(1<<20),
+			median(samples, func(s sample) float64 { return float64(s.decodeAlloc) })/(1<<20))
 	}
 	return nil
 }
@@ -206,6 +220,9 @@ func (b *bench) measure(ctx context.Context, n, r int, incremental bool) (sample
 	if !incremental {
 		return s, nil
 	}
+	if err := b.readBack(ctx, br, ours, n, &s); err != nil {
+		return s, err
+	}
 
 	// Change one flow among n.
 	changed := n/2 + r
@@ -226,6 +243,53 @@ func (b *bench) measure(ctx context.Context, n, r int, incremental bool) (sample
 		return s, fmt.Errorf("changed flow not installed: %s", strings.TrimSpace(out))
 	}
 	return s, b.expectFlowCount(ours, n)
+}
+
+// readBack reads the n flows back from the switch three ways, each timed: the bridge's Verify
+// (which must find no difference), its FlowStats of the flows' table (libOpenflow decodes every
+// flow) and ovs-ofctl dump-flows; Verify's and FlowStats' allocations are counted too.
+func (b *bench) readBack(ctx context.Context, br *openflow.Bridge, bridge string, n int, s *sample) error {
+	allocated := func(f func() error) (time.Duration, uint64, error) {
+		var m0, m1 runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&m0)
+		start := time.Now()
+		err := f()
+		took := time.Since(start)
+		runtime.ReadMemStats(&m1)
+		return took, m1.TotalAlloc - m0.TotalAlloc, err
+	}
+	var err error
+	s.verify, s.verifyAlloc, err = allocated(func() error {
+		diffs, err := br.Verify(ctx)
+		if err == nil && len(diffs) > 0 {
+			err = fmt.Errorf("verify of %d flows found %d differences, first %v", n, len(diffs), diffs[0])
+		}
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	s.decode, s.decodeAlloc, err = allocated(func() error {
+		stats, err := br.FlowStats(ctx, 70, 0, 0)
+		if err == nil && len(stats) != n {
+			err = fmt.Errorf("flow stats of table 70: %d flows, want %d", len(stats), n)
+		}
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	start := time.Now()
+	out, err := b.ovs.Ofctl("dump-flows", "--no-stats", bridge)
+	s.ofctlDump = time.Since(start)
+	if err != nil {
+		return err
+	}
+	if got := strings.Count(out, "actions="); got != n {
+		return fmt.Errorf("ovs-ofctl dump-flows showed %d flows, want %d", got, n)
+	}
+	return nil
 }
 
 // deleteBridges deletes the bridges and waits until ovs-vswitchd has destroyed them and their
