@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/nftables"
@@ -50,6 +51,8 @@ type switchPortBatcher struct {
 	releaseMu      sync.Mutex
 	released       map[string]bool // link names whose chains the next sweep deletes
 	sweepScheduled bool
+
+	linkDumps atomic.Uint64 // listings of the links, for the orphaned chains
 }
 
 // sweepDelay is how long released and orphaned chains wait for the sweep that deletes them: one
@@ -149,12 +152,6 @@ func (h *netlinkHost) applySwitchPorts(batch []*switchPortReq, sweep bool) error
 			existing[c.Name] = c
 		}
 	}
-	// Without a complete list of links, no chain counts as orphaned this time.
-	links, linksErr := retryDump(h.nl.LinkList)
-	present := map[string]bool{}
-	for _, l := range links {
-		present[chainPrefix+l.Attrs().Name] = true
-	}
 	table := &nftables.Table{Family: nftables.TableFamilyNetdev, Name: switchPortTable}
 	changed := false
 	for _, r := range batch {
@@ -182,6 +179,19 @@ func (h *netlinkHost) applySwitchPorts(batch []*switchPortReq, sweep bool) error
 			continue
 		}
 		changed = true
+	}
+	if !changed && !sweep {
+		// Every port is as asked (a Pod's periodic repair): the links are listed, to find the
+		// chains whose link went, only with a change or a sweep. A listing per call made most of an
+		// idle agent's allocations with 30 Pods (bench-scale, issue 64).
+		return nil
+	}
+	// Without a complete list of links, no chain counts as orphaned this time.
+	h.switchPorts.linkDumps.Add(1)
+	links, linksErr := retryDump(h.nl.LinkList)
+	present := map[string]bool{}
+	for _, l := range links {
+		present[chainPrefix+l.Attrs().Name] = true
 	}
 	for chainName, c := range existing {
 		if linksErr != nil || !strings.HasPrefix(chainName, chainPrefix) || present[chainName] || requested(batch, chainName) {

@@ -96,6 +96,17 @@ func TestSetSwitchPortBatches(t *testing.T) {
 	g.Expect(h.SetSwitchPort(ctx, index["spb2"], true)).To(Succeed())
 	g.Eventually(chains).Should(ConsistOf("port-spb0", "port-spb2"))
 
+	// A port already on, as a Pod's periodic repair asks: nothing changes and the links are not
+	// listed; a port turned on lists them.
+	dumps := h.switchPorts.linkDumps.Load()
+	g.Expect(h.SetSwitchPort(ctx, index["spb0"], true)).To(Succeed())
+	g.Expect(h.switchPorts.linkDumps.Load()).To(Equal(dumps), "a port already on costs no listing of the links")
+	g.Expect(chains()).To(ConsistOf("port-spb0", "port-spb2"))
+	g.Expect(h.SetSwitchPort(ctx, index["spb3"], true)).To(Succeed())
+	g.Expect(h.switchPorts.linkDumps.Load()).To(Equal(dumps+1), "a port turned on lists the links")
+	g.Expect(h.SetSwitchPort(ctx, index["spb3"], false)).To(Succeed())
+	g.Expect(chains()).To(ConsistOf("port-spb0", "port-spb2"))
+
 	// Released chains go in the background; turning one on again before the sweep cancels its release.
 	g.Expect(h.ReleaseSwitchPort(ctx, "spb0")).To(Succeed())
 	g.Expect(h.ReleaseSwitchPort(ctx, "spb2")).To(Succeed())
