@@ -185,6 +185,12 @@ bench-routes: test-deps ## Benchmark remote routes at 1,000/5,000/10,000 nodes a
 	$(GO) test -tags bench -count=1 -timeout 30m -run '^TestBenchRoutes$$' -v ./test/bench/routes/ > bin/bench-routes.log 2>&1 || { tail -50 bin/bench-routes.log; exit 1; }
 	@grep '^bench-routes ' bin/bench-routes.log
 
+.PHONY: bench-host-routes
+bench-host-routes: ## Benchmark the simulated host's routing table at 5,000 routes: installing (batched against one request per route), deleting stale ones (batched against one listing per route), listing (bytes allocated, against netlink's slice listing) (needs root).
+	@mkdir -p bin
+	$(GO) test -count=1 -run XXX -bench '^Benchmark(EnsureRoutes|ReconcileRoutes|Routes)5000$$' -benchtime 5x ./internal/hostnet/ > bin/bench-host-routes.log 2>&1 || { tail -30 bin/bench-host-routes.log; exit 1; }
+	@grep '^Benchmark' bin/bench-host-routes.log
+
 .PHONY: bench-cni
 bench-cni: test-deps ## Benchmark 200 Pods' CNI ADD+DEL at concurrency 1 and 8 against the floor (the same veth, OVS port and flows without winnet), then 8 with simulated HNS latency for information (needs root).
 	@mkdir -p bin

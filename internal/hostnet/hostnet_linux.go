@@ -425,8 +425,22 @@ func normalizeLinux(r Route) Route {
 }
 
 // listRoutes lists the configured unicast routes of the main table, optionally only those to dst
-// (when valid).
+// (when valid), each with the netlink route it came from (what DeleteRoute deletes).
 func (h *netlinkHost) listRoutes(filter RouteFilter, dst netip.Prefix) ([]kernelRoute, error) {
+	var out []kernelRoute
+	err := h.eachRoute(filter, dst, func() { out = out[:0] }, func(raw netlink.Route, r Route) {
+		out = append(out, kernelRoute{Route: r, raw: raw})
+	})
+	return out, err
+}
+
+// eachRoute calls each for every configured unicast route of the main table that filter and dst
+// (when valid) select, as the dump decodes it: a listing of 5,000 node routes kept as netlink
+// routes (some 400 bytes each, twice over while the slices grew) was the largest allocation of an
+// idle agent, whose drift checks list its routes every ResyncPeriod (bench-scale, issue 64). A dump
+// the kernel interrupted (the table changed meanwhile) is read again from the start, after
+// restart.
+func (h *netlinkHost) eachRoute(filter RouteFilter, dst netip.Prefix, restart func(), each func(netlink.Route, Route)) error {
 	nf := &netlink.Route{Table: unix.RT_TABLE_MAIN}
 	mask := netlink.RT_FILTER_TABLE
 	family := netlink.FAMILY_ALL
@@ -447,22 +461,26 @@ func (h *netlinkHost) listRoutes(filter RouteFilter, dst netip.Prefix) ([]kernel
 		}
 	}
 	h.routeDumps.Add(1)
-	raw, err := retryDump(func() ([]netlink.Route, error) { return h.nl.RouteListFiltered(family, nf, mask) })
+	var err error
+	for range dumpRetries {
+		restart()
+		err = h.nl.RouteListFilteredIter(family, nf, mask, func(r netlink.Route) bool {
+			if r.Type != unix.RTN_UNICAST || r.Protocol == unix.RTPROT_KERNEL || len(r.MultiPath) > 0 {
+				return true
+			}
+			if route, ok := fromKernel(r); ok {
+				each(r, route)
+			}
+			return true
+		})
+		if !errors.Is(err, netlink.ErrDumpInterrupted) {
+			break
+		}
+	}
 	if err != nil {
-		return nil, fmt.Errorf("listing routes: %w", err)
+		return fmt.Errorf("listing routes: %w", err)
 	}
-	out := make([]kernelRoute, 0, len(raw))
-	for _, r := range raw {
-		if r.Type != unix.RTN_UNICAST || r.Protocol == unix.RTPROT_KERNEL || len(r.MultiPath) > 0 {
-			continue
-		}
-		route, ok := fromKernel(r)
-		if !ok {
-			continue
-		}
-		out = append(out, kernelRoute{Route: route, raw: r})
-	}
-	return out, nil
+	return nil
 }
 
 // fromKernel is a kernel route as a Route (its destination masked, its gateway unmapped, owned when
@@ -480,13 +498,9 @@ func fromKernel(r netlink.Route) (Route, bool) {
 }
 
 func (h *netlinkHost) Routes(_ context.Context, filter RouteFilter) ([]Route, error) {
-	krs, err := h.listRoutes(filter, netip.Prefix{})
-	if err != nil {
+	var out []Route
+	if err := h.eachRoute(filter, netip.Prefix{}, func() { out = out[:0] }, func(_ netlink.Route, r Route) { out = append(out, r) }); err != nil {
 		return nil, err
-	}
-	out := make([]Route, len(krs))
-	for i, kr := range krs {
-		out[i] = kr.Route
 	}
 	return out, nil
 }

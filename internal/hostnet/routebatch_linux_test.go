@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -413,4 +414,64 @@ func BenchmarkReconcileRoutes5000(b *testing.B) {
 	b.ReportMetric(float64(batched.Milliseconds())/float64(b.N), "batched-ms/op")
 	b.ReportMetric(float64(oneByOne.Milliseconds())/float64(b.N), "per-route-ms/op")
 	b.ReportMetric(float64(oneByOne)/float64(batched), "speedup")
+}
+
+// BenchmarkRoutes5000 lists 5,000 owned routes with Routes (the routes decoded one at a time as the
+// dump is read) and, as the reference in the same run, as Routes listed them before (netlink's
+// RouteListFiltered: every route kept as a netlink route in a growing slice, then converted); it
+// reports the bytes each allocates per listing and their ratio. The agent's drift checks list its
+// routes every ResyncPeriod: at 5,000 Nodes the listing was the largest allocation of an idle
+// agent (bench-scale, issue 64).
+func BenchmarkRoutes5000(b *testing.B) {
+	path, nlh := namedNetNS(b)
+	hi, err := New(Options{NetNSPath: path})
+	if err != nil {
+		b.Fatal(err)
+	}
+	link, err := hi.LinkByName(b.Context(), "eth0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := hi.EnsureRoutes(b.Context(), remoteNodeRoutes(5000, link.Index)); err != nil {
+		b.Fatal(err)
+	}
+	filter := &netlink.Route{Table: unix.RT_TABLE_MAIN, Protocol: LinuxRouteProtocol}
+	reference := func() ([]Route, error) {
+		raw, err := nlh.RouteListFiltered(netlink.FAMILY_ALL, filter, netlink.RT_FILTER_TABLE|netlink.RT_FILTER_PROTOCOL)
+		if err != nil {
+			return nil, err
+		}
+		krs := make([]kernelRoute, 0, len(raw))
+		for _, r := range raw {
+			if route, ok := fromKernel(r); ok && r.Type == unix.RTN_UNICAST {
+				krs = append(krs, kernelRoute{Route: route, raw: r})
+			}
+		}
+		out := make([]Route, len(krs))
+		for i, kr := range krs {
+			out[i] = kr.Route
+		}
+		return out, nil
+	}
+	allocated := func(list func() ([]Route, error)) uint64 {
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		got, err := list()
+		runtime.ReadMemStats(&after)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if len(got) != 5000 {
+			b.Fatalf("listed %d routes, want 5000", len(got))
+		}
+		return after.TotalAlloc - before.TotalAlloc
+	}
+	var iterated, sliced uint64
+	for b.Loop() {
+		iterated += allocated(func() ([]Route, error) { return hi.Routes(b.Context(), RouteFilter{OwnedOnly: true}) })
+		sliced += allocated(reference)
+	}
+	b.ReportMetric(float64(iterated)/float64(b.N)/(1<<20), "routes-MB/op")
+	b.ReportMetric(float64(sliced)/float64(b.N)/(1<<20), "reference-MB/op")
+	b.ReportMetric(float64(sliced)/float64(iterated), "ratio")
 }
