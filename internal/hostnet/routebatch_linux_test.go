@@ -331,15 +331,7 @@ func BenchmarkEnsureRoutes5000(b *testing.B) {
 }
 
 func benchmarkEnsureRoutes(b *testing.B, routes []Route) {
-	path, nlh := namedNetNS(b)
-	hi, err := New(Options{NetNSPath: path})
-	if err != nil {
-		b.Fatal(err)
-	}
-	link, err := hi.LinkByName(b.Context(), "eth0")
-	if err != nil {
-		b.Fatal(err)
-	}
+	hi, link, nlh, path := benchHost(b)
 	for i := range routes {
 		routes[i].LinkIndex = link.Index
 	}
@@ -375,11 +367,10 @@ func benchmarkEnsureRoutes(b *testing.B, routes []Route) {
 	b.ReportMetric(float64(oneByOne)/float64(batched), "speedup")
 }
 
-// BenchmarkReconcileRoutes5000 deletes 5,000 stale tunnel routes with ReconcileRoutes, and with
-// the generic reconcileRoutes (one DeleteRoute, so one listing and one request, per route) as the
-// reference, in the same run; it reports both times and their ratio (speedup).
-func BenchmarkReconcileRoutes5000(b *testing.B) {
-	path, _ := namedNetNS(b)
+// benchHost is a host on a fresh network namespace, its link eth0, a netlink handle in the
+// namespace and the namespace's path.
+func benchHost(b *testing.B) (Interface, Link, *netlink.Handle, string) {
+	path, nlh := namedNetNS(b)
 	hi, err := New(Options{NetNSPath: path})
 	if err != nil {
 		b.Fatal(err)
@@ -388,6 +379,14 @@ func BenchmarkReconcileRoutes5000(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
+	return hi, link, nlh, path
+}
+
+// BenchmarkReconcileRoutes5000 deletes 5,000 stale tunnel routes with ReconcileRoutes, and with
+// the generic reconcileRoutes (one DeleteRoute, so one listing and one request, per route) as the
+// reference, in the same run; it reports both times and their ratio (speedup).
+func BenchmarkReconcileRoutes5000(b *testing.B) {
+	hi, link, _, _ := benchHost(b)
 	routes := remoteNodeRoutes(5000, link.Index)
 	install := func() {
 		b.StopTimer()
@@ -423,15 +422,7 @@ func BenchmarkReconcileRoutes5000(b *testing.B) {
 // routes every ResyncPeriod: at 5,000 Nodes the listing was the largest allocation of an idle
 // agent (bench-scale, issue 64).
 func BenchmarkRoutes5000(b *testing.B) {
-	path, nlh := namedNetNS(b)
-	hi, err := New(Options{NetNSPath: path})
-	if err != nil {
-		b.Fatal(err)
-	}
-	link, err := hi.LinkByName(b.Context(), "eth0")
-	if err != nil {
-		b.Fatal(err)
-	}
+	hi, link, nlh, _ := benchHost(b)
 	if err := hi.EnsureRoutes(b.Context(), remoteNodeRoutes(5000, link.Index)); err != nil {
 		b.Fatal(err)
 	}
