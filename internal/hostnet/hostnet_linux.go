@@ -427,20 +427,16 @@ func normalizeLinux(r Route) Route {
 // listRoutes lists the configured unicast routes of the main table, optionally only those to dst
 // (when valid), each with the netlink route it came from (what DeleteRoute deletes).
 func (h *netlinkHost) listRoutes(filter RouteFilter, dst netip.Prefix) ([]kernelRoute, error) {
-	var out []kernelRoute
-	err := h.eachRoute(filter, dst, func() { out = out[:0] }, func(raw netlink.Route, r Route) {
-		out = append(out, kernelRoute{Route: r, raw: raw})
-	})
-	return out, err
+	return collectRoutes(h, filter, dst, func(raw netlink.Route, r Route) kernelRoute { return kernelRoute{Route: r, raw: raw} })
 }
 
-// eachRoute calls each for every configured unicast route of the main table that filter and dst
-// (when valid) select, as the dump decodes it: a listing of 5,000 node routes kept as netlink
-// routes (some 400 bytes each, twice over while the slices grew) was the largest allocation of an
-// idle agent, whose drift checks list its routes every ResyncPeriod (bench-scale, issue 64). A dump
-// the kernel interrupted (the table changed meanwhile) is read again from the start, after
-// restart.
-func (h *netlinkHost) eachRoute(filter RouteFilter, dst netip.Prefix, restart func(), each func(netlink.Route, Route)) error {
+// collectRoutes lists the configured unicast routes of the main table that filter and dst (when
+// valid) select, each converted by as as the dump decodes it: a listing of 5,000 node routes kept
+// as netlink routes (some 400 bytes each, twice over while the slices grew) was the largest
+// allocation of an idle agent, whose drift checks list its routes every ResyncPeriod (bench-scale,
+// issue 64). A dump the kernel interrupted (the table changed meanwhile) is read again from the
+// start.
+func collectRoutes[T any](h *netlinkHost, filter RouteFilter, dst netip.Prefix, as func(netlink.Route, Route) T) ([]T, error) {
 	nf := &netlink.Route{Table: unix.RT_TABLE_MAIN}
 	mask := netlink.RT_FILTER_TABLE
 	family := netlink.FAMILY_ALL
@@ -461,15 +457,16 @@ func (h *netlinkHost) eachRoute(filter RouteFilter, dst netip.Prefix, restart fu
 		}
 	}
 	h.routeDumps.Add(1)
+	var out []T
 	var err error
 	for range dumpRetries {
-		restart()
+		out = out[:0]
 		err = h.nl.RouteListFilteredIter(family, nf, mask, func(r netlink.Route) bool {
 			if r.Type != unix.RTN_UNICAST || r.Protocol == unix.RTPROT_KERNEL || len(r.MultiPath) > 0 {
 				return true
 			}
 			if route, ok := fromKernel(r); ok {
-				each(r, route)
+				out = append(out, as(r, route))
 			}
 			return true
 		})
@@ -478,9 +475,9 @@ func (h *netlinkHost) eachRoute(filter RouteFilter, dst netip.Prefix, restart fu
 		}
 	}
 	if err != nil {
-		return fmt.Errorf("listing routes: %w", err)
+		return nil, fmt.Errorf("listing routes: %w", err)
 	}
-	return nil
+	return out, nil
 }
 
 // fromKernel is a kernel route as a Route (its destination masked, its gateway unmapped, owned when
@@ -498,11 +495,7 @@ func fromKernel(r netlink.Route) (Route, bool) {
 }
 
 func (h *netlinkHost) Routes(_ context.Context, filter RouteFilter) ([]Route, error) {
-	var out []Route
-	if err := h.eachRoute(filter, netip.Prefix{}, func() { out = out[:0] }, func(_ netlink.Route, r Route) { out = append(out, r) }); err != nil {
-		return nil, err
-	}
-	return out, nil
+	return collectRoutes(h, filter, netip.Prefix{}, func(_ netlink.Route, r Route) Route { return r })
 }
 
 func (h *netlinkHost) EnsureRoute(ctx context.Context, r Route) error {
